@@ -1,0 +1,56 @@
+#include "backends/cpu/cpu_buffer.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+
+namespace tg::cpu {
+
+absl::StatusOr<std::unique_ptr<Buffer>> CpuBufferType::Allocate(size_t size) {
+  const size_t rounded = (size + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+  void* data = rounded == 0 ? nullptr : std::aligned_alloc(kCpuAlignment, rounded);
+  if (data == nullptr && rounded != 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("CPU: cannot allocate %.1f MiB", rounded / 1048576.0));
+  }
+  return std::make_unique<CpuBuffer>(this, data, size);
+}
+
+CpuBuffer::~CpuBuffer() { std::free(data_); }
+
+absl::Status CpuBuffer::SetTensor(Tensor* t, const void* data, size_t offset, size_t size) {
+  if (absl::Status s = CheckTensorRange(*t, offset, size); !s.ok()) return s;
+  std::memcpy(static_cast<uint8_t*>(t->data) + offset, data, size);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBuffer::GetTensor(const Tensor* t, void* data, size_t offset, size_t size) {
+  if (absl::Status s = CheckTensorRange(*t, offset, size); !s.ok()) return s;
+  std::memcpy(data, static_cast<const uint8_t*>(t->data) + offset, size);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBuffer::MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) {
+  if (absl::Status s = CheckTensorRange(*t, offset, size); !s.ok()) return s;
+  std::memset(static_cast<uint8_t*>(t->data) + offset, value, size);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBuffer::CopyFrom(const Tensor* src, Tensor* dst) {
+  if (src->buffer == nullptr || !src->buffer->type()->is_host()) {
+    return absl::UnimplementedError("CPU: direct copy only from host memory");
+  }
+  if (src->NumBytes() != dst->NumBytes()) {
+    return absl::InvalidArgumentError(absl::StrFormat("CPU copy: %d bytes into %d",
+                                                      src->NumBytes(), dst->NumBytes()));
+  }
+  return SetTensor(dst, src->data, 0, src->NumBytes());
+}
+
+absl::Status CpuBuffer::Clear(uint8_t value) {
+  if (data_ != nullptr) std::memset(data_, value, size_);
+  return absl::OkStatus();
+}
+
+}  // namespace tg::cpu

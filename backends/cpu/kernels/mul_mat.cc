@@ -1,0 +1,325 @@
+// MUL_MAT and MUL_MAT_ID on the CPU.
+//
+// As in ggml: the f32 activations (src1) are first converted, rows split over the threads,
+// into the weight type's activation format (vec_dot.h) in the node's scratch; after a Sync
+// the output is computed in tiles of up to kMaxTileRows weight rows x kMaxTileCols activation
+// rows. F32/F16/BF16 weights with many activation rows go to the packed GEMM instead
+// (gemm_f32.h), which reads src1 in place.
+//
+// Work split: the output is cut into items (batch, block of activation columns, tile of
+// weight rows), and each thread takes a contiguous range of items. For a matrix-vector
+// product that gives each thread a contiguous run of weight rows to stream; with many
+// columns, a block of activations stays in L2 while the weight rows stream past it.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "backends/cpu/kernels/gemm_f32.h"
+#include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/vec_dot.h"
+
+namespace tg::cpu {
+namespace {
+
+constexpr size_t kAlign = 64;
+// From this many activation rows on, F32/F16/BF16 weights are multiplied by the packed GEMM
+// (packing costs about one pass over each operand; tiles cost nothing up front).
+constexpr int64_t kGemmMinCols = 16;
+constexpr int64_t kGemmMinRows = 32;
+// Activation rows converted per column block: what stays in L2 next to the weight tiles.
+constexpr size_t kColumnBlockBytes = 256 * 1024;
+
+size_t RoundUp(size_t x, size_t to) { return (x + to - 1) / to * to; }
+
+char* AlignUp(void* p) {
+  const uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  return reinterpret_cast<char*>((u + kAlign - 1) / kAlign * kAlign);
+}
+
+template <typename T>
+T* At(const Tensor* t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+  return reinterpret_cast<T*>(static_cast<char*>(t->data) + i0 * t->nb[0] + i1 * t->nb[1] +
+                              i2 * t->nb[2] + i3 * t->nb[3]);
+}
+
+// Where activation row (i1, i2, i3) of src1 lives after conversion (or in src1 itself).
+struct ActView {
+  const char* data;
+  size_t nb1, nb2, nb3;
+  const void* Row(int64_t i1, int64_t i2, int64_t i3) const {
+    return data + i1 * nb1 + i2 * nb2 + i3 * nb3;
+  }
+};
+
+bool NeedsConversion(const DotKernels& kern, const Tensor* b) {
+  return kern.from_f32 != nullptr || b->nb[0] != sizeof(float);
+}
+
+// Bytes between converted rows, for whichever kernel set (SIMD or scalar) runs.
+size_t ActStride(DType type, int64_t k) {
+  return RoundUp(
+      std::max(GetDotKernels(type).act_row_bytes(k), scalar::GetDotKernels(type).act_row_bytes(k)),
+      kAlign);
+}
+
+// Scratch for converted activations: the rows, then one f32 row per thread for gathering
+// rows whose elements are strided.
+size_t ActWorkSize(DType type, const Tensor* b, int nth) {
+  return kAlign + static_cast<size_t>(b->NumRows()) * ActStride(type, b->ne[0]) +
+         static_cast<size_t>(nth) * RoundUp(b->ne[0] * sizeof(float), kAlign);
+}
+
+// Converts src1 into the activation format (threads split the rows), then syncs. Returns the
+// view to read rows from; src1 itself when it is already usable. `end` receives the first
+// byte of scratch after the activations.
+ActView PrepareActivations(const ComputeParams& p, const DotKernels& kern, DType type,
+                           const Tensor* b, char** end) {
+  char* base = AlignUp(p.wdata);
+  if (!NeedsConversion(kern, b)) {
+    *end = base;
+    return {static_cast<const char*>(b->data), b->nb[1], b->nb[2], b->nb[3]};
+  }
+  const int64_t k = b->ne[0];
+  const size_t stride = ActStride(type, k);
+  const int64_t rows = b->NumRows();
+  float* gather =
+      reinterpret_cast<float*>(base + rows * stride + p.ith * RoundUp(k * sizeof(float), kAlign));
+  int64_t r0, r1;
+  SplitRange(rows, p.ith, p.nth, &r0, &r1);
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t i1 = r % b->ne[1], i2 = (r / b->ne[1]) % b->ne[2];
+    const int64_t i3 = r / (b->ne[1] * b->ne[2]);
+    const float* src = At<const float>(b, 0, i1, i2, i3);
+    if (b->nb[0] != sizeof(float)) {
+      for (int64_t i = 0; i < k; ++i) gather[i] = *At<const float>(b, i, i1, i2, i3);
+      src = gather;
+    }
+    char* dst = base + r * stride;
+    if (kern.from_f32 != nullptr) {
+      kern.from_f32(src, dst, k);
+    } else {
+      std::memcpy(dst, src, k * sizeof(float));
+    }
+  }
+  *end = base + rows * stride + p.nth * RoundUp(k * sizeof(float), kAlign);
+  p.Sync();
+  return {base, stride, b->ne[1] * stride, b->ne[1] * b->ne[2] * stride};
+}
+
+// Activation columns per block: as many as fit kColumnBlockBytes, a multiple of the tile.
+int64_t ColumnBlock(size_t act_stride, int64_t n) {
+  const int64_t fit = static_cast<int64_t>(kColumnBlockBytes / std::max<size_t>(act_stride, 1));
+  const int64_t block = std::max<int64_t>(kMaxTileCols, fit / kMaxTileCols * kMaxTileCols);
+  return std::min(block, std::max<int64_t>(n, 1));
+}
+
+// Runs the tile kernel over weight rows [row0, row0 + rows) and `cols` activation columns
+// given by pointers.
+void RunTiles(const DotKernels& kern, int64_t k, const char* a_rows, size_t a_stride, int64_t rows,
+              const void* const* b_cols, float* const* c_cols, int64_t cols) {
+  for (int64_t j = 0; j < cols; j += kMaxTileCols) {
+    const int nc = static_cast<int>(std::min<int64_t>(kMaxTileCols, cols - j));
+    kern.tile(k, a_rows, a_stride, static_cast<int>(rows), b_cols + j, nc, c_cols + j);
+  }
+}
+
+bool UseGemm(const Tensor* a, const Tensor* b) {
+  return !ScalarDotKernelsForced() && GemmSupports(a->type) && b->ne[1] >= kGemmMinCols &&
+         a->ne[1] >= kGemmMinRows;
+}
+
+void MulMatGemm(const ComputeParams& p, Tensor* dst) {
+  const Tensor* a = dst->src[0];
+  const Tensor* b = dst->src[1];
+  const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
+  for (int64_t i3 = 0; i3 < b->ne[3]; ++i3) {
+    for (int64_t i2 = 0; i2 < b->ne[2]; ++i2) {
+      const GemmA ga{a->type, At<const char>(a, 0, 0, i2 / r2, i3 / r3), a->nb[1]};
+      const GemmB gb{At<const char>(b, 0, 0, i2, i3), b->nb[1], b->nb[0]};
+      const GemmC gc{At<float>(dst, 0, 0, i2, i3), dst->nb[1]};
+      GemmF32(p, p.wdata, a->ne[1], b->ne[1], a->ne[0], ga, gb, gc);
+    }
+  }
+}
+
+}  // namespace
+
+void ComputeMulMat(const ComputeParams& p, Tensor* dst) {
+  if (UseGemm(dst->src[0], dst->src[1])) return MulMatGemm(p, dst);
+  const Tensor* a = dst->src[0];
+  const Tensor* b = dst->src[1];
+  const DotKernels& kern = GetDotKernels(a->type);
+  char* scratch_end;
+  const ActView act = PrepareActivations(p, kern, a->type, b, &scratch_end);
+
+  const int64_t k = a->ne[0], m = a->ne[1], n = b->ne[1];
+  const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
+  const int64_t row_tiles = (m + kMaxTileRows - 1) / kMaxTileRows;
+  const int64_t col_block = ColumnBlock(act.nb1, n);
+  const int64_t col_blocks = (n + col_block - 1) / col_block;
+  int64_t it0, it1;
+  SplitRange(b->ne[3] * b->ne[2] * col_blocks * row_tiles, p.ith, p.nth, &it0, &it1);
+
+  const void* b_cols[kMaxTileCols];
+  float* c_cols[kMaxTileCols];
+  for (int64_t it = it0; it < it1; ++it) {
+    const int64_t rt = it % row_tiles, cb = (it / row_tiles) % col_blocks;
+    const int64_t batch = it / (row_tiles * col_blocks);
+    const int64_t i2 = batch % b->ne[2], i3 = batch / b->ne[2];
+    const int64_t row0 = rt * kMaxTileRows, rows = std::min<int64_t>(kMaxTileRows, m - row0);
+    const char* a_rows = At<const char>(a, 0, row0, i2 / r2, i3 / r3);
+    const int64_t col_end = std::min(n, (cb + 1) * col_block);
+    for (int64_t j0 = cb * col_block; j0 < col_end; j0 += kMaxTileCols) {
+      const int64_t cols = std::min<int64_t>(kMaxTileCols, col_end - j0);
+      for (int64_t j = 0; j < cols; ++j) {
+        b_cols[j] = act.Row(j0 + j, i2, i3);
+        c_cols[j] = At<float>(dst, row0, j0 + j, i2, i3);
+      }
+      RunTiles(kern, k, a_rows, a->nb[1], rows, b_cols, c_cols, cols);
+    }
+  }
+}
+
+size_t MulMatWorkSize(const Tensor* dst, int nth) {
+  const Tensor* a = dst->src[0];
+  const Tensor* b = dst->src[1];
+  size_t size = ActWorkSize(a->type, b, nth);
+  if (GemmSupports(a->type)) {
+    size = std::max(size, GemmWorkSize(a->ne[1], b->ne[1], a->ne[0], nth));
+  }
+  return size;
+}
+
+// ---------------------------------------------------------------------------------------------
+// MUL_MAT_ID: the (slot, token) pairs are grouped by expert (a counting sort done by thread 0
+// while the others convert activations), then each expert's weight rows meet its columns.
+
+namespace {
+
+// Expert groups in scratch: offsets[e]..offsets[e+1] index `slots` (slot = i + t * n_used);
+// bad[0] counts the slots with an invalid id, listed after it.
+struct ExpertGroups {
+  int64_t* offsets;
+  int32_t* slots;
+  int32_t* bad;
+};
+
+size_t GroupsBytes(int64_t n_experts, int64_t n_slots) {
+  return RoundUp((n_experts + 1) * sizeof(int64_t), kAlign) +
+         2 * RoundUp((n_slots + 1) * sizeof(int32_t), kAlign);
+}
+
+ExpertGroups GroupsAt(char* base, int64_t n_experts, int64_t n_slots) {
+  ExpertGroups g;
+  g.offsets = reinterpret_cast<int64_t*>(base);
+  base += RoundUp((n_experts + 1) * sizeof(int64_t), kAlign);
+  g.slots = reinterpret_cast<int32_t*>(base);
+  base += RoundUp((n_slots + 1) * sizeof(int32_t), kAlign);
+  g.bad = reinterpret_cast<int32_t*>(base);
+  return g;
+}
+
+void BuildGroups(const ComputeParams& p, const Tensor* ids, int64_t n_experts,
+                 const ExpertGroups& g) {
+  const int64_t n_used = ids->ne[0], n_tokens = ids->ne[1];
+  std::fill(g.offsets, g.offsets + n_experts + 1, 0);
+  g.bad[0] = 0;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t i = 0; i < n_used; ++i) {
+      const int32_t e = *At<const int32_t>(ids, i, t, 0, 0);
+      if (e >= 0 && e < n_experts) {
+        ++g.offsets[e + 1];
+        continue;
+      }
+      if (g.bad[0] == 0) {
+        char msg[128];
+        std::snprintf(msg, sizeof(msg), "MUL_MAT_ID: expert id %d out of range [0, %lld)", e,
+                      static_cast<long long>(n_experts));
+        p.Fail(msg);
+      }
+      g.bad[1 + g.bad[0]++] = static_cast<int32_t>(i + t * n_used);
+    }
+  }
+  for (int64_t e = 0; e < n_experts; ++e) g.offsets[e + 1] += g.offsets[e];
+  // Fill in token order (stable), using offsets[e] as the cursor, then restore it.
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t i = 0; i < n_used; ++i) {
+      const int32_t e = *At<const int32_t>(ids, i, t, 0, 0);
+      if (e >= 0 && e < n_experts) g.slots[g.offsets[e]++] = static_cast<int32_t>(i + t * n_used);
+    }
+  }
+  for (int64_t e = n_experts; e > 0; --e) g.offsets[e] = g.offsets[e - 1];
+  g.offsets[0] = 0;
+}
+
+}  // namespace
+
+void ComputeMulMatId(const ComputeParams& p, Tensor* dst) {
+  const Tensor* a = dst->src[0];
+  const Tensor* b = dst->src[1];
+  const Tensor* ids = dst->src[2];
+  const int64_t k = a->ne[0], m = a->ne[1], n_experts = a->ne[2];
+  const int64_t n_used = ids->ne[0], n_slots = ids->ne[0] * ids->ne[1];
+  const DotKernels& kern = GetDotKernels(a->type);
+
+  // Groups go first in scratch so thread 0 can build them before the activation Sync.
+  char* base = AlignUp(p.wdata);
+  const ExpertGroups g = GroupsAt(base, n_experts, n_slots);
+  if (p.ith == 0) BuildGroups(p, ids, n_experts, g);
+  ComputeParams act_params = p;
+  act_params.wdata = base + GroupsBytes(n_experts, n_slots);
+  char* scratch_end;
+  ActView act = PrepareActivations(act_params, kern, a->type, b, &scratch_end);
+  if (!NeedsConversion(kern, b)) p.Sync();  // the groups must be complete either way.
+
+  const int64_t row_tiles = (m + kMaxTileRows - 1) / kMaxTileRows;
+  const int64_t col_block = ColumnBlock(act.nb1, n_slots);
+  int64_t total = 0;
+  for (int64_t e = 0; e < n_experts; ++e) {
+    const int64_t cols = g.offsets[e + 1] - g.offsets[e];
+    total += row_tiles * ((cols + col_block - 1) / col_block);
+  }
+  int64_t it0, it1;
+  SplitRange(total, p.ith, p.nth, &it0, &it1);
+
+  const void* b_cols[kMaxTileCols];
+  float* c_cols[kMaxTileCols];
+  int64_t first = 0;  // first item of expert e.
+  for (int64_t e = 0; e < n_experts && first < it1; ++e) {
+    const int64_t cols = g.offsets[e + 1] - g.offsets[e];
+    const int64_t items = row_tiles * ((cols + col_block - 1) / col_block);
+    for (int64_t it = std::max(it0, first); it < std::min(it1, first + items); ++it) {
+      const int64_t rt = (it - first) % row_tiles, cb = (it - first) / row_tiles;
+      const int64_t row0 = rt * kMaxTileRows, rows = std::min<int64_t>(kMaxTileRows, m - row0);
+      const char* a_rows = At<const char>(a, 0, row0, e, 0);
+      const int64_t col_end = std::min(cols, (cb + 1) * col_block);
+      for (int64_t j0 = cb * col_block; j0 < col_end; j0 += kMaxTileCols) {
+        const int64_t nc = std::min<int64_t>(kMaxTileCols, col_end - j0);
+        for (int64_t j = 0; j < nc; ++j) {
+          const int32_t slot = g.slots[g.offsets[e] + j0 + j];
+          const int64_t i = slot % n_used, t = slot / n_used;
+          b_cols[j] = act.Row(i % b->ne[1], t, 0);
+          c_cols[j] = At<float>(dst, row0, i, t, 0);
+        }
+        RunTiles(kern, k, a_rows, a->nb[1], rows, b_cols, c_cols, nc);
+      }
+    }
+    first += items;
+  }
+  // Slots with an invalid expert id read as zeros (the node has failed anyway).
+  int64_t s0, s1;
+  SplitRange(g.bad[0], p.ith, p.nth, &s0, &s1);
+  for (int64_t s = s0; s < s1; ++s) {
+    const int32_t slot = g.bad[1 + s];
+    for (int64_t r = 0; r < m; ++r) *At<float>(dst, r, slot % n_used, slot / n_used, 0) = 0.0f;
+  }
+}
+
+size_t MulMatIdWorkSize(const Tensor* dst, int nth) {
+  const Tensor* a = dst->src[0];
+  const Tensor* b = dst->src[1];
+  const Tensor* ids = dst->src[2];
+  return kAlign + GroupsBytes(a->ne[2], ids->ne[0] * ids->ne[1]) + ActWorkSize(a->type, b, nth);
+}
+
+}  // namespace tg::cpu

@@ -1,0 +1,232 @@
+// Row conversion between DTypes for the copy-like CPU kernels (see row_convert.h).
+#include "backends/cpu/kernels/row_convert.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/kernels/simd_math.h"
+#include "core/fp16.h"
+#include "core/quants.h"
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+namespace tg::cpu {
+namespace {
+
+// Elements converted per step through the stack buffer: a multiple of every block size
+// (32 and 256), small enough for the stack (4 KiB).
+constexpr int64_t kChunk = 1024;
+constexpr uint32_t kBF16QuietBit = 64;
+
+// A type's traits, looked up once per ConvertRow: Traits() is an out-of-line call, and
+// short rows (attention heads, single elements) would otherwise pay for it many times.
+struct TypeInfo {
+  DType type;
+  bool quantized;
+  int64_t block_size;
+  size_t block_bytes;
+
+  explicit TypeInfo(DType t) : type(t) {
+    const DTypeTraits& traits = Traits(t);
+    quantized = traits.quantized;
+    block_size = traits.block_size;
+    block_bytes = traits.block_bytes;
+  }
+  size_t Bytes(int64_t elements, size_t stride) const {
+    return quantized ? elements / block_size * block_bytes : elements * stride;
+  }
+};
+
+void BF16RowToFloat(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = BF16ToFloat(x[i]);  // auto-vectorizes.
+}
+
+void FloatRowToBF16(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  // Vector form of FloatToBF16: round to nearest even, NaNs become quiet NaNs.
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i inf_bits = _mm512_set1_epi32(0x7f800000);
+  for (; i + 16 <= n; i += 16) {
+    const __m512i u = _mm512_loadu_si512(x + i);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+    const __m512i quiet =
+        _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(kBF16QuietBit));
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf_bits);
+    const __m512i r = _mm512_mask_blend_epi32(nan, rounded, quiet);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm512_cvtepi32_epi16(r));
+  }
+#endif
+  for (; i < n; ++i) y[i] = FloatToBF16(x[i]);
+}
+
+// Reads n (<= kChunk) elements of a non-F32 or strided source as f32.
+void LoadF32(const TypeInfo& info, const void* src, size_t stride, float* out, int64_t n) {
+  const auto* p = static_cast<const uint8_t*>(src);
+  const DType type = info.type;
+  if (info.quantized) {
+    DequantizeRow(type, src, out, n);
+    return;
+  }
+  const bool dense = stride == info.block_bytes;
+  switch (type) {
+    case DType::kF32:
+      for (int64_t i = 0; i < n; ++i) std::memcpy(&out[i], p + i * stride, sizeof(float));
+      return;
+    case DType::kF16:
+      if (dense) return HalfRowToFloat(static_cast<const uint16_t*>(src), out, n);
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, p + i * stride, sizeof(h));
+        out[i] = HalfToFloat(h);
+      }
+      return;
+    case DType::kBF16:
+      if (dense) return BF16RowToFloat(static_cast<const uint16_t*>(src), out, n);
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, p + i * stride, sizeof(h));
+        out[i] = BF16ToFloat(h);
+      }
+      return;
+    case DType::kI32:
+      for (int64_t i = 0; i < n; ++i) {
+        int32_t v;
+        std::memcpy(&v, p + i * stride, sizeof(v));
+        out[i] = static_cast<float>(v);
+      }
+      return;
+    default:
+      return;
+  }
+}
+
+// Writes n (<= kChunk) f32 values to a non-F32 or strided destination.
+void StoreF32(const TypeInfo& info, const float* in, void* dst, size_t stride, int64_t n) {
+  auto* p = static_cast<uint8_t*>(dst);
+  const DType type = info.type;
+  const bool dense = stride == info.block_bytes;
+  if (info.quantized || (dense && type == DType::kI32)) {
+    QuantizeRow(type, in, dst, n);
+    return;
+  }
+  switch (type) {
+    case DType::kF32:
+      for (int64_t i = 0; i < n; ++i) std::memcpy(p + i * stride, &in[i], sizeof(float));
+      return;
+    case DType::kF16:
+      if (dense) return FloatRowToHalf(in, static_cast<uint16_t*>(dst), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = FloatToHalf(in[i]);
+        std::memcpy(p + i * stride, &h, sizeof(h));
+      }
+      return;
+    case DType::kBF16:
+      if (dense) return FloatRowToBF16(in, static_cast<uint16_t*>(dst), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = FloatToBF16(in[i]);
+        std::memcpy(p + i * stride, &h, sizeof(h));
+      }
+      return;
+    case DType::kI32:  // strided: one element at a time through the reference rounding.
+      for (int64_t i = 0; i < n; ++i) QuantizeRow(type, &in[i], p + i * stride, 1);
+      return;
+    default:
+      return;
+  }
+}
+
+// Same type: bits are copied as they are.
+void CopySameType(const TypeInfo& info, const void* src, size_t src_stride, void* dst,
+                  size_t dst_stride, int64_t n) {
+  const size_t es = info.block_bytes;
+  if (info.quantized || (src_stride == es && dst_stride == es)) {
+    std::memcpy(dst, src, info.Bytes(n, es));
+    return;
+  }
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* d = static_cast<uint8_t*>(dst);
+  if (es == sizeof(uint32_t)) {
+    for (int64_t i = 0; i < n; ++i) std::memcpy(d + i * dst_stride, s + i * src_stride, 4);
+  } else {
+    for (int64_t i = 0; i < n; ++i) std::memcpy(d + i * dst_stride, s + i * src_stride, 2);
+  }
+}
+
+}  // namespace
+
+void HalfRowToFloat(const uint16_t* x, float* y, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    _mm512_storeu_ps(y + i, _mm512_cvtph_ps(h));
+  }
+#endif
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i));
+    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  for (; i < n; ++i) y[i] = HalfToFloat(x[i]);
+}
+
+void FloatRowToHalf(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), h);
+  }
+#endif
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), h);
+  }
+#endif
+  for (; i < n; ++i) y[i] = FloatToHalf(x[i]);
+}
+
+void ConvertRow(DType src_type, const void* src, size_t src_stride, DType dst_type, void* dst,
+                size_t dst_stride, int64_t n) {
+  // The hot conversions skip the type lookups altogether.
+  if (src_type == DType::kF16 && dst_type == DType::kF32 && src_stride == sizeof(uint16_t) &&
+      dst_stride == sizeof(float)) {
+    return HalfRowToFloat(static_cast<const uint16_t*>(src), static_cast<float*>(dst), n);
+  }
+  if (src_type == DType::kF32 && dst_type == DType::kF16 && src_stride == sizeof(float) &&
+      dst_stride == sizeof(uint16_t)) {
+    return FloatRowToHalf(static_cast<const float*>(src), static_cast<uint16_t*>(dst), n);
+  }
+  const TypeInfo si(src_type), di(dst_type);
+  if (src_type == dst_type) {
+    CopySameType(si, src, src_stride, dst, dst_stride, n);
+    return;
+  }
+  const bool src_dense_f32 = src_type == DType::kF32 && src_stride == sizeof(float);
+  const bool dst_dense_f32 = dst_type == DType::kF32 && dst_stride == sizeof(float);
+  alignas(64) float buf[kChunk];
+  for (int64_t off = 0; off < n; off += kChunk) {
+    const int64_t m = std::min(kChunk, n - off);
+    const uint8_t* s = static_cast<const uint8_t*>(src) + si.Bytes(off, src_stride);
+    uint8_t* d = static_cast<uint8_t*>(dst) + di.Bytes(off, dst_stride);
+    if (dst_dense_f32) {  // straight into the destination, no staging.
+      LoadF32(si, s, src_stride, reinterpret_cast<float*>(d), m);
+      continue;
+    }
+    const float* f = reinterpret_cast<const float*>(s);
+    if (!src_dense_f32) {
+      LoadF32(si, s, src_stride, buf, m);
+      f = buf;
+    }
+    StoreF32(di, f, d, dst_stride, m);
+  }
+}
+
+}  // namespace tg::cpu

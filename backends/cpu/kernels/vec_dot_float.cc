@@ -1,0 +1,202 @@
+// SIMD dot kernels for F32, F16 and BF16 weights against f32 activations. F16/BF16 are
+// widened to f32 on load (F16C / a 16-bit shift), so activations keep full precision and
+// matrix-vector products stay bound by the weight stream, not by conversions.
+#include <cstring>
+
+#include "backends/cpu/kernels/vec_dot_simd.h"
+
+#if defined(TG_CPU_SIMD)
+
+namespace tg::cpu::simd {
+namespace {
+
+size_t F32RowBytes(int64_t k) { return static_cast<size_t>(k) * sizeof(float); }
+
+// How far ahead of the loads the weight rows are prefetched: far enough to cover memory
+// latency at full bandwidth, close enough to stay inside the hardware prefetch window.
+constexpr int kPrefetchBytes = 1024;
+
+#if defined(TG_CPU_AVX512)
+constexpr int kLanes = 16;
+using VecF = __m512;
+
+struct LoadF32 {
+  static constexpr size_t kBytes = 4;
+  static VecF Load(const void* p) { return _mm512_loadu_ps(p); }
+  static VecF LoadPartial(const void* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+};
+struct LoadF16 {
+  static constexpr size_t kBytes = 2;
+  static VecF Load(const void* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
+  }
+  static VecF LoadPartial(const void* p, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+  }
+};
+struct LoadBF16 {
+  static constexpr size_t kBytes = 2;
+  static VecF Widen(__m256i h) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  static VecF Load(const void* p) {
+    return Widen(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
+  }
+  static VecF LoadPartial(const void* p, __mmask16 m) {
+    return Widen(_mm256_maskz_loadu_epi16(m, p));
+  }
+};
+
+// R weight rows x C activation rows; each loaded vector feeds R (or C) FMAs.
+template <typename L, int R, int C>
+void FloatTile(int64_t k, const char* a, size_t a_stride, const void* const* b, float* const* c) {
+  VecF acc[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < C; ++j) acc[r][j] = _mm512_setzero_ps();
+  }
+  const float* y[C];
+  for (int j = 0; j < C; ++j) y[j] = static_cast<const float*>(b[j]);
+  int64_t i = 0;
+  for (; i + kLanes <= k; i += kLanes) {
+    VecF bv[C];
+    for (int j = 0; j < C; ++j) bv[j] = _mm512_loadu_ps(y[j] + i);
+    for (int r = 0; r < R; ++r) {
+      const char* row = a + r * a_stride + i * L::kBytes;
+      _mm_prefetch(row + kPrefetchBytes, _MM_HINT_T0);
+      const VecF av = L::Load(row);
+      for (int j = 0; j < C; ++j) acc[r][j] = _mm512_fmadd_ps(av, bv[j], acc[r][j]);
+    }
+  }
+  if (i < k) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (k - i)) - 1);
+    VecF bv[C];
+    for (int j = 0; j < C; ++j) bv[j] = _mm512_maskz_loadu_ps(m, y[j] + i);
+    for (int r = 0; r < R; ++r) {
+      const VecF av = L::LoadPartial(a + r * a_stride + i * L::kBytes, m);
+      for (int j = 0; j < C; ++j) acc[r][j] = _mm512_fmadd_ps(av, bv[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < C; ++j) c[j][r] = _mm512_reduce_add_ps(acc[r][j]);
+  }
+}
+
+// All 16 accumulators fit in the 32 zmm registers.
+constexpr int kColsPerPass = 4;
+
+#else  // AVX2
+constexpr int kLanes = 8;
+using VecF = __m256;
+
+struct LoadF32 {
+  static constexpr size_t kBytes = 4;
+  static VecF Load(const void* p) { return _mm256_loadu_ps(static_cast<const float*>(p)); }
+  static float Scalar(const void* p, int64_t i) { return static_cast<const float*>(p)[i]; }
+};
+struct LoadF16 {
+  static constexpr size_t kBytes = 2;
+  static VecF Load(const void* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+  }
+  static float Scalar(const void* p, int64_t i) {
+    return _cvtsh_ss(static_cast<const uint16_t*>(p)[i]);
+  }
+};
+struct LoadBF16 {
+  static constexpr size_t kBytes = 2;
+  static VecF Load(const void* p) {
+    const __m128i h = _mm_loadu_si128(static_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static float Scalar(const void* p, int64_t i) {
+    uint32_t u = static_cast<uint32_t>(static_cast<const uint16_t*>(p)[i]) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+};
+
+template <typename L, int R, int C>
+void FloatTile(int64_t k, const char* a, size_t a_stride, const void* const* b, float* const* c) {
+  VecF acc[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < C; ++j) acc[r][j] = _mm256_setzero_ps();
+  }
+  const float* y[C];
+  for (int j = 0; j < C; ++j) y[j] = static_cast<const float*>(b[j]);
+  int64_t i = 0;
+  for (; i + kLanes <= k; i += kLanes) {
+    VecF bv[C];
+    for (int j = 0; j < C; ++j) bv[j] = _mm256_loadu_ps(y[j] + i);
+    for (int r = 0; r < R; ++r) {
+      const char* row = a + r * a_stride + i * L::kBytes;
+      _mm_prefetch(row + kPrefetchBytes, _MM_HINT_T0);
+      const VecF av = L::Load(row);
+      for (int j = 0; j < C; ++j) acc[r][j] = _mm256_fmadd_ps(av, bv[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < C; ++j) {
+      float sum = HorizontalSum(acc[r][j]);
+      for (int64_t t = i; t < k; ++t) sum += L::Scalar(a + r * a_stride, t) * y[j][t];
+      c[j][r] = sum;
+    }
+  }
+}
+
+// 16 ymm registers: 4 rows x 2 columns of accumulators plus the loads.
+constexpr int kColsPerPass = 2;
+#endif
+
+template <typename L, int R>
+void FloatTileRows(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
+                   float* const* c) {
+  for (int j = 0; j < cols; j += kColsPerPass) {
+    switch (cols - j) {
+      case 1:
+        FloatTile<L, R, 1>(k, a, a_stride, b + j, c + j);
+        break;
+#if defined(TG_CPU_AVX512)
+      case 2:
+        FloatTile<L, R, 2>(k, a, a_stride, b + j, c + j);
+        break;
+      case 3:
+        FloatTile<L, R, 3>(k, a, a_stride, b + j, c + j);
+        break;
+      default:
+        FloatTile<L, R, 4>(k, a, a_stride, b + j, c + j);
+        break;
+#else
+      default:
+        FloatTile<L, R, 2>(k, a, a_stride, b + j, c + j);
+        break;
+#endif
+    }
+  }
+}
+
+template <typename L>
+void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
+          float* const* c) {
+  const char* rows_a = static_cast<const char*>(a);
+  switch (rows) {
+    case 1:
+      return FloatTileRows<L, 1>(k, rows_a, a_stride, b, cols, c);
+    case 2:
+      return FloatTileRows<L, 2>(k, rows_a, a_stride, b, cols, c);
+    case 3:
+      return FloatTileRows<L, 3>(k, rows_a, a_stride, b, cols, c);
+    default:
+      return FloatTileRows<L, 4>(k, rows_a, a_stride, b, cols, c);
+  }
+}
+
+}  // namespace
+
+const DotKernels kDotF32{nullptr, F32RowBytes, Tile<LoadF32>};
+const DotKernels kDotF16{nullptr, F32RowBytes, Tile<LoadF16>};
+const DotKernels kDotBF16{nullptr, F32RowBytes, Tile<LoadBF16>};
+
+}  // namespace tg::cpu::simd
+
+#endif  // TG_CPU_SIMD

@@ -1,0 +1,241 @@
+// SIMD dot kernels for Q4_K weights against Q8_K-quantized activations.
+//
+// A Q4_K super-block (256 weights) has one f16 scale pair and 8 sub-blocks of 32 with 6-bit
+// scales and mins: x = d * sc_j * q - dmin * m_j. So q . y is taken per sub-block in integers
+// (maddubs, then a multiply-add with the replicated 6-bit scales), and the mins only need the
+// sums of y per sub-block, precomputed with the activations. The activation quants are stored
+// with their sub-blocks in the order the weight nibbles unpack to (0,2,1,3,4,6,5,7: the low
+// nibbles of 64 bytes are sub-blocks 2j and 2j+2, the high ones 2j+1 and 2j+3), so that no
+// shuffle is needed in the loop.
+#include <cstring>
+
+#include "backends/cpu/kernels/quantize_act.h"
+#include "backends/cpu/kernels/vec_dot_simd.h"
+
+#if defined(TG_CPU_SIMD)
+
+namespace tg::cpu::simd {
+namespace {
+
+constexpr int kSubBlock = 32;
+constexpr int kSubBlocks = kQK_K / kSubBlock;  // 8
+
+// Q8_K activations for Q4_K weights.
+struct alignas(64) ActQ4K {
+  int8_t qs[kQK_K];          // sub-blocks in the order 0,2,1,3,4,6,5,7.
+  int16_t sums[kSubBlocks];  // sum of each sub-block's quants, natural order.
+  float d;
+};
+static_assert(sizeof(ActQ4K) == 320);
+
+// Where sub-block s lives in ActQ4K::qs (in units of 32 quants).
+constexpr int StoredPosition(int s) { return (s & ~3) | ((s & 1) << 1) | ((s >> 1) & 1); }
+
+size_t ActRowBytes(int64_t k) { return static_cast<size_t>(k / kQK_K) * sizeof(ActQ4K); }
+
+void FromF32(const float* x, void* y, int64_t k) {
+  ActQ4K* out = static_cast<ActQ4K*>(y);
+  for (int64_t i = 0; i < k / kQK_K; ++i) {
+    int8_t q[kQK_K];
+    out[i].d = QuantizeBlockQ8_K(x + i * kQK_K, q);
+    for (int s = 0; s < kSubBlocks; ++s) {
+      std::memcpy(out[i].qs + StoredPosition(s) * kSubBlock, q + s * kSubBlock, kSubBlock);
+      int sum = 0;
+      for (int l = 0; l < kSubBlock; ++l) sum += q[s * kSubBlock + l];
+      out[i].sums[s] = static_cast<int16_t>(sum);
+    }
+  }
+}
+
+// The 8 six-bit scales and the 8 six-bit mins of a super-block as bytes (ggml's bit juggling
+// of get_scale_min_k4, 4 sub-blocks per 32-bit word).
+inline void UnpackScales(const uint8_t* packed, uint64_t* scales, uint64_t* mins) {
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  uint32_t u[3];
+  std::memcpy(u, packed, sizeof(u));
+  const uint32_t sc_lo = u[0] & kLow6;
+  const uint32_t sc_hi = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
+  const uint32_t mn_lo = u[1] & kLow6;
+  const uint32_t mn_hi = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
+  *scales = sc_lo | (uint64_t{sc_hi} << 32);
+  *mins = mn_lo | (uint64_t{mn_hi} << 32);
+}
+
+// dmin * (mins . y sums) for one super-block, as 4 int32 lanes to sum.
+inline __m128i MinTerms(uint64_t mins, const ActQ4K& y) {
+  const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mins)));
+  return _mm_madd_epi16(m16, _mm_load_si128(reinterpret_cast<const __m128i*>(y.sums)));
+}
+
+#if defined(TG_CPU_AVX512)
+// int16 lane -> scale index for each 64-quant register: [sub-block 2j | 2j+2] and so on.
+struct ScaleIndex {
+  __m512i idx[4];
+};
+
+ScaleIndex MakeScaleIndex() {
+  ScaleIndex s;
+  constexpr int kFirst[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
+  for (int v = 0; v < 4; ++v) {
+    alignas(64) int16_t lanes[32];
+    for (int l = 0; l < 32; ++l) lanes[l] = static_cast<int16_t>(kFirst[v][l / 16]);
+    s.idx[v] = _mm512_load_si512(lanes);
+  }
+  return s;
+}
+
+template <int R, int C>
+void Q4KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, float* const* c) {
+  static const ScaleIndex kIndex = MakeScaleIndex();
+  const ScaleIndex index = kIndex;
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < C; ++j) acc[r][j] = _mm512_setzero_ps();
+  }
+  const ActQ4K* y[C];
+  for (int j = 0; j < C; ++j) y[j] = static_cast<const ActQ4K*>(b[j]);
+  for (int64_t i = 0; i < nsb; ++i) {
+    for (int r = 0; r < R; ++r) {
+      const BlockQ4_K* x = reinterpret_cast<const BlockQ4_K*>(a + r * a_stride) + i;
+      _mm_prefetch(reinterpret_cast<const char*>(x + 3), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(x + 3) + 64, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(x + 3) + 128, _MM_HINT_T0);
+      uint64_t scales, mins;
+      UnpackScales(x->scales, &scales, &mins);
+      const __m512i s16 = _mm512_castsi128_si512(
+          _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(scales))));
+      __m512i w[4], sc[4];
+      const __m512i q0 = _mm512_loadu_si512(x->qs);
+      const __m512i q1 = _mm512_loadu_si512(x->qs + 64);
+      w[0] = _mm512_and_si512(q0, low4);
+      w[1] = _mm512_and_si512(_mm512_srli_epi16(q0, 4), low4);
+      w[2] = _mm512_and_si512(q1, low4);
+      w[3] = _mm512_and_si512(_mm512_srli_epi16(q1, 4), low4);
+      for (int v = 0; v < 4; ++v) sc[v] = _mm512_permutexvar_epi16(index.idx[v], s16);
+      const float d = _cvtsh_ss(x->d), dmin = _cvtsh_ss(x->dmin);
+      for (int j = 0; j < C; ++j) {
+        const ActQ4K& yj = y[j][i];
+        __m512i isum = _mm512_setzero_si512();
+        for (int v = 0; v < 4; ++v) {
+          const __m512i p = _mm512_maddubs_epi16(w[v], _mm512_load_si512(yj.qs + 64 * v));
+          isum = _mm512_dpwssd_epi32(isum, p, sc[v]);
+        }
+        const __m512 mterm = _mm512_zextps128_ps512(_mm_cvtepi32_ps(MinTerms(mins, yj)));
+        acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * yj.d), acc[r][j]);
+        acc[r][j] = _mm512_fnmadd_ps(mterm, _mm512_set1_ps(dmin * yj.d), acc[r][j]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < C; ++j) c[j][r] = _mm512_reduce_add_ps(acc[r][j]);
+  }
+}
+
+constexpr int kColsPerPass = 4;
+#else  // AVX2
+
+template <int R, int C>
+void Q4KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, float* const* c) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  __m256 acc[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < C; ++j) acc[r][j] = _mm256_setzero_ps();
+  }
+  const ActQ4K* y[C];
+  for (int j = 0; j < C; ++j) y[j] = static_cast<const ActQ4K*>(b[j]);
+  for (int64_t i = 0; i < nsb; ++i) {
+    for (int r = 0; r < R; ++r) {
+      const BlockQ4_K* x = reinterpret_cast<const BlockQ4_K*>(a + r * a_stride) + i;
+      uint64_t scales, mins;
+      UnpackScales(x->scales, &scales, &mins);
+      uint8_t sc[kSubBlocks];
+      std::memcpy(sc, &scales, sizeof(sc));
+      const float d = _cvtsh_ss(x->d), dmin = _cvtsh_ss(x->dmin);
+      __m256i isum[C];
+      for (int j = 0; j < C; ++j) isum[j] = _mm256_setzero_si256();
+      for (int h = 0; h < kQK_K / 64; ++h) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qs + 32 * h));
+        const __m256i lo = _mm256_and_si256(q, low4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+        const __m256i sc_lo = _mm256_set1_epi16(sc[2 * h]);
+        const __m256i sc_hi = _mm256_set1_epi16(sc[2 * h + 1]);
+        const int pos_lo = StoredPosition(2 * h) * kSubBlock;
+        const int pos_hi = StoredPosition(2 * h + 1) * kSubBlock;
+        for (int j = 0; j < C; ++j) {
+          const __m256i ylo =
+              _mm256_load_si256(reinterpret_cast<const __m256i*>(y[j][i].qs + pos_lo));
+          const __m256i yhi =
+              _mm256_load_si256(reinterpret_cast<const __m256i*>(y[j][i].qs + pos_hi));
+          const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), sc_lo);
+          const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), sc_hi);
+          isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(plo, phi));
+        }
+      }
+      for (int j = 0; j < C; ++j) {
+        const __m256 mterm = _mm256_castps128_ps256(_mm_cvtepi32_ps(MinTerms(mins, y[j][i])));
+        const __m256 mzero = _mm256_insertf128_ps(mterm, _mm_setzero_ps(), 1);
+        acc[r][j] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_set1_ps(d * y[j][i].d), acc[r][j]);
+        acc[r][j] = _mm256_fnmadd_ps(mzero, _mm256_set1_ps(dmin * y[j][i].d), acc[r][j]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < C; ++j) c[j][r] = HorizontalSum(acc[r][j]);
+  }
+}
+
+constexpr int kColsPerPass = 2;
+#endif
+
+template <int R>
+void TileRows(int64_t nsb, const char* a, size_t a_stride, const void* const* b, int cols,
+              float* const* c) {
+  for (int j = 0; j < cols; j += kColsPerPass) {
+    switch (cols - j) {
+      case 1:
+        Q4KTile<R, 1>(nsb, a, a_stride, b + j, c + j);
+        break;
+#if defined(TG_CPU_AVX512)
+      case 2:
+        Q4KTile<R, 2>(nsb, a, a_stride, b + j, c + j);
+        break;
+      case 3:
+        Q4KTile<R, 3>(nsb, a, a_stride, b + j, c + j);
+        break;
+      default:
+        Q4KTile<R, 4>(nsb, a, a_stride, b + j, c + j);
+        break;
+#else
+      default:
+        Q4KTile<R, 2>(nsb, a, a_stride, b + j, c + j);
+        break;
+#endif
+    }
+  }
+}
+
+void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
+          float* const* c) {
+  const char* rows_a = static_cast<const char*>(a);
+  const int64_t nsb = k / kQK_K;
+  switch (rows) {
+    case 1:
+      return TileRows<1>(nsb, rows_a, a_stride, b, cols, c);
+    case 2:
+      return TileRows<2>(nsb, rows_a, a_stride, b, cols, c);
+    case 3:
+      return TileRows<3>(nsb, rows_a, a_stride, b, cols, c);
+    default:
+      return TileRows<4>(nsb, rows_a, a_stride, b, cols, c);
+  }
+}
+
+}  // namespace
+
+const DotKernels kDotQ4_K{FromF32, ActRowBytes, Tile};
+
+}  // namespace tg::cpu::simd
+
+#endif  // TG_CPU_SIMD

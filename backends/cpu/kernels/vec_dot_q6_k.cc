@@ -1,0 +1,239 @@
+// SIMD dot kernels for Q6_K weights against Q8_K-quantized activations.
+//
+// A Q6_K quant is 4 low bits (ql) and 2 high bits (qh) minus 32, with an int8 scale per 16
+// weights. The quants are assembled as unsigned bytes 0..63 (so maddubs can take them), q . y
+// is scaled per 16 in integers, and the -32 offset is applied once per super-block through
+// the activations' 16-element sums (bsums, as in BlockQ8_K).
+#include <cstring>
+
+#include "backends/cpu/kernels/quantize_act.h"
+#include "backends/cpu/kernels/vec_dot_simd.h"
+
+#if defined(TG_CPU_SIMD)
+
+namespace tg::cpu::simd {
+namespace {
+
+constexpr int kQ6Offset = 32;
+constexpr int kOffsetShift = 5;  // multiplying by kQ6Offset.
+constexpr int kGroup = 16;       // weights per scale.
+constexpr int kGroups = kQK_K / kGroup;
+
+// Q8_K activations in natural order, padded to whole cache lines.
+struct alignas(64) ActQ6K {
+  int8_t qs[kQK_K];
+  int16_t bsums[kGroups];  // sum of each 16 quants.
+  float d;
+};
+static_assert(sizeof(ActQ6K) == 320);
+
+size_t ActRowBytes(int64_t k) { return static_cast<size_t>(k / kQK_K) * sizeof(ActQ6K); }
+
+void FromF32(const float* x, void* y, int64_t k) {
+  ActQ6K* out = static_cast<ActQ6K*>(y);
+  for (int64_t i = 0; i < k / kQK_K; ++i) {
+    out[i].d = QuantizeBlockQ8_K(x + i * kQK_K, out[i].qs);
+    for (int g = 0; g < kGroups; ++g) {
+      int sum = 0;
+      for (int l = 0; l < kGroup; ++l) sum += out[i].qs[g * kGroup + l];
+      out[i].bsums[g] = static_cast<int16_t>(sum);
+    }
+  }
+}
+
+#if defined(TG_CPU_AVX512)
+struct Q6Consts {
+  __m512i scale_idx[4];  // int16 lane -> scale of its group, per 64-quant register.
+  __m512i shl_low;       // qh bits 0-1 / 2-3 up to bits 4-5.
+  __m512i shr_high;      // qh bits 4-5 / 6-7 to bits 4-5.
+};
+
+Q6Consts MakeQ6Consts() {
+  Q6Consts c;
+  for (int v = 0; v < 4; ++v) {
+    alignas(64) int16_t lanes[32];
+    for (int l = 0; l < 32; ++l) lanes[l] = static_cast<int16_t>(4 * v + l / 8);
+    c.scale_idx[v] = _mm512_load_si512(lanes);
+  }
+  alignas(64) int16_t shl[32], shr[32];
+  for (int l = 0; l < 32; ++l) {
+    shl[l] = l < 16 ? 4 : 2;
+    shr[l] = l < 16 ? 0 : 2;
+  }
+  c.shl_low = _mm512_load_si512(shl);
+  c.shr_high = _mm512_load_si512(shr);
+  return c;
+}
+
+template <int R, int C>
+void Q6KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, float* const* c) {
+  static const Q6Consts kConsts = MakeQ6Consts();
+  const Q6Consts k = kConsts;
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i bits45 = _mm512_set1_epi8(0x30);
+  constexpr int kOr = 0xEA;  // ternary logic (a & b) | c.
+  __m512 acc[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < C; ++j) acc[r][j] = _mm512_setzero_ps();
+  }
+  const ActQ6K* y[C];
+  for (int j = 0; j < C; ++j) y[j] = static_cast<const ActQ6K*>(b[j]);
+  for (int64_t i = 0; i < nsb; ++i) {
+    for (int r = 0; r < R; ++r) {
+      const BlockQ6_K* x = reinterpret_cast<const BlockQ6_K*>(a + r * a_stride) + i;
+      for (int line = 0; line < 4; ++line) {
+        _mm_prefetch(reinterpret_cast<const char*>(x + 2) + 64 * line, _MM_HINT_T0);
+      }
+      __m512i w[4];
+      for (int h = 0; h < 2; ++h) {
+        const __m512i ql = _mm512_loadu_si512(x->ql + 64 * h);
+        const __m512i qh = _mm512_broadcast_i64x4(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qh + 32 * h)));
+        const __m512i hl = _mm512_and_si512(_mm512_sllv_epi16(qh, k.shl_low), bits45);
+        const __m512i hh = _mm512_and_si512(_mm512_srlv_epi16(qh, k.shr_high), bits45);
+        w[2 * h] = _mm512_ternarylogic_epi32(ql, low4, hl, kOr);
+        w[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), low4, hh, kOr);
+      }
+      const __m256i s16 =
+          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x->scales)));
+      __m512i sc[4];
+      for (int v = 0; v < 4; ++v) {
+        sc[v] = _mm512_permutexvar_epi16(k.scale_idx[v], _mm512_castsi256_si512(s16));
+      }
+      const float d = _cvtsh_ss(x->d);
+      for (int j = 0; j < C; ++j) {
+        const ActQ6K& yj = y[j][i];
+        // Start from -32 * (scales . bsums): the offset the unsigned quants over-count.
+        const __m256i offset = _mm256_slli_epi32(
+            _mm256_madd_epi16(s16, _mm256_load_si256(reinterpret_cast<const __m256i*>(yj.bsums))),
+            kOffsetShift);
+        __m512i isum = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(offset));
+        for (int v = 0; v < 4; ++v) {
+          const __m512i p = _mm512_maddubs_epi16(w[v], _mm512_load_si512(yj.qs + 64 * v));
+          isum = _mm512_dpwssd_epi32(isum, p, sc[v]);
+        }
+        acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * yj.d), acc[r][j]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < C; ++j) c[j][r] = _mm512_reduce_add_ps(acc[r][j]);
+  }
+}
+
+constexpr int kColsPerPass = 4;
+#else  // AVX2
+
+// sum over groups of scale * bsum, times the offset: what the unsigned quants over-count.
+inline int32_t OffsetTerm(const int8_t* scales, const int16_t* bsums) {
+  const __m256i sc =
+      _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
+  const __m256i p =
+      _mm256_madd_epi16(sc, _mm256_load_si256(reinterpret_cast<const __m256i*>(bsums)));
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s) << kOffsetShift;
+}
+
+template <int R, int C>
+void Q6KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, float* const* c) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i low2 = _mm256_set1_epi8(0x03);
+  float acc[R][C] = {};
+  const ActQ6K* y[C];
+  for (int j = 0; j < C; ++j) y[j] = static_cast<const ActQ6K*>(b[j]);
+  for (int64_t i = 0; i < nsb; ++i) {
+    for (int r = 0; r < R; ++r) {
+      const BlockQ6_K* x = reinterpret_cast<const BlockQ6_K*>(a + r * a_stride) + i;
+      __m256i isum[C];
+      for (int j = 0; j < C; ++j) isum[j] = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h) {
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qh + 32 * h));
+        for (int quarter = 0; quarter < 4; ++quarter) {
+          const __m256i ql = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(x->ql + 64 * h + 32 * (quarter % 2)));
+          const __m256i lo = quarter < 2 ? _mm256_and_si256(ql, low4)
+                                         : _mm256_and_si256(_mm256_srli_epi16(ql, 4), low4);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * quarter), low2);
+          const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+          const int g = (128 * h + 32 * quarter) / kGroup;
+          const __m256i sc =
+              _mm256_set_m128i(_mm_set1_epi16(x->scales[g + 1]), _mm_set1_epi16(x->scales[g]));
+          for (int j = 0; j < C; ++j) {
+            const __m256i yq = _mm256_load_si256(
+                reinterpret_cast<const __m256i*>(y[j][i].qs + 128 * h + 32 * quarter));
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, yq), sc);
+            isum[j] = _mm256_add_epi32(isum[j], p);
+          }
+        }
+      }
+      const float d = _cvtsh_ss(x->d);
+      for (int j = 0; j < C; ++j) {
+        __m128i s =
+            _mm_add_epi32(_mm256_castsi256_si128(isum[j]), _mm256_extracti128_si256(isum[j], 1));
+        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+        const int32_t total = _mm_cvtsi128_si32(s) - OffsetTerm(x->scales, y[j][i].bsums);
+        acc[r][j] += d * y[j][i].d * static_cast<float>(total);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < C; ++j) c[j][r] = acc[r][j];
+  }
+}
+
+constexpr int kColsPerPass = 2;
+#endif
+
+template <int R>
+void TileRows(int64_t nsb, const char* a, size_t a_stride, const void* const* b, int cols,
+              float* const* c) {
+  for (int j = 0; j < cols; j += kColsPerPass) {
+    switch (cols - j) {
+      case 1:
+        Q6KTile<R, 1>(nsb, a, a_stride, b + j, c + j);
+        break;
+#if defined(TG_CPU_AVX512)
+      case 2:
+        Q6KTile<R, 2>(nsb, a, a_stride, b + j, c + j);
+        break;
+      case 3:
+        Q6KTile<R, 3>(nsb, a, a_stride, b + j, c + j);
+        break;
+      default:
+        Q6KTile<R, 4>(nsb, a, a_stride, b + j, c + j);
+        break;
+#else
+      default:
+        Q6KTile<R, 2>(nsb, a, a_stride, b + j, c + j);
+        break;
+#endif
+    }
+  }
+}
+
+void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
+          float* const* c) {
+  const char* rows_a = static_cast<const char*>(a);
+  const int64_t nsb = k / kQK_K;
+  switch (rows) {
+    case 1:
+      return TileRows<1>(nsb, rows_a, a_stride, b, cols, c);
+    case 2:
+      return TileRows<2>(nsb, rows_a, a_stride, b, cols, c);
+    case 3:
+      return TileRows<3>(nsb, rows_a, a_stride, b, cols, c);
+    default:
+      return TileRows<4>(nsb, rows_a, a_stride, b, cols, c);
+  }
+}
+
+}  // namespace
+
+const DotKernels kDotQ6_K{FromF32, ActRowBytes, Tile};
+
+}  // namespace tg::cpu::simd
+
+#endif  // TG_CPU_SIMD

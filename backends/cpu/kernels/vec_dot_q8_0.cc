@@ -1,0 +1,109 @@
+// SIMD dot kernels for Q8_0 weights against Q8_0-quantized activations (ActQ8_0 blocks: the
+// reference quants with the scale pre-widened to f32). One 32-byte vector per block: the
+// weight row is read once per tile and every loaded block meets all the tile's columns.
+#include "backends/cpu/kernels/quantize_act.h"
+#include "backends/cpu/kernels/vec_dot_simd.h"
+
+#if defined(TG_CPU_SIMD)
+
+namespace tg::cpu::simd {
+namespace {
+
+constexpr int kPrefetchBlocks = 24;  // ~800 bytes ahead of the weight loads.
+
+size_t ActRowBytes(int64_t k) { return static_cast<size_t>(k / kQK8_0) * sizeof(ActQ8_0); }
+
+void FromF32(const float* x, void* y, int64_t k) {
+  ActQ8_0* out = static_cast<ActQ8_0*>(y);
+  for (int64_t i = 0; i < k / kQK8_0; ++i) out[i].d = QuantizeBlockQ8_0(x + i * kQK8_0, out[i].qs);
+}
+
+template <int R, int C>
+void Q8Tile(int64_t nblocks, const char* a, size_t a_stride, const void* const* b,
+            float* const* c) {
+  __m256 acc[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < C; ++j) acc[r][j] = _mm256_setzero_ps();
+  }
+  const ActQ8_0* y[C];
+  for (int j = 0; j < C; ++j) y[j] = static_cast<const ActQ8_0*>(b[j]);
+  for (int64_t i = 0; i < nblocks; ++i) {
+    __m256i yq[C];
+    __m256 dy[C];
+    for (int j = 0; j < C; ++j) {
+      yq[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[j][i].qs));
+      dy[j] = _mm256_set1_ps(y[j][i].d);
+    }
+    for (int r = 0; r < R; ++r) {
+      const BlockQ8_0* x = reinterpret_cast<const BlockQ8_0*>(a + r * a_stride) + i;
+      _mm_prefetch(reinterpret_cast<const char*>(x + kPrefetchBlocks), _MM_HINT_T0);
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qs));
+      const __m256 dx = _mm256_set1_ps(_cvtsh_ss(x->d));
+      for (int j = 0; j < C; ++j) {
+        const __m256 p = _mm256_cvtepi32_ps(DotI8Lanes(xq, yq[j]));
+        acc[r][j] = _mm256_fmadd_ps(p, _mm256_mul_ps(dx, dy[j]), acc[r][j]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < C; ++j) c[j][r] = HorizontalSum(acc[r][j]);
+  }
+}
+
+// With 16 ymm registers (AVX2) at most 2 columns per pass keep the accumulators in registers.
+#if defined(TG_CPU_AVX512)
+constexpr int kColsPerPass = 4;
+#else
+constexpr int kColsPerPass = 2;
+#endif
+
+template <int R>
+void TileRows(int64_t nblocks, const char* a, size_t a_stride, const void* const* b, int cols,
+              float* const* c) {
+  for (int j = 0; j < cols; j += kColsPerPass) {
+    switch (cols - j) {
+      case 1:
+        Q8Tile<R, 1>(nblocks, a, a_stride, b + j, c + j);
+        break;
+#if defined(TG_CPU_AVX512)
+      case 2:
+        Q8Tile<R, 2>(nblocks, a, a_stride, b + j, c + j);
+        break;
+      case 3:
+        Q8Tile<R, 3>(nblocks, a, a_stride, b + j, c + j);
+        break;
+      default:
+        Q8Tile<R, 4>(nblocks, a, a_stride, b + j, c + j);
+        break;
+#else
+      default:
+        Q8Tile<R, 2>(nblocks, a, a_stride, b + j, c + j);
+        break;
+#endif
+    }
+  }
+}
+
+void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
+          float* const* c) {
+  const char* rows_a = static_cast<const char*>(a);
+  const int64_t nblocks = k / kQK8_0;
+  switch (rows) {
+    case 1:
+      return TileRows<1>(nblocks, rows_a, a_stride, b, cols, c);
+    case 2:
+      return TileRows<2>(nblocks, rows_a, a_stride, b, cols, c);
+    case 3:
+      return TileRows<3>(nblocks, rows_a, a_stride, b, cols, c);
+    default:
+      return TileRows<4>(nblocks, rows_a, a_stride, b, cols, c);
+  }
+}
+
+}  // namespace
+
+const DotKernels kDotQ8_0{FromF32, ActRowBytes, Tile};
+
+}  // namespace tg::cpu::simd
+
+#endif  // TG_CPU_SIMD

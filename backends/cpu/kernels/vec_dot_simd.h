@@ -1,0 +1,67 @@
+// Internal to the dot kernels: the SIMD kernel sets (one file per weight type) and the
+// activation layouts and helpers they share. Only included by vec_dot*.cc.
+#ifndef TENSORGRID_BACKENDS_CPU_KERNELS_VEC_DOT_SIMD_H_
+#define TENSORGRID_BACKENDS_CPU_KERNELS_VEC_DOT_SIMD_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/cpu/kernels/vec_dot.h"
+#include "core/quant_blocks.h"
+
+#if defined(TG_CPU_AVX2) || defined(TG_CPU_AVX512)
+#include <immintrin.h>
+#define TG_CPU_SIMD 1
+#endif
+
+namespace tg::cpu::simd {
+
+#if defined(TG_CPU_SIMD)
+extern const DotKernels kDotF32;
+extern const DotKernels kDotF16;
+extern const DotKernels kDotBF16;
+extern const DotKernels kDotQ8_0;
+extern const DotKernels kDotQ4_0;
+extern const DotKernels kDotQ4_K;
+extern const DotKernels kDotQ6_K;
+#endif
+
+// A 32-element block of Q8_0-quantized activations with its scale already widened to f32
+// (the dot kernels would otherwise convert it once per weight row).
+struct ActQ8_0 {
+  float d;
+  int8_t qs[kQK8_0];
+};
+static_assert(sizeof(ActQ8_0) == 36);
+
+#if defined(TG_CPU_SIMD)
+inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Sum of the products of 32 signed bytes, as 8 int32 lanes (VNNI when there is one).
+inline __m256i DotI8Lanes(__m256i x, __m256i y) {
+  // u8 x s8 products need an unsigned left side: move x's sign onto y.
+  const __m256i ax = _mm256_sign_epi8(x, x);
+  const __m256i sy = _mm256_sign_epi8(y, x);
+#if defined(TG_CPU_AVX512)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sy);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1));
+#endif
+}
+
+// 32 nibbles of 16 bytes as 32 bytes: low nibbles first, then high nibbles (Q4_0's order).
+inline __m256i NibblesToBytes(const uint8_t* q) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+#endif
+
+}  // namespace tg::cpu::simd
+
+#endif  // TENSORGRID_BACKENDS_CPU_KERNELS_VEC_DOT_SIMD_H_

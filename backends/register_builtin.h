@@ -1,0 +1,14 @@
+// Registers every backend family compiled into this build with the process registry.
+#ifndef TENSORGRID_BACKENDS_REGISTER_BUILTIN_H_
+#define TENSORGRID_BACKENDS_REGISTER_BUILTIN_H_
+
+#include "absl/status/status.h"
+
+namespace tg {
+
+// Idempotent and thread-safe; CPU always, CUDA/Vulkan when built and a device is present.
+absl::Status RegisterBuiltinBackends();
+
+}  // namespace tg
+
+#endif  // TENSORGRID_BACKENDS_REGISTER_BUILTIN_H_

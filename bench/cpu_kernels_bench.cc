@@ -1,0 +1,379 @@
+// Benchmarks of the CPU MUL_MAT kernels (docs/benchmarks.md, "CPU kernels (issue 2)"):
+//  * stream_read/<bytes>: STREAM-style read bandwidth (sum of floats) on kThreads threads;
+//  * matvec/<type>/8192x8192: decode-style matrix-vector products through ComputeMulMat on a
+//    persistent thread team, each iteration interleaved with a STREAM pass over a buffer of
+//    the weight's size, so the "pct_of_stream" counter compares both under the same
+//    conditions (cache state, machine load) in the same run;
+//  * gemm_f32/{tensorgrid,openblas}/M.._N.._K..: prefill-style F32 GEMM, ours through
+//    ComputeMulMat and OpenBLAS's cblas_sgemm, both on kThreads threads;
+//  * mul_mat_quant/<type>/...: quantized weights with many activation rows (for reference).
+// A summary with the ratios against the targets is printed at the end.
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/barrier.h"
+#include "backends/cpu/compute_params.h"
+#include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/vec_dot.h"
+#include "backends/cpu/thread_pool.h"
+#include "absl/strings/str_cat.h"
+#include "benchmark/benchmark.h"
+#include "core/quants.h"
+#include "core/tensor.h"
+
+#if defined(TG_HAVE_BLAS)
+#include <cblas.h>
+#if defined(TG_HAVE_OPENBLAS)
+extern "C" void openblas_set_num_threads(int num_threads);
+#endif
+#endif
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace tg::cpu {
+namespace {
+
+constexpr int kThreads = 2;
+constexpr int64_t kMatVecDim = 8192;
+constexpr int kDistinctRows = 16;  // random rows, repeated to fill the big weights quickly.
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr double kMatVecTarget = 0.70;  // of STREAM read bandwidth.
+constexpr double kGemmTarget = 0.60;    // of OpenBLAS sgemm.
+constexpr double kGiga = 1e9;
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Page-aligned memory with transparent huge pages requested; weights and the STREAM buffer
+// both come from here so that they see the same TLB behaviour.
+class HostBuffer {
+ public:
+  explicit HostBuffer(size_t bytes) : size_((bytes + kHugePage - 1) / kHugePage * kHugePage) {
+    data_ = std::aligned_alloc(kHugePage, size_);
+    madvise(data_, size_, MADV_HUGEPAGE);
+    std::memset(data_, 0, size_);
+  }
+  ~HostBuffer() { std::free(data_); }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  size_t size_;
+  void* data_;
+};
+
+std::vector<float> RandomFloats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// The thread team of the whole run: a persistent pool (workers spin between jobs, as in a
+// decode loop) and the barrier kernels sync on.
+class Team {
+ public:
+  Team() : pool_(kThreads), barrier_(kThreads) {}
+  void Run(const std::function<void(int)>& fn) { pool_.Run(fn); }
+  void Compute(void (*kernel)(const ComputeParams&, Tensor*), Tensor* dst,
+               std::vector<uint8_t>* work) {
+    pool_.Run([&](int ith) {
+      ComputeParams p;
+      p.ith = ith;
+      p.nth = kThreads;
+      p.wdata = work->data();
+      p.wsize = work->size();
+      p.barrier = &barrier_;
+      p.error = &error_;
+      kernel(p, dst);
+    });
+  }
+
+ private:
+  ThreadPool pool_;
+  Barrier barrier_;
+  KernelError error_;
+};
+
+Team& GetTeam() {
+  static Team* team = new Team();
+  return *team;
+}
+
+float SumFloats(const float* p, size_t n) {
+#if defined(__AVX512F__)
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 64 <= n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+#elif defined(__AVX2__)
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  }
+  alignas(32) float s[8];
+  _mm256_store_ps(s, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+#else
+  float s[4] = {};
+  for (size_t i = 0; i + 4 <= n; i += 4) {
+    for (int j = 0; j < 4; ++j) s[j] += p[i + j];
+  }
+  return s[0] + s[1] + s[2] + s[3];
+#endif
+}
+
+// One read pass over `bytes` of `buf`, split over the team; returns seconds.
+double StreamPass(const HostBuffer& buf, size_t bytes) {
+  constexpr size_t kChunk = 64;  // floats per SumFloats step.
+  const size_t per_thread = bytes / sizeof(float) / kThreads / kChunk * kChunk;
+  float sums[kThreads];
+  const Clock::time_point t0 = Clock::now();
+  GetTeam().Run([&](int ith) { sums[ith] = SumFloats(buf.as<float>() + ith * per_thread, per_thread); });
+  const double t = Seconds(t0);
+  benchmark::DoNotOptimize(sums);
+  return t;
+}
+
+// A MUL_MAT node over host memory: a [k, m] of `type`, b [k, n] f32, dst [m, n].
+struct MulMatCase {
+  MulMatCase(DType type, int64_t k, int64_t m, int64_t n)
+      : weight(RowBytes(type, k) * m), act(k * n * sizeof(float)), out(m * n * sizeof(float)) {
+    a.type = type;
+    a.ne[0] = k, a.ne[1] = m;
+    SetContiguousStrides(&a);
+    a.data = weight.as<void>();
+    b.ne[0] = k, b.ne[1] = n;
+    SetContiguousStrides(&b);
+    b.data = act.as<void>();
+    dst.ne[0] = m, dst.ne[1] = n;
+    SetContiguousStrides(&dst);
+    dst.data = out.as<void>();
+    dst.op = Op::kMulMat;
+    dst.src[0] = &a;
+    dst.src[1] = &b;
+    FillWeights(type, k, m);
+    const std::vector<float> x = RandomFloats(k * n, 2);
+    std::memcpy(b.data, x.data(), x.size() * sizeof(float));
+    work.resize(MulMatWorkSize(&dst, kThreads));
+  }
+
+  void FillWeights(DType type, int64_t k, int64_t m) {
+    const size_t row = RowBytes(type, k);
+    const std::vector<float> x = RandomFloats(k * kDistinctRows, 1);
+    for (int r = 0; r < kDistinctRows && r < m; ++r) {
+      QuantizeRow(type, x.data() + r * k, weight.as<char>() + r * row, k);
+    }
+    for (int64_t r = kDistinctRows; r < m; ++r) {
+      std::memcpy(weight.as<char>() + r * row, weight.as<char>() + (r % kDistinctRows) * row, row);
+    }
+  }
+
+  size_t WeightBytes() const { return a.nb[1] * a.ne[1]; }
+  void Run() { GetTeam().Compute(ComputeMulMat, &dst, &work); }
+
+  HostBuffer weight, act, out;
+  Tensor a, b, dst;
+  std::vector<uint8_t> work;
+};
+
+// Results kept for the summary and the cross-benchmark ratios.
+struct MatVecResult {
+  double weight_gbs, stream_gbs;
+};
+std::map<std::string, MatVecResult>& MatVecResults() {
+  static auto* r = new std::map<std::string, MatVecResult>();
+  return *r;
+}
+std::map<std::string, double>& GemmResults() {  // "tensorgrid/<shape>" -> GFLOP/s.
+  static auto* r = new std::map<std::string, double>();
+  return *r;
+}
+
+void BM_StreamRead(benchmark::State& state, size_t bytes) {
+  HostBuffer buf(bytes);
+  StreamPass(buf, bytes);
+  for (auto _ : state) state.SetIterationTime(StreamPass(buf, bytes));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+}
+
+void BM_MatVec(benchmark::State& state, DType type) {
+  MulMatCase c(type, kMatVecDim, kMatVecDim, 1);
+  const size_t bytes = c.WeightBytes();
+  HostBuffer stream(bytes);
+  c.Run();
+  StreamPass(stream, bytes);
+  double stream_time = 0, matvec_time = 0;
+  for (auto _ : state) {
+    stream_time += StreamPass(stream, bytes);
+    const Clock::time_point t0 = Clock::now();
+    c.Run();
+    const double t = Seconds(t0);
+    matvec_time += t;
+    state.SetIterationTime(t);
+  }
+  const double n = static_cast<double>(state.iterations());
+  const MatVecResult r{bytes * n / matvec_time / kGiga, bytes * n / stream_time / kGiga};
+  MatVecResults()[DTypeName(type)] = r;
+  state.SetBytesProcessed(static_cast<int64_t>(n * bytes));
+  state.counters["weight_GB/s"] = r.weight_gbs;
+  state.counters["stream_GB/s"] = r.stream_gbs;
+  state.counters["pct_of_stream"] = 100.0 * r.weight_gbs / r.stream_gbs;
+}
+
+std::string ShapeName(int64_t m, int64_t n, int64_t k) {
+  return absl::StrCat("M", m, "_N", n, "_K", k);
+}
+
+// Times `run` per iteration; reports GFLOP/s and returns it.
+double TimeFlops(benchmark::State& state, double flops, const std::function<void()>& run) {
+  run();
+  double total = 0;
+  for (auto _ : state) {
+    const Clock::time_point t0 = Clock::now();
+    run();
+    const double t = Seconds(t0);
+    total += t;
+    state.SetIterationTime(t);
+  }
+  const double gflops = flops * static_cast<double>(state.iterations()) / total / kGiga;
+  state.counters["GFLOP/s"] = gflops;
+  return gflops;
+}
+
+void BM_GemmTensorgrid(benchmark::State& state, int64_t m, int64_t n, int64_t k) {
+  MulMatCase c(DType::kF32, k, m, n);
+  GemmResults()[absl::StrCat("tensorgrid/", ShapeName(m, n, k))] =
+      TimeFlops(state, 2.0 * m * n * k, [&] { c.Run(); });
+}
+
+#if defined(TG_HAVE_BLAS)
+void BM_GemmOpenBlas(benchmark::State& state, int64_t m, int64_t n, int64_t k) {
+  MulMatCase c(DType::kF32, k, m, n);
+  // dst (n rows of m) = b (n x k) * a^T (a: m x k), all row-major.
+  const double gflops = TimeFlops(state, 2.0 * m * n * k, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(m),
+                static_cast<int>(k), 1.0f, static_cast<const float*>(c.b.data), static_cast<int>(k),
+                static_cast<const float*>(c.a.data), static_cast<int>(k), 0.0f,
+                static_cast<float*>(c.dst.data), static_cast<int>(m));
+  });
+  const std::string shape = ShapeName(m, n, k);
+  GemmResults()[absl::StrCat("openblas/", shape)] = gflops;
+  const auto ours = GemmResults().find(absl::StrCat("tensorgrid/", shape));
+  if (ours != GemmResults().end()) {
+    state.counters["tensorgrid_pct"] = 100.0 * ours->second / gflops;
+  }
+}
+#endif
+
+void BM_MulMatQuant(benchmark::State& state, DType type, int64_t m, int64_t n, int64_t k) {
+  MulMatCase c(type, k, m, n);
+  TimeFlops(state, 2.0 * m * n * k, [&] { c.Run(); });
+}
+
+void PrintSummary() {
+  std::printf("\nSummary (%d threads, kernels: %s)\n", kThreads, DotKernelsIsa());
+  std::printf("%-26s %10s %10s %8s %8s\n", "matvec 8192x8192", "GB/s", "STREAM", "ratio",
+              "target");
+  for (const auto& [type, r] : MatVecResults()) {
+    const double ratio = r.weight_gbs / r.stream_gbs;
+    const bool targeted = type == "q4_0" || type == "q8_0" || type == "q4_K" || type == "f16";
+    std::printf("%-26s %10.1f %10.1f %7.0f%% %8s\n", type.c_str(), r.weight_gbs, r.stream_gbs,
+                100 * ratio, targeted ? (ratio >= kMatVecTarget ? ">=70% ok" : ">=70% MISS") : "-");
+  }
+  std::printf("%-26s %10s %10s %8s %8s\n", "gemm f32", "GFLOP/s", "OpenBLAS", "ratio", "target");
+  for (const auto& [name, gflops] : GemmResults()) {
+    if (name.rfind("tensorgrid/", 0) != 0) continue;
+    const std::string shape = name.substr(std::strlen("tensorgrid/"));
+    const auto blas = GemmResults().find(absl::StrCat("openblas/", shape));
+    if (blas == GemmResults().end()) {
+      std::printf("%-26s %10.1f %10s\n", shape.c_str(), gflops, "-");
+      continue;
+    }
+    const double ratio = gflops / blas->second;
+    std::printf("%-26s %10.1f %10.1f %7.0f%% %8s\n", shape.c_str(), gflops, blas->second,
+                100 * ratio, ratio >= kGemmTarget ? ">=60% ok" : ">=60% MISS");
+  }
+}
+
+void RegisterAll() {
+  constexpr DType kMatVecTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+                                    DType::kQ6_K, DType::kQ4_0, DType::kQ4_K};
+  for (DType type : kMatVecTypes) {
+    const size_t bytes = RowBytes(type, kMatVecDim) * kMatVecDim;
+    const std::string name =
+        absl::StrCat("stream_read/", bytes >> 20, "MiB_", DTypeName(type), "_weight");
+    benchmark::RegisterBenchmark(name.c_str(), BM_StreamRead, bytes)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  for (DType type : kMatVecTypes) {
+    const std::string name = absl::StrCat("matvec/", DTypeName(type), "/8192x8192");
+    benchmark::RegisterBenchmark(name.c_str(), BM_MatVec, type)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  constexpr int64_t kShapes[][3] = {{2048, 2048, 512}, {2048, 512, 2048}};  // M, N, K.
+  for (const auto& s : kShapes) {
+    const std::string ours = absl::StrCat("gemm_f32/tensorgrid/", ShapeName(s[0], s[1], s[2]));
+    benchmark::RegisterBenchmark(ours.c_str(), BM_GemmTensorgrid, s[0], s[1], s[2])
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+#if defined(TG_HAVE_BLAS)
+    const std::string blas = absl::StrCat("gemm_f32/openblas/", ShapeName(s[0], s[1], s[2]));
+    benchmark::RegisterBenchmark(blas.c_str(), BM_GemmOpenBlas, s[0], s[1], s[2])
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+#endif
+  }
+  for (DType type : {DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K}) {
+    const std::string name =
+        absl::StrCat("mul_mat_quant/", DTypeName(type), "/", ShapeName(2048, 512, 2048));
+    benchmark::RegisterBenchmark(name.c_str(), BM_MulMatQuant, type, 2048, 512, 2048)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
+}  // namespace
+}  // namespace tg::cpu
+
+int main(int argc, char** argv) {
+#if defined(TG_HAVE_OPENBLAS)
+  openblas_set_num_threads(tg::cpu::kThreads);
+#endif
+  tg::cpu::RegisterAll();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  tg::cpu::PrintSummary();
+  return 0;
+}

@@ -1,0 +1,73 @@
+#include "core/backend.h"
+
+#include "absl/strings/str_format.h"
+
+namespace tg {
+
+absl::string_view DeviceTypeName(DeviceType type) {
+  switch (type) {
+    case DeviceType::kCpu: return "CPU";
+    case DeviceType::kGpu: return "GPU";
+    case DeviceType::kIgpu: return "IGPU";
+    case DeviceType::kAccel: return "ACCEL";
+    case DeviceType::kRemote: return "REMOTE";
+  }
+  return "UNKNOWN";
+}
+
+absl::Status CheckTensorRange(const Tensor& t, size_t offset, size_t size) {
+  if (t.buffer == nullptr || t.data == nullptr) {
+    return absl::FailedPreconditionError(absl::StrFormat("tensor '%s' has no memory", t.name));
+  }
+  const size_t bytes = t.NumBytes();
+  if (offset > bytes || size > bytes - offset) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "range [%d, %d) is outside tensor '%s' of %d bytes", offset, offset + size, t.name, bytes));
+  }
+  const auto base = reinterpret_cast<uintptr_t>(t.buffer->base());
+  const auto start = reinterpret_cast<uintptr_t>(t.data);
+  if (start < base || start - base > t.buffer->size() || bytes > t.buffer->size() - (start - base)) {
+    return absl::OutOfRangeError(
+        absl::StrFormat("tensor '%s' lies outside its buffer", t.name));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PlaceTensor(Buffer* buffer, Tensor* t, size_t offset) {
+  const size_t align = buffer->type()->alignment();
+  const size_t bytes = buffer->type()->AllocSize(*t);
+  if (offset % align != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("offset %d of '%s' is not %d-aligned", offset, t->name, align));
+  }
+  if (offset > buffer->size() || bytes > buffer->size() - offset) {
+    return absl::OutOfRangeError(absl::StrFormat("'%s' (%d bytes at %d) does not fit buffer of %d",
+                                                 t->name, bytes, offset, buffer->size()));
+  }
+  t->buffer = buffer;
+  t->data = static_cast<uint8_t*>(buffer->base()) + offset;
+  return buffer->InitTensor(t);
+}
+
+absl::Status PlaceView(Tensor* view) {
+  Tensor* base = view->view_src;
+  if (base == nullptr || base->data == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("view '%s' has no placed base tensor", view->name));
+  }
+  view->buffer = base->buffer;
+  view->data = static_cast<uint8_t*>(base->data) + view->view_offs;
+  return view->buffer->InitTensor(view);
+}
+
+absl::Status Stream::SetTensorAsync(Tensor* t, const void* data, size_t offset, size_t size) {
+  if (t->buffer == nullptr) return CheckTensorRange(*t, offset, size);
+  return t->buffer->SetTensor(t, data, offset, size);
+}
+
+absl::Status Stream::GetTensorAsync(const Tensor* t, void* data, size_t offset, size_t size) {
+  if (t->buffer == nullptr) return CheckTensorRange(*t, offset, size);
+  return t->buffer->GetTensor(t, data, offset, size);
+}
+
+}  // namespace tg

@@ -1,0 +1,166 @@
+// The backend interfaces every device family implements (CPU, CUDA, Vulkan, remote RPC):
+// BufferType -> Buffer (memory), Device (what a device is and can do), Stream (an execution
+// queue on a device), Event, Collectives. Each is a small interface; optional entries have
+// a documented default (usually UNIMPLEMENTED or nullptr) so callers can discover them.
+// Every fallible call returns absl::Status: bad input never aborts the process.
+// Thread-safety: Device and BufferType are thread-safe; a Buffer may be used from several
+// threads on disjoint tensors; a Stream is used by one thread at a time.
+#ifndef TENSORGRID_CORE_BACKEND_H_
+#define TENSORGRID_CORE_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "core/graph.h"
+#include "core/tensor.h"
+
+namespace tg {
+
+class Buffer;
+class Device;
+class Stream;
+
+enum class DeviceType { kCpu, kGpu, kIgpu, kAccel, kRemote };
+absl::string_view DeviceTypeName(DeviceType type);
+
+// A kind of memory on a device (device-local, host-pinned, ...).
+class BufferType {
+ public:
+  virtual ~BufferType() = default;
+  virtual absl::string_view name() const = 0;  // e.g. "CPU", "CUDA0", "RPC[h:p]/0".
+  virtual Device* device() const = 0;          // the device this memory belongs to.
+  // Allocates a buffer of `size` bytes; RESOURCE_EXHAUSTED when the memory is not there.
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t size) = 0;
+  virtual size_t alignment() const = 0;  // every tensor's data is aligned to this.
+  // Largest single allocation. Default: no limit.
+  virtual size_t max_size() const { return SIZE_MAX; }
+  // Bytes `t` occupies in this memory (a backend may pad). Default: t.NumBytes().
+  virtual size_t AllocSize(const Tensor& t) const { return t.NumBytes(); }
+  virtual bool is_host() const = 0;  // true when data is addressable by the CPU.
+};
+
+// What a buffer is used for (lets a scheduler prefer weight-holding devices).
+enum class BufferUsage { kAny, kWeights, kCompute };
+
+// One allocation on a device; tensors are placed inside it.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual BufferType* type() const = 0;
+  virtual void* base() const = 0;  // address of byte 0 (device address space).
+  virtual size_t size() const = 0;
+  // Per-tensor setup after placement (e.g. padding, views). Default: nothing.
+  virtual absl::Status InitTensor(Tensor* t) { return absl::OkStatus(); }
+  // Writes/reads `size` bytes at byte `offset` of t's data. Ranges are checked.
+  virtual absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) = 0;
+  virtual absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) = 0;
+  virtual absl::Status MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) = 0;
+  // Copies src (in another buffer, maybe of another device) into dst of this buffer when the
+  // backend can do it directly. Default: UNIMPLEMENTED (callers go through host memory).
+  virtual absl::Status CopyFrom(const Tensor* src, Tensor* dst) {
+    return absl::UnimplementedError("direct copy not supported");
+  }
+  virtual absl::Status Clear(uint8_t value) = 0;  // fills the whole buffer.
+
+  BufferUsage usage() const { return usage_; }
+  void set_usage(BufferUsage usage) { usage_ = usage; }
+
+ private:
+  BufferUsage usage_ = BufferUsage::kAny;
+};
+
+// Places t at byte `offset` of `buffer` (checks alignment and range, then InitTensor).
+absl::Status PlaceTensor(Buffer* buffer, Tensor* t, size_t offset);
+// Points a view at its base's memory (the base must be placed).
+absl::Status PlaceView(Tensor* view);
+// Checks that [offset, offset+size) lies inside t and t inside its buffer.
+absl::Status CheckTensorRange(const Tensor& t, size_t offset, size_t size);
+
+// Marks a point in a stream's work; another stream (or the host) can wait for it.
+class Event {
+ public:
+  virtual ~Event() = default;
+  virtual absl::Status Synchronize() = 0;  // blocks the host until the event has happened.
+};
+
+// An execution queue on one device (ggml's "backend" instance).
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual Device* device() const = 0;
+  // Asynchronous transfers; defaults are synchronous through the tensor's buffer.
+  virtual absl::Status SetTensorAsync(Tensor* t, const void* data, size_t offset, size_t size);
+  virtual absl::Status GetTensorAsync(const Tensor* t, void* data, size_t offset, size_t size);
+  // Copies src (any device) into dst (this device) without a host round trip when possible.
+  // Default: UNIMPLEMENTED.
+  virtual absl::Status CopyTensorAsync(const Tensor* src, Tensor* dst) {
+    return absl::UnimplementedError("async copy not supported");
+  }
+  virtual absl::Status Synchronize() = 0;  // waits for all queued work.
+  // Runs every node of the graph (all tensors placed in this device's memory). Run-time
+  // errors (an index out of range) come back as INVALID_ARGUMENT.
+  virtual absl::Status Compute(Graph& graph) = 0;
+  // Event support; default UNIMPLEMENTED (the scheduler then synchronizes instead).
+  virtual absl::Status RecordEvent(Event* event) {
+    return absl::UnimplementedError("events not supported");
+  }
+  virtual absl::Status WaitEvent(Event* event) {
+    return absl::UnimplementedError("events not supported");
+  }
+  // Optional: reorder/fuse nodes before Compute. Default: leave the graph as it is.
+  virtual absl::Status OptimizeGraph(Graph& graph) { return absl::OkStatus(); }
+};
+
+// All-reduce among devices of one family (NCCL for CUDA). Destroying it frees it.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  // Sums tensors[i] (one per device given to Init, same shape and type) in place.
+  virtual absl::Status AllReduce(absl::Span<Tensor* const> tensors) = 0;
+};
+
+// Optional per-family collectives (ggml's comm_* proc addresses).
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> Init(absl::Span<Device* const> devices) = 0;
+};
+
+struct DeviceMemory {
+  size_t free = 0;
+  size_t total = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual absl::string_view name() const = 0;         // unique: "CPU", "CPU1", "CUDA0", ...
+  virtual absl::string_view description() const = 0;  // e.g. the processor's model name.
+  virtual DeviceType type() const = 0;
+  virtual absl::string_view id() const = 0;  // stable: PCI bus id, endpoint/index, ...
+  virtual DeviceMemory memory() const = 0;
+  virtual absl::StatusOr<std::unique_ptr<Stream>> CreateStream() = 0;
+  virtual BufferType* default_buffer_type() = 0;
+  // Host memory the device transfers fastest from (pinned). Default: none.
+  virtual BufferType* host_buffer_type() { return nullptr; }
+  virtual bool SupportsOp(const Tensor& node) const = 0;
+  virtual bool SupportsBufferType(const BufferType* type) const = 0;
+  // True when an op whose weight lives in host memory is still worth running here (large
+  // batches on a GPU). Default: false.
+  virtual bool OffloadOp(const Tensor& node) const { return false; }
+  // Default: UNIMPLEMENTED (no events).
+  virtual absl::StatusOr<std::unique_ptr<Event>> CreateEvent() {
+    return absl::UnimplementedError("events not supported");
+  }
+  // Default: nullptr (the meta backend uses its generic all-reduce).
+  virtual Collectives* collectives() { return nullptr; }
+};
+
+}  // namespace tg
+
+#endif  // TENSORGRID_CORE_BACKEND_H_

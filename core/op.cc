@@ -1,0 +1,36 @@
+#include "core/op.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace tg {
+namespace {
+
+constexpr absl::string_view kNames[] = {
+    "NONE",    "GET_ROWS", "SET_ROWS", "MUL_MAT", "ADD",     "MUL",        "SCALE",
+    "RMS_NORM", "ROPE",    "SOFT_MAX", "SILU",    "SWIGLU",  "CPY",        "CONT",
+    "VIEW",    "RESHAPE",  "PERMUTE",  "TRANSPOSE", "FLASH_ATTN", "MUL_MAT_ID",
+};
+static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Op::kCount));
+
+}  // namespace
+
+absl::string_view OpName(Op op) {
+  const auto i = static_cast<size_t>(op);
+  return i < static_cast<size_t>(Op::kCount) ? kNames[i] : "INVALID";
+}
+
+absl::StatusOr<Op> ParseOp(absl::string_view name) {
+  for (size_t i = 1; i < static_cast<size_t>(Op::kCount); ++i) {
+    if (absl::EqualsIgnoreCase(name, kNames[i])) return static_cast<Op>(i);
+  }
+  std::string known;
+  for (size_t i = 1; i < static_cast<size_t>(Op::kCount); ++i) absl::StrAppend(&known, " ", kNames[i]);
+  return absl::InvalidArgumentError(absl::StrCat("unknown op '", name, "' (known:", known, ")"));
+}
+
+bool IsViewOp(Op op) {
+  return op == Op::kView || op == Op::kReshape || op == Op::kPermute || op == Op::kTranspose;
+}
+
+}  // namespace tg

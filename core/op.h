@@ -1,0 +1,45 @@
+// The operation set of tensorgrid graphs, with the layout of each op's parameters.
+#ifndef TENSORGRID_CORE_OP_H_
+#define TENSORGRID_CORE_OP_H_
+
+#include <cstdint>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+
+namespace tg {
+
+// Stable numbering: the RPC protocol and the op-table fingerprint use these values.
+// op_params layout (int32 slots; floats are bit-cast into a slot) is noted per op.
+enum class Op : uint8_t {
+  kNone = 0,      // a leaf: weight, input or constant.
+  kGetRows = 1,   // dst[.., r, ..] = src0 rows picked by src1 (I32 indices) -> F32.
+  kSetRows = 2,   // dst aliases src0; writes F32 rows of src1 into src0 at rows src2 (I32).
+  kMulMat = 3,    // dst[M,N,..] = src0[K,M,..] x src1[K,N,..]; src0 broadcast over dims 2,3.
+  kAdd = 4,       // dst = src0 + src1 (src1 broadcast).
+  kMul = 5,       // dst = src0 * src1 (src1 broadcast).
+  kScale = 6,     // dst = src0 * p[0] + p[1]      params: f32 scale, f32 bias.
+  kRmsNorm = 7,   // dst = src0 / sqrt(mean(src0^2) + eps) per row   params: f32 eps.
+  kRope = 8,      // rotary embedding   params: see RopeParams in ops.h.
+  kSoftMax = 9,   // dst = softmax(src0 * scale + src1 (mask, optional))   params: f32 scale.
+  kSilu = 10,     // dst = x * sigmoid(x).
+  kSwiglu = 11,   // dst = silu(src0) * src1.
+  kCpy = 12,      // writes src0 converted into src1's type/layout; dst is a view of src1.
+  kCont = 13,     // dst = contiguous copy of src0 (same type).
+  kView = 14,     // dst aliases src0's data at view_offs with its own ne/nb.
+  kReshape = 15,  // dst aliases contiguous src0 with a new shape.
+  kPermute = 16,  // dst aliases src0 with permuted axes   params: axis[4].
+  kTranspose = 17,  // dst aliases src0 with axes 0 and 1 swapped.
+  kFlashAttn = 18,  // fused attention: q, k, v, mask(optional)   params: f32 scale.
+  kMulMatId = 19,   // MoE: src0 experts [K,M,E], src1 [K,n_used|1,T], src2 ids I32 [n_used,T].
+  kCount = 20,
+};
+
+absl::string_view OpName(Op op);           // "MUL_MAT"
+absl::StatusOr<Op> ParseOp(absl::string_view name);  // case-insensitive; error names the op.
+// True for ops that only alias their source (no compute, no memory of their own).
+bool IsViewOp(Op op);
+
+}  // namespace tg
+
+#endif  // TENSORGRID_CORE_OP_H_

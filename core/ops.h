@@ -1,0 +1,63 @@
+// Graph builder: one function per op. Each checks its operands with the op's shape rule
+// (core/shape_rules.h) and returns the new node, or INVALID_ARGUMENT naming what is wrong;
+// nothing here aborts. Nodes are created in `ctx`; no data is touched (see docs/ops.md).
+#ifndef TENSORGRID_CORE_OPS_H_
+#define TENSORGRID_CORE_OPS_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/context.h"
+#include "core/tensor.h"
+
+namespace tg {
+
+using TensorOr = absl::StatusOr<Tensor*>;
+
+// ROPE parameters (op_params slots 0..8, see docs/ops.md).
+struct RopeParams {
+  int32_t n_dims = 0;
+  int32_t mode = 0;  // kRopeNormal or kRopeNeox.
+  int32_t n_ctx_orig = 0;
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;
+  float ext_factor = 0.0f;  // YaRN extrapolation mix; 0 disables YaRN.
+  float attn_factor = 1.0f;
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+};
+inline constexpr int32_t kRopeNormal = 0;
+inline constexpr int32_t kRopeNeox = 2;
+
+TensorOr GetRows(Context& ctx, Tensor* a, Tensor* idx);
+TensorOr SetRows(Context& ctx, Tensor* dst, Tensor* rows, Tensor* idx);
+TensorOr MulMat(Context& ctx, Tensor* a, Tensor* b);
+TensorOr MulMatId(Context& ctx, Tensor* experts, Tensor* b, Tensor* ids);
+TensorOr Add(Context& ctx, Tensor* a, Tensor* b);
+TensorOr Mul(Context& ctx, Tensor* a, Tensor* b);
+TensorOr Scale(Context& ctx, Tensor* a, float scale, float bias = 0.0f);
+TensorOr RmsNorm(Context& ctx, Tensor* a, float eps);
+TensorOr Rope(Context& ctx, Tensor* a, Tensor* pos, Tensor* freq_factors, const RopeParams& p);
+TensorOr SoftMax(Context& ctx, Tensor* a, Tensor* mask, float scale);
+TensorOr Silu(Context& ctx, Tensor* a);
+TensorOr Swiglu(Context& ctx, Tensor* gate, Tensor* up);
+TensorOr Cpy(Context& ctx, Tensor* a, Tensor* b);
+TensorOr Cont(Context& ctx, Tensor* a);
+// A view of `a` with shape ne (1 to 4 dims), strides nb for dims 1.. (nb[0] is the element
+// size), starting `offset` bytes into a.
+TensorOr View(Context& ctx, Tensor* a, absl::Span<const int64_t> ne,
+              absl::Span<const size_t> nb_upper, size_t offset);
+TensorOr Reshape(Context& ctx, Tensor* a, absl::Span<const int64_t> ne);
+TensorOr Permute(Context& ctx, Tensor* a, int ax0, int ax1, int ax2, int ax3);
+TensorOr Transpose(Context& ctx, Tensor* a);
+TensorOr FlashAttn(Context& ctx, Tensor* q, Tensor* k, Tensor* v, Tensor* mask, float scale);
+
+// Creates a node of `op` with the given sources and params after checking the op's rule:
+// the one path through which every builder above (and deserializers) make nodes.
+TensorOr MakeNode(Context& ctx, Op op, absl::Span<Tensor* const> src,
+                  absl::Span<const int32_t> params = {});
+
+}  // namespace tg
+
+#endif  // TENSORGRID_CORE_OPS_H_

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs tensorgrid's build and test dependencies from Debian 12 packages.
+# Idempotent; uses sudo when not root. Set TG_SKIP_APT=1 to skip (dependencies present).
+set -euo pipefail
+[ "${TG_SKIP_APT:-0}" = 1 ] && exit 0
+pkgs=(cmake ninja-build g++ ccache git pkg-config
+      libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "install-deps: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

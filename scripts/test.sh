@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite from a fresh checkout: installs dependencies, builds the release and
+# the asan (ASan+UBSan) presets, and runs ctest on both. Usage: bash scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+# The llama.cpp peer's libggml-base.so is the yardstick for bit-exact quant layouts; set it
+# up when ../shared is there (the test skips with a reason when it is not).
+if [ -x ../shared/peer/llama-cpp-peer.sh ] && command -v npm >/dev/null && command -v gcc >/dev/null; then
+  bash ../shared/peer/llama-cpp-peer.sh setup >/dev/null 2>&1 || echo "test.sh: peer setup failed; ggml parity tests will skip"
+fi
+jobs=$(nproc)
+for preset in release asan; do
+  echo "=== $preset: configure + build"
+  cmake --preset "$preset" >/dev/null
+  cmake --build --preset "$preset" -j "$jobs"
+  echo "=== $preset: ctest"
+  ctest --preset "$preset" -j "$jobs"
+done

@@ -1,0 +1,131 @@
+// MUL_MAT and MUL_MAT_ID cases: every weight type, odd sizes, broadcasting over dims 2/3,
+// non-contiguous operands and GEMM-sized batches.
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops.h"
+#include "tools/tg-ops/case_helpers.h"
+#include "tools/tg-ops/status_macros.h"
+
+namespace tg::ops_tool {
+namespace {
+
+constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+                                  DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
+
+// What MUL_MAT may round the activations to decides the achievable accuracy (docs/ops.md).
+double WeightNmse(DType type) {
+  switch (type) {
+    case DType::kF32:
+      return kNmseF32;
+    case DType::kF16:
+      return kNmseF16Weights;
+    case DType::kBF16:
+      return kNmseBf16Weights;
+    default:
+      return kNmseQuantWeights;
+  }
+}
+
+// Plain a[K, M, a2, a3] x b[K, N, b2, b3].
+OpCase MulMatCase(DType type, Shape4 a_ne, Shape4 b_ne, std::string note = "") {
+  return {Op::kMulMat, std::move(note), WeightNmse(type), [=](CaseBuilder& b) -> TensorOr {
+            TG_OPS_ASSIGN_OR_RETURN(Tensor * a, b.Uniform(type, a_ne));
+            TG_OPS_ASSIGN_OR_RETURN(Tensor * x, b.Uniform(DType::kF32, b_ne));
+            return MulMat(b.ctx(), a, x);
+          }};
+}
+
+void AddWeightTypeCases(std::vector<OpCase>* cases) {
+  constexpr int64_t kOddM = 67;
+  constexpr int64_t kSmallM = 16;
+  constexpr int64_t kBatchN = 33;
+  for (DType type : kWeightTypes) {
+    const int64_t k = OddRowLength(type);
+    cases->push_back(MulMatCase(type, {k, kOddM, 1, 1}, {k, 1, 1, 1}, "matvec"));
+    cases->push_back(MulMatCase(type, {k, kOddM, 1, 1}, {k, 7, 1, 1}));
+    cases->push_back(MulMatCase(type, {k, kSmallM, 1, 1}, {k, kBatchN, 1, 1}));
+  }
+}
+
+void AddShapeCases(std::vector<OpCase>* cases) {
+  // Degenerate inner sizes.
+  cases->push_back(MulMatCase(DType::kF32, {1, 5, 1, 1}, {1, 3, 1, 1}));
+  cases->push_back(MulMatCase(DType::kF16, {3, 4, 1, 1}, {3, 2, 1, 1}));
+  cases->push_back(MulMatCase(DType::kF32, {67, 3, 1, 1}, {67, 1, 1, 1}));
+  // Broadcasting the weight over dims 2 and 3.
+  cases->push_back(MulMatCase(DType::kF32, {64, 16, 2, 1}, {64, 5, 4, 3}, "broadcast"));
+  cases->push_back(MulMatCase(DType::kF16, {64, 16, 2, 3}, {64, 5, 4, 3}, "broadcast"));
+  cases->push_back(MulMatCase(DType::kQ8_0, {64, 16, 1, 1}, {64, 3, 2, 2}, "broadcast"));
+  cases->push_back(MulMatCase(DType::kQ4_K, {256, 8, 2, 1}, {256, 3, 4, 1}, "broadcast"));
+  // GEMM-sized batches (the kernels' tiled paths).
+  cases->push_back(MulMatCase(DType::kF32, {256, 128, 1, 1}, {256, 64, 1, 1}, "gemm"));
+  cases->push_back(MulMatCase(DType::kF16, {256, 128, 1, 1}, {256, 64, 1, 1}, "gemm"));
+  cases->push_back(MulMatCase(DType::kQ4_0, {256, 128, 1, 1}, {256, 64, 1, 1}, "gemm"));
+  cases->push_back(MulMatCase(DType::kQ4_K, {256, 96, 1, 1}, {256, 40, 1, 1}, "gemm"));
+}
+
+// a[K, M] x (b transposed | b with padded rows), and a weight with permuted dims 2/3.
+void AddStridedCases(std::vector<OpCase>* cases) {
+  struct Strided {
+    DType type;
+    Shape4 a_ne;
+    Shape4 b_ne;
+    int kind;  // 0: b transposed, 1: b padded rows, 2: a permuted.
+  };
+  const Strided specs[] = {
+      {DType::kF32, {67, 9, 1, 1}, {67, 5, 1, 1}, 0},
+      {DType::kQ4_0, {64, 9, 1, 1}, {64, 5, 1, 1}, 0},
+      {DType::kQ6_K, {256, 8, 1, 1}, {256, 3, 2, 1}, 1},
+      {DType::kF16, {64, 16, 3, 2}, {64, 5, 3, 2}, 2},
+      {DType::kQ4_0, {64, 16, 3, 2}, {64, 2, 3, 2}, 2},
+  };
+  const char* notes[] = {"b transposed", "b padded rows", "a permuted"};
+  for (const Strided& s : specs) {
+    cases->push_back(
+        {Op::kMulMat, notes[s.kind], WeightNmse(s.type), [s](CaseBuilder& b) -> TensorOr {
+           TensorOr a = s.kind == 2 ? PermutedLeaf(b, s.type, s.a_ne) : b.Uniform(s.type, s.a_ne);
+           if (!a.ok()) return a.status();
+           TensorOr x = s.kind == 0   ? TransposedLeaf(b, DType::kF32, s.b_ne)
+                        : s.kind == 1 ? PaddedRowsLeaf(b, DType::kF32, s.b_ne)
+                                      : b.Uniform(DType::kF32, s.b_ne);
+           if (!x.ok()) return x.status();
+           return MulMat(b.ctx(), *a, *x);
+         }});
+  }
+}
+
+// experts[K, M, E] x b[K, n_b1, T] with ids[n_used, T] (n_b1 = n_used or 1).
+OpCase MulMatIdCase(DType type, int64_t k, int64_t m, int64_t n_experts, int64_t n_used,
+                    int64_t tokens, bool shared_b) {
+  std::string note =
+      absl::StrCat("E=", n_experts, ", n_used=", n_used, shared_b ? ", one b row per token" : "");
+  return {Op::kMulMatId, note, WeightNmse(type), [=](CaseBuilder& b) -> TensorOr {
+            TG_OPS_ASSIGN_OR_RETURN(Tensor * as, b.Uniform(type, {k, m, n_experts}));
+            TG_OPS_ASSIGN_OR_RETURN(Tensor * x,
+                                    b.Uniform(DType::kF32, {k, shared_b ? 1 : n_used, tokens}));
+            TG_OPS_ASSIGN_OR_RETURN(Tensor * ids, b.DistinctIndices({n_used, tokens}, n_experts));
+            return MulMatId(b.ctx(), as, x, ids);
+          }};
+}
+
+}  // namespace
+
+void AddMatMulCases(std::vector<OpCase>* cases) {
+  AddWeightTypeCases(cases);
+  AddShapeCases(cases);
+  AddStridedCases(cases);
+  constexpr int64_t kExperts = 4;
+  constexpr int64_t kUsed = 2;
+  constexpr int64_t kTokens = 3;
+  constexpr int64_t kRowsOut = 19;
+  for (DType type : kWeightTypes) {
+    const int64_t k = IsQuantized(type) ? BlockSize(type) * 2 : 67;
+    cases->push_back(MulMatIdCase(type, k, kRowsOut, kExperts, kUsed, kTokens, false));
+  }
+  cases->push_back(MulMatIdCase(DType::kF32, 67, kRowsOut, kExperts, kUsed, kTokens, true));
+  cases->push_back(MulMatIdCase(DType::kQ4_0, 64, kRowsOut, kExperts, kUsed, kTokens, true));
+  cases->push_back(MulMatIdCase(DType::kQ8_0, 96, 8, kExperts, kExperts, 1, false));
+}
+
+}  // namespace tg::ops_tool

@@ -1,0 +1,34 @@
+// Command line of tg-ops: the command (test, perf, support, help) and its flags, parsed by
+// hand so that every bad value gets one clear message naming it and what is valid.
+#ifndef TENSORGRID_TOOLS_TG_OPS_OPTIONS_H_
+#define TENSORGRID_TOOLS_TG_OPS_OPTIONS_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/op.h"
+
+namespace tg::ops_tool {
+
+enum class Command { kHelp, kTest, kPerf, kSupport };
+
+struct Options {
+  Command command = Command::kHelp;
+  std::optional<Op> op;        // -o: only this op.
+  std::string device;          // -b: only this device (empty: every registered device).
+  std::optional<int> threads;  // -t: threads of CPU devices (default: the device's own).
+  bool verbose = false;        // -v: one line per case, passed ones too.
+};
+
+// Parses argv[1..]. INVALID_ARGUMENT names the offending argument and what is accepted.
+// Device names are checked later, against the registry.
+absl::StatusOr<Options> ParseOptions(absl::Span<char* const> args);
+
+// The usage text printed by --help and when no command is given.
+std::string UsageText();
+
+}  // namespace tg::ops_tool
+
+#endif  // TENSORGRID_TOOLS_TG_OPS_OPTIONS_H_
