@@ -8,12 +8,15 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
+#include <iterator>
 #include <limits>
 #include <numbers>
 #include <numeric>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/barrier.h"
@@ -1004,6 +1007,62 @@ TEST(CpuKernelsTest, CpyMatchesReference) {
       for (size_t i = 0; i < got.size(); ++i) diffs += got[i] != want[i];
       EXPECT_EQ(diffs, 0u);
       EXPECT_TRUE(b.GuardsIntact());
+    }
+  }
+}
+
+// Special values through the vector conversions: NaN, infinities, signed zeros, denormals,
+// f16 overflow and exact rounding ties (bit-exact with core/fp16.h).
+TEST(CpuKernelsTest, CpyConvertsSpecialValuesExactly) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {std::nanf(""),
+                            -std::nanf(""),
+                            inf,
+                            -inf,
+                            0.0f,
+                            -0.0f,
+                            1e-45f,
+                            -1e-40f,
+                            6e-8f,
+                            3e-8f,
+                            65504.0f,
+                            65519.0f,
+                            65520.0f,
+                            -70000.0f,
+                            BitsFloat(0x3f808000u),
+                            BitsFloat(0x3f818000u),
+                            BitsFloat(0x3f808001u),
+                            1.0f + 1.0f / 2048,
+                            1.0f + 3.0f / 2048};
+  const int64_t n = 53;  // vector body plus a tail.
+  for (DType dst_type : {DType::kF16, DType::kBF16}) {
+    TestTensor a(DType::kF32, {n, 1, 1, 1});
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = specials[i % std::size(specials)];
+      std::memcpy(a.ElementPtr(i, 0, 0, 0), &v, sizeof(v));
+    }
+    TestTensor out(dst_type, {n, 1, 1, 1});
+    TestTensor back(DType::kF32, {n, 1, 1, 1});
+    Tensor dst = out.t();
+    dst.op = Op::kCpy;
+    dst.src[0] = a.get();
+    dst.src[1] = out.get();
+    EXPECT_EQ(RunKernel(ComputeCpy, &dst, 1), "");
+    Tensor to_f32 = back.t();
+    to_f32.op = Op::kCpy;
+    to_f32.src[0] = out.get();
+    to_f32.src[1] = back.get();
+    EXPECT_EQ(RunKernel(ComputeCpy, &to_f32, 1), "");
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = specials[i % std::size(specials)];
+      uint16_t got;
+      std::memcpy(&got, out.ElementPtr(i, 0, 0, 0), sizeof(got));
+      const uint16_t want = dst_type == DType::kF16 ? FloatToHalf(v) : FloatToBF16(v);
+      EXPECT_EQ(got, want) << DTypeName(dst_type) << " of " << v << " at " << i;
+      float round_trip;
+      std::memcpy(&round_trip, back.ElementPtr(i, 0, 0, 0), sizeof(round_trip));
+      const float want_back = dst_type == DType::kF16 ? HalfToFloat(want) : BF16ToFloat(want);
+      EXPECT_EQ(FloatBits(round_trip), FloatBits(want_back)) << "back from " << v << " at " << i;
     }
   }
 }

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/ops.h"
 #include "tools/tg-ops/case_helpers.h"
-#include "tools/tg-ops/status_macros.h"
+#include "core/status_macros.h"
 
 namespace tg::ops_tool {
 namespace {
@@ -58,7 +58,7 @@ TensorOr MakeMask(CaseBuilder& b, const AttnSpec& s) {
 
 TensorOr MakeQuery(CaseBuilder& b, const AttnSpec& s) {
   if (!s.views) return b.Uniform(DType::kF32, {s.d, s.n_q, s.n_head, s.batch});
-  TG_OPS_ASSIGN_OR_RETURN(Tensor * q, b.Uniform(DType::kF32, {s.d, s.n_head, s.n_q, s.batch}));
+  TG_ASSIGN_OR_RETURN(Tensor * q, b.Uniform(DType::kF32, {s.d, s.n_head, s.n_q, s.batch}));
   return Permute(b.ctx(), q, 0, 2, 1, 3);
 }
 
@@ -66,7 +66,7 @@ TensorOr MakeQuery(CaseBuilder& b, const AttnSpec& s) {
 TensorOr MakeKv(CaseBuilder& b, const AttnSpec& s, DType type, int64_t dim) {
   constexpr int64_t kCacheSlack = 61;  // cache rows beyond n_kv that must not be read.
   if (!s.views) return b.Uniform(type, {dim, s.n_kv, s.n_head_kv, s.batch});
-  TG_OPS_ASSIGN_OR_RETURN(Tensor * cache,
+  TG_ASSIGN_OR_RETURN(Tensor * cache,
                           b.Uniform(type, {dim, s.n_kv + kCacheSlack, s.n_head_kv, s.batch}));
   return View(b.ctx(), cache, {dim, s.n_kv, s.n_head_kv, s.batch},
               {cache->nb[1], cache->nb[2], cache->nb[3]}, 0);
@@ -76,10 +76,10 @@ OpCase AttnCase(const AttnSpec& s) {
   const bool all_f32 = s.k_type == DType::kF32 && s.v_type == DType::kF32;
   return {Op::kFlashAttn, NoteOf(s), all_f32 ? kNmseF32 : kNmseF16Attention,
           [s](CaseBuilder& b) -> TensorOr {
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * q, MakeQuery(b, s));
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * k, MakeKv(b, s, s.k_type, s.d));
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * v, MakeKv(b, s, s.v_type, s.dv));
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * mask, MakeMask(b, s));
+            TG_ASSIGN_OR_RETURN(Tensor * q, MakeQuery(b, s));
+            TG_ASSIGN_OR_RETURN(Tensor * k, MakeKv(b, s, s.k_type, s.d));
+            TG_ASSIGN_OR_RETURN(Tensor * v, MakeKv(b, s, s.v_type, s.dv));
+            TG_ASSIGN_OR_RETURN(Tensor * mask, MakeMask(b, s));
             const float scale = 1.0f / std::sqrt(static_cast<float>(s.d));
             return FlashAttn(b.ctx(), q, k, v, mask, scale);
           }};

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/ops.h"
 #include "tools/tg-ops/case_helpers.h"
-#include "tools/tg-ops/status_macros.h"
+#include "core/status_macros.h"
 
 namespace tg::ops_tool {
 namespace {
@@ -25,7 +25,7 @@ using SourceFn = std::function<TensorOr(CaseBuilder&)>;
 OpCase CpyCase(SourceFn src, DType to, Shape4 b_ne, std::string note = "",
                bool b_transposed = false) {
   return {Op::kCpy, std::move(note), CopyNmse(to), [=](CaseBuilder& b) -> TensorOr {
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * a, src(b));
+            TG_ASSIGN_OR_RETURN(Tensor * a, src(b));
             TensorOr dst = b_transposed ? TransposedLeaf(b, to, b_ne) : b.Uniform(to, b_ne);
             if (!dst.ok()) return dst.status();
             return Cpy(b.ctx(), a, *dst);
@@ -74,9 +74,9 @@ void AddCpyCases(std::vector<OpCase>* cases) {
 OpCase ContCase(Op op, DType type, Shape4 leaf_ne,
                 std::function<TensorOr(CaseBuilder&, Tensor*)> make, std::string note = "") {
   return {op, std::move(note), kNmseExact, [=](CaseBuilder& b) -> TensorOr {
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * leaf,
+            TG_ASSIGN_OR_RETURN(Tensor * leaf,
                                     b.Uniform(type, leaf_ne, -kPlainRange, kPlainRange));
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * view, make(b, leaf));
+            TG_ASSIGN_OR_RETURN(Tensor * view, make(b, leaf));
             return Cont(b.ctx(), view);
           }};
 }
@@ -118,7 +118,7 @@ void AddViewOpCases(std::vector<OpCase>* cases) {
   cases->push_back(ContCase(
       Op::kView, DType::kF32, {16, 8, 4, 1},
       [](CaseBuilder& b, Tensor* t) -> TensorOr {
-        TG_OPS_ASSIGN_OR_RETURN(Tensor * half,
+        TG_ASSIGN_OR_RETURN(Tensor * half,
                                 View(b.ctx(), t, {16, 8, 2}, {t->nb[1], t->nb[2]}, t->nb[2]));
         return View(b.ctx(), half, {8, 4, 2}, {2 * half->nb[1], half->nb[2]}, 4 * sizeof(float));
       },
@@ -130,8 +130,8 @@ void AddViewOpCases(std::vector<OpCase>* cases) {
   cases->push_back(ContCase(
       Op::kReshape, DType::kF32, {8, 5, 1, 1},
       [](CaseBuilder& b, Tensor* t) -> TensorOr {
-        TG_OPS_ASSIGN_OR_RETURN(Tensor * tr, Transpose(b.ctx(), t));
-        TG_OPS_ASSIGN_OR_RETURN(Tensor * cont, Cont(b.ctx(), tr));
+        TG_ASSIGN_OR_RETURN(Tensor * tr, Transpose(b.ctx(), t));
+        TG_ASSIGN_OR_RETURN(Tensor * cont, Cont(b.ctx(), tr));
         return Reshape(b.ctx(), cont, {10, 4});
       },
       "of a cont of a transpose"));
@@ -152,7 +152,7 @@ void AddViewOpCases(std::vector<OpCase>* cases) {
   cases->push_back(ContCase(
       Op::kTranspose, DType::kBF16, {9, 4, 1, 1},
       [](CaseBuilder& b, Tensor* t) -> TensorOr {
-        TG_OPS_ASSIGN_OR_RETURN(Tensor * once, Transpose(b.ctx(), t));
+        TG_ASSIGN_OR_RETURN(Tensor * once, Transpose(b.ctx(), t));
         return Transpose(b.ctx(), once);
       },
       "twice"));

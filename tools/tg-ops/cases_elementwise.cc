@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/ops.h"
 #include "tools/tg-ops/case_helpers.h"
-#include "tools/tg-ops/status_macros.h"
+#include "core/status_macros.h"
 
 namespace tg::ops_tool {
 namespace {
@@ -39,8 +39,8 @@ const char* LayoutNote(Layout layout) {
 
 OpCase BinaryCase(Op op, Shape4 a_ne, Shape4 b_ne, Layout layout = Layout::kContiguous) {
   return {op, LayoutNote(layout), kNmseExact, [=](CaseBuilder& b) -> TensorOr {
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * x, Operand(b, a_ne, layout));
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * y, Operand(b, b_ne, layout));
+            TG_ASSIGN_OR_RETURN(Tensor * x, Operand(b, a_ne, layout));
+            TG_ASSIGN_OR_RETURN(Tensor * y, Operand(b, b_ne, layout));
             return op == Op::kAdd ? Add(b.ctx(), x, y) : Mul(b.ctx(), x, y);
           }};
 }
@@ -52,7 +52,7 @@ OpCase UnaryCase(Op op, Shape4 ne, Layout layout = Layout::kContiguous) {
   constexpr float kEps = 1e-5f;
   const double max_nmse = op == Op::kScale ? kNmseExact : kNmseF32;
   return {op, LayoutNote(layout), max_nmse, [=](CaseBuilder& b) -> TensorOr {
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * x, Operand(b, ne, layout, -4.0f, 4.0f));
+            TG_ASSIGN_OR_RETURN(Tensor * x, Operand(b, ne, layout, -4.0f, 4.0f));
             if (op == Op::kScale) return Scale(b.ctx(), x, kScale, kBias);
             if (op == Op::kRmsNorm) return RmsNorm(b.ctx(), x, kEps);
             return Silu(b.ctx(), x);
@@ -61,8 +61,8 @@ OpCase UnaryCase(Op op, Shape4 ne, Layout layout = Layout::kContiguous) {
 
 OpCase SwigluCase(Shape4 ne, Layout layout = Layout::kContiguous) {
   return {Op::kSwiglu, LayoutNote(layout), kNmseF32, [=](CaseBuilder& b) -> TensorOr {
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * gate, Operand(b, ne, layout, -4.0f, 4.0f));
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * up, Operand(b, ne, layout));
+            TG_ASSIGN_OR_RETURN(Tensor * gate, Operand(b, ne, layout, -4.0f, 4.0f));
+            TG_ASSIGN_OR_RETURN(Tensor * up, Operand(b, ne, layout));
             return Swiglu(b.ctx(), gate, up);
           }};
 }
@@ -85,10 +85,10 @@ OpCase SoftMaxCase(const SoftMaxSpec& s) {
   if (s.range > 1.0f) absl::StrAppend(&note, ", |a| up to ", s.range);
   if (s.layout != Layout::kContiguous) absl::StrAppend(&note, ", ", LayoutNote(s.layout));
   return {Op::kSoftMax, note, kNmseF32, [s](CaseBuilder& b) -> TensorOr {
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * a, Operand(b, s.a_ne, s.layout, -s.range, s.range));
+            TG_ASSIGN_OR_RETURN(Tensor * a, Operand(b, s.a_ne, s.layout, -s.range, s.range));
             Tensor* mask = nullptr;
             if (s.mask_ne[0] != 0) {
-              TG_OPS_ASSIGN_OR_RETURN(mask,
+              TG_ASSIGN_OR_RETURN(mask,
                                       b.Mask(s.mask_type, s.mask_ne, s.inf_fraction, s.masked_row));
             }
             return SoftMax(b.ctx(), a, mask, s.scale);

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/ops.h"
 #include "tools/tg-ops/case_helpers.h"
-#include "tools/tg-ops/status_macros.h"
+#include "core/status_macros.h"
 
 namespace tg::ops_tool {
 namespace {
@@ -30,8 +30,8 @@ double WeightNmse(DType type) {
 // Plain a[K, M, a2, a3] x b[K, N, b2, b3].
 OpCase MulMatCase(DType type, Shape4 a_ne, Shape4 b_ne, std::string note = "") {
   return {Op::kMulMat, std::move(note), WeightNmse(type), [=](CaseBuilder& b) -> TensorOr {
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * a, b.Uniform(type, a_ne));
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * x, b.Uniform(DType::kF32, b_ne));
+            TG_ASSIGN_OR_RETURN(Tensor * a, b.Uniform(type, a_ne));
+            TG_ASSIGN_OR_RETURN(Tensor * x, b.Uniform(DType::kF32, b_ne));
             return MulMat(b.ctx(), a, x);
           }};
 }
@@ -101,10 +101,10 @@ OpCase MulMatIdCase(DType type, int64_t k, int64_t m, int64_t n_experts, int64_t
   std::string note =
       absl::StrCat("E=", n_experts, ", n_used=", n_used, shared_b ? ", one b row per token" : "");
   return {Op::kMulMatId, note, WeightNmse(type), [=](CaseBuilder& b) -> TensorOr {
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * as, b.Uniform(type, {k, m, n_experts}));
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * x,
+            TG_ASSIGN_OR_RETURN(Tensor * as, b.Uniform(type, {k, m, n_experts}));
+            TG_ASSIGN_OR_RETURN(Tensor * x,
                                     b.Uniform(DType::kF32, {k, shared_b ? 1 : n_used, tokens}));
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * ids, b.DistinctIndices({n_used, tokens}, n_experts));
+            TG_ASSIGN_OR_RETURN(Tensor * ids, b.DistinctIndices({n_used, tokens}, n_experts));
             return MulMatId(b.ctx(), as, x, ids);
           }};
 }

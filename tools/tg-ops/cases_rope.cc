@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/ops.h"
 #include "tools/tg-ops/case_helpers.h"
-#include "tools/tg-ops/status_macros.h"
+#include "core/status_macros.h"
 
 namespace tg::ops_tool {
 namespace {
@@ -51,19 +51,19 @@ TensorOr RopeSource(CaseBuilder& b, const RopeSpec& s) {
   if (!s.qkv_view) return b.Uniform(DType::kF32, s.ne);
   const int64_t head_bytes = s.ne[0] * sizeof(float);
   const int64_t fused = s.ne[0] * s.ne[1] * 3;
-  TG_OPS_ASSIGN_OR_RETURN(Tensor * qkv, b.Uniform(DType::kF32, {fused, s.ne[2]}));
+  TG_ASSIGN_OR_RETURN(Tensor * qkv, b.Uniform(DType::kF32, {fused, s.ne[2]}));
   return View(b.ctx(), qkv, {s.ne[0], s.ne[1], s.ne[2]},
               {static_cast<size_t>(head_bytes), qkv->nb[1]}, head_bytes * s.ne[1]);
 }
 
 OpCase RopeCase(const RopeSpec& s) {
   return {Op::kRope, NoteOf(s), kNmseF32, [s](CaseBuilder& b) -> TensorOr {
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * a, RopeSource(b, s));
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * pos, b.Indices({s.ne[2]}, kMaxPosition));
+            TG_ASSIGN_OR_RETURN(Tensor * a, RopeSource(b, s));
+            TG_ASSIGN_OR_RETURN(Tensor * pos, b.Indices({s.ne[2]}, kMaxPosition));
             Tensor* ff = nullptr;
             if (s.freq_factors) {
               // Llama-3 style factors: 1 for high frequencies up to ~8 for low ones.
-              TG_OPS_ASSIGN_OR_RETURN(ff, b.Uniform(DType::kF32, {s.n_dims / 2}, 1.0f, 8.0f));
+              TG_ASSIGN_OR_RETURN(ff, b.Uniform(DType::kF32, {s.n_dims / 2}, 1.0f, 8.0f));
             }
             return Rope(b.ctx(), a, pos, ff, ParamsOf(s));
           }};

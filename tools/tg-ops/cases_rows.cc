@@ -2,7 +2,7 @@
 // broadcasting of SET_ROWS indices, odd row lengths and rows spaced apart in memory.
 #include "core/ops.h"
 #include "tools/tg-ops/case_helpers.h"
-#include "tools/tg-ops/status_macros.h"
+#include "core/status_macros.h"
 
 namespace tg::ops_tool {
 namespace {
@@ -23,7 +23,7 @@ OpCase GetRowsCase(DType type, Shape4 ne, int64_t nr, bool padded = false) {
   return {Op::kGetRows, padded ? "a padded rows" : "", kNmseExact, [=](CaseBuilder& b) -> TensorOr {
             TensorOr a = padded ? PaddedRowsLeaf(b, type, ne) : b.Uniform(type, ne);
             if (!a.ok()) return a.status();
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * idx, b.Indices({nr, ne[2], ne[3]}, ne[1]));
+            TG_ASSIGN_OR_RETURN(Tensor * idx, b.Indices({nr, ne[2], ne[3]}, ne[1]));
             return GetRows(b.ctx(), *a, idx);
           }};
 }
@@ -34,12 +34,12 @@ OpCase SetRowsCase(DType type, Shape4 ne, int64_t nr, int64_t c1, int64_t c2, bo
   // may round a few values differently from the reference one.
   const double max_nmse = IsQuantized(type) ? kNmseQuantize : kNmseExact;
   return {Op::kSetRows, padded ? "rows padded" : "", max_nmse, [=](CaseBuilder& b) -> TensorOr {
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * a, b.Uniform(type, ne));
+            TG_ASSIGN_OR_RETURN(Tensor * a, b.Uniform(type, ne));
             const Shape4 rows_ne = {ne[0], nr, ne[2], ne[3]};
             TensorOr rows =
                 padded ? PaddedRowsLeaf(b, DType::kF32, rows_ne) : b.Uniform(DType::kF32, rows_ne);
             if (!rows.ok()) return rows.status();
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * idx, b.DistinctIndices({nr, c1, c2}, ne[1]));
+            TG_ASSIGN_OR_RETURN(Tensor * idx, b.DistinctIndices({nr, c1, c2}, ne[1]));
             return SetRows(b.ctx(), a, *rows, idx);
           }};
 }

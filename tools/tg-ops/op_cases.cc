@@ -5,24 +5,24 @@
 #include "absl/strings/str_join.h"
 #include "core/ops.h"
 #include "tools/tg-ops/case_helpers.h"
-#include "tools/tg-ops/status_macros.h"
+#include "core/status_macros.h"
 
 namespace tg::ops_tool {
 
 TensorOr TransposedLeaf(CaseBuilder& b, DType type, Shape4 ne, float lo, float hi) {
-  TG_OPS_ASSIGN_OR_RETURN(Tensor * leaf, b.Uniform(type, {ne[1], ne[0], ne[2], ne[3]}, lo, hi));
+  TG_ASSIGN_OR_RETURN(Tensor * leaf, b.Uniform(type, {ne[1], ne[0], ne[2], ne[3]}, lo, hi));
   return Transpose(b.ctx(), leaf);
 }
 
 TensorOr PaddedRowsLeaf(CaseBuilder& b, DType type, Shape4 ne, float lo, float hi) {
   const int64_t block = BlockSize(type);
-  TG_OPS_ASSIGN_OR_RETURN(Tensor * leaf,
+  TG_ASSIGN_OR_RETURN(Tensor * leaf,
                           b.Uniform(type, {ne[0] + 2 * block, ne[1], ne[2], ne[3]}, lo, hi));
   return View(b.ctx(), leaf, ne, {leaf->nb[1], leaf->nb[2], leaf->nb[3]}, BlockBytes(type));
 }
 
 TensorOr PermutedLeaf(CaseBuilder& b, DType type, Shape4 ne, float lo, float hi) {
-  TG_OPS_ASSIGN_OR_RETURN(Tensor * leaf, b.Uniform(type, {ne[0], ne[2], ne[1], ne[3]}, lo, hi));
+  TG_ASSIGN_OR_RETURN(Tensor * leaf, b.Uniform(type, {ne[0], ne[2], ne[1], ne[3]}, lo, hi));
   return Permute(b.ctx(), leaf, 0, 2, 1, 3);
 }
 

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/reference/reference_ops.h"
-#include "tools/tg-ops/status_macros.h"
+#include "core/status_macros.h"
 
 namespace tg::ops_tool {
 
@@ -31,8 +31,8 @@ absl::StatusOr<BuiltCase> BuildCase(const BuildFn& build) {
   BuiltCase built;
   built.ctx = std::make_unique<Context>();
   CaseBuilder builder(*built.ctx);
-  TG_OPS_ASSIGN_OR_RETURN(built.out, build(builder));
-  TG_OPS_ASSIGN_OR_RETURN(built.graph, BuildGraph({built.out}));
+  TG_ASSIGN_OR_RETURN(built.out, build(builder));
+  TG_ASSIGN_OR_RETURN(built.graph, BuildGraph({built.out}));
   built.leafs = builder.leafs();
   // Inputs: the allocator must not recycle their memory (a CPY/SET_ROWS result aliases one).
   for (Leaf& leaf : built.leafs) leaf.tensor->flags |= kFlagInput;
@@ -74,7 +74,7 @@ absl::Status CheckLeafData(const BuiltCase& built, const LeafData& data) {
 }  // namespace
 
 absl::StatusOr<HostTensor> RunReference(BuiltCase& built, const LeafData& data) {
-  TG_OPS_RETURN_IF_ERROR(CheckLeafData(built, data));
+  TG_RETURN_IF_ERROR(CheckLeafData(built, data));
   std::vector<std::vector<uint8_t>> storage = PlaceOnHost(built.graph);
   for (size_t i = 0; i < data.size(); ++i) {
     std::memcpy(built.leafs[i].tensor->data, data[i].data(), data[i].size());
@@ -92,16 +92,16 @@ absl::StatusOr<HostTensor> RunReference(BuiltCase& built, const LeafData& data) 
 absl::StatusOr<DeviceGraph> PrepareOnDevice(const BuildFn& build, Device& device,
                                             const LeafData& data) {
   DeviceGraph dg;
-  TG_OPS_ASSIGN_OR_RETURN(dg.built, BuildCase(build));
-  TG_OPS_RETURN_IF_ERROR(CheckLeafData(dg.built, data));
+  TG_ASSIGN_OR_RETURN(dg.built, BuildCase(build));
+  TG_RETURN_IF_ERROR(CheckLeafData(dg.built, data));
   dg.allocator = std::make_unique<GraphAllocator>(device.default_buffer_type());
-  TG_OPS_RETURN_IF_ERROR(dg.allocator->Allocate(dg.built.graph));
+  TG_RETURN_IF_ERROR(dg.allocator->Allocate(dg.built.graph));
   for (size_t i = 0; i < data.size(); ++i) {
     Tensor* leaf = dg.built.leafs[i].tensor;
     if (leaf->buffer == nullptr) {
       return absl::InternalError(absl::StrCat("leaf ", DescribeTensor(*leaf), " was not placed"));
     }
-    TG_OPS_RETURN_IF_ERROR(leaf->buffer->SetTensor(leaf, data[i].data(), 0, data[i].size()));
+    TG_RETURN_IF_ERROR(leaf->buffer->SetTensor(leaf, data[i].data(), 0, data[i].size()));
   }
   return dg;
 }
@@ -111,7 +111,7 @@ absl::StatusOr<HostTensor> ReadBack(const Tensor& t) {
     return absl::InternalError(absl::StrCat("output ", DescribeTensor(t), " has no buffer"));
   }
   std::vector<uint8_t> bytes(t.NumBytes());
-  TG_OPS_RETURN_IF_ERROR(t.buffer->GetTensor(&t, bytes.data(), 0, bytes.size()));
+  TG_RETURN_IF_ERROR(t.buffer->GetTensor(&t, bytes.data(), 0, bytes.size()));
   return HostTensor(t, std::move(bytes));
 }
 

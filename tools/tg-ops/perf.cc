@@ -12,7 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "tools/tg-ops/op_cases.h"
 #include "tools/tg-ops/perf_cases.h"
-#include "tools/tg-ops/status_macros.h"
+#include "core/status_macros.h"
 #include "tools/tg-ops/stream_cache.h"
 
 namespace tg::ops_tool {
@@ -44,24 +44,24 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 absl::StatusOr<double> TimeRuns(Stream& stream, Graph& graph, int runs) {
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < runs; ++i) TG_OPS_RETURN_IF_ERROR(stream.Compute(graph));
-  TG_OPS_RETURN_IF_ERROR(stream.Synchronize());
+  for (int i = 0; i < runs; ++i) TG_RETURN_IF_ERROR(stream.Compute(graph));
+  TG_RETURN_IF_ERROR(stream.Synchronize());
   return SecondsSince(start);
 }
 
 absl::StatusOr<Timing> TimeCase(const PerfCase& c, Device& device, const LeafData& data,
                                 StreamCache& streams) {
-  TG_OPS_ASSIGN_OR_RETURN(DeviceGraph dg, PrepareOnDevice(c.build, device, data));
-  TG_OPS_ASSIGN_OR_RETURN(Stream * stream, streams.Get(device));
+  TG_ASSIGN_OR_RETURN(DeviceGraph dg, PrepareOnDevice(c.build, device, data));
+  TG_ASSIGN_OR_RETURN(Stream * stream, streams.Get(device));
   Graph& graph = dg.built.graph;
-  TG_OPS_RETURN_IF_ERROR(TimeRuns(*stream, graph, 1).status());  // warm-up: caches, pages.
-  TG_OPS_ASSIGN_OR_RETURN(double estimate, TimeRuns(*stream, graph, 1));
+  TG_RETURN_IF_ERROR(TimeRuns(*stream, graph, 1).status());  // warm-up: caches, pages.
+  TG_ASSIGN_OR_RETURN(double estimate, TimeRuns(*stream, graph, 1));
   Timing timing;
   timing.us_per_run = estimate * 1e6;
   if (estimate < kTargetSeconds) {
     const int runs = std::clamp(
         static_cast<int>(std::ceil(kTargetSeconds / std::max(estimate, 1e-9))), 1, kMaxRuns);
-    TG_OPS_ASSIGN_OR_RETURN(double total, TimeRuns(*stream, graph, runs));
+    TG_ASSIGN_OR_RETURN(double total, TimeRuns(*stream, graph, runs));
     timing.us_per_run = total / runs * 1e6;
   }
   const Tensor& node = *NodeOf(c.op, dg.built);

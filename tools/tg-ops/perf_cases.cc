@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/ops.h"
-#include "tools/tg-ops/status_macros.h"
+#include "core/status_macros.h"
 
 namespace tg::ops_tool {
 namespace {
@@ -25,8 +25,8 @@ constexpr int64_t kVocabRows = 8192;
 PerfCase MatMul(DType type, int64_t k, int64_t m, int64_t n) {
   return {Op::kMulMat, absl::StrCat(DTypeName(type), " ", m, "x", k, " x ", n),
           [=](CaseBuilder& b) -> TensorOr {
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * a, b.Uniform(type, {k, m}));
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * x, b.Uniform(DType::kF32, {k, n}));
+            TG_ASSIGN_OR_RETURN(Tensor * a, b.Uniform(type, {k, m}));
+            TG_ASSIGN_OR_RETURN(Tensor * x, b.Uniform(DType::kF32, {k, n}));
             return MulMat(b.ctx(), a, x);
           }};
 }
@@ -37,9 +37,9 @@ PerfCase MatMulId(DType type) {
           absl::StrCat(DTypeName(type), " ", kExperts, "x", kM, "x", kK, " used ", kUsed, " x ",
                        kMoeTokens, " tok"),
           [=](CaseBuilder& b) -> TensorOr {
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * as, b.Uniform(type, {kK, kM, kExperts}));
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * x, b.Uniform(DType::kF32, {kK, kUsed, kMoeTokens}));
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * ids, b.DistinctIndices({kUsed, kMoeTokens}, kExperts));
+            TG_ASSIGN_OR_RETURN(Tensor * as, b.Uniform(type, {kK, kM, kExperts}));
+            TG_ASSIGN_OR_RETURN(Tensor * x, b.Uniform(DType::kF32, {kK, kUsed, kMoeTokens}));
+            TG_ASSIGN_OR_RETURN(Tensor * ids, b.DistinctIndices({kUsed, kMoeTokens}, kExperts));
             return MulMatId(b.ctx(), as, x, ids);
           }};
 }
@@ -47,12 +47,12 @@ PerfCase MatMulId(DType type) {
 // An op over one [4096, 512] activation (two for binary ops).
 PerfCase Activation(Op op) {
   return {op, absl::StrCat("f32 ", kModelDim, "x", kTokens), [=](CaseBuilder& b) -> TensorOr {
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * a, b.Uniform(DType::kF32, {kModelDim, kTokens}));
+            TG_ASSIGN_OR_RETURN(Tensor * a, b.Uniform(DType::kF32, {kModelDim, kTokens}));
             switch (op) {
               case Op::kAdd:
               case Op::kMul:
               case Op::kSwiglu: {
-                TG_OPS_ASSIGN_OR_RETURN(Tensor * c, b.Uniform(DType::kF32, {kModelDim, kTokens}));
+                TG_ASSIGN_OR_RETURN(Tensor * c, b.Uniform(DType::kF32, {kModelDim, kTokens}));
                 if (op == Op::kAdd) return Add(b.ctx(), a, c);
                 return op == Op::kMul ? Mul(b.ctx(), a, c) : Swiglu(b.ctx(), a, c);
               }
@@ -61,7 +61,7 @@ PerfCase Activation(Op op) {
               case Op::kRmsNorm:
                 return RmsNorm(b.ctx(), a, 1e-5f);
               case Op::kSoftMax: {
-                TG_OPS_ASSIGN_OR_RETURN(Tensor * m, b.Mask(DType::kF16, {kModelDim, kTokens}, 0.1));
+                TG_ASSIGN_OR_RETURN(Tensor * m, b.Mask(DType::kF16, {kModelDim, kTokens}, 0.1));
                 return SoftMax(b.ctx(), a, m, 0.125f);
               }
               default:
@@ -74,8 +74,8 @@ PerfCase RopeCase() {
   return {
       Op::kRope, absl::StrCat("neox ", kHeadDim, "x", kHeads, "x", kTokens),
       [](CaseBuilder& b) -> TensorOr {
-        TG_OPS_ASSIGN_OR_RETURN(Tensor * a, b.Uniform(DType::kF32, {kHeadDim, kHeads, kTokens}));
-        TG_OPS_ASSIGN_OR_RETURN(Tensor * pos, b.Indices({kTokens}, kContext));
+        TG_ASSIGN_OR_RETURN(Tensor * a, b.Uniform(DType::kF32, {kHeadDim, kHeads, kTokens}));
+        TG_ASSIGN_OR_RETURN(Tensor * pos, b.Indices({kTokens}, kContext));
         RopeParams p;
         p.n_dims = kHeadDim;
         p.mode = kRopeNeox;
@@ -87,8 +87,8 @@ PerfCase GetRowsCase(DType type) {
   return {Op::kGetRows,
           absl::StrCat(DTypeName(type), " ", kTokens, " of ", kModelDim, "x", kVocabRows),
           [=](CaseBuilder& b) -> TensorOr {
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * a, b.Uniform(type, {kModelDim, kVocabRows}));
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * idx, b.Indices({kTokens}, kVocabRows));
+            TG_ASSIGN_OR_RETURN(Tensor * a, b.Uniform(type, {kModelDim, kVocabRows}));
+            TG_ASSIGN_OR_RETURN(Tensor * idx, b.Indices({kTokens}, kVocabRows));
             return GetRows(b.ctx(), a, idx);
           }};
 }
@@ -97,9 +97,9 @@ PerfCase SetRowsCase() {
   constexpr int64_t kRowLen = kHeadDim * kKvHeads, kWritten = 32;
   return {Op::kSetRows, absl::StrCat("f16 ", kWritten, " rows into ", kRowLen, "x", kContext),
           [=](CaseBuilder& b) -> TensorOr {
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * cache, b.Uniform(DType::kF16, {kRowLen, kContext}));
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * rows, b.Uniform(DType::kF32, {kRowLen, kWritten}));
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * idx, b.DistinctIndices({kWritten}, kContext));
+            TG_ASSIGN_OR_RETURN(Tensor * cache, b.Uniform(DType::kF16, {kRowLen, kContext}));
+            TG_ASSIGN_OR_RETURN(Tensor * rows, b.Uniform(DType::kF32, {kRowLen, kWritten}));
+            TG_ASSIGN_OR_RETURN(Tensor * idx, b.DistinctIndices({kWritten}, kContext));
             return SetRows(b.ctx(), cache, rows, idx);
           }};
 }
@@ -107,8 +107,8 @@ PerfCase SetRowsCase() {
 PerfCase CpyCase(DType to) {
   return {Op::kCpy, absl::StrCat("f32->", DTypeName(to), " ", kModelDim, "x", kTokens),
           [=](CaseBuilder& b) -> TensorOr {
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * a, b.Uniform(DType::kF32, {kModelDim, kTokens}));
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * dst, b.Uniform(to, {kModelDim, kTokens}));
+            TG_ASSIGN_OR_RETURN(Tensor * a, b.Uniform(DType::kF32, {kModelDim, kTokens}));
+            TG_ASSIGN_OR_RETURN(Tensor * dst, b.Uniform(to, {kModelDim, kTokens}));
             return Cpy(b.ctx(), a, dst);
           }};
 }
@@ -116,8 +116,8 @@ PerfCase CpyCase(DType to) {
 PerfCase ContTransposed() {
   return {Op::kCont, absl::StrCat("f32 transposed ", kModelDim, "x", kTokens),
           [](CaseBuilder& b) -> TensorOr {
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * a, b.Uniform(DType::kF32, {kTokens, kModelDim}));
-            TG_OPS_ASSIGN_OR_RETURN(Tensor * t, Transpose(b.ctx(), a));
+            TG_ASSIGN_OR_RETURN(Tensor * a, b.Uniform(DType::kF32, {kTokens, kModelDim}));
+            TG_ASSIGN_OR_RETURN(Tensor * t, Transpose(b.ctx(), a));
             return Cont(b.ctx(), t);
           }};
 }
@@ -128,10 +128,10 @@ PerfCase FlashAttnCase(int64_t n_q) {
       absl::StrCat("f16 kv D=", kHeadDim, " H=", kHeads, "/", kKvHeads, " n_q=", n_q,
                    " n_kv=", kContext),
       [=](CaseBuilder& b) -> TensorOr {
-        TG_OPS_ASSIGN_OR_RETURN(Tensor * q, b.Uniform(DType::kF32, {kHeadDim, n_q, kHeads}));
-        TG_OPS_ASSIGN_OR_RETURN(Tensor * k, b.Uniform(DType::kF16, {kHeadDim, kContext, kKvHeads}));
-        TG_OPS_ASSIGN_OR_RETURN(Tensor * v, b.Uniform(DType::kF16, {kHeadDim, kContext, kKvHeads}));
-        TG_OPS_ASSIGN_OR_RETURN(Tensor * m, b.CausalMask(DType::kF16, {kContext, n_q}, n_q));
+        TG_ASSIGN_OR_RETURN(Tensor * q, b.Uniform(DType::kF32, {kHeadDim, n_q, kHeads}));
+        TG_ASSIGN_OR_RETURN(Tensor * k, b.Uniform(DType::kF16, {kHeadDim, kContext, kKvHeads}));
+        TG_ASSIGN_OR_RETURN(Tensor * v, b.Uniform(DType::kF16, {kHeadDim, kContext, kKvHeads}));
+        TG_ASSIGN_OR_RETURN(Tensor * m, b.CausalMask(DType::kF16, {kContext, n_q}, n_q));
         return FlashAttn(b.ctx(), q, k, v, m, 1.0f / std::sqrt(static_cast<float>(kHeadDim)));
       }};
 }

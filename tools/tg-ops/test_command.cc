@@ -16,7 +16,7 @@
 #include "tests/reference/reference_ops.h"
 #include "tools/tg-ops/devices.h"
 #include "tools/tg-ops/op_cases.h"
-#include "tools/tg-ops/status_macros.h"
+#include "core/status_macros.h"
 #include "tools/tg-ops/stream_cache.h"
 
 namespace tg::ops_tool {
@@ -40,10 +40,10 @@ struct Tally {
 
 absl::StatusOr<HostTensor> ComputeOnDevice(const OpCase& c, Device& device, const LeafData& data,
                                            StreamCache& streams) {
-  TG_OPS_ASSIGN_OR_RETURN(DeviceGraph dg, PrepareOnDevice(c.build, device, data));
-  TG_OPS_ASSIGN_OR_RETURN(Stream * stream, streams.Get(device));
-  TG_OPS_RETURN_IF_ERROR(stream->Compute(dg.built.graph));
-  TG_OPS_RETURN_IF_ERROR(stream->Synchronize());
+  TG_ASSIGN_OR_RETURN(DeviceGraph dg, PrepareOnDevice(c.build, device, data));
+  TG_ASSIGN_OR_RETURN(Stream * stream, streams.Get(device));
+  TG_RETURN_IF_ERROR(stream->Compute(dg.built.graph));
+  TG_RETURN_IF_ERROR(stream->Synchronize());
   return ReadBack(*dg.built.out);
 }
 

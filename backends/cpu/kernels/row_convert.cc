@@ -18,7 +18,12 @@ namespace {
 // Elements converted per step through the stack buffer: a multiple of every block size
 // (32 and 256), small enough for the stack (4 KiB).
 constexpr int64_t kChunk = 1024;
-constexpr uint32_t kBF16QuietBit = 64;
+// FloatToBF16's bit recipe: round to nearest even by adding 0x7fff plus the kept lsb; a NaN
+// (magnitude above the inf pattern) keeps its top bits with the quiet bit set.
+constexpr int32_t kBF16QuietBit = 64;
+constexpr int32_t kBF16RoundBias = 0x7fff;
+constexpr int32_t kF32AbsMask = 0x7fffffff;
+constexpr int32_t kF32InfBits = 0x7f800000;
 
 // A type's traits, looked up once per ConvertRow: Traits() is an out-of-line call, and
 // short rows (attention heads, single elements) would otherwise pay for it many times.
@@ -46,14 +51,14 @@ void BF16RowToFloat(const uint16_t* x, float* y, int64_t n) {
 void FloatRowToBF16(const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512F__)
-  // Vector form of FloatToBF16: round to nearest even, NaNs become quiet NaNs.
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
-  const __m512i inf_bits = _mm512_set1_epi32(0x7f800000);
+  // Vector form of FloatToBF16 (not VCVTNEPS2BF16, which flushes denormals).
+  const __m512i abs_mask = _mm512_set1_epi32(kF32AbsMask);
+  const __m512i inf_bits = _mm512_set1_epi32(kF32InfBits);
   for (; i + 16 <= n; i += 16) {
     const __m512i u = _mm512_loadu_si512(x + i);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     const __m512i rounded = _mm512_srli_epi32(
-        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(kBF16RoundBias), lsb)), 16);
     const __m512i quiet =
         _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(kBF16QuietBit));
     const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf_bits);

@@ -62,7 +62,7 @@ void FloatTile(int64_t k, const char* a, size_t a_stride, const void* const* b, 
     for (int j = 0; j < C; ++j) bv[j] = _mm512_loadu_ps(y[j] + i);
     for (int r = 0; r < R; ++r) {
       const char* row = a + r * a_stride + i * L::kBytes;
-      _mm_prefetch(row + kPrefetchBytes, _MM_HINT_T0);
+      PrefetchWeights(row + kPrefetchBytes);
       const VecF av = L::Load(row);
       for (int j = 0; j < C; ++j) acc[r][j] = _mm512_fmadd_ps(av, bv[j], acc[r][j]);
     }
@@ -130,7 +130,7 @@ void FloatTile(int64_t k, const char* a, size_t a_stride, const void* const* b, 
     for (int j = 0; j < C; ++j) bv[j] = _mm256_loadu_ps(y[j] + i);
     for (int r = 0; r < R; ++r) {
       const char* row = a + r * a_stride + i * L::kBytes;
-      _mm_prefetch(row + kPrefetchBytes, _MM_HINT_T0);
+      PrefetchWeights(row + kPrefetchBytes);
       const VecF av = L::Load(row);
       for (int j = 0; j < C; ++j) acc[r][j] = _mm256_fmadd_ps(av, bv[j], acc[r][j]);
     }

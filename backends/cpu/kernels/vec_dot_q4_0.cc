@@ -212,8 +212,7 @@ void ChunkTile(int64_t chunks, const char* a, size_t a_stride, const void* const
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = reinterpret_cast<const uint8_t*>(a + r * a_stride) + ch * kChunkBytes;
       for (int line = 0; line < kChunkBytes; line += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchChunks * kChunkBytes + line,
-                     _MM_HINT_T0);
+        PrefetchWeights(reinterpret_cast<const char*>(p) + kPrefetchChunks * kChunkBytes + line);
       }
       const UnpackedChunk u = UnpackChunk(p, c);
       for (int j = 0; j < C; ++j) acc[r][j] = ChunkDot(u, y[j][ch], acc[r][j]);

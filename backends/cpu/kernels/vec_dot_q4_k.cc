@@ -98,9 +98,9 @@ void Q4KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, 
   for (int64_t i = 0; i < nsb; ++i) {
     for (int r = 0; r < R; ++r) {
       const BlockQ4_K* x = reinterpret_cast<const BlockQ4_K*>(a + r * a_stride) + i;
-      _mm_prefetch(reinterpret_cast<const char*>(x + 3), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(x + 3) + 64, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(x + 3) + 128, _MM_HINT_T0);
+      PrefetchWeights(reinterpret_cast<const char*>(x + 3));
+      PrefetchWeights(reinterpret_cast<const char*>(x + 3) + 64);
+      PrefetchWeights(reinterpret_cast<const char*>(x + 3) + 128);
       uint64_t scales, mins;
       UnpackScales(x->scales, &scales, &mins);
       const __m512i s16 = _mm512_castsi128_si512(

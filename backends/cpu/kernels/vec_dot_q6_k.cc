@@ -82,7 +82,7 @@ void Q6KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, 
     for (int r = 0; r < R; ++r) {
       const BlockQ6_K* x = reinterpret_cast<const BlockQ6_K*>(a + r * a_stride) + i;
       for (int line = 0; line < 4; ++line) {
-        _mm_prefetch(reinterpret_cast<const char*>(x + 2) + 64 * line, _MM_HINT_T0);
+        PrefetchWeights(reinterpret_cast<const char*>(x + 2) + 64 * line);
       }
       __m512i w[4];
       for (int h = 0; h < 2; ++h) {

@@ -36,7 +36,7 @@ void Q8Tile(int64_t nblocks, const char* a, size_t a_stride, const void* const* 
     }
     for (int r = 0; r < R; ++r) {
       const BlockQ8_0* x = reinterpret_cast<const BlockQ8_0*>(a + r * a_stride) + i;
-      _mm_prefetch(reinterpret_cast<const char*>(x + kPrefetchBlocks), _MM_HINT_T0);
+      PrefetchWeights(reinterpret_cast<const char*>(x + kPrefetchBlocks));
       const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qs));
       const __m256 dx = _mm256_set1_ps(_cvtsh_ss(x->d));
       for (int j = 0; j < C; ++j) {

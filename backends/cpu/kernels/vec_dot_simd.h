@@ -34,7 +34,15 @@ struct ActQ8_0 {
 };
 static_assert(sizeof(ActQ8_0) == 36);
 
+#ifndef TG_DOT_PREFETCH
+#define TG_DOT_PREFETCH 1
+#endif
+
 #if defined(TG_CPU_SIMD)
+inline void PrefetchWeights(const void* p) {
+  if (TG_DOT_PREFETCH) _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+}
+
 inline float HorizontalSum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));

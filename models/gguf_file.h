@@ -1,0 +1,131 @@
+// GgufFile: a read-only, validated view of a GGUF v2/v3 file (mmap'ed). Open() checks
+// everything it reads — magic, version, counts within limits, string and array lengths
+// inside the file, every metadata type (nested arrays too), general.alignment, tensor
+// types/shapes/offsets, tensor data inside the file and not overlapping — and returns
+// INVALID_ARGUMENT / OUT_OF_RANGE naming the problem for a truncated, corrupt or hostile
+// file (UNIMPLEMENTED for a tensor type tensorgrid does not support). After Open() succeeds,
+// accessors never fail on structure, only on missing keys or wrong types. Thread-safe for
+// reading.
+#ifndef TENSORGRID_MODELS_GGUF_FILE_H_
+#define TENSORGRID_MODELS_GGUF_FILE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "core/dtype.h"
+
+namespace tg {
+
+enum class GgufType : uint32_t {
+  kUint8 = 0,
+  kInt8 = 1,
+  kUint16 = 2,
+  kInt16 = 3,
+  kUint32 = 4,
+  kInt32 = 5,
+  kFloat32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kUint64 = 10,
+  kInt64 = 11,
+  kFloat64 = 12,
+};
+absl::string_view GgufTypeName(GgufType type);
+
+// One metadata value. Scalars are widened (integers to int64/uint64, floats to double);
+// arrays keep their element type.
+struct GgufValue {
+  GgufType type = GgufType::kUint8;
+  std::variant<uint64_t, int64_t, double, bool, std::string> scalar;
+  GgufType elem_type = GgufType::kUint8;  // for kArray.
+  std::vector<GgufValue> array;           // for kArray (elements have type elem_type).
+};
+
+struct GgufTensorInfo {
+  std::string name;
+  DType type = DType::kF32;
+  int n_dims = 0;
+  int64_t ne[4] = {1, 1, 1, 1};
+  uint64_t offset = 0;            // relative to the data section.
+  size_t nbytes = 0;              // RowBytes(type, ne0) * ne1 * ne2 * ne3.
+  const uint8_t* data = nullptr;  // inside the mapping.
+};
+
+// Limits a hostile file cannot push past (each well above any real model).
+struct GgufLimits {
+  uint64_t max_tensors = 1 << 20;
+  uint64_t max_kv = 1 << 20;
+  uint64_t max_string_bytes = 1 << 26;
+  uint64_t max_array_elems = 1 << 28;  // vocabularies of a few 100k entries, merges...
+  // All arrays together (nested ones too): each parsed element costs ~80 bytes of memory, so
+  // this bounds what a small hostile file can make the parser allocate.
+  uint64_t max_total_array_elems = 1 << 28;
+  int max_nesting = 8;
+};
+
+class GgufFile {
+ public:
+  // Maps and validates a file.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path,
+                                                        const GgufLimits& limits = {});
+  // Validates bytes already in memory (the caller keeps them alive): fuzzing, tests.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> FromBytes(absl::Span<const uint8_t> bytes,
+                                                             const GgufLimits& limits = {});
+  ~GgufFile();
+  GgufFile(const GgufFile&) = delete;
+  GgufFile& operator=(const GgufFile&) = delete;
+
+  uint32_t version() const { return version_; }
+  size_t alignment() const { return alignment_; }
+  size_t file_size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+  // Metadata in file order.
+  const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
+  const GgufValue* Find(absl::string_view key) const;
+  bool Has(absl::string_view key) const { return Find(key) != nullptr; }
+  // Typed getters: NOT_FOUND for a missing key, INVALID_ARGUMENT naming key and actual type
+  // for a mismatch. Integer getters accept any integer type whose value fits.
+  absl::StatusOr<std::string> GetString(absl::string_view key) const;
+  absl::StatusOr<uint32_t> GetU32(absl::string_view key) const;
+  absl::StatusOr<int64_t> GetI64(absl::string_view key) const;
+  absl::StatusOr<float> GetF32(absl::string_view key) const;  // float32 or float64.
+  absl::StatusOr<bool> GetBool(absl::string_view key) const;
+  absl::StatusOr<std::vector<std::string>> GetStringArray(absl::string_view key) const;
+  absl::StatusOr<std::vector<float>> GetF32Array(absl::string_view key) const;
+  absl::StatusOr<std::vector<int32_t>> GetI32Array(absl::string_view key) const;
+
+  const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+  const GgufTensorInfo* FindTensor(absl::string_view name) const;
+  // Start of the tensor data section inside the mapping, and the whole mapping.
+  const uint8_t* data_section() const { return data_section_; }
+  absl::Span<const uint8_t> bytes() const { return {base_, size_}; }
+
+ private:
+  GgufFile() = default;
+  friend class GgufParser;
+
+  std::string path_;
+  const uint8_t* base_ = nullptr;
+  size_t size_ = 0;
+  bool mapped_ = false;
+  uint32_t version_ = 0;
+  size_t alignment_ = 32;
+  std::vector<std::pair<std::string, GgufValue>> kv_;
+  absl::flat_hash_map<std::string, size_t> kv_index_;
+  std::vector<GgufTensorInfo> tensors_;
+  absl::flat_hash_map<std::string, size_t> tensor_index_;
+  const uint8_t* data_section_ = nullptr;
+};
+
+}  // namespace tg
+
+#endif  // TENSORGRID_MODELS_GGUF_FILE_H_

@@ -1,0 +1,39 @@
+// KvCache: per-layer K and V tensors [n_embd_kv, n_ctx] on one device, one row per
+// position (F16 by default, F32 as an option). Positions map 1:1 to cells; the attention
+// mask hides cells past the current position, so clearing needs no memset. Not thread-safe.
+#ifndef TENSORGRID_MODELS_KV_CACHE_H_
+#define TENSORGRID_MODELS_KV_CACHE_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/backend.h"
+#include "core/context.h"
+#include "models/llama_hparams.h"
+
+namespace tg {
+
+class KvCache {
+ public:
+  static absl::StatusOr<std::unique_ptr<KvCache>> Create(const LlamaHParams& hp, int64_t n_ctx,
+                                                         DType type, Device* device);
+  Tensor* k(int64_t layer) const { return k_[layer]; }
+  Tensor* v(int64_t layer) const { return v_[layer]; }
+  int64_t n_ctx() const { return n_ctx_; }
+  DType type() const { return type_; }
+  size_t bytes() const { return buffer_ ? buffer_->size() : 0; }
+
+ private:
+  KvCache() = default;
+  int64_t n_ctx_ = 0;
+  DType type_ = DType::kF16;
+  Context ctx_;
+  std::vector<Tensor*> k_;
+  std::vector<Tensor*> v_;
+  std::unique_ptr<Buffer> buffer_;
+};
+
+}  // namespace tg
+
+#endif  // TENSORGRID_MODELS_KV_CACHE_H_

@@ -1,0 +1,39 @@
+// The llama-family forward graph for one batch: token ids at consecutive positions are
+// embedded, run through every layer (RMSNorm, attention with RoPE, GQA and the KV cache,
+// SwiGLU feed-forward) and turned into logits for the requested rows.
+#ifndef TENSORGRID_MODELS_LLAMA_GRAPH_H_
+#define TENSORGRID_MODELS_LLAMA_GRAPH_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "core/context.h"
+#include "core/graph.h"
+#include "models/kv_cache.h"
+#include "models/llama_model.h"
+
+namespace tg {
+
+struct LlamaGraph {
+  Context ctx;
+  Graph graph;
+  // Inputs the caller fills before compute (all flagged kFlagInput).
+  Tensor* tokens = nullptr;   // I32 [n_tokens]
+  Tensor* pos = nullptr;      // I32 [n_tokens]
+  Tensor* mask = nullptr;     // F32 [n_kv, n_tokens]: 0 or -inf
+  Tensor* out_ids = nullptr;  // I32 [n_outputs], or nullptr when every row is an output.
+  Tensor* logits = nullptr;   // F32 [n_vocab, n_outputs]
+  int64_t n_tokens = 0;
+  int64_t n_past = 0;
+  int64_t n_kv = 0;
+};
+
+// n_outputs: 1 (the last row) or n_tokens (all rows).
+absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& model,
+                                                            const KvCache& cache,
+                                                            int64_t n_tokens, int64_t n_past,
+                                                            int64_t n_outputs);
+
+}  // namespace tg
+
+#endif  // TENSORGRID_MODELS_LLAMA_GRAPH_H_

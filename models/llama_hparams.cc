@@ -1,0 +1,108 @@
+#include "models/llama_hparams.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+
+namespace tg {
+namespace {
+
+// Sanity bounds: far above any real model, low enough that sizes computed from them fit.
+constexpr int64_t kMaxDim = int64_t{1} << 20;
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+
+absl::StatusOr<int64_t> ReadDim(const GgufFile& f, const std::string& key, int64_t max) {
+  absl::StatusOr<int64_t> v = f.GetI64(key);
+  if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat(f.path(), ": ", v.status().message()));
+  if (*v <= 0 || *v > max) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %s = %d is out of range [1, %d]", f.path(), key, *v, max));
+  }
+  return *v;
+}
+
+absl::StatusOr<float> ReadFloat(const GgufFile& f, const std::string& key, float fallback) {
+  if (!f.Has(key)) return fallback;
+  absl::StatusOr<float> v = f.GetF32(key);
+  if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat(f.path(), ": ", v.status().message()));
+  if (!std::isfinite(*v) || *v <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: %s = %g must be positive", f.path(), key, *v));
+  }
+  return *v;
+}
+
+absl::StatusOr<LlamaArch> ParseArch(const GgufFile& f, std::string* name) {
+  absl::StatusOr<std::string> arch = f.GetString("general.architecture");
+  if (!arch.ok()) return absl::InvalidArgumentError(absl::StrCat(f.path(), ": ", arch.status().message()));
+  *name = *arch;
+  if (*arch == "llama") return LlamaArch::kLlama;
+  if (*arch == "mistral") return LlamaArch::kMistral;
+  if (*arch == "qwen2") return LlamaArch::kQwen2;
+  if (*arch == "qwen3") return LlamaArch::kQwen3;
+  return absl::UnimplementedError(absl::StrCat(
+      f.path(), ": unsupported architecture '", *arch, "' (supported: llama, mistral, qwen2, qwen3)"));
+}
+
+}  // namespace
+
+absl::StatusOr<LlamaHParams> ReadLlamaHParams(const GgufFile& f) {
+  LlamaHParams hp;
+  TG_ASSIGN_OR_RETURN(hp.arch, ParseArch(f, &hp.arch_name));
+  const std::string a = hp.arch_name + ".";
+  TG_ASSIGN_OR_RETURN(hp.n_embd, ReadDim(f, a + "embedding_length", kMaxDim));
+  TG_ASSIGN_OR_RETURN(hp.n_ff, ReadDim(f, a + "feed_forward_length", kMaxDim));
+  TG_ASSIGN_OR_RETURN(hp.n_layer, ReadDim(f, a + "block_count", kMaxLayers));
+  TG_ASSIGN_OR_RETURN(hp.n_head, ReadDim(f, a + "attention.head_count", kMaxDim));
+  hp.n_head_kv = hp.n_head;
+  if (f.Has(a + "attention.head_count_kv")) {
+    TG_ASSIGN_OR_RETURN(hp.n_head_kv, ReadDim(f, a + "attention.head_count_kv", hp.n_head));
+  }
+  if (hp.n_head % hp.n_head_kv != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %d heads cannot be grouped over %d KV heads", f.path(), hp.n_head, hp.n_head_kv));
+  }
+  hp.head_dim = hp.n_embd / hp.n_head;
+  if (f.Has(a + "attention.key_length")) {
+    TG_ASSIGN_OR_RETURN(hp.head_dim, ReadDim(f, a + "attention.key_length", kMaxDim));
+  } else if (hp.n_embd % hp.n_head != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: n_embd %d is not a multiple of %d heads", f.path(), hp.n_embd, hp.n_head));
+  }
+  hp.n_rot = hp.head_dim;
+  if (f.Has(a + "rope.dimension_count")) {
+    TG_ASSIGN_OR_RETURN(hp.n_rot, ReadDim(f, a + "rope.dimension_count", hp.head_dim));
+  }
+  if (hp.n_rot % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: odd rope dimension count %d", f.path(), hp.n_rot));
+  }
+  hp.n_ctx_train = 2048;
+  if (f.Has(a + "context_length")) {
+    TG_ASSIGN_OR_RETURN(hp.n_ctx_train, ReadDim(f, a + "context_length", int64_t{1} << 24));
+  }
+  TG_ASSIGN_OR_RETURN(hp.rms_eps, ReadFloat(f, a + "attention.layer_norm_rms_epsilon", 1e-5f));
+  TG_ASSIGN_OR_RETURN(hp.rope_freq_base, ReadFloat(f, a + "rope.freq_base", 10000.0f));
+  if (f.Has(a + "rope.scaling.type")) {
+    TG_ASSIGN_OR_RETURN(std::string type, f.GetString(a + "rope.scaling.type"));
+    if (type == "linear") {
+      TG_ASSIGN_OR_RETURN(float factor, ReadFloat(f, a + "rope.scaling.factor", 1.0f));
+      hp.rope_freq_scale = 1.0f / factor;
+    } else if (type != "none") {
+      return absl::UnimplementedError(
+          absl::StrCat(f.path(), ": rope scaling '", type, "' is not supported (linear, none)"));
+    }
+  }
+  hp.rope_neox = hp.arch == LlamaArch::kQwen2 || hp.arch == LlamaArch::kQwen3;
+  hp.has_qkv_bias = hp.arch == LlamaArch::kQwen2;
+  hp.has_qk_norm = hp.arch == LlamaArch::kQwen3;
+  TG_ASSIGN_OR_RETURN(std::vector<std::string> tokens, f.GetStringArray("tokenizer.ggml.tokens"));
+  hp.n_vocab = static_cast<int64_t>(tokens.size());
+  if (hp.n_vocab == 0 || hp.n_vocab > kMaxVocab) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: vocabulary of %d tokens", f.path(), hp.n_vocab));
+  }
+  return hp;
+}
+
+}  // namespace tg

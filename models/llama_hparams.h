@@ -1,0 +1,45 @@
+// Hyperparameters of a llama-family model (llama, mistral, qwen2, qwen3) read from GGUF
+// metadata, with every value checked for sanity before any memory is sized from it.
+#ifndef TENSORGRID_MODELS_LLAMA_HPARAMS_H_
+#define TENSORGRID_MODELS_LLAMA_HPARAMS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "models/gguf_file.h"
+
+namespace tg {
+
+enum class LlamaArch { kLlama, kMistral, kQwen2, kQwen3 };
+
+struct LlamaHParams {
+  LlamaArch arch = LlamaArch::kLlama;
+  std::string arch_name;  // general.architecture as in the file.
+  int64_t n_vocab = 0;
+  int64_t n_embd = 0;
+  int64_t n_ff = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;  // {arch}.attention.key_length, else n_embd / n_head.
+  int64_t n_rot = 0;     // rotated dims per head.
+  int64_t n_ctx_train = 0;
+  float rms_eps = 1e-5f;
+  float rope_freq_base = 10000.0f;
+  float rope_freq_scale = 1.0f;  // 1 / {arch}.rope.scaling.factor for linear scaling.
+  bool rope_neox = false;        // qwen2/qwen3 rotate (i, i + n_rot/2) pairs.
+  bool has_qkv_bias = false;     // qwen2.
+  bool has_qk_norm = false;      // qwen3.
+
+  int64_t n_embd_q() const { return head_dim * n_head; }
+  int64_t n_embd_kv() const { return head_dim * n_head_kv; }
+};
+
+// INVALID_ARGUMENT naming the key for a missing, mistyped or absurd value;
+// UNIMPLEMENTED for an architecture tensorgrid does not run.
+absl::StatusOr<LlamaHParams> ReadLlamaHParams(const GgufFile& file);
+
+}  // namespace tg
+
+#endif  // TENSORGRID_MODELS_LLAMA_HPARAMS_H_

@@ -1,0 +1,88 @@
+// LlamaModel: a llama-family model loaded from GGUF — hyperparameters, tokenizer, and the
+// weights as tensors in one device's memory (copied out of the mmap'ed file, checked
+// against the shapes the architecture requires). Immutable after Load; thread-safe to read.
+#ifndef TENSORGRID_MODELS_LLAMA_MODEL_H_
+#define TENSORGRID_MODELS_LLAMA_MODEL_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/backend.h"
+#include "core/context.h"
+#include "models/gguf_file.h"
+#include "models/llama_hparams.h"
+#include "models/tokenizer.h"
+
+namespace tg {
+
+struct LlamaLayer {
+  Tensor* attn_norm = nullptr;
+  Tensor* wq = nullptr;
+  Tensor* wk = nullptr;
+  Tensor* wv = nullptr;
+  Tensor* wo = nullptr;
+  Tensor* bq = nullptr;  // qwen2 only.
+  Tensor* bk = nullptr;
+  Tensor* bv = nullptr;
+  Tensor* q_norm = nullptr;  // qwen3 only.
+  Tensor* k_norm = nullptr;
+  Tensor* ffn_norm = nullptr;
+  Tensor* ffn_gate = nullptr;
+  Tensor* ffn_up = nullptr;
+  Tensor* ffn_down = nullptr;
+};
+
+struct LoadOptions {
+  Device* device = nullptr;  // where the weights go; nullptr = the registry's CPU device.
+  // Called with (bytes done, bytes total) while weights are copied.
+  std::function<void(size_t, size_t)> progress;
+};
+
+class LlamaModel {
+ public:
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const std::string& path,
+                                                          const LoadOptions& options = {});
+
+  const LlamaHParams& hparams() const { return hparams_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  Device* device() const { return device_; }
+  const GgufFile& file() const { return *file_; }
+
+  Tensor* tok_embd() const { return tok_embd_; }
+  Tensor* output_norm() const { return output_norm_; }
+  Tensor* output() const { return output_; }  // token_embd when the output is tied.
+  const std::vector<LlamaLayer>& layers() const { return layers_; }
+
+  size_t weight_bytes() const { return weight_bytes_; }
+  int64_t n_params() const { return n_params_; }
+  // A short description for tools: "llama 5L 64d q8_0".
+  std::string Describe() const;
+
+ private:
+  LlamaModel() = default;
+  absl::StatusOr<Tensor*> Weight(const std::string& name, std::initializer_list<int64_t> ne,
+                                 bool required = true);
+  absl::Status CreateWeights();
+  absl::Status UploadWeights(const LoadOptions& options);
+
+  std::unique_ptr<GgufFile> file_;
+  LlamaHParams hparams_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  Device* device_ = nullptr;
+  Context ctx_;
+  std::vector<std::pair<Tensor*, const GgufTensorInfo*>> weights_;
+  std::unique_ptr<Buffer> buffer_;
+  Tensor* tok_embd_ = nullptr;
+  Tensor* output_norm_ = nullptr;
+  Tensor* output_ = nullptr;
+  std::vector<LlamaLayer> layers_;
+  size_t weight_bytes_ = 0;
+  int64_t n_params_ = 0;
+};
+
+}  // namespace tg
+
+#endif  // TENSORGRID_MODELS_LLAMA_MODEL_H_

@@ -1,0 +1,106 @@
+// Tokenizer: text <-> token ids from a GGUF vocabulary (tokenizer.ggml.*), matching
+// llama.cpp's tokenizers: SPM (llama 2 style: space prefix, "▁" for spaces, score-ordered
+// bigram merges, <0xXX> byte fallback) and BPE (gpt2 byte-level with merges, and the llama3
+// ("llama-bpe") and qwen2 pre-tokenizer splits). Immutable after FromGguf; thread-safe.
+#ifndef TENSORGRID_MODELS_TOKENIZER_H_
+#define TENSORGRID_MODELS_TOKENIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "models/gguf_file.h"
+
+namespace tg {
+
+namespace tokenizer_internal {
+
+// What the SPM and BPE implementations share; not for callers.
+
+// Token attribute bits, as llama.cpp's llama_token_attr.
+enum TokenAttr : uint32_t {
+  kAttrUndefined = 0,
+  kAttrUnknown = 1 << 0,
+  kAttrUnused = 1 << 1,
+  kAttrNormal = 1 << 2,
+  kAttrControl = 1 << 3,
+  kAttrUserDefined = 1 << 4,
+  kAttrByte = 1 << 5,
+};
+
+// What both tokenizers read from tokenizer.ggml.*, with llama.cpp's defaults applied.
+struct Vocab {
+  std::vector<std::string> tokens;
+  std::vector<float> scores;    // 0 when the file has none.
+  std::vector<uint32_t> attrs;  // TokenAttr bits per token.
+  absl::flat_hash_map<std::string, int32_t> ids;
+  int32_t bos = -1, eos = -1, unk = -1, eot = -1, eom = -1;
+  bool add_bos = false, add_eos = false, add_space_prefix = false;
+  absl::flat_hash_set<int32_t> eog;
+  // User-defined tokens, longest first: Encode cuts them out of the text before the
+  // tokenizer proper runs, as llama.cpp does even with parse_special = false.
+  std::vector<int32_t> user_defined;
+
+  int32_t Find(absl::string_view text) const;  // -1 when not a token.
+  bool Has(int32_t id, uint32_t attr) const { return (attrs[id] & attr) != 0; }
+};
+
+// The special ids and flags a vocabulary type defaults to when the file does not say.
+struct VocabDefaults {
+  int32_t bos = -1, eos = -1, unk = -1;
+  bool add_bos = false, add_eos = false, add_space_prefix = false;
+};
+absl::StatusOr<Vocab> LoadVocab(const GgufFile& file, const VocabDefaults& defaults);
+
+// A piece of Encode's input: raw text, or a user-defined token found in it.
+struct Fragment {
+  int32_t token = -1;  // -1 for text.
+  absl::string_view text;
+};
+std::vector<Fragment> Partition(const Vocab& vocab, absl::string_view text);
+
+}  // namespace tokenizer_internal
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // Reads tokenizer.ggml.model ("llama" = SPM, "gpt2" = BPE), .pre, .tokens, .scores,
+  // .token_type, .merges, the special ids and add_bos/add_eos/add_space_prefix flags.
+  // INVALID_ARGUMENT naming the key for an unsupported or inconsistent vocabulary.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
+
+  // As llama_tokenize(vocab, text, add_special = add_special, parse_special = false).
+  virtual std::vector<int32_t> Encode(absl::string_view text, bool add_special) const = 0;
+  // The bytes one token stands for, as llama_token_to_piece(..., lstrip 0, special true):
+  // SPM "▁" becomes a space, byte tokens their byte, BPE byte-level chars their bytes.
+  virtual std::string TokenToPiece(int32_t id) const = 0;
+  // Text of `ids`, the inverse of Encode: pieces concatenated, control tokens (BOS, EOS...)
+  // left out, and the space SPM's add_space_prefix put before the text removed again.
+  // Streaming output wants TokenToPiece instead (it keeps every space).
+  std::string Decode(absl::Span<const int32_t> ids) const;
+
+  virtual int32_t n_vocab() const = 0;
+  virtual int32_t bos() const = 0;  // -1 when the vocabulary has none.
+  virtual int32_t eos() const = 0;
+  // End of generation: eos, eot and the like.
+  virtual bool IsEog(int32_t id) const = 0;
+
+ protected:
+  explicit Tokenizer(tokenizer_internal::Vocab vocab) : vocab_(std::move(vocab)) {}
+  const tokenizer_internal::Vocab& vocab() const { return vocab_; }
+
+ private:
+  tokenizer_internal::Vocab vocab_;
+};
+
+}  // namespace tg
+
+#endif  // TENSORGRID_MODELS_TOKENIZER_H_

@@ -1,0 +1,113 @@
+#include "tools/common/json_writer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+
+namespace tg {
+namespace {
+
+// Length of the valid UTF-8 sequence starting at s[i], or 0 when it is invalid.
+size_t Utf8Length(absl::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+  if (len == 0 || i + len > s.size()) return 0;
+  for (size_t k = 1; k < len; ++k) {
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
+  }
+  return len;
+}
+
+}  // namespace
+
+std::string JsonQuote(absl::string_view s) {
+  std::string out = "\"";
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    switch (c) {
+      case '"': out += "\\\""; ++i; continue;
+      case '\\': out += "\\\\"; ++i; continue;
+      case '\n': out += "\\n"; ++i; continue;
+      case '\r': out += "\\r"; ++i; continue;
+      case '\t': out += "\\t"; ++i; continue;
+      default: break;
+    }
+    if (c < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+      ++i;
+      continue;
+    }
+    const size_t len = Utf8Length(s, i);
+    if (len == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD for a broken sequence (e.g. half a multi-byte token).
+      ++i;
+    } else {
+      out.append(s.data() + i, len);
+      i += len;
+    }
+  }
+  out += "\"";
+  return out;
+}
+
+void JsonWriter::Separate() {
+  if (after_key_) {
+    after_key_ = false;
+    return;
+  }
+  if (!first_.empty()) {
+    if (!first_.back()) out_ += ",";
+    first_.back() = false;
+  }
+}
+
+JsonWriter& JsonWriter::BeginObject() {
+  Separate();
+  out_ += "{";
+  first_.push_back(true);
+  return *this;
+}
+JsonWriter& JsonWriter::EndObject() {
+  out_ += "}";
+  first_.pop_back();
+  return *this;
+}
+JsonWriter& JsonWriter::BeginArray() {
+  Separate();
+  out_ += "[";
+  first_.push_back(true);
+  return *this;
+}
+JsonWriter& JsonWriter::EndArray() {
+  out_ += "]";
+  first_.pop_back();
+  return *this;
+}
+JsonWriter& JsonWriter::Key(absl::string_view key) {
+  Separate();
+  out_ += JsonQuote(key) + ":";
+  after_key_ = true;
+  return *this;
+}
+JsonWriter& JsonWriter::String(absl::string_view value) {
+  Separate();
+  out_ += JsonQuote(value);
+  return *this;
+}
+JsonWriter& JsonWriter::Int(int64_t value) {
+  Separate();
+  out_ += absl::StrFormat("%d", value);
+  return *this;
+}
+JsonWriter& JsonWriter::Double(double value) {
+  Separate();
+  out_ += std::isfinite(value) ? absl::StrFormat("%.9g", value) : "null";
+  return *this;
+}
+JsonWriter& JsonWriter::Bool(bool value) {
+  Separate();
+  out_ += value ? "true" : "false";
+  return *this;
+}
+
+}  // namespace tg
