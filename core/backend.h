@@ -88,6 +88,13 @@ class Event {
   virtual absl::Status Synchronize() = 0;  // blocks the host until the event has happened.
 };
 
+// Where a stream's time went since it was created (for tg-bench's per-row breakdown).
+struct StreamStats {
+  double compute_us = 0;   // running kernels.
+  double transfer_us = 0;  // copies between devices, all-reduce.
+  int64_t splits = 0;      // graph pieces run (scheduler splits, per-device subgraphs).
+};
+
 // An execution queue on one device (ggml's "backend" instance).
 class Stream {
  public:
@@ -114,6 +121,8 @@ class Stream {
   }
   // Optional: reorder/fuse nodes before Compute. Default: leave the graph as it is.
   virtual absl::Status OptimizeGraph(Graph& graph) { return absl::OkStatus(); }
+  // Optional: time spent so far. Default: nothing measured.
+  virtual StreamStats stats() const { return {}; }
 };
 
 // All-reduce among devices of one family (NCCL for CUDA). Destroying it frees it.

@@ -10,6 +10,10 @@ namespace {
 
 enum class Mark : uint8_t { kVisiting, kDone };
 
+// Pre-sizing for the visit map: a transformer layer is ~30 tensors, so this covers models of
+// a few dozen layers without rehashing.
+constexpr size_t kTypicalGraphTensors = 1024;
+
 // Iterative DFS (graphs of a big model are deep; no recursion).
 absl::Status Visit(Tensor* root, absl::flat_hash_map<Tensor*, Mark>& marks, Graph& g,
                    size_t max_nodes) {
@@ -60,13 +64,21 @@ uint64_t Mix(uint64_t h, uint64_t v) {
 absl::StatusOr<Graph> BuildGraph(absl::Span<Tensor* const> outputs, size_t max_nodes) {
   Graph g;
   absl::flat_hash_map<Tensor*, Mark> marks;
+  marks.reserve(kTypicalGraphTensors);
   for (Tensor* out : outputs) {
     if (out == nullptr) return absl::InvalidArgumentError("BuildGraph: null output");
     if (absl::Status s = Visit(out, marks, g, max_nodes); !s.ok()) return s;
     out->flags |= kFlagOutput;
   }
-  g.uid = TopologyUid(g);
   return g;
+}
+
+uint64_t Graph::uid() const {
+  if (!uid_valid_) {
+    uid_ = TopologyUid(*this);
+    uid_valid_ = true;
+  }
+  return uid_;
 }
 
 uint64_t TopologyUid(const Graph& graph) {

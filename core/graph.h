@@ -14,17 +14,25 @@
 
 namespace tg {
 
-struct Graph {
+class Graph {
+ public:
   std::vector<Tensor*> nodes;  // op != NONE, topologically ordered.
   std::vector<Tensor*> leafs;  // op == NONE.
-  uint64_t uid = 0;
+
+  // The topology hash (TopologyUid), computed on first use: local devices never need it,
+  // and hashing every node each decode step would cost more than some kernels.
+  uint64_t uid() const;
+
+ private:
+  mutable uint64_t uid_ = 0;
+  mutable bool uid_valid_ = false;
 };
 
 // Collects everything `outputs` depend on (sources and view bases). Fails on a cycle or on
 // more than max_nodes tensors. Outputs are flagged kFlagOutput.
 absl::StatusOr<Graph> BuildGraph(absl::Span<Tensor* const> outputs, size_t max_nodes = 1 << 20);
 
-// The topology hash BuildGraph stores in Graph::uid.
+// The topology hash behind Graph::uid().
 uint64_t TopologyUid(const Graph& graph);
 
 }  // namespace tg

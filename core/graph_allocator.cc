@@ -84,6 +84,7 @@ bool GraphAllocator::Owns(const Tensor& t) const {
 absl::StatusOr<AllocationPlan> GraphAllocator::Plan(const Graph& graph) const {
   // Last node index that reads each tensor's memory (through any view of it).
   absl::flat_hash_map<const Tensor*, size_t> last_use;
+  last_use.reserve(graph.nodes.size() + graph.leafs.size());
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     Tensor* node = graph.nodes[i];
     last_use[Owner(node)] = i;
@@ -94,6 +95,8 @@ absl::StatusOr<AllocationPlan> GraphAllocator::Plan(const Graph& graph) const {
   FreeList free_list(type_->alignment());
   AllocationPlan plan;
   absl::flat_hash_map<const Tensor*, std::pair<size_t, size_t>> live;  // offset, size
+  live.reserve(graph.nodes.size() + graph.leafs.size());
+  plan.offsets.reserve(graph.nodes.size() + graph.leafs.size());
   auto alloc = [&](Tensor* t) {
     const size_t size = type_->AllocSize(*t);
     const size_t offset = free_list.Alloc(size);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 
 namespace tg {
@@ -155,6 +156,30 @@ void PutValue(Sink& sink, GgufType type, const GgufValue& v) {
   }
 }
 
+// Bytes of a tensor of this shape; INVALID_ARGUMENT for a shape GgufFile would reject.
+absl::StatusOr<uint64_t> TensorBytes(const std::string& what, DType type,
+                                     absl::Span<const int64_t> ne) {
+  if (ne.size() > kMaxDims) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " has ", ne.size(), " dimensions"));
+  }
+  for (int64_t n : ne) {
+    if (n < 0) return absl::InvalidArgumentError(absl::StrCat(what, " has a negative dimension"));
+  }
+  const int64_t ne0 = ne.empty() ? 1 : ne[0];
+  if (ne0 % BlockSize(type) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " row length ", ne0,
+                                                   " is not a multiple of the ", DTypeName(type),
+                                                   " block size ", BlockSize(type)));
+  }
+  uint64_t nbytes = RowBytes(type, ne0);
+  for (size_t d = 1; d < ne.size(); ++d) {
+    if (__builtin_mul_overflow(nbytes, static_cast<uint64_t>(ne[d]), &nbytes)) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " is too large"));
+    }
+  }
+  return nbytes;
+}
+
 GgufValue Scalar(GgufType type, decltype(GgufValue::scalar) scalar) {
   GgufValue v;
   v.type = type;
@@ -234,28 +259,11 @@ absl::Status GgufWriter::AddTensor(absl::string_view name, DType type, absl::Spa
   for (const PendingTensor& t : tensors_) {
     if (t.name == name) return absl::InvalidArgumentError(absl::StrCat("duplicate ", what));
   }
-  if (ne.size() > kMaxDims) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " has ", ne.size(), " dimensions"));
-  }
-  const int64_t ne0 = ne.empty() ? 1 : ne[0];
-  if (ne0 % BlockSize(type) != 0) {
+  absl::StatusOr<uint64_t> nbytes = TensorBytes(what, type, ne);
+  if (!nbytes.ok()) return nbytes.status();
+  if (data.size() != *nbytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, " row length ", ne0, " is not a multiple of the block size"));
-  }
-  uint64_t nbytes = 0;
-  for (size_t d = 0; d < ne.size(); ++d) {
-    if (ne[d] < 0) return absl::InvalidArgumentError(absl::StrCat(what, " has a negative dim"));
-    const uint64_t factor = d == 0 ? RowBytes(type, ne[0]) : static_cast<uint64_t>(ne[d]);
-    if (d == 0) {
-      nbytes = factor;
-    } else if (__builtin_mul_overflow(nbytes, factor, &nbytes)) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " is too large"));
-    }
-  }
-  if (ne.empty()) nbytes = RowBytes(type, 1);
-  if (data.size() != nbytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " has ", data.size(), " bytes of data, expected ", nbytes));
+        absl::StrCat(what, " has ", data.size(), " bytes of data, expected ", *nbytes));
   }
   tensors_.push_back(
       {std::string(name), type, std::vector<int64_t>(ne.begin(), ne.end()), std::move(data)});

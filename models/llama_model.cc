@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "core/registry.h"
 #include "core/status_macros.h"
+#include "models/llama_tensor_split.h"
 
 namespace tg {
 
@@ -21,11 +22,32 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
                                                       path, m->tokenizer_->n_vocab(),
                                                       m->hparams_.n_vocab));
   }
-  m->device_ = options.device != nullptr ? options.device : Registry::Get().CpuDevice();
-  if (m->device_ == nullptr) return absl::FailedPreconditionError("no device to load weights on");
+  TG_RETURN_IF_ERROR(m->ChooseDevices(options));
   TG_RETURN_IF_ERROR(m->CreateWeights());
   TG_RETURN_IF_ERROR(m->UploadWeights(options));
   return m;
+}
+
+absl::Status LlamaModel::ChooseDevices(const LoadOptions& options) {
+  plan_ = options.plan;
+  if (plan_.devices.empty()) {
+    Device* d = options.device != nullptr ? options.device : Registry::Get().CpuDevice();
+    if (d == nullptr) return absl::FailedPreconditionError("no device to load weights on");
+    plan_ = DevicePlan{SplitMode::kNone, {d}, {1.0f}};
+  }
+  switch (plan_.mode) {
+    case SplitMode::kNone:
+      device_ = plan_.devices[0];
+      return absl::OkStatus();
+    case SplitMode::kTensor: {
+      TG_ASSIGN_OR_RETURN(owned_device_, CreateTensorSplitDevice(hparams_, plan_));
+      device_ = owned_device_.get();
+      return absl::OkStatus();
+    }
+    case SplitMode::kLayer:
+      return absl::UnimplementedError("--split-mode layer is not implemented yet");
+  }
+  return absl::InvalidArgumentError("unknown split mode");
 }
 
 absl::StatusOr<Tensor*> LlamaModel::Weight(const std::string& name,

@@ -14,6 +14,7 @@
 #include "core/context.h"
 #include "models/gguf_file.h"
 #include "models/llama_hparams.h"
+#include "models/split_mode.h"
 #include "models/tokenizer.h"
 
 namespace tg {
@@ -36,7 +37,9 @@ struct LlamaLayer {
 };
 
 struct LoadOptions {
-  Device* device = nullptr;  // where the weights go; nullptr = the registry's CPU device.
+  // Where the weights go. An empty plan means one device: `device`, else the registry's CPU.
+  DevicePlan plan;
+  Device* device = nullptr;
   // Called with (bytes done, bytes total) while weights are copied.
   std::function<void(size_t, size_t)> progress;
 };
@@ -48,7 +51,10 @@ class LlamaModel {
 
   const LlamaHParams& hparams() const { return hparams_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
+  // The device graphs run on: the single device, or for --split-mode tensor the meta device
+  // that spreads every tensor over the plan's devices.
   Device* device() const { return device_; }
+  const DevicePlan& plan() const { return plan_; }
   const GgufFile& file() const { return *file_; }
 
   Tensor* tok_embd() const { return tok_embd_; }
@@ -63,12 +69,15 @@ class LlamaModel {
 
  private:
   LlamaModel() = default;
+  absl::Status ChooseDevices(const LoadOptions& options);
   absl::StatusOr<Tensor*> Weight(const std::string& name, std::initializer_list<int64_t> ne,
                                  bool required = true);
   absl::Status CreateWeights();
   absl::Status UploadWeights(const LoadOptions& options);
 
   std::unique_ptr<GgufFile> file_;
+  DevicePlan plan_;
+  std::unique_ptr<Device> owned_device_;  // the meta device of a tensor split.
   LlamaHParams hparams_;
   std::unique_ptr<Tokenizer> tokenizer_;
   Device* device_ = nullptr;

@@ -69,7 +69,7 @@ TEST(GraphTest, UidTracksTopologyOnly) {
     Tensor* a = *ctx->NewTensor(DType::kF32, {n, 3});
     Tensor* out = *Scale(*ctx, *Silu(*ctx, a), scale);
     out->SetName(name);
-    uint64_t uid = BuildGraph({out})->uid;
+    uint64_t uid = BuildGraph({out})->uid();
     return uid;
   };
   EXPECT_EQ(build(8, 2.0f, "x"), build(8, 2.0f, "y"));

@@ -33,9 +33,12 @@ uint64_t TouchMetadata(const tg::GgufFile& f) {
 // Reads every byte of every tensor; out-of-bounds data would trip AddressSanitizer.
 uint64_t TouchTensors(const tg::GgufFile& f) {
   uint64_t sum = 0;
+  const uint8_t* end = f.bytes().data() + f.bytes().size();
   for (const tg::GgufTensorInfo& t : f.tensors()) {
     if (f.FindTensor(t.name) != &t) std::abort();
     if (t.n_dims < 0 || t.n_dims > 4) std::abort();
+    // Inside the data section, not merely inside the buffer (which ASan alone would check).
+    if (t.data < f.data_section() || t.nbytes > static_cast<size_t>(end - t.data)) std::abort();
     for (size_t i = 0; i < t.nbytes; ++i) sum += t.data[i];
   }
   return sum;
@@ -46,7 +49,13 @@ uint64_t TouchTensors(const tg::GgufFile& f) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<std::unique_ptr<tg::GgufFile>> f = tg::GgufFile::FromBytes({data, size});
   if (!f.ok()) return 0;
-  volatile uint64_t sink = TouchMetadata(**f) + TouchTensors(**f);
+  const tg::GgufFile& g = **f;
+  const uint8_t* end = g.bytes().data() + g.bytes().size();
+  if (g.data_section() < g.bytes().data() || g.data_section() > end) std::abort();
+  if (g.version() < 2 || g.version() > 3 || (g.alignment() & (g.alignment() - 1)) != 0) {
+    std::abort();
+  }
+  volatile uint64_t sink = TouchMetadata(g) + TouchTensors(g);
   (void)sink;
   return 0;
 }

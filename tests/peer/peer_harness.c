@@ -218,6 +218,15 @@ static struct llama_context* MakeContext(struct llama_model* model, int n_prompt
   cp.n_threads = Threads();
   cp.n_threads_batch = cp.n_threads;
   cp.no_perf = 1;
+  // TG_PEER_KV_F32=1: an F32 KV cache and no flash attention, so llama.cpp's attention is exact
+  // F32 (its default F16 cache with CPU flash attention rounds Q and the V accumulator to F16,
+  // ~4e-3 off an exact result on stories260K).
+  const char* kv_f32 = getenv("TG_PEER_KV_F32");
+  if (kv_f32 != NULL && strcmp(kv_f32, "1") == 0) {
+    cp.type_k = GGML_TYPE_F32;
+    cp.type_v = GGML_TYPE_F32;
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  }
   return llama_init_from_model(model, cp);
 }
 

@@ -21,6 +21,7 @@
 #include "models/llama_session.h"
 #include "tools/common/arg_parser.h"
 #include "tools/common/demo_model.h"
+#include "tools/common/device_flags.h"
 #include "tools/common/json_writer.h"
 
 namespace tg {
@@ -31,6 +32,7 @@ struct BenchFlags {
   std::string n_prompt = "512";
   std::string n_gen = "128";
   std::string threads = "";
+  DeviceFlags devices;
   int64_t reps = 5;
   int64_t batch = 512;
   std::string output = "md";
@@ -91,9 +93,18 @@ absl::StatusOr<double> RunOnce(LlamaSession& session, int64_t n_prompt, int64_t 
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Applies a thread count to every CPU device the model uses (streams read it at creation).
+void SetCpuThreads(const LlamaModel& model, int64_t threads) {
+  for (Device* d : model.plan().devices) {
+    if (auto* cpu = dynamic_cast<cpu::CpuDevice*>(d); cpu != nullptr) {
+      cpu->set_n_threads(static_cast<int>(threads));
+    }
+  }
+}
+
 absl::StatusOr<TestResult> RunTest(const LlamaModel& model, int64_t n_prompt, int64_t n_gen,
                                    int64_t threads, const BenchFlags& f) {
-  static_cast<cpu::CpuDevice*>(model.device())->set_n_threads(static_cast<int>(threads));
+  SetCpuThreads(model, threads);
   SessionOptions so;
   so.n_ctx = std::max<int64_t>(n_prompt + n_gen + 16, 256);
   so.n_batch = f.batch;
@@ -173,9 +184,13 @@ absl::Status Run(const BenchFlags& f) {
   if (f.reps < 1) return absl::InvalidArgumentError("-r must be at least 1");
   TG_ASSIGN_OR_RETURN(std::vector<int64_t> pps, ParseList(f.n_prompt, "-p"));
   TG_ASSIGN_OR_RETURN(std::vector<int64_t> tgs, ParseList(f.n_gen, "-n"));
-  TG_RETURN_IF_ERROR(RegisterBuiltinBackends());
-  Device* device = Registry::Get().CpuDevice();
-  std::vector<int64_t> threads = {static_cast<cpu::CpuDevice*>(device)->n_threads()};
+  TG_ASSIGN_OR_RETURN(DevicePlan plan, ResolveDevicePlan(f.devices));
+  if (f.devices.list_devices) {
+    std::printf("%s", DescribeDevices().c_str());
+    return absl::OkStatus();
+  }
+  auto* first_cpu = dynamic_cast<cpu::CpuDevice*>(plan.devices[0]);
+  std::vector<int64_t> threads = {first_cpu != nullptr ? first_cpu->n_threads() : 1};
   if (!f.threads.empty()) {
     TG_ASSIGN_OR_RETURN(threads, ParseList(f.threads, "-t"));
   }
@@ -184,7 +199,7 @@ absl::Status Run(const BenchFlags& f) {
     TG_ASSIGN_OR_RETURN(path, EnsureDemoModel(TG_DEMO_MODEL_DIR));
   }
   LoadOptions lo;
-  lo.device = device;
+  lo.plan = plan;
   TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::Load(path, lo));
   std::vector<TestResult> results;
   for (int64_t t : threads) {
@@ -216,6 +231,10 @@ int main(int argc, char** argv) {
   p.AddString("-p", "--n-prompt", &f.n_prompt, "prompt sizes, comma-separated (default 512)");
   p.AddString("-n", "--n-gen", &f.n_gen, "generation lengths, comma-separated (default 128)");
   p.AddString("-t", "--threads", &f.threads, "thread counts, comma-separated (default: all)");
+  p.AddString("-sm", "--split-mode", &f.devices.split_mode, "none (default), layer or tensor");
+  p.AddString("-ts", "--tensor-split", &f.devices.tensor_split, "proportions per device, e.g. 3,1");
+  p.AddString(nullptr, "--device", &f.devices.devices, "devices to use, e.g. CPU0,CPU1");
+  p.AddBool(nullptr, "--list-devices", &f.devices.list_devices, "list the devices and exit");
   p.AddInt("-r", "--repetitions", &f.reps, "repetitions per test (default 5)");
   p.AddInt("-b", "--batch-size", &f.batch, "prompt tokens per graph (default 512)");
   p.AddString("-o", "--output", &f.output, "md (default), csv or json");

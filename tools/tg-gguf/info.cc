@@ -14,25 +14,30 @@ namespace {
 
 constexpr size_t kMaxShownStringBytes = 64;  // chat templates can be kilobytes long.
 constexpr size_t kMaxShownElems = 6;         // of arrays (vocabularies have 100k+ entries).
+constexpr size_t kMaxNameBytes = 256;        // of keys and tensor names (64 KiB allowed).
 
-// Quotes `s`, escaping quotes, backslashes and control bytes (a hostile file must not be
-// able to send terminal escape sequences); UTF-8 passes through. Long strings are cut.
-std::string Quote(const std::string& s) {
-  std::string out = "\"";
-  const size_t shown = std::min(s.size(), kMaxShownStringBytes);
+// `s` with quotes, backslashes and control bytes escaped (a hostile file must not be able to
+// send terminal escape sequences); UTF-8 passes through. Cut after `max_bytes`.
+std::string Printable(const std::string& s, size_t max_bytes) {
+  std::string out;
+  const size_t shown = std::min(s.size(), max_bytes);
   for (size_t i = 0; i < shown; ++i) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
     if (c == '"' || c == '\\') {
-      absl::StrAppend(&out, "\\", std::string(1, static_cast<char>(c)));
+      out.push_back('\\');
+      out.push_back(static_cast<char>(c));
     } else if (c < 0x20 || c == 0x7F) {
       absl::StrAppend(&out, absl::StrFormat("\\x%02X", c));
     } else {
       out.push_back(static_cast<char>(c));
     }
   }
-  out += "\"";
   if (shown < s.size()) absl::StrAppend(&out, "... (", s.size(), " bytes)");
   return out;
+}
+
+std::string Quote(const std::string& s) {
+  return absl::StrCat("\"", Printable(s, kMaxShownStringBytes), "\"");
 }
 
 std::string FormatScalar(const GgufValue& v) {
@@ -57,13 +62,13 @@ void PrintMetadata(const GgufFile& f, std::FILE* out) {
   size_t key_width = 0;
   size_t type_width = 0;
   for (const auto& [key, value] : f.metadata()) {
-    key_width = std::max(key_width, key.size());
+    key_width = std::max(key_width, Printable(key, kMaxNameBytes).size());
     type_width = std::max(type_width, TypeLabel(value).size());
   }
   absl::FPrintF(out, "metadata   %d keys\n", f.metadata().size());
   for (const auto& [key, value] : f.metadata()) {
-    absl::FPrintF(out, "  %-*s  %-*s  %s\n", key_width, key, type_width, TypeLabel(value),
-                  FormatValue(value));
+    absl::FPrintF(out, "  %-*s  %-*s  %s\n", key_width, Printable(key, kMaxNameBytes), type_width,
+                  TypeLabel(value), FormatValue(value));
   }
 }
 
@@ -71,7 +76,7 @@ void PrintTensors(const GgufFile& f, std::FILE* out) {
   size_t name_width = 4;
   size_t shape_width = 5;
   for (const GgufTensorInfo& t : f.tensors()) {
-    name_width = std::max(name_width, t.name.size());
+    name_width = std::max(name_width, Printable(t.name, kMaxNameBytes).size());
     shape_width = std::max(shape_width, ShapeText(t).size());
   }
   absl::FPrintF(out, "tensors    %d\n", f.tensors().size());
@@ -80,10 +85,12 @@ void PrintTensors(const GgufFile& f, std::FILE* out) {
   uint64_t bytes = 0;
   int64_t elements = 0;
   for (const GgufTensorInfo& t : f.tensors()) {
-    absl::FPrintF(out, "  %-*s  %-5s  %-*s  %12d  %12d\n", name_width, t.name, DTypeName(t.type),
-                  shape_width, ShapeText(t), t.offset, t.nbytes);
+    absl::FPrintF(out, "  %-*s  %-5s  %-*s  %12d  %12d\n", name_width,
+                  Printable(t.name, kMaxNameBytes), DTypeName(t.type), shape_width, ShapeText(t),
+                  t.offset, t.nbytes);
     bytes += t.nbytes;
-    elements += t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];  // fits: validated by the reader.
+    // No overflow: tensors do not overlap inside the file and take >= 0.5 byte per element.
+    elements += t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
   }
   absl::FPrintF(out, "total      %d tensors, %d elements (%.2fM), %d bytes (%.2f MiB)\n",
                 f.tensors().size(), elements, static_cast<double>(elements) / 1e6, bytes,
@@ -97,8 +104,9 @@ std::string FormatValue(const GgufValue& value) {
   std::vector<std::string> shown;
   const size_t n = std::min(value.array.size(), kMaxShownElems);
   for (size_t i = 0; i < n; ++i) shown.push_back(FormatValue(value.array[i]));
-  if (n < value.array.size())
+  if (n < value.array.size()) {
     shown.push_back(absl::StrCat("... (", value.array.size(), " in all)"));
+  }
   return absl::StrCat("[", absl::StrJoin(shown, ", "), "]");
 }
 

@@ -2,6 +2,8 @@
 // tensor list with per-tensor type fallback, random weights, one atomic write.
 #include "tools/tg-gguf/synth.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -28,6 +30,7 @@ constexpr uint32_t kAlignment = 32;
 constexpr uint32_t kQuantizationVersion = 2;  // ggml's GGML_QNT_VERSION for current blocks.
 constexpr size_t kFallbackNamesShown = 4;
 constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kGiB = 1024.0 * kMiB;
 
 struct TensorSpec {
   std::string name;
@@ -101,6 +104,25 @@ struct SynthStats {
   std::vector<std::pair<std::string, DType>> fallbacks;  // not stored in the requested type.
 };
 
+// The writer holds every tensor until the file is written: refuse what cannot fit in memory
+// rather than dying in the allocator half-way.
+absl::Status CheckFitsInMemory(const SynthOptions& o) {
+  uint64_t bytes = 0;
+  for (const TensorSpec& s : LlamaTensors(o.dims)) {
+    const DType type = s.norm ? DType::kF32 : StorageType(o.type, s.ne0);
+    bytes += RowBytes(type, s.ne0) * static_cast<uint64_t>(s.ne1);  // dims <= 2^20: no overflow.
+  }
+  const uint64_t memory = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+                          static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  if (bytes > memory) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the model takes %.1f GiB, more than this machine's memory (%.1f GiB); synth builds it "
+        "in memory",
+        static_cast<double>(bytes) / kGiB, static_cast<double>(memory) / kGiB));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AddTensors(const SynthOptions& o, GgufWriter* w, SynthStats* stats) {
   for (const TensorSpec& s : LlamaTensors(o.dims)) {
     const DType type = s.norm ? DType::kF32 : StorageType(o.type, s.ne0);
@@ -152,6 +174,7 @@ void PrintSummary(const SynthOptions& o, const SynthStats& st, size_t n_tensors,
 }  // namespace
 
 absl::Status RunSynth(const SynthOptions& opts, std::FILE* out) {
+  TG_RETURN_IF_ERROR(CheckFitsInMemory(opts));
   const auto start = std::chrono::steady_clock::now();
   GgufWriter w(kAlignment);
   SetModelMetadata(opts, &w);

@@ -2,6 +2,7 @@
 // or printing one JSON object with tokens, top logits and timings (--json).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -9,14 +10,12 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "backends/cpu/cpu_device.h"
-#include "backends/register_builtin.h"
-#include "core/registry.h"
 #include "core/status_macros.h"
 #include "models/llama_model.h"
 #include "models/llama_session.h"
 #include "models/sampler.h"
 #include "tools/common/demo_model.h"
+#include "tools/common/device_flags.h"
 #include "tools/common/json_writer.h"
 #include "tools/common/arg_parser.h"
 
@@ -31,13 +30,16 @@ struct RunFlags {
   int64_t top_k = 40;
   float top_p = 0.95f;
   int64_t seed = -1;
-  int64_t threads = 0;
+  DeviceFlags devices;
   int64_t ctx = 0;
   int64_t batch = 512;
   std::string kv_type = "f16";
   bool json = false;
   int64_t top_logits = 5;
 };
+
+// Set once text has gone to stdout, so that an error starts on a line of its own.
+bool g_streamed = false;
 
 double Ms(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -58,6 +60,8 @@ struct Result {
   std::vector<int32_t> tokens;
   std::string text;
   std::vector<std::pair<float, int32_t>> top;
+  float logit_min = 0;  // over the whole vocabulary at the first generated position.
+  float logit_max = 0;
   double prompt_ms = 0;
   double gen_ms = 0;
 };
@@ -74,12 +78,18 @@ absl::Status Generate(const RunFlags& f, const LlamaModel& model, LlamaSession& 
   so.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed)
                         : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   Sampler sampler(so);
-  if (!f.json) std::fputs(f.prompt.c_str(), stdout);
+  if (!f.json) {
+    std::fputs(f.prompt.c_str(), stdout);
+    g_streamed = true;
+  }
   auto t0 = std::chrono::steady_clock::now();
   TG_ASSIGN_OR_RETURN(absl::Span<const float> logits, session.Decode(r->prompt_tokens));
   auto t1 = std::chrono::steady_clock::now();
   r->prompt_ms = Ms(t0, t1);
   r->top = TopK(logits, static_cast<int32_t>(f.top_logits));
+  const auto [lo, hi] = std::minmax_element(logits.begin(), logits.end());
+  r->logit_min = *lo;
+  r->logit_max = *hi;
   for (int64_t i = 0; i < f.n_predict; ++i) {
     const int32_t next = sampler.Sample(logits);
     r->tokens.push_back(next);
@@ -104,6 +114,7 @@ void PrintJson(const Result& r) {
   for (int32_t t : r.tokens) j.Int(t);
   j.EndArray().Key("text").String(r.text).Key("top_logits").BeginArray();
   for (const auto& [logit, id] : r.top) j.BeginArray().Int(id).Double(logit).EndArray();
+  j.EndArray().Key("logit_range").BeginArray().Double(r.logit_min).Double(r.logit_max);
   const double n_gen = static_cast<double>(r.tokens.size());
   j.EndArray().Key("timings").BeginObject();
   j.Key("prompt_ms").Double(r.prompt_ms).Key("gen_ms").Double(r.gen_ms);
@@ -115,16 +126,18 @@ void PrintJson(const Result& r) {
 }
 
 absl::Status Run(const RunFlags& f) {
-  TG_RETURN_IF_ERROR(RegisterBuiltinBackends());
-  Device* device = Registry::Get().CpuDevice();
-  if (f.threads > 0) static_cast<cpu::CpuDevice*>(device)->set_n_threads(static_cast<int>(f.threads));
+  TG_ASSIGN_OR_RETURN(DevicePlan plan, ResolveDevicePlan(f.devices));
+  if (f.devices.list_devices) {
+    std::printf("%s", DescribeDevices().c_str());
+    return absl::OkStatus();
+  }
   std::string path = f.model;
   if (path.empty()) {
     TG_ASSIGN_OR_RETURN(path, EnsureDemoModel(TG_DEMO_MODEL_DIR));
     std::fprintf(stderr, "tg-run: no -m given; using the synthetic demo model %s\n", path.c_str());
   }
   LoadOptions lo;
-  lo.device = device;
+  lo.plan = plan;
   lo.progress = ProgressBar;
   TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::Load(path, lo));
   TG_ASSIGN_OR_RETURN(DType kv_type, ParseDType(f.kv_type));
@@ -160,7 +173,7 @@ int main(int argc, char** argv) {
   p.AddInt(nullptr, "--top-k", &f.top_k, "top-k (default 40; 0 = off)");
   p.AddFloat(nullptr, "--top-p", &f.top_p, "top-p (default 0.95; 1 = off)");
   p.AddInt("-s", "--seed", &f.seed, "sampling seed (default: random)");
-  p.AddInt("-t", "--threads", &f.threads, "CPU threads (default: all)");
+  tg::AddDeviceFlags(p, &f.devices);
   p.AddInt("-c", "--ctx-size", &f.ctx, "context size (default: the model's, at most 4096)");
   p.AddInt("-b", "--batch-size", &f.batch, "prompt tokens per graph (default 512)");
   p.AddString(nullptr, "--kv-type", &f.kv_type, "KV cache type: f16 (default) or f32");
@@ -179,7 +192,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (absl::Status s = tg::Run(f); !s.ok()) {
-    std::fprintf(stderr, "\ntg-run: error: %s\n", std::string(s.message()).c_str());
+    std::fflush(stdout);
+    std::fprintf(stderr, "%stg-run: error: %s\n", tg::g_streamed ? "\n" : "",
+                 std::string(s.message()).c_str());
     return 1;
   }
   return 0;

@@ -28,10 +28,9 @@ constexpr int64_t kGemmMinCols = 16;
 constexpr int64_t kGemmMinRows = 32;
 // Activation rows converted per column block: what stays in L2 next to the weight tiles.
 constexpr size_t kColumnBlockBytes = 256 * 1024;
-// Up to this many activation rows, tiles take one weight row at a time: each thread then
-// reads its weight rows as one sequential stream. Interleaving several rows (several
-// streams per thread) measured at half the DRAM throughput on Zen 4, and with few columns
-// the activations are L1 hits anyway, so sharing their loads between rows gains nothing.
+// Up to this many activation rows, tiles take the kernel's streaming_rows weight rows (1 for
+// the quantized types, so each thread reads its weights as one sequential stream: four
+// interleaved rows measured at half the DRAM throughput on Zen 4).
 constexpr int64_t kStreamingMaxCols = 16;
 
 size_t RoundUp(size_t x, size_t to) { return (x + to - 1) / to * to; }
@@ -118,7 +117,9 @@ int64_t ColumnBlock(size_t act_stride, int64_t n) {
   return std::min(block, std::max<int64_t>(n, 1));
 }
 
-int64_t TileRows(int64_t n) { return n <= kStreamingMaxCols ? 1 : kMaxTileRows; }
+int64_t TileRows(const DotKernels& kern, int64_t n) {
+  return n <= kStreamingMaxCols ? kern.streaming_rows : kMaxTileRows;
+}
 
 // Runs the tile kernel over weight rows [row0, row0 + rows) and `cols` activation columns
 // given by pointers.
@@ -161,7 +162,7 @@ void ComputeMulMat(const ComputeParams& p, Tensor* dst) {
 
   const int64_t k = a->ne[0], m = a->ne[1], n = b->ne[1];
   const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
-  const int64_t tile_rows = TileRows(n);
+  const int64_t tile_rows = TileRows(kern, n);
   const int64_t row_tiles = (m + tile_rows - 1) / tile_rows;
   const int64_t col_block = ColumnBlock(act.nb1, n);
   const int64_t col_blocks = (n + col_block - 1) / col_block;
@@ -281,7 +282,7 @@ void ComputeMulMatId(const ComputeParams& p, Tensor* dst) {
   if (!NeedsConversion(kern, b)) p.Sync();  // the groups must be complete either way.
 
   // Tokens per expert are few in decode, many in prefill: one tiling for the whole node.
-  const int64_t tile_rows = TileRows(n_slots / std::max<int64_t>(n_experts, 1));
+  const int64_t tile_rows = TileRows(kern, n_slots / std::max<int64_t>(n_experts, 1));
   const int64_t row_tiles = (m + tile_rows - 1) / tile_rows;
   const int64_t col_block = ColumnBlock(act.nb1, n_slots);
   int64_t total = 0;

@@ -160,13 +160,13 @@ void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const
   }
 }
 
-constexpr DotKernels kF32{nullptr, F32RowBytes, Tile<DotF32>};
-constexpr DotKernels kF16{nullptr, F32RowBytes, Tile<DotF16>};
-constexpr DotKernels kBF16{nullptr, F32RowBytes, Tile<DotBF16>};
-constexpr DotKernels kQ8_0{FromF32Q8_0, Q8_0RowBytes, Tile<DotQ8_0>};
-constexpr DotKernels kQ4_0{FromF32Q8_0, Q8_0RowBytes, Tile<DotQ4_0>};
-constexpr DotKernels kQ4_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ4_K>};
-constexpr DotKernels kQ6_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ6_K>};
+constexpr DotKernels kF32{nullptr, F32RowBytes, Tile<DotF32>, kMaxTileRows};
+constexpr DotKernels kF16{nullptr, F32RowBytes, Tile<DotF16>, kMaxTileRows};
+constexpr DotKernels kBF16{nullptr, F32RowBytes, Tile<DotBF16>, kMaxTileRows};
+constexpr DotKernels kQ8_0{FromF32Q8_0, Q8_0RowBytes, Tile<DotQ8_0>, 1};
+constexpr DotKernels kQ4_0{FromF32Q8_0, Q8_0RowBytes, Tile<DotQ4_0>, 1};
+constexpr DotKernels kQ4_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ4_K>, 1};
+constexpr DotKernels kQ6_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ6_K>, 1};
 
 }  // namespace
 

@@ -49,9 +49,13 @@ using DotTileFn = void (*)(int64_t k, const void* a, size_t a_stride, int rows,
                            const void* const* b, int cols, float* const* c);
 
 struct DotKernels {
-  ActFromF32Fn from_f32;                // nullptr: activations are plain f32 rows.
-  size_t (*act_row_bytes)(int64_t k);   // bytes of one converted row.
+  ActFromF32Fn from_f32;               // nullptr: activations are plain f32 rows.
+  size_t (*act_row_bytes)(int64_t k);  // bytes of one converted row.
   DotTileFn tile;
+  // Weight rows per tile when there are few activation rows (decode). 1 keeps each thread
+  // on one sequential stream, which DRAM serves best; kernels whose activation rows are
+  // too big for L1 share them between more rows instead.
+  int streaming_rows;
 };
 
 // The fastest kernels of this build for weights of `type` (any DType but I32).

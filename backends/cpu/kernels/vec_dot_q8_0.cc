@@ -102,7 +102,7 @@ void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const
 
 }  // namespace
 
-const DotKernels kDotQ8_0{FromF32, ActRowBytes, Tile};
+const DotKernels kDotQ8_0{FromF32, ActRowBytes, Tile, 1};
 
 }  // namespace tg::cpu::simd
 

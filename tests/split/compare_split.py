@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Runs tg-run once with -sm none and once with split arguments, and compares.
+
+  compare_split.py --tg-run PATH --model MODEL --devices N [--n 64] [--tol 1e-4]
+                   -- -sm layer -ts 3,1
+
+Both runs use TG_CPU_DEVICES=N, greedy decoding, --kv-type f32 and --json. Passes when the
+greedy tokens are identical and every top-K logit is within --tol. Exit 0 pass, 1 mismatch,
+77 skipped (model missing).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+
+def run(tg_run, model, n, top, devices, extra):
+    env = dict(os.environ, TG_CPU_DEVICES=str(devices))
+    cmd = [tg_run, "-m", model, "-n", str(n), "--temp", "0", "--json", "--top-logits", str(top),
+           "--kv-type", "f32"] + extra
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        print(f"FAIL: {' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()}")
+        return None
+    return json.loads(p.stdout)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tg-run", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--devices", type=int, required=True)
+    ap.add_argument("--n", type=int, default=64)
+    ap.add_argument("--top", type=int, default=5)
+    ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("split_args", nargs=argparse.REMAINDER)
+    a = ap.parse_args()
+    extra = [x for x in a.split_args if x != "--"]
+    if not os.path.exists(a.model):
+        print(f"skipped: model {a.model} not found")
+        return 77
+    base = run(a.tg_run, a.model, a.n, a.top, a.devices, ["-sm", "none", "--device", "CPU0"]
+               if a.devices > 1 else ["-sm", "none"])
+    split = run(a.tg_run, a.model, a.n, a.top, a.devices, extra)
+    if base is None or split is None:
+        return 1
+    ok = True
+    base_top = {int(i): v for i, v in base["top_logits"]}
+    worst = 0.0
+    for i, v in split["top_logits"]:
+        if int(i) not in base_top:
+            print(f"FAIL: id {i} in the split run's top-{a.top} but not in -sm none's")
+            ok = False
+            continue
+        worst = max(worst, abs(v - base_top[int(i)]))
+    if worst > a.tol:
+        print(f"FAIL: top-{a.top} logits differ by {worst:.3e} > {a.tol:.1e}")
+        ok = False
+    if base["tokens"] != split["tokens"]:
+        first = next(i for i, (x, y) in enumerate(zip(base["tokens"] + [None], split["tokens"] + [None])) if x != y)
+        print(f"FAIL: greedy tokens differ at {first}: none {base['tokens'][first:first+4]} split {split['tokens'][first:first+4]}")
+        ok = False
+    print(f"{' '.join(extra)} on {a.devices} devices: max top-{a.top} |diff| {worst:.2e}, "
+          f"{len(split['tokens'])} tokens {'identical' if base['tokens'] == split['tokens'] else 'DIFFER'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

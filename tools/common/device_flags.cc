@@ -1,0 +1,104 @@
+#include "tools/common/device_flags.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "backends/cpu/cpu_device.h"
+#include "backends/register_builtin.h"
+#include "core/registry.h"
+#include "core/status_macros.h"
+
+namespace tg {
+
+void AddDeviceFlags(ArgParser& p, DeviceFlags* f) {
+  p.AddString("-sm", "--split-mode", &f->split_mode, "none (default), layer or tensor");
+  p.AddString("-ts", "--tensor-split", &f->tensor_split,
+              "proportions per device, e.g. 3,1 (default: by free memory)");
+  p.AddString(nullptr, "--device", &f->devices, "devices to use, e.g. CPU0,CPU1 (see --list-devices)");
+  p.AddBool(nullptr, "--list-devices", &f->list_devices, "list the devices and exit");
+  p.AddInt("-t", "--threads", &f->threads, "CPU threads per CPU device (default: all)");
+}
+
+std::string DescribeDevices() {
+  std::string out = "available devices:\n";
+  for (Device* d : Registry::Get().devices()) {
+    const DeviceMemory m = d->memory();
+    absl::StrAppendFormat(&out, "  %-12s %-6s %s (%.0f MiB free of %.0f MiB)\n", d->name(),
+                          DeviceTypeName(d->type()), d->description(), m.free / 1048576.0,
+                          m.total / 1048576.0);
+  }
+  return out;
+}
+
+namespace {
+
+absl::StatusOr<std::vector<Device*>> PickDevices(const DeviceFlags& f, SplitMode mode) {
+  std::vector<Device*> devices;
+  if (!f.devices.empty()) {
+    for (absl::string_view name : absl::StrSplit(f.devices, ',', absl::SkipEmpty())) {
+      TG_ASSIGN_OR_RETURN(Device * d, Registry::Get().FindDevice(name));
+      for (Device* seen : devices) {
+        if (seen == d) return absl::InvalidArgumentError(absl::StrCat("--device lists ", name, " twice"));
+      }
+      devices.push_back(d);
+    }
+    if (devices.empty()) return absl::InvalidArgumentError("--device lists no device");
+  } else if (mode == SplitMode::kNone) {
+    devices = Registry::Get().DefaultDevices();
+    if (devices.size() > 1) devices.resize(1);
+  } else {
+    devices = Registry::Get().devices();
+  }
+  if (devices.empty()) return absl::FailedPreconditionError("no devices are registered");
+  if (mode == SplitMode::kNone && devices.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device lists ", devices.size(), " devices but --split-mode is none (use layer or tensor)"));
+  }
+  return devices;
+}
+
+absl::StatusOr<std::vector<float>> ParseProportions(const std::string& text, size_t n_devices) {
+  std::vector<float> p;
+  double total = 0;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    float v;
+    if (!absl::SimpleAtof(part, &v) || !(v >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("--tensor-split: '", part, "' is not a non-negative number"));
+    }
+    p.push_back(v);
+    total += v;
+  }
+  if (p.size() != n_devices) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--tensor-split has %d values for %d devices", p.size(), n_devices));
+  }
+  if (total <= 0) return absl::InvalidArgumentError("--tensor-split values are all zero");
+  for (float& v : p) v = static_cast<float>(v / total);
+  return p;
+}
+
+}  // namespace
+
+absl::StatusOr<DevicePlan> ResolveDevicePlan(const DeviceFlags& f) {
+  TG_RETURN_IF_ERROR(RegisterBuiltinBackends());
+  if (f.threads < 0) return absl::InvalidArgumentError("-t must be positive");
+  if (f.threads > 0) {
+    for (Device* d : Registry::Get().devices()) {
+      if (auto* cpu = dynamic_cast<cpu::CpuDevice*>(d); cpu != nullptr) {
+        cpu->set_n_threads(static_cast<int>(f.threads));
+      }
+    }
+  }
+  DevicePlan plan;
+  TG_ASSIGN_OR_RETURN(plan.mode, ParseSplitMode(f.split_mode));
+  TG_ASSIGN_OR_RETURN(plan.devices, PickDevices(f, plan.mode));
+  if (!f.tensor_split.empty()) {
+    TG_ASSIGN_OR_RETURN(plan.proportions, ParseProportions(f.tensor_split, plan.devices.size()));
+  } else {
+    plan.proportions = ProportionsFromMemory(plan.devices);
+  }
+  return plan;
+}
+
+}  // namespace tg

@@ -1,0 +1,37 @@
+// The device flags every tool shares (llama.cpp's names): -sm/--split-mode none|layer|tensor,
+// -ts/--tensor-split 3,1, --device CPU0,CPU1, --list-devices, -t/--threads. Turns them into
+// a DevicePlan with one clear error line for a bad value.
+#ifndef TENSORGRID_TOOLS_COMMON_DEVICE_FLAGS_H_
+#define TENSORGRID_TOOLS_COMMON_DEVICE_FLAGS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "models/split_mode.h"
+#include "tools/common/arg_parser.h"
+
+namespace tg {
+
+struct DeviceFlags {
+  std::string split_mode = "none";
+  std::string tensor_split;  // "3,1": proportions per device.
+  std::string devices;       // "CPU0,CPU1": names from --list-devices.
+  bool list_devices = false;
+  int64_t threads = 0;       // CPU threads per CPU device (0: the device's default).
+};
+
+// Registers the flags above with a tool's parser.
+void AddDeviceFlags(ArgParser& parser, DeviceFlags* flags);
+
+// Registers the builtin backends, applies -t, and resolves the plan: --device picks devices
+// (default: every device for layer/tensor splits, the registry's default device for none),
+// -ts must have one positive number per device.
+absl::StatusOr<DevicePlan> ResolveDevicePlan(const DeviceFlags& flags);
+
+// The --list-devices output: name, type, description, memory; one device per line.
+std::string DescribeDevices();
+
+}  // namespace tg
+
+#endif  // TENSORGRID_TOOLS_COMMON_DEVICE_FLAGS_H_
