@@ -3,8 +3,10 @@
 # Idempotent; uses sudo when not root. Set TG_SKIP_APT=1 to skip (dependencies present).
 set -euo pipefail
 [ "${TG_SKIP_APT:-0}" = 1 ] && exit 0
+# python3-torch/numpy: the independent F32 reference the model tests compare tg-run with.
 pkgs=(cmake ninja-build g++ ccache git pkg-config
-      libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev)
+      libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
+      python3 python3-numpy python3-torch)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1098,9 +1098,10 @@ struct FlashCase {
   Layout q_layout, kv_layout;
 };
 
-// The documented attention, in double: dst[:, h, i, b].
+// The documented attention, in double: dst[:, h, i, b]. With F16 keys, q is rounded to F16
+// first (the scores are F16 x F16 dot products, docs/ops.md).
 Dense FlashReference(const Dense& q, const Dense& k, const Dense& v, const Dense* mask, float scale,
-                     const Shape& out_ne) {
+                     const Shape& out_ne, DType k_type) {
   Dense out(out_ne);
   const int64_t n_kv = k.ne[1], group = q.ne[2] / k.ne[2];
   std::vector<double> s(n_kv);
@@ -1112,7 +1113,11 @@ Dense FlashReference(const Dense& q, const Dense& k, const Dense& v, const Dense
         for (int64_t j = 0; j < n_kv; ++j) {
           const double m = mask != nullptr ? mask->at(j, i, 0, 0) : 0.0;
           double dot = 0;
-          for (int64_t c = 0; c < q.ne[0]; ++c) dot += q.at(c, i, h, b) * k.at(c, j, hk, b);
+          for (int64_t c = 0; c < q.ne[0]; ++c) {
+            double qc = q.at(c, i, h, b);
+            if (k_type == DType::kF16) qc = HalfToFloat(FloatToHalf(static_cast<float>(qc)));
+            dot += qc * k.at(c, j, hk, b);
+          }
           s[j] = m == -kInf ? -kInf : scale * dot + m;  // a masked key is never looked at.
           mx = std::max(mx, s[j]);
         }
@@ -1161,7 +1166,8 @@ TEST(CpuKernelsTest, FlashAttnMatchesReference) {
     const Dense mv = mask.Values();
     const Shape out_ne{c.dv, c.n_head, c.n_q, c.batch};
     const Dense want =
-        FlashReference(q.Values(), k.Values(), v.Values(), has_mask ? &mv : nullptr, scale, out_ne);
+        FlashReference(q.Values(), k.Values(), v.Values(), has_mask ? &mv : nullptr, scale, out_ne,
+                       c.kv_type);
     for (int nth : kThreadCounts) {
       SCOPED_TRACE("D=" + std::to_string(c.d) + " Dv=" + std::to_string(c.dv) +
                    " n_q=" + std::to_string(c.n_q) + " n_kv=" + std::to_string(c.n_kv) +
@@ -1201,13 +1207,163 @@ TEST(CpuKernelsTest, FlashAttnIgnoresMaskedGarbage) {
     for (int64_t j = 0; j < n_kv; ++j) mask.Set(j, i, 0, 0, j < n_visible ? 0.0 : -kInf);
   const Dense mv = mask.Values();
   const Shape out_ne{d, n_head, n_q, 1};
-  const Dense want = FlashReference(q.Values(), k.Values(), v.Values(), &mv, 0.5f, out_ne);
+  const Dense want =
+      FlashReference(q.Values(), k.Values(), v.Values(), &mv, 0.5f, out_ne, DType::kF16);
   for (int nth : kThreadCounts) {
     TestTensor out(DType::kF32, out_ne);
     Wire(out, Op::kFlashAttn, {q.get(), k.get(), v.get(), mask.get()});
     out.get()->SetParamF32(0, 0.5f);
     EXPECT_EQ(RunKernel(ComputeFlashAttn, out.get(), nth, FlashAttnWorkSize(out.get(), nth)), "");
     EXPECT_LT(Nmse(out.Values().v, want.v), kMathNmse) << "nth=" << nth;
+  }
+}
+
+// Model-shaped FLASH_ATTN operands: q a permuted view [D, n_q, H] of a [D, H, n_q] tensor and
+// K/V views [D, n_kv, H_kv] into cache rows of H_kv * D values per position, as
+// models/llama_graph.cc builds them.
+class FlashModelOperands {
+ public:
+  FlashModelOperands(int64_t d, int64_t n_q, int64_t n_kv, int64_t n_head, int64_t n_head_kv,
+                     DType kv_type)
+      : d_(d),
+        q_(DType::kF32, {d, n_head, n_q, 1}),
+        k_(kv_type, {d * n_head_kv, n_kv, 1, 1}),
+        v_(kv_type, {d * n_head_kv, n_kv, 1, 1}) {
+    q_view_ = View(q_, {d, n_q, n_head, 1}, {4, q_.t().nb[2], q_.t().nb[1], q_.t().nb[3]});
+    const size_t es = BlockBytes(kv_type);
+    for (auto [cache, view] : {std::pair{&k_, &k_view_}, std::pair{&v_, &v_view_}}) {
+      const size_t row = cache->t().nb[1];
+      *view = View(*cache, {d, n_kv, n_head_kv, 1}, {es, row, d * es, row * n_kv});
+    }
+  }
+
+  void Fill(std::mt19937& rng) {
+    for (TestTensor* t : {&q_, &k_, &v_}) t->FillRandom(rng, -1, 1);
+  }
+  // Cache cell j (all heads) of K and V holds garbage that a mask must hide.
+  void Poison(int64_t j, double value) {
+    for (TestTensor* t : {&k_, &v_})
+      for (int64_t c = 0; c < t->t().ne[0]; ++c) t->Set(c, j, 0, 0, value);
+  }
+  Tensor* q() { return &q_view_; }
+  Tensor* k() { return &k_view_; }
+  Tensor* v() { return &v_view_; }
+  Dense QValues() const { return ViewValues(q_.Values(), q_view_, /*q=*/true); }
+  Dense KValues() const { return ViewValues(k_.Values(), k_view_, false); }
+  Dense VValues() const { return ViewValues(v_.Values(), v_view_, false); }
+
+ private:
+  static Tensor View(TestTensor& base, const Shape& ne, const std::array<size_t, 4>& nb) {
+    Tensor view = base.t();
+    std::copy(ne.begin(), ne.end(), view.ne);
+    std::copy(nb.begin(), nb.end(), view.nb);
+    return view;
+  }
+  // The view's logical values from its base's.
+  Dense ViewValues(const Dense& base, const Tensor& view, bool q) const {
+    Dense out({view.ne[0], view.ne[1], view.ne[2], 1});
+    for (int64_t i2 = 0; i2 < view.ne[2]; ++i2)
+      for (int64_t i1 = 0; i1 < view.ne[1]; ++i1)
+        for (int64_t c = 0; c < view.ne[0]; ++c)
+          out.at(c, i1, i2, 0) = q ? base.at(c, i2, i1, 0) : base.at(c + i2 * d_, i1, 0, 0);
+    return out;
+  }
+
+  int64_t d_;
+  TestTensor q_, k_, v_;
+  Tensor q_view_, k_view_, v_view_;
+};
+
+// Runs FLASH_ATTN on model-shaped operands with mask[j, i] = mask_at(i, j) (F32 or F16) for
+// each thread count and compares with the reference.
+template <class MaskAt>
+void CheckFlashModelShape(FlashModelOperands& ops, DType mask_type, MaskAt mask_at,
+                          std::initializer_list<int> thread_counts) {
+  const Tensor& q = *ops.q();
+  const int64_t n_kv = ops.k()->ne[1], n_q = q.ne[1], n_head = q.ne[2], d = q.ne[0];
+  TestTensor mask(mask_type, {n_kv, n_q, 1, 1});
+  for (int64_t i = 0; i < n_q; ++i)
+    for (int64_t j = 0; j < n_kv; ++j) mask.Set(j, i, 0, 0, mask_at(i, j));
+  const Dense mv = mask.Values();
+  const Shape out_ne{ops.v()->ne[0], n_head, n_q, 1};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const Dense want =
+      FlashReference(ops.QValues(), ops.KValues(), ops.VValues(), &mv, scale, out_ne, ops.k()->type);
+  for (int nth : thread_counts) {
+    SCOPED_TRACE("D=" + std::to_string(d) + " n_q=" + std::to_string(n_q) +
+                 " n_kv=" + std::to_string(n_kv) + " H=" + std::to_string(n_head) + "/" +
+                 std::to_string(ops.k()->ne[2]) + " nth=" + std::to_string(nth));
+    TestTensor out(DType::kF32, out_ne);
+    Wire(out, Op::kFlashAttn, {ops.q(), ops.k(), ops.v(), mask.get()});
+    out.get()->SetParamF32(0, scale);
+    EXPECT_EQ(RunKernel(ComputeFlashAttn, out.get(), nth, FlashAttnWorkSize(out.get(), nth)), "");
+    EXPECT_LT(Nmse(out.Values().v, want.v), kMathNmse);
+    EXPECT_TRUE(out.GuardsIntact());
+  }
+}
+
+// Prefill under causal-like masks: key blocks hidden from a whole tile are skipped and the
+// blocks on the diagonal are partly hidden per row; D = 8 (stories260K) and D = 48 (stories15M).
+TEST(CpuKernelsTest, FlashAttnPrefillMasks) {
+  std::mt19937 rng(16);
+  const double inf = kInf;
+  struct Shape5 {
+    int64_t d, n_q, n_past, n_head, n_head_kv;
+  };
+  // The last shape's K/V are too big to stage per KV head: converted per tile and block.
+  for (const Shape5& s :
+       {Shape5{8, 200, 0, 8, 4}, Shape5{48, 70, 45, 6, 6}, Shape5{64, 33, 100, 4, 1},
+        Shape5{8, 5, 60, 8, 4}, Shape5{128, 24, 1076, 4, 2}}) {
+    const int64_t n_kv = s.n_past + s.n_q;
+    FlashModelOperands ops(s.d, s.n_q, n_kv, s.n_head, s.n_head_kv, DType::kF16);
+    ops.Fill(rng);
+    const int64_t past = s.n_past;
+    auto causal = [=](int64_t i, int64_t j) { return j <= past + i ? 0.0 : -inf; };
+    CheckFlashModelShape(ops, DType::kF32, causal, {1, 2, 3});
+    CheckFlashModelShape(ops, DType::kF16, causal, {2});
+    // A sliding window: each row's visible run starts past key 0.
+    auto window = [=](int64_t i, int64_t j) {
+      return j <= past + i && j + 40 > past + i ? 0.0 : -inf;
+    };
+    CheckFlashModelShape(ops, DType::kF32, window, {1, 3});
+    // Causal plus a distance bias (ALiBi-like): mask values are added, not only -inf.
+    auto biased = [=](int64_t i, int64_t j) {
+      return j <= past + i ? -0.05 * static_cast<double>(past + i - j) : -inf;
+    };
+    CheckFlashModelShape(ops, DType::kF32, biased, {1, 2});
+    // Some rows causal, some with gaps (not a single run), one fully masked.
+    auto mixed = [=](int64_t i, int64_t j) {
+      if (i == 1) return -inf;
+      if (i % 3 == 0 && j % 7 == 3) return -inf;
+      return j <= past + i ? 0.0 : -inf;
+    };
+    CheckFlashModelShape(ops, DType::kF32, mixed, {1, 2});
+    // Keys the window hides from every row hold NaN (stale cache cells): never used, even
+    // where whole blocks of K/V are converted at once.
+    for (int64_t j = 0; j + 40 <= past; j += 3) ops.Poison(j, std::nan(""));
+    CheckFlashModelShape(ops, DType::kF32, window, {1, 2});
+  }
+}
+
+// Decoding (n_q = 1): keys are split across threads when heads alone cannot keep them busy;
+// chunks that see no key (hidden or garbage behind the mask) must merge to the right result.
+TEST(CpuKernelsTest, FlashAttnDecodeSplitsKeys) {
+  std::mt19937 rng(17);
+  const double inf = kInf;
+  struct Shape4 {
+    int64_t d, n_kv, n_head, n_head_kv;
+  };
+  for (const Shape4& s : {Shape4{8, 1000, 8, 4}, Shape4{128, 700, 4, 1}, Shape4{48, 777, 2, 2},
+                          Shape4{64, 300, 8, 8}}) {
+    FlashModelOperands ops(s.d, 1, s.n_kv, s.n_head, s.n_head_kv, DType::kF16);
+    ops.Fill(rng);
+    CheckFlashModelShape(ops, DType::kF32, [](int64_t, int64_t) { return 0.0; }, {1, 2, 3, 4});
+    // Only the last keys visible: the first chunks see nothing; stale cells hold NaN.
+    const int64_t first = s.n_kv - 90;
+    for (int64_t j = 0; j < first; j += 5) ops.Poison(j, std::nan(""));
+    auto tail = [=](int64_t, int64_t j) { return j >= first ? 0.0 : -inf; };
+    CheckFlashModelShape(ops, DType::kF32, tail, {2, 3, 4});
+    CheckFlashModelShape(ops, DType::kF32, [=](int64_t, int64_t) { return -inf; }, {1, 4});
   }
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "core/fp16.h"
 #include "tests/reference/reference_internal.h"
 #include "tests/reference/reference_ops.h"
 
@@ -166,6 +167,10 @@ absl::Status FlashAttn(Tensor* dst) {
       for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         for (int64_t i = 0; i < n_q; ++i) {
           ReadRow(q, i, h, b, q_row.data());
+          // docs/ops.md: with F16 keys the scores are F16 x F16 dot products.
+          if (k.type == DType::kF16) {
+            for (double& x : q_row) x = HalfToFloat(FloatToHalf(static_cast<float>(x)));
+          }
           // The spec's mask is [n_kv, n_q, 1, 1]; a bigger one broadcasts like SOFT_MAX's.
           if (mask != nullptr) ReadRow(*mask, i, h % mask->ne[2], b % mask->ne[3], mask_row.data());
           AttendRow(q_row, k_mat, v_mat, mask != nullptr ? mask_row.data() : nullptr, scale,
