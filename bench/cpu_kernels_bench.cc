@@ -4,8 +4,10 @@
 //    persistent thread team, each iteration interleaved with a STREAM pass over a buffer of
 //    the weight's size, so the "pct_of_stream" counter compares both under the same
 //    conditions (cache state, machine load) in the same run;
-//  * gemm_f32/{tensorgrid,openblas}/M.._N.._K..: prefill-style F32 GEMM, ours through
-//    ComputeMulMat and OpenBLAS's cblas_sgemm, both on kThreads threads;
+//  * gemm_f32/M.._N.._K..: prefill-style F32 GEMM through ComputeMulMat, timed in rounds
+//    against OpenBLAS's cblas_sgemm, both on kThreads threads;
+//  * dot_kernel_l2_1thread/<type>: the tile kernel alone, one thread, L2-resident weight:
+//    the compute ceiling a matvec approaches when memory is faster than the kernel;
 //  * mul_mat_quant/<type>/...: quantized weights with many activation rows (for reference).
 // A summary with the ratios against the targets is printed at the end.
 #include <sys/mman.h>
@@ -19,14 +21,15 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "backends/cpu/barrier.h"
 #include "backends/cpu/compute_params.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/vec_dot.h"
 #include "backends/cpu/thread_pool.h"
-#include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "core/quants.h"
 #include "core/tensor.h"
@@ -50,7 +53,12 @@ constexpr int64_t kMatVecDim = 8192;
 constexpr int kDistinctRows = 16;  // random rows, repeated to fill the big weights quickly.
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr double kMatVecTarget = 0.70;  // of STREAM read bandwidth.
-constexpr double kGemmTarget = 0.60;    // of OpenBLAS sgemm.
+constexpr int kMatVecIterations = 31;
+constexpr double kGemmTarget = 0.60;  // of OpenBLAS sgemm.
+constexpr int kGemmRounds = 9;
+constexpr int kGemmRunsPerRound = 3;
+// OpenBLAS workers spin for up to 2^28 cycles (~0.1 s) after a call before they sleep.
+constexpr std::chrono::milliseconds kBlasIdle{150};
 constexpr double kGiga = 1e9;
 
 using Clock = std::chrono::steady_clock;
@@ -156,7 +164,8 @@ double StreamPass(const HostBuffer& buf, size_t bytes) {
   const size_t per_thread = bytes / sizeof(float) / kThreads / kChunk * kChunk;
   float sums[kThreads];
   const Clock::time_point t0 = Clock::now();
-  GetTeam().Run([&](int ith) { sums[ith] = SumFloats(buf.as<float>() + ith * per_thread, per_thread); });
+  GetTeam().Run(
+      [&](int ith) { sums[ith] = SumFloats(buf.as<float>() + ith * per_thread, per_thread); });
   const double t = Seconds(t0);
   benchmark::DoNotOptimize(sums);
   return t;
@@ -206,15 +215,21 @@ struct MulMatCase {
 
 // Results kept for the summary and the cross-benchmark ratios.
 struct MatVecResult {
-  double weight_gbs, stream_gbs;  // medians over the iterations.
-  double ratio;                   // median of the per-iteration ratios.
+  double weight_gbs, stream_gbs, ratio;  // of the median-ratio iteration.
 };
-std::map<std::string, MatVecResult>& MatVecResults() {
+std::map<std::string, MatVecResult>& ColdResults() {
   static auto* r = new std::map<std::string, MatVecResult>();
   return *r;
 }
-std::map<std::string, double>& GemmResults() {  // "tensorgrid/<shape>" -> GFLOP/s.
-  static auto* r = new std::map<std::string, double>();
+std::map<std::string, MatVecResult>& WarmResults() {
+  static auto* r = new std::map<std::string, MatVecResult>();
+  return *r;
+}
+struct GemmResult {
+  double ours, openblas;  // GFLOP/s of the median round.
+};
+std::map<std::string, GemmResult>& GemmResults() {
+  static auto* r = new std::map<std::string, GemmResult>();
   return *r;
 }
 
@@ -225,34 +240,56 @@ void BM_StreamRead(benchmark::State& state, size_t bytes) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
+// One iteration of a paired benchmark: the reference (STREAM pass, OpenBLAS) and ours doing
+// the same work, in seconds.
+struct PairedTimes {
+  double reference, ours;
+  double Ratio() const { return reference / ours; }  // our speed relative to the reference.
+};
+
+// The iteration with the median ratio, so that the reported bandwidths and ratio come from
+// the same moment (other tenants make bandwidth swing by 3x within seconds).
+PairedTimes MedianPair(std::vector<PairedTimes> v) {
+  std::sort(v.begin(), v.end(),
+            [](const PairedTimes& a, const PairedTimes& b) { return a.Ratio() < b.Ratio(); });
+  return v.empty() ? PairedTimes{1, 1} : v[v.size() / 2];
 }
 
-// Each iteration times a STREAM pass and a matvec back to back (the weight and the STREAM
-// buffer evict each other from L3, so both read DRAM); the ratio is the median of the
-// per-iteration ratios, which is robust to the load other tenants put on the memory.
-void BM_MatVec(benchmark::State& state, DType type) {
+// Reads a buffer four times the L3 size (untimed), so that the next timed pass starts with
+// nothing of its data in any cache. Without it a 36 MiB weight is partly served from the
+// 32 MiB L3 (AMD's victim L3 is not LRU and keeps part of a cyclic stream), and the
+// "STREAM" figure becomes a mix of L3 and DRAM bandwidth.
+void EvictCaches() {
+  constexpr size_t kEvictBytes = size_t{128} << 20;
+  static HostBuffer* buffer = new HostBuffer(kEvictBytes);
+  StreamPass(*buffer, kEvictBytes);
+}
+
+// Each iteration times a STREAM pass over a buffer of the weight's size and a matvec back to
+// back, both from cold caches (cold) or each right after the other (warm: the weight and the
+// STREAM buffer compete for L3). Pairing the passes and taking the median pair makes the
+// ratio robust to the load other tenants of the host put on the memory.
+void BM_MatVec(benchmark::State& state, DType type, bool cold) {
   MulMatCase c(type, kMatVecDim, kMatVecDim, 1);
   const size_t bytes = c.WeightBytes();
   HostBuffer stream(bytes);
   c.Run();
   StreamPass(stream, bytes);
-  std::vector<double> stream_times, matvec_times, ratios;
+  std::vector<PairedTimes> times;
   for (auto _ : state) {
+    if (cold) EvictCaches();
     const double ts = StreamPass(stream, bytes);
+    if (cold) EvictCaches();
     const Clock::time_point t0 = Clock::now();
     c.Run();
     const double t = Seconds(t0);
     state.SetIterationTime(t);
-    stream_times.push_back(ts);
-    matvec_times.push_back(t);
-    ratios.push_back(ts / t);
+    times.push_back({ts, t});
   }
-  const MatVecResult r{bytes / Median(matvec_times) / kGiga, bytes / Median(stream_times) / kGiga,
-                       Median(ratios)};
-  MatVecResults()[DTypeName(type)] = r;
+  const PairedTimes median = MedianPair(times);
+  const MatVecResult r{bytes / median.ours / kGiga, bytes / median.reference / kGiga,
+                       median.Ratio()};
+  (cold ? ColdResults() : WarmResults())[DTypeName(type)] = r;
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
   state.counters["weight_GB/s"] = r.weight_gbs;
   state.counters["stream_GB/s"] = r.stream_gbs;
@@ -279,58 +316,113 @@ double TimeFlops(benchmark::State& state, double flops, const std::function<void
   return gflops;
 }
 
-void BM_GemmTensorgrid(benchmark::State& state, int64_t m, int64_t n, int64_t k) {
-  MulMatCase c(DType::kF32, k, m, n);
-  GemmResults()[absl::StrCat("tensorgrid/", ShapeName(m, n, k))] =
-      TimeFlops(state, 2.0 * m * n * k, [&] { c.Run(); });
+// Seconds for the median of kGemmRunsPerRound calls of `run`.
+double MedianRun(const std::function<void()>& run) {
+  std::vector<double> t(kGemmRunsPerRound);
+  for (double& x : t) {
+    const Clock::time_point t0 = Clock::now();
+    run();
+    x = Seconds(t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
 
-#if defined(TG_HAVE_BLAS)
-void BM_GemmOpenBlas(benchmark::State& state, int64_t m, int64_t n, int64_t k) {
+// Our GEMM and OpenBLAS's in rounds (a few calls of each, then a pause in which OpenBLAS's
+// idle workers stop spinning, which would otherwise take a core from the next round). The
+// figures come from the round with the median ratio, so a burst of load from other tenants
+// during one benchmark cannot decide the comparison.
+void BM_Gemm(benchmark::State& state, int64_t m, int64_t n, int64_t k) {
   MulMatCase c(DType::kF32, k, m, n);
-  // dst (n rows of m) = b (n x k) * a^T (a: m x k), all row-major.
-  const double gflops = TimeFlops(state, 2.0 * m * n * k, [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(m),
-                static_cast<int>(k), 1.0f, static_cast<const float*>(c.b.data), static_cast<int>(k),
-                static_cast<const float*>(c.a.data), static_cast<int>(k), 0.0f,
-                static_cast<float*>(c.dst.data), static_cast<int>(m));
-  });
-  const std::string shape = ShapeName(m, n, k);
-  GemmResults()[absl::StrCat("openblas/", shape)] = gflops;
-  const auto ours = GemmResults().find(absl::StrCat("tensorgrid/", shape));
-  if (ours != GemmResults().end()) {
-    state.counters["tensorgrid_pct"] = 100.0 * ours->second / gflops;
-  }
-}
+  const double gflop = 2.0 * m * n * k / kGiga;
+  auto ours = [&] { c.Run(); };
+  std::vector<PairedTimes> rounds;
+  ours();
+  for (auto _ : state) {
+    const double t_ours = MedianRun(ours);
+    double t_blas = t_ours;
+#if defined(TG_HAVE_BLAS)
+    t_blas = MedianRun([&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(m),
+                  static_cast<int>(k), 1.0f, static_cast<const float*>(c.b.data),
+                  static_cast<int>(k), static_cast<const float*>(c.a.data), static_cast<int>(k),
+                  0.0f, static_cast<float*>(c.dst.data), static_cast<int>(m));
+    });
+    std::this_thread::sleep_for(kBlasIdle);
 #endif
+    state.SetIterationTime(t_ours);
+    rounds.push_back({t_blas, t_ours});
+  }
+  const PairedTimes median = MedianPair(rounds);
+  const GemmResult r{gflop / median.ours, gflop / median.reference};
+  GemmResults()[ShapeName(m, n, k)] = r;
+  state.counters["GFLOP/s"] = r.ours;
+#if defined(TG_HAVE_BLAS)
+  state.counters["openblas_GFLOP/s"] = r.openblas;
+  state.counters["pct_of_openblas"] = 100.0 * r.ours / r.openblas;
+#endif
+}
+
+// The dot kernels' compute ceiling: one thread, a weight that stays in L2, activations
+// converted once (as in a matvec with a large weight, where conversion is noise).
+void BM_DotKernelCached(benchmark::State& state, DType type) {
+  constexpr int64_t kK = 4096;
+  constexpr size_t kWeightBytes = 512 * 1024;  // half of a Zen 4 L2.
+  const size_t row = RowBytes(type, kK);
+  const int64_t rows = static_cast<int64_t>(kWeightBytes / row);
+  MulMatCase c(type, kK, rows, 1);
+  const DotKernels& kern = GetDotKernels(type);
+  std::vector<uint8_t> act(kern.act_row_bytes(kK) + kHugePage);
+  void* aligned = reinterpret_cast<void*>(
+      (reinterpret_cast<uintptr_t>(act.data()) + kHugePage - 1) / kHugePage * kHugePage);
+  const void* b = c.b.data;
+  if (kern.from_f32 != nullptr) {
+    kern.from_f32(static_cast<const float*>(c.b.data), aligned, kK);
+    b = aligned;
+  }
+  float* out = static_cast<float*>(c.dst.data);
+  for (auto _ : state) {
+    for (int64_t r = 0; r < rows; r += kern.streaming_rows) {
+      float* c_row = out + r;
+      const int n = static_cast<int>(std::min<int64_t>(kern.streaming_rows, rows - r));
+      kern.tile(kK, c.weight.as<char>() + r * row, row, n, &b, 1, &c_row);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * rows * row));
+}
 
 void BM_MulMatQuant(benchmark::State& state, DType type, int64_t m, int64_t n, int64_t k) {
   MulMatCase c(type, k, m, n);
   TimeFlops(state, 2.0 * m * n * k, [&] { c.Run(); });
 }
 
+void PrintMatVec(const char* title, const std::map<std::string, MatVecResult>& results,
+                 bool judge) {
+  std::printf("%-26s %10s %10s %8s %8s\n", title, "GB/s", "STREAM", "ratio", "target");
+  for (const auto& [type, r] : results) {
+    const bool targeted = type == "q4_0" || type == "q8_0" || type == "q4_K" || type == "f16";
+    const char* verdict = !judge || !targeted        ? "-"
+                          : r.ratio >= kMatVecTarget ? ">=70% ok"
+                                                     : ">=70% MISS";
+    std::printf("%-26s %10.1f %10.1f %7.0f%% %8s\n", type.c_str(), r.weight_gbs, r.stream_gbs,
+                100 * r.ratio, verdict);
+  }
+}
+
 void PrintSummary() {
   std::printf("\nSummary (%d threads, kernels: %s)\n", kThreads, DotKernelsIsa());
-  std::printf("%-26s %10s %10s %8s %8s\n", "matvec 8192x8192", "GB/s", "STREAM", "ratio",
-              "target");
-  for (const auto& [type, r] : MatVecResults()) {
-    const double ratio = r.ratio;
-    const bool targeted = type == "q4_0" || type == "q8_0" || type == "q4_K" || type == "f16";
-    std::printf("%-26s %10.1f %10.1f %7.0f%% %8s\n", type.c_str(), r.weight_gbs, r.stream_gbs,
-                100 * ratio, targeted ? (ratio >= kMatVecTarget ? ">=70% ok" : ">=70% MISS") : "-");
-  }
+  PrintMatVec("matvec 8192x8192, cold", ColdResults(), true);
+  PrintMatVec("matvec 8192x8192, warm L3", WarmResults(), false);
   std::printf("%-26s %10s %10s %8s %8s\n", "gemm f32", "GFLOP/s", "OpenBLAS", "ratio", "target");
-  for (const auto& [name, gflops] : GemmResults()) {
-    if (name.rfind("tensorgrid/", 0) != 0) continue;
-    const std::string shape = name.substr(std::strlen("tensorgrid/"));
-    const auto blas = GemmResults().find(absl::StrCat("openblas/", shape));
-    if (blas == GemmResults().end()) {
-      std::printf("%-26s %10.1f %10s\n", shape.c_str(), gflops, "-");
-      continue;
-    }
-    const double ratio = gflops / blas->second;
-    std::printf("%-26s %10.1f %10.1f %7.0f%% %8s\n", shape.c_str(), gflops, blas->second,
-                100 * ratio, ratio >= kGemmTarget ? ">=60% ok" : ">=60% MISS");
+  for (const auto& [shape, r] : GemmResults()) {
+#if defined(TG_HAVE_BLAS)
+    const double ratio = r.ours / r.openblas;
+    std::printf("%-26s %10.1f %10.1f %7.0f%% %8s\n", shape.c_str(), r.ours, r.openblas, 100 * ratio,
+                ratio >= kGemmTarget ? ">=60% ok" : ">=60% MISS");
+#else
+    std::printf("%-26s %10.1f %10s\n", shape.c_str(), r.ours, "-");
+#endif
   }
 }
 
@@ -345,24 +437,30 @@ void RegisterAll() {
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
   }
+  for (bool cold : {true, false}) {
+    for (DType type : kMatVecTypes) {
+      const std::string name =
+          absl::StrCat("matvec/", DTypeName(type), "/8192x8192/", cold ? "cold" : "warm");
+      // Fixed iterations: manual time counts only the matvec, so a minimum time would make
+      // the cheap types run hundreds of (evicting) iterations.
+      benchmark::RegisterBenchmark(name.c_str(), BM_MatVec, type, cold)
+          ->UseManualTime()
+          ->Iterations(kMatVecIterations)
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
   for (DType type : kMatVecTypes) {
-    const std::string name = absl::StrCat("matvec/", DTypeName(type), "/8192x8192");
-    benchmark::RegisterBenchmark(name.c_str(), BM_MatVec, type)
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond);
+    const std::string name = absl::StrCat("dot_kernel_l2_1thread/", DTypeName(type), "/4096");
+    benchmark::RegisterBenchmark(name.c_str(), BM_DotKernelCached, type)
+        ->Unit(benchmark::kMicrosecond);
   }
   constexpr int64_t kShapes[][3] = {{2048, 2048, 512}, {2048, 512, 2048}};  // M, N, K.
   for (const auto& s : kShapes) {
-    const std::string ours = absl::StrCat("gemm_f32/tensorgrid/", ShapeName(s[0], s[1], s[2]));
-    benchmark::RegisterBenchmark(ours.c_str(), BM_GemmTensorgrid, s[0], s[1], s[2])
+    const std::string name = absl::StrCat("gemm_f32/", ShapeName(s[0], s[1], s[2]));
+    benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, s[0], s[1], s[2])
         ->UseManualTime()
+        ->Iterations(kGemmRounds)
         ->Unit(benchmark::kMillisecond);
-#if defined(TG_HAVE_BLAS)
-    const std::string blas = absl::StrCat("gemm_f32/openblas/", ShapeName(s[0], s[1], s[2]));
-    benchmark::RegisterBenchmark(blas.c_str(), BM_GemmOpenBlas, s[0], s[1], s[2])
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond);
-#endif
   }
   for (DType type : {DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K}) {
     const std::string name =

@@ -78,14 +78,15 @@ enum class Layout { kContiguous, kTransposed, kPermuted12 };
 
 // f32 activations [k, n, n2, n3] stored in `layout`: contiguous, with dims 0 and 1 swapped in
 // memory (nb[0] != 4), or with dims 1 and 2 swapped (rows contiguous, strided between).
-Owned MakeActivations(int64_t k, int64_t n, int64_t n2, int64_t n3, Layout layout,
-                      uint32_t seed) {
+Owned MakeActivations(int64_t k, int64_t n, int64_t n2, int64_t n3, Layout layout, uint32_t seed) {
   Owned o;
   o.t.type = DType::kF32;
   o.t.ne[0] = k, o.t.ne[1] = n, o.t.ne[2] = n2, o.t.ne[3] = n3;
   const size_t f = sizeof(float);
   switch (layout) {
-    case Layout::kContiguous: SetContiguousStrides(&o.t); break;
+    case Layout::kContiguous:
+      SetContiguousStrides(&o.t);
+      break;
     case Layout::kTransposed:
       o.t.nb[1] = f, o.t.nb[0] = n * f, o.t.nb[2] = k * n * f, o.t.nb[3] = k * n * n2 * f;
       break;
@@ -127,8 +128,8 @@ std::vector<double> ActivationRow(DType weight_type, const Tensor& b, int64_t i1
 
 std::vector<double> WeightRow(const Tensor& a, int64_t i1, int64_t i2, int64_t i3) {
   std::vector<float> w(a.ne[0]);
-  DequantizeRow(a.type, static_cast<const char*>(a.data) + i1 * a.nb[1] + i2 * a.nb[2] +
-                            i3 * a.nb[3],
+  DequantizeRow(a.type,
+                static_cast<const char*>(a.data) + i1 * a.nb[1] + i2 * a.nb[2] + i3 * a.nb[3],
                 w.data(), a.ne[0]);
   return std::vector<double>(w.begin(), w.end());
 }
@@ -241,7 +242,8 @@ TEST_P(MulMatTypeTest, OddShapesAndThreadCounts) {
 
 TEST_P(MulMatTypeTest, BroadcastAndStridedViews) {
   const DType type = GetParam();
-  const int64_t k = BlockSize(type) == 1 ? 96 : 2 * BlockSize(type) * (type == DType::kQ4_0 ? 9 : 1);
+  const int64_t k =
+      BlockSize(type) == 1 ? 96 : 2 * BlockSize(type) * (type == DType::kQ4_0 ? 9 : 1);
   int run = 0;
   for (Layout layout : {Layout::kContiguous, Layout::kTransposed, Layout::kPermuted12}) {
     for (int64_t n : {1, 5, 40}) {
@@ -265,8 +267,7 @@ TEST_P(MulMatTypeTest, ScalarFallbackMatchesReference) {
     Owned a = MakeWeights(type, k, 19, 2, 1, 500 + n);
     Owned b = MakeActivations(k, n, 2, 1, Layout::kPermuted12, 600 + n);
     const std::vector<float> got = RunMulMat(&a.t, &b.t, 3);
-    EXPECT_LT(Nmse(got, ReferenceMulMat(a.t, b.t)), Tolerance(type))
-        << Describe(type, k, 19, n, 3);
+    EXPECT_LT(Nmse(got, ReferenceMulMat(a.t, b.t)), Tolerance(type)) << Describe(type, k, 19, n, 3);
   }
   ForceScalarDotKernelsForTesting(false);
 }
@@ -286,7 +287,8 @@ TEST_P(MulMatTypeTest, SimdMatchesScalarKernels) {
     auto run = [&](const DotKernels& kern, std::vector<float>* out) {
       const size_t stride = kern.act_row_bytes(k);
       std::vector<uint8_t> act(stride * kCols + 64);
-      char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(act.data()) + 63) / 64 * 64);
+      char* base =
+          reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(act.data()) + 63) / 64 * 64);
       const void* b[kCols];
       float* c[kCols];
       for (int j = 0; j < kCols; ++j) {
@@ -303,8 +305,8 @@ TEST_P(MulMatTypeTest, SimdMatchesScalarKernels) {
     run(simd, &got);
     run(portable, &ref);
     std::vector<double> ref_d(ref.begin(), ref.end());
-    EXPECT_LT(Nmse(got, ref_d), Tolerance(type)) << DTypeName(type) << " K=" << k << " isa "
-                                                 << DotKernelsIsa();
+    EXPECT_LT(Nmse(got, ref_d), Tolerance(type))
+        << DTypeName(type) << " K=" << k << " isa " << DotKernelsIsa();
   }
 }
 
@@ -432,7 +434,7 @@ TEST(MulMatIdTest, OutOfRangeIdFailsAndWritesZeros) {
   for (int nth : {1, 3}) {
     MulMatIdCase c = MakeIdCase(DType::kQ4_0, 64, 10, 4, 2, 2, 5, 1300);
     int32_t* ids = reinterpret_cast<int32_t*>(c.ids.bytes.data());
-    ids[3] = 4;   // == n_experts.
+    ids[3] = 4;  // == n_experts.
     ids[6] = -1;
     std::fill(reinterpret_cast<float*>(c.dst.bytes.data()),
               reinterpret_cast<float*>(c.dst.bytes.data() + c.dst.bytes.size()), NAN);

@@ -42,13 +42,20 @@ char* AlignUp(void* p) {
   return reinterpret_cast<char*>((u + kAlign - 1) / kAlign * kAlign);
 }
 
-// Block sizes for a problem: never more than the problem itself, to keep scratch small.
+// Block sizes for a problem: the maximum blocks, evened out so that no block is a small
+// remainder (K = 512 runs as 2 x 256, not 384 + 128), never more than the problem itself.
 struct Blocking {
   int64_t kc, nc, mc;
 };
 
+int64_t EvenBlock(int64_t n, int64_t max_block, int64_t multiple) {
+  const int64_t blocks = (n + max_block - 1) / max_block;
+  return RoundUp((n + blocks - 1) / blocks, multiple);
+}
+
+// mc is the A buffer's capacity; each thread evens out its own M range within it.
 Blocking BlockingFor(int64_t m, int64_t n, int64_t k) {
-  return {std::min(kKc, k), std::min(kNc, RoundUp(n, kNr)), std::min(kMc, RoundUp(m, kMr))};
+  return {EvenBlock(k, kKc, 1), EvenBlock(n, kNc, kNr), std::min(kMc, RoundUp(m, kMr))};
 }
 
 size_t BPanelBytes(const Blocking& bl) { return RoundUp(bl.nc * bl.kc * 4, kAlign); }
@@ -97,7 +104,7 @@ void PackA(const GemmA& a, int64_t m_total, int64_t m0, int64_t mc, int64_t k0, 
   }
 }
 
-// Packs panel q (columns n0 + q*kNr ...) of B's [k0, k0 + kc) slice, k-major, zero-padded.
+// Packs columns [n0, n0 + kNr) of B's [k0, k0 + kc) slice as one panel, k-major, zero-padded.
 void PackBPanel(const GemmB& b, int64_t n_total, int64_t n0, int64_t k0, int64_t kc, float* out) {
   for (int j = 0; j < kNr; ++j) {
     const int64_t col = n0 + j;
@@ -233,6 +240,7 @@ void GemmF32(const ComputeParams& p, void* work, int64_t m, int64_t n, int64_t k
   int64_t mp0 = 0, mp1 = m_panels;
   if (split_m) SplitRange(m_panels, p.ith, p.nth, &mp0, &mp1);
   const int64_t m_begin = mp0 * kMr, m_end = std::min(m, mp1 * kMr);
+  const int64_t mc_block = EvenBlock(std::max<int64_t>(m_end - m_begin, 1), kMc, kMr);
 
   for (int64_t jc = 0; jc < n; jc += bl.nc) {
     const int64_t nc = std::min(bl.nc, n - jc);
@@ -251,8 +259,8 @@ void GemmF32(const ComputeParams& p, void* work, int64_t m, int64_t n, int64_t k
       } else {
         SplitRange(n_panels, p.ith, p.nth, &q0, &q1);
       }
-      for (int64_t ic = m_begin; ic < m_end; ic += bl.mc) {
-        const int64_t mc = std::min(bl.mc, m_end - ic);
+      for (int64_t ic = m_begin; ic < m_end; ic += mc_block) {
+        const int64_t mc = std::min(mc_block, m_end - ic);
         PackA(a, m, ic, mc, pc, kc, apack, row_tmp);
         for (int64_t q = q0; q < q1; ++q) {
           const int64_t col = jc + q * kNr;

@@ -45,8 +45,8 @@ size_t GemmWorkSize(int64_t m, int64_t n, int64_t k, int nth);
 // Computes C for m < M, n < N. Called by all p.nth threads with the same arguments; `work`
 // is GemmWorkSize bytes shared by them. Every thread makes the same number of p.Sync()
 // calls, which depends only on M, N and K.
-void GemmF32(const ComputeParams& p, void* work, int64_t m, int64_t n, int64_t k,
-             const GemmA& a, const GemmB& b, const GemmC& c);
+void GemmF32(const ComputeParams& p, void* work, int64_t m, int64_t n, int64_t k, const GemmA& a,
+             const GemmB& b, const GemmC& c);
 
 }  // namespace tg::cpu
 

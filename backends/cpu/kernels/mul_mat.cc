@@ -73,14 +73,12 @@ size_t ActWorkSize(DType type, const Tensor* b, int nth) {
          static_cast<size_t>(nth) * RoundUp(b->ne[0] * sizeof(float), kAlign);
 }
 
-// Converts src1 into the activation format (threads split the rows), then syncs. Returns the
-// view to read rows from; src1 itself when it is already usable. `end` receives the first
-// byte of scratch after the activations.
-ActView PrepareActivations(const ComputeParams& p, const DotKernels& kern, DType type,
-                           const Tensor* b, char** end) {
-  char* base = AlignUp(p.wdata);
+// Converts src1 into the activation format at `scratch` (threads split the rows), then
+// syncs. Returns the view to read rows from: src1 itself when it is usable as is (no Sync).
+ActView PrepareActivations(const ComputeParams& p, void* scratch, const DotKernels& kern,
+                           DType type, const Tensor* b) {
+  char* base = AlignUp(scratch);
   if (!NeedsConversion(kern, b)) {
-    *end = base;
     return {static_cast<const char*>(b->data), b->nb[1], b->nb[2], b->nb[3]};
   }
   const int64_t k = b->ne[0];
@@ -105,7 +103,6 @@ ActView PrepareActivations(const ComputeParams& p, const DotKernels& kern, DType
       std::memcpy(dst, src, k * sizeof(float));
     }
   }
-  *end = base + rows * stride + p.nth * RoundUp(k * sizeof(float), kAlign);
   p.Sync();
   return {base, stride, b->ne[1] * stride, b->ne[1] * b->ne[2] * stride};
 }
@@ -157,8 +154,7 @@ void ComputeMulMat(const ComputeParams& p, Tensor* dst) {
   const Tensor* a = dst->src[0];
   const Tensor* b = dst->src[1];
   const DotKernels& kern = GetDotKernels(a->type);
-  char* scratch_end;
-  const ActView act = PrepareActivations(p, kern, a->type, b, &scratch_end);
+  const ActView act = PrepareActivations(p, p.wdata, kern, a->type, b);
 
   const int64_t k = a->ne[0], m = a->ne[1], n = b->ne[1];
   const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
@@ -263,46 +259,37 @@ void BuildGroups(const ComputeParams& p, const Tensor* ids, int64_t n_experts,
 
 }  // namespace
 
-void ComputeMulMatId(const ComputeParams& p, Tensor* dst) {
+namespace {
+
+// The tiles of each expert's rows x its columns; threads take contiguous ranges of items
+// (expert, column block, tile of rows).
+void RunExpertTiles(const ComputeParams& p, const DotKernels& kern, const ExpertGroups& g,
+                    const ActView& act, Tensor* dst) {
   const Tensor* a = dst->src[0];
   const Tensor* b = dst->src[1];
-  const Tensor* ids = dst->src[2];
   const int64_t k = a->ne[0], m = a->ne[1], n_experts = a->ne[2];
-  const int64_t n_used = ids->ne[0], n_slots = ids->ne[0] * ids->ne[1];
-  const DotKernels& kern = GetDotKernels(a->type);
-
-  // Groups go first in scratch so thread 0 can build them before the activation Sync.
-  char* base = AlignUp(p.wdata);
-  const ExpertGroups g = GroupsAt(base, n_experts, n_slots);
-  if (p.ith == 0) BuildGroups(p, ids, n_experts, g);
-  ComputeParams act_params = p;
-  act_params.wdata = base + GroupsBytes(n_experts, n_slots);
-  char* scratch_end;
-  ActView act = PrepareActivations(act_params, kern, a->type, b, &scratch_end);
-  if (!NeedsConversion(kern, b)) p.Sync();  // the groups must be complete either way.
-
+  const int64_t n_used = dst->ne[1], n_slots = dst->ne[1] * dst->ne[2];
   // Tokens per expert are few in decode, many in prefill: one tiling for the whole node.
   const int64_t tile_rows = TileRows(kern, n_slots / std::max<int64_t>(n_experts, 1));
   const int64_t row_tiles = (m + tile_rows - 1) / tile_rows;
   const int64_t col_block = ColumnBlock(act.nb1, n_slots);
-  int64_t total = 0;
-  for (int64_t e = 0; e < n_experts; ++e) {
+  auto items_of = [&](int64_t e) {
     const int64_t cols = g.offsets[e + 1] - g.offsets[e];
-    total += row_tiles * ((cols + col_block - 1) / col_block);
-  }
+    return row_tiles * ((cols + col_block - 1) / col_block);
+  };
+  int64_t total = 0;
+  for (int64_t e = 0; e < n_experts; ++e) total += items_of(e);
   int64_t it0, it1;
   SplitRange(total, p.ith, p.nth, &it0, &it1);
 
   const void* b_cols[kMaxTileCols];
   float* c_cols[kMaxTileCols];
   int64_t first = 0;  // first item of expert e.
-  for (int64_t e = 0; e < n_experts && first < it1; ++e) {
+  for (int64_t e = 0; e < n_experts && first < it1; first += items_of(e), ++e) {
     const int64_t cols = g.offsets[e + 1] - g.offsets[e];
-    const int64_t items = row_tiles * ((cols + col_block - 1) / col_block);
-    for (int64_t it = std::max(it0, first); it < std::min(it1, first + items); ++it) {
+    for (int64_t it = std::max(it0, first); it < std::min(it1, first + items_of(e)); ++it) {
       const int64_t rt = (it - first) % row_tiles, cb = (it - first) / row_tiles;
       const int64_t row0 = rt * tile_rows, rows = std::min(tile_rows, m - row0);
-      const char* a_rows = At<const char>(a, 0, row0, e, 0);
       const int64_t col_end = std::min(cols, (cb + 1) * col_block);
       for (int64_t j0 = cb * col_block; j0 < col_end; j0 += kMaxTileCols) {
         const int64_t nc = std::min<int64_t>(kMaxTileCols, col_end - j0);
@@ -312,18 +299,43 @@ void ComputeMulMatId(const ComputeParams& p, Tensor* dst) {
           b_cols[j] = act.Row(i % b->ne[1], t, 0);
           c_cols[j] = At<float>(dst, row0, i, t, 0);
         }
-        RunTiles(kern, k, a_rows, a->nb[1], rows, b_cols, c_cols, nc);
+        RunTiles(kern, k, At<const char>(a, 0, row0, e, 0), a->nb[1], rows, b_cols, c_cols, nc);
       }
     }
-    first += items;
   }
-  // Slots with an invalid expert id read as zeros (the node has failed anyway).
+}
+
+// Slots with an invalid expert id read as zeros (the node has failed anyway).
+void ZeroInvalidSlots(const ComputeParams& p, const ExpertGroups& g, Tensor* dst) {
+  const int64_t n_used = dst->ne[1];
   int64_t s0, s1;
   SplitRange(g.bad[0], p.ith, p.nth, &s0, &s1);
   for (int64_t s = s0; s < s1; ++s) {
     const int32_t slot = g.bad[1 + s];
-    for (int64_t r = 0; r < m; ++r) *At<float>(dst, r, slot % n_used, slot / n_used, 0) = 0.0f;
+    for (int64_t r = 0; r < dst->ne[0]; ++r) {
+      *At<float>(dst, r, slot % n_used, slot / n_used, 0) = 0.0f;
+    }
   }
+}
+
+}  // namespace
+
+void ComputeMulMatId(const ComputeParams& p, Tensor* dst) {
+  const Tensor* a = dst->src[0];
+  const Tensor* b = dst->src[1];
+  const Tensor* ids = dst->src[2];
+  const int64_t n_experts = a->ne[2], n_slots = ids->ne[0] * ids->ne[1];
+  const DotKernels& kern = GetDotKernels(a->type);
+
+  // Groups go first in scratch so thread 0 can build them before the activation Sync.
+  char* base = AlignUp(p.wdata);
+  const ExpertGroups g = GroupsAt(base, n_experts, n_slots);
+  if (p.ith == 0) BuildGroups(p, ids, n_experts, g);
+  const ActView act =
+      PrepareActivations(p, base + GroupsBytes(n_experts, n_slots), kern, a->type, b);
+  if (!NeedsConversion(kern, b)) p.Sync();  // the groups must be complete either way.
+  RunExpertTiles(p, kern, g, act, dst);
+  ZeroInvalidSlots(p, g, dst);
 }
 
 size_t MulMatIdWorkSize(const Tensor* dst, int nth) {

@@ -18,7 +18,7 @@
 
 // ISA levels. The AVX-512 level is that of Ice Lake / Zen 4 (the Q4_0 kernel needs VBMI byte
 // permutes and VNNI); CPUs with older AVX-512 use the AVX2 kernels.
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && \
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) &&      \
     defined(__AVX512VL__) && defined(__AVX512VNNI__) && defined(__AVX512VBMI__) && \
     defined(__FMA__) && defined(__F16C__)
 #define TG_CPU_AVX512 1
@@ -36,7 +36,7 @@
 
 namespace tg::cpu {
 
-inline constexpr int kMaxTileRows = 4;
+inline constexpr int kMaxTileRows = 8;
 inline constexpr int kMaxTileCols = 4;
 
 // Converts one row of k f32 activations into the kernel set's activation format.

@@ -28,7 +28,6 @@ constexpr int kGroupBlocks = 4;  // blocks whose quants fill one 64-byte registe
 constexpr int kGroups = kChunkBlocks / kGroupBlocks;
 constexpr int kChunkBytes = kChunkBlocks * static_cast<int>(sizeof(BlockQ4_0));  // 288
 constexpr int kGroupBytes = kGroupBlocks * static_cast<int>(sizeof(BlockQ4_0));  // 72
-constexpr int kPrefetchChunks = 3;
 
 // Activations of 16 blocks, arranged for the kernel. Group g holds blocks 4g..4g+3: first
 // their quants 0..15, then their quants 16..31 (matching the low / high nibbles). The
@@ -43,8 +42,10 @@ static_assert(sizeof(ActQ4Chunk) == 640);
 constexpr int LaneOfBlock(int block) {
   return (block % kGroupBlocks) * kGroupBlocks + block / kGroupBlocks;
 }
+constexpr size_t kChunkActBytes = sizeof(ActQ4Chunk);
 #else
 constexpr int kChunkBlocks = 0;  // AVX2: every block takes the per-block path.
+constexpr size_t kChunkActBytes = 0;
 #endif
 
 int64_t FullChunks(int64_t nblocks) { return kChunkBlocks > 0 ? nblocks / kChunkBlocks : 0; }
@@ -52,10 +53,8 @@ int64_t FullChunks(int64_t nblocks) { return kChunkBlocks > 0 ? nblocks / kChunk
 size_t ActRowBytes(int64_t k) {
   const int64_t nblocks = k / kQK4_0;
   const int64_t chunks = FullChunks(nblocks);
-  size_t bytes = static_cast<size_t>(nblocks - chunks * kChunkBlocks) * sizeof(ActQ8_0);
-#if defined(TG_CPU_AVX512)
-  bytes += static_cast<size_t>(chunks) * sizeof(ActQ4Chunk);
-#endif
+  const size_t bytes = static_cast<size_t>(chunks) * kChunkActBytes +
+                       static_cast<size_t>(nblocks - chunks * kChunkBlocks) * sizeof(ActQ8_0);
   return (bytes + kRowAlign - 1) / kRowAlign * kRowAlign;
 }
 
@@ -72,14 +71,12 @@ void FromF32(const float* x, void* y, int64_t k) {
       const int g = b / kGroupBlocks, i = b % kGroupBlocks;
       std::memcpy(&ch[c].qs[g][0][i * kHalfBlock], q, kHalfBlock);
       std::memcpy(&ch[c].qs[g][1][i * kHalfBlock], q + kHalfBlock, kHalfBlock);
-      int sum = 0;
-      for (int j = 0; j < kQK8_0; ++j) sum += q[j];
       ch[c].d[LaneOfBlock(b)] = d;
-      ch[c].corr[LaneOfBlock(b)] = -kQ4Offset * sum;
+      ch[c].corr[LaneOfBlock(b)] = -kQ4Offset * SumI8(q, kQK8_0);
     }
   }
-  out += chunks * sizeof(ActQ4Chunk);
 #endif
+  out += chunks * kChunkActBytes;
   ActQ8_0* tail = reinterpret_cast<ActQ8_0*>(out);
   for (int64_t i = chunks * kChunkBlocks; i < nblocks; ++i, ++tail) {
     tail->d = QuantizeBlockQ8_0(x + i * kQK4_0, tail->qs);
@@ -211,9 +208,6 @@ void ChunkTile(int64_t chunks, const char* a, size_t a_stride, const void* const
   for (int64_t ch = 0; ch < chunks; ++ch) {
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = reinterpret_cast<const uint8_t*>(a + r * a_stride) + ch * kChunkBytes;
-      for (int line = 0; line < kChunkBytes; line += 64) {
-        PrefetchWeights(reinterpret_cast<const char*>(p) + kPrefetchChunks * kChunkBytes + line);
-      }
       const UnpackedChunk u = UnpackChunk(p, c);
       for (int j = 0; j < C; ++j) acc[r][j] = ChunkDot(u, y[j][ch], acc[r][j]);
     }
@@ -236,12 +230,7 @@ void Q4Tile(int64_t k, const char* a, size_t a_stride, const void* const* b, flo
     const ActQ8_0* tail[C];
     for (int j = 0; j < C; ++j) {
       tail[j] = reinterpret_cast<const ActQ8_0*>(static_cast<const char*>(b[j]) +
-#if defined(TG_CPU_AVX512)
-                                                 chunks * sizeof(ActQ4Chunk)
-#else
-                                                 0
-#endif
-      );
+                                                 chunks * kChunkActBytes);
     }
     BlockwiseTile<R, C>(chunks * kChunkBlocks, nblocks, a, a_stride, tail, sums);
   }
@@ -250,11 +239,9 @@ void Q4Tile(int64_t k, const char* a, size_t a_stride, const void* const* b, flo
   }
 }
 
-#if defined(TG_CPU_AVX512)
-constexpr int kColsPerPass = 2;  // 4 x 2 accumulators leave room for an unpacked chunk.
-#else
+// 4 x 2 accumulators leave registers for an unpacked chunk (AVX-512) or the per-block
+// temporaries (AVX2).
 constexpr int kColsPerPass = 2;
-#endif
 
 template <int R>
 void TileRows(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
@@ -270,17 +257,8 @@ void TileRows(int64_t k, const char* a, size_t a_stride, const void* const* b, i
 
 void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
           float* const* c) {
-  const char* rows_a = static_cast<const char*>(a);
-  switch (rows) {
-    case 1:
-      return TileRows<1>(k, rows_a, a_stride, b, cols, c);
-    case 2:
-      return TileRows<2>(k, rows_a, a_stride, b, cols, c);
-    case 3:
-      return TileRows<3>(k, rows_a, a_stride, b, cols, c);
-    default:
-      return TileRows<4>(k, rows_a, a_stride, b, cols, c);
-  }
+  static constexpr RowsFn kRows[4] = {TileRows<1>, TileRows<2>, TileRows<3>, TileRows<4>};
+  TileInGroupsOf4(kRows, k, a, a_stride, rows, b, cols, c);
 }
 
 }  // namespace

@@ -40,9 +40,7 @@ void FromF32(const float* x, void* y, int64_t k) {
     out[i].d = QuantizeBlockQ8_K(x + i * kQK_K, q);
     for (int s = 0; s < kSubBlocks; ++s) {
       std::memcpy(out[i].qs + StoredPosition(s) * kSubBlock, q + s * kSubBlock, kSubBlock);
-      int sum = 0;
-      for (int l = 0; l < kSubBlock; ++l) sum += q[s * kSubBlock + l];
-      out[i].sums[s] = static_cast<int16_t>(sum);
+      out[i].sums[s] = static_cast<int16_t>(SumI8(q + s * kSubBlock, kSubBlock));
     }
   }
 }
@@ -98,9 +96,6 @@ void Q4KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, 
   for (int64_t i = 0; i < nsb; ++i) {
     for (int r = 0; r < R; ++r) {
       const BlockQ4_K* x = reinterpret_cast<const BlockQ4_K*>(a + r * a_stride) + i;
-      PrefetchWeights(reinterpret_cast<const char*>(x + 3));
-      PrefetchWeights(reinterpret_cast<const char*>(x + 3) + 64);
-      PrefetchWeights(reinterpret_cast<const char*>(x + 3) + 128);
       uint64_t scales, mins;
       UnpackScales(x->scales, &scales, &mins);
       const __m512i s16 = _mm512_castsi128_si512(
@@ -190,8 +185,9 @@ constexpr int kColsPerPass = 2;
 #endif
 
 template <int R>
-void TileRows(int64_t nsb, const char* a, size_t a_stride, const void* const* b, int cols,
+void TileRows(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
               float* const* c) {
+  const int64_t nsb = k / kQK_K;
   for (int j = 0; j < cols; j += kColsPerPass) {
     switch (cols - j) {
       case 1:
@@ -218,18 +214,8 @@ void TileRows(int64_t nsb, const char* a, size_t a_stride, const void* const* b,
 
 void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
           float* const* c) {
-  const char* rows_a = static_cast<const char*>(a);
-  const int64_t nsb = k / kQK_K;
-  switch (rows) {
-    case 1:
-      return TileRows<1>(nsb, rows_a, a_stride, b, cols, c);
-    case 2:
-      return TileRows<2>(nsb, rows_a, a_stride, b, cols, c);
-    case 3:
-      return TileRows<3>(nsb, rows_a, a_stride, b, cols, c);
-    default:
-      return TileRows<4>(nsb, rows_a, a_stride, b, cols, c);
-  }
+  static constexpr RowsFn kRows[4] = {TileRows<1>, TileRows<2>, TileRows<3>, TileRows<4>};
+  TileInGroupsOf4(kRows, k, a, a_stride, rows, b, cols, c);
 }
 
 }  // namespace

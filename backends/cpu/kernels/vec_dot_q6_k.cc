@@ -4,7 +4,6 @@
 // weights. The quants are assembled as unsigned bytes 0..63 (so maddubs can take them), q . y
 // is scaled per 16 in integers, and the -32 offset is applied once per super-block through
 // the activations' 16-element sums (bsums, as in BlockQ8_K).
-#include <cstring>
 
 #include "backends/cpu/kernels/quantize_act.h"
 #include "backends/cpu/kernels/vec_dot_simd.h"
@@ -14,9 +13,10 @@
 namespace tg::cpu::simd {
 namespace {
 
-constexpr int kQ6Offset = 32;
+constexpr int kQ6Offset = 32;    // Q6_K quants are stored as q + 32.
 constexpr int kOffsetShift = 5;  // multiplying by kQ6Offset.
-constexpr int kGroup = 16;       // weights per scale.
+static_assert(1 << kOffsetShift == kQ6Offset);
+constexpr int kGroup = 16;  // weights per scale.
 constexpr int kGroups = kQK_K / kGroup;
 
 // Q8_K activations in natural order, padded to whole cache lines.
@@ -34,9 +34,7 @@ void FromF32(const float* x, void* y, int64_t k) {
   for (int64_t i = 0; i < k / kQK_K; ++i) {
     out[i].d = QuantizeBlockQ8_K(x + i * kQK_K, out[i].qs);
     for (int g = 0; g < kGroups; ++g) {
-      int sum = 0;
-      for (int l = 0; l < kGroup; ++l) sum += out[i].qs[g * kGroup + l];
-      out[i].bsums[g] = static_cast<int16_t>(sum);
+      out[i].bsums[g] = static_cast<int16_t>(SumI8(out[i].qs + g * kGroup, kGroup));
     }
   }
 }
@@ -81,9 +79,6 @@ void Q6KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, 
   for (int64_t i = 0; i < nsb; ++i) {
     for (int r = 0; r < R; ++r) {
       const BlockQ6_K* x = reinterpret_cast<const BlockQ6_K*>(a + r * a_stride) + i;
-      for (int line = 0; line < 4; ++line) {
-        PrefetchWeights(reinterpret_cast<const char*>(x + 2) + 64 * line);
-      }
       __m512i w[4];
       for (int h = 0; h < 2; ++h) {
         const __m512i ql = _mm512_loadu_si512(x->ql + 64 * h);
@@ -188,8 +183,9 @@ constexpr int kColsPerPass = 2;
 #endif
 
 template <int R>
-void TileRows(int64_t nsb, const char* a, size_t a_stride, const void* const* b, int cols,
+void TileRows(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
               float* const* c) {
+  const int64_t nsb = k / kQK_K;
   for (int j = 0; j < cols; j += kColsPerPass) {
     switch (cols - j) {
       case 1:
@@ -216,18 +212,8 @@ void TileRows(int64_t nsb, const char* a, size_t a_stride, const void* const* b,
 
 void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
           float* const* c) {
-  const char* rows_a = static_cast<const char*>(a);
-  const int64_t nsb = k / kQK_K;
-  switch (rows) {
-    case 1:
-      return TileRows<1>(nsb, rows_a, a_stride, b, cols, c);
-    case 2:
-      return TileRows<2>(nsb, rows_a, a_stride, b, cols, c);
-    case 3:
-      return TileRows<3>(nsb, rows_a, a_stride, b, cols, c);
-    default:
-      return TileRows<4>(nsb, rows_a, a_stride, b, cols, c);
-  }
+  static constexpr RowsFn kRows[4] = {TileRows<1>, TileRows<2>, TileRows<3>, TileRows<4>};
+  TileInGroupsOf4(kRows, k, a, a_stride, rows, b, cols, c);
 }
 
 }  // namespace

@@ -9,8 +9,6 @@
 namespace tg::cpu::simd {
 namespace {
 
-constexpr int kPrefetchBlocks = 24;  // ~800 bytes ahead of the weight loads.
-
 size_t ActRowBytes(int64_t k) { return static_cast<size_t>(k / kQK8_0) * sizeof(ActQ8_0); }
 
 void FromF32(const float* x, void* y, int64_t k) {
@@ -36,7 +34,6 @@ void Q8Tile(int64_t nblocks, const char* a, size_t a_stride, const void* const* 
     }
     for (int r = 0; r < R; ++r) {
       const BlockQ8_0* x = reinterpret_cast<const BlockQ8_0*>(a + r * a_stride) + i;
-      PrefetchWeights(reinterpret_cast<const char*>(x + kPrefetchBlocks));
       const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qs));
       const __m256 dx = _mm256_set1_ps(_cvtsh_ss(x->d));
       for (int j = 0; j < C; ++j) {
@@ -58,8 +55,9 @@ constexpr int kColsPerPass = 2;
 #endif
 
 template <int R>
-void TileRows(int64_t nblocks, const char* a, size_t a_stride, const void* const* b, int cols,
+void TileRows(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
               float* const* c) {
+  const int64_t nblocks = k / kQK8_0;
   for (int j = 0; j < cols; j += kColsPerPass) {
     switch (cols - j) {
       case 1:
@@ -86,18 +84,8 @@ void TileRows(int64_t nblocks, const char* a, size_t a_stride, const void* const
 
 void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
           float* const* c) {
-  const char* rows_a = static_cast<const char*>(a);
-  const int64_t nblocks = k / kQK8_0;
-  switch (rows) {
-    case 1:
-      return TileRows<1>(nblocks, rows_a, a_stride, b, cols, c);
-    case 2:
-      return TileRows<2>(nblocks, rows_a, a_stride, b, cols, c);
-    case 3:
-      return TileRows<3>(nblocks, rows_a, a_stride, b, cols, c);
-    default:
-      return TileRows<4>(nblocks, rows_a, a_stride, b, cols, c);
-  }
+  static constexpr RowsFn kRows[4] = {TileRows<1>, TileRows<2>, TileRows<3>, TileRows<4>};
+  TileInGroupsOf4(kRows, k, a, a_stride, rows, b, cols, c);
 }
 
 }  // namespace

@@ -26,6 +26,23 @@ extern const DotKernels kDotQ4_K;
 extern const DotKernels kDotQ6_K;
 #endif
 
+// A tile kernel for a fixed number of rows (1 to 4), given k.
+using RowsFn = void (*)(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
+                        float* const* c);
+
+// Runs a tile of up to kMaxTileRows rows as groups of at most 4 (what the quantized kernels
+// keep in registers); kRows[r - 1] handles r rows.
+inline void TileInGroupsOf4(const RowsFn (&kRows)[4], int64_t k, const void* a, size_t a_stride,
+                            int rows, const void* const* b, int cols, float* const* c) {
+  const char* base = static_cast<const char*>(a);
+  for (int r0 = 0; r0 < rows; r0 += 4) {
+    float* shifted[kMaxTileCols];
+    for (int j = 0; j < cols; ++j) shifted[j] = c[j] + r0;
+    const int n = rows - r0 < 4 ? rows - r0 : 4;
+    kRows[n - 1](k, base + r0 * a_stride, a_stride, b, cols, shifted);
+  }
+}
+
 // A 32-element block of Q8_0-quantized activations with its scale already widened to f32
 // (the dot kernels would otherwise convert it once per weight row).
 struct ActQ8_0 {
@@ -34,15 +51,7 @@ struct ActQ8_0 {
 };
 static_assert(sizeof(ActQ8_0) == 36);
 
-#ifndef TG_DOT_PREFETCH
-#define TG_DOT_PREFETCH 1
-#endif
-
 #if defined(TG_CPU_SIMD)
-inline void PrefetchWeights(const void* p) {
-  if (TG_DOT_PREFETCH) _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
-}
-
 inline float HorizontalSum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -60,6 +69,23 @@ inline __m256i DotI8Lanes(__m256i x, __m256i y) {
 #else
   return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1));
 #endif
+}
+
+// Sum of n (16 or 32) signed bytes: psadbw adds unsigned bytes, so bias them by 128.
+inline int SumI8(const int8_t* q, int n) {
+  constexpr int kBias = 128;
+  const __m128i bias = _mm_set1_epi8(static_cast<char>(kBias));
+  __m128i s =
+      _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), bias),
+                   _mm_setzero_si128());
+  if (n == 32) {
+    s = _mm_add_epi64(
+        s,
+        _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16)), bias),
+                     _mm_setzero_si128()));
+  }
+  s = _mm_add_epi64(s, _mm_unpackhi_epi64(s, s));
+  return _mm_cvtsi128_si32(s) - kBias * n;
 }
 
 // 32 nibbles of 16 bytes as 32 bytes: low nibbles first, then high nibbles (Q4_0's order).
