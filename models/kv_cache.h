@@ -1,6 +1,7 @@
-// KvCache: per-layer K and V tensors [n_embd_kv, n_ctx] on one device, one row per
-// position (F16 by default, F32 as an option). Positions map 1:1 to cells; the attention
-// mask hides cells past the current position, so clearing needs no memset. Not thread-safe.
+// KvCache: per-layer K and V tensors [n_embd_kv, n_ctx], one row per position (F16 by
+// default, F32 as an option), each layer's on that layer's device (--split-mode layer) with
+// one buffer per device. Positions map 1:1 to cells; the attention mask hides cells past the
+// current position, so clearing needs no memset. Not thread-safe.
 #ifndef TENSORGRID_MODELS_KV_CACHE_H_
 #define TENSORGRID_MODELS_KV_CACHE_H_
 
@@ -16,13 +17,18 @@ namespace tg {
 
 class KvCache {
  public:
+  // Every layer on `device`.
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(const LlamaHParams& hp, int64_t n_ctx,
                                                          DType type, Device* device);
+  // Layer il on layer_devices[il] (one per layer).
+  static absl::StatusOr<std::unique_ptr<KvCache>> Create(const LlamaHParams& hp, int64_t n_ctx,
+                                                         DType type,
+                                                         const std::vector<Device*>& layer_devices);
   Tensor* k(int64_t layer) const { return k_[layer]; }
   Tensor* v(int64_t layer) const { return v_[layer]; }
   int64_t n_ctx() const { return n_ctx_; }
   DType type() const { return type_; }
-  size_t bytes() const { return buffer_ ? buffer_->size() : 0; }
+  size_t bytes() const;
 
  private:
   KvCache() = default;
@@ -31,7 +37,7 @@ class KvCache {
   Context ctx_;
   std::vector<Tensor*> k_;
   std::vector<Tensor*> v_;
-  std::unique_ptr<Buffer> buffer_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;  // one per device.
 };
 
 }  // namespace tg

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/registry.h"
 #include "core/status_macros.h"
 #include "models/llama_tensor_split.h"
@@ -18,8 +18,8 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
   TG_ASSIGN_OR_RETURN(m->hparams_, ReadLlamaHParams(*m->file_));
   TG_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::FromGguf(*m->file_));
   if (m->tokenizer_->n_vocab() != m->hparams_.n_vocab) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: tokenizer has %d tokens, model %d",
-                                                      path, m->tokenizer_->n_vocab(),
+    return absl::InvalidArgumentError(absl::StrFormat("%s: tokenizer has %d tokens, model %d", path,
+                                                      m->tokenizer_->n_vocab(),
                                                       m->hparams_.n_vocab));
   }
   TG_RETURN_IF_ERROR(m->ChooseDevices(options));
@@ -38,20 +38,30 @@ absl::Status LlamaModel::ChooseDevices(const LoadOptions& options) {
   switch (plan_.mode) {
     case SplitMode::kNone:
       device_ = plan_.devices[0];
-      return absl::OkStatus();
+      break;
     case SplitMode::kTensor: {
       TG_ASSIGN_OR_RETURN(owned_device_, CreateTensorSplitDevice(hparams_, plan_));
       device_ = owned_device_.get();
+      break;
+    }
+    case SplitMode::kLayer: {
+      const std::vector<float> proportions =
+          plan_.proportions.empty() ? ProportionsFromMemory(plan_.devices) : plan_.proportions;
+      TG_ASSIGN_OR_RETURN(placement_, PlaceLayers(hparams_.n_layer, plan_.devices, proportions));
+      device_ = placement_.input();
       return absl::OkStatus();
     }
-    case SplitMode::kLayer:
-      return absl::UnimplementedError("--split-mode layer is not implemented yet");
+    default:
+      return absl::InvalidArgumentError("unknown split mode");
   }
-  return absl::InvalidArgumentError("unknown split mode");
+  // One device holds everything.
+  placement_ = LayerPlacement{{device_}, std::vector<int>(hparams_.n_layer, 0), 0, 0};
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Tensor*> LlamaModel::Weight(const std::string& name,
-                                           std::initializer_list<int64_t> ne, bool required) {
+                                           std::initializer_list<int64_t> ne, int device,
+                                           bool required) {
   const GgufTensorInfo* info = file_->FindTensor(name);
   if (info == nullptr) {
     if (!required) return nullptr;
@@ -69,72 +79,104 @@ absl::StatusOr<Tensor*> LlamaModel::Weight(const std::string& name,
   TG_ASSIGN_OR_RETURN(Tensor * t, ctx_.NewTensor(info->type, want));
   t->SetName(name);
   t->flags |= kFlagWeight;
-  weights_.emplace_back(t, info);
+  weights_.push_back({t, info, device});
   n_params_ += t->NumElements();
   return t;
 }
 
 absl::Status LlamaModel::CreateWeights() {
   const LlamaHParams& hp = hparams_;
-  const int64_t n_embd = hp.n_embd;
-  TG_ASSIGN_OR_RETURN(tok_embd_, Weight("token_embd.weight", {n_embd, hp.n_vocab}));
-  TG_ASSIGN_OR_RETURN(output_norm_, Weight("output_norm.weight", {n_embd}));
-  TG_ASSIGN_OR_RETURN(output_, Weight("output.weight", {n_embd, hp.n_vocab}, false));
-  if (output_ == nullptr) output_ = tok_embd_;  // tied embeddings.
-  layers_.resize(hp.n_layer);
-  for (int64_t i = 0; i < hp.n_layer; ++i) {
-    LlamaLayer& l = layers_[i];
-    const std::string p = absl::StrCat("blk.", i, ".");
-    TG_ASSIGN_OR_RETURN(l.attn_norm, Weight(p + "attn_norm.weight", {n_embd}));
-    TG_ASSIGN_OR_RETURN(l.wq, Weight(p + "attn_q.weight", {n_embd, hp.n_embd_q()}));
-    TG_ASSIGN_OR_RETURN(l.wk, Weight(p + "attn_k.weight", {n_embd, hp.n_embd_kv()}));
-    TG_ASSIGN_OR_RETURN(l.wv, Weight(p + "attn_v.weight", {n_embd, hp.n_embd_kv()}));
-    TG_ASSIGN_OR_RETURN(l.wo, Weight(p + "attn_output.weight", {hp.n_embd_q(), n_embd}));
-    if (hp.has_qkv_bias) {
-      TG_ASSIGN_OR_RETURN(l.bq, Weight(p + "attn_q.bias", {hp.n_embd_q()}));
-      TG_ASSIGN_OR_RETURN(l.bk, Weight(p + "attn_k.bias", {hp.n_embd_kv()}));
-      TG_ASSIGN_OR_RETURN(l.bv, Weight(p + "attn_v.bias", {hp.n_embd_kv()}));
-    }
-    if (hp.has_qk_norm) {
-      TG_ASSIGN_OR_RETURN(l.q_norm, Weight(p + "attn_q_norm.weight", {hp.head_dim}));
-      TG_ASSIGN_OR_RETURN(l.k_norm, Weight(p + "attn_k_norm.weight", {hp.head_dim}));
-    }
-    TG_ASSIGN_OR_RETURN(l.ffn_norm, Weight(p + "ffn_norm.weight", {n_embd}));
-    TG_ASSIGN_OR_RETURN(l.ffn_gate, Weight(p + "ffn_gate.weight", {n_embd, hp.n_ff}));
-    TG_ASSIGN_OR_RETURN(l.ffn_up, Weight(p + "ffn_up.weight", {n_embd, hp.n_ff}));
-    TG_ASSIGN_OR_RETURN(l.ffn_down, Weight(p + "ffn_down.weight", {hp.n_ff, n_embd}));
+  const int in = placement_.input_device;
+  const int out = placement_.output_device;
+  TG_ASSIGN_OR_RETURN(tok_embd_, Weight("token_embd.weight", {hp.n_embd, hp.n_vocab}, in));
+  TG_ASSIGN_OR_RETURN(output_norm_, Weight("output_norm.weight", {hp.n_embd}, out));
+  TG_ASSIGN_OR_RETURN(output_, Weight("output.weight", {hp.n_embd, hp.n_vocab}, out, false));
+  if (output_ == nullptr && in == out) output_ = tok_embd_;  // tied embeddings.
+  if (output_ == nullptr) {
+    // Tied, and the head is on another device than the embeddings: a second copy of the
+    // table there (as llama.cpp duplicates it) instead of a transfer of it per token.
+    TG_ASSIGN_OR_RETURN(output_, Weight("token_embd.weight", {hp.n_embd, hp.n_vocab}, out));
+    output_->SetName("token_embd.weight#output");
+    n_params_ -= output_->NumElements();
+    weights_.back().duplicate = true;
   }
-  for (auto& [t, info] : weights_) {
-    const bool is_norm_or_bias = t->ne[1] == 1;
-    if (is_norm_or_bias && t->type != DType::kF32) {
-      return absl::InvalidArgumentError(absl::StrCat(file_->path(), ": tensor '", t->name,
-                                                     "' must be f32, is ", DTypeName(t->type)));
+  layers_.resize(hp.n_layer);
+  for (int64_t i = 0; i < hp.n_layer; ++i) TG_RETURN_IF_ERROR(CreateLayerWeights(i));
+  for (const WeightSource& w : weights_) {
+    const bool is_norm_or_bias = w.tensor->ne[1] == 1;
+    if (is_norm_or_bias && w.tensor->type != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(file_->path(), ": tensor '", w.tensor->name,
+                                                     "' must be f32, is ",
+                                                     DTypeName(w.tensor->type)));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status LlamaModel::UploadWeights(const LoadOptions& options) {
-  BufferType* type = device_->default_buffer_type();
-  const size_t align = type->alignment();
-  std::vector<size_t> offsets;
-  size_t total = 0;
-  for (auto& [t, info] : weights_) {
-    total = (total + align - 1) / align * align;
-    offsets.push_back(total);
-    total += type->AllocSize(*t);
+absl::Status LlamaModel::CreateLayerWeights(int64_t i) {
+  const LlamaHParams& hp = hparams_;
+  const int64_t n_embd = hp.n_embd;
+  const int d = placement_.layer_device[i];
+  LlamaLayer& l = layers_[i];
+  const std::string p = absl::StrCat("blk.", i, ".");
+  TG_ASSIGN_OR_RETURN(l.attn_norm, Weight(p + "attn_norm.weight", {n_embd}, d));
+  TG_ASSIGN_OR_RETURN(l.wq, Weight(p + "attn_q.weight", {n_embd, hp.n_embd_q()}, d));
+  TG_ASSIGN_OR_RETURN(l.wk, Weight(p + "attn_k.weight", {n_embd, hp.n_embd_kv()}, d));
+  TG_ASSIGN_OR_RETURN(l.wv, Weight(p + "attn_v.weight", {n_embd, hp.n_embd_kv()}, d));
+  TG_ASSIGN_OR_RETURN(l.wo, Weight(p + "attn_output.weight", {hp.n_embd_q(), n_embd}, d));
+  if (hp.has_qkv_bias) {
+    TG_ASSIGN_OR_RETURN(l.bq, Weight(p + "attn_q.bias", {hp.n_embd_q()}, d));
+    TG_ASSIGN_OR_RETURN(l.bk, Weight(p + "attn_k.bias", {hp.n_embd_kv()}, d));
+    TG_ASSIGN_OR_RETURN(l.bv, Weight(p + "attn_v.bias", {hp.n_embd_kv()}, d));
   }
-  TG_ASSIGN_OR_RETURN(buffer_, type->Allocate(total));
-  buffer_->set_usage(BufferUsage::kWeights);
+  if (hp.has_qk_norm) {
+    TG_ASSIGN_OR_RETURN(l.q_norm, Weight(p + "attn_q_norm.weight", {hp.head_dim}, d));
+    TG_ASSIGN_OR_RETURN(l.k_norm, Weight(p + "attn_k_norm.weight", {hp.head_dim}, d));
+  }
+  TG_ASSIGN_OR_RETURN(l.ffn_norm, Weight(p + "ffn_norm.weight", {n_embd}, d));
+  TG_ASSIGN_OR_RETURN(l.ffn_gate, Weight(p + "ffn_gate.weight", {n_embd, hp.n_ff}, d));
+  TG_ASSIGN_OR_RETURN(l.ffn_up, Weight(p + "ffn_up.weight", {n_embd, hp.n_ff}, d));
+  TG_ASSIGN_OR_RETURN(l.ffn_down, Weight(p + "ffn_down.weight", {hp.n_ff, n_embd}, d));
+  return absl::OkStatus();
+}
+
+// One buffer per device holding weights, each tensor copied once from the mapped file.
+absl::Status LlamaModel::UploadWeights(const LoadOptions& options) {
+  const size_t n_devices = placement_.devices.size();
+  std::vector<size_t> totals(n_devices, 0);
+  std::vector<size_t> offsets;
+  for (const WeightSource& w : weights_) {
+    BufferType* type = placement_.devices[w.device]->default_buffer_type();
+    const size_t align = type->alignment();
+    totals[w.device] = (totals[w.device] + align - 1) / align * align;
+    offsets.push_back(totals[w.device]);
+    totals[w.device] += type->AllocSize(*w.tensor);
+  }
+  std::vector<Buffer*> buffers(n_devices, nullptr);
+  for (size_t d = 0; d < n_devices; ++d) {
+    if (totals[d] == 0) continue;  // a device without layers.
+    Device* device = placement_.devices[d];
+    absl::StatusOr<std::unique_ptr<Buffer>> buffer =
+        device->default_buffer_type()->Allocate(totals[d]);
+    if (!buffer.ok()) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("weights of %.1f MiB do not fit on %s: %s", totals[d] / 1048576.0,
+                          device->name(), buffer.status().message()));
+    }
+    (*buffer)->set_usage(BufferUsage::kWeights);
+    buffers[d] = buffer->get();
+    buffers_.push_back(std::move(*buffer));
+  }
   size_t done = 0;
   for (size_t i = 0; i < weights_.size(); ++i) {
-    auto& [t, info] = weights_[i];
-    TG_RETURN_IF_ERROR(PlaceTensor(buffer_.get(), t, offsets[i]));
-    TG_RETURN_IF_ERROR(buffer_->SetTensor(t, info->data, 0, info->nbytes));
-    done += info->nbytes;
-    if (options.progress) options.progress(done, file_->file_size());
+    const WeightSource& w = weights_[i];
+    TG_RETURN_IF_ERROR(PlaceTensor(buffers[w.device], w.tensor, offsets[i]));
+    TG_RETURN_IF_ERROR(buffers[w.device]->SetTensor(w.tensor, w.info->data, 0, w.info->nbytes));
+    done += w.info->nbytes;
+    if (options.progress) options.progress(std::min(done, file_->file_size()), file_->file_size());
   }
-  weight_bytes_ = done;
+  weight_bytes_ = 0;
+  for (const WeightSource& w : weights_) weight_bytes_ += w.duplicate ? 0 : w.info->nbytes;
   return absl::OkStatus();
 }
 

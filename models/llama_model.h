@@ -1,6 +1,8 @@
 // LlamaModel: a llama-family model loaded from GGUF — hyperparameters, tokenizer, and the
-// weights as tensors in one device's memory (copied out of the mmap'ed file, checked
-// against the shapes the architecture requires). Immutable after Load; thread-safe to read.
+// weights as tensors in device memory (copied out of the mmap'ed file, checked against the
+// shapes the architecture requires): one device's, the meta device's (--split-mode tensor),
+// or layer by layer on several devices (--split-mode layer, models/layer_placement.h), one
+// weight buffer per device. Immutable after Load; thread-safe to read.
 #ifndef TENSORGRID_MODELS_LLAMA_MODEL_H_
 #define TENSORGRID_MODELS_LLAMA_MODEL_H_
 
@@ -13,6 +15,7 @@
 #include "core/backend.h"
 #include "core/context.h"
 #include "models/gguf_file.h"
+#include "models/layer_placement.h"
 #include "models/llama_hparams.h"
 #include "models/split_mode.h"
 #include "models/tokenizer.h"
@@ -52,8 +55,14 @@ class LlamaModel {
   const LlamaHParams& hparams() const { return hparams_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   // The device graphs run on: the single device, or for --split-mode tensor the meta device
-  // that spreads every tensor over the plan's devices.
+  // that spreads every tensor over the plan's devices. For --split-mode layer, the device of
+  // the embeddings (graphs span placement().UsedDevices(); LlamaSession schedules them).
   Device* device() const { return device_; }
+  // Where each layer's weights and KV cache live: every layer on device() unless the plan is
+  // a layer split.
+  const LayerPlacement& placement() const { return placement_; }
+  // True when graphs of this model span several devices (a layer split over two or more).
+  bool multi_device() const { return placement_.UsedDevices().size() > 1; }
   const DevicePlan& plan() const { return plan_; }
   const GgufFile& file() const { return *file_; }
 
@@ -70,8 +79,10 @@ class LlamaModel {
  private:
   LlamaModel() = default;
   absl::Status ChooseDevices(const LoadOptions& options);
+  // A weight of the file on placement_.devices[device].
   absl::StatusOr<Tensor*> Weight(const std::string& name, std::initializer_list<int64_t> ne,
-                                 bool required = true);
+                                 int device, bool required = true);
+  absl::Status CreateLayerWeights(int64_t il);
   absl::Status CreateWeights();
   absl::Status UploadWeights(const LoadOptions& options);
 
@@ -82,8 +93,15 @@ class LlamaModel {
   std::unique_ptr<Tokenizer> tokenizer_;
   Device* device_ = nullptr;
   Context ctx_;
-  std::vector<std::pair<Tensor*, const GgufTensorInfo*>> weights_;
-  std::unique_ptr<Buffer> buffer_;
+  struct WeightSource {
+    Tensor* tensor;
+    const GgufTensorInfo* info;
+    int device;              // index into placement_.devices.
+    bool duplicate = false;  // a second copy of a tensor (tied output on another device).
+  };
+  std::vector<WeightSource> weights_;
+  LayerPlacement placement_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;  // weights, one buffer per device.
   Tensor* tok_embd_ = nullptr;
   Tensor* output_norm_ = nullptr;
   Tensor* output_ = nullptr;

@@ -1,9 +1,11 @@
 #include "models/llama_session.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
 #include "models/llama_graph.h"
@@ -12,11 +14,17 @@ namespace tg {
 namespace {
 
 double MicrosSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 absl::Status SetInput(Tensor* t, const void* data, size_t bytes) {
   return t->buffer->SetTensor(t, data, 0, bytes);
+}
+
+absl::Status ReadLogits(const LlamaGraph& g, float* out) {
+  if (out == nullptr) return absl::OkStatus();
+  return g.logits->buffer->GetTensor(g.logits, out, 0, g.logits->NumBytes());
 }
 
 }  // namespace
@@ -24,13 +32,43 @@ absl::Status SetInput(Tensor* t, const void* data, size_t bytes) {
 absl::StatusOr<std::unique_ptr<LlamaSession>> LlamaSession::Create(const LlamaModel& model,
                                                                    const SessionOptions& options) {
   if (options.n_batch <= 0) return absl::InvalidArgumentError("batch size must be positive");
+  if (options.n_copies < 0 || options.n_copies > kMaxSchedulerCopies) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline copies ", options.n_copies,
+                                                   " outside [0, ", kMaxSchedulerCopies, "]"));
+  }
   std::unique_ptr<LlamaSession> s(new LlamaSession(model));
   s->options_ = options;
-  TG_ASSIGN_OR_RETURN(s->cache_, KvCache::Create(model.hparams(), options.n_ctx, options.kv_type,
-                                                 model.device()));
+  if (model.multi_device()) {
+    TG_RETURN_IF_ERROR(s->CreateScheduler());
+    return s;
+  }
+  TG_ASSIGN_OR_RETURN(
+      s->cache_, KvCache::Create(model.hparams(), options.n_ctx, options.kv_type, model.device()));
   TG_ASSIGN_OR_RETURN(s->stream_, model.device()->CreateStream());
   s->allocator_ = std::make_unique<GraphAllocator>(model.device()->default_buffer_type());
   return s;
+}
+
+// Each layer's cache beside its weights; one stream per device that holds anything, in layer
+// order (the scheduler's priority order).
+absl::Status LlamaSession::CreateScheduler() {
+  const LayerPlacement& placement = model_.placement();
+  std::vector<Device*> layer_devices;
+  for (int64_t il = 0; il < model_.hparams().n_layer; ++il) {
+    layer_devices.push_back(placement.layer(il));
+  }
+  TG_ASSIGN_OR_RETURN(
+      cache_, KvCache::Create(model_.hparams(), options_.n_ctx, options_.kv_type, layer_devices));
+  std::vector<SchedulerBackend> backends;
+  for (Device* d : placement.UsedDevices()) {
+    TG_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, d->CreateStream());
+    backends.push_back({d, stream.get()});
+    streams_.push_back(std::move(stream));
+  }
+  SchedulerOptions so;
+  so.n_copies = options_.n_copies == 0 ? kDefaultPipelineCopies : options_.n_copies;
+  TG_ASSIGN_OR_RETURN(scheduler_, Scheduler::Create(std::move(backends), so));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<absl::Span<const float>> LlamaSession::Decode(absl::Span<const int32_t> tokens,
@@ -44,9 +82,9 @@ absl::StatusOr<absl::Span<const float>> LlamaSession::Decode(absl::Span<const in
     }
   }
   if (n_past_ + static_cast<int64_t>(tokens.size()) > cache_->n_ctx()) {
-    return absl::OutOfRangeError(absl::StrFormat(
-        "context full: %d + %d tokens exceed %d (raise -c)", n_past_, tokens.size(),
-        cache_->n_ctx()));
+    return absl::OutOfRangeError(
+        absl::StrFormat("context full: %d + %d tokens exceed %d (raise -c)", n_past_, tokens.size(),
+                        cache_->n_ctx()));
   }
   logits_.resize((all_logits ? tokens.size() : 1) * n_vocab);
   for (size_t done = 0; done < tokens.size();) {
@@ -60,40 +98,132 @@ absl::StatusOr<absl::Span<const float>> LlamaSession::Decode(absl::Span<const in
   return absl::Span<const float>(logits_);
 }
 
-absl::Status LlamaSession::RunBatch(absl::Span<const int32_t> tokens, bool all_logits,
-                                    float* out) {
-  const auto t0 = std::chrono::steady_clock::now();
+absl::Status LlamaSession::RunBatch(absl::Span<const int32_t> tokens, bool all_logits, float* out) {
+  if (scheduler_ == nullptr) return RunOnOneDevice(tokens, all_logits, out);
+  if (scheduler_->n_copies() > 1 && tokens.size() > 1) return RunPipelined(tokens, all_logits, out);
+  return RunScheduled(tokens, all_logits, out);
+}
+
+absl::Status LlamaSession::FillInputs(const LlamaGraph& g, absl::Span<const int32_t> tokens,
+                                      int64_t n_past) {
   const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t n_out = all_logits ? n : 1;
-  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaGraph> g,
-                      BuildLlamaGraph(model_, *cache_, n, n_past_, n_out));
-  TG_RETURN_IF_ERROR(allocator_->Allocate(g->graph));
-  TG_RETURN_IF_ERROR(SetInput(g->tokens, tokens.data(), n * sizeof(int32_t)));
+  TG_RETURN_IF_ERROR(SetInput(g.tokens, tokens.data(), n * sizeof(int32_t)));
   scratch_i32_.resize(n);
-  for (int64_t i = 0; i < n; ++i) scratch_i32_[i] = static_cast<int32_t>(n_past_ + i);
-  TG_RETURN_IF_ERROR(SetInput(g->pos, scratch_i32_.data(), n * sizeof(int32_t)));
+  for (int64_t i = 0; i < n; ++i) scratch_i32_[i] = static_cast<int32_t>(n_past + i);
+  TG_RETURN_IF_ERROR(SetInput(g.pos, scratch_i32_.data(), n * sizeof(int32_t)));
   // Causal mask: token i (at position n_past + i) sees cells 0..n_past + i.
-  const int64_t n_kv = g->n_kv;
+  const int64_t n_kv = g.n_kv;
   scratch_mask_.assign(n_kv * n, -std::numeric_limits<float>::infinity());
   for (int64_t i = 0; i < n; ++i) {
-    std::fill_n(scratch_mask_.begin() + i * n_kv, n_past_ + i + 1, 0.0f);
+    std::fill_n(scratch_mask_.begin() + i * n_kv, n_past + i + 1, 0.0f);
   }
-  TG_RETURN_IF_ERROR(SetInput(g->mask, scratch_mask_.data(), scratch_mask_.size() * sizeof(float)));
-  if (g->out_ids != nullptr) {
+  TG_RETURN_IF_ERROR(SetInput(g.mask, scratch_mask_.data(), scratch_mask_.size() * sizeof(float)));
+  if (g.out_ids != nullptr) {
     const int32_t last = static_cast<int32_t>(n - 1);
-    TG_RETURN_IF_ERROR(SetInput(g->out_ids, &last, sizeof(last)));
+    TG_RETURN_IF_ERROR(SetInput(g.out_ids, &last, sizeof(last)));
   }
+  return absl::OkStatus();
+}
+
+absl::Status LlamaSession::RunOnOneDevice(absl::Span<const int32_t> tokens, bool all_logits,
+                                          float* out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaGraph> g,
+                      BuildLlamaGraph(model_, *cache_, n, n_past_, all_logits ? n : 1));
+  TG_RETURN_IF_ERROR(allocator_->Allocate(g->graph));
+  TG_RETURN_IF_ERROR(FillInputs(*g, tokens, n_past_));
   timings_.build_us += MicrosSince(t0);
+  const StreamStats before = stream_->stats();
   const auto t1 = std::chrono::steady_clock::now();
   TG_RETURN_IF_ERROR(stream_->Compute(g->graph));
   TG_RETURN_IF_ERROR(stream_->Synchronize());
   timings_.compute_us += MicrosSince(t1);
+  // A meta device (--split-mode tensor) reports its all-reduce time and per-device pieces.
+  const StreamStats after = stream_->stats();
+  timings_.transfer_us += after.transfer_us - before.transfer_us;
+  timings_.splits += std::max<int64_t>(1, after.splits - before.splits);
   ++timings_.graphs;
   n_past_ += n;
-  if (out != nullptr) {
-    const size_t bytes = g->logits->NumBytes();
-    TG_RETURN_IF_ERROR(g->logits->buffer->GetTensor(g->logits, out, 0, bytes));
+  return ReadLogits(*g, out);
+}
+
+void LlamaSession::AddSchedulerTimes(const SchedulerStats& before) {
+  const SchedulerStats after = scheduler_->stats();
+  timings_.compute_us += after.compute_us - before.compute_us;
+  timings_.transfer_us += after.copy_us - before.copy_us;
+  timings_.overhead_us += after.overhead_us - before.overhead_us;
+  timings_.splits += after.splits - before.splits;
+  timings_.graphs += after.graphs - before.graphs;
+}
+
+absl::Status LlamaSession::RunScheduled(absl::Span<const int32_t> tokens, bool all_logits,
+                                        float* out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaGraph> g,
+                      BuildLlamaGraph(model_, *cache_, n, n_past_, all_logits ? n : 1));
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<ScheduledGraph> scheduled, scheduler_->Schedule(g->graph));
+  TG_RETURN_IF_ERROR(FillInputs(*g, tokens, n_past_));
+  timings_.build_us += MicrosSince(t0);
+  const SchedulerStats before = scheduler_->stats();
+  absl::Status status = scheduler_->Compute(*scheduled);
+  AddSchedulerTimes(before);
+  TG_RETURN_IF_ERROR(status);
+  n_past_ += n;
+  return ReadLogits(*g, out);
+}
+
+// The batch is cut into up to n_copies micro-batches of nearly equal size, each in its own
+// memory slot, all in flight together. The devices run each micro-batch's splits in order,
+// and a layer's micro-batches in order (one thread per device), so each micro-batch sees the
+// KV cells of the ones before it. The pipeline drains at the end of the batch.
+absl::Status LlamaSession::RunPipelined(absl::Span<const int32_t> tokens, bool all_logits,
+                                        float* out) {
+  struct InFlight {
+    std::unique_ptr<LlamaGraph> graph;
+    std::unique_ptr<ScheduledGraph> scheduled;  // declared after graph: destroyed first.
+    float* out = nullptr;
+  };
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t n_micro = std::min<int64_t>(scheduler_->n_copies(), n);
+  const int64_t n_vocab = model_.hparams().n_vocab;
+  std::vector<InFlight> slots(n_micro);
+  auto finish = [&](InFlight& f) {
+    absl::Status s = f.scheduled == nullptr ? absl::OkStatus() : scheduler_->Wait(*f.scheduled);
+    if (s.ok() && f.scheduled != nullptr) s = ReadLogits(*f.graph, f.out);
+    f.scheduled.reset();
+    f.graph.reset();
+    return s;
+  };
+  auto submit = [&](InFlight& f, int slot, int64_t offset, int64_t size, bool last) {
+    const auto t0 = std::chrono::steady_clock::now();
+    TG_ASSIGN_OR_RETURN(
+        f.graph, BuildLlamaGraph(model_, *cache_, size, n_past_ + offset, all_logits ? size : 1));
+    TG_ASSIGN_OR_RETURN(f.scheduled, scheduler_->Schedule(f.graph->graph, slot));
+    TG_RETURN_IF_ERROR(FillInputs(*f.graph, tokens.subspan(offset, size), n_past_ + offset));
+    f.out =
+        all_logits ? (out == nullptr ? nullptr : out + offset * n_vocab) : (last ? out : nullptr);
+    timings_.build_us += MicrosSince(t0);
+    return scheduler_->Submit(*f.scheduled);
+  };
+  const SchedulerStats before = scheduler_->stats();
+  absl::Status status;
+  int64_t offset = 0;
+  for (int64_t m = 0; m < n_micro && status.ok(); ++m) {
+    const int64_t size = n / n_micro + (m < n % n_micro ? 1 : 0);
+    status = submit(slots[m], static_cast<int>(m), offset, size, m + 1 == n_micro);
+    offset += size;
   }
+  // Every micro-batch in flight is waited for, even after an error: the device threads still
+  // read their graphs.
+  for (InFlight& f : slots) {
+    absl::Status s = finish(f);
+    if (status.ok()) status = s;
+  }
+  AddSchedulerTimes(before);
+  TG_RETURN_IF_ERROR(status);
+  n_past_ += n;
   return absl::OkStatus();
 }
 

@@ -1,7 +1,11 @@
 // LlamaSession: one conversation with a model — its KV cache, a stream and a compute
-// allocator on the model's device. Decode() appends tokens (prompt batches or single
-// tokens) and returns the logits of the last token (or of every token). Not thread-safe;
-// several sessions may share one model.
+// allocator on the model's device, or, for a model split by layers over several devices,
+// a stream per device and the scheduler (core/scheduler.h) that runs each graph across them.
+// Decode() appends tokens (prompt batches or single tokens) and returns the logits of the
+// last token (or of every token). With several devices a prompt batch is pipelined: cut
+// into micro-batches that are in flight together, so that device d computes micro-batch m+1
+// while device d+1 computes micro-batch m. Not thread-safe; several sessions may share one
+// model.
 #ifndef TENSORGRID_MODELS_LLAMA_SESSION_H_
 #define TENSORGRID_MODELS_LLAMA_SESSION_H_
 
@@ -13,21 +17,32 @@
 #include "absl/types/span.h"
 #include "core/backend.h"
 #include "core/graph_allocator.h"
+#include "core/scheduler.h"
 #include "models/kv_cache.h"
+#include "models/llama_graph.h"
 #include "models/llama_model.h"
 
 namespace tg {
 
 struct SessionOptions {
-  int64_t n_ctx = 2048;           // positions the KV cache holds.
-  int64_t n_batch = 512;          // tokens per graph when a prompt is longer.
+  int64_t n_ctx = 2048;   // positions the KV cache holds.
+  int64_t n_batch = 512;  // tokens per graph when a prompt is longer.
   DType kv_type = DType::kF16;
+  // Micro-batches of a prompt batch in flight at once when the model spans several devices
+  // (0: kDefaultPipelineCopies; 1: no pipelining). Each holds its own compute memory.
+  int n_copies = 0;
 };
 
+// llama.cpp's GGML_SCHED_MAX_COPIES: enough micro-batches to keep a few devices busy.
+inline constexpr int kDefaultPipelineCopies = 4;
+
 struct DecodeTimings {
-  double build_us = 0;    // graph construction and allocation.
-  double compute_us = 0;  // Stream::Compute.
+  double build_us = 0;     // graph construction, scheduling and allocation.
+  double compute_us = 0;   // Stream::Compute, summed over devices (device time).
+  double transfer_us = 0;  // copies between devices and all-reduce (device time).
+  double overhead_us = 0;  // the scheduler's own work around its splits.
   int64_t graphs = 0;
+  int64_t splits = 0;  // graph pieces run (scheduler splits; 1 per graph on one device).
 };
 
 class LlamaSession {
@@ -47,14 +62,23 @@ class LlamaSession {
   const KvCache& cache() const { return *cache_; }
 
  private:
-  LlamaSession(const LlamaModel& model) : model_(model) {}
+  explicit LlamaSession(const LlamaModel& model) : model_(model) {}
+  absl::Status CreateScheduler();
   absl::Status RunBatch(absl::Span<const int32_t> tokens, bool all_logits, float* out);
+  absl::Status RunOnOneDevice(absl::Span<const int32_t> tokens, bool all_logits, float* out);
+  absl::Status RunScheduled(absl::Span<const int32_t> tokens, bool all_logits, float* out);
+  absl::Status RunPipelined(absl::Span<const int32_t> tokens, bool all_logits, float* out);
+  // Writes tokens, positions, the causal mask and the output row of a batch at n_past.
+  absl::Status FillInputs(const LlamaGraph& g, absl::Span<const int32_t> tokens, int64_t n_past);
+  void AddSchedulerTimes(const SchedulerStats& before);
 
   const LlamaModel& model_;
   SessionOptions options_;
   std::unique_ptr<KvCache> cache_;
-  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<Stream> stream_;  // one device.
   std::unique_ptr<GraphAllocator> allocator_;
+  std::vector<std::unique_ptr<Stream>> streams_;  // several devices: one per device,
+  std::unique_ptr<Scheduler> scheduler_;          // used by the scheduler.
   int64_t n_past_ = 0;
   std::vector<float> logits_;
   std::vector<int32_t> scratch_i32_;

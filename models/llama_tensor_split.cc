@@ -1,10 +1,144 @@
 #include "models/llama_tensor_split.h"
 
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/dtype.h"
+#include "core/status_macros.h"
+#include "meta/meta_device.h"
+
 namespace tg {
+namespace {
+
+using meta::AxisRange;
+using meta::SplitState;
+
+std::vector<AxisRange> Scaled(std::vector<AxisRange> ranges, int64_t factor) {
+  for (AxisRange& r : ranges) {
+    r.begin *= factor;
+    r.end *= factor;
+  }
+  return ranges;
+}
+
+bool Aligned(const std::vector<AxisRange>& ranges, int64_t block) {
+  for (const AxisRange& r : ranges) {
+    if (r.begin % block != 0 || r.end % block != 0) return false;
+  }
+  return true;
+}
+
+// Decides per tensor. The feed-forward unit is fixed by the first ffn_gate's type (weights
+// are placed layer by layer, gate before down).
+class LlamaSplitPolicy {
+ public:
+  LlamaSplitPolicy(const LlamaHParams& hp, std::vector<float> proportions)
+      : hp_(hp), p_(std::move(proportions)) {}
+
+  absl::StatusOr<SplitState> Split(const Tensor& t) {
+    const absl::string_view name = t.Name();
+    if (name == "output.weight") return Rows(t);
+    if (absl::StartsWith(name, "cache_k_l") || absl::StartsWith(name, "cache_v_l")) {
+      return SplitState::Axis(0, Scaled(KvHeads(), hp_.head_dim));
+    }
+    if (!absl::StartsWith(name, "blk.")) return SplitState::Mirrored();
+    const size_t dot = name.find('.', 4);
+    if (dot == absl::string_view::npos) return SplitState::Mirrored();
+    const absl::string_view leaf = name.substr(dot + 1);
+    const int64_t g = hp_.n_head / hp_.n_head_kv;
+    if (leaf == "attn_q.weight") return SplitState::Axis(1, QCols(g));
+    if (leaf == "attn_q.bias") return SplitState::Axis(0, QCols(g));
+    if (leaf == "attn_k.weight" || leaf == "attn_v.weight") {
+      return SplitState::Axis(1, Scaled(KvHeads(), hp_.head_dim));
+    }
+    if (leaf == "attn_k.bias" || leaf == "attn_v.bias") {
+      return SplitState::Axis(0, Scaled(KvHeads(), hp_.head_dim));
+    }
+    if (leaf == "attn_output.weight") return InputColumns(t, QCols(g));
+    if (leaf == "ffn_gate.weight" || leaf == "ffn_up.weight") {
+      return SplitState::Axis(1, FfnRanges(t.type));
+    }
+    if (leaf == "ffn_down.weight") return InputColumns(t, FfnRanges(t.type));
+    return SplitState::Mirrored();
+  }
+
+ private:
+  // Output rows in proportion (no block constraint: quant blocks run along dimension 0).
+  SplitState Rows(const Tensor& t) {
+    return SplitState::Axis(1, meta::ProportionalRanges(t.ne[1], 1, p_));
+  }
+
+  // Whole KV heads per device.
+  std::vector<AxisRange> KvHeads() { return meta::ProportionalRanges(hp_.n_head_kv, 1, p_); }
+
+  // Query columns (n_embd_q) of the heads that go with each device's KV heads.
+  std::vector<AxisRange> QCols(int64_t g) { return Scaled(KvHeads(), g * hp_.head_dim); }
+
+  // A weight cut along K to match the columns its input arrives in (`cols`), so that its
+  // product is a partial sum; when its quant blocks straddle those cuts it is cut at whole
+  // blocks instead and the meta device regathers the input (one all-gather per layer).
+  SplitState InputColumns(const Tensor& t, std::vector<AxisRange> cols) {
+    const int64_t block = BlockSize(t.type);
+    if (Aligned(cols, block)) return SplitState::Axis(0, std::move(cols));
+    return SplitState::Axis(0, meta::ProportionalRanges(t.ne[0], block, p_));
+  }
+
+  std::vector<AxisRange> FfnRanges(DType type) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!ffn_unit_.has_value()) ffn_unit_ = BlockSize(type);
+    return meta::ProportionalRanges(hp_.n_ff, *ffn_unit_, p_);
+  }
+
+  const LlamaHParams hp_;
+  const std::vector<float> p_;
+  std::mutex mu_;
+  std::optional<int64_t> ffn_unit_;
+};
+
+// Optional all-reduce tuning from the environment (documented in docs/meta.md).
+void ApplyEnvOptions(meta::AllReduceOptions* o) {
+  size_t v = 0;
+  if (const char* e = std::getenv("TG_ALLREDUCE_BF16_MIN_BYTES"); e && absl::SimpleAtoi(e, &v)) {
+    o->bf16_min_bytes = v;
+  }
+  if (const char* e = std::getenv("TG_ALLREDUCE_RING_MIN_BYTES"); e && absl::SimpleAtoi(e, &v)) {
+    o->ring_min_bytes = v;
+  }
+}
+
+}  // namespace
+
+meta::SplitFn LlamaSplitFn(const LlamaHParams& hp, std::vector<float> proportions) {
+  auto policy = std::make_shared<LlamaSplitPolicy>(hp, std::move(proportions));
+  return [policy](const Tensor& t) { return policy->Split(t); };
+}
 
 absl::StatusOr<std::unique_ptr<Device>> CreateTensorSplitDevice(const LlamaHParams& hp,
                                                                 const DevicePlan& plan) {
-  return absl::UnimplementedError("--split-mode tensor is not implemented yet");
+  const size_t n = plan.devices.size();
+  if (n == 0) return absl::InvalidArgumentError("--split-mode tensor: no devices");
+  std::vector<float> proportions = plan.proportions;
+  if (proportions.empty()) proportions.assign(n, 1.0f / static_cast<float>(n));
+  if (proportions.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat("--split-mode tensor: ", proportions.size(),
+                                                   " proportions for ", n, " devices"));
+  }
+  if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--split-mode tensor: ", hp.n_head,
+                                                   " heads do not group over ", hp.n_head_kv,
+                                                   " KV heads"));
+  }
+  meta::MetaOptions options;
+  ApplyEnvOptions(&options.allreduce);
+  TG_ASSIGN_OR_RETURN(
+      std::unique_ptr<meta::MetaDevice> device,
+      meta::MetaDevice::Create(plan.devices, LlamaSplitFn(hp, proportions), std::move(options)));
+  return std::unique_ptr<Device>(std::move(device));
 }
 
 }  // namespace tg

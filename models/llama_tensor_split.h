@@ -2,13 +2,26 @@
 // the split state of every weight and KV-cache tensor (attention q/k/v and ffn gate/up split
 // by output rows in whole heads, attention output and ffn down by input columns, output head
 // by vocabulary rows, KV cache by KV head, everything else mirrored).
+//
+// Granularity: attention is cut in whole KV heads, each with its n_head / n_head_kv query
+// heads (q/k/v rows, biases, KV cache); the feed-forward in whole quant blocks of ffn_gate's
+// type (gate/up rows). attn_output and ffn_down are cut along their input columns the same
+// way, so that their products are partial sums for one all-reduce; where their quant blocks
+// straddle those cuts (e.g. head_dim 48 in Q8_0 blocks of 32) they are cut at the nearest
+// whole blocks instead and the meta device regathers their input (one all-gather more per
+// layer, but every device keeps its share of the heads).
+// With more devices than units (e.g. 4 devices, 3 KV heads) some devices get no heads:
+// they still take their share of the feed-forward and output head (empty slices are
+// supported throughout the meta device). Thread-safe.
 #ifndef TENSORGRID_MODELS_LLAMA_TENSOR_SPLIT_H_
 #define TENSORGRID_MODELS_LLAMA_TENSOR_SPLIT_H_
 
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/backend.h"
+#include "meta/split_state.h"
 #include "models/llama_hparams.h"
 #include "models/split_mode.h"
 
@@ -16,6 +29,11 @@ namespace tg {
 
 absl::StatusOr<std::unique_ptr<Device>> CreateTensorSplitDevice(const LlamaHParams& hp,
                                                                 const DevicePlan& plan);
+
+// The split decisions behind CreateTensorSplitDevice, for `proportions.size()` devices
+// (exposed for tests). Tensors are recognised by their GGUF names ("blk.3.attn_q.weight")
+// and the KV cache's ("cache_k_l3"); anything else is mirrored.
+meta::SplitFn LlamaSplitFn(const LlamaHParams& hp, std::vector<float> proportions);
 
 }  // namespace tg
 

@@ -28,8 +28,14 @@ struct RunResult {
   std::string err;
 };
 
+// ctest runs each test of this file as its own process, in parallel: every file name carries
+// the process id.
+std::string TempPath(const std::string& name) {
+  return ::testing::TempDir() + "/tg_run_errors_" + std::to_string(getpid()) + "_" + name;
+}
+
 RunResult RunTgRun(const std::string& model) {
-  const std::string err_path = ::testing::TempDir() + "/tg_run_err.txt";
+  const std::string err_path = TempPath("stderr.txt");
   const std::string cmd =
       std::string(TG_RUN_PATH) + " -m '" + model + "' -n 2 --temp 0 >/dev/null 2>'" + err_path + "'";
   const int status = std::system(cmd.c_str());
@@ -66,7 +72,7 @@ size_t FieldAfterName(const std::vector<uint8_t>& bytes, const std::string& name
 class TgRunErrorsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    valid_ = ::testing::TempDir() + "/tg_run_errors_valid.gguf";
+    valid_ = TempPath("valid.gguf");
     gguf_tool::SynthOptions o;
     o.out = valid_;
     o.dims = {64, 128, 2, 4, 2, 300};
@@ -76,7 +82,7 @@ class TgRunErrorsTest : public ::testing::Test {
     ASSERT_TRUE(gguf_tool::RunSynth(o, stderr).ok());
   }
   static std::string Variant(const std::string& name, const std::vector<uint8_t>& bytes) {
-    const std::string path = ::testing::TempDir() + "/tg_run_errors_" + name + ".gguf";
+    const std::string path = TempPath(name + ".gguf");
     WriteAll(path, bytes);
     return path;
   }
@@ -136,13 +142,13 @@ TEST_F(TgRunErrorsTest, UnsupportedArchitecture) {
     ASSERT_TRUE(w.AddTensor(t.name, t.type, absl::MakeConstSpan(t.ne, t.n_dims),
                             absl::MakeConstSpan(t.data, t.nbytes)).ok());
   }
-  const std::string path = ::testing::TempDir() + "/tg_run_errors_arch.gguf";
+  const std::string path = TempPath("arch.gguf");
   ASSERT_TRUE(w.WriteFile(path).ok());
   ExpectCleanFailure(path, "unsupported architecture 'mamba'");
 }
 
 TEST_F(TgRunErrorsTest, MissingFile) {
-  ExpectCleanFailure(::testing::TempDir() + "/no_such_model.gguf", "no_such_model.gguf");
+  ExpectCleanFailure(TempPath("no_such_model.gguf"), "no_such_model.gguf");
 }
 
 }  // namespace

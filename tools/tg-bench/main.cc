@@ -1,9 +1,14 @@
 // tg-bench: measures prompt processing (pp) and generation (tg) speed like llama-bench:
 // random tokens, a fresh KV cache per repetition, one warm-up run, mean and standard
 // deviation of tokens/s; output as a markdown table, CSV or JSON with llama-bench's names.
+// Per row it also says where the time went: compute and transfers (split-input copies,
+// all-reduce) as shares of the wall time (summed over devices, so pipelined devices can
+// exceed 100%), splits per graph and the scheduler's own time per split; for a model on
+// several devices, the cost of one more split measured on a trivial graph.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,6 +21,7 @@
 #include "backends/cpu/cpu_device.h"
 #include "backends/register_builtin.h"
 #include "core/registry.h"
+#include "core/scheduler_probe.h"
 #include "core/status_macros.h"
 #include "models/llama_model.h"
 #include "models/llama_session.h"
@@ -32,6 +38,7 @@ struct BenchFlags {
   std::string n_prompt = "512";
   std::string n_gen = "128";
   std::string threads = "";
+  std::string n_copies = "0";
   DeviceFlags devices;
   int64_t reps = 5;
   int64_t batch = 512;
@@ -42,8 +49,17 @@ struct TestResult {
   int64_t n_prompt = 0;
   int64_t n_gen = 0;
   int64_t n_threads = 0;
+  int64_t n_copies = 0;  // pipeline micro-batches (0: the session's default).
   std::vector<double> samples_ns;
-  double compute_share = 0;  // fraction of wall time inside Stream::Compute.
+  DecodeTimings timings;      // of the timed repetitions.
+  double compute_share = 0;   // device time in Stream::Compute / wall time.
+  double transfer_share = 0;  // device time in copies and all-reduce / wall time.
+  double SplitsPerGraph() const {
+    return timings.graphs > 0 ? static_cast<double>(timings.splits) / timings.graphs : 0;
+  }
+  double OverheadPerSplitUs() const {
+    return timings.splits > 0 ? timings.overhead_us / timings.splits : 0;
+  }
   double Mean(const std::vector<double>& v) const {
     double s = 0;
     for (double x : v) s += x;
@@ -69,7 +85,8 @@ absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& s, const char*
   for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipEmpty())) {
     int64_t v;
     if (!absl::SimpleAtoi(part, &v) || v < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(flag, " expects non-negative integers, got '", part, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " expects non-negative integers, got '", part, "'"));
     }
     out.push_back(v);
   }
@@ -77,8 +94,8 @@ absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& s, const char*
 }
 
 // One timed repetition: fresh cache, then n_prompt tokens in batches or n_gen single steps.
-absl::StatusOr<double> RunOnce(LlamaSession& session, int64_t n_prompt, int64_t n_gen,
-                               int32_t bos, int64_t n_vocab, std::mt19937& rng) {
+absl::StatusOr<double> RunOnce(LlamaSession& session, int64_t n_prompt, int64_t n_gen, int32_t bos,
+                               int64_t n_vocab, std::mt19937& rng) {
   session.Reset();
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(n_vocab - 1));
   std::vector<int32_t> prompt(n_prompt);
@@ -102,26 +119,61 @@ void SetCpuThreads(const LlamaModel& model, int64_t threads) {
   }
 }
 
+DecodeTimings Minus(const DecodeTimings& a, const DecodeTimings& b) {
+  return {a.build_us - b.build_us,       a.compute_us - b.compute_us, a.transfer_us - b.transfer_us,
+          a.overhead_us - b.overhead_us, a.graphs - b.graphs,         a.splits - b.splits};
+}
+
 absl::StatusOr<TestResult> RunTest(const LlamaModel& model, int64_t n_prompt, int64_t n_gen,
-                                   int64_t threads, const BenchFlags& f) {
+                                   int64_t threads, int64_t n_copies, const BenchFlags& f) {
   SetCpuThreads(model, threads);
   SessionOptions so;
   so.n_ctx = std::max<int64_t>(n_prompt + n_gen + 16, 256);
   so.n_batch = f.batch;
+  so.n_copies = static_cast<int>(n_copies);
   TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaSession> session, LlamaSession::Create(model, so));
   std::mt19937 rng(42);
-  TestResult r{n_prompt, n_gen, threads, {}, 0};
+  TestResult r;
+  r.n_prompt = n_prompt;
+  r.n_gen = n_gen;
+  r.n_threads = threads;
+  r.n_copies = model.multi_device() ? (n_copies > 0 ? n_copies : kDefaultPipelineCopies) : 1;
   const int32_t bos = model.tokenizer().bos();
-  TG_RETURN_IF_ERROR(RunOnce(*session, n_prompt, n_gen, bos, model.hparams().n_vocab, rng).status());
-  const double compute_before = session->timings().compute_us;
+  TG_RETURN_IF_ERROR(
+      RunOnce(*session, n_prompt, n_gen, bos, model.hparams().n_vocab, rng).status());
+  const DecodeTimings before = session->timings();
   double total_ns = 0;
   for (int64_t rep = 0; rep < f.reps; ++rep) {
-    TG_ASSIGN_OR_RETURN(double ns, RunOnce(*session, n_prompt, n_gen, bos, model.hparams().n_vocab, rng));
+    TG_ASSIGN_OR_RETURN(double ns,
+                        RunOnce(*session, n_prompt, n_gen, bos, model.hparams().n_vocab, rng));
     r.samples_ns.push_back(ns);
     total_ns += ns;
   }
-  r.compute_share = (session->timings().compute_us - compute_before) * 1e3 / total_ns;
+  r.timings = Minus(session->timings(), before);
+  r.compute_share = r.timings.compute_us * 1e3 / total_ns;
+  r.transfer_share = r.timings.transfer_us * 1e3 / total_ns;
   return r;
+}
+
+// "CPU0+CPU1" for a layer split, else the one (or meta) device.
+std::string DeviceColumn(const LlamaModel& m) {
+  if (!m.multi_device()) return std::string(m.device()->name());
+  return absl::StrJoin(m.placement().UsedDevices(), "+",
+                       [](std::string* out, const Device* d) { absl::StrAppend(out, d->name()); });
+}
+
+// The cost of one more split on the model's devices (nullopt for one device).
+absl::StatusOr<std::optional<SplitOverhead>> ProbeSplits(const LlamaModel& m) {
+  if (!m.multi_device()) return std::nullopt;
+  std::vector<std::unique_ptr<Stream>> streams;
+  std::vector<SchedulerBackend> backends;
+  for (Device* d : m.placement().UsedDevices()) {
+    TG_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, d->CreateStream());
+    backends.push_back({d, stream.get()});
+    streams.push_back(std::move(stream));
+  }
+  TG_ASSIGN_OR_RETURN(SplitOverhead o, MeasureSplitOverhead(backends));
+  return o;
 }
 
 std::string TestName(const TestResult& r) {
@@ -130,43 +182,88 @@ std::string TestName(const TestResult& r) {
   return absl::StrCat("pp", r.n_prompt, "+tg", r.n_gen);
 }
 
-void PrintMarkdown(const LlamaModel& m, const std::vector<TestResult>& results) {
-  std::printf("| model | size | params | devices | threads | test | t/s | compute |\n");
-  std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n");
-  for (const TestResult& r : results) {
+// What every output format needs besides the rows.
+struct Report {
+  const LlamaModel* model;
+  std::string path;
+  std::string devices;  // DeviceColumn.
+  std::string split_mode;
+  std::optional<SplitOverhead> probe;
+  std::vector<TestResult> results;
+};
+
+void PrintMarkdown(const Report& rep) {
+  const LlamaModel& m = *rep.model;
+  std::printf(
+      "| model | size | params | devices | sm | threads | pipe | test | t/s | compute | "
+      "xfer | splits | µs/split |\n");
+  std::printf(
+      "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+      "---: |\n");
+  for (const TestResult& r : rep.results) {
     const std::vector<double> ts = r.SamplesTs();
-    std::printf("| %s | %.2f MiB | %.2f M | %s | %d | %s | %.2f ± %.2f | %.0f%% |\n",
-                m.Describe().c_str(), m.weight_bytes() / 1048576.0, m.n_params() / 1e6,
-                std::string(m.device()->name()).c_str(), static_cast<int>(r.n_threads),
-                TestName(r).c_str(), r.Mean(ts), r.Stddev(ts), 100 * r.compute_share);
+    std::printf(
+        "| %s | %.2f MiB | %.2f M | %s | %s | %d | %d | %s | %.2f ± %.2f | %.0f%% | "
+        "%.1f%% | %.1f | %.1f |\n",
+        m.Describe().c_str(), m.weight_bytes() / 1048576.0, m.n_params() / 1e6, rep.devices.c_str(),
+        rep.split_mode.c_str(), static_cast<int>(r.n_threads), static_cast<int>(r.n_copies),
+        TestName(r).c_str(), r.Mean(ts), r.Stddev(ts), 100 * r.compute_share,
+        100 * r.transfer_share, r.SplitsPerGraph(), r.OverheadPerSplitUs());
+  }
+  if (rep.probe.has_value()) {
+    std::printf(
+        "\nsplit overhead on %s: %.1f µs per extra split (trivial chain: %.1f µs in 1 "
+        "split, %.1f µs in %d)\n",
+        rep.devices.c_str(), rep.probe->per_split_us, rep.probe->one_split_us,
+        rep.probe->many_splits_us, rep.probe->splits);
   }
 }
 
-void PrintCsv(const LlamaModel& m, const std::string& path, const std::vector<TestResult>& results) {
-  std::printf("model_filename,model_type,model_size,model_n_params,devices,n_threads,n_prompt,"
-              "n_gen,avg_ns,stddev_ns,avg_ts,stddev_ts\n");
-  for (const TestResult& r : results) {
+void PrintCsv(const Report& rep) {
+  const LlamaModel& m = *rep.model;
+  std::printf(
+      "model_filename,model_type,model_size,model_n_params,devices,split_mode,n_threads,"
+      "n_copies,n_prompt,n_gen,avg_ns,stddev_ns,avg_ts,stddev_ts,compute_us,transfer_us,"
+      "splits_per_graph,overhead_us_per_split,split_overhead_us\n");
+  const double probe_us = rep.probe.has_value() ? rep.probe->per_split_us : 0;
+  for (const TestResult& r : rep.results) {
     const std::vector<double> ts = r.SamplesTs();
-    std::printf("\"%s\",\"%s\",%zu,%lld,\"%s\",%lld,%lld,%lld,%.0f,%.0f,%.6f,%.6f\n", path.c_str(),
-                m.Describe().c_str(), m.weight_bytes(), static_cast<long long>(m.n_params()),
-                std::string(m.device()->name()).c_str(), static_cast<long long>(r.n_threads),
-                static_cast<long long>(r.n_prompt), static_cast<long long>(r.n_gen),
-                r.Mean(r.samples_ns), r.Stddev(r.samples_ns), r.Mean(ts), r.Stddev(ts));
+    std::printf(
+        "\"%s\",\"%s\",%zu,%lld,\"%s\",%s,%lld,%lld,%lld,%lld,%.0f,%.0f,%.6f,%.6f,%.0f,"
+        "%.0f,%.3f,%.3f,%.3f\n",
+        rep.path.c_str(), m.Describe().c_str(), m.weight_bytes(),
+        static_cast<long long>(m.n_params()), rep.devices.c_str(), rep.split_mode.c_str(),
+        static_cast<long long>(r.n_threads), static_cast<long long>(r.n_copies),
+        static_cast<long long>(r.n_prompt), static_cast<long long>(r.n_gen), r.Mean(r.samples_ns),
+        r.Stddev(r.samples_ns), r.Mean(ts), r.Stddev(ts), r.timings.compute_us,
+        r.timings.transfer_us, r.SplitsPerGraph(), r.OverheadPerSplitUs(), probe_us);
   }
 }
 
-void PrintJson(const LlamaModel& m, const std::string& path, const std::vector<TestResult>& results) {
+void PrintJson(const Report& rep) {
+  const LlamaModel& m = *rep.model;
   JsonWriter j;
   j.BeginArray();
-  for (const TestResult& r : results) {
+  for (const TestResult& r : rep.results) {
     const std::vector<double> ts = r.SamplesTs();
-    j.BeginObject().Key("model_filename").String(path).Key("model_type").String(m.Describe());
-    j.Key("model_size").Int(static_cast<int64_t>(m.weight_bytes())).Key("model_n_params").Int(m.n_params());
-    j.Key("devices").String(m.device()->name()).Key("cpu_info").String(m.device()->description());
+    j.BeginObject().Key("model_filename").String(rep.path).Key("model_type").String(m.Describe());
+    j.Key("model_size")
+        .Int(static_cast<int64_t>(m.weight_bytes()))
+        .Key("model_n_params")
+        .Int(m.n_params());
+    j.Key("devices").String(rep.devices).Key("cpu_info").String(m.device()->description());
+    j.Key("split_mode").String(rep.split_mode).Key("n_copies").Int(r.n_copies);
     j.Key("n_threads").Int(r.n_threads).Key("n_prompt").Int(r.n_prompt).Key("n_gen").Int(r.n_gen);
     j.Key("avg_ns").Double(r.Mean(r.samples_ns)).Key("stddev_ns").Double(r.Stddev(r.samples_ns));
     j.Key("avg_ts").Double(r.Mean(ts)).Key("stddev_ts").Double(r.Stddev(ts));
-    j.Key("compute_share").Double(r.compute_share);
+    j.Key("compute_share").Double(r.compute_share).Key("transfer_share").Double(r.transfer_share);
+    j.Key("compute_us")
+        .Double(r.timings.compute_us)
+        .Key("transfer_us")
+        .Double(r.timings.transfer_us);
+    j.Key("splits_per_graph").Double(r.SplitsPerGraph());
+    j.Key("overhead_us_per_split").Double(r.OverheadPerSplitUs());
+    if (rep.probe.has_value()) j.Key("split_overhead_us").Double(rep.probe->per_split_us);
     j.Key("samples_ns").BeginArray();
     for (double ns : r.samples_ns) j.Double(ns);
     j.EndArray().Key("samples_ts").BeginArray();
@@ -177,13 +274,44 @@ void PrintJson(const LlamaModel& m, const std::string& path, const std::vector<T
   std::printf("%s\n", j.str().c_str());
 }
 
+absl::StatusOr<std::vector<TestResult>> RunTests(const LlamaModel& model,
+                                                 const std::vector<int64_t>& threads,
+                                                 const std::vector<int64_t>& copies,
+                                                 const std::vector<int64_t>& pps,
+                                                 const std::vector<int64_t>& tgs,
+                                                 const BenchFlags& f) {
+  std::vector<TestResult> results;
+  for (int64_t t : threads) {
+    if (t < 1) return absl::InvalidArgumentError("-t must be at least 1");
+    for (int64_t c : copies) {
+      if (c > kMaxSchedulerCopies) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--n-copies must be at most ", kMaxSchedulerCopies));
+      }
+      for (int64_t pp : pps) {
+        if (pp == 0) continue;
+        TG_ASSIGN_OR_RETURN(TestResult r, RunTest(model, pp, 0, t, c, f));
+        results.push_back(std::move(r));
+      }
+      for (int64_t tg : tgs) {
+        if (tg == 0) continue;
+        TG_ASSIGN_OR_RETURN(TestResult r, RunTest(model, 0, tg, t, c, f));
+        results.push_back(std::move(r));
+      }
+    }
+  }
+  return results;
+}
+
 absl::Status Run(const BenchFlags& f) {
   if (f.output != "md" && f.output != "csv" && f.output != "json") {
-    return absl::InvalidArgumentError(absl::StrCat("-o must be md, csv or json, not '", f.output, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("-o must be md, csv or json, not '", f.output, "'"));
   }
   if (f.reps < 1) return absl::InvalidArgumentError("-r must be at least 1");
   TG_ASSIGN_OR_RETURN(std::vector<int64_t> pps, ParseList(f.n_prompt, "-p"));
   TG_ASSIGN_OR_RETURN(std::vector<int64_t> tgs, ParseList(f.n_gen, "-n"));
+  TG_ASSIGN_OR_RETURN(std::vector<int64_t> copies, ParseList(f.n_copies, "--n-copies"));
   TG_ASSIGN_OR_RETURN(DevicePlan plan, ResolveDevicePlan(f.devices));
   if (f.devices.list_devices) {
     std::printf("%s", DescribeDevices().c_str());
@@ -201,23 +329,13 @@ absl::Status Run(const BenchFlags& f) {
   LoadOptions lo;
   lo.plan = plan;
   TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::Load(path, lo));
-  std::vector<TestResult> results;
-  for (int64_t t : threads) {
-    if (t < 1) return absl::InvalidArgumentError("-t must be at least 1");
-    for (int64_t pp : pps) {
-      if (pp == 0) continue;
-      TG_ASSIGN_OR_RETURN(TestResult r, RunTest(*model, pp, 0, t, f));
-      results.push_back(std::move(r));
-    }
-    for (int64_t tg : tgs) {
-      if (tg == 0) continue;
-      TG_ASSIGN_OR_RETURN(TestResult r, RunTest(*model, 0, tg, t, f));
-      results.push_back(std::move(r));
-    }
-  }
-  if (f.output == "md") PrintMarkdown(*model, results);
-  if (f.output == "csv") PrintCsv(*model, path, results);
-  if (f.output == "json") PrintJson(*model, path, results);
+  Report rep{model.get(), path, DeviceColumn(*model), std::string(SplitModeName(plan.mode)),
+             {},          {}};
+  TG_ASSIGN_OR_RETURN(rep.results, RunTests(*model, threads, copies, pps, tgs, f));
+  TG_ASSIGN_OR_RETURN(rep.probe, ProbeSplits(*model));  // with the last -t.
+  if (f.output == "md") PrintMarkdown(rep);
+  if (f.output == "csv") PrintCsv(rep);
+  if (f.output == "json") PrintJson(rep);
   return absl::OkStatus();
 }
 
@@ -231,6 +349,9 @@ int main(int argc, char** argv) {
   p.AddString("-p", "--n-prompt", &f.n_prompt, "prompt sizes, comma-separated (default 512)");
   p.AddString("-n", "--n-gen", &f.n_gen, "generation lengths, comma-separated (default 128)");
   p.AddString("-t", "--threads", &f.threads, "thread counts, comma-separated (default: all)");
+  p.AddString(nullptr, "--n-copies", &f.n_copies,
+              "-sm layer: prompt micro-batches in flight, comma-separated (default 0 = 4; 1 = "
+              "no pipelining)");
   p.AddString("-sm", "--split-mode", &f.devices.split_mode, "none (default), layer or tensor");
   p.AddString("-ts", "--tensor-split", &f.devices.tensor_split, "proportions per device, e.g. 3,1");
   p.AddString(nullptr, "--device", &f.devices.devices, "devices to use, e.g. CPU0,CPU1");
@@ -243,7 +364,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (p.help_requested()) {
-    std::printf("%s", p.Usage("[-m MODEL.gguf] [-p 512] [-n 128] [-r 5] [-t 2] [-o md|csv|json]").c_str());
+    std::printf(
+        "%s", p.Usage("[-m MODEL.gguf] [-p 512] [-n 128] [-r 5] [-t 2] [-o md|csv|json]").c_str());
     return 0;
   }
   if (!p.positional().empty()) {

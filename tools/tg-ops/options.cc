@@ -37,6 +37,14 @@ absl::Status ApplyValueFlag(absl::string_view flag, absl::string_view value, Opt
     opts->op = *op;
   } else if (flag == "-b") {
     opts->device = std::string(value);
+  } else if (flag == "-sm" || flag == "--split-mode") {
+    if (value != "none" && value != "tensor") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown split mode -sm '", value, "' (none or tensor)"));
+    }
+    opts->split_mode = std::string(value);
+  } else if (flag == "--device") {
+    opts->meta_devices = std::string(value);
   } else {
     absl::StatusOr<int> n = ParseThreads(value);
     if (!n.ok()) return n.status();
@@ -45,7 +53,10 @@ absl::Status ApplyValueFlag(absl::string_view flag, absl::string_view value, Opt
   return absl::OkStatus();
 }
 
-bool TakesValue(absl::string_view flag) { return flag == "-o" || flag == "-b" || flag == "-t"; }
+bool TakesValue(absl::string_view flag) {
+  return flag == "-o" || flag == "-b" || flag == "-t" || flag == "-sm" || flag == "--split-mode" ||
+         flag == "--device";
+}
 
 }  // namespace
 
@@ -68,7 +79,8 @@ absl::StatusOr<Options> ParseOptions(absl::Span<char* const> args) {
     }
     if (!TakesValue(arg)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag '", arg, "' (flags: -o OP, -b DEVICE, -t THREADS, -v)"));
+          absl::StrCat("unknown flag '", arg,
+                       "' (flags: -o OP, -b DEVICE, -t THREADS, -sm MODE, --device LIST, -v)"));
     }
     if (i + 1 >= args.size()) {
       return absl::InvalidArgumentError(absl::StrCat("flag ", arg, " needs a value"));
@@ -95,6 +107,11 @@ std::string UsageText() {
          "  -o OP       only this op (as printed: MUL_MAT, ROPE, ...; case-insensitive)\n"
          "  -b DEVICE   only this device (CPU, CPU0, ...)\n"
          "  -t THREADS  threads of CPU devices (default: each device's own count)\n"
+         "  -sm MODE    none: registered devices only; tensor: only meta devices (tensor\n"
+         "              parallel over --device, inputs cut along their outer dimension in\n"
+         "              META(...), along dimension 0 in META-K(...)); default: both, meta\n"
+         "              devices when there are two or more CPU devices\n"
+         "  --device L  devices the meta devices span, e.g. CPU0,CPU1 (default: all)\n"
          "  -v          print every case, not only failures (test)\n"
          "\n"
          "environment:\n"

@@ -16,8 +16,12 @@ enum class Command { kHelp, kTest, kPerf, kSupport };
 
 struct Options {
   Command command = Command::kHelp;
-  std::optional<Op> op;        // -o: only this op.
-  std::string device;          // -b: only this device (empty: every registered device).
+  std::optional<Op> op;  // -o: only this op.
+  std::string device;    // -b: only this device (empty: every registered device).
+  // -sm: "none" (registered devices only), "tensor" (meta devices only); empty: both, the
+  // meta devices when there are at least two CPU-family devices to spread over.
+  std::string split_mode;
+  std::string meta_devices;    // --device: what the meta devices span (default: all).
   std::optional<int> threads;  // -t: threads of CPU devices (default: the device's own).
   bool verbose = false;        // -v: one line per case, passed ones too.
 };

@@ -10,9 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/status_macros.h"
 #include "tools/tg-ops/op_cases.h"
 #include "tools/tg-ops/perf_cases.h"
-#include "core/status_macros.h"
 #include "tools/tg-ops/stream_cache.h"
 
 namespace tg::ops_tool {
@@ -75,11 +75,13 @@ std::string Rate(double amount, double us) {
   return absl::StrFormat("%.1f", amount / (us * 1e-6) / 1e9);
 }
 
-void PrintRow(absl::string_view op, absl::string_view label, absl::string_view device,
+// `width`: of the device column, which fits the longest device name (meta devices are
+// named like "META-K(CPU0,CPU1)").
+void PrintRow(int width, absl::string_view op, absl::string_view label, absl::string_view device,
               absl::string_view us, absl::string_view gflops, absl::string_view gbs) {
-  std::printf("%-11s %-42s %-8s %12s %9s %8s\n", std::string(op).c_str(),
-              std::string(label).c_str(), std::string(device).c_str(), std::string(us).c_str(),
-              std::string(gflops).c_str(), std::string(gbs).c_str());
+  std::printf("%-11s %-42s %-*s %12s %9s %8s\n", std::string(op).c_str(),
+              std::string(label).c_str(), width, std::string(device).c_str(),
+              std::string(us).c_str(), std::string(gflops).c_str(), std::string(gbs).c_str());
   std::fflush(stdout);
 }
 
@@ -88,7 +90,9 @@ void PrintRow(absl::string_view op, absl::string_view label, absl::string_view d
 int RunPerfCommand(const Options& opts, const std::vector<Device*>& devices) {
   StreamCache streams;
   int errors = 0;
-  PrintRow("op", "case", "device", "us/run", "GFLOP/s", "GB/s");
+  int width = 8;
+  for (Device* d : devices) width = std::max(width, static_cast<int>(d->name().size()));
+  PrintRow(width, "op", "case", "device", "us/run", "GFLOP/s", "GB/s");
   for (const PerfCase& c : PerfCases()) {
     if (opts.op.has_value() && c.op != *opts.op) continue;
     absl::StatusOr<BuiltCase> host = BuildCase(c.build);
@@ -101,18 +105,18 @@ int RunPerfCommand(const Options& opts, const std::vector<Device*>& devices) {
     const LeafData data = GenerateLeafData(host->leafs, kPerfSeed, kDistinctRows);
     for (Device* d : devices) {
       if (FirstUnsupportedNode(host->graph, *d) != nullptr) {
-        PrintRow(OpName(c.op), c.label, d->name(), "unsupported", "-", "-");
+        PrintRow(width, OpName(c.op), c.label, d->name(), "unsupported", "-", "-");
         continue;
       }
       absl::StatusOr<Timing> t = TimeCase(c, *d, data, streams);
       if (!t.ok()) {
         ++errors;
-        std::printf("%-11s %-42s %-8s error: %s\n", std::string(OpName(c.op)).c_str(),
-                    c.label.c_str(), std::string(d->name()).c_str(),
+        std::printf("%-11s %-42s %-*s error: %s\n", std::string(OpName(c.op)).c_str(),
+                    c.label.c_str(), width, std::string(d->name()).c_str(),
                     std::string(t.status().message()).c_str());
         continue;
       }
-      PrintRow(OpName(c.op), c.label, d->name(), absl::StrFormat("%.1f", t->us_per_run),
+      PrintRow(width, OpName(c.op), c.label, d->name(), absl::StrFormat("%.1f", t->us_per_run),
                Rate(t->flops, t->us_per_run), Rate(t->bytes, t->us_per_run));
     }
   }

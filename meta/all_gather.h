@@ -1,0 +1,28 @@
+// All-gather: every device gets the whole of a tensor split along an axis (the meta
+// device's fallback when an op needs a full row it holds only a slice of, e.g. RMS_NORM
+// over a cut dimension). Run by one host thread per device, like the all-reduce: directly
+// between host-addressable memories, else through Buffer::Get/SetTensor. Thread-safety: one
+// call per rank at a time, all ranks of one gather together.
+#ifndef TENSORGRID_META_ALL_GATHER_H_
+#define TENSORGRID_META_ALL_GATHER_H_
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "core/tensor.h"
+#include "meta/rank_pool.h"
+#include "meta/split_state.h"
+
+namespace tg::meta {
+
+// dst[rank] (contiguous, shape of `full`) gets every device's slice src[d] (contiguous;
+// nullptr where a device holds nothing) placed as `state` says. Every rank's slice must be
+// ready when any rank calls. With wait_for_peers it ends with a barrier, so that no rank
+// changes a slice another rank still reads; without, the caller guarantees that no rank
+// writes into the slices before the ranks meet again.
+absl::Status AllGatherRank(int rank, const Tensor& full, const SplitState& state,
+                           absl::Span<Tensor* const> src, absl::Span<Tensor* const> dst,
+                           bool force_staging, bool wait_for_peers, RankBarrier& barrier);
+
+}  // namespace tg::meta
+
+#endif  // TENSORGRID_META_ALL_GATHER_H_

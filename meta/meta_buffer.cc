@@ -1,0 +1,261 @@
+#include "meta/meta_buffer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+#include "meta/meta_device.h"
+#include "meta/shadow_io.h"
+
+namespace tg::meta {
+namespace {
+
+// Meta buffers get addresses from a range no host code ever dereferences (is_host() is
+// false); the values only make tensor addresses unique and range checks meaningful.
+constexpr uintptr_t kFakeAddressStart = uintptr_t{1} << 46;
+constexpr uintptr_t kFakeAddressAlign = uintptr_t{1} << 16;
+std::atomic<uintptr_t> g_next_fake_address{kFakeAddressStart};
+std::atomic<uint64_t> g_resident_generation{1};
+
+// Per-device arena chunks for resident shadows: large enough to hold many weights in one
+// device allocation, small enough that the unused tail of the last chunk stays modest.
+constexpr size_t kMinArenaChunk = size_t{1} << 20;
+constexpr size_t kMaxArenaChunk = size_t{256} << 20;
+
+size_t AlignUp(size_t n, size_t align) { return (n + align - 1) / align * align; }
+
+}  // namespace
+
+MetaBufferType::MetaBufferType(MetaDevice* device) : device_(device) {
+  name_ = std::string(device->name());
+  for (Device* d : device->devices()) {
+    BufferType* bt = d->default_buffer_type();
+    alignment_ = std::max(alignment_, bt->alignment());
+    max_size_ = std::min(max_size_, bt->max_size());
+  }
+}
+
+Device* MetaBufferType::device() const { return device_; }
+
+size_t MetaBufferType::AllocSize(const Tensor& t) const {
+  size_t size = t.NumBytes();
+  for (Device* d : device_->devices()) {
+    size = std::max(size, d->default_buffer_type()->AllocSize(t));
+  }
+  return size;
+}
+
+absl::StatusOr<std::unique_ptr<Buffer>> MetaBufferType::Allocate(size_t size) {
+  const uintptr_t span = AlignUp(size, kFakeAddressAlign) + kFakeAddressAlign;
+  const uintptr_t base = g_next_fake_address.fetch_add(span);
+  return std::unique_ptr<Buffer>(new MetaBuffer(this, base, size));
+}
+
+MetaBuffer::MetaBuffer(MetaBufferType* type, uintptr_t base, size_t size)
+    : type_(type), device_(type->meta_device()), base_(base), size_(size) {
+  arenas_.resize(device_->n_devices());
+  mirrors_.resize(device_->n_devices());
+}
+
+absl::Status MetaBuffer::InitTensor(Tensor* t) {
+  // Graph tensors and views get nothing here: the allocator places every graph tensor each
+  // decode step, so this stays lock-free. (Data a graph tensor's address still has from a
+  // tensor that was never computed is overwritten by the next SetTensor or Compute.)
+  if (t->view_src != nullptr || holds_graph_tensors()) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(mu_);
+  return CreateResidentShadows(t);
+}
+
+uint64_t MetaBuffer::ResidentGeneration() { return g_resident_generation.load(); }
+
+absl::Status MetaBuffer::CreateResidentShadows(Tensor* t) {
+  g_resident_generation.fetch_add(1);
+  TG_ASSIGN_OR_RETURN(SplitState state, device_->DecideSplit(*t));
+  ShadowSet set;
+  set.state = state;
+  set.shadows.assign(device_->n_devices(), nullptr);
+  for (int d = 0; d < device_->n_devices(); ++d) {
+    if (state.Empty(d)) continue;
+    Tensor* s = shadow_ctx_.NewBlank();
+    s->type = t->type;
+    ShadowShape(*t, state, d, s->ne);
+    SetContiguousStrides(s);
+    s->flags = t->flags;
+    s->SetName(absl::StrCat(t->name, "#", d));
+    TG_RETURN_IF_ERROR(PlaceInArena(d, s));
+    set.shadows[d] = s;
+  }
+  resident_[t] = std::move(set);
+  return absl::OkStatus();
+}
+
+absl::Status MetaBuffer::PlaceInArena(int d, Tensor* shadow) {
+  BufferType* bt = device_->device(d)->default_buffer_type();
+  const size_t bytes = std::max<size_t>(bt->AllocSize(*shadow), 1);
+  Arena& arena = arenas_[d];
+  size_t offset = AlignUp(arena.used, bt->alignment());
+  if (arena.chunks.empty() || offset + bytes > arena.chunks.back()->size()) {
+    const size_t share = size_ / device_->n_devices();
+    const size_t chunk = std::max(bytes, std::clamp(share, kMinArenaChunk, kMaxArenaChunk));
+    absl::StatusOr<std::unique_ptr<Buffer>> buffer = bt->Allocate(chunk);
+    if (!buffer.ok()) {
+      return absl::Status(buffer.status().code(),
+                          absl::StrFormat("%s: placing '%s' on %s: %s", type_->name(), shadow->name,
+                                          device_->device(d)->name(), buffer.status().message()));
+    }
+    (*buffer)->set_usage(usage());
+    arena.chunks.push_back(std::move(*buffer));
+    offset = 0;
+  }
+  arena.used = offset + bytes;
+  return PlaceTensor(arena.chunks.back().get(), shadow, offset);
+}
+
+std::optional<ShadowSet> MetaBuffer::Shadows(const Tensor* t) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = resident_.find(t); it != resident_.end()) return it->second;
+  if (auto it = graph_.find(t); it != graph_.end()) return it->second;
+  return std::nullopt;
+}
+
+void MetaBuffer::ResetGraphTensors() {
+  std::lock_guard<std::mutex> lock(mu_);
+  graph_.clear();
+}
+
+void MetaBuffer::RegisterGraphTensor(const Tensor* t, ShadowSet set) {
+  std::lock_guard<std::mutex> lock(mu_);
+  graph_[t] = std::move(set);
+}
+
+std::optional<std::vector<uint8_t>> MetaBuffer::TakePending(const Tensor* t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(t);
+  if (it == pending_.end()) return std::nullopt;
+  std::vector<uint8_t> bytes = std::move(it->second);
+  pending_.erase(it);
+  return bytes;
+}
+
+absl::StatusOr<Buffer*> MetaBuffer::Mirror(int d) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (mirrors_[d] == nullptr) {
+    TG_ASSIGN_OR_RETURN(mirrors_[d], device_->device(d)->default_buffer_type()->Allocate(
+                                         std::max<size_t>(size_, 1)));
+    mirrors_[d]->set_usage(BufferUsage::kCompute);
+  }
+  return mirrors_[d].get();
+}
+
+absl::Status MetaBuffer::SetPending(const Tensor* t, const void* data, size_t offset, size_t size,
+                                    std::optional<uint8_t> fill) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint8_t>& bytes = pending_[t];
+  bytes.resize(t->NumBytes());
+  if (fill.has_value()) {
+    std::memset(bytes.data() + offset, *fill, size);
+  } else {
+    std::memcpy(bytes.data() + offset, data, size);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MetaBuffer::WriteRange(Tensor* t, const ShadowSet& set, const void* data,
+                                    size_t offset, size_t size) {
+  if (offset == 0 && size == t->NumBytes()) {
+    return ScatterToShadows(*t, set, static_cast<const uint8_t*>(data));
+  }
+  std::vector<uint8_t> full(t->NumBytes());
+  if (offset != 0 || size != full.size()) {
+    TG_RETURN_IF_ERROR(GatherFromShadows(*t, set, full.data()));
+  }
+  std::memcpy(full.data() + offset, data, size);
+  return ScatterToShadows(*t, set, full.data());
+}
+
+absl::Status MetaBuffer::SetTensor(Tensor* t, const void* data, size_t offset, size_t size) {
+  TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
+  if (t->view_src != nullptr) return SetTensor(t->view_src, data, t->view_offs + offset, size);
+  std::optional<ShadowSet> set;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = resident_.find(t); it != resident_.end()) set = it->second;
+  }
+  if (!set.has_value()) return SetPending(t, data, offset, size, std::nullopt);
+  if (set->state.is_mirrored()) {
+    for (Tensor* s : set->shadows) TG_RETURN_IF_ERROR(s->buffer->SetTensor(s, data, offset, size));
+    return absl::OkStatus();
+  }
+  return WriteRange(t, *set, data, offset, size);
+}
+
+absl::Status MetaBuffer::GetTensor(const Tensor* t, void* data, size_t offset, size_t size) {
+  TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
+  if (t->view_src != nullptr) return GetTensor(t->view_src, data, t->view_offs + offset, size);
+  std::optional<ShadowSet> set;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = pending_.find(t); it != pending_.end()) {
+      std::memcpy(data, it->second.data() + offset, size);
+      return absl::OkStatus();
+    }
+    if (auto it = resident_.find(t); it != resident_.end()) set = it->second;
+    if (auto it = graph_.find(t); it != graph_.end()) set = it->second;
+  }
+  if (!set.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(type_->name(), ": ", DescribeTensor(*t),
+                     " holds no data (not written, and not an output of the last graph computed)"));
+  }
+  if (set->state.is_mirrored()) {
+    for (Tensor* s : set->shadows) {
+      if (s != nullptr) return s->buffer->GetTensor(s, data, offset, size);
+    }
+  }
+  if (offset == 0 && size == t->NumBytes()) {
+    return GatherFromShadows(*t, *set, static_cast<uint8_t*>(data));
+  }
+  std::vector<uint8_t> full(t->NumBytes());
+  TG_RETURN_IF_ERROR(GatherFromShadows(*t, *set, full.data()));
+  std::memcpy(data, full.data() + offset, size);
+  return absl::OkStatus();
+}
+
+absl::Status MetaBuffer::MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) {
+  TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
+  if (t->view_src != nullptr) {
+    return MemsetTensor(t->view_src, value, t->view_offs + offset, size);
+  }
+  std::optional<ShadowSet> set;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = resident_.find(t); it != resident_.end()) set = it->second;
+  }
+  if (!set.has_value()) return SetPending(t, nullptr, offset, size, value);
+  if (offset == 0 && size == t->NumBytes()) return MemsetShadows(*set, value);
+  if (set->state.is_mirrored()) {
+    for (Tensor* s : set->shadows) {
+      TG_RETURN_IF_ERROR(s->buffer->MemsetTensor(s, value, offset, size));
+    }
+    return absl::OkStatus();
+  }
+  std::vector<uint8_t> fill(size, value);
+  return WriteRange(t, *set, fill.data(), offset, size);
+}
+
+absl::Status MetaBuffer::Clear(uint8_t value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Arena& arena : arenas_) {
+    for (auto& chunk : arena.chunks) TG_RETURN_IF_ERROR(chunk->Clear(value));
+  }
+  for (auto& mirror : mirrors_) {
+    if (mirror != nullptr) TG_RETURN_IF_ERROR(mirror->Clear(value));
+  }
+  for (auto& [t, bytes] : pending_) std::fill(bytes.begin(), bytes.end(), value);
+  return absl::OkStatus();
+}
+
+}  // namespace tg::meta

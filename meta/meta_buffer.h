@@ -1,0 +1,116 @@
+// Memory of a meta device. A MetaBuffer has no bytes of its own: its base is a reserved,
+// never dereferenced address range (is_host() is false), so tensors placed in it get unique
+// addresses and the core's range checks still hold. What a tensor really is lives in its
+// shadows on the underlying devices:
+//   - resident tensors (weights, KV cache: buffers whose usage is not kCompute) get their
+//     split state from the device's SplitFn and per-device shadows in per-device arenas when
+//     placed (InitTensor); Set/GetTensor scatter and gather;
+//   - graph tensors (usage kCompute, placed by a GraphAllocator) get shadows from the
+//     stream's partition plan at Compute time, each at the same offset of a per-device
+//     "mirror" buffer as the tensor has here: a slice is never larger than its tensor, so
+//     the allocator's liveness-based layout is valid on every device. SetTensor before
+//     Compute (inputs) is kept on the host until Compute scatters it; GetTensor after Compute
+//     gathers the outputs the stream registered.
+// Thread-safe: the per-tensor maps are guarded by a mutex (a plain std::mutex: it is taken
+// for every tensor a graph allocator places, each decode step); disjoint tensors may be
+// accessed from several threads.
+#ifndef TENSORGRID_META_META_BUFFER_H_
+#define TENSORGRID_META_META_BUFFER_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "core/backend.h"
+#include "core/context.h"
+#include "meta/shadow_set.h"
+
+namespace tg::meta {
+
+class MetaDevice;
+
+class MetaBufferType : public BufferType {
+ public:
+  explicit MetaBufferType(MetaDevice* device);
+  absl::string_view name() const override { return name_; }
+  Device* device() const override;
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t size) override;
+  size_t alignment() const override { return alignment_; }  // the largest of the devices'.
+  size_t max_size() const override { return max_size_; }    // the smallest of the devices'.
+  size_t AllocSize(const Tensor& t) const override;         // the largest of the devices'.
+  bool is_host() const override { return false; }
+  MetaDevice* meta_device() const { return device_; }
+
+ private:
+  MetaDevice* device_;
+  std::string name_;
+  size_t alignment_ = 1;
+  size_t max_size_ = SIZE_MAX;
+};
+
+class MetaBuffer : public Buffer {
+ public:
+  MetaBuffer(MetaBufferType* type, uintptr_t base, size_t size);
+  BufferType* type() const override { return type_; }
+  void* base() const override { return reinterpret_cast<void*>(base_); }
+  size_t size() const override { return size_; }
+  absl::Status InitTensor(Tensor* t) override;
+  absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override;
+  absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override;
+  absl::Status MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) override;
+  absl::Status Clear(uint8_t value) override;
+
+  // The shadows of a resident tensor, or of a graph tensor registered by the last Compute.
+  std::optional<ShadowSet> Shadows(const Tensor* t) const;
+  // Called by the stream after a Compute: forgets the last graph's tensors, then records
+  // these (outputs and inputs, for GetTensor).
+  void ResetGraphTensors();
+  void RegisterGraphTensor(const Tensor* t, ShadowSet set);
+  // Bytes SetTensor wrote to a graph tensor since it was placed; nullopt if none.
+  std::optional<std::vector<uint8_t>> TakePending(const Tensor* t);
+  // Device d's mirror of this (compute) buffer, allocated on first use.
+  absl::StatusOr<Buffer*> Mirror(int d);
+  size_t OffsetOf(const Tensor& t) const { return reinterpret_cast<uintptr_t>(t.data) - base_; }
+  bool holds_graph_tensors() const { return usage() == BufferUsage::kCompute; }
+
+  // Bumped whenever any meta buffer places a resident tensor: a partition plan that bound
+  // resident leafs by address is valid only while this is unchanged.
+  static uint64_t ResidentGeneration();
+
+ private:
+  absl::Status CreateResidentShadows(Tensor* t);
+  absl::Status PlaceInArena(int d, Tensor* shadow);
+  // Full-tensor read-modify-write for a partial-range access to a split tensor.
+  absl::Status WriteRange(Tensor* t, const ShadowSet& set, const void* data, size_t offset,
+                          size_t size);
+  absl::Status SetPending(const Tensor* t, const void* data, size_t offset, size_t size,
+                          std::optional<uint8_t> fill);
+
+  struct Arena {
+    std::vector<std::unique_ptr<Buffer>> chunks;
+    size_t used = 0;  // bytes used in the last chunk.
+  };
+
+  MetaBufferType* type_;
+  MetaDevice* device_;
+  uintptr_t base_;
+  size_t size_;
+
+  // Everything below is guarded by mu_.
+  mutable std::mutex mu_;
+  Context shadow_ctx_;  // resident shadows.
+  std::vector<Arena> arenas_;
+  std::vector<std::unique_ptr<Buffer>> mirrors_;
+  absl::flat_hash_map<const Tensor*, ShadowSet> resident_;
+  absl::flat_hash_map<const Tensor*, ShadowSet> graph_;
+  absl::flat_hash_map<const Tensor*, std::vector<uint8_t>> pending_;
+};
+
+}  // namespace tg::meta
+
+#endif  // TENSORGRID_META_META_BUFFER_H_

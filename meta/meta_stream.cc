@@ -1,0 +1,188 @@
+#include "meta/meta_stream.h"
+
+#include <chrono>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "meta/all_gather.h"
+#include "meta/meta_buffer.h"
+#include "meta/meta_device.h"
+#include "meta/shadow_io.h"
+
+namespace tg::meta {
+namespace {
+
+double MicrosSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MetaStream>> MetaStream::Create(MetaDevice* device) {
+  std::unique_ptr<MetaStream> s(new MetaStream(device));
+  for (Device* d : device->devices()) {
+    TG_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, d->CreateStream());
+    s->streams_.push_back(std::move(stream));
+  }
+  TG_ASSIGN_OR_RETURN(s->reducer_,
+                      AllReducer::Create(device->devices(), device->options().allreduce));
+  return s;
+}
+
+MetaStream::MetaStream(MetaDevice* device)
+    : device_(device),
+      pool_(device->n_devices()),
+      barrier_(device->n_devices()),
+      rank_status_(device->n_devices()) {}
+
+Device* MetaStream::device() const { return device_; }
+
+absl::Status MetaStream::Compute(Graph& graph) {
+  TG_ASSIGN_OR_RETURN(std::shared_ptr<PartitionPlan> plan, PlanFor(graph));
+  TG_RETURN_IF_ERROR(Place(*plan, graph));
+  TG_RETURN_IF_ERROR(Upload(*plan, graph));
+  TG_RETURN_IF_ERROR(Execute(*plan));
+  Register(plan, graph);
+  last_plan_ = std::move(plan);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<PartitionPlan>> MetaStream::PlanFor(Graph& graph) {
+  // A cached plan whose leafs bind the same way is replayed: it re-derives the states for
+  // this graph's shapes and refreshes its own tensors, or fails when the structure differs.
+  // (Cheaper than hashing the topology, which changes every decode step anyway.)
+  for (auto it = cache_.begin(); it != cache_.end(); ++it) {
+    if (!BindingsMatch(*device_, *it->plan, graph)) continue;
+    std::shared_ptr<PartitionPlan> plan = std::move(it->plan);
+    cache_.erase(it);
+    if (!ReplayPartition(*device_, graph, plan.get())) break;
+    ++replays_;
+    cache_.push_front({plan});
+    return plan;
+  }
+  TG_ASSIGN_OR_RETURN(std::shared_ptr<PartitionPlan> plan, PartitionGraph(*device_, graph));
+  ++partitions_;
+  cache_.push_front({plan});
+  if (cache_.size() > kPlanCacheSize) cache_.pop_back();
+  return plan;
+}
+
+absl::Status MetaStream::Place(PartitionPlan& plan, Graph& graph) {
+  MetaBuffer* last = nullptr;
+  std::vector<Buffer*> mirrors(plan.n_devices, nullptr);
+  for (const PartitionPlan::Mirrored& m : plan.mirrored) {
+    Tensor* orig = SlotTensor(graph, m.slot);
+    MetaBuffer* mb = device_->AsOwnBuffer(orig->buffer);
+    if (mb == nullptr || !mb->holds_graph_tensors()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(DescribeTensor(*orig), " is not in a compute buffer of ", device_->name()));
+    }
+    if (mb != last) {
+      for (int d = 0; d < plan.n_devices; ++d) {
+        TG_ASSIGN_OR_RETURN(mirrors[d], mb->Mirror(d));
+      }
+      last = mb;
+    }
+    const size_t offset = mb->OffsetOf(*orig);
+    for (int d = 0; d < plan.n_devices; ++d) {
+      if (m.shadows[d] == nullptr) continue;
+      TG_RETURN_IF_ERROR(PlaceTensor(mirrors[d], m.shadows[d], offset));
+    }
+  }
+  for (const auto& views : plan.views) {
+    for (Tensor* v : views) TG_RETURN_IF_ERROR(PlaceView(v));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MetaStream::Upload(PartitionPlan& plan, Graph& graph) {
+  for (const PartitionPlan::Io& in : plan.inputs) {
+    Tensor* orig = SlotTensor(graph, in.slot);
+    auto* mb = static_cast<MetaBuffer*>(orig->buffer);  // checked by Place.
+    std::optional<std::vector<uint8_t>> bytes = mb->TakePending(orig);
+    if (bytes.has_value()) TG_RETURN_IF_ERROR(ScatterToShadows(*orig, in.set, bytes->data()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MetaStream::Execute(PartitionPlan& plan) {
+  failed_.store(false);
+  for (absl::Status& s : rank_status_) s = absl::OkStatus();
+  pool_.Run([&](int rank) { RunRank(rank, plan); });
+  for (const PlanStep& step : plan.steps) {
+    for (const Graph& g : step.graphs) stats_.splits += g.nodes.empty() ? 0 : 1;
+  }
+  for (const absl::Status& s : rank_status_) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+void MetaStream::RunRank(int rank, PartitionPlan& plan) {
+  auto fail = [&](absl::Status s) {
+    if (rank_status_[rank].ok()) rank_status_[rank] = std::move(s);
+    failed_.store(true);
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  for (PlanStep& step : plan.steps) {
+    Graph& g = step.graphs[rank];
+    if (!g.nodes.empty() && !failed_.load(std::memory_order_relaxed)) {
+      if (absl::Status s = streams_[rank]->Compute(g); !s.ok()) fail(std::move(s));
+    }
+    if (step.comms.empty()) continue;
+    // Collectives run even after a failure (on whatever the memory holds), so that every
+    // rank passes the same barriers; the first error is reported.
+    barrier_.Wait();
+    if (rank == 0) {
+      stats_.compute_us += MicrosSince(t0);
+      t0 = std::chrono::steady_clock::now();
+    }
+    for (CommOp& op : step.comms) {
+      if (absl::Status s = RunComm(rank, op, plan.writes_graph_tensors); !s.ok()) {
+        fail(std::move(s));
+      }
+    }
+    if (rank == 0) {
+      stats_.transfer_us += MicrosSince(t0);
+      t0 = std::chrono::steady_clock::now();
+    }
+  }
+  if (rank == 0) stats_.compute_us += MicrosSince(t0);
+}
+
+// Collectives read other ranks' tensors; those stay as they are until the ranks meet at
+// the next step's barrier unless the graph writes into graph tensors (wait_for_peers).
+absl::Status MetaStream::RunComm(int rank, CommOp& op, bool wait_for_peers) {
+  if (op.kind == CommOp::Kind::kAllGather) {
+    return AllGatherRank(rank, *op.full, op.state, op.src, op.dst,
+                         device_->options().allreduce.force_staging, wait_for_peers, barrier_);
+  }
+  absl::Status zeroed;
+  bool any_zero = false;
+  for (bool z : op.zero_fill) any_zero = any_zero || z;
+  if (any_zero) {
+    if (op.zero_fill[rank]) {
+      Tensor* t = op.dst[rank];
+      zeroed = t->buffer->MemsetTensor(t, 0, 0, t->NumBytes());
+    }
+    barrier_.Wait();
+  }
+  absl::Status reduced = reducer_->RunRank(rank, op.dst, barrier_, wait_for_peers);
+  return zeroed.ok() ? reduced : zeroed;
+}
+
+void MetaStream::Register(const std::shared_ptr<PartitionPlan>& plan, Graph& graph) {
+  absl::flat_hash_set<MetaBuffer*> reset;
+  for (const PartitionPlan::Io& r : plan->results) {
+    Tensor* orig = SlotTensor(graph, r.slot);
+    auto* mb = static_cast<MetaBuffer*>(orig->buffer);
+    if (reset.insert(mb).second) mb->ResetGraphTensors();
+    ShadowSet set = r.set;
+    set.owner = plan;
+    mb->RegisterGraphTensor(orig, std::move(set));
+  }
+}
+
+}  // namespace tg::meta

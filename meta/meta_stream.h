@@ -1,0 +1,75 @@
+// MetaStream: computes graphs on a meta device. Per graph structure it builds (and caches) a
+// partition plan (graph_partition.h), replayed for later graphs of that structure; each
+// Compute then places the graph tensors' shadows,
+// scatters the inputs written since, and runs the plan with one host thread per device:
+// every device's subgraph of a step on its own stream, then the step's collectives
+// (all-reduce, all-gather) among the threads. Outputs are registered with their buffers so
+// that Buffer::GetTensor gathers them. Synchronous: Compute returns when every device is
+// done. Used by one thread at a time (as every Stream).
+#ifndef TENSORGRID_META_META_STREAM_H_
+#define TENSORGRID_META_META_STREAM_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/backend.h"
+#include "meta/allreduce.h"
+#include "meta/graph_partition.h"
+#include "meta/rank_pool.h"
+
+namespace tg::meta {
+
+class MetaDevice;
+
+class MetaStream : public Stream {
+ public:
+  static absl::StatusOr<std::unique_ptr<MetaStream>> Create(MetaDevice* device);
+
+  Device* device() const override;
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::Status Compute(Graph& graph) override;
+  StreamStats stats() const override { return stats_; }
+
+  // The plan the last Compute ran, and how many plans were built and replayed so far (for
+  // tests and tools).
+  const PartitionPlan* last_plan() const { return last_plan_.get(); }
+  int64_t partitions() const { return partitions_; }
+  int64_t replays() const { return replays_; }
+
+ private:
+  explicit MetaStream(MetaDevice* device);
+  absl::StatusOr<std::shared_ptr<PartitionPlan>> PlanFor(Graph& graph);
+  absl::Status Place(PartitionPlan& plan, Graph& graph);
+  absl::Status Upload(PartitionPlan& plan, Graph& graph);
+  absl::Status Execute(PartitionPlan& plan);
+  void RunRank(int rank, PartitionPlan& plan);
+  absl::Status RunComm(int rank, CommOp& op, bool wait_for_peers);
+  void Register(const std::shared_ptr<PartitionPlan>& plan, Graph& graph);
+
+  // Plans kept for reuse: a prompt graph and a decode graph, with room to spare.
+  static constexpr size_t kPlanCacheSize = 4;
+
+  MetaDevice* device_;
+  std::vector<std::unique_ptr<Stream>> streams_;  // one per device.
+  std::unique_ptr<AllReducer> reducer_;
+  RankPool pool_;
+  RankBarrier barrier_;
+  struct Cached {
+    std::shared_ptr<PartitionPlan> plan;
+  };
+  std::deque<Cached> cache_;  // most recently used first.
+  std::shared_ptr<PartitionPlan> last_plan_;
+  int64_t partitions_ = 0;
+  int64_t replays_ = 0;
+  std::atomic<bool> failed_{false};
+  std::vector<absl::Status> rank_status_;
+  StreamStats stats_;
+};
+
+}  // namespace tg::meta
+
+#endif  // TENSORGRID_META_META_STREAM_H_

@@ -1,0 +1,333 @@
+#include "meta/split_rules.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/dtype.h"
+#include "core/op.h"
+#include "meta/view_split.h"
+
+namespace tg::meta {
+namespace {
+
+using States = absl::Span<const SplitState* const>;
+using Rule = absl::StatusOr<OpSplit> (*)(const Tensor&, States);
+
+const SplitState& Mirrored() {
+  static const SplitState* const kMirrored = new SplitState();
+  return *kMirrored;
+}
+
+using SrcList = std::initializer_list<std::optional<SplitState>>;
+
+OpSplit Make(const SplitState& result, SrcList src = {}) {
+  OpSplit o;
+  o.result = result;
+  int i = 0;
+  for (const auto& s : src) o.src[i++] = s;
+  return o;
+}
+
+// Everything whole: always correct, the fallback of every rule.
+OpSplit AllMirrored(const Tensor& n) {
+  OpSplit o = Make(Mirrored());
+  for (int i = 0; i < kMaxSrc; ++i) {
+    if (n.src[i] != nullptr) o.src[i] = Mirrored();
+  }
+  return o;
+}
+
+// The result keeps the state of source 0; the others as required.
+OpSplit Same(const SplitState& s, SrcList rest = {}) {
+  OpSplit o;
+  o.result = s;
+  int i = 1;
+  for (const auto& r : rest) o.src[i++] = r;
+  return o;
+}
+
+bool BlockAligned(const SplitState& s, DType type) {
+  const int64_t bs = BlockSize(type);
+  for (int d = 0; d < s.n_devices(); ++d) {
+    for (const AxisRange& r : s.pieces(d)) {
+      if (r.begin % bs != 0 || r.end % bs != 0) return false;
+    }
+  }
+  return true;
+}
+
+// Runs `rule` as if every PARTIAL source were all-reduced first, and asks for exactly that.
+absl::StatusOr<OpSplit> WithoutPartial(const Tensor& n, States s, Rule rule) {
+  const SplitState* states[kMaxSrc] = {};
+  bool reduced[kMaxSrc] = {};
+  for (int i = 0; i < kMaxSrc; ++i) {
+    states[i] = i < static_cast<int>(s.size()) ? s[i] : &Mirrored();
+    if (n.src[i] != nullptr && states[i]->is_partial()) {
+      states[i] = &Mirrored();
+      reduced[i] = true;
+    }
+  }
+  absl::StatusOr<OpSplit> o = rule(n, States(states, kMaxSrc));
+  if (!o.ok()) return o;
+  for (int i = 0; i < kMaxSrc; ++i) {
+    if (reduced[i] && !o->src[i].has_value()) o->src[i] = Mirrored();
+  }
+  return o;
+}
+
+absl::StatusOr<OpSplit> KeepRule(const Tensor& n, States s) { return Same(*s[0]); }
+
+absl::StatusOr<OpSplit> RmsNormRule(const Tensor& n, States s) {
+  if (s[0]->is_axis() && s[0]->axis() == 0) return AllMirrored(n);
+  return Same(*s[0]);
+}
+
+absl::StatusOr<OpSplit> SoftMaxRule(const Tensor& n, States s) {
+  const SplitState& sa = *s[0];
+  const Tensor* mask = n.src[1];
+  if (sa.is_mirrored() || sa.axis() == 0) return AllMirrored(n);
+  const int k = sa.axis();
+  if (mask == nullptr) return Same(sa);
+  if (k == 1) return Same(sa, {sa});
+  if (mask->ne[k] == 1) return Same(sa, {Mirrored()});
+  if (mask->ne[k] == n.src[0]->ne[k]) return Same(sa, {sa});
+  return AllMirrored(n);
+}
+
+absl::StatusOr<OpSplit> RopeRule(const Tensor& n, States s) {
+  const SplitState& sa = *s[0];
+  if (sa.is_mirrored() || sa.axis() == 0) return AllMirrored(n);
+  std::optional<SplitState> ff;
+  if (n.src[2] != nullptr) ff = Mirrored();
+  if (sa.axis() == 2) return Same(sa, {sa.Remapped(0, 1, 1), ff});
+  return Same(sa, {Mirrored(), ff});
+}
+
+absl::StatusOr<OpSplit> BinaryRule(const Tensor& n, States s) {
+  const Tensor& a = *n.src[0];
+  const Tensor& b = *n.src[1];
+  const SplitState& sa = *s[0];
+  const SplitState& sb = *s[1];
+  if (sa.is_axis()) {
+    const int k = sa.axis();
+    if (b.ne[k] == a.ne[k]) return Same(sa, {sa});
+    if (b.ne[k] == 1) return Same(sa, {Mirrored()});
+    return AllMirrored(n);
+  }
+  if (sb.is_axis()) {
+    const int k = sb.axis();
+    if (b.ne[k] == a.ne[k]) return Make(sb, {sb, std::nullopt});
+    return Make(Mirrored(), {std::nullopt, Mirrored()});
+  }
+  return Make(Mirrored());
+}
+
+// Sums of partial sums stay partial; so do products with a whole factor.
+absl::StatusOr<OpSplit> AddMulRule(const Tensor& n, States s) {
+  const bool pa = s[0]->is_partial();
+  const bool pb = s[1]->is_partial();
+  if (n.op == Op::kAdd && pa && pb) return Make(SplitState::Partial());
+  if (n.op == Op::kMul && (pa || pb)) {
+    if (pa && pb) return Make(SplitState::Partial(), {std::nullopt, Mirrored()});
+    if ((pa && s[1]->is_mirrored()) || (pb && s[0]->is_mirrored())) {
+      return Make(SplitState::Partial());
+    }
+  }
+  return WithoutPartial(n, s, BinaryRule);
+}
+
+absl::StatusOr<OpSplit> SwigluRule(const Tensor& n, States s) {
+  if (s[0]->is_axis()) return Same(*s[0], {*s[0]});
+  if (s[1]->is_axis()) return Make(*s[1], {*s[1], std::nullopt});
+  return Make(Mirrored());
+}
+
+absl::StatusOr<OpSplit> MulMatSplitWeight(const Tensor& n, States s) {
+  const Tensor& a = *n.src[0];
+  const Tensor& b = *n.src[1];
+  const SplitState& sa = *s[0];
+  const int k = sa.axis();
+  if (k == 1) return Same(sa.Remapped(0, 1, 1), {Mirrored()});
+  if (k == 0) return Same(SplitState::Partial(), {sa});
+  if (a.ne[k] == b.ne[k]) return Same(sa, {sa});
+  return AllMirrored(n);
+}
+
+absl::StatusOr<OpSplit> MulMatRule(const Tensor& n, States s) {
+  const Tensor& a = *n.src[0];
+  const Tensor& b = *n.src[1];
+  const SplitState& sa = *s[0];
+  const SplitState& sb = *s[1];
+  if (sa.is_axis()) return MulMatSplitWeight(n, s);
+  if (!sb.is_axis()) return Make(Mirrored());
+  const int k = sb.axis();
+  if (k == 1) return Make(sb);
+  if (k == 0) {
+    if (BlockAligned(sb, a.type)) return Make(SplitState::Partial(), {sb, std::nullopt});
+    return Make(Mirrored(), {std::nullopt, Mirrored()});
+  }
+  if (a.ne[k] == 1) return Make(sb);
+  if (a.ne[k] == b.ne[k]) return Make(sb, {sb, std::nullopt});
+  return Make(Mirrored(), {std::nullopt, Mirrored()});
+}
+
+// Matrix products are linear in each factor: a partial times a whole stays partial.
+absl::StatusOr<OpSplit> MulMatPartialRule(const Tensor& n, States s) {
+  const bool pa = s[0]->is_partial();
+  const bool pb = s[1]->is_partial();
+  if (pa && pb) return Make(SplitState::Partial(), {std::nullopt, Mirrored()});
+  if ((pa && s[1]->is_mirrored()) || (pb && s[0]->is_mirrored())) {
+    return Make(SplitState::Partial());
+  }
+  return WithoutPartial(n, s, MulMatRule);
+}
+
+absl::StatusOr<OpSplit> GetRowsRule(const Tensor& n, States s) {
+  const SplitState& sa = *s[0];
+  const SplitState& si = *s[1];
+  if (sa.is_partial() && si.is_mirrored()) return Make(SplitState::Partial());
+  if (sa.is_partial()) return WithoutPartial(n, s, GetRowsRule);
+  if (sa.is_axis()) {
+    const int k = sa.axis();
+    if (k == 0) return Same(sa, {Mirrored()});
+    if (k == 1) return AllMirrored(n);
+    return Same(sa, {sa.Remapped(k - 1, 1, 1)});
+  }
+  if (si.is_axis()) {
+    const int j = si.axis();
+    if (j == 3) return AllMirrored(n);
+    const SplitState r = si.Remapped(j + 1, 1, 1);
+    if (j == 0) return Make(r);
+    return Make(r, {r, std::nullopt});
+  }
+  return Make(Mirrored());
+}
+
+absl::StatusOr<OpSplit> SetRowsRule(const Tensor& n, States s) {
+  const SplitState& sd = *s[0];
+  const Tensor& rows = *n.src[1];
+  const Tensor& idx = *n.src[2];
+  auto unsupported = [&](absl::string_view why) {
+    return absl::UnimplementedError(absl::StrCat("SET_ROWS into ", DescribeTensor(*n.src[0]),
+                                                 " split ", sd.ToString(), ": ", why));
+  };
+  if (sd.is_partial()) return unsupported("cannot write into partial sums");
+  if (sd.is_mirrored()) return Same(sd, {Mirrored(), Mirrored()});
+  const int k = sd.axis();
+  if (k == 0) return Same(sd, {sd, Mirrored()});
+  if (k == 1) return unsupported("rows are picked by index, so dimension 1 cannot be cut");
+  const int64_t c = idx.ne[k - 1];  // index broadcast over rows' dimension k.
+  if (c == 1) return Same(sd, {sd, Mirrored()});
+  if (c == rows.ne[k]) return Same(sd, {sd, sd.Remapped(k - 1, 1, 1)});
+  return unsupported("the index broadcasts over the cut dimension");
+}
+
+absl::StatusOr<OpSplit> CpyRule(const Tensor& n, States s) {
+  const Tensor& a = *n.src[0];
+  const Tensor& b = *n.src[1];
+  const SplitState& sb = *s[1];
+  if (sb.is_partial()) {
+    return absl::UnimplementedError(absl::StrCat("CPY into partial sums ", DescribeTensor(b)));
+  }
+  if (sb.is_mirrored()) return Make(sb, {Mirrored(), std::nullopt});
+  if (SameShape(a, b)) return Make(sb, {sb, std::nullopt});
+  std::optional<SplitState> mapped = MapReshapeSplit(b.ne, sb, a.ne);
+  if (!mapped.has_value()) {
+    return absl::UnimplementedError(absl::StrCat("CPY into ", DescribeTensor(b), " split ",
+                                                 sb.ToString(), " from another shape"));
+  }
+  return Make(sb, {*mapped, std::nullopt});
+}
+
+bool AllDivisible(const SplitState& s, int64_t g) {
+  for (int d = 0; d < s.n_devices(); ++d) {
+    for (const AxisRange& r : s.pieces(d)) {
+      if (r.begin % g != 0 || r.end % g != 0) return false;
+    }
+  }
+  return true;
+}
+
+// Heads stay where they are: q head h needs KV head h / (H / H_kv) on the same device.
+absl::StatusOr<OpSplit> FlashAttnRule(const Tensor& n, States s) {
+  const Tensor& q = *n.src[0];
+  const Tensor& k = *n.src[1];
+  const int64_t g = q.ne[2] / k.ne[2];
+  std::optional<SplitState> mask;
+  if (n.src[3] != nullptr) mask = Mirrored();
+  const SplitState* kv_ref = nullptr;
+  if (s[1]->is_axis() && s[1]->axis() == 2) kv_ref = s[1];
+  if (kv_ref == nullptr && s[2]->is_axis() && s[2]->axis() == 2) kv_ref = s[2];
+  if (kv_ref != nullptr) {
+    const SplitState sq = kv_ref->Remapped(2, g, 1);
+    return Make(sq.Remapped(1, 1, 1), {sq, *kv_ref, *kv_ref, mask});
+  }
+  const SplitState& sq = *s[0];
+  if (sq.is_axis() && sq.axis() == 2 && AllDivisible(sq, g)) {
+    const SplitState kv = sq.Remapped(2, 1, g);
+    return Make(sq.Remapped(1, 1, 1), {std::nullopt, kv, kv, mask});
+  }
+  if (sq.is_axis() && sq.axis() == 1) {
+    if (mask.has_value()) mask = sq;
+    return Make(sq.Remapped(2, 1, 1), {std::nullopt, Mirrored(), Mirrored(), mask});
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (s[i]->is_axis() && s[i]->axis() == 3) return Make(*s[i], {*s[i], *s[i], *s[i], mask});
+  }
+  return AllMirrored(n);
+}
+
+absl::StatusOr<OpSplit> Dispatch(const Tensor& n, States s) {
+  switch (n.op) {
+    case Op::kMulMat:
+      return MulMatPartialRule(n, s);
+    case Op::kAdd:
+    case Op::kMul:
+      return AddMulRule(n, s);
+    case Op::kScale:
+      if (n.ParamF32(1) == 0.0f) return Same(*s[0]);  // linear: partial sums stay partial.
+      return WithoutPartial(n, s, KeepRule);
+    case Op::kCont:
+      return Same(*s[0]);
+    case Op::kSilu:
+      return WithoutPartial(n, s, KeepRule);
+    case Op::kRmsNorm:
+      return WithoutPartial(n, s, RmsNormRule);
+    case Op::kSoftMax:
+      return WithoutPartial(n, s, SoftMaxRule);
+    case Op::kRope:
+      return WithoutPartial(n, s, RopeRule);
+    case Op::kSwiglu:
+      return WithoutPartial(n, s, SwigluRule);
+    case Op::kGetRows:
+      return GetRowsRule(n, s);
+    case Op::kSetRows:
+      return SetRowsRule(n, s);
+    case Op::kCpy:
+      return CpyRule(n, s);
+    case Op::kFlashAttn:
+      return WithoutPartial(n, s, FlashAttnRule);
+    default:
+      return AllMirrored(n);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<OpSplit> DeriveOpSplit(const Tensor& node,
+                                      absl::Span<const SplitState* const> src_states) {
+  const SplitState* states[kMaxSrc];
+  for (int i = 0; i < kMaxSrc; ++i) {
+    states[i] = i < static_cast<int>(src_states.size()) && src_states[i] != nullptr ? src_states[i]
+                                                                                    : &Mirrored();
+  }
+  absl::StatusOr<OpSplit> o = Dispatch(node, States(states, kMaxSrc));
+  if (!o.ok()) return o;
+  // Write destinations are never converted: the op writes into them where they are.
+  if (node.op == Op::kSetRows) o->src[0].reset();
+  if (node.op == Op::kCpy) o->src[1].reset();
+  for (int i = 0; i < kMaxSrc; ++i) {
+    if (node.src[i] == nullptr) o->src[i].reset();
+  }
+  return o;
+}
+
+}  // namespace tg::meta
