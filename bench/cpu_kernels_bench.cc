@@ -25,11 +25,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "backends/cpu/barrier.h"
+#include "core/spin_barrier.h"
 #include "backends/cpu/compute_params.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/vec_dot.h"
-#include "backends/cpu/thread_pool.h"
+#include "core/thread_pool.h"
 #include "benchmark/benchmark.h"
 #include "core/quants.h"
 #include "core/tensor.h"

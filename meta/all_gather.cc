@@ -26,7 +26,7 @@ absl::Status GatherStaged(int rank, const Tensor& full, const SplitState& state,
 
 absl::Status AllGatherRank(int rank, const Tensor& full, const SplitState& state,
                            absl::Span<Tensor* const> src, absl::Span<Tensor* const> dst,
-                           bool force_staging, bool wait_for_peers, RankBarrier& barrier) {
+                           bool force_staging, bool wait_for_peers, Barrier& barrier) {
   Tensor* out = dst[rank];
   bool direct = !force_staging && out->buffer->type()->is_host();
   for (Tensor* s : src) direct = direct && (s == nullptr || s->buffer->type()->is_host());

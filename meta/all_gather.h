@@ -9,7 +9,8 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "core/tensor.h"
-#include "meta/rank_pool.h"
+#include "core/spin_barrier.h"
+#include "core/thread_pool.h"
 #include "meta/split_state.h"
 
 namespace tg::meta {
@@ -21,7 +22,7 @@ namespace tg::meta {
 // writes into the slices before the ranks meet again.
 absl::Status AllGatherRank(int rank, const Tensor& full, const SplitState& state,
                            absl::Span<Tensor* const> src, absl::Span<Tensor* const> dst,
-                           bool force_staging, bool wait_for_peers, RankBarrier& barrier);
+                           bool force_staging, bool wait_for_peers, Barrier& barrier);
 
 }  // namespace tg::meta
 

@@ -90,7 +90,7 @@ bool AllReducer::HostDirect(absl::Span<Tensor* const> tensors) const {
   return true;
 }
 
-absl::Status AllReducer::RunRank(int rank, absl::Span<Tensor* const> tensors, RankBarrier& barrier,
+absl::Status AllReducer::RunRank(int rank, absl::Span<Tensor* const> tensors, Barrier& barrier,
                                  bool wait_for_peers) {
   absl::Status status = Check(tensors);
   if (!status.ok()) return status;  // every rank sees the same error: no barrier skipped.
@@ -130,7 +130,7 @@ absl::Status AllReducer::RunRank(int rank, absl::Span<Tensor* const> tensors, Ra
 }
 
 void AllReducer::Ring(int rank, size_t count, absl::Span<float* const> data, bool bf16, bool settle,
-                      RankBarrier& barrier) {
+                      Barrier& barrier) {
   const int n = n_ranks();
   const int left = (rank + n - 1) % n;
   float* own = data[rank];
@@ -184,7 +184,7 @@ void AllReducer::Ring(int rank, size_t count, absl::Span<float* const> data, boo
 }
 
 void AllReducer::Butterfly(int rank, size_t count, absl::Span<float* const> data, bool settle,
-                           RankBarrier& barrier) {
+                           Barrier& barrier) {
   const int n = n_ranks();
   int p2 = 1;
   while (p2 * 2 <= n) p2 *= 2;
@@ -218,8 +218,8 @@ void AllReducer::Butterfly(int rank, size_t count, absl::Span<float* const> data
 
 absl::Status AllReducer::Run(absl::Span<Tensor* const> tensors) {
   if (pool_ == nullptr) {
-    pool_ = std::make_unique<RankPool>(n_ranks());
-    pool_barrier_ = std::make_unique<RankBarrier>(n_ranks());
+    pool_ = std::make_unique<ThreadPool>(n_ranks());
+    pool_barrier_ = std::make_unique<Barrier>(n_ranks());
   }
   std::vector<absl::Status> statuses(n_ranks());
   pool_->Run([&](int r) { statuses[r] = RunRank(r, tensors, *pool_barrier_, true); });

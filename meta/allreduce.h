@@ -24,7 +24,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/backend.h"
-#include "meta/rank_pool.h"
+#include "core/spin_barrier.h"
+#include "core/thread_pool.h"
 
 namespace tg::meta {
 
@@ -62,7 +63,7 @@ class AllReducer {
   // failing rank never strands the others. With wait_for_peers false a rank may return
   // while others still read its tensor (never its scratch): allowed when no rank writes
   // into any of the tensors before the ranks meet again, which saves a barrier.
-  absl::Status RunRank(int rank, absl::Span<Tensor* const> tensors, RankBarrier& barrier,
+  absl::Status RunRank(int rank, absl::Span<Tensor* const> tensors, Barrier& barrier,
                        bool wait_for_peers = true);
 
   // All ranks on threads of this object's own.
@@ -73,9 +74,9 @@ class AllReducer {
   absl::Status Check(absl::Span<Tensor* const> tensors) const;
   bool HostDirect(absl::Span<Tensor* const> tensors) const;
   void Ring(int rank, size_t count, absl::Span<float* const> data, bool bf16, bool settle,
-            RankBarrier& barrier);
+            Barrier& barrier);
   void Butterfly(int rank, size_t count, absl::Span<float* const> data, bool settle,
-                 RankBarrier& barrier);
+                 Barrier& barrier);
 
   std::vector<Device*> devices_;
   AllReduceOptions options_;
@@ -85,8 +86,8 @@ class AllReducer {
   std::vector<std::vector<float>> staging_;  // host copies (staging mode).
   std::vector<std::vector<float>> spare_;    // butterfly's second buffer.
   std::vector<std::vector<uint16_t>> wire_;  // ring-bf16 mailboxes, two per rank.
-  std::unique_ptr<RankPool> pool_;
-  std::unique_ptr<RankBarrier> pool_barrier_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<Barrier> pool_barrier_;
 };
 
 }  // namespace tg::meta

@@ -19,7 +19,8 @@
 #include "core/backend.h"
 #include "meta/allreduce.h"
 #include "meta/graph_partition.h"
-#include "meta/rank_pool.h"
+#include "core/spin_barrier.h"
+#include "core/thread_pool.h"
 
 namespace tg::meta {
 
@@ -56,8 +57,8 @@ class MetaStream : public Stream {
   MetaDevice* device_;
   std::vector<std::unique_ptr<Stream>> streams_;  // one per device.
   std::unique_ptr<AllReducer> reducer_;
-  RankPool pool_;
-  RankBarrier barrier_;
+  ThreadPool pool_;
+  Barrier barrier_;
   struct Cached {
     std::shared_ptr<PartitionPlan> plan;
   };

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "backends/cpu/barrier.h"
+#include "core/spin_barrier.h"
 #include "backends/cpu/compute_params.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/simd_math.h"

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "backends/cpu/barrier.h"
+#include "core/spin_barrier.h"
 #include "backends/cpu/compute_params.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/quantize_act.h"

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "backends/cpu/barrier.h"
+#include "core/spin_barrier.h"
 
 namespace tg::cpu {
 

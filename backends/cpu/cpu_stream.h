@@ -7,8 +7,8 @@
 #include <memory>
 #include <vector>
 
-#include "backends/cpu/barrier.h"
-#include "backends/cpu/thread_pool.h"
+#include "core/spin_barrier.h"
+#include "core/thread_pool.h"
 #include "core/backend.h"
 
 namespace tg::cpu {

@@ -1,8 +1,9 @@
 // ThreadPool: persistent worker threads that run one function on all threads at once (the
-// caller is thread 0), as a CPU stream does once per graph. Workers spin briefly between
-// jobs (decode steps come back-to-back), then sleep. Run() is called by one thread at a time.
-#ifndef TENSORGRID_BACKENDS_CPU_THREAD_POOL_H_
-#define TENSORGRID_BACKENDS_CPU_THREAD_POOL_H_
+// caller is thread 0): a CPU stream runs a graph this way, the meta device one thread per
+// device. Workers spin briefly between jobs (decode steps come back to back), then sleep.
+// Run() is called by one thread at a time.
+#ifndef TENSORGRID_CORE_THREAD_POOL_H_
+#define TENSORGRID_CORE_THREAD_POOL_H_
 
 #include <atomic>
 #include <condition_variable>
@@ -11,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-namespace tg::cpu {
+namespace tg {
 
 class ThreadPool {
  public:
@@ -40,6 +41,6 @@ class ThreadPool {
   std::condition_variable cv_;
 };
 
-}  // namespace tg::cpu
+}  // namespace tg
 
-#endif  // TENSORGRID_BACKENDS_CPU_THREAD_POOL_H_
+#endif  // TENSORGRID_CORE_THREAD_POOL_H_

@@ -1,10 +1,10 @@
-#include "backends/cpu/thread_pool.h"
+#include "core/thread_pool.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
-namespace tg::cpu {
+namespace tg {
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
   workers_.reserve(n_threads_ - 1);
@@ -66,4 +66,4 @@ void ThreadPool::WorkerLoop(int ith) {
   }
 }
 
-}  // namespace tg::cpu
+}  // namespace tg

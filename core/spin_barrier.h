@@ -1,8 +1,8 @@
-// A reusable spinning barrier for the CPU thread pool: all n threads of a graph meet here
-// between nodes. Spins briefly (nodes are microseconds long), then yields.
-// Thread-safe; the thread count is fixed at construction.
-#ifndef TENSORGRID_BACKENDS_CPU_BARRIER_H_
-#define TENSORGRID_BACKENDS_CPU_BARRIER_H_
+// A reusable spinning barrier: the CPU backend's threads meet here between nodes, the meta
+// device's per-device threads between the steps of a collective. Spins briefly (nodes are
+// microseconds long), then yields. Thread-safe; the thread count is fixed at construction.
+#ifndef TENSORGRID_CORE_SPIN_BARRIER_H_
+#define TENSORGRID_CORE_SPIN_BARRIER_H_
 
 #include <atomic>
 #include <thread>
@@ -11,12 +11,13 @@
 #include <immintrin.h>
 #endif
 
-namespace tg::cpu {
+namespace tg {
 
 class Barrier {
  public:
   explicit Barrier(int n) : n_(n) {}
   Barrier(const Barrier&) = delete;
+  int size() const { return n_; }
   Barrier& operator=(const Barrier&) = delete;
 
   void Wait() {
@@ -46,6 +47,6 @@ class Barrier {
   alignas(64) std::atomic<int> phase_{0};
 };
 
-}  // namespace tg::cpu
+}  // namespace tg
 
-#endif  // TENSORGRID_BACKENDS_CPU_BARRIER_H_
+#endif  // TENSORGRID_CORE_SPIN_BARRIER_H_
