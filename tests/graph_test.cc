@@ -28,7 +28,9 @@ TEST(GraphTest, NodesFollowTheirSources) {
   };
   for (Tensor* node : g->nodes) {
     for (Tensor* src : node->src) {
-      if (src != nullptr && src->op != Op::kNone) EXPECT_LT(pos(src), pos(node));
+      if (src != nullptr && src->op != Op::kNone) {
+        EXPECT_LT(pos(src), pos(node));
+      }
     }
   }
   EXPECT_TRUE(out->HasFlag(kFlagOutput));

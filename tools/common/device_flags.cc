@@ -45,8 +45,8 @@ absl::StatusOr<std::vector<Device*>> PickDevices(const DeviceFlags& f, SplitMode
     }
     if (devices.empty()) return absl::InvalidArgumentError("--device lists no device");
   } else if (mode == SplitMode::kNone) {
-    devices = Registry::Get().DefaultDevices();
-    if (devices.size() > 1) devices.resize(1);
+    const std::vector<Device*> defaults = Registry::Get().DefaultDevices();
+    if (!defaults.empty()) devices.push_back(defaults.front());
   } else {
     devices = Registry::Get().devices();
   }
