@@ -32,6 +32,12 @@ constexpr size_t kColumnBlockBytes = 256 * 1024;
 // the quantized types, so each thread reads its weights as one sequential stream: four
 // interleaved rows measured at half the DRAM throughput on Zen 4).
 constexpr int64_t kStreamingMaxCols = 16;
+// Weight matrices up to this size stay in L3 (32 MiB, shared with the rest of the model)
+// after their first use, so decode is bound by the kernels rather than DRAM: tiles of
+// kCachedTileRows rows then share each activation load between rows and keep more
+// independent accumulators in flight.
+constexpr size_t kCachedMaxWeightBytes = 16u << 20;
+constexpr int64_t kCachedTileRows = 4;
 
 size_t RoundUp(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
@@ -114,8 +120,16 @@ int64_t ColumnBlock(size_t act_stride, int64_t n) {
   return std::min(block, std::max<int64_t>(n, 1));
 }
 
-int64_t TileRows(const DotKernels& kern, int64_t n) {
-  return n <= kStreamingMaxCols ? kern.streaming_rows : kMaxTileRows;
+// Bytes of all of src0's matrices: every expert (MUL_MAT_ID) or batch matrix is reused by
+// later tokens, so they make up the working set that has to fit in L3 together.
+size_t WeightBytes(const Tensor* a) { return static_cast<size_t>(a->NumRows()) * a->nb[1]; }
+
+int64_t TileRows(const DotKernels& kern, int64_t n, size_t weight_bytes) {
+  if (n > kStreamingMaxCols) return kMaxTileRows;
+  if (weight_bytes <= kCachedMaxWeightBytes) {
+    return std::max<int64_t>(kern.streaming_rows, kCachedTileRows);
+  }
+  return kern.streaming_rows;
 }
 
 // Runs the tile kernel over weight rows [row0, row0 + rows) and `cols` activation columns
@@ -158,7 +172,7 @@ void ComputeMulMat(const ComputeParams& p, Tensor* dst) {
 
   const int64_t k = a->ne[0], m = a->ne[1], n = b->ne[1];
   const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
-  const int64_t tile_rows = TileRows(kern, n);
+  const int64_t tile_rows = TileRows(kern, n, WeightBytes(a));
   const int64_t row_tiles = (m + tile_rows - 1) / tile_rows;
   const int64_t col_block = ColumnBlock(act.nb1, n);
   const int64_t col_blocks = (n + col_block - 1) / col_block;
@@ -270,7 +284,8 @@ void RunExpertTiles(const ComputeParams& p, const DotKernels& kern, const Expert
   const int64_t k = a->ne[0], m = a->ne[1], n_experts = a->ne[2];
   const int64_t n_used = dst->ne[1], n_slots = dst->ne[1] * dst->ne[2];
   // Tokens per expert are few in decode, many in prefill: one tiling for the whole node.
-  const int64_t tile_rows = TileRows(kern, n_slots / std::max<int64_t>(n_experts, 1));
+  const int64_t tile_rows =
+      TileRows(kern, n_slots / std::max<int64_t>(n_experts, 1), WeightBytes(a));
   const int64_t row_tiles = (m + tile_rows - 1) / tile_rows;
   const int64_t col_block = ColumnBlock(act.nb1, n_slots);
   auto items_of = [&](int64_t e) {
