@@ -11,13 +11,26 @@
 
 namespace tg {
 
-void AddDeviceFlags(ArgParser& p, DeviceFlags* f) {
+void AddDeviceSelectionFlags(ArgParser& p, DeviceFlags* f) {
   p.AddString("-sm", "--split-mode", &f->split_mode, "none (default), layer or tensor");
   p.AddString("-ts", "--tensor-split", &f->tensor_split,
               "proportions per device, e.g. 3,1 (default: by free memory)");
-  p.AddString(nullptr, "--device", &f->devices, "devices to use, e.g. CPU0,CPU1 (see --list-devices)");
+  p.AddString(nullptr, "--device", &f->devices,
+              "devices to use, e.g. CPU0,CPU1 (see --list-devices)");
   p.AddBool(nullptr, "--list-devices", &f->list_devices, "list the devices and exit");
+}
+
+void AddDeviceFlags(ArgParser& p, DeviceFlags* f) {
+  AddDeviceSelectionFlags(p, f);
   p.AddInt("-t", "--threads", &f->threads, "CPU threads per CPU device (default: all)");
+}
+
+void SetCpuThreads(absl::Span<Device* const> devices, int64_t threads) {
+  for (Device* d : devices) {
+    if (auto* cpu = dynamic_cast<cpu::CpuDevice*>(d); cpu != nullptr) {
+      cpu->set_n_threads(static_cast<int>(threads));
+    }
+  }
 }
 
 std::string DescribeDevices() {
@@ -39,7 +52,8 @@ absl::StatusOr<std::vector<Device*>> PickDevices(const DeviceFlags& f, SplitMode
     for (absl::string_view name : absl::StrSplit(f.devices, ',', absl::SkipEmpty())) {
       TG_ASSIGN_OR_RETURN(Device * d, Registry::Get().FindDevice(name));
       for (Device* seen : devices) {
-        if (seen == d) return absl::InvalidArgumentError(absl::StrCat("--device lists ", name, " twice"));
+        if (seen == d)
+          return absl::InvalidArgumentError(absl::StrCat("--device lists ", name, " twice"));
       }
       devices.push_back(d);
     }
@@ -52,8 +66,9 @@ absl::StatusOr<std::vector<Device*>> PickDevices(const DeviceFlags& f, SplitMode
   }
   if (devices.empty()) return absl::FailedPreconditionError("no devices are registered");
   if (mode == SplitMode::kNone && devices.size() > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--device lists ", devices.size(), " devices but --split-mode is none (use layer or tensor)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device lists ", devices.size(),
+                     " devices but --split-mode is none (use layer or tensor)"));
   }
   return devices;
 }
@@ -64,14 +79,15 @@ absl::StatusOr<std::vector<float>> ParseProportions(const std::string& text, siz
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     float v;
     if (!absl::SimpleAtof(part, &v) || !(v >= 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("--tensor-split: '", part, "' is not a non-negative number"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tensor-split: '", part, "' is not a non-negative number"));
     }
     p.push_back(v);
     total += v;
   }
   if (p.size() != n_devices) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--tensor-split has %d values for %d devices", p.size(), n_devices));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--tensor-split has %d values for %d devices", p.size(), n_devices));
   }
   if (total <= 0) return absl::InvalidArgumentError("--tensor-split values are all zero");
   for (float& v : p) v = static_cast<float>(v / total);
@@ -83,13 +99,7 @@ absl::StatusOr<std::vector<float>> ParseProportions(const std::string& text, siz
 absl::StatusOr<DevicePlan> ResolveDevicePlan(const DeviceFlags& f) {
   TG_RETURN_IF_ERROR(RegisterBuiltinBackends());
   if (f.threads < 0) return absl::InvalidArgumentError("-t must be positive");
-  if (f.threads > 0) {
-    for (Device* d : Registry::Get().devices()) {
-      if (auto* cpu = dynamic_cast<cpu::CpuDevice*>(d); cpu != nullptr) {
-        cpu->set_n_threads(static_cast<int>(f.threads));
-      }
-    }
-  }
+  if (f.threads > 0) SetCpuThreads(Registry::Get().devices(), f.threads);
   DevicePlan plan;
   TG_ASSIGN_OR_RETURN(plan.mode, ParseSplitMode(f.split_mode));
   TG_ASSIGN_OR_RETURN(plan.devices, PickDevices(f, plan.mode));

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "models/split_mode.h"
 #include "tools/common/arg_parser.h"
 
@@ -18,11 +19,16 @@ struct DeviceFlags {
   std::string tensor_split;  // "3,1": proportions per device.
   std::string devices;       // "CPU0,CPU1": names from --list-devices.
   bool list_devices = false;
-  int64_t threads = 0;       // CPU threads per CPU device (0: the device's default).
+  int64_t threads = 0;  // CPU threads per CPU device (0: the device's default).
 };
 
 // Registers the flags above with a tool's parser.
 void AddDeviceFlags(ArgParser& parser, DeviceFlags* flags);
+// The same without -t, for tools whose -t means something else (tg-bench: a list).
+void AddDeviceSelectionFlags(ArgParser& parser, DeviceFlags* flags);
+
+// Sets the thread count of every CPU device among `devices` (streams read it at creation).
+void SetCpuThreads(absl::Span<Device* const> devices, int64_t threads);
 
 // Registers the builtin backends, applies -t, and resolves the plan: --device picks devices
 // (default: every device for layer/tensor splits, the registry's default device for none),

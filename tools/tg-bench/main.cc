@@ -110,15 +110,6 @@ absl::StatusOr<double> RunOnce(LlamaSession& session, int64_t n_prompt, int64_t 
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Applies a thread count to every CPU device the model uses (streams read it at creation).
-void SetCpuThreads(const LlamaModel& model, int64_t threads) {
-  for (Device* d : model.plan().devices) {
-    if (auto* cpu = dynamic_cast<cpu::CpuDevice*>(d); cpu != nullptr) {
-      cpu->set_n_threads(static_cast<int>(threads));
-    }
-  }
-}
-
 DecodeTimings Minus(const DecodeTimings& a, const DecodeTimings& b) {
   return {a.build_us - b.build_us,       a.compute_us - b.compute_us, a.transfer_us - b.transfer_us,
           a.overhead_us - b.overhead_us, a.graphs - b.graphs,         a.splits - b.splits};
@@ -126,7 +117,7 @@ DecodeTimings Minus(const DecodeTimings& a, const DecodeTimings& b) {
 
 absl::StatusOr<TestResult> RunTest(const LlamaModel& model, int64_t n_prompt, int64_t n_gen,
                                    int64_t threads, int64_t n_copies, const BenchFlags& f) {
-  SetCpuThreads(model, threads);
+  SetCpuThreads(model.plan().devices, threads);
   SessionOptions so;
   so.n_ctx = std::max<int64_t>(n_prompt + n_gen + 16, 256);
   so.n_batch = f.batch;
@@ -352,10 +343,7 @@ int main(int argc, char** argv) {
   p.AddString(nullptr, "--n-copies", &f.n_copies,
               "-sm layer: prompt micro-batches in flight, comma-separated (default 0 = 4; 1 = "
               "no pipelining)");
-  p.AddString("-sm", "--split-mode", &f.devices.split_mode, "none (default), layer or tensor");
-  p.AddString("-ts", "--tensor-split", &f.devices.tensor_split, "proportions per device, e.g. 3,1");
-  p.AddString(nullptr, "--device", &f.devices.devices, "devices to use, e.g. CPU0,CPU1");
-  p.AddBool(nullptr, "--list-devices", &f.devices.list_devices, "list the devices and exit");
+  tg::AddDeviceSelectionFlags(p, &f.devices);
   p.AddInt("-r", "--repetitions", &f.reps, "repetitions per test (default 5)");
   p.AddInt("-b", "--batch-size", &f.batch, "prompt tokens per graph (default 512)");
   p.AddString("-o", "--output", &f.output, "md (default), csv or json");

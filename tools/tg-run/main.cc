@@ -14,10 +14,10 @@
 #include "models/llama_model.h"
 #include "models/llama_session.h"
 #include "models/sampler.h"
+#include "tools/common/arg_parser.h"
 #include "tools/common/demo_model.h"
 #include "tools/common/device_flags.h"
 #include "tools/common/json_writer.h"
-#include "tools/common/arg_parser.h"
 
 namespace tg {
 namespace {
@@ -64,6 +64,10 @@ struct Result {
   float logit_max = 0;
   double prompt_ms = 0;
   double gen_ms = 0;
+
+  double PromptTps() const { return prompt_tokens.size() * 1000.0 / prompt_ms; }
+  // The first generated token comes from the prompt pass: gen_ms covers the rest.
+  double GenTps() const { return tokens.size() > 1 ? (tokens.size() - 1) * 1000.0 / gen_ms : 0.0; }
 };
 
 absl::Status Generate(const RunFlags& f, const LlamaModel& model, LlamaSession& session,
@@ -75,8 +79,10 @@ absl::Status Generate(const RunFlags& f, const LlamaModel& model, LlamaSession& 
   so.temperature = f.temp;
   so.top_k = static_cast<int32_t>(f.top_k);
   so.top_p = f.top_p;
-  so.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed)
-                        : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  so.seed =
+      f.seed >= 0
+          ? static_cast<uint64_t>(f.seed)
+          : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   Sampler sampler(so);
   if (!f.json) {
     std::fputs(f.prompt.c_str(), stdout);
@@ -115,12 +121,10 @@ void PrintJson(const Result& r) {
   j.EndArray().Key("text").String(r.text).Key("top_logits").BeginArray();
   for (const auto& [logit, id] : r.top) j.BeginArray().Int(id).Double(logit).EndArray();
   j.EndArray().Key("logit_range").BeginArray().Double(r.logit_min).Double(r.logit_max);
-  const double n_gen = static_cast<double>(r.tokens.size());
   j.EndArray().Key("timings").BeginObject();
   j.Key("prompt_ms").Double(r.prompt_ms).Key("gen_ms").Double(r.gen_ms);
-  j.Key("prompt_tps").Double(r.prompt_tokens.size() * 1000.0 / r.prompt_ms);
-  // The first generated token comes from the prompt pass: gen_ms covers the rest.
-  j.Key("gen_tps").Double(n_gen > 1 ? (n_gen - 1) * 1000.0 / r.gen_ms : 0.0);
+  j.Key("prompt_tps").Double(r.PromptTps());
+  j.Key("gen_tps").Double(r.GenTps());
   j.EndObject().EndObject();
   std::printf("%s\n", j.str().c_str());
 }
@@ -152,10 +156,11 @@ absl::Status Run(const RunFlags& f) {
     PrintJson(r);
   } else {
     const double n_gen = static_cast<double>(r.tokens.size());
-    std::fprintf(stderr, "\n\ntg-run: %s | prompt %zu tok %.1f ms (%.1f tok/s) | gen %.0f tok %.1f ms (%.1f tok/s)\n",
-                 model->Describe().c_str(), r.prompt_tokens.size(), r.prompt_ms,
-                 r.prompt_tokens.size() * 1000.0 / r.prompt_ms, n_gen, r.gen_ms,
-                 n_gen > 1 ? (n_gen - 1) * 1000.0 / r.gen_ms : 0.0);
+    std::fprintf(stderr,
+                 "\n\ntg-run: %s | prompt %zu tok %.1f ms (%.1f tok/s) | gen %.0f tok %.1f ms "
+                 "(%.1f tok/s)\n",
+                 model->Describe().c_str(), r.prompt_tokens.size(), r.prompt_ms, r.PromptTps(),
+                 n_gen, r.gen_ms, r.GenTps());
   }
   return absl::OkStatus();
 }
