@@ -29,6 +29,17 @@ absl::StatusOr<Op> ParseOp(absl::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat("unknown op '", name, "' (known:", known, ")"));
 }
 
+uint64_t OpTableFingerprint() {
+  constexpr uint64_t kOpParamsRevision = 1;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a.
+  auto mix = [&h](absl::string_view bytes) {
+    for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  };
+  for (size_t i = 0; i < static_cast<size_t>(Op::kCount); ++i) mix(absl::StrCat(i, "=", kNames[i], ";"));
+  mix(absl::StrCat("rev", kOpParamsRevision));
+  return h;
+}
+
 bool IsViewOp(Op op) {
   return op == Op::kView || op == Op::kReshape || op == Op::kPermute || op == Op::kTranspose;
 }

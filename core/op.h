@@ -40,6 +40,11 @@ absl::StatusOr<Op> ParseOp(absl::string_view name);  // case-insensitive; error 
 // True for ops that only alias their source (no compute, no memory of their own).
 bool IsViewOp(Op op);
 
+// Identifies this build's op table (names, numbering, op_params revision): the RPC
+// handshake refuses a peer whose fingerprint differs. Bump kOpParamsRevision in op.cc
+// whenever an op's parameter layout or semantics change.
+uint64_t OpTableFingerprint();
+
 }  // namespace tg
 
 #endif  // TENSORGRID_CORE_OP_H_

@@ -1,0 +1,29 @@
+// Constants of the tensorgrid.v1 protocol that client/ and server/ must agree on.
+#ifndef TENSORGRID_PROTO_PROTOCOL_H_
+#define TENSORGRID_PROTO_PROTOCOL_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tg::rpc {
+
+// Bumped on any incompatible change of tensorgrid.proto; checked by Hello together with
+// tg::OpTableFingerprint().
+inline constexpr uint32_t kProtocolVersion = 1;
+// Default port of rpc-server.
+inline constexpr int kDefaultPort = 50052;
+// Bulk streams carry at most this much per message.
+inline constexpr size_t kChunkBytes = size_t{4} << 20;
+// Largest gRPC message either side accepts (a Compute with a big graph and inline data).
+inline constexpr size_t kMaxMessageBytes = size_t{64} << 20;
+// Largest payload sent inline on the Session stream (WriteRange, ReadRange, Compute
+// inputs/outputs); larger transfers use Upload/Download.
+inline constexpr size_t kMaxInlineBytes = size_t{8} << 20;
+// Most tensors in one GraphDesc.
+inline constexpr size_t kMaxGraphTensors = size_t{1} << 18;
+// Metadata key of the bearer token ("authorization: Bearer <token>").
+inline constexpr char kAuthMetadataKey[] = "authorization";
+
+}  // namespace tg::rpc
+
+#endif  // TENSORGRID_PROTO_PROTOCOL_H_
