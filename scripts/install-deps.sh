@@ -4,9 +4,13 @@
 set -euo pipefail
 [ "${TG_SKIP_APT:-0}" = 1 ] && exit 0
 # python3-torch/numpy: the independent F32 reference the model tests compare tg-run with.
+# gRPC/protobuf: the RPC service; prometheus-cpp: rpc-server's /metrics; libssl: SHA-256 of
+# the weight cache; openssl/curl: the TLS and metrics tests make certificates and scrape.
 pkgs=(cmake ninja-build g++ ccache git pkg-config
       libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
-      python3 python3-numpy python3-torch)
+      python3 python3-numpy python3-torch
+      libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+      prometheus-cpp-dev libssl-dev openssl curl)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

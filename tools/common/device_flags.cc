@@ -1,11 +1,16 @@
 #include "tools/common/device_flags.h"
 
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "backends/cpu/cpu_device.h"
 #include "backends/register_builtin.h"
+#include "client/remote_device.h"
 #include "core/registry.h"
 #include "core/status_macros.h"
 
@@ -18,6 +23,56 @@ void AddDeviceSelectionFlags(ArgParser& p, DeviceFlags* f) {
   p.AddString(nullptr, "--device", &f->devices,
               "devices to use, e.g. CPU0,CPU1 (see --list-devices)");
   p.AddBool(nullptr, "--list-devices", &f->list_devices, "list the devices and exit");
+  AddRpcFlags(p, f);
+}
+
+void AddRpcFlags(ArgParser& p, DeviceFlags* f) {
+  p.AddString(nullptr, "--rpc", &f->rpc,
+              "rpc-servers whose devices to use, host:port,... (devices RPC[host:port]/N)");
+  p.AddString(nullptr, "--rpc-token-file", &f->rpc_token_file,
+              "file holding the bearer token of the rpc-servers");
+  p.AddString(nullptr, "--rpc-tls-ca", &f->rpc_tls_ca,
+              "PEM file of the CA that signed the servers' certificates (turns TLS on)");
+  p.AddString(nullptr, "--rpc-tls-cert", &f->rpc_tls_cert,
+              "client certificate (PEM) for servers that require mutual TLS");
+  p.AddString(nullptr, "--rpc-tls-key", &f->rpc_tls_key, "private key (PEM) of --rpc-tls-cert");
+}
+
+absl::Status RegisterRpcDevices(const DeviceFlags& f) {
+  if (f.rpc.empty()) {
+    if (!f.rpc_token_file.empty() || !f.rpc_tls_ca.empty()) {
+      return absl::InvalidArgumentError("--rpc-token-file/--rpc-tls-ca need --rpc host:port,...");
+    }
+    return absl::OkStatus();
+  }
+  rpc::ClientOptions options;
+  auto read = [](const std::string& path, const char* flag,
+                 std::string* out) -> absl::Status {
+    if (path.empty()) return absl::OkStatus();
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read '", path, "'"));
+    *out = ss.str();
+    return absl::OkStatus();
+  };
+  TG_RETURN_IF_ERROR(read(f.rpc_token_file, "--rpc-token-file", &options.token));
+  options.token = std::string(absl::StripAsciiWhitespace(options.token));
+  if (!f.rpc_token_file.empty() && options.token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rpc-token-file: '", f.rpc_token_file, "' is empty"));
+  }
+  TG_RETURN_IF_ERROR(read(f.rpc_tls_ca, "--rpc-tls-ca", &options.tls_ca_pem));
+  TG_RETURN_IF_ERROR(read(f.rpc_tls_cert, "--rpc-tls-cert", &options.tls_cert_pem));
+  TG_RETURN_IF_ERROR(read(f.rpc_tls_key, "--rpc-tls-key", &options.tls_key_pem));
+  if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
+    return absl::InvalidArgumentError("--rpc-tls-cert and --rpc-tls-key go together");
+  }
+  if (!options.tls_cert_pem.empty() && options.tls_ca_pem.empty()) {
+    return absl::InvalidArgumentError("--rpc-tls-cert needs --rpc-tls-ca");
+  }
+  TG_ASSIGN_OR_RETURN(std::vector<std::string> endpoints, rpc::ParseEndpoints(f.rpc));
+  return rpc::RegisterRemoteDevices(endpoints, options);
 }
 
 void AddDeviceFlags(ArgParser& p, DeviceFlags* f) {
@@ -98,6 +153,7 @@ absl::StatusOr<std::vector<float>> ParseProportions(const std::string& text, siz
 
 absl::StatusOr<DevicePlan> ResolveDevicePlan(const DeviceFlags& f) {
   TG_RETURN_IF_ERROR(RegisterBuiltinBackends());
+  TG_RETURN_IF_ERROR(RegisterRpcDevices(f));
   if (f.threads < 0) return absl::InvalidArgumentError("-t must be positive");
   if (f.threads > 0) SetCpuThreads(Registry::Get().devices(), f.threads);
   DevicePlan plan;

@@ -20,6 +20,12 @@ struct DeviceFlags {
   std::string devices;       // "CPU0,CPU1": names from --list-devices.
   bool list_devices = false;
   int64_t threads = 0;  // CPU threads per CPU device (0: the device's default).
+  // Remote devices: --rpc host:port,... and how to authenticate to those servers.
+  std::string rpc;
+  std::string rpc_token_file;
+  std::string rpc_tls_ca;    // PEM roots to trust; turns TLS on.
+  std::string rpc_tls_cert;  // client certificate + key for servers that require mTLS.
+  std::string rpc_tls_key;
 };
 
 // Registers the flags above with a tool's parser.
@@ -30,7 +36,13 @@ void AddDeviceSelectionFlags(ArgParser& parser, DeviceFlags* flags);
 // Sets the thread count of every CPU device among `devices` (streams read it at creation).
 void SetCpuThreads(absl::Span<Device* const> devices, int64_t threads);
 
-// Registers the builtin backends, applies -t, and resolves the plan: --device picks devices
+// Registers only the --rpc family of flags (tools with their own device flags: tg-ops).
+void AddRpcFlags(ArgParser& parser, DeviceFlags* flags);
+// Connects to the --rpc servers and registers their devices (nothing when --rpc is empty).
+// Errors name the endpoint or the file that is wrong.
+absl::Status RegisterRpcDevices(const DeviceFlags& flags);
+
+// Registers the builtin backends and the --rpc devices, applies -t, and resolves the plan: --device picks devices
 // (default: every device for layer/tensor splits, the registry's default device for none),
 // -ts must have one positive number per device.
 absl::StatusOr<DevicePlan> ResolveDevicePlan(const DeviceFlags& flags);

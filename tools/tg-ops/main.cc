@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backends/register_builtin.h"
+#include "tools/common/device_flags.h"
 #include "tools/tg-ops/devices.h"
 #include "tools/tg-ops/options.h"
 #include "tools/tg-ops/perf.h"
@@ -32,6 +33,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (absl::Status s = tg::RegisterBuiltinBackends(); !s.ok()) return Fail(s);
+  tg::DeviceFlags rpc;
+  rpc.rpc = opts->rpc;
+  rpc.rpc_token_file = opts->rpc_token_file;
+  rpc.rpc_tls_ca = opts->rpc_tls_ca;
+  if (absl::Status s = tg::RegisterRpcDevices(rpc); !s.ok()) return Fail(s);
   absl::StatusOr<std::vector<tg::Device*>> devices = tg::ops_tool::SelectDevices(*opts);
   if (!devices.ok()) return Fail(devices.status());
   switch (opts->command) {

@@ -45,6 +45,12 @@ absl::Status ApplyValueFlag(absl::string_view flag, absl::string_view value, Opt
     opts->split_mode = std::string(value);
   } else if (flag == "--device") {
     opts->meta_devices = std::string(value);
+  } else if (flag == "--rpc") {
+    opts->rpc = std::string(value);
+  } else if (flag == "--rpc-token-file") {
+    opts->rpc_token_file = std::string(value);
+  } else if (flag == "--rpc-tls-ca") {
+    opts->rpc_tls_ca = std::string(value);
   } else {
     absl::StatusOr<int> n = ParseThreads(value);
     if (!n.ok()) return n.status();
@@ -55,7 +61,8 @@ absl::Status ApplyValueFlag(absl::string_view flag, absl::string_view value, Opt
 
 bool TakesValue(absl::string_view flag) {
   return flag == "-o" || flag == "-b" || flag == "-t" || flag == "-sm" || flag == "--split-mode" ||
-         flag == "--device";
+         flag == "--device" || flag == "--rpc" || flag == "--rpc-token-file" ||
+         flag == "--rpc-tls-ca";
 }
 
 }  // namespace
@@ -80,7 +87,7 @@ absl::StatusOr<Options> ParseOptions(absl::Span<char* const> args) {
     if (!TakesValue(arg)) {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown flag '", arg,
-                       "' (flags: -o OP, -b DEVICE, -t THREADS, -sm MODE, --device LIST, -v)"));
+                       "' (flags: -o OP, -b DEVICE, -t THREADS, -sm MODE, --device LIST, --rpc LIST, -v)"));
     }
     if (i + 1 >= args.size()) {
       return absl::InvalidArgumentError(absl::StrCat("flag ", arg, " needs a value"));
@@ -112,6 +119,8 @@ std::string UsageText() {
          "              META(...), along dimension 0 in META-K(...)); default: both, meta\n"
          "              devices when there are two or more CPU devices\n"
          "  --device L  devices the meta devices span, e.g. CPU0,CPU1 (default: all)\n"
+         "  --rpc L     also test the devices of these rpc-servers (host:port,...) against\n"
+         "              the local CPU; --rpc-token-file F, --rpc-tls-ca F authenticate\n"
          "  -v          print every case, not only failures (test)\n"
          "\n"
          "environment:\n"

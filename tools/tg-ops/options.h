@@ -24,6 +24,8 @@ struct Options {
   std::string meta_devices;    // --device: what the meta devices span (default: all).
   std::optional<int> threads;  // -t: threads of CPU devices (default: the device's own).
   bool verbose = false;        // -v: one line per case, passed ones too.
+  // --rpc host:port,... (remote devices join the registry), --rpc-token-file, --rpc-tls-ca.
+  std::string rpc, rpc_token_file, rpc_tls_ca;
 };
 
 // Parses argv[1..]. INVALID_ARGUMENT names the offending argument and what is accepted.

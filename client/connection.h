@@ -1,0 +1,138 @@
+// Connection: one client's link to one rpc-server: the Hello handshake, the ordered Session
+// stream (commands may be posted without waiting; errors surface at the next wait), bulk
+// Upload/Download streams, and the output bytes a Compute returned inline. Thread-safe.
+#ifndef TENSORGRID_CLIENT_CONNECTION_H_
+#define TENSORGRID_CLIENT_CONNECTION_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "client/upload_pool.h"
+#include "tensorgrid/v1/tensorgrid.grpc.pb.h"
+
+namespace tg::rpc {
+
+// How to reach and authenticate to rpc-servers (tools' --rpc-token-file, --rpc-tls-*).
+struct ClientOptions {
+  std::string token;        // bearer token; empty = none.
+  std::string tls_ca_pem;   // trust these roots (TLS on); empty = plaintext.
+  std::string tls_cert_pem;  // client certificate for servers that require mTLS.
+  std::string tls_key_pem;
+  int upload_streams = 4;    // parallel Upload streams.
+  bool progress = true;      // a progress line on stderr while uploading (terminals only).
+};
+
+class Connection {
+ public:
+  using Reply = tensorgrid::v1::SessionReply;
+  using Request = tensorgrid::v1::SessionRequest;
+  using ReplyHandler = std::function<absl::Status(const Reply&)>;
+
+  // Connects, checks protocol version and op table (FAILED_PRECONDITION on a mismatch) and
+  // opens the session. UNAVAILABLE names the endpoint when the server cannot be reached.
+  static absl::StatusOr<std::unique_ptr<Connection>> Open(const std::string& endpoint,
+                                                          const ClientOptions& options);
+  ~Connection();
+
+  const std::string& endpoint() const { return endpoint_; }
+  const tensorgrid::v1::HelloReply& hello() const { return hello_; }
+
+  // Sends a command and waits for its reply (and for everything posted before it). A reply
+  // with an error code becomes that status, with the endpoint in the message.
+  absl::StatusOr<Reply> Call(Request request);
+  // Sends a command without waiting; `on_reply` (optional) sees its reply later, error
+  // replies included (it must not call back into this Connection except the *Inline*,
+  // *Graph* methods). An error reply is returned by the next Call/Drain.
+  absl::Status Post(Request request, ReplyHandler on_reply = nullptr);
+  // Waits for every posted command.
+  absl::Status Drain();
+
+  // Writes bytes into a buffer range through the upload pool (parallel streams); `cacheable`
+  // sends their SHA-256 so a server that has them answers without receiving them.
+  // Returns at once; WaitUploads (called by every session command) waits for completion.
+  absl::Status Upload(uint64_t buffer, uint64_t offset, const void* data, size_t size,
+                      bool cacheable);
+  absl::Status WaitUploads();
+  // Reads a range over a Download stream.
+  absl::Status Download(uint64_t buffer, uint64_t offset, void* data, size_t size);
+
+  // Output bytes returned inline by the last Compute(s), valid until the next command that
+  // writes. True when [offset, offset+size) of `buffer` was among them (copied into data).
+  bool ReadInlineOutput(uint64_t buffer, uint64_t offset, void* data, size_t size);
+  void AddInlineOutput(uint64_t buffer, uint64_t offset, std::string bytes);
+  void ClearInlineOutputs();
+
+  // True when the server holds the graph of `key` (sent recently); otherwise records that it
+  // is being sent now. The server keeps more graphs than this remembers, so a key-only
+  // Compute never misses.
+  bool MarkGraphSent(uint64_t key);
+  void ForgetGraph(uint64_t key);  // the server refused it: send it whole next time.
+  static constexpr size_t kRememberedGraphs = 16;
+
+  // A grant for another server to read `buffer` (PeerCopy); cached per buffer.
+  absl::StatusOr<std::string> PeerReadGrant(uint64_t buffer);
+  void ForgetBuffer(uint64_t buffer);
+
+  // Client-side counters (tg-bench, logs).
+  struct Stats {
+    uint64_t round_trips = 0;
+    uint64_t uploaded_bytes = 0;   // sent over Upload.
+    uint64_t cache_hit_bytes = 0;  // Upload answered "have it".
+  };
+  Stats stats() const;
+
+ private:
+  Connection(std::string endpoint, ClientOptions options);
+  absl::Status Start();
+  absl::Status SendLocked(Request& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReadOneLocked(Reply* reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status DrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status BrokenLocked(absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReplyStatus(const Reply& reply) const;
+  void AddAuth(grpc::ClientContext* context) const;
+  absl::StatusOr<UploadResult> UploadOne(const UploadJob& job);
+
+  const std::string endpoint_;
+  const ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<tensorgrid::v1::TensorGrid::Stub> stub_;
+  tensorgrid::v1::HelloReply hello_;
+  std::string session_id_;
+
+  mutable absl::Mutex mu_;
+  std::unique_ptr<grpc::ClientContext> session_context_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<grpc::ClientReaderWriter<Request, Reply>> session_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  struct Pending {
+    uint64_t id;
+    ReplyHandler on_reply;
+  };
+  std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  absl::Status deferred_error_ ABSL_GUARDED_BY(mu_);
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  struct InlineOutput {
+    uint64_t buffer, offset;
+    std::string bytes;
+  };
+  // Own lock: reply handlers file outputs while mu_ is held by the draining thread.
+  mutable absl::Mutex outputs_mu_;
+  std::vector<InlineOutput> inline_outputs_ ABSL_GUARDED_BY(outputs_mu_);
+  std::deque<uint64_t> sent_graphs_ ABSL_GUARDED_BY(outputs_mu_);  // most recent last.
+  absl::flat_hash_map<uint64_t, std::string> grants_ ABSL_GUARDED_BY(mu_);
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+
+  std::unique_ptr<UploadPool> uploads_;
+};
+
+}  // namespace tg::rpc
+
+#endif  // TENSORGRID_CLIENT_CONNECTION_H_

@@ -1,0 +1,157 @@
+#include "client/remote_buffer.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/remote_device.h"
+#include "core/status_macros.h"
+
+namespace tg::rpc {
+namespace {
+
+namespace pb = tensorgrid::v1;
+
+// Remote tensors get addresses base + offset for the allocator's arithmetic; nothing on the
+// client ever dereferences them. One fixed base leaves room for 2^44-byte buffers.
+char* const kFakeBase = reinterpret_cast<char*>(uintptr_t{1} << 44);
+
+}  // namespace
+
+RemoteBufferType::RemoteBufferType(RemoteDevice* device, std::string name, size_t alignment,
+                                   size_t max_size)
+    : device_(device), name_(std::move(name)), alignment_(alignment < 1 ? 1 : alignment),
+      max_size_(max_size == 0 || max_size > (size_t{1} << 43) ? size_t{1} << 43 : max_size) {}
+
+Device* RemoteBufferType::device() const { return device_; }
+
+absl::StatusOr<std::unique_ptr<Buffer>> RemoteBufferType::Allocate(size_t size) {
+  if (size > max_size_) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("%s: %d bytes is more than the largest buffer (%d)", name_, size, max_size_));
+  }
+  pb::SessionRequest request;
+  request.mutable_alloc_buffer()->set_device(device_->index());
+  request.mutable_alloc_buffer()->set_size(size);
+  TG_ASSIGN_OR_RETURN(pb::SessionReply reply, device_->connection()->Call(std::move(request)));
+  return std::unique_ptr<Buffer>(
+      new RemoteBuffer(this, device_->connection(), reply.alloc_buffer().buffer(), size));
+}
+
+RemoteBuffer::RemoteBuffer(RemoteBufferType* type, Connection* connection, uint64_t handle,
+                           size_t size)
+    : type_(type), connection_(connection), handle_(handle), size_(size) {}
+
+RemoteBuffer::~RemoteBuffer() {
+  connection_->ForgetBuffer(handle_);
+  pb::SessionRequest request;
+  request.mutable_free_buffer()->set_buffer(handle_);
+  // A server that is gone has freed it already.
+  connection_->Post(std::move(request)).IgnoreError();
+}
+
+void* RemoteBuffer::base() const { return kFakeBase; }
+
+uint64_t RemoteBuffer::OffsetOf(const Tensor& t, size_t offset) const {
+  return static_cast<uint64_t>(static_cast<const char*>(t.data) - kFakeBase) + offset;
+}
+
+absl::Status RemoteBuffer::SetTensor(Tensor* t, const void* data, size_t offset, size_t size) {
+  TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
+  if (size == 0) return absl::OkStatus();
+  const uint64_t at = OffsetOf(*t, offset);
+  if (usage() == BufferUsage::kWeights) {
+    return connection_->Upload(handle_, at, data, size, /*cacheable=*/true);
+  }
+  if (size > kInlineWriteBytes) return connection_->Upload(handle_, at, data, size, false);
+  connection_->ClearInlineOutputs();
+  pb::SessionRequest request;
+  pb::WriteRange* w = request.mutable_write();
+  w->set_buffer(handle_);
+  w->set_offset(at);
+  w->set_data(data, size);
+  return connection_->Post(std::move(request));
+}
+
+absl::Status RemoteBuffer::GetTensor(const Tensor* t, void* data, size_t offset, size_t size) {
+  TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
+  if (size == 0) return absl::OkStatus();
+  TG_RETURN_IF_ERROR(connection_->Drain());
+  const uint64_t at = OffsetOf(*t, offset);
+  if (connection_->ReadInlineOutput(handle_, at, data, size)) return absl::OkStatus();
+  if (size > kInlineWriteBytes) return connection_->Download(handle_, at, data, size);
+  pb::SessionRequest request;
+  pb::Range* r = request.mutable_read()->mutable_range();
+  r->set_buffer(handle_);
+  r->set_offset(at);
+  r->set_size(size);
+  TG_ASSIGN_OR_RETURN(pb::SessionReply reply, connection_->Call(std::move(request)));
+  if (reply.read().data().size() != size) {
+    return absl::DataLossError(absl::StrFormat("rpc-server %s: read of %d bytes returned %d",
+                                               connection_->endpoint(), size, reply.read().data().size()));
+  }
+  std::memcpy(data, reply.read().data().data(), size);
+  return absl::OkStatus();
+}
+
+absl::Status RemoteBuffer::MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) {
+  TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
+  connection_->ClearInlineOutputs();
+  pb::SessionRequest request;
+  pb::Range* r = request.mutable_memset()->mutable_range();
+  r->set_buffer(handle_);
+  r->set_offset(OffsetOf(*t, offset));
+  r->set_size(size);
+  request.mutable_memset()->set_value(value);
+  return connection_->Post(std::move(request));
+}
+
+absl::Status RemoteBuffer::CopyFrom(const Tensor* src, Tensor* dst) {
+  if (src->buffer == nullptr) return absl::UnimplementedError("copy from a tensor without memory");
+  const size_t bytes = src->NumBytes();
+  if (bytes != dst->NumBytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("remote copy: %d bytes into %d", bytes, dst->NumBytes()));
+  }
+  TG_RETURN_IF_ERROR(CheckTensorRange(*dst, 0, bytes));
+  if (src->buffer->type()->is_host()) return SetTensor(dst, src->data, 0, bytes);
+  auto* remote = dynamic_cast<RemoteBuffer*>(src->buffer);
+  if (remote == nullptr) return absl::UnimplementedError("copy from a non-host local device");
+  TG_RETURN_IF_ERROR(CheckTensorRange(*src, 0, bytes));
+  connection_->ClearInlineOutputs();
+  if (remote->connection_ == connection_) {
+    // Same server: it copies device to device (or inside one device) itself.
+    pb::SessionRequest request;
+    pb::CopyRange* c = request.mutable_copy();
+    c->mutable_src()->set_buffer(remote->handle_);
+    c->mutable_src()->set_offset(remote->OffsetOf(*src));
+    c->mutable_src()->set_size(bytes);
+    c->set_dst_buffer(handle_);
+    c->set_dst_offset(OffsetOf(*dst));
+    return connection_->Post(std::move(request));
+  }
+  // Another server: this one pulls the bytes straight from it (PeerCopy), never through us.
+  // The source's queued work must be done first, and our pull must finish before the source
+  // can be overwritten, hence a full round trip on both sides.
+  TG_RETURN_IF_ERROR(remote->connection_->Drain());
+  TG_ASSIGN_OR_RETURN(std::string grant, remote->connection_->PeerReadGrant(remote->handle_));
+  pb::SessionRequest request;
+  pb::PeerPull* p = request.mutable_peer_pull();
+  p->set_endpoint(remote->connection_->endpoint());
+  p->set_grant(std::move(grant));
+  p->set_src_offset(remote->OffsetOf(*src));
+  p->set_size(bytes);
+  p->set_dst_buffer(handle_);
+  p->set_dst_offset(OffsetOf(*dst));
+  return connection_->Call(std::move(request)).status();
+}
+
+absl::Status RemoteBuffer::Clear(uint8_t value) {
+  connection_->ClearInlineOutputs();
+  pb::SessionRequest request;
+  request.mutable_clear_buffer()->set_buffer(handle_);
+  request.mutable_clear_buffer()->set_value(value);
+  return connection_->Post(std::move(request));
+}
+
+}  // namespace tg::rpc

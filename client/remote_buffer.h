@@ -1,0 +1,68 @@
+// Memory on a remote device: a buffer handle in the server's session. Tensor addresses are
+// offsets from a fake base (never dereferenced); writes of weights go through the hashed,
+// parallel upload path so a server's cache can skip them, small writes ride the session
+// stream without a round trip.
+#ifndef TENSORGRID_CLIENT_REMOTE_BUFFER_H_
+#define TENSORGRID_CLIENT_REMOTE_BUFFER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "client/connection.h"
+#include "core/backend.h"
+
+namespace tg::rpc {
+
+class RemoteDevice;
+
+class RemoteBufferType : public BufferType {
+ public:
+  RemoteBufferType(RemoteDevice* device, std::string name, size_t alignment, size_t max_size);
+  absl::string_view name() const override { return name_; }
+  Device* device() const override;
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t size) override;
+  size_t alignment() const override { return alignment_; }
+  size_t max_size() const override { return max_size_; }
+  bool is_host() const override { return false; }
+
+ private:
+  RemoteDevice* device_;
+  std::string name_;
+  size_t alignment_;
+  size_t max_size_;
+};
+
+class RemoteBuffer : public Buffer {
+ public:
+  RemoteBuffer(RemoteBufferType* type, Connection* connection, uint64_t handle, size_t size);
+  ~RemoteBuffer() override;
+
+  BufferType* type() const override { return type_; }
+  void* base() const override;
+  size_t size() const override { return size_; }
+  absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override;
+  absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override;
+  absl::Status MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) override;
+  absl::Status CopyFrom(const Tensor* src, Tensor* dst) override;
+  absl::Status Clear(uint8_t value) override;
+
+  uint64_t handle() const { return handle_; }
+  Connection* connection() const { return connection_; }
+  // Byte offset of t's data (plus `offset`) inside this buffer.
+  uint64_t OffsetOf(const Tensor& t, size_t offset = 0) const;
+
+ private:
+  RemoteBufferType* type_;
+  Connection* connection_;
+  uint64_t handle_;
+  size_t size_;
+};
+
+// Writes up to this size go inline on the session stream; larger ones use Upload.
+inline constexpr size_t kInlineWriteBytes = size_t{1} << 20;
+
+}  // namespace tg::rpc
+
+#endif  // TENSORGRID_CLIENT_REMOTE_BUFFER_H_

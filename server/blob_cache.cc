@@ -1,0 +1,340 @@
+#include "server/blob_cache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <optional>
+#include <system_error>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/memory/memory.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "core/status_macros.h"
+
+namespace tg::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Blobs live in DIR/<first kFanoutDigits hex digits>/ so that no directory holds millions.
+constexpr size_t kFanoutDigits = 2;
+// Marks an unfinished write: DIR/ab/<hex>.tmp.<pid>.<counter>.
+constexpr char kTempMarker[] = ".tmp.";
+
+absl::Status ErrnoError(int err, absl::string_view what, absl::string_view path) {
+  return absl::ErrnoToStatus(err, absl::StrCat("blob cache: ", what, " ", path));
+}
+
+// Closes a file descriptor on scope exit.
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  ~FdCloser() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+  // Closes now, reporting the error (a deferred write error can surface here).
+  int Close() {
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    return rc;
+  }
+
+ private:
+  int fd_;
+};
+
+bool IsLowerHex(absl::string_view s) {
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+int HexValue(char c) { return c <= '9' ? c - '0' : c - 'a' + 10; }
+
+// The digest named by a blob's file name, or nullopt for any other name.
+std::optional<rpc::Sha256Digest> ParseBlobName(absl::string_view name) {
+  if (name.size() != 2 * rpc::kSha256Bytes || !IsLowerHex(name)) return std::nullopt;
+  rpc::Sha256Digest digest;
+  for (size_t i = 0; i < rpc::kSha256Bytes; ++i) {
+    digest[i] = static_cast<uint8_t>(HexValue(name[2 * i]) << 4 | HexValue(name[2 * i + 1]));
+  }
+  return digest;
+}
+
+absl::Status WriteAll(int fd, const void* data, size_t size, const std::string& path) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (size > 0) {
+    const ssize_t n = ::write(fd, p, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError(errno, "cannot write", path);
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+// Reads exactly `size` bytes from offset 0; false when the file is shorter.
+absl::StatusOr<bool> PreadAll(int fd, void* dst, size_t size, const std::string& path) {
+  auto* p = static_cast<uint8_t*>(dst);
+  off_t offset = 0;
+  while (size > 0) {
+    const ssize_t n = ::pread(fd, p, size, offset);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError(errno, "cannot read", path);
+    }
+    if (n == 0) return false;
+    p += n;
+    offset += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// A blob found by Scan.
+struct ScannedBlob {
+  struct timespec mtime;
+  rpc::Sha256Digest digest;
+  uint64_t size;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BlobCache>> BlobCache::Open(std::string dir, uint64_t max_bytes) {
+  if (dir.empty()) return absl::InvalidArgumentError("blob cache: empty directory name");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return absl::ErrnoToStatus(ec.value(),
+                               absl::StrCat("blob cache: cannot create directory ", dir));
+  }
+  if (!fs::is_directory(dir, ec)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("blob cache: ", dir, " exists and is not a directory"));
+  }
+  auto cache = absl::WrapUnique(new BlobCache(std::move(dir), max_bytes));
+  TG_RETURN_IF_ERROR(cache->Scan());
+  return cache;
+}
+
+absl::Status BlobCache::Scan() {
+  std::vector<ScannedBlob> blobs;
+  std::error_code ec;
+  for (fs::directory_iterator top(dir_, ec), end; !ec && top != end; top.increment(ec)) {
+    const std::string sub_name = top->path().filename().string();
+    std::error_code type_ec;
+    if (sub_name.size() != kFanoutDigits || !IsLowerHex(sub_name) || !top->is_directory(type_ec)) {
+      continue;
+    }
+    std::error_code sub_ec;
+    for (fs::directory_iterator it(top->path(), sub_ec); !sub_ec && it != end;
+         it.increment(sub_ec)) {
+      const std::string name = it->path().filename().string();
+      const std::string path = it->path().string();
+      if (name.find(kTempMarker) != std::string::npos) {
+        // A write cut short by a crash; one DIR belongs to one process, so it is stale.
+        if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+          return ErrnoError(errno, "cannot remove stale temp file", path);
+        }
+        continue;
+      }
+      std::optional<rpc::Sha256Digest> digest = ParseBlobName(name);
+      if (!digest || name.compare(0, kFanoutDigits, sub_name) != 0) continue;
+      struct stat st;
+      if (::stat(path.c_str(), &st) != 0) return ErrnoError(errno, "cannot stat", path);
+      if (!S_ISREG(st.st_mode)) continue;
+      blobs.push_back({st.st_mtim, *digest, static_cast<uint64_t>(st.st_size)});
+    }
+    if (sub_ec) {
+      return absl::ErrnoToStatus(sub_ec.value(),
+                                 absl::StrCat("blob cache: cannot list ", top->path().string()));
+    }
+  }
+  if (ec) return absl::ErrnoToStatus(ec.value(), absl::StrCat("blob cache: cannot list ", dir_));
+
+  // Oldest first, so that the newest ends up at the front of the LRU list.
+  std::sort(blobs.begin(), blobs.end(), [](const ScannedBlob& a, const ScannedBlob& b) {
+    return std::tie(a.mtime.tv_sec, a.mtime.tv_nsec, a.digest) <
+           std::tie(b.mtime.tv_sec, b.mtime.tv_nsec, b.digest);
+  });
+  absl::MutexLock lock(&mu_);
+  for (const ScannedBlob& blob : blobs) InsertLocked(blob.digest, blob.size);
+  return EvictLocked(nullptr);
+}
+
+std::string BlobCache::BlobPath(const rpc::Sha256Digest& digest) const {
+  const std::string hex = rpc::DigestHex(digest);
+  return absl::StrCat(dir_, "/", absl::string_view(hex).substr(0, kFanoutDigits), "/", hex);
+}
+
+void BlobCache::InsertLocked(const rpc::Sha256Digest& digest, uint64_t size) {
+  lru_.push_front(digest);
+  index_[digest] = Entry{size, lru_.begin()};
+  total_bytes_ += size;
+}
+
+absl::Status BlobCache::RemoveLocked(const rpc::Sha256Digest& digest) {
+  auto it = index_.find(digest);
+  if (it == index_.end()) return absl::OkStatus();
+  total_bytes_ -= it->second.size;
+  lru_.erase(it->second.lru_pos);
+  index_.erase(it);
+  const std::string path = BlobPath(digest);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return ErrnoError(errno, "cannot remove", path);
+  }
+  return absl::OkStatus();
+}
+
+void BlobCache::DropIfStaleLocked(const rpc::Sha256Digest& digest, bool corrupt, uint64_t dev,
+                                  uint64_t ino) {
+  if (!index_.contains(digest)) return;
+  const std::string path = BlobPath(digest);
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    // Deleted behind our back: forget it (RemoveLocked ignores the missing file).
+    if (errno == ENOENT) RemoveLocked(digest).IgnoreError();
+    return;
+  }
+  // Only the file Read found corrupt goes; one stored again since then is good.
+  if (corrupt && static_cast<uint64_t>(st.st_dev) == dev &&
+      static_cast<uint64_t>(st.st_ino) == ino) {
+    // A failed unlink leaves the file unindexed; the next Open finds and re-verifies it.
+    RemoveLocked(digest).IgnoreError();
+  }
+}
+
+absl::Status BlobCache::EvictLocked(const rpc::Sha256Digest* keep) {
+  absl::Status first_error;
+  while (max_bytes_ != 0 && total_bytes_ > max_bytes_ && !lru_.empty()) {
+    auto victim = std::prev(lru_.end());
+    if (keep != nullptr && *victim == *keep) {
+      if (victim == lru_.begin()) break;
+      victim = std::prev(victim);
+    }
+    const rpc::Sha256Digest digest = *victim;  // RemoveLocked erases the list node.
+    absl::Status status = RemoveLocked(digest);
+    if (first_error.ok()) first_error = std::move(status);
+  }
+  return first_error;
+}
+
+absl::StatusOr<bool> BlobCache::Read(const rpc::Sha256Digest& digest, void* dst, size_t size) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = index_.find(digest);
+    if (it == index_.end() || it->second.size != size) return false;
+    lru_.splice(lru_.begin(), lru_, it->second.lru_pos);
+  }
+  // The file I/O runs unlocked: an eviction meanwhile either unlinks the file before open
+  // (a miss) or after (the open descriptor still reads the whole blob).
+  const std::string path = BlobPath(digest);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err != ENOENT) return ErrnoError(err, "cannot open", path);
+    absl::MutexLock lock(&mu_);
+    DropIfStaleLocked(digest, /*corrupt=*/false, 0, 0);
+    return false;
+  }
+  FdCloser closer(fd);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return ErrnoError(errno, "cannot stat", path);
+  bool intact = static_cast<uint64_t>(st.st_size) == size;
+  if (intact) {
+    TG_ASSIGN_OR_RETURN(intact, PreadAll(fd, dst, size, path));
+  }
+  if (intact) intact = rpc::Sha256(dst, size) == digest;
+  if (!intact) {
+    absl::MutexLock lock(&mu_);
+    DropIfStaleLocked(digest, /*corrupt=*/true, st.st_dev, st.st_ino);
+    return false;
+  }
+  // Record the use in the mtime, which orders the LRU list after a restart. Best effort.
+  ::futimens(fd, nullptr);
+  return true;
+}
+
+absl::StatusOr<std::string> BlobCache::WriteTemp(const rpc::Sha256Digest& digest, const void* data,
+                                                 size_t size) const {
+  static std::atomic<uint64_t> counter{0};
+  const std::string path = BlobPath(digest);
+  const std::string sub_dir = path.substr(0, path.rfind('/'));
+  if (::mkdir(sub_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return ErrnoError(errno, "cannot create directory", sub_dir);
+  }
+  // pid + counter keep concurrent writers (threads, or a second cache object) apart.
+  const std::string tmp = absl::StrCat(path, kTempMarker, ::getpid(), ".", counter++);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError(errno, "cannot create", tmp);
+  FdCloser closer(fd);
+  absl::Status status = WriteAll(fd, data, size, tmp);
+  if (status.ok() && ::fsync(fd) != 0) status = ErrnoError(errno, "cannot fsync", tmp);
+  if (status.ok() && closer.Close() != 0) status = ErrnoError(errno, "cannot close", tmp);
+  if (!status.ok()) {
+    ::unlink(tmp.c_str());
+    return status;
+  }
+  return tmp;
+}
+
+absl::Status BlobCache::Store(const rpc::Sha256Digest& digest, const void* data, size_t size) {
+  if (max_bytes_ != 0 && size > max_bytes_) return absl::OkStatus();
+  const std::string path = BlobPath(digest);
+  bool present = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = index_.find(digest); it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.lru_pos);
+      present = true;
+    }
+  }
+  if (present) {
+    ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // Best effort, as in Read.
+    return absl::OkStatus();
+  }
+  // The slow part (write + fsync) runs unlocked; the rename and the index update are done
+  // together under the lock, so the index always matches the directory.
+  TG_ASSIGN_OR_RETURN(const std::string tmp, WriteTemp(digest, data, size));
+  absl::MutexLock lock(&mu_);
+  if (auto it = index_.find(digest); it != index_.end()) {  // Another writer won the race.
+    lru_.splice(lru_.begin(), lru_, it->second.lru_pos);
+    ::unlink(tmp.c_str());
+    return absl::OkStatus();
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoError(err, absl::StrCat("cannot rename ", tmp, " to"), path);
+  }
+  InsertLocked(digest, size);
+  return EvictLocked(&digest);
+}
+
+bool BlobCache::Contains(const rpc::Sha256Digest& digest) const {
+  absl::MutexLock lock(&mu_);
+  return index_.contains(digest);
+}
+
+uint64_t BlobCache::total_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return total_bytes_;
+}
+
+size_t BlobCache::blob_count() const {
+  absl::MutexLock lock(&mu_);
+  return index_.size();
+}
+
+}  // namespace tg::server

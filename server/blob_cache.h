@@ -1,0 +1,94 @@
+// BlobCache: rpc-server's content-addressed weight cache on disk (--cache DIR). A blob is
+// named by the SHA-256 of its bytes, so a restarted server (or another client) reuses weights
+// without receiving them again. Thread-safe; one DIR belongs to one server process.
+#ifndef TENSORGRID_SERVER_BLOB_CACHE_H_
+#define TENSORGRID_SERVER_BLOB_CACHE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/content_hash.h"
+
+namespace tg::server {
+
+// Layout: DIR/ab/<64 hex digits>, "ab" being the first two digits (keeps directories small).
+// Writes go to DIR/ab/<hex>.tmp.<unique>, are fsync'ed and renamed into place, so a crash
+// leaves either the whole blob or a temp file that the next Open removes. The least recently
+// used blobs are evicted above max_bytes; a blob's mtime records its last use, so the LRU
+// order survives a restart.
+class BlobCache {
+ public:
+  // Creates DIR if needed, scans existing blobs (their sizes and mtimes give the LRU order),
+  // removes stale temp files, evicts down to max_bytes. max_bytes 0 = unlimited.
+  static absl::StatusOr<std::unique_ptr<BlobCache>> Open(std::string dir, uint64_t max_bytes);
+
+  BlobCache(const BlobCache&) = delete;
+  BlobCache& operator=(const BlobCache&) = delete;
+
+  // Copies the blob into dst when present with exactly `size` bytes AND its content still
+  // hashes to `digest` (a corrupt file is deleted and reported as absent). Returns true on a
+  // hit and marks the blob recently used; false on a miss, leaving dst's content unspecified.
+  // An error only for I/O failures other than the file being gone.
+  absl::StatusOr<bool> Read(const rpc::Sha256Digest& digest, void* dst, size_t size)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Stores bytes the caller already verified to hash to digest, atomically (see above), then
+  // evicts least-recently-used blobs while the total exceeds max_bytes (never the one just
+  // written). A blob already present is just marked used. A blob larger than max_bytes is not
+  // stored (OK status). Concurrent stores of the same digest are safe.
+  absl::Status Store(const rpc::Sha256Digest& digest, const void* data, size_t size)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Whether the index holds the blob (Read still verifies it).
+  bool Contains(const rpc::Sha256Digest& digest) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Sum of the sizes of the indexed blobs.
+  uint64_t total_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+  size_t blob_count() const ABSL_LOCKS_EXCLUDED(mu_);
+  const std::string& dir() const { return dir_; }
+
+ private:
+  struct Entry {
+    uint64_t size = 0;
+    std::list<rpc::Sha256Digest>::iterator lru_pos;  // Into lru_.
+  };
+
+  BlobCache(std::string dir, uint64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {}
+
+  std::string BlobPath(const rpc::Sha256Digest& digest) const;
+  // Scans DIR into the index (Open only).
+  absl::Status Scan() ABSL_LOCKS_EXCLUDED(mu_);
+  // Adds a blob as the most recently used one.
+  void InsertLocked(const rpc::Sha256Digest& digest, uint64_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes a blob from the index and unlinks its file.
+  absl::Status RemoveLocked(const rpc::Sha256Digest& digest) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops `digest` from the index when the file at its path is gone, or is the inode
+  // (dev, ino) that Read found corrupt (unlinking it). A file renamed in since is kept.
+  void DropIfStaleLocked(const rpc::Sha256Digest& digest, bool corrupt, uint64_t dev, uint64_t ino)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evicts least recently used blobs, except `keep` (may be null), down to max_bytes_.
+  absl::Status EvictLocked(const rpc::Sha256Digest* keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes data to a new temp file beside the blob's final path, fsync'ed; returns its path.
+  absl::StatusOr<std::string> WriteTemp(const rpc::Sha256Digest& digest, const void* data,
+                                        size_t size) const;
+
+  const std::string dir_;
+  const uint64_t max_bytes_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<rpc::Sha256Digest, Entry> index_ ABSL_GUARDED_BY(mu_);
+  std::list<rpc::Sha256Digest> lru_ ABSL_GUARDED_BY(mu_);  // Front: most recently used.
+  uint64_t total_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace tg::server
+
+#endif  // TENSORGRID_SERVER_BLOB_CACHE_H_

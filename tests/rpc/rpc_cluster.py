@@ -1,0 +1,114 @@
+"""Starts real rpc-server processes on loopback for the end-to-end RPC tests.
+
+    with Cluster(rpc_server, n=2, devices=2) as c:
+        c.endpoints          # ["127.0.0.1:41235", ...]
+        c.metrics(0)         # {"tg_buffers": 0.0, ...} scraped from server 0's /metrics
+        c.kill(0)            # SIGKILL, for the failure tests
+
+Each server runs with TG_CPU_DEVICES=<devices> and -d 0,1,..., binds port 0 and reports the
+port through --port-file, so tests never collide on ports.
+"""
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, binary, devices, extra, workdir, index, threads=1):
+        self.port_file = os.path.join(workdir, f"port{index}")
+        self.log_path = os.path.join(workdir, f"server{index}.log")
+        self.metrics_port = free_port()
+        if os.path.exists(self.port_file):
+            os.remove(self.port_file)
+        env = dict(os.environ, TG_CPU_DEVICES=str(devices))
+        cmd = [binary, "-p", "0", "--port-file", self.port_file, "-d",
+               ",".join(str(i) for i in range(devices)), "-t", str(threads),
+               "--metrics-port", str(self.metrics_port)] + list(extra)
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"rpc-server exited {self.proc.returncode}: {self.read_log()}")
+            if os.path.exists(self.port_file):
+                text = open(self.port_file).read().strip()
+                if text:
+                    self.port = int(text)
+                    self.endpoint = f"127.0.0.1:{self.port}"
+                    return
+            time.sleep(0.05)
+        self.proc.kill()
+        raise RuntimeError(f"rpc-server did not start in 30 s: {self.read_log()}")
+
+    def read_log(self):
+        self.log.flush()
+        return open(self.log_path).read()[-4000:]
+
+    def metrics(self):
+        """The server's Prometheus gauges and counters, summed over labels."""
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                      timeout=10).read().decode()
+        values = {}
+        for line in text.splitlines():
+            m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
+            if m and not line.startswith("#"):
+                values[m.group(1)] = values.get(m.group(1), 0.0) + float(m.group(3))
+        return values
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+class Cluster:
+    def __init__(self, binary, n=2, devices=2, extra=(), workdir=None):
+        self.binary, self.n, self.devices, self.extra = binary, n, devices, extra
+        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="tg-rpc-")
+        self.workdir = workdir or self._tmp.name
+        self.servers = []
+
+    def __enter__(self):
+        try:
+            for i in range(self.n):
+                self.servers.append(Server(self.binary, self.devices, self.extra, self.workdir, i))
+        except Exception:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        for s in self.servers:
+            s.stop()
+        if self._tmp:
+            self._tmp.cleanup()
+
+    @property
+    def endpoints(self):
+        return [s.endpoint for s in self.servers]
+
+    def metrics(self, i):
+        return self.servers[i].metrics()
+
+    def kill(self, i):
+        self.servers[i].proc.send_signal(signal.SIGKILL)
+        self.servers[i].proc.wait()
+
+    def remote_devices(self, i):
+        return [f"RPC[{self.servers[i].endpoint}]/{d}" for d in range(self.devices)]

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""tg-run over --rpc must give local -sm none's greedy tokens and logits.
+
+  rpc_split_test.py --tg-run PATH --rpc-server PATH --model MODEL --mode layer|tensor
+                    [--servers 2] [--local] [--n 64] [--tol 1e-4]
+
+Starts --servers rpc-server processes (each TG_CPU_DEVICES=2, -d 0,1), runs tg-run locally
+with -sm none, then with --rpc over every remote device (plus the local CPU with --local)
+and -sm MODE. Passes when the 64 greedy tokens are identical and every top-5 logit is within
+--tol. Exit 0 pass, 1 fail, 77 skipped (model missing).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rpc_cluster import Cluster  # noqa: E402
+
+
+def tg_run(binary, model, n, extra, env=None):
+    cmd = [binary, "-m", model, "-n", str(n), "--temp", "0", "--json", "--top-logits", "5",
+           "--kv-type", "f32", "-t", "1"] + extra
+    start = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env or dict(os.environ))
+    if p.returncode != 0:
+        print(f"FAIL: {' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()[-2000:]}")
+        return None
+    out = json.loads(p.stdout)
+    out["wall_s"] = time.time() - start
+    return out
+
+
+def compare(base, other, tol, label):
+    base_top = {int(i): v for i, v in base["top_logits"]}
+    worst, ok = 0.0, True
+    for i, v in other["top_logits"]:
+        if int(i) not in base_top:
+            print(f"FAIL {label}: id {i} in the top-5 but not in -sm none's")
+            ok = False
+            continue
+        worst = max(worst, abs(v - base_top[int(i)]))
+    if worst > tol:
+        print(f"FAIL {label}: top-5 logits differ by {worst:.3e} > {tol:.1e}")
+        ok = False
+    if base["tokens"] != other["tokens"]:
+        print(f"FAIL {label}: greedy tokens differ: {base['tokens'][:12]} vs {other['tokens'][:12]}")
+        ok = False
+    print(f"{label}: max top-5 |diff| {worst:.2e}, {len(other['tokens'])} tokens "
+          f"{'identical' if base['tokens'] == other['tokens'] else 'DIFFER'} "
+          f"({other['wall_s']:.2f} s)")
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tg-run", required=True)
+    ap.add_argument("--rpc-server", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--mode", choices=["layer", "tensor"], required=True)
+    ap.add_argument("--servers", type=int, default=2)
+    ap.add_argument("--local", action="store_true", help="add the local CPU device")
+    ap.add_argument("--n", type=int, default=64)
+    ap.add_argument("--tol", type=float, default=1e-4)
+    a = ap.parse_args()
+    if not os.path.exists(a.model):
+        print(f"skipped: model {a.model} not found")
+        return 77
+    env = {k: v for k, v in os.environ.items() if k != "TG_CPU_DEVICES"}
+    base = tg_run(a.tg_run, a.model, a.n, ["-sm", "none"], env)
+    if base is None:
+        return 1
+    with Cluster(a.rpc_server, n=a.servers, devices=2) as c:
+        devices = (["CPU"] if a.local else []) + sum(
+            (c.remote_devices(i) for i in range(a.servers)), [])
+        extra = ["--rpc", ",".join(c.endpoints), "-sm", a.mode, "--device", ",".join(devices)]
+        out = tg_run(a.tg_run, a.model, a.n, extra, env)
+        if out is None:
+            for s in c.servers:
+                print(f"--- {s.endpoint} log:\n{s.read_log()}")
+            return 1
+        ok = compare(base, out, a.tol, f"-sm {a.mode} over {','.join(devices)}")
+        peer = sum(c.metrics(i).get("tg_peer_copy_bytes_total", 0) for i in range(a.servers))
+        print(f"server-to-server (PeerCopy) bytes: {peer:.0f}")
+        if a.mode == "layer" and a.servers > 1 and not a.local and peer == 0:
+            print("FAIL: layer boundaries between servers should travel server to server")
+            ok = False
+        for i in range(a.servers):
+            m = c.metrics(i)
+            if m.get("tg_buffers", -1) != 0 or m.get("tg_buffer_bytes", -1) != 0:
+                print(f"FAIL: server {i} still holds {m.get('tg_buffers')} buffers, "
+                      f"{m.get('tg_buffer_bytes')} bytes after the client left")
+                ok = False
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
