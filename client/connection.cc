@@ -137,10 +137,48 @@ absl::Status Connection::BrokenLocked(absl::string_view what) {
   return broken_;
 }
 
-absl::Status Connection::SendLocked(Request& request) {
-  if (!broken_.ok()) return broken_;
+absl::Status Connection::WriteLocked(Request& request) {
   request.set_id(next_id_++);
   if (!session_->Write(request)) return BrokenLocked("write failed");
+  return absl::OkStatus();
+}
+
+absl::Status Connection::FlushWritesLocked() {
+  std::vector<pb::WriteRange> writes = std::move(queued_writes_);
+  queued_writes_.clear();
+  queued_bytes_ = 0;
+  for (pb::WriteRange& w : writes) {
+    Request request;
+    *request.mutable_write() = std::move(w);
+    TG_RETURN_IF_ERROR(WriteLocked(request));
+    pending_.push_back({request.id(), nullptr});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Connection::SendLocked(Request& request) {
+  if (!broken_.ok()) return broken_;
+  if (request.has_compute()) {
+    // The queued writes are the graph's inputs: they travel in the same message.
+    for (pb::WriteRange& w : queued_writes_) *request.mutable_compute()->add_inputs() = std::move(w);
+    queued_writes_.clear();
+    queued_bytes_ = 0;
+  } else {
+    TG_RETURN_IF_ERROR(FlushWritesLocked());
+  }
+  return WriteLocked(request);
+}
+
+absl::Status Connection::QueueWrite(uint64_t buffer, uint64_t offset, const void* data,
+                                    size_t size) {
+  absl::MutexLock lock(&mu_);
+  if (!broken_.ok()) return broken_;
+  if (queued_bytes_ + size > kMaxQueuedWriteBytes) TG_RETURN_IF_ERROR(FlushWritesLocked());
+  pb::WriteRange& w = queued_writes_.emplace_back();
+  w.set_buffer(buffer);
+  w.set_offset(offset);
+  w.set_data(data, size);
+  queued_bytes_ += size;
   return absl::OkStatus();
 }
 
@@ -157,6 +195,7 @@ absl::Status Connection::ReplyStatus(const Reply& reply) const {
 }
 
 absl::Status Connection::DrainLocked() {
+  TG_RETURN_IF_ERROR(FlushWritesLocked());
   while (!pending_.empty()) {
     Reply reply;
     TG_RETURN_IF_ERROR(ReadOneLocked(&reply));
@@ -222,7 +261,7 @@ absl::Status Connection::Upload(uint64_t buffer, uint64_t offset, const void* da
     absl::MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
     // Commands posted earlier (a Clear of the same buffer) must land before these bytes.
-    if (!pending_.empty()) TG_RETURN_IF_ERROR(DrainLocked());
+    if (!pending_.empty() || !queued_writes_.empty()) TG_RETURN_IF_ERROR(DrainLocked());
   }
   ClearInlineOutputs();
   UploadJob job;
@@ -259,7 +298,7 @@ absl::StatusOr<UploadResult> Connection::UploadOne(const UploadJob& job) {
   } else {
     for (size_t pos = 0; pos < job.bytes.size(); pos += kChunkBytes) {
       pb::UploadMessage chunk;
-      chunk.set_chunk(job.bytes.substr(pos, std::min(kChunkBytes, job.bytes.size() - pos)));
+      chunk.set_chunk(job.bytes.data() + pos, std::min(kChunkBytes, job.bytes.size() - pos));
       if (!stream->Write(chunk)) break;
     }
     result.sent = job.bytes.size();

@@ -55,6 +55,10 @@ class Connection {
   absl::Status Post(Request request, ReplyHandler on_reply = nullptr);
   // Waits for every posted command.
   absl::Status Drain();
+  // A small write that rides along with the next command: inside the next Compute (one
+  // message per decode step), or posted just before any other command.
+  absl::Status QueueWrite(uint64_t buffer, uint64_t offset, const void* data, size_t size);
+  static constexpr size_t kMaxQueuedWriteBytes = size_t{1} << 20;
 
   // Writes bytes into a buffer range through the upload pool (parallel streams); `cacheable`
   // sends their SHA-256 so a server that has them answers without receiving them.
@@ -96,6 +100,8 @@ class Connection {
   absl::Status SendLocked(Request& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReadOneLocked(Reply* reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status DrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WriteLocked(Request& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status FlushWritesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status BrokenLocked(absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReplyStatus(const Reply& reply) const;
   void AddAuth(grpc::ClientContext* context) const;
@@ -118,6 +124,8 @@ class Connection {
   };
   std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
   absl::Status deferred_error_ ABSL_GUARDED_BY(mu_);
+  std::vector<tensorgrid::v1::WriteRange> queued_writes_ ABSL_GUARDED_BY(mu_);
+  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   struct InlineOutput {
     uint64_t buffer, offset;

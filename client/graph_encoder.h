@@ -23,10 +23,12 @@ using LocateFn = std::function<absl::StatusOr<RemoteLocation>(const Tensor&)>;
 
 struct EncodedGraph {
   tensorgrid::v1::GraphDesc desc;
-  uint64_t key = 0;  // hash of the encoded bytes: equal keys mean identical graphs.
+  uint64_t key = 0;  // hash of every encoded field: equal keys mean identical graphs.
 };
 
 absl::StatusOr<EncodedGraph> EncodeGraph(const Graph& graph, const LocateFn& locate);
+// The key alone, without building the message (the steady state of a decode loop).
+absl::StatusOr<uint64_t> GraphKey(const Graph& graph, const LocateFn& locate);
 
 }  // namespace tg::rpc
 

@@ -65,12 +65,7 @@ absl::Status RemoteBuffer::SetTensor(Tensor* t, const void* data, size_t offset,
   }
   if (size > kInlineWriteBytes) return connection_->Upload(handle_, at, data, size, false);
   connection_->ClearInlineOutputs();
-  pb::SessionRequest request;
-  pb::WriteRange* w = request.mutable_write();
-  w->set_buffer(handle_);
-  w->set_offset(at);
-  w->set_data(data, size);
-  return connection_->Post(std::move(request));
+  return connection_->QueueWrite(handle_, at, data, size);
 }
 
 absl::Status RemoteBuffer::GetTensor(const Tensor* t, void* data, size_t offset, size_t size) {

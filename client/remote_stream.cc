@@ -32,13 +32,15 @@ absl::Status RemoteStream::Compute(Graph& graph) {
     }
     return RemoteLocation{buffer->handle(), buffer->OffsetOf(t)};
   };
-  TG_ASSIGN_OR_RETURN(EncodedGraph encoded, EncodeGraph(graph, locate));
-
+  TG_ASSIGN_OR_RETURN(const uint64_t key, GraphKey(graph, locate));
   pb::SessionRequest request;
   pb::Compute* c = request.mutable_compute();
   c->set_device(device_->index());
-  c->set_graph_key(encoded.key);
-  if (!connection->MarkGraphSent(encoded.key)) *c->mutable_graph() = std::move(encoded.desc);
+  c->set_graph_key(key);
+  if (!connection->MarkGraphSent(key)) {
+    TG_ASSIGN_OR_RETURN(EncodedGraph encoded, EncodeGraph(graph, locate));
+    *c->mutable_graph() = std::move(encoded.desc);
+  }
 
   // Small outputs come back inline; the reply handler files them for GetTensor.
   std::vector<std::pair<uint64_t, uint64_t>> outputs;  // (handle, offset)
@@ -61,7 +63,7 @@ absl::Status RemoteStream::Compute(Graph& graph) {
   return connection->Post(
       std::move(request),
       [connection, outputs = std::move(outputs), compute_ns,
-       key = encoded.key](const pb::SessionReply& reply) {
+       key](const pb::SessionReply& reply) {
         if (reply.code() != 0) {
           connection->ForgetGraph(key);
           return absl::OkStatus();  // the reply's own error is what the caller sees.

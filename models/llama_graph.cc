@@ -1,5 +1,7 @@
 #include "models/llama_graph.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -134,7 +136,7 @@ class GraphBuilder {
 absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& model,
                                                             const KvCache& cache,
                                                             int64_t n_tokens, int64_t n_past,
-                                                            int64_t n_outputs) {
+                                                            int64_t n_outputs, int64_t kv_pad) {
   if (n_tokens <= 0 || n_past < 0 || n_past + n_tokens > cache.n_ctx()) {
     return absl::OutOfRangeError(absl::StrCat("batch of ", n_tokens, " tokens at position ",
                                               n_past, " does not fit the context of ",
@@ -146,7 +148,8 @@ absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& mo
   auto g = std::make_unique<LlamaGraph>();
   g->n_tokens = n_tokens;
   g->n_past = n_past;
-  g->n_kv = n_past + n_tokens;
+  if (kv_pad < 1) return absl::InvalidArgumentError("kv_pad must be positive");
+  g->n_kv = std::min(cache.n_ctx(), (n_past + n_tokens + kv_pad - 1) / kv_pad * kv_pad);
   GraphBuilder builder(model, cache, g.get());
   TG_ASSIGN_OR_RETURN(g->logits, builder.Build(n_outputs));
   TG_ASSIGN_OR_RETURN(g->graph, BuildGraph({g->logits}));

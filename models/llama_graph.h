@@ -28,11 +28,13 @@ struct LlamaGraph {
   int64_t n_kv = 0;
 };
 
-// n_outputs: 1 (the last row) or n_tokens (all rows).
+// n_outputs: 1 (the last row) or n_tokens (all rows). kv_pad rounds the attended cache length
+// n_kv up to a multiple (capped at the context; the mask hides the extra cells), so that
+// consecutive decode graphs are identical and a remote device can reuse the one it has.
 absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& model,
                                                             const KvCache& cache,
                                                             int64_t n_tokens, int64_t n_past,
-                                                            int64_t n_outputs);
+                                                            int64_t n_outputs, int64_t kv_pad = 1);
 
 }  // namespace tg
 

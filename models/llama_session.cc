@@ -36,8 +36,15 @@ absl::StatusOr<std::unique_ptr<LlamaSession>> LlamaSession::Create(const LlamaMo
     return absl::InvalidArgumentError(absl::StrCat("pipeline copies ", options.n_copies,
                                                    " outside [0, ", kMaxSchedulerCopies, "]"));
   }
+  if (options.kv_pad < 0) return absl::InvalidArgumentError("kv_pad must not be negative");
   std::unique_ptr<LlamaSession> s(new LlamaSession(model));
   s->options_ = options;
+  if (s->options_.kv_pad == 0) {
+    s->options_.kv_pad = 1;
+    for (Device* d : model.plan().devices) {
+      if (d->type() == DeviceType::kRemote) s->options_.kv_pad = kRemoteKvPad;
+    }
+  }
   if (model.multi_device()) {
     TG_RETURN_IF_ERROR(s->CreateScheduler());
     return s;
@@ -130,7 +137,7 @@ absl::Status LlamaSession::RunOnOneDevice(absl::Span<const int32_t> tokens, bool
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n = static_cast<int64_t>(tokens.size());
   TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaGraph> g,
-                      BuildLlamaGraph(model_, *cache_, n, n_past_, all_logits ? n : 1));
+                      BuildLlamaGraph(model_, *cache_, n, n_past_, all_logits ? n : 1, options_.kv_pad));
   TG_RETURN_IF_ERROR(allocator_->Allocate(g->graph));
   TG_RETURN_IF_ERROR(FillInputs(*g, tokens, n_past_));
   timings_.build_us += MicrosSince(t0);
@@ -162,7 +169,7 @@ absl::Status LlamaSession::RunScheduled(absl::Span<const int32_t> tokens, bool a
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n = static_cast<int64_t>(tokens.size());
   TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaGraph> g,
-                      BuildLlamaGraph(model_, *cache_, n, n_past_, all_logits ? n : 1));
+                      BuildLlamaGraph(model_, *cache_, n, n_past_, all_logits ? n : 1, options_.kv_pad));
   TG_ASSIGN_OR_RETURN(std::unique_ptr<ScheduledGraph> scheduled, scheduler_->Schedule(g->graph));
   TG_RETURN_IF_ERROR(FillInputs(*g, tokens, n_past_));
   timings_.build_us += MicrosSince(t0);
@@ -199,7 +206,8 @@ absl::Status LlamaSession::RunPipelined(absl::Span<const int32_t> tokens, bool a
   auto submit = [&](InFlight& f, int slot, int64_t offset, int64_t size, bool last) {
     const auto t0 = std::chrono::steady_clock::now();
     TG_ASSIGN_OR_RETURN(
-        f.graph, BuildLlamaGraph(model_, *cache_, size, n_past_ + offset, all_logits ? size : 1));
+        f.graph, BuildLlamaGraph(model_, *cache_, size, n_past_ + offset, all_logits ? size : 1,
+                        options_.kv_pad));
     TG_ASSIGN_OR_RETURN(f.scheduled, scheduler_->Schedule(f.graph->graph, slot));
     TG_RETURN_IF_ERROR(FillInputs(*f.graph, tokens.subspan(offset, size), n_past_ + offset));
     f.out =

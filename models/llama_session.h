@@ -31,7 +31,13 @@ struct SessionOptions {
   // Micro-batches of a prompt batch in flight at once when the model spans several devices
   // (0: kDefaultPipelineCopies; 1: no pipelining). Each holds its own compute memory.
   int n_copies = 0;
+  // The attended cache length is rounded up to a multiple of this (0: kRemoteKvPad when a
+  // device is remote, else 1), so that decode graphs repeat and remote devices reuse them.
+  int64_t kv_pad = 0;
 };
+
+// llama.cpp's padding of n_kv: one decode graph serves 256 consecutive positions.
+inline constexpr int64_t kRemoteKvPad = 256;
 
 // llama.cpp's GGML_SCHED_MAX_COPIES: enough micro-batches to keep a few devices busy.
 inline constexpr int kDefaultPipelineCopies = 4;
