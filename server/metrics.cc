@@ -1,0 +1,117 @@
+#include "server/metrics.h"
+
+#include <exception>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+
+namespace tg::server {
+namespace {
+
+prometheus::Gauge* NewGauge(prometheus::Registry& r, const char* name, const char* help) {
+  return &prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
+}
+
+prometheus::Counter* NewCounter(prometheus::Registry& r, const char* name, const char* help) {
+  return &prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
+}
+
+}  // namespace
+
+Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  prometheus::Registry& r = *registry_;
+  sessions_active_ = NewGauge(r, "tg_sessions_active", "Session streams open now.");
+  buffers_ = NewGauge(r, "tg_buffers", "Buffers held by all sessions.");
+  buffer_bytes_ = NewGauge(r, "tg_buffer_bytes", "Bytes of the buffers held by all sessions.");
+  cache_bytes_ = NewGauge(r, "tg_cache_bytes", "Bytes in the blob cache (--cache).");
+  sessions_total_ = NewCounter(r, "tg_sessions_total", "Sessions started.");
+  upload_bytes_ = NewCounter(r, "tg_upload_bytes_total", "Bytes received over Upload.");
+  cache_hit_bytes_ =
+      NewCounter(r, "tg_cache_hit_bytes_total", "Upload bytes served from the blob cache.");
+  download_bytes_ = NewCounter(r, "tg_download_bytes_total", "Bytes sent over Download.");
+  compute_total_ = NewCounter(r, "tg_compute_total", "Graphs computed.");
+  peer_copy_bytes_ =
+      NewCounter(r, "tg_peer_copy_bytes_total", "Bytes sent to other servers over PeerCopy.");
+  requests_ = &prometheus::BuildCounter()
+                   .Name("tg_requests_total")
+                   .Help("Session commands answered, by status code.")
+                   .Register(r);
+}
+
+Metrics::~Metrics() = default;
+
+absl::Status Metrics::StartExposer(const std::string& host, int port) {
+  const std::string address = absl::StrCat(host, ":", port);
+  try {  // prometheus-cpp (civetweb) reports a failed bind by throwing.
+    exposer_ = std::make_unique<prometheus::Exposer>(address, 2);
+    exposer_->RegisterCollectable(registry_);
+    const std::vector<int> ports = exposer_->GetListeningPorts();
+    exposer_port_ = ports.empty() ? port : ports.front();
+  } catch (const std::exception& e) {
+    exposer_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+void Metrics::SessionOpened() {
+  sessions_active_->Increment();
+  sessions_total_->Increment();
+}
+void Metrics::SessionClosed() { sessions_active_->Decrement(); }
+void Metrics::BufferAllocated(uint64_t bytes) {
+  buffers_->Increment();
+  buffer_bytes_->Increment(static_cast<double>(bytes));
+}
+void Metrics::BufferFreed(uint64_t bytes) {
+  buffers_->Decrement();
+  buffer_bytes_->Decrement(static_cast<double>(bytes));
+}
+
+void Metrics::Request(int code) {
+  prometheus::Counter* c;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = requests_by_code_.find(code);
+    if (it == requests_by_code_.end()) {
+      const std::string name = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+      c = &requests_->Add({{"code", name.empty() ? absl::StrCat(code) : name}});
+      requests_by_code_[code] = c;
+    } else {
+      c = it->second;
+    }
+  }
+  c->Increment();
+}
+
+void Metrics::UploadBytes(uint64_t bytes) { upload_bytes_->Increment(static_cast<double>(bytes)); }
+void Metrics::CacheHitBytes(uint64_t bytes) {
+  cache_hit_bytes_->Increment(static_cast<double>(bytes));
+}
+void Metrics::DownloadBytes(uint64_t bytes) {
+  download_bytes_->Increment(static_cast<double>(bytes));
+}
+void Metrics::ComputeRun() { compute_total_->Increment(); }
+void Metrics::PeerCopyBytes(uint64_t bytes) {
+  peer_copy_bytes_->Increment(static_cast<double>(bytes));
+}
+void Metrics::SetCacheBytes(uint64_t bytes) { cache_bytes_->Set(static_cast<double>(bytes)); }
+
+double Metrics::sessions_active() const { return sessions_active_->Value(); }
+double Metrics::buffers() const { return buffers_->Value(); }
+double Metrics::buffer_bytes() const { return buffer_bytes_->Value(); }
+double Metrics::upload_bytes() const { return upload_bytes_->Value(); }
+double Metrics::cache_hit_bytes() const { return cache_hit_bytes_->Value(); }
+
+std::string Metrics::Serialize() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace tg::server

@@ -1,0 +1,79 @@
+// Metrics: rpc-server's Prometheus metrics (prometheus-cpp registry) and, when a port is
+// given, the HTTP exposer serving them at /metrics. Thread-safe.
+#ifndef TENSORGRID_SERVER_METRICS_H_
+#define TENSORGRID_SERVER_METRICS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+
+namespace prometheus {
+class Counter;
+class Exposer;
+class Gauge;
+class Registry;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace tg::server {
+
+class Metrics {
+ public:
+  Metrics();
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // Serves /metrics on host:port (port 0 picks a free one); UNAVAILABLE when it cannot bind.
+  absl::Status StartExposer(const std::string& host, int port);
+  int exposer_port() const { return exposer_port_; }  // 0 when not serving.
+
+  void SessionOpened();
+  void SessionClosed();
+  void BufferAllocated(uint64_t bytes);
+  void BufferFreed(uint64_t bytes);
+  void Request(int code);  // absl::StatusCode of a session command's reply.
+  void UploadBytes(uint64_t bytes);
+  void CacheHitBytes(uint64_t bytes);
+  void DownloadBytes(uint64_t bytes);
+  void ComputeRun();
+  void PeerCopyBytes(uint64_t bytes);
+  void SetCacheBytes(uint64_t bytes);
+
+  // Current values (tests, logs).
+  double sessions_active() const;
+  double buffers() const;
+  double buffer_bytes() const;
+  double upload_bytes() const;
+  double cache_hit_bytes() const;
+  // The text exposition format of everything (what /metrics returns).
+  std::string Serialize() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int exposer_port_ = 0;
+  prometheus::Gauge* sessions_active_;
+  prometheus::Gauge* buffers_;
+  prometheus::Gauge* buffer_bytes_;
+  prometheus::Gauge* cache_bytes_;
+  prometheus::Counter* sessions_total_;
+  prometheus::Counter* upload_bytes_;
+  prometheus::Counter* cache_hit_bytes_;
+  prometheus::Counter* download_bytes_;
+  prometheus::Counter* compute_total_;
+  prometheus::Counter* peer_copy_bytes_;
+  prometheus::Family<prometheus::Counter>* requests_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<int, prometheus::Counter*> requests_by_code_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tg::server
+
+#endif  // TENSORGRID_SERVER_METRICS_H_

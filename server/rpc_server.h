@@ -1,0 +1,80 @@
+// RpcServer: builds and runs the gRPC server around TensorGridService (listening port,
+// TLS/mTLS, message limits, keepalive, health service, weight cache, metrics exposer).
+// rpc_server_main.cc and the in-process tests start the server through it.
+#ifndef TENSORGRID_SERVER_RPC_SERVER_H_
+#define TENSORGRID_SERVER_RPC_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/backend.h"
+#include "proto/protocol.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace tg::server {
+
+class BlobCache;
+class Metrics;
+class TensorGridService;
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = rpc::kDefaultPort;  // 0: pick a free port (see RpcServer::port()).
+  std::vector<Device*> devices;
+  // PEM contents (not paths). cert+key enable TLS; client_ca additionally requires and
+  // verifies client certificates (mTLS).
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
+  std::string tls_client_ca_pem;
+  std::string auth_token;       // empty: no token.
+  std::string peer_tls_ca_pem;  // for PeerPull channels; empty: plaintext.
+  int max_sessions = 64;
+  uint64_t session_mem_limit = 0;
+  std::string cache_dir;            // empty: no cache.
+  uint64_t cache_max_bytes = 0;     // 0: unlimited.
+  std::optional<int> metrics_port;  // serve /metrics on host:port (0: any free port).
+};
+
+// True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost).
+bool IsLoopbackHost(absl::string_view host);
+// "host:port", with brackets around an IPv6 host.
+std::string JoinHostPort(absl::string_view host, int port);
+
+class RpcServer {
+ public:
+  // Binds and starts serving; UNAVAILABLE when the port cannot be bound.
+  static absl::StatusOr<std::unique_ptr<RpcServer>> Start(const ServerConfig& config);
+  ~RpcServer();
+
+  int port() const { return port_; }
+  std::string address() const { return JoinHostPort(host_, port_); }
+  Metrics& metrics() { return *metrics_; }
+  TensorGridService& service() { return *service_; }
+  BlobCache* cache() { return cache_.get(); }
+  // Stops accepting calls, gives running calls `grace_ms` to finish, then cancels them.
+  void Shutdown(int grace_ms = 2000);
+  void Wait();
+
+ private:
+  RpcServer() = default;
+
+  std::string host_;
+  int port_ = 0;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<BlobCache> cache_;
+  std::unique_ptr<TensorGridService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  bool shut_down_ = false;
+};
+
+}  // namespace tg::server
+
+#endif  // TENSORGRID_SERVER_RPC_SERVER_H_

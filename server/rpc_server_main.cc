@@ -1,0 +1,266 @@
+// rpc-server: exposes this machine's devices over the tensorgrid.v1 gRPC protocol.
+//   rpc-server [-H 127.0.0.1] [-p 50052] [-d 0,1] [-c DIR] [--tls-cert F --tls-key F]
+//              [--auth-token-file F] [--metrics-port N] ... (see --help)
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "backends/register_builtin.h"
+#include "core/registry.h"
+#include "core/status_macros.h"
+#include "proto/protocol.h"
+#include "server/byte_size.h"
+#include "server/metrics.h"
+#include "server/rpc_server.h"
+#include "tools/common/arg_parser.h"
+#include "tools/common/device_flags.h"
+
+namespace tg::server {
+namespace {
+
+struct Flags {
+  std::string host = "127.0.0.1";
+  int64_t port = rpc::kDefaultPort;
+  std::string devices;
+  int64_t threads = 0;
+  std::string cache_dir;
+  float cache_max_gb = 0;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+  std::string auth_token_file;
+  bool insecure = false;
+  std::string peer_tls_ca;
+  int64_t metrics_port = 0;
+  int64_t max_sessions = 64;
+  std::string session_mem_limit = "0";
+  std::string port_file;
+};
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read '", path, "'"));
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// -d: indices into the registry's device list or device names; default: all GPUs, else
+// all CPU devices.
+absl::StatusOr<std::vector<Device*>> PickDevices(const std::string& list) {
+  const std::vector<Device*> all = Registry::Get().devices();
+  std::vector<Device*> picked;
+  if (list.empty()) {
+    for (DeviceType type : {DeviceType::kGpu, DeviceType::kIgpu, DeviceType::kCpu}) {
+      for (Device* d : all) {
+        if (d->type() == type) picked.push_back(d);
+      }
+      if (!picked.empty()) break;
+    }
+    if (picked.empty()) return absl::FailedPreconditionError("no local devices found");
+    return picked;
+  }
+  for (absl::string_view item : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
+    item = absl::StripAsciiWhitespace(item);
+    Device* d = nullptr;
+    uint32_t index;
+    if (absl::SimpleAtoi(item, &index)) {
+      if (index >= all.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--devices: no device ", index, " (there are ", all.size(), ")"));
+      }
+      d = all[index];
+    } else {
+      TG_ASSIGN_OR_RETURN(d, Registry::Get().FindDevice(item));
+    }
+    if (d->type() == DeviceType::kRemote) {
+      return absl::InvalidArgumentError(absl::StrCat("--devices: ", d->name(), " is remote"));
+    }
+    for (Device* seen : picked) {
+      if (seen == d)
+        return absl::InvalidArgumentError(absl::StrCat("--devices lists ", item, " twice"));
+    }
+    picked.push_back(d);
+  }
+  if (picked.empty()) return absl::InvalidArgumentError("--devices lists no device");
+  return picked;
+}
+
+absl::Status WritePortFile(const std::string& path, int port) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    if (!out.flush()) return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot write --port-file ", path));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ServerConfig> MakeConfig(const Flags& f) {
+  ServerConfig c;
+  c.host = f.host;
+  if (f.port < 0 || f.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--port ", f.port, " is not in 0..65535"));
+  }
+  c.port = static_cast<int>(f.port);
+  if (f.max_sessions < 1 || f.max_sessions > 100000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-sessions ", f.max_sessions, " is not in 1..100000"));
+  }
+  c.max_sessions = static_cast<int>(f.max_sessions);
+  absl::StatusOr<uint64_t> limit = ParseByteSize(f.session_mem_limit);
+  if (!limit.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat("--session-mem-limit: ", limit.status().message()));
+  c.session_mem_limit = *limit;
+  if (f.metrics_port < 0 || f.metrics_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics-port ", f.metrics_port, " is not in 0..65535"));
+  }
+  if (f.metrics_port > 0) c.metrics_port = static_cast<int>(f.metrics_port);
+  if (f.cache_max_gb < 0) return absl::InvalidArgumentError("--cache-max-gb must be >= 0");
+  c.cache_dir = f.cache_dir;
+  c.cache_max_bytes = static_cast<uint64_t>(static_cast<double>(f.cache_max_gb) * (1ull << 30));
+  if (f.tls_cert.empty() != f.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  if (!f.tls_client_ca.empty() && f.tls_cert.empty()) {
+    return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
+  }
+  if (!f.tls_cert.empty()) {
+    TG_ASSIGN_OR_RETURN(c.tls_cert_pem, ReadFile(f.tls_cert, "--tls-cert"));
+    TG_ASSIGN_OR_RETURN(c.tls_key_pem, ReadFile(f.tls_key, "--tls-key"));
+  }
+  if (!f.tls_client_ca.empty()) {
+    TG_ASSIGN_OR_RETURN(c.tls_client_ca_pem, ReadFile(f.tls_client_ca, "--tls-client-ca"));
+  }
+  if (!f.peer_tls_ca.empty()) {
+    TG_ASSIGN_OR_RETURN(c.peer_tls_ca_pem, ReadFile(f.peer_tls_ca, "--peer-tls-ca"));
+  }
+  if (!f.auth_token_file.empty()) {
+    TG_ASSIGN_OR_RETURN(std::string token, ReadFile(f.auth_token_file, "--auth-token-file"));
+    c.auth_token = std::string(absl::StripAsciiWhitespace(token));
+    if (c.auth_token.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--auth-token-file ", f.auth_token_file, " is empty"));
+    }
+  }
+  if (!IsLoopbackHost(c.host) && !f.insecure && (c.tls_cert_pem.empty() || c.auth_token.empty())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("refusing to listen on ", c.host,
+                     " without TLS and a token (--tls-cert/--tls-key and --auth-token-file); "
+                     "add --insecure to do it anyway"));
+  }
+  TG_RETURN_IF_ERROR(RegisterBuiltinBackends());
+  TG_ASSIGN_OR_RETURN(c.devices, PickDevices(f.devices));
+  if (f.threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
+  if (f.threads > 0) SetCpuThreads(c.devices, f.threads);
+  return c;
+}
+
+int Main(int argc, char** argv) {
+  Flags f;
+  ArgParser p("rpc-server");
+  p.AddString("-H", "--host", &f.host, "address to bind (default 127.0.0.1)");
+  p.AddInt("-p", "--port", &f.port, "port (default 50052; 0 = any free port)");
+  p.AddString("-d", "--devices", &f.devices,
+              "local devices to serve, indices or names: 0,1 or CPU0,CPU1 "
+              "(default: all GPUs, else the CPU devices)");
+  p.AddInt("-t", "--threads", &f.threads, "CPU threads per CPU device (default: all)");
+  p.AddString("-c", "--cache", &f.cache_dir, "weight cache directory (default: none)");
+  p.AddFloat(nullptr, "--cache-max-gb", &f.cache_max_gb, "cache size limit in GiB (0 = none)");
+  p.AddString(nullptr, "--tls-cert", &f.tls_cert, "server certificate (PEM) for TLS");
+  p.AddString(nullptr, "--tls-key", &f.tls_key, "server private key (PEM) for TLS");
+  p.AddString(nullptr, "--tls-client-ca", &f.tls_client_ca,
+              "CA (PEM) that client certificates must chain to (mTLS)");
+  p.AddString(nullptr, "--auth-token-file", &f.auth_token_file,
+              "file holding the bearer token clients must send");
+  p.AddBool(nullptr, "--insecure", &f.insecure,
+            "allow a non-loopback address without TLS and a token");
+  p.AddString(nullptr, "--peer-tls-ca", &f.peer_tls_ca,
+              "CA (PEM) to verify other servers with for peer copies (default: plaintext)");
+  p.AddInt(nullptr, "--metrics-port", &f.metrics_port,
+           "serve Prometheus /metrics on this port (0 = off)");
+  p.AddInt(nullptr, "--max-sessions", &f.max_sessions, "most concurrent sessions (default 64)");
+  p.AddString(nullptr, "--session-mem-limit", &f.session_mem_limit,
+              "memory per session, e.g. 512M, 4G (default 0 = no limit)");
+  p.AddString(nullptr, "--port-file", &f.port_file, "write the bound port to this file");
+  if (absl::Status s = p.Parse(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "rpc-server: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  if (p.help_requested()) {
+    std::printf("%s", p.Usage("rpc-server [options]").c_str());
+    return 0;
+  }
+  if (!p.positional().empty()) {
+    std::fprintf(stderr, "rpc-server: unexpected argument '%s'\n", p.positional()[0].c_str());
+    return 1;
+  }
+  absl::StatusOr<ServerConfig> config = MakeConfig(f);
+  if (!config.ok()) {
+    std::fprintf(stderr, "rpc-server: %s\n", std::string(config.status().message()).c_str());
+    return 1;
+  }
+  // Signals go to the thread waiting below, not to gRPC's threads (which inherit the mask).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  absl::StatusOr<std::unique_ptr<RpcServer>> server = RpcServer::Start(*config);
+  if (!server.ok()) {
+    std::fprintf(stderr, "rpc-server: %s\n", std::string(server.status().message()).c_str());
+    return 1;
+  }
+  if (!f.port_file.empty()) {
+    if (absl::Status s = WritePortFile(f.port_file, (*server)->port()); !s.ok()) {
+      std::fprintf(stderr, "rpc-server: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+  }
+  std::vector<std::string> names;
+  for (Device* d : config->devices) names.emplace_back(d->name());
+  std::string line = absl::StrCat("rpc-server: listening on ", (*server)->address(), ", devices ",
+                                  absl::StrJoin(names, ", "), ", cache ",
+                                  config->cache_dir.empty() ? "off" : config->cache_dir);
+  if (!config->tls_cert_pem.empty()) {
+    absl::StrAppend(&line, config->tls_client_ca_pem.empty() ? ", tls" : ", mtls");
+  }
+  if (!config->auth_token.empty()) absl::StrAppend(&line, ", token");
+  if (config->metrics_port.has_value()) {
+    absl::StrAppend(&line, ", metrics :", (*server)->metrics().exposer_port());
+  }
+  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stderr);
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "rpc-server: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  (*server)->Shutdown(2000);
+  server->reset();
+  return 0;
+}
+
+}  // namespace
+}  // namespace tg::server
+
+int main(int argc, char** argv) { return tg::server::Main(argc, argv); }

@@ -1,0 +1,365 @@
+#include "server/service.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include <cstdio>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/op.h"
+#include "core/shape_rules.h"
+#include "proto/content_hash.h"
+#include "proto/protocol.h"
+#include "server/blob_cache.h"
+#include "server/metrics.h"
+#include "server/random_id.h"
+
+namespace tg::server {
+namespace {
+
+namespace pb = ::tensorgrid::v1;
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+grpc::Status Error(grpc::StatusCode code, std::string message) {
+  return grpc::Status(code, std::move(message));
+}
+
+// Ops for which `device` accepts a representative node (f32 sources of a small shape).
+std::vector<uint32_t> SupportedOps(Device* device) {
+  std::vector<uint32_t> ops;
+  Tensor srcs[kMaxSrc];
+  for (Tensor& s : srcs) {
+    s.ne[0] = 32;
+    s.ne[1] = 4;
+    SetContiguousStrides(&s);
+  }
+  for (uint32_t op = 1; op < static_cast<uint32_t>(Op::kCount); ++op) {
+    Tensor node;
+    node.op = static_cast<Op>(op);
+    node.ne[0] = 32;
+    node.ne[1] = 4;
+    SetContiguousStrides(&node);
+    const Arity arity = OpArity(node.op);
+    for (int i = 0; i < arity.total; ++i) node.src[i] = &srcs[i];
+    if (device->SupportsOp(node)) ops.push_back(op);
+  }
+  return ops;
+}
+
+// SHA-256 over a stream of chunks (OpenSSL EVP).
+class StreamingSha256 {
+ public:
+  StreamingSha256() : ctx_(EVP_MD_CTX_new()) {
+    ok_ = ctx_ != nullptr && EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) == 1;
+  }
+  ~StreamingSha256() { EVP_MD_CTX_free(ctx_); }
+  void Update(const void* data, size_t size) {
+    ok_ = ok_ && EVP_DigestUpdate(ctx_, data, size) == 1;
+  }
+  std::optional<rpc::Sha256Digest> Final() {
+    rpc::Sha256Digest d{};
+    unsigned int len = 0;
+    if (!ok_ || EVP_DigestFinal_ex(ctx_, d.data(), &len) != 1 || len != d.size()) {
+      return std::nullopt;
+    }
+    return d;
+  }
+
+ private:
+  EVP_MD_CTX* ctx_;
+  bool ok_ = false;
+};
+
+}  // namespace
+
+TensorGridService::TensorGridService(ServiceOptions options)
+    : options_(std::move(options)), server_id_(RandomHex(16)), peers_(options_.peer_tls_ca_pem) {
+  for (Device* d : options_.devices) supported_ops_.push_back(SupportedOps(d));
+}
+
+TensorGridService::~TensorGridService() = default;
+
+size_t TensorGridService::active_sessions() const {
+  absl::MutexLock lock(&mu_);
+  return sessions_.size();
+}
+
+grpc::Status TensorGridService::CheckAuth(const grpc::ServerContext* context) const {
+  if (options_.auth_token.empty()) return grpc::Status::OK;
+  const auto& md = context->client_metadata();
+  auto it = md.find(rpc::kAuthMetadataKey);
+  if (it == md.end()) {
+    return Error(grpc::StatusCode::UNAUTHENTICATED,
+                 "missing bearer token: send metadata 'authorization: Bearer <token>'");
+  }
+  const absl::string_view value(it->second.data(), it->second.size());
+  constexpr absl::string_view kBearer = "Bearer ";
+  if (!absl::StartsWith(value, kBearer)) {
+    return Error(grpc::StatusCode::UNAUTHENTICATED,
+                 "malformed authorization metadata: expected 'Bearer <token>'");
+  }
+  const absl::string_view token = value.substr(kBearer.size());
+  // Compare digests in constant time: neither the length nor a prefix of the token leaks.
+  const rpc::Sha256Digest got = rpc::Sha256(token.data(), token.size());
+  const rpc::Sha256Digest want =
+      rpc::Sha256(options_.auth_token.data(), options_.auth_token.size());
+  if (CRYPTO_memcmp(got.data(), want.data(), got.size()) != 0) {
+    return Error(grpc::StatusCode::PERMISSION_DENIED, "wrong bearer token");
+  }
+  return grpc::Status::OK;
+}
+
+std::shared_ptr<server::Session> TensorGridService::FindSession(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  return it == sessions_.end() ? nullptr : it->second;
+}
+
+grpc::Status TensorGridService::Hello(grpc::ServerContext* context, const pb::HelloRequest* request,
+                                      pb::HelloReply* reply) {
+  if (grpc::Status s = CheckAuth(context); !s.ok()) return s;
+  const uint64_t fingerprint = OpTableFingerprint();
+  if (request->protocol_version() != rpc::kProtocolVersion ||
+      request->op_table_fingerprint() != fingerprint) {
+    return Error(grpc::StatusCode::FAILED_PRECONDITION,
+                 absl::StrFormat("protocol mismatch: client speaks version %d with op table "
+                                 "%016x, server speaks version %d with op table %016x",
+                                 request->protocol_version(), request->op_table_fingerprint(),
+                                 rpc::kProtocolVersion, fingerprint));
+  }
+  reply->set_protocol_version(rpc::kProtocolVersion);
+  reply->set_op_table_fingerprint(fingerprint);
+  reply->set_server_id(server_id_);
+  reply->set_max_message_bytes(rpc::kMaxMessageBytes);
+  reply->set_max_inline_bytes(rpc::kMaxInlineBytes);
+  for (size_t i = 0; i < options_.devices.size(); ++i) {
+    Device* d = options_.devices[i];
+    pb::DeviceInfo* info = reply->add_devices();
+    info->set_index(static_cast<uint32_t>(i));
+    info->set_name(std::string(d->name()));
+    info->set_description(std::string(d->description()));
+    info->set_type(std::string(DeviceTypeName(d->type())));
+    const DeviceMemory mem = d->memory();
+    info->set_memory_free(mem.free);
+    info->set_memory_total(mem.total);
+    BufferType* bt = d->default_buffer_type();
+    pb::BufferTypeInfo* bti = info->mutable_buffer_type();
+    bti->set_name(std::string(bt->name()));
+    bti->set_alignment(bt->alignment());
+    bti->set_max_size(bt->max_size());
+    bti->set_is_host(bt->is_host());
+    for (uint32_t op : supported_ops_[i]) info->add_supported_ops(op);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TensorGridService::Session(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<pb::SessionReply, pb::SessionRequest>* stream) {
+  if (grpc::Status s = CheckAuth(context); !s.ok()) return s;
+  const std::string id = RandomHex(16);
+  SessionEnv env;
+  env.devices = options_.devices;
+  env.mem_limit = options_.session_mem_limit;
+  env.metrics = options_.metrics;
+  env.grants = &grants_;
+  env.peers = &peers_;
+  auto session = std::make_shared<server::Session>(id, std::move(env));
+  {
+    absl::MutexLock lock(&mu_);
+    if (sessions_.size() >= static_cast<size_t>(options_.max_sessions)) {
+      return Error(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                   absl::StrFormat("server full: %d sessions open (--max-sessions %d)",
+                                   sessions_.size(), options_.max_sessions));
+    }
+    sessions_[id] = session;
+  }
+  if (options_.metrics != nullptr) options_.metrics->SessionOpened();
+  pb::SessionReply started;
+  started.set_id(0);
+  started.mutable_started()->set_session_id(id);
+  if (stream->Write(started)) {
+    pb::SessionRequest request;
+    while (stream->Read(&request)) {
+      if (!stream->Write(session->Handle(request))) break;
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    sessions_.erase(id);
+  }
+  session.reset();  // frees everything unless an Upload/Download still holds it.
+  if (options_.metrics != nullptr) options_.metrics->SessionClosed();
+  return grpc::Status::OK;
+}
+
+grpc::Status TensorGridService::Upload(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<pb::UploadReply, pb::UploadMessage>* stream) {
+  if (grpc::Status s = CheckAuth(context); !s.ok()) return s;
+  pb::UploadMessage msg;
+  if (!stream->Read(&msg) || msg.part_case() != pb::UploadMessage::kHeader) {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT, "upload: the first message must be a header");
+  }
+  const pb::UploadHeader header = msg.header();
+  std::shared_ptr<server::Session> session = FindSession(header.session_id());
+  if (session == nullptr) {
+    return Error(grpc::StatusCode::NOT_FOUND, "upload: no such session");
+  }
+  absl::StatusOr<std::shared_ptr<SessionBuffer>> found = session->FindBuffer(header.buffer());
+  if (!found.ok()) return ToGrpc(found.status());
+  std::shared_ptr<SessionBuffer> buf = *found;
+  const uint64_t offset = header.offset();
+  const uint64_t size = header.size();
+  if (absl::Status s = buf->CheckRange(offset, size); !s.ok()) return ToGrpc(s);
+  std::optional<rpc::Sha256Digest> digest;
+  if (!header.sha256().empty()) {
+    absl::StatusOr<rpc::Sha256Digest> d = rpc::DigestFromBytes(header.sha256());
+    if (!d.ok()) return ToGrpc(d.status());
+    digest = *d;
+  }
+  BlobCache* cache = options_.cache;
+  if (digest.has_value() && cache != nullptr && cache->Contains(*digest)) {
+    absl::StatusOr<bool> hit;
+    if (uint8_t* host = buf->HostPointer(offset); host != nullptr) {
+      hit = cache->Read(*digest, host, size);
+    } else {
+      std::string stage(size, '\0');
+      hit = cache->Read(*digest, stage.data(), size);
+      if (hit.ok() && *hit) {
+        if (absl::Status s = buf->Write(offset, stage.data(), size); !s.ok()) return ToGrpc(s);
+      }
+    }
+    if (hit.ok() && *hit) {
+      session->AddCacheHitBytes(size);
+      if (options_.metrics != nullptr) options_.metrics->CacheHitBytes(size);
+      pb::UploadReply reply;
+      reply.set_have_it(true);
+      reply.set_received(size);
+      stream->Write(reply);
+      return grpc::Status::OK;
+    }
+    // A miss (or an unreadable blob): fall through and take the bytes from the client.
+  }
+  pb::UploadReply go;
+  go.set_send(true);
+  if (!stream->Write(go)) return Error(grpc::StatusCode::CANCELLED, "upload: client went away");
+  StreamingSha256 hasher;
+  uint64_t received = 0;
+  while (stream->Read(&msg)) {
+    if (msg.part_case() != pb::UploadMessage::kChunk) {
+      return Error(grpc::StatusCode::INVALID_ARGUMENT, "upload: expected a chunk");
+    }
+    const std::string& chunk = msg.chunk();
+    if (chunk.size() > rpc::kChunkBytes) {
+      return Error(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrFormat("upload: chunk of %d bytes exceeds %d", chunk.size(), rpc::kChunkBytes));
+    }
+    if (chunk.size() > size - received) {
+      return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                   absl::StrFormat("upload: more than the %d bytes the header announced", size));
+    }
+    if (absl::Status s = buf->Write(offset + received, chunk.data(), chunk.size()); !s.ok()) {
+      return ToGrpc(s);
+    }
+    if (digest.has_value()) hasher.Update(chunk.data(), chunk.size());
+    received += chunk.size();
+    if (options_.metrics != nullptr) options_.metrics->UploadBytes(chunk.size());
+  }
+  session->AddUploadedBytes(received);
+  if (received != size) {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                 absl::StrFormat("upload: received %d of %d bytes", received, size));
+  }
+  if (digest.has_value()) {
+    std::optional<rpc::Sha256Digest> got = hasher.Final();
+    if (!got.has_value() || *got != *digest) {
+      return Error(grpc::StatusCode::DATA_LOSS,
+                   absl::StrCat("upload: the bytes do not hash to the sha256 ",
+                                rpc::DigestHex(*digest), " given in the header"));
+    }
+    if (cache != nullptr) {
+      absl::Status stored;
+      if (const uint8_t* host = buf->HostPointer(offset); host != nullptr) {
+        stored = cache->Store(*digest, host, size);
+      } else {
+        std::string stage(size, '\0');
+        stored = buf->Read(offset, stage.data(), size);
+        if (stored.ok()) stored = cache->Store(*digest, stage.data(), size);
+      }
+      if (!stored.ok()) {
+        std::fprintf(stderr, "rpc-server: cache store failed: %s\n",
+                     std::string(stored.message()).c_str());
+      }
+      if (options_.metrics != nullptr) options_.metrics->SetCacheBytes(cache->total_bytes());
+    }
+  }
+  pb::UploadReply done;
+  done.set_received(received);
+  stream->Write(done);
+  return grpc::Status::OK;
+}
+
+namespace {
+
+// Streams [offset, offset + size) of buf in chunks; returns the bytes sent.
+grpc::Status StreamRange(const SessionBuffer& buf, uint64_t offset, uint64_t size,
+                         grpc::ServerContext* context, grpc::ServerWriter<pb::DataChunk>* writer,
+                         uint64_t* sent) {
+  if (absl::Status s = buf.CheckRange(offset, size); !s.ok()) return ToGrpc(s);
+  pb::DataChunk chunk;
+  *sent = 0;
+  while (*sent < size) {
+    if (context->IsCancelled()) return Error(grpc::StatusCode::CANCELLED, "cancelled");
+    const uint64_t n = std::min<uint64_t>(size - *sent, rpc::kChunkBytes);
+    std::string* data = chunk.mutable_data();
+    data->resize(n);
+    if (absl::Status s = buf.Read(offset + *sent, data->data(), n); !s.ok()) return ToGrpc(s);
+    if (!writer->Write(chunk)) return Error(grpc::StatusCode::CANCELLED, "client went away");
+    *sent += n;
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+grpc::Status TensorGridService::Download(grpc::ServerContext* context,
+                                         const pb::DownloadRequest* request,
+                                         grpc::ServerWriter<pb::DataChunk>* writer) {
+  if (grpc::Status s = CheckAuth(context); !s.ok()) return s;
+  std::shared_ptr<server::Session> session = FindSession(request->session_id());
+  if (session == nullptr) return Error(grpc::StatusCode::NOT_FOUND, "download: no such session");
+  absl::StatusOr<std::shared_ptr<SessionBuffer>> buf =
+      session->FindBuffer(request->range().buffer());
+  if (!buf.ok()) return ToGrpc(buf.status());
+  uint64_t sent = 0;
+  grpc::Status st = StreamRange(**buf, request->range().offset(), request->range().size(), context,
+                                writer, &sent);
+  if (options_.metrics != nullptr) options_.metrics->DownloadBytes(sent);
+  return st;
+}
+
+grpc::Status TensorGridService::PeerCopy(grpc::ServerContext* context,
+                                         const pb::PeerCopyRequest* request,
+                                         grpc::ServerWriter<pb::DataChunk>* writer) {
+  // The grant is the capability: no bearer token (servers do not share clients' tokens).
+  std::shared_ptr<SessionBuffer> buf = grants_.Find(request->grant());
+  if (buf == nullptr) {
+    return Error(grpc::StatusCode::NOT_FOUND, "peer copy: unknown or revoked grant");
+  }
+  uint64_t sent = 0;
+  grpc::Status st = StreamRange(*buf, request->offset(), request->size(), context, writer, &sent);
+  if (options_.metrics != nullptr) options_.metrics->PeerCopyBytes(sent);
+  return st;
+}
+
+}  // namespace tg::server

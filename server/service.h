@@ -1,0 +1,77 @@
+// TensorGridService: the tensorgrid.v1 gRPC service (sync API). Owns the server-wide
+// session table and grant table; Session streams create and destroy Sessions, Upload and
+// Download reach into them by session id, PeerCopy serves grants to other servers.
+// Thread-safe (gRPC calls every method from its own threads).
+#ifndef TENSORGRID_SERVER_SERVICE_H_
+#define TENSORGRID_SERVER_SERVICE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "core/backend.h"
+#include "server/grant_table.h"
+#include "server/peer_client.h"
+#include "server/session.h"
+#include "tensorgrid/v1/tensorgrid.grpc.pb.h"
+
+namespace tg::server {
+
+class BlobCache;
+class Metrics;
+
+struct ServiceOptions {
+  std::vector<Device*> devices;  // exposed in this order (DeviceInfo.index).
+  std::string auth_token;        // empty: no bearer token required.
+  int max_sessions = 64;
+  uint64_t session_mem_limit = 0;  // bytes; 0 = no limit.
+  BlobCache* cache = nullptr;      // --cache; may be null.
+  Metrics* metrics = nullptr;      // may be null.
+  std::string peer_tls_ca_pem;     // CA for PeerPull channels; empty = plaintext.
+};
+
+class TensorGridService final : public ::tensorgrid::v1::TensorGrid::Service {
+ public:
+  explicit TensorGridService(ServiceOptions options);
+  ~TensorGridService() override;
+
+  grpc::Status Hello(grpc::ServerContext* context, const ::tensorgrid::v1::HelloRequest* request,
+                     ::tensorgrid::v1::HelloReply* reply) override;
+  grpc::Status Session(grpc::ServerContext* context,
+                       grpc::ServerReaderWriter<::tensorgrid::v1::SessionReply,
+                                                ::tensorgrid::v1::SessionRequest>* stream) override;
+  grpc::Status Upload(grpc::ServerContext* context,
+                      grpc::ServerReaderWriter<::tensorgrid::v1::UploadReply,
+                                               ::tensorgrid::v1::UploadMessage>* stream) override;
+  grpc::Status Download(grpc::ServerContext* context,
+                        const ::tensorgrid::v1::DownloadRequest* request,
+                        grpc::ServerWriter<::tensorgrid::v1::DataChunk>* writer) override;
+  grpc::Status PeerCopy(grpc::ServerContext* context,
+                        const ::tensorgrid::v1::PeerCopyRequest* request,
+                        grpc::ServerWriter<::tensorgrid::v1::DataChunk>* writer) override;
+
+  const std::string& server_id() const { return server_id_; }
+  size_t active_sessions() const ABSL_LOCKS_EXCLUDED(mu_);
+  GrantTable& grants() { return grants_; }
+
+ private:
+  grpc::Status CheckAuth(const grpc::ServerContext* context) const;
+  std::shared_ptr<server::Session> FindSession(const std::string& id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  const ServiceOptions options_;
+  const std::string server_id_;
+  std::vector<std::vector<uint32_t>> supported_ops_;  // per device.
+  GrantTable grants_;
+  PeerClient peers_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<server::Session>> sessions_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tg::server
+
+#endif  // TENSORGRID_SERVER_SERVICE_H_

@@ -1,0 +1,132 @@
+#include "server/session_buffer.h"
+
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+
+namespace tg::server {
+
+SessionBuffer::SessionBuffer(std::unique_ptr<Buffer> buffer, int device_index, uint64_t size,
+                             std::function<void(uint64_t)> on_destroy)
+    : buffer_(std::move(buffer)),
+      device_index_(device_index),
+      size_(size),
+      on_destroy_(std::move(on_destroy)) {}
+
+SessionBuffer::~SessionBuffer() {
+  buffer_.reset();
+  if (on_destroy_) on_destroy_(size_);
+}
+
+absl::Status SessionBuffer::CheckRange(uint64_t offset, uint64_t size) const {
+  if (offset > size_ || size > size_ - offset) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "range of %d bytes at offset %d lies outside the buffer of %d bytes", size, offset, size_));
+  }
+  return absl::OkStatus();
+}
+
+uint8_t* SessionBuffer::HostPointer(uint64_t offset) const {
+  if (!buffer_->type()->is_host() || buffer_->base() == nullptr) return nullptr;
+  return static_cast<uint8_t*>(buffer_->base()) + offset;
+}
+
+Tensor SessionBuffer::Window(uint64_t offset, uint64_t size) const {
+  // Byte-addressed window for non-host memory: an f32 "tensor" of one element per dim-0 and
+  // size-3 rows of stride 1 spans exactly `size` bytes (f16 likewise for 2..3 bytes).
+  Tensor t;
+  t.buffer = buffer_.get();
+  t.data = static_cast<uint8_t*>(buffer_->base()) + offset;
+  if (size >= 4) {
+    t.type = DType::kF32;
+    t.ne[1] = static_cast<int64_t>(size - 3);
+    t.nb[0] = 4;
+  } else {
+    t.type = DType::kF16;
+    t.ne[1] = static_cast<int64_t>(size >= 1 ? size - 1 : 1);
+    t.nb[0] = 2;
+  }
+  t.nb[1] = t.nb[2] = t.nb[3] = 1;
+  return t;
+}
+
+absl::Status SessionBuffer::Write(uint64_t offset, const void* data, uint64_t size) {
+  TG_RETURN_IF_ERROR(CheckRange(offset, size));
+  if (size == 0) return absl::OkStatus();
+  if (uint8_t* p = HostPointer(offset); p != nullptr) {
+    std::memcpy(p, data, size);
+    return absl::OkStatus();
+  }
+  if (size < 2) return absl::UnimplementedError("1-byte writes into device memory");
+  Tensor w = Window(offset, size);
+  return buffer_->SetTensor(&w, data, 0, size);
+}
+
+absl::Status SessionBuffer::Read(uint64_t offset, void* data, uint64_t size) const {
+  TG_RETURN_IF_ERROR(CheckRange(offset, size));
+  if (size == 0) return absl::OkStatus();
+  if (const uint8_t* p = HostPointer(offset); p != nullptr) {
+    std::memcpy(data, p, size);
+    return absl::OkStatus();
+  }
+  if (size < 2) return absl::UnimplementedError("1-byte reads from device memory");
+  Tensor w = Window(offset, size);
+  return buffer_->GetTensor(&w, data, 0, size);
+}
+
+absl::Status SessionBuffer::Memset(uint64_t offset, uint8_t value, uint64_t size) {
+  TG_RETURN_IF_ERROR(CheckRange(offset, size));
+  if (size == 0) return absl::OkStatus();
+  if (uint8_t* p = HostPointer(offset); p != nullptr) {
+    std::memset(p, value, size);
+    return absl::OkStatus();
+  }
+  if (size < 2) return absl::UnimplementedError("1-byte memset of device memory");
+  Tensor w = Window(offset, size);
+  return buffer_->MemsetTensor(&w, value, 0, size);
+}
+
+absl::Status SessionBuffer::Copy(const SessionBuffer& src, uint64_t src_offset, SessionBuffer& dst,
+                                 uint64_t dst_offset, uint64_t size) {
+  TG_RETURN_IF_ERROR(src.CheckRange(src_offset, size));
+  TG_RETURN_IF_ERROR(dst.CheckRange(dst_offset, size));
+  if (size == 0) return absl::OkStatus();
+  const uint8_t* s = src.HostPointer(src_offset);
+  uint8_t* d = dst.HostPointer(dst_offset);
+  if (s != nullptr && d != nullptr) {
+    std::memmove(d, s, size);  // the same buffer may overlap.
+    return absl::OkStatus();
+  }
+  if (&src != &dst && size >= 2) {
+    Tensor ws = src.Window(src_offset, size);
+    Tensor wd = dst.Window(dst_offset, size);
+    if (dst.buffer_->CopyFrom(&ws, &wd).ok()) return absl::OkStatus();
+  }
+  // Through host memory, in bounded pieces.
+  constexpr uint64_t kStage = uint64_t{4} << 20;
+  std::vector<uint8_t> stage(std::min(size, kStage));
+  if (&src == &dst && dst_offset > src_offset && dst_offset - src_offset < size) {
+    // Overlapping move forward inside one buffer: copy from the end.
+    uint64_t left = size;
+    while (left > 0) {
+      const uint64_t n = std::min(left, kStage);
+      left -= n;
+      TG_RETURN_IF_ERROR(src.Read(src_offset + left, stage.data(), n));
+      TG_RETURN_IF_ERROR(dst.Write(dst_offset + left, stage.data(), n));
+    }
+    return absl::OkStatus();
+  }
+  for (uint64_t done = 0; done < size;) {
+    const uint64_t n = std::min(size - done, kStage);
+    TG_RETURN_IF_ERROR(src.Read(src_offset + done, stage.data(), n));
+    TG_RETURN_IF_ERROR(dst.Write(dst_offset + done, stage.data(), n));
+    done += n;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tg::server

@@ -1,0 +1,55 @@
+// SessionBuffer: one buffer a session allocated, with range-checked byte access. Shared
+// (shared_ptr) between the session's handle table, in-flight Upload/Download/PeerCopy
+// streams and peer grants, so that freeing a handle never pulls memory from under a stream.
+#ifndef TENSORGRID_SERVER_SESSION_BUFFER_H_
+#define TENSORGRID_SERVER_SESSION_BUFFER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "core/backend.h"
+
+namespace tg::server {
+
+class SessionBuffer {
+ public:
+  // `on_destroy` runs in the destructor (metrics bookkeeping); may be empty.
+  SessionBuffer(std::unique_ptr<Buffer> buffer, int device_index, uint64_t size,
+                std::function<void(uint64_t)> on_destroy);
+  ~SessionBuffer();
+  SessionBuffer(const SessionBuffer&) = delete;
+  SessionBuffer& operator=(const SessionBuffer&) = delete;
+
+  Buffer* buffer() const { return buffer_.get(); }
+  int device_index() const { return device_index_; }
+  uint64_t size() const { return size_; }  // what the client asked for (and may address).
+
+  // OUT_OF_RANGE-free: every range error is INVALID_ARGUMENT naming the range and size.
+  absl::Status CheckRange(uint64_t offset, uint64_t size) const;
+  absl::Status Write(uint64_t offset, const void* data, uint64_t size);
+  absl::Status Read(uint64_t offset, void* data, uint64_t size) const;
+  absl::Status Memset(uint64_t offset, uint8_t value, uint64_t size);
+  // Host address of byte `offset`, or nullptr when the memory is not host memory.
+  uint8_t* HostPointer(uint64_t offset) const;
+
+  // Copies [src_offset, +size) of src into [dst_offset, +size) of dst (ranges checked; the
+  // same buffer and overlapping ranges are fine).
+  static absl::Status Copy(const SessionBuffer& src, uint64_t src_offset, SessionBuffer& dst,
+                           uint64_t dst_offset, uint64_t size);
+
+ private:
+  // A tensor spanning [offset, offset + size) of the buffer, for the Buffer byte API.
+  Tensor Window(uint64_t offset, uint64_t size) const;
+
+  std::unique_ptr<Buffer> buffer_;
+  int device_index_;
+  uint64_t size_;
+  std::function<void(uint64_t)> on_destroy_;
+};
+
+}  // namespace tg::server
+
+#endif  // TENSORGRID_SERVER_SESSION_BUFFER_H_
