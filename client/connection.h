@@ -35,7 +35,7 @@ class Connection {
  public:
   using Reply = tensorgrid::v1::SessionReply;
   using Request = tensorgrid::v1::SessionRequest;
-  using ReplyHandler = std::function<absl::Status(const Reply&)>;
+  using ReplyHandler = std::function<absl::Status(Reply&)>;  // may move data out.
 
   // Connects, checks protocol version and op table (FAILED_PRECONDITION on a mismatch) and
   // opens the session. UNAVAILABLE names the endpoint when the server cannot be reached.

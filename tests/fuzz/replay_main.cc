@@ -1,4 +1,4 @@
-// gguf_fuzz_replay: runs the fuzz entry point over files and directories without libFuzzer
+// *_fuzz_replay (gguf, rpc_session): runs the fuzz entry point over files and directories without libFuzzer
 // (gcc builds, CI). With --mutations=N it also replays N deterministic byte-level mutations of
 // each input, a poor man's fuzzing that still exercises the error paths under the sanitizers.
 #include <algorithm>
@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
     }
   }
   if (inputs.empty()) {
-    std::fprintf(stderr, "usage: gguf_fuzz_replay [--mutations=N] FILE_OR_DIR...\n");
+    std::fprintf(stderr, "usage: %s [--mutations=N] FILE_OR_DIR...\n", argv[0]);
     return kExitUsage;
   }
   std::vector<std::filesystem::path> files;
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     }
   }
   if (files.empty()) {
-    std::fprintf(stderr, "gguf_fuzz_replay: no input files\n");
+    std::fprintf(stderr, "%s: no input files\n", argv[0]);
     return 1;
   }
   std::sort(files.begin(), files.end());  // a stable order, so mutations reproduce.
@@ -82,13 +82,13 @@ int main(int argc, char** argv) {
   for (const std::filesystem::path& f : files) {
     std::vector<uint8_t> bytes;
     if (!ReadFile(f, &bytes)) {
-      std::fprintf(stderr, "gguf_fuzz_replay: cannot read %s\n", f.c_str());
+      std::fprintf(stderr, "%s: cannot read %s\n", argv[0], f.c_str());
       return 1;
     }
     total_bytes += bytes.size();
     RunInput(bytes, mutations, &rng);
   }
-  std::printf("gguf_fuzz_replay: %zu inputs (%zu bytes), %d mutations each: no crash\n",
-              files.size(), total_bytes, mutations);
+  std::printf("%s: %zu inputs (%zu bytes), %d mutations each: no crash\n",
+              std::filesystem::path(argv[0]).filename().c_str(), files.size(), total_bytes, mutations);
   return 0;
 }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# RPC benchmarks for docs/benchmarks.md, side by side in one run:
+#   1. tg-bench pp512/tg128 of the synthetic 15M-shape Q8_0 model locally and through one
+#      rpc-server on loopback (same thread count on both sides);
+#   2. rpc_bench: session round trip, upload MB/s against a plain gRPC byte stream;
+#   3. model load time: local, over RPC with a cold cache, over RPC with a warm cache.
+# Usage: bash scripts/bench_rpc.sh [THREADS] [REPS]   (build/release must be built)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+threads=${1:-2}
+reps=${2:-5}
+bin=build/release
+model=${TG_BENCH_MODEL:-/tmp/tg-bench-15m-q8_0.gguf}
+[ -f "$model" ] || $bin/tools/tg-gguf/tg-gguf synth "$model" --dims 288,768,6,6,6,32000 --type q8_0 >/dev/null
+work=$(mktemp -d)
+trap 'kill $(cat "$work"/pid 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
+
+start_server() {
+  $bin/server/rpc-server -p 0 --port-file "$work/port" -t "$threads" --cache "$work/cache" \
+      --metrics-port 0 >"$work/server.log" 2>&1 &
+  echo $! >"$work/pid"
+  for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.05; done
+  endpoint=127.0.0.1:$(cat "$work/port")
+}
+stop_server() { kill "$(cat "$work/pid")"; wait "$(cat "$work/pid")" 2>/dev/null || true; rm -f "$work/port"; }
+
+echo "## tg-bench, local vs one rpc-server on loopback ($threads threads each)"
+$bin/tools/tg-bench/tg-bench -m "$model" -p 512 -n 128 -r "$reps" -t "$threads"
+start_server
+$bin/tools/tg-bench/tg-bench -m "$model" -p 512 -n 128 -r "$reps" -t "$threads" --rpc "$endpoint" | tail -n 2
+stop_server
+
+echo; echo "## rpc_bench"
+$bin/bench/rpc_bench --mb 256 --round-trips 5000
+
+echo; echo "## load time (tg-run -n 1, wall seconds)"
+t() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>&1; e=$(date +%s.%N); awk -v s="$s" -v e="$e" "BEGIN{printf \"%.2f\", e - s}"; }
+echo "local:           $(t $bin/tools/tg-run/tg-run -m "$model" -n 1 -t "$threads")"
+rm -rf "$work/cache"
+start_server
+echo "rpc, cold cache: $(t $bin/tools/tg-run/tg-run -m "$model" -n 1 -t "$threads" --rpc "$endpoint")"
+stop_server
+start_server
+echo "rpc, warm cache: $(t $bin/tools/tg-run/tg-run -m "$model" -n 1 -t "$threads" --rpc "$endpoint") (server restarted on the same --cache)"
+stop_server
