@@ -8,6 +8,7 @@
 Each server runs with TG_CPU_DEVICES=<devices> and -d 0,1,..., binds port 0 and reports the
 port through --port-file, so tests never collide on ports.
 """
+import argparse
 import os
 import re
 import signal
@@ -16,6 +17,34 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+
+
+SKIP = 77  # ctest's SKIP_RETURN_CODE for these tests.
+
+
+def model_test_args(extra=None):
+    """The arguments every model test takes (--tg-run, --rpc-server, --model) plus `extra`,
+    a list of (flag, add_argument kwargs)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tg-run", required=True)
+    ap.add_argument("--rpc-server", required=True)
+    ap.add_argument("--model", required=True)
+    for flag, kwargs in extra or []:
+        ap.add_argument(flag, **kwargs)
+    return ap.parse_args()
+
+
+def model_missing(path):
+    """True (after saying so) when the test model is absent: the test is skipped."""
+    if os.path.exists(path):
+        return False
+    print(f"skipped: model {path} not found")
+    return True
+
+
+def local_env():
+    """The environment of a client run: one local CPU device whatever the caller set."""
+    return {k: v for k, v in os.environ.items() if k != "TG_CPU_DEVICES"}
 
 
 def free_port():

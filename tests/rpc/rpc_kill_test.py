@@ -11,7 +11,6 @@
    and still generate local -sm none's tokens.
 Exit 0 pass, 1 fail, 77 skipped (model missing).
 """
-import argparse
 import json
 import os
 import subprocess
@@ -20,19 +19,14 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rpc_cluster import Cluster  # noqa: E402
+from rpc_cluster import SKIP, Cluster, local_env, model_missing, model_test_args  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tg-run", required=True)
-    ap.add_argument("--rpc-server", required=True)
-    ap.add_argument("--model", required=True)
-    a = ap.parse_args()
-    if not os.path.exists(a.model):
-        print(f"skipped: model {a.model} not found")
-        return 77
-    env = {k: v for k, v in os.environ.items() if k != "TG_CPU_DEVICES"}
+    a = model_test_args()
+    if model_missing(a.model):
+        return SKIP
+    env = local_env()
     ok = True
     with tempfile.TemporaryDirectory(prefix="tg-cache-") as cache:
         with Cluster(a.rpc_server, n=1, devices=2, extra=["--cache", cache]) as c:

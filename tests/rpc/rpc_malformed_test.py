@@ -8,7 +8,6 @@ rpc_malformed_client (every bad request must get its code) while the generation 
 flight, then checks that the generation finished with local -sm none's tokens.
 Exit 0 pass, 1 fail, 77 skipped (model missing).
 """
-import argparse
 import json
 import os
 import subprocess
@@ -16,21 +15,14 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rpc_cluster import Cluster  # noqa: E402
+from rpc_cluster import SKIP, Cluster, local_env, model_missing, model_test_args  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tg-run", required=True)
-    ap.add_argument("--rpc-server", required=True)
-    ap.add_argument("--client", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--n", type=int, default=3000)
-    a = ap.parse_args()
-    if not os.path.exists(a.model):
-        print(f"skipped: model {a.model} not found")
-        return 77
-    env = {k: v for k, v in os.environ.items() if k != "TG_CPU_DEVICES"}
+    a = model_test_args([("--client", dict(required=True)), ("--n", dict(type=int, default=3000))])
+    if model_missing(a.model):
+        return SKIP
+    env = local_env()
     common = ["-m", a.model, "-n", str(a.n), "-c", "4096", "--temp", "0", "--json", "-t", "1"]
     base = subprocess.run([a.tg_run] + common, capture_output=True, text=True, env=env)
     want = json.loads(base.stdout)["tokens"]

@@ -7,7 +7,6 @@ Every client's 32 greedy tokens must equal local -sm none's; after all have left
 server's metrics must show zero buffers and zero bytes held, and it must have seen every
 session. Exit 0 pass, 1 fail, 77 skipped (model missing).
 """
-import argparse
 import json
 import os
 import subprocess
@@ -15,21 +14,14 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rpc_cluster import Cluster  # noqa: E402
+from rpc_cluster import SKIP, Cluster, local_env, model_missing, model_test_args  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tg-run", required=True)
-    ap.add_argument("--rpc-server", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--clients", type=int, default=16)
-    ap.add_argument("--n", type=int, default=32)
-    a = ap.parse_args()
-    if not os.path.exists(a.model):
-        print(f"skipped: model {a.model} not found")
-        return 77
-    env = {k: v for k, v in os.environ.items() if k != "TG_CPU_DEVICES"}
+    a = model_test_args([("--clients", dict(type=int, default=16)), ("--n", dict(type=int, default=32))])
+    if model_missing(a.model):
+        return SKIP
+    env = local_env()
     common = ["-m", a.model, "-n", str(a.n), "--temp", "0", "--json", "-t", "1"]
     base = subprocess.run([a.tg_run] + common, capture_output=True, text=True, env=env)
     if base.returncode != 0:

@@ -9,7 +9,6 @@ with -sm none, then with --rpc over every remote device (plus the local CPU with
 and -sm MODE. Passes when the 64 greedy tokens are identical and every top-5 logit is within
 --tol. Exit 0 pass, 1 fail, 77 skipped (model missing).
 """
-import argparse
 import json
 import os
 import subprocess
@@ -17,7 +16,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rpc_cluster import Cluster  # noqa: E402
+from rpc_cluster import SKIP, Cluster, local_env, model_missing, model_test_args  # noqa: E402
 
 
 def tg_run(binary, model, n, extra, env=None):
@@ -55,20 +54,13 @@ def compare(base, other, tol, label):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tg-run", required=True)
-    ap.add_argument("--rpc-server", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--mode", choices=["layer", "tensor"], required=True)
-    ap.add_argument("--servers", type=int, default=2)
-    ap.add_argument("--local", action="store_true", help="add the local CPU device")
-    ap.add_argument("--n", type=int, default=64)
-    ap.add_argument("--tol", type=float, default=1e-4)
-    a = ap.parse_args()
-    if not os.path.exists(a.model):
-        print(f"skipped: model {a.model} not found")
-        return 77
-    env = {k: v for k, v in os.environ.items() if k != "TG_CPU_DEVICES"}
+    a = model_test_args([("--mode", dict(choices=["layer", "tensor"], required=True)),
+                         ("--servers", dict(type=int, default=2)),
+                         ("--local", dict(action="store_true", help="add the local CPU device")),
+                         ("--n", dict(type=int, default=64)), ("--tol", dict(type=float, default=1e-4))])
+    if model_missing(a.model):
+        return SKIP
+    env = local_env()
     base = tg_run(a.tg_run, a.model, a.n, ["-sm", "none"], env)
     if base is None:
         return 1

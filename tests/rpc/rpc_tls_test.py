@@ -9,7 +9,6 @@ token give local -sm none's tokens; no token, a wrong token, the untrusted CA an
 client are refused with a clear error. Also: binding 0.0.0.0 without TLS and a token needs
 --insecure. Exit 0 pass, 1 fail, 77 skipped (model or openssl missing).
 """
-import argparse
 import json
 import os
 import shutil
@@ -18,7 +17,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rpc_cluster import Cluster  # noqa: E402
+from rpc_cluster import SKIP, Cluster, local_env, model_missing, model_test_args  # noqa: E402
 
 
 def openssl(*args, cwd):
@@ -42,18 +41,13 @@ def make_pki(d):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tg-run", required=True)
-    ap.add_argument("--rpc-server", required=True)
-    ap.add_argument("--model", required=True)
-    a = ap.parse_args()
-    if not os.path.exists(a.model):
-        print(f"skipped: model {a.model} not found")
-        return 77
+    a = model_test_args()
+    if model_missing(a.model):
+        return SKIP
     if shutil.which("openssl") is None:
         print("skipped: openssl not installed")
-        return 77
-    env = {k: v for k, v in os.environ.items() if k != "TG_CPU_DEVICES"}
+        return SKIP
+    env = local_env()
     common = ["-m", a.model, "-n", "16", "--temp", "0", "--json", "-t", "1"]
     base = subprocess.run([a.tg_run] + common, capture_output=True, text=True, env=env)
     want = json.loads(base.stdout)["tokens"]
