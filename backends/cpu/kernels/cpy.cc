@@ -48,7 +48,9 @@ void ParallelMemcpy(const ComputeParams& p, void* dst, const void* src, int64_t 
   begin *= kCopyGrain;
   end = std::min(end * kCopyGrain, bytes);
   if (begin < end) {
-    std::memcpy(static_cast<uint8_t*>(dst) + begin, static_cast<const uint8_t*>(src) + begin,
+    // memmove: a graph from the network may alias source and destination; the result is
+    // then unspecified but the copy stays defined behaviour.
+    std::memmove(static_cast<uint8_t*>(dst) + begin, static_cast<const uint8_t*>(src) + begin,
                 end - begin);
   }
 }

@@ -191,7 +191,7 @@ void ComputeRope(const ComputeParams& p, Tensor* dst) {
     } else {
       RotateNormal(d, x, cs, sn, r.n_dims);
     }
-    if (d != x) std::memcpy(d + r.n_dims, x + r.n_dims, (head_dim - r.n_dims) * sizeof(float));
+    if (d != x) std::memmove(d + r.n_dims, x + r.n_dims, (head_dim - r.n_dims) * sizeof(float));
   }
 }
 

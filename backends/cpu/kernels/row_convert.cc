@@ -145,20 +145,22 @@ void StoreF32(const TypeInfo& info, const float* in, void* dst, size_t stride, i
   }
 }
 
-// Same type: bits are copied as they are.
+// Same type: bits are copied as they are. memmove throughout: a graph from the network may
+// alias source and destination (SET_ROWS into its own source); the result is then
+// unspecified, but never undefined behaviour.
 void CopySameType(const TypeInfo& info, const void* src, size_t src_stride, void* dst,
                   size_t dst_stride, int64_t n) {
   const size_t es = info.block_bytes;
   if (info.quantized || (src_stride == es && dst_stride == es)) {
-    std::memcpy(dst, src, info.Bytes(n, es));
+    std::memmove(dst, src, info.Bytes(n, es));
     return;
   }
   const auto* s = static_cast<const uint8_t*>(src);
   auto* d = static_cast<uint8_t*>(dst);
   if (es == sizeof(uint32_t)) {
-    for (int64_t i = 0; i < n; ++i) std::memcpy(d + i * dst_stride, s + i * src_stride, 4);
+    for (int64_t i = 0; i < n; ++i) std::memmove(d + i * dst_stride, s + i * src_stride, 4);
   } else {
-    for (int64_t i = 0; i < n; ++i) std::memcpy(d + i * dst_stride, s + i * src_stride, 2);
+    for (int64_t i = 0; i < n; ++i) std::memmove(d + i * dst_stride, s + i * src_stride, 2);
   }
 }
 
