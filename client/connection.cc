@@ -171,6 +171,13 @@ absl::Status Connection::SendLocked(Request& request) {
 
 absl::Status Connection::QueueWrite(uint64_t buffer, uint64_t offset, const void* data,
                                     size_t size) {
+  bool full;
+  {
+    absl::MutexLock lock(&mu_);
+    full = queued_bytes_ + size > kMaxQueuedWriteBytes;
+  }
+  // Flushed writes go out now: an upload still in flight to the same range must land first.
+  if (full) TG_RETURN_IF_ERROR(WaitUploads());
   absl::MutexLock lock(&mu_);
   if (!broken_.ok()) return broken_;
   if (queued_bytes_ + size > kMaxQueuedWriteBytes) TG_RETURN_IF_ERROR(FlushWritesLocked());
