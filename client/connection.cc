@@ -158,6 +158,12 @@ absl::Status Connection::FlushWritesLocked() {
 
 absl::Status Connection::SendLocked(Request& request) {
   if (!broken_.ok()) return broken_;
+  // A command that may write makes the outputs an earlier Compute returned stale. (A freed
+  // buffer's outputs go in ForgetBuffer.)
+  if (!request.has_read() && !request.has_alloc_buffer() && !request.has_free_buffer() &&
+      !request.has_grant_peer_read() && !request.has_cache_stats()) {
+    ClearInlineOutputs();
+  }
   if (request.has_compute()) {
     // The queued writes are the graph's inputs: they travel in the same message.
     for (pb::WriteRange& w : queued_writes_) *request.mutable_compute()->add_inputs() = std::move(w);
@@ -178,6 +184,7 @@ absl::Status Connection::QueueWrite(uint64_t buffer, uint64_t offset, const void
   }
   // Flushed writes go out now: an upload still in flight to the same range must land first.
   if (full) TG_RETURN_IF_ERROR(WaitUploads());
+  ClearInlineOutputs();
   absl::MutexLock lock(&mu_);
   if (!broken_.ok()) return broken_;
   if (queued_bytes_ + size > kMaxQueuedWriteBytes) TG_RETURN_IF_ERROR(FlushWritesLocked());
@@ -229,7 +236,6 @@ absl::StatusOr<Connection::Reply> Connection::Call(Request request) {
   TG_RETURN_IF_ERROR(WaitUploads());
   absl::MutexLock lock(&mu_);
   TG_RETURN_IF_ERROR(SendLocked(request));
-  ++stats_.round_trips;
   // An error of an earlier posted command wins, but this command's reply is still read so
   // that the stream stays in step.
   absl::Status earlier = DrainLocked();
@@ -258,7 +264,6 @@ absl::Status Connection::Post(Request request, ReplyHandler on_reply) {
 absl::Status Connection::Drain() {
   TG_RETURN_IF_ERROR(WaitUploads());
   absl::MutexLock lock(&mu_);
-  if (!pending_.empty()) ++stats_.round_trips;
   return DrainLocked();
 }
 
@@ -317,9 +322,6 @@ absl::StatusOr<UploadResult> Connection::UploadOne(const UploadJob& job) {
   if (!s.ok()) {
     return FromGrpc(s, endpoint_, absl::StrFormat("upload of %d bytes", job.bytes.size()));
   }
-  absl::MutexLock lock(&mu_);
-  stats_.uploaded_bytes += result.sent;
-  stats_.cache_hit_bytes += result.skipped;
   return result;
 }
 
@@ -412,11 +414,6 @@ void Connection::ForgetBuffer(uint64_t buffer) {
   inline_outputs_.erase(std::remove_if(inline_outputs_.begin(), inline_outputs_.end(),
                                        [buffer](const InlineOutput& o) { return o.buffer == buffer; }),
                         inline_outputs_.end());
-}
-
-Connection::Stats Connection::stats() const {
-  absl::MutexLock lock(&mu_);
-  return stats_;
 }
 
 }  // namespace tg::rpc

@@ -70,10 +70,10 @@ class Connection {
   absl::Status Download(uint64_t buffer, uint64_t offset, void* data, size_t size);
 
   // Output bytes returned inline by the last Compute(s), valid until the next command that
-  // writes. True when [offset, offset+size) of `buffer` was among them (copied into data).
+  // may write (the Connection drops them itself when it sends one). True when
+  // [offset, offset+size) of `buffer` was among them (copied into data).
   bool ReadInlineOutput(uint64_t buffer, uint64_t offset, void* data, size_t size);
   void AddInlineOutput(uint64_t buffer, uint64_t offset, std::string bytes);
-  void ClearInlineOutputs();
 
   // True when the server holds the graph of `key` (sent recently); otherwise records that it
   // is being sent now. The server keeps more graphs than this remembers, so a key-only
@@ -86,13 +86,6 @@ class Connection {
   absl::StatusOr<std::string> PeerReadGrant(uint64_t buffer);
   void ForgetBuffer(uint64_t buffer);
 
-  // Client-side counters (tg-bench, logs).
-  struct Stats {
-    uint64_t round_trips = 0;
-    uint64_t uploaded_bytes = 0;   // sent over Upload.
-    uint64_t cache_hit_bytes = 0;  // Upload answered "have it".
-  };
-  Stats stats() const;
 
  private:
   Connection(std::string endpoint, ClientOptions options);
@@ -106,6 +99,7 @@ class Connection {
   absl::Status ReplyStatus(const Reply& reply) const;
   void AddAuth(grpc::ClientContext* context) const;
   absl::StatusOr<UploadResult> UploadOne(const UploadJob& job);
+  void ClearInlineOutputs();
 
   const std::string endpoint_;
   const ClientOptions options_;
@@ -136,7 +130,6 @@ class Connection {
   std::vector<InlineOutput> inline_outputs_ ABSL_GUARDED_BY(outputs_mu_);
   std::deque<uint64_t> sent_graphs_ ABSL_GUARDED_BY(outputs_mu_);  // most recent last.
   absl::flat_hash_map<uint64_t, std::string> grants_ ABSL_GUARDED_BY(mu_);
-  Stats stats_ ABSL_GUARDED_BY(mu_);
 
   std::unique_ptr<UploadPool> uploads_;
 };

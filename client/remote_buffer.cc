@@ -64,7 +64,6 @@ absl::Status RemoteBuffer::SetTensor(Tensor* t, const void* data, size_t offset,
     return connection_->Upload(handle_, at, data, size, /*cacheable=*/true);
   }
   if (size > kInlineWriteBytes) return connection_->Upload(handle_, at, data, size, false);
-  connection_->ClearInlineOutputs();
   return connection_->QueueWrite(handle_, at, data, size);
 }
 
@@ -91,7 +90,6 @@ absl::Status RemoteBuffer::GetTensor(const Tensor* t, void* data, size_t offset,
 
 absl::Status RemoteBuffer::MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) {
   TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
-  connection_->ClearInlineOutputs();
   pb::SessionRequest request;
   pb::Range* r = request.mutable_memset()->mutable_range();
   r->set_buffer(handle_);
@@ -113,7 +111,6 @@ absl::Status RemoteBuffer::CopyFrom(const Tensor* src, Tensor* dst) {
   auto* remote = dynamic_cast<RemoteBuffer*>(src->buffer);
   if (remote == nullptr) return absl::UnimplementedError("copy from a non-host local device");
   TG_RETURN_IF_ERROR(CheckTensorRange(*src, 0, bytes));
-  connection_->ClearInlineOutputs();
   if (remote->connection_ == connection_) {
     // Same server: it copies device to device (or inside one device) itself.
     pb::SessionRequest request;
@@ -142,7 +139,6 @@ absl::Status RemoteBuffer::CopyFrom(const Tensor* src, Tensor* dst) {
 }
 
 absl::Status RemoteBuffer::Clear(uint8_t value) {
-  connection_->ClearInlineOutputs();
   pb::SessionRequest request;
   request.mutable_clear_buffer()->set_buffer(handle_);
   request.mutable_clear_buffer()->set_value(value);

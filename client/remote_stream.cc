@@ -57,7 +57,6 @@ absl::Status RemoteStream::Compute(Graph& graph) {
     r->set_size(bytes);
     outputs.emplace_back(buffer->handle(), buffer->OffsetOf(*node));
   }
-  connection->ClearInlineOutputs();
   ++splits_;
   std::shared_ptr<std::atomic<int64_t>> compute_ns = compute_ns_;
   return connection->Post(
