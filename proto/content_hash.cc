@@ -21,6 +21,25 @@ Sha256Digest Sha256(const void* data, size_t size) {
   return digest;
 }
 
+Sha256Stream::Sha256Stream() : ctx_(EVP_MD_CTX_new()) {
+  ok_ = ctx_ != nullptr && EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) == 1;
+}
+
+Sha256Stream::~Sha256Stream() { EVP_MD_CTX_free(ctx_); }
+
+void Sha256Stream::Update(const void* data, size_t size) {
+  ok_ = ok_ && EVP_DigestUpdate(ctx_, data, size) == 1;
+}
+
+std::optional<Sha256Digest> Sha256Stream::Final() {
+  Sha256Digest d{};
+  unsigned int len = 0;
+  if (!ok_ || EVP_DigestFinal_ex(ctx_, d.data(), &len) != 1 || len != d.size()) {
+    return std::nullopt;
+  }
+  return d;
+}
+
 std::string DigestHex(const Sha256Digest& digest) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string hex(2 * kSha256Bytes, '0');

@@ -4,12 +4,15 @@
 #define TENSORGRID_PROTO_CONTENT_HASH_H_
 
 #include <array>
+#include <optional>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+
+struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX, kept out of this header.
 
 namespace tg::rpc {
 
@@ -20,6 +23,22 @@ using Sha256Digest = std::array<uint8_t, kSha256Bytes>;
 // large buffers use the CPU's SHA extensions. OpenSSL fails only when it cannot allocate; the
 // result is then all zeros, which no verification will accept.
 Sha256Digest Sha256(const void* data, size_t size);
+
+// SHA-256 of bytes that arrive in pieces (rpc-server verifying an upload chunk by chunk).
+class Sha256Stream {
+ public:
+  Sha256Stream();
+  ~Sha256Stream();
+  Sha256Stream(const Sha256Stream&) = delete;
+  Sha256Stream& operator=(const Sha256Stream&) = delete;
+  void Update(const void* data, size_t size);
+  // The digest of everything given to Update; nullopt when OpenSSL failed (out of memory).
+  std::optional<Sha256Digest> Final();
+
+ private:
+  ::evp_md_ctx_st* ctx_;  // OpenSSL's EVP_MD_CTX.
+  bool ok_ = false;
+};
 
 // 64 lowercase hex digits.
 std::string DigestHex(const Sha256Digest& digest);

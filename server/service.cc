@@ -1,7 +1,6 @@
 #include "server/service.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 
 #include <cstdio>
 #include <optional>
@@ -53,30 +52,6 @@ std::vector<uint32_t> SupportedOps(Device* device) {
   }
   return ops;
 }
-
-// SHA-256 over a stream of chunks (OpenSSL EVP).
-class StreamingSha256 {
- public:
-  StreamingSha256() : ctx_(EVP_MD_CTX_new()) {
-    ok_ = ctx_ != nullptr && EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) == 1;
-  }
-  ~StreamingSha256() { EVP_MD_CTX_free(ctx_); }
-  void Update(const void* data, size_t size) {
-    ok_ = ok_ && EVP_DigestUpdate(ctx_, data, size) == 1;
-  }
-  std::optional<rpc::Sha256Digest> Final() {
-    rpc::Sha256Digest d{};
-    unsigned int len = 0;
-    if (!ok_ || EVP_DigestFinal_ex(ctx_, d.data(), &len) != 1 || len != d.size()) {
-      return std::nullopt;
-    }
-    return d;
-  }
-
- private:
-  EVP_MD_CTX* ctx_;
-  bool ok_ = false;
-};
 
 }  // namespace
 
@@ -252,7 +227,7 @@ grpc::Status TensorGridService::Upload(
   pb::UploadReply go;
   go.set_send(true);
   if (!stream->Write(go)) return Error(grpc::StatusCode::CANCELLED, "upload: client went away");
-  StreamingSha256 hasher;
+  rpc::Sha256Stream hasher;
   uint64_t received = 0;
   while (stream->Read(&msg)) {
     if (msg.part_case() != pb::UploadMessage::kChunk) {

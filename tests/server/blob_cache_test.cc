@@ -60,6 +60,20 @@ TEST(ContentHashTest, NistVectors) {
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
 }
 
+TEST(ContentHashTest, StreamInUnevenPiecesEqualsOneShot) {
+  rpc::Sha256Stream abc;
+  abc.Update("a", 1);
+  abc.Update("bc", 2);
+  EXPECT_EQ(DigestHex(abc.Final().value()),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const std::vector<uint8_t> data = RandomBytes(3 << 20, 11);
+  rpc::Sha256Stream stream;
+  for (size_t pos = 0, piece = 1; pos < data.size(); pos += piece, piece = piece * 3 + 7) {
+    stream.Update(data.data() + pos, std::min(piece, data.size() - pos));
+  }
+  EXPECT_EQ(stream.Final().value(), DigestOf(data));
+}
+
 TEST(ContentHashTest, MatchesSha256sumOnLargeBuffer) {
   const std::vector<uint8_t> data = RandomBytes(5 << 20, 7);
   const std::string path = absl::StrCat(::testing::TempDir(), "/tg_sha_", ::getpid(), ".bin");
