@@ -111,6 +111,12 @@ absl::Status LlamaSession::RunBatch(absl::Span<const int32_t> tokens, bool all_l
   return RunScheduled(tokens, all_logits, out);
 }
 
+absl::StatusOr<std::unique_ptr<LlamaGraph>> LlamaSession::BuildBatchGraph(
+    int64_t n_tokens, int64_t n_past, bool all_logits) const {
+  return BuildLlamaGraph(model_, *cache_, n_tokens, n_past, all_logits ? n_tokens : 1,
+                         options_.kv_pad);
+}
+
 absl::Status LlamaSession::FillInputs(const LlamaGraph& g, absl::Span<const int32_t> tokens,
                                       int64_t n_past) {
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -136,8 +142,7 @@ absl::Status LlamaSession::RunOnOneDevice(absl::Span<const int32_t> tokens, bool
                                           float* out) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n = static_cast<int64_t>(tokens.size());
-  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaGraph> g,
-                      BuildLlamaGraph(model_, *cache_, n, n_past_, all_logits ? n : 1, options_.kv_pad));
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaGraph> g, BuildBatchGraph(n, n_past_, all_logits));
   TG_RETURN_IF_ERROR(allocator_->Allocate(g->graph));
   TG_RETURN_IF_ERROR(FillInputs(*g, tokens, n_past_));
   timings_.build_us += MicrosSince(t0);
@@ -168,8 +173,7 @@ absl::Status LlamaSession::RunScheduled(absl::Span<const int32_t> tokens, bool a
                                         float* out) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n = static_cast<int64_t>(tokens.size());
-  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaGraph> g,
-                      BuildLlamaGraph(model_, *cache_, n, n_past_, all_logits ? n : 1, options_.kv_pad));
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaGraph> g, BuildBatchGraph(n, n_past_, all_logits));
   TG_ASSIGN_OR_RETURN(std::unique_ptr<ScheduledGraph> scheduled, scheduler_->Schedule(g->graph));
   TG_RETURN_IF_ERROR(FillInputs(*g, tokens, n_past_));
   timings_.build_us += MicrosSince(t0);
@@ -205,9 +209,7 @@ absl::Status LlamaSession::RunPipelined(absl::Span<const int32_t> tokens, bool a
   };
   auto submit = [&](InFlight& f, int slot, int64_t offset, int64_t size, bool last) {
     const auto t0 = std::chrono::steady_clock::now();
-    TG_ASSIGN_OR_RETURN(
-        f.graph, BuildLlamaGraph(model_, *cache_, size, n_past_ + offset, all_logits ? size : 1,
-                        options_.kv_pad));
+    TG_ASSIGN_OR_RETURN(f.graph, BuildBatchGraph(size, n_past_ + offset, all_logits));
     TG_ASSIGN_OR_RETURN(f.scheduled, scheduler_->Schedule(f.graph->graph, slot));
     TG_RETURN_IF_ERROR(FillInputs(*f.graph, tokens.subspan(offset, size), n_past_ + offset));
     f.out =

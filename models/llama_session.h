@@ -75,6 +75,9 @@ class LlamaSession {
   absl::Status RunScheduled(absl::Span<const int32_t> tokens, bool all_logits, float* out);
   absl::Status RunPipelined(absl::Span<const int32_t> tokens, bool all_logits, float* out);
   // Writes tokens, positions, the causal mask and the output row of a batch at n_past.
+  // The graph of one batch at n_past, with this session's logits choice and KV padding.
+  absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildBatchGraph(int64_t n_tokens, int64_t n_past,
+                                                              bool all_logits) const;
   absl::Status FillInputs(const LlamaGraph& g, absl::Span<const int32_t> tokens, int64_t n_past);
   void AddSchedulerTimes(const SchedulerStats& before);
 
