@@ -115,8 +115,9 @@ absl::Status Connection::Start() {
   Reply started;
   TG_RETURN_IF_ERROR(ReadOneLocked(&started));
   if (started.code() != 0 || !started.has_started()) {
-    return absl::Status(static_cast<absl::StatusCode>(started.code() ? started.code() : 13),
-                        absl::StrCat("rpc-server ", endpoint_, ": session refused: ", started.message()));
+    return absl::Status(
+        static_cast<absl::StatusCode>(started.code() ? started.code() : 13),
+        absl::StrCat("rpc-server ", endpoint_, ": session refused: ", started.message()));
   }
   session_id_ = started.started().session_id();
   uploads_ = std::make_unique<UploadPool>(
@@ -133,7 +134,8 @@ absl::Status Connection::BrokenLocked(absl::string_view what) {
                             s.error_code() == grpc::StatusCode::CANCELLED
                         ? absl::StatusCode::kUnavailable
                         : static_cast<absl::StatusCode>(s.error_code());
-  broken_ = absl::Status(code, absl::StrCat("rpc-server ", endpoint_, " is gone (", what, "): ", detail));
+  broken_ =
+      absl::Status(code, absl::StrCat("rpc-server ", endpoint_, " is gone (", what, "): ", detail));
   return broken_;
 }
 
@@ -166,7 +168,8 @@ absl::Status Connection::SendLocked(Request& request) {
   }
   if (request.has_compute()) {
     // The queued writes are the graph's inputs: they travel in the same message.
-    for (pb::WriteRange& w : queued_writes_) *request.mutable_compute()->add_inputs() = std::move(w);
+    for (pb::WriteRange& w : queued_writes_)
+      *request.mutable_compute()->add_inputs() = std::move(w);
     queued_writes_.clear();
     queued_bytes_ = 0;
   } else {
@@ -216,8 +219,8 @@ absl::Status Connection::DrainLocked() {
     Pending p = std::move(pending_.front());
     pending_.pop_front();
     if (reply.id() != p.id) {
-      broken_ = absl::InternalError(absl::StrFormat("rpc-server %s: reply %d out of order (want %d)",
-                                                    endpoint_, reply.id(), p.id));
+      broken_ = absl::InternalError(absl::StrFormat(
+          "rpc-server %s: reply %d out of order (want %d)", endpoint_, reply.id(), p.id));
       return broken_;
     }
     absl::Status s = ReplyStatus(reply);
@@ -284,7 +287,9 @@ absl::Status Connection::Upload(uint64_t buffer, uint64_t offset, const void* da
   return uploads_->Add(std::move(job));
 }
 
-absl::Status Connection::WaitUploads() { return uploads_ == nullptr ? absl::OkStatus() : uploads_->Wait(); }
+absl::Status Connection::WaitUploads() {
+  return uploads_ == nullptr ? absl::OkStatus() : uploads_->Wait();
+}
 
 absl::StatusOr<UploadResult> Connection::UploadOne(const UploadJob& job) {
   grpc::ClientContext context;
@@ -341,15 +346,16 @@ absl::Status Connection::Download(uint64_t buffer, uint64_t offset, void* data, 
     if (chunk.data().size() > size - got) {
       context.TryCancel();
       stream->Finish();
-      return absl::InternalError(absl::StrCat("rpc-server ", endpoint_, ": download sent too much"));
+      return absl::InternalError(
+          absl::StrCat("rpc-server ", endpoint_, ": download sent too much"));
     }
     std::memcpy(static_cast<char*>(data) + got, chunk.data().data(), chunk.data().size());
     got += chunk.data().size();
   }
   TG_RETURN_IF_ERROR(FromGrpc(stream->Finish(), endpoint_, "download"));
   if (got != size) {
-    return absl::DataLossError(absl::StrFormat("rpc-server %s: download of %d bytes returned %d",
-                                               endpoint_, size, got));
+    return absl::DataLossError(
+        absl::StrFormat("rpc-server %s: download of %d bytes returned %d", endpoint_, size, got));
   }
   return absl::OkStatus();
 }
@@ -366,7 +372,8 @@ bool Connection::MarkGraphSent(uint64_t key) {
 
 void Connection::ForgetGraph(uint64_t key) {
   absl::MutexLock lock(&outputs_mu_);
-  sent_graphs_.erase(std::remove(sent_graphs_.begin(), sent_graphs_.end(), key), sent_graphs_.end());
+  sent_graphs_.erase(std::remove(sent_graphs_.begin(), sent_graphs_.end(), key),
+                     sent_graphs_.end());
 }
 
 bool Connection::ReadInlineOutput(uint64_t buffer, uint64_t offset, void* data, size_t size) {
@@ -411,9 +418,10 @@ void Connection::ForgetBuffer(uint64_t buffer) {
     grants_.erase(buffer);
   }
   absl::MutexLock lock(&outputs_mu_);
-  inline_outputs_.erase(std::remove_if(inline_outputs_.begin(), inline_outputs_.end(),
-                                       [buffer](const InlineOutput& o) { return o.buffer == buffer; }),
-                        inline_outputs_.end());
+  inline_outputs_.erase(
+      std::remove_if(inline_outputs_.begin(), inline_outputs_.end(),
+                     [buffer](const InlineOutput& o) { return o.buffer == buffer; }),
+      inline_outputs_.end());
 }
 
 }  // namespace tg::rpc

@@ -23,12 +23,12 @@ namespace tg::rpc {
 
 // How to reach and authenticate to rpc-servers (tools' --rpc-token-file, --rpc-tls-*).
 struct ClientOptions {
-  std::string token;        // bearer token; empty = none.
-  std::string tls_ca_pem;   // trust these roots (TLS on); empty = plaintext.
+  std::string token;         // bearer token; empty = none.
+  std::string tls_ca_pem;    // trust these roots (TLS on); empty = plaintext.
   std::string tls_cert_pem;  // client certificate for servers that require mTLS.
   std::string tls_key_pem;
-  int upload_streams = 4;    // parallel Upload streams.
-  bool progress = true;      // a progress line on stderr while uploading (terminals only).
+  int upload_streams = 4;  // parallel Upload streams.
+  bool progress = true;    // a progress line on stderr while uploading (terminals only).
 };
 
 class Connection {
@@ -85,7 +85,6 @@ class Connection {
   // A grant for another server to read `buffer` (PeerCopy); cached per buffer.
   absl::StatusOr<std::string> PeerReadGrant(uint64_t buffer);
   void ForgetBuffer(uint64_t buffer);
-
 
  private:
   Connection(std::string endpoint, ClientOptions options);

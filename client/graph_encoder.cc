@@ -101,7 +101,8 @@ class Encoder {
     const uint32_t view_id = view ? ids_.at(t->view_src) : 0;
 
     Mix(static_cast<uint64_t>(t->type) | uint64_t{op} << 8 | uint64_t{t->flags} << 16 |
-        uint64_t{static_cast<uint32_t>(n_src)} << 48 | uint64_t{static_cast<uint32_t>(n_params)} << 56);
+        uint64_t{static_cast<uint32_t>(n_src)} << 48 |
+        uint64_t{static_cast<uint32_t>(n_params)} << 56);
     for (int i = 0; i < kMaxDims; ++i) {
       Mix(static_cast<uint64_t>(t->ne[i]));
       Mix(t->nb[i]);

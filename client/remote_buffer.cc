@@ -20,15 +20,17 @@ char* const kFakeBase = reinterpret_cast<char*>(uintptr_t{1} << 44);
 
 RemoteBufferType::RemoteBufferType(RemoteDevice* device, std::string name, size_t alignment,
                                    size_t max_size)
-    : device_(device), name_(std::move(name)), alignment_(alignment < 1 ? 1 : alignment),
+    : device_(device),
+      name_(std::move(name)),
+      alignment_(alignment < 1 ? 1 : alignment),
       max_size_(max_size == 0 || max_size > (size_t{1} << 43) ? size_t{1} << 43 : max_size) {}
 
 Device* RemoteBufferType::device() const { return device_; }
 
 absl::StatusOr<std::unique_ptr<Buffer>> RemoteBufferType::Allocate(size_t size) {
   if (size > max_size_) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("%s: %d bytes is more than the largest buffer (%d)", name_, size, max_size_));
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s: %d bytes is more than the largest buffer (%d)", name_, size, max_size_));
   }
   pb::SessionRequest request;
   request.mutable_alloc_buffer()->set_device(device_->index());
@@ -82,7 +84,8 @@ absl::Status RemoteBuffer::GetTensor(const Tensor* t, void* data, size_t offset,
   TG_ASSIGN_OR_RETURN(pb::SessionReply reply, connection_->Call(std::move(request)));
   if (reply.read().data().size() != size) {
     return absl::DataLossError(absl::StrFormat("rpc-server %s: read of %d bytes returned %d",
-                                               connection_->endpoint(), size, reply.read().data().size()));
+                                               connection_->endpoint(), size,
+                                               reply.read().data().size()));
   }
   std::memcpy(data, reply.read().data().data(), size);
   return absl::OkStatus();

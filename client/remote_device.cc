@@ -15,9 +15,11 @@
 namespace tg::rpc {
 
 RemoteDevice::RemoteDevice(Connection* connection, const tensorgrid::v1::DeviceInfo& info)
-    : connection_(connection), index_(info.index()),
+    : connection_(connection),
+      index_(info.index()),
       name_(absl::StrCat("RPC[", connection->endpoint(), "]/", info.index())),
-      description_(absl::StrCat(info.name(), " on ", connection->endpoint(), ": ", info.description())),
+      description_(
+          absl::StrCat(info.name(), " on ", connection->endpoint(), ": ", info.description())),
       id_(absl::StrCat(connection->endpoint(), "/", info.index())),
       buffer_type_(this, absl::StrCat("RPC[", connection->endpoint(), "]/", info.index()),
                    info.buffer_type().alignment(), info.buffer_type().max_size()) {
@@ -35,7 +37,8 @@ bool RemoteDevice::SupportsOp(const Tensor& node) const {
 }
 
 RemoteFamily::RemoteFamily(std::unique_ptr<Connection> connection)
-    : connection_(std::move(connection)), name_(absl::StrCat("RPC[", connection_->endpoint(), "]")) {
+    : connection_(std::move(connection)),
+      name_(absl::StrCat("RPC[", connection_->endpoint(), "]")) {
   for (const tensorgrid::v1::DeviceInfo& info : connection_->hello().devices()) {
     devices_.push_back(std::make_unique<RemoteDevice>(connection_.get(), info));
   }
@@ -62,10 +65,12 @@ absl::StatusOr<std::vector<std::string>> ParseEndpoints(absl::string_view list) 
             absl::StrCat("--rpc: bad port in '", entry, "' (want host:port, port 1-65535)"));
       }
     }
-    if (host.empty()) return absl::InvalidArgumentError(absl::StrCat("--rpc: no host in '", entry, "'"));
+    if (host.empty())
+      return absl::InvalidArgumentError(absl::StrCat("--rpc: no host in '", entry, "'"));
     out.push_back(absl::StrCat(host, ":", port));
   }
-  if (out.empty()) return absl::InvalidArgumentError("--rpc: no endpoint given (want host:port,...)");
+  if (out.empty())
+    return absl::InvalidArgumentError("--rpc: no endpoint given (want host:port,...)");
   return out;
 }
 

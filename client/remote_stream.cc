@@ -59,27 +59,25 @@ absl::Status RemoteStream::Compute(Graph& graph) {
   }
   ++splits_;
   std::shared_ptr<std::atomic<int64_t>> compute_ns = compute_ns_;
-  return connection->Post(
-      std::move(request),
-      [connection, outputs = std::move(outputs), compute_ns,
-       key](pb::SessionReply& reply) {
-        if (reply.code() != 0) {
-          connection->ForgetGraph(key);
-          return absl::OkStatus();  // the reply's own error is what the caller sees.
-        }
-        pb::ComputeReply& r = *reply.mutable_compute();
-        compute_ns->fetch_add(static_cast<int64_t>(r.compute_us() * 1e3));
-        if (static_cast<size_t>(r.outputs_size()) != outputs.size()) {
-          return absl::InternalError(absl::StrCat("rpc-server ", connection->endpoint(),
-                                                  ": compute returned ", r.outputs_size(),
-                                                  " outputs, asked for ", outputs.size()));
-        }
-        for (size_t i = 0; i < outputs.size(); ++i) {
-          connection->AddInlineOutput(outputs[i].first, outputs[i].second,
-                                      std::move(*r.mutable_outputs(i)));
-        }
-        return absl::OkStatus();
-      });
+  return connection->Post(std::move(request), [connection, outputs = std::move(outputs), compute_ns,
+                                               key](pb::SessionReply& reply) {
+    if (reply.code() != 0) {
+      connection->ForgetGraph(key);
+      return absl::OkStatus();  // the reply's own error is what the caller sees.
+    }
+    pb::ComputeReply& r = *reply.mutable_compute();
+    compute_ns->fetch_add(static_cast<int64_t>(r.compute_us() * 1e3));
+    if (static_cast<size_t>(r.outputs_size()) != outputs.size()) {
+      return absl::InternalError(absl::StrCat("rpc-server ", connection->endpoint(),
+                                              ": compute returned ", r.outputs_size(),
+                                              " outputs, asked for ", outputs.size()));
+    }
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      connection->AddInlineOutput(outputs[i].first, outputs[i].second,
+                                  std::move(*r.mutable_outputs(i)));
+    }
+    return absl::OkStatus();
+  });
 }
 
 StreamStats RemoteStream::stats() const {

@@ -10,9 +10,11 @@
 namespace tg::rpc {
 
 UploadPool::UploadPool(int n_threads, Runner runner, std::string label, bool progress)
-    : runner_(std::move(runner)), label_(std::move(label)),
+    : runner_(std::move(runner)),
+      label_(std::move(label)),
       progress_(progress && isatty(STDERR_FILENO) == 1) {
-  for (int i = 0; i < (n_threads < 1 ? 1 : n_threads); ++i) threads_.emplace_back([this] { Work(); });
+  for (int i = 0; i < (n_threads < 1 ? 1 : n_threads); ++i)
+    threads_.emplace_back([this] { Work(); });
 }
 
 UploadPool::~UploadPool() {
@@ -44,7 +46,8 @@ absl::Status UploadPool::Add(UploadJob job) {
 
 absl::Status UploadPool::Wait() {
   absl::MutexLock lock(&mu_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && running_ == 0; };
+  auto idle = [this]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && running_ == 0; };
   mu_.Await(absl::Condition(&idle));
   if (reported_) ReportLocked(/*final=*/true);
   absl::Status error = std::move(error_);

@@ -1,7 +1,6 @@
 #include "models/llama_graph.h"
 
 #include <algorithm>
-
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -134,13 +133,12 @@ class GraphBuilder {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& model,
-                                                            const KvCache& cache,
-                                                            int64_t n_tokens, int64_t n_past,
-                                                            int64_t n_outputs, int64_t kv_pad) {
+                                                            const KvCache& cache, int64_t n_tokens,
+                                                            int64_t n_past, int64_t n_outputs,
+                                                            int64_t kv_pad) {
   if (n_tokens <= 0 || n_past < 0 || n_past + n_tokens > cache.n_ctx()) {
-    return absl::OutOfRangeError(absl::StrCat("batch of ", n_tokens, " tokens at position ",
-                                              n_past, " does not fit the context of ",
-                                              cache.n_ctx()));
+    return absl::OutOfRangeError(absl::StrCat("batch of ", n_tokens, " tokens at position ", n_past,
+                                              " does not fit the context of ", cache.n_ctx()));
   }
   if (n_outputs != 1 && n_outputs != n_tokens) {
     return absl::InvalidArgumentError("n_outputs must be 1 or the batch size");

@@ -32,9 +32,9 @@ struct LlamaGraph {
 // n_kv up to a multiple (capped at the context; the mask hides the extra cells), so that
 // consecutive decode graphs are identical and a remote device can reuse the one it has.
 absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& model,
-                                                            const KvCache& cache,
-                                                            int64_t n_tokens, int64_t n_past,
-                                                            int64_t n_outputs, int64_t kv_pad = 1);
+                                                            const KvCache& cache, int64_t n_tokens,
+                                                            int64_t n_past, int64_t n_outputs,
+                                                            int64_t kv_pad = 1);
 
 }  // namespace tg
 

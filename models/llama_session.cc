@@ -111,8 +111,9 @@ absl::Status LlamaSession::RunBatch(absl::Span<const int32_t> tokens, bool all_l
   return RunScheduled(tokens, all_logits, out);
 }
 
-absl::StatusOr<std::unique_ptr<LlamaGraph>> LlamaSession::BuildBatchGraph(
-    int64_t n_tokens, int64_t n_past, bool all_logits) const {
+absl::StatusOr<std::unique_ptr<LlamaGraph>> LlamaSession::BuildBatchGraph(int64_t n_tokens,
+                                                                          int64_t n_past,
+                                                                          bool all_logits) const {
   return BuildLlamaGraph(model_, *cache_, n_tokens, n_past, all_logits ? n_tokens : 1,
                          options_.kv_pad);
 }

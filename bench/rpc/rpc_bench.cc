@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
   int64_t mb = 256, round_trips = 2000;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--mb") == 0) (void)absl::SimpleAtoi(argv[i + 1], &mb);
-    if (std::strcmp(argv[i], "--round-trips") == 0) (void)absl::SimpleAtoi(argv[i + 1], &round_trips);
+    if (std::strcmp(argv[i], "--round-trips") == 0)
+      (void)absl::SimpleAtoi(argv[i + 1], &round_trips);
   }
   if (absl::Status s = tg::RegisterBuiltinBackends(); !s.ok()) return Fail(s);
   tg::server::ServiceOptions options;
@@ -88,7 +89,8 @@ int main(int argc, char** argv) {
     if (auto s = c.Call(r); !s.ok()) return Fail(s.status());
   }
   const double rt_us = Seconds(t0, Clock::now()) / round_trips * 1e6;
-  std::printf("session round trip: %.1f us (%lld calls)\n", rt_us, static_cast<long long>(round_trips));
+  std::printf("session round trip: %.1f us (%lld calls)\n", rt_us,
+              static_cast<long long>(round_trips));
 
   // 2. Upload throughput.
   const size_t piece = size_t{16} << 20;
@@ -117,7 +119,8 @@ int main(int argc, char** argv) {
     return total / 1e6 / Seconds(start, Clock::now());
   };
   auto raw = [&](int streams) -> double {
-    auto stub = tensorgrid::bench::ByteSink::NewStub(grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
+    auto stub = tensorgrid::bench::ByteSink::NewStub(
+        grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
     const auto start = Clock::now();
     std::vector<std::thread> threads;
     for (int t = 0; t < streams; ++t) {
@@ -126,7 +129,8 @@ int main(int argc, char** argv) {
         tensorgrid::bench::Received got;
         auto w = stub->Sink(&ctx, &got);
         tensorgrid::bench::Chunk chunk;
-        for (size_t off = t * tg::rpc::kChunkBytes; off < total; off += streams * tg::rpc::kChunkBytes) {
+        for (size_t off = t * tg::rpc::kChunkBytes; off < total;
+             off += streams * tg::rpc::kChunkBytes) {
           chunk.set_data(bytes.data() + (off % piece), tg::rpc::kChunkBytes);
           w->Write(chunk);
         }
@@ -142,11 +146,12 @@ int main(int argc, char** argv) {
   auto hashed = upload(true, 2);
   if (!hashed.ok()) return Fail(hashed.status());
   const double raw1 = raw(1), raw4 = raw(4);
-  std::printf("upload %lld MiB: tensorgrid %.0f MB/s (no hash), %.0f MB/s (SHA-256, cacheable); "
-              "plain gRPC stream %.0f MB/s (1 stream), %.0f MB/s (4 streams)\n",
-              static_cast<long long>(mb), *plain, *hashed, raw1, raw4);
-  std::printf("ratio tensorgrid/plain: %.2f (no hash), %.2f (SHA-256)\n", *plain / std::max(raw1, raw4),
-              *hashed / std::max(raw1, raw4));
+  std::printf(
+      "upload %lld MiB: tensorgrid %.0f MB/s (no hash), %.0f MB/s (SHA-256, cacheable); "
+      "plain gRPC stream %.0f MB/s (1 stream), %.0f MB/s (4 streams)\n",
+      static_cast<long long>(mb), *plain, *hashed, raw1, raw4);
+  std::printf("ratio tensorgrid/plain: %.2f (no hash), %.2f (SHA-256)\n",
+              *plain / std::max(raw1, raw4), *hashed / std::max(raw1, raw4));
   server->Shutdown();
   return 0;
 }

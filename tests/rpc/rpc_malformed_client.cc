@@ -34,9 +34,9 @@ int failures = 0;
 void Expect(const char* name, absl::StatusCode want, const absl::Status& got) {
   const bool ok = got.code() == want;
   if (!ok) ++failures;
-  std::printf("%-34s want %-20s got %-20s %s  %s\n", name,
-              absl::StatusCodeToString(want).c_str(), absl::StatusCodeToString(got.code()).c_str(),
-              ok ? "ok  " : "FAIL", std::string(got.message()).substr(0, 110).c_str());
+  std::printf("%-34s want %-20s got %-20s %s  %s\n", name, absl::StatusCodeToString(want).c_str(),
+              absl::StatusCodeToString(got.code()).c_str(), ok ? "ok  " : "FAIL",
+              std::string(got.message()).substr(0, 110).c_str());
 }
 
 absl::Status Status(const absl::StatusOr<pb::SessionReply>& r) { return r.status(); }
@@ -82,7 +82,8 @@ int main(int argc, char** argv) {
   auto a = tg::rpc::Connection::Open(endpoint, options);
   auto b = tg::rpc::Connection::Open(endpoint, options);
   if (!a.ok() || !b.ok()) {
-    std::fprintf(stderr, "cannot connect: %s\n", std::string((a.ok() ? b : a).status().message()).c_str());
+    std::fprintf(stderr, "cannot connect: %s\n",
+                 std::string((a.ok() ? b : a).status().message()).c_str());
     return 1;
   }
   tg::rpc::Connection& s = **a;
@@ -106,35 +107,40 @@ int main(int argc, char** argv) {
     const uint32_t x = g.Add(DType::kF32, {4, 4, 1, 1}, Op::kNone, {}, h, 0);
     g.Add(DType::kF32, {4, 4, 1, 1}, Op::kAdd, {x, x}, h, 128);
     g.At(x).set_ne(1, int64_t{1} << 62);
-    Expect("overflowing dims", absl::StatusCode::kInvalidArgument, Status(s.Call(ComputeOf(g.desc(), 11))));
+    Expect("overflowing dims", absl::StatusCode::kInvalidArgument,
+           Status(s.Call(ComputeOf(g.desc(), 11))));
   }
   {
     DescBuilder g;
     const uint32_t x = g.Add(DType::kF32, {4, 4, 1, 1}, Op::kNone, {}, h, 0);
     g.Add(DType::kF32, {4, 4, 1, 1}, Op::kAdd, {x, x}, h, 128);
     g.At(2).set_nb(1, 4);  // rows overlap: not what ADD's rule gives.
-    Expect("wrong strides", absl::StatusCode::kInvalidArgument, Status(s.Call(ComputeOf(g.desc(), 12))));
+    Expect("wrong strides", absl::StatusCode::kInvalidArgument,
+           Status(s.Call(ComputeOf(g.desc(), 12))));
   }
   {
     DescBuilder g;
     const uint32_t x = g.Add(DType::kF32, {4, 4, 1, 1}, Op::kNone, {}, h, 0);
     g.Add(DType::kF32, {4, 4, 1, 1}, Op::kAdd, {x, x}, h, 128);
     g.At(x).set_type(99);
-    Expect("unknown dtype 99", absl::StatusCode::kInvalidArgument, Status(s.Call(ComputeOf(g.desc(), 13))));
+    Expect("unknown dtype 99", absl::StatusCode::kInvalidArgument,
+           Status(s.Call(ComputeOf(g.desc(), 13))));
   }
   {
     DescBuilder g;
     const uint32_t x = g.Add(DType::kF32, {4, 4, 1, 1}, Op::kNone, {}, h, 0);
     g.Add(DType::kF32, {4, 4, 1, 1}, Op::kAdd, {x, x}, h, 128);
     g.At(2).set_op(200);
-    Expect("unknown op 200", absl::StatusCode::kInvalidArgument, Status(s.Call(ComputeOf(g.desc(), 14))));
+    Expect("unknown op 200", absl::StatusCode::kInvalidArgument,
+           Status(s.Call(ComputeOf(g.desc(), 14))));
   }
   {
     DescBuilder g;  // 2 = ADD(1, 3), 3 = ADD(2, 1): a cycle.
     const uint32_t x = g.Add(DType::kF32, {4, 4, 1, 1}, Op::kNone, {}, h, 0);
     g.Add(DType::kF32, {4, 4, 1, 1}, Op::kAdd, {x, 3}, h, 128);
     g.Add(DType::kF32, {4, 4, 1, 1}, Op::kAdd, {2, x}, h, 256);
-    Expect("cyclic graph", absl::StatusCode::kInvalidArgument, Status(s.Call(ComputeOf(g.desc(), 15))));
+    Expect("cyclic graph", absl::StatusCode::kInvalidArgument,
+           Status(s.Call(ComputeOf(g.desc(), 15))));
   }
   {
     DescBuilder g;
@@ -157,7 +163,8 @@ int main(int argc, char** argv) {
   const uint64_t freed = alloc(s, 256);
   (void)s.Call(FreeRequest(0, freed));
   Expect("freed handle", absl::StatusCode::kNotFound, Status(s.Call(ReadRequest(0, freed, 0, 4))));
-  Expect("made-up handle", absl::StatusCode::kNotFound, Status(s.Call(ReadRequest(0, 0x1234, 0, 4))));
+  Expect("made-up handle", absl::StatusCode::kNotFound,
+         Status(s.Call(ReadRequest(0, 0x1234, 0, 4))));
 
   // A message over the server's limit, sent on a raw channel that allows it.
   {
@@ -170,7 +177,8 @@ int main(int argc, char** argv) {
     auto stream = stub->Session(&ctx);
     pb::SessionReply started;
     stream->Read(&started);
-    pb::SessionRequest big = WriteRequest(1, 1, 0, std::string(tg::rpc::kMaxMessageBytes + 1024, 'x'));
+    pb::SessionRequest big =
+        WriteRequest(1, 1, 0, std::string(tg::rpc::kMaxMessageBytes + 1024, 'x'));
     stream->Write(big);
     pb::SessionReply reply;
     while (stream->Read(&reply)) {
@@ -194,6 +202,7 @@ int main(int argc, char** argv) {
         7);
     Expect("valid MUL_MAT + ADD afterwards", absl::StatusCode::kOk, st);
   }
-  std::printf("%s\n", failures == 0 ? "all malformed requests refused with their codes" : "FAILURES");
+  std::printf("%s\n",
+              failures == 0 ? "all malformed requests refused with their codes" : "FAILURES");
   return failures == 0 ? 0 : 1;
 }

@@ -46,8 +46,7 @@ absl::Status RegisterRpcDevices(const DeviceFlags& f) {
     return absl::OkStatus();
   }
   rpc::ClientOptions options;
-  auto read = [](const std::string& path, const char* flag,
-                 std::string* out) -> absl::Status {
+  auto read = [](const std::string& path, const char* flag, std::string* out) -> absl::Status {
     if (path.empty()) return absl::OkStatus();
     std::ifstream in(path, std::ios::binary);
     std::stringstream ss;

@@ -42,9 +42,9 @@ void AddRpcFlags(ArgParser& parser, DeviceFlags* flags);
 // Errors name the endpoint or the file that is wrong.
 absl::Status RegisterRpcDevices(const DeviceFlags& flags);
 
-// Registers the builtin backends and the --rpc devices, applies -t, and resolves the plan: --device picks devices
-// (default: every device for layer/tensor splits, the registry's default device for none),
-// -ts must have one positive number per device.
+// Registers the builtin backends and the --rpc devices, applies -t, and resolves the plan: --device
+// picks devices (default: every device for layer/tensor splits, the registry's default device for
+// none), -ts must have one positive number per device.
 absl::StatusOr<DevicePlan> ResolveDevicePlan(const DeviceFlags& flags);
 
 // The --list-devices output: name, type, description, memory; one device per line.

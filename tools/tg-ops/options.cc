@@ -85,9 +85,9 @@ absl::StatusOr<Options> ParseOptions(absl::Span<char* const> args) {
       continue;
     }
     if (!TakesValue(arg)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag '", arg,
-                       "' (flags: -o OP, -b DEVICE, -t THREADS, -sm MODE, --device LIST, --rpc LIST, -v)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown flag '", arg,
+          "' (flags: -o OP, -b DEVICE, -t THREADS, -sm MODE, --device LIST, --rpc LIST, -v)"));
     }
     if (i + 1 >= args.size()) {
       return absl::InvalidArgumentError(absl::StrCat("flag ", arg, " needs a value"));

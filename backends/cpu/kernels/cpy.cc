@@ -51,7 +51,7 @@ void ParallelMemcpy(const ComputeParams& p, void* dst, const void* src, int64_t 
     // memmove: a graph from the network may alias source and destination; the result is
     // then unspecified but the copy stays defined behaviour.
     std::memmove(static_cast<uint8_t*>(dst) + begin, static_cast<const uint8_t*>(src) + begin,
-                end - begin);
+                 end - begin);
   }
 }
 
