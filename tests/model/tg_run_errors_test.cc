@@ -43,6 +43,7 @@ RunResult RunTgRun(const std::string& model) {
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   std::ifstream in(err_path);
   r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  std::remove(err_path.c_str());
   return r;
 }
 
@@ -81,6 +82,7 @@ class TgRunErrorsTest : public ::testing::Test {
     o.type_name = "f32";
     ASSERT_TRUE(gguf_tool::RunSynth(o, stderr).ok());
   }
+  static void TearDownTestSuite() { std::remove(valid_.c_str()); }
   static std::string Variant(const std::string& name, const std::vector<uint8_t>& bytes) {
     const std::string path = TempPath(name + ".gguf");
     WriteAll(path, bytes);
@@ -95,6 +97,7 @@ class TgRunErrorsTest : public ::testing::Test {
     while (!trimmed.empty() && (trimmed.back() == '\n')) trimmed.pop_back();
     EXPECT_EQ(std::count(trimmed.begin(), trimmed.end(), '\n'), 0) << "not one line: " << r.err;
     EXPECT_THAT(r.err, HasSubstr(expected));
+    std::remove(path.c_str());
   }
   static std::string valid_;
 };
