@@ -32,7 +32,9 @@ enum class Op : uint8_t {
   kTranspose = 17,  // dst aliases src0 with axes 0 and 1 swapped.
   kFlashAttn = 18,  // fused attention: q, k, v, mask(optional)   params: f32 scale.
   kMulMatId = 19,   // MoE: src0 experts [K,M,E], src1 [K,n_used|1,T], src2 ids I32 [n_used,T].
-  kCount = 20,
+  kArgmax = 20,     // dst I32 [1, ne1, ..]: index of each F32 row's largest value (the first
+                    // on ties; NaN never wins; a row of NaN only gives 0).
+  kCount = 21,
 };
 
 absl::string_view OpName(Op op);           // "MUL_MAT"

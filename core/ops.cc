@@ -86,6 +86,7 @@ TensorOr Silu(Context& ctx, Tensor* a) { return MakeNode(ctx, Op::kSilu, {a}); }
 TensorOr Swiglu(Context& ctx, Tensor* gate, Tensor* up) {
   return MakeNode(ctx, Op::kSwiglu, {gate, up});
 }
+TensorOr Argmax(Context& ctx, Tensor* a) { return MakeNode(ctx, Op::kArgmax, {a}); }
 TensorOr Cpy(Context& ctx, Tensor* a, Tensor* b) { return MakeNode(ctx, Op::kCpy, {a, b}); }
 TensorOr Cont(Context& ctx, Tensor* a) { return MakeNode(ctx, Op::kCont, {a}); }
 

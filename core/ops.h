@@ -42,6 +42,8 @@ TensorOr Rope(Context& ctx, Tensor* a, Tensor* pos, Tensor* freq_factors, const 
 TensorOr SoftMax(Context& ctx, Tensor* a, Tensor* mask, float scale);
 TensorOr Silu(Context& ctx, Tensor* a);
 TensorOr Swiglu(Context& ctx, Tensor* gate, Tensor* up);
+// I32 [1, ne1, ne2, ne3]: per row of F32 `a`, the index of its largest value (greedy pick).
+TensorOr Argmax(Context& ctx, Tensor* a);
 TensorOr Cpy(Context& ctx, Tensor* a, Tensor* b);
 TensorOr Cont(Context& ctx, Tensor* a);
 // A view of `a` with shape ne (1 to 4 dims), strides nb for dims 1.. (nb[0] is the element

@@ -151,6 +151,15 @@ absl::StatusOr<NodeLayout> UnaryF32Rule(const Tensor& n) {
   return Contiguous(DType::kF32, n.src[0]->ne);
 }
 
+absl::StatusOr<NodeLayout> ArgmaxRule(const Tensor& n) {
+  const Tensor& a = *n.src[0];
+  if (auto s = RequireType(n, a, DType::kF32, "source"); !s.ok()) return s;
+  if (a.nb[0] != sizeof(float)) return Invalid(n, "source rows must be contiguous");
+  if (a.ne[0] < 1) return Invalid(n, "source rows are empty");
+  const int64_t ne[kMaxDims] = {1, a.ne[1], a.ne[2], a.ne[3]};
+  return Contiguous(DType::kI32, ne);
+}
+
 absl::StatusOr<NodeLayout> ScaleRule(const Tensor& n) {
   if (auto s = CheckFinite(n, 0, "scale"); !s.ok()) return s;
   if (auto s = CheckFinite(n, 1, "bias"); !s.ok()) return s;
@@ -382,6 +391,7 @@ Arity OpArity(Op op) {
     case Op::kScale:
     case Op::kRmsNorm:
     case Op::kSilu:
+    case Op::kArgmax:
     case Op::kCont:
     case Op::kView:
     case Op::kReshape:
@@ -422,6 +432,7 @@ absl::StatusOr<NodeLayout> ApplyShapeRule(const Tensor& node) {
     case Op::kPermute:
     case Op::kTranspose: return PermuteRule(node);
     case Op::kFlashAttn: return FlashAttnRule(node);
+    case Op::kArgmax: return ArgmaxRule(node);
     case Op::kCount: break;
   }
   return absl::InternalError("unreachable: op checked above");

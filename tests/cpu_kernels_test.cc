@@ -680,6 +680,61 @@ TEST(CpuKernelsTest, SwigluMatchesReference) {
 }
 
 // ---------------------------------------------------------------------------------------
+// ARGMAX.
+
+// The first index of the largest non-NaN value; 0 for a row of NaN only.
+int32_t NaiveArgmax(const std::vector<float>& row) {
+  int32_t best = -1;
+  for (size_t i = 0; i < row.size(); ++i) {
+    if (std::isnan(row[i])) continue;
+    if (best < 0 || row[i] > row[best]) best = static_cast<int32_t>(i);
+  }
+  return best < 0 ? 0 : best;
+}
+
+TEST(CpuKernelsTest, ArgmaxPicksFirstLargestIgnoringNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::mt19937 rng(21);
+  // Row lengths around the vector widths (8, 16) and a vocabulary-sized one.
+  for (int64_t n0 : {1, 7, 8, 15, 16, 17, 33, 100, 32000}) {
+    const Shape ne = {n0, 9, 1, 1};
+    std::vector<std::vector<float>> rows(ne[1], std::vector<float>(n0));
+    std::uniform_real_distribution<float> u(-3, 3);
+    std::uniform_int_distribution<int64_t> pos(0, n0 - 1);
+    for (int64_t r = 0; r < ne[1]; ++r) {
+      std::vector<float>& row = rows[r];
+      for (float& x : row) x = std::round(u(rng) * 2) / 2;  // coarse values: many ties.
+      switch (r) {
+        case 0: row[pos(rng)] = nan; break;               // a NaN somewhere.
+        case 1: row.assign(n0, nan); break;               // NaN only -> 0.
+        case 2: row.assign(n0, -inf); break;              // -inf only -> 0.
+        case 3: row.assign(n0, nan); row[n0 - 1] = -inf; break;  // the last is the only number.
+        case 4: row[pos(rng)] = inf; row[pos(rng)] = inf; break;  // two +inf: the first.
+        case 5: row.assign(n0, 1.0f); break;              // all equal -> 0.
+        case 6: row[n0 - 1] = 100.0f; break;              // the maximum in the tail.
+        default: break;                                   // ties from the coarse values.
+      }
+    }
+    TestTensor a(DType::kF32, ne);
+    for (int64_t r = 0; r < ne[1]; ++r) {
+      for (int64_t i = 0; i < n0; ++i) a.Set(i, r, 0, 0, rows[r][i]);
+    }
+    for (int nth : kThreadCounts) {
+      SCOPED_TRACE("n0=" + std::to_string(n0) + " nth=" + std::to_string(nth));
+      TestTensor out(DType::kI32, {1, ne[1], 1, 1});
+      Wire(out, Op::kArgmax, {a.get()});
+      EXPECT_EQ(RunKernel(ComputeArgmax, out.get(), nth), "");
+      const Dense got = out.Values();
+      for (int64_t r = 0; r < ne[1]; ++r) {
+        EXPECT_EQ(static_cast<int32_t>(got.at(0, r, 0, 0)), NaiveArgmax(rows[r])) << "row " << r;
+      }
+      EXPECT_TRUE(out.GuardsIntact());
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
 // RMS_NORM.
 
 TEST(CpuKernelsTest, RmsNormMatchesReference) {

@@ -42,6 +42,7 @@ absl::Status CheckSources(const Tensor& dst, const char* op_name, int num_requir
 absl::Status CheckIndexType(const Tensor& idx, const char* op_name);
 
 // Per-op implementations (dst->op selects the one Compute() calls).
+absl::Status Argmax(Tensor* dst);
 absl::Status GetRows(Tensor* dst);
 absl::Status SetRows(Tensor* dst);
 absl::Status Copy(Tensor* dst);  // CPY and CONT.

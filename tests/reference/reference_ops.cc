@@ -1,4 +1,5 @@
-// Reference dispatcher, plus the element-wise ops (ADD, MUL, SCALE, RMS_NORM, SILU, SWIGLU).
+// Reference dispatcher, plus the element-wise ops (ADD, MUL, SCALE, RMS_NORM, SILU, SWIGLU) and
+// ARGMAX.
 #include "tests/reference/reference_ops.h"
 
 #include <cmath>
@@ -92,6 +93,24 @@ absl::Status Swiglu(Tensor* dst) {
   return absl::OkStatus();
 }
 
+// The first index of the row's largest value, skipping NaN; 0 when the row has only NaN.
+absl::Status Argmax(Tensor* dst) {
+  if (absl::Status s = CheckSources(*dst, "ARGMAX", 1); !s.ok()) return s;
+  const Tensor& a = *dst->src[0];
+  std::vector<double> row(a.ne[0]);
+  ForEachRow(*dst, [&](int64_t i1, int64_t i2, int64_t i3) {
+    ReadRow(a, i1, i2, i3, row.data());
+    int64_t best = -1;
+    for (int64_t i = 0; i < a.ne[0]; ++i) {
+      if (std::isnan(row[i])) continue;
+      if (best < 0 || row[i] > row[best]) best = i;
+    }
+    const double index = static_cast<double>(best < 0 ? 0 : best);
+    WriteRow(dst, i1, i2, i3, &index);
+  });
+  return absl::OkStatus();
+}
+
 }  // namespace internal
 
 absl::Status Compute(Tensor* dst) {
@@ -131,6 +150,8 @@ absl::Status Compute(Tensor* dst) {
       return Copy(dst);
     case Op::kFlashAttn:
       return FlashAttn(dst);
+    case Op::kArgmax:
+      return Argmax(dst);
     case Op::kCount:
       break;
   }

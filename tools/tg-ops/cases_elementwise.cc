@@ -1,5 +1,5 @@
 // Element-wise and row-wise F32 op cases: ADD/MUL (with broadcasting), SCALE, RMS_NORM, SILU,
-// SWIGLU and SOFT_MAX (f32/f16 masks, -inf entries, fully masked rows).
+// SWIGLU, SOFT_MAX (f32/f16 masks, -inf entries, fully masked rows) and ARGMAX.
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -64,6 +64,21 @@ OpCase SwigluCase(Shape4 ne, Layout layout = Layout::kContiguous) {
             TG_ASSIGN_OR_RETURN(Tensor * gate, Operand(b, ne, layout, -4.0f, 4.0f));
             TG_ASSIGN_OR_RETURN(Tensor * up, Operand(b, ne, layout));
             return Swiglu(b.ctx(), gate, up);
+          }};
+}
+
+// ARGMAX of uniform rows, or of rows with a share of -inf and one row of -inf only (index 0).
+OpCase ArgmaxCase(Shape4 ne, Layout layout = Layout::kContiguous, bool with_inf = false) {
+  std::string note = LayoutNote(layout);
+  if (with_inf) note = "-inf entries, one all -inf row";
+  return {Op::kArgmax, note, kNmseExact, [=](CaseBuilder& b) -> TensorOr {
+            Tensor* x;
+            if (with_inf) {
+              TG_ASSIGN_OR_RETURN(x, b.Mask(DType::kF32, ne, 0.5, /*masked_row=*/1));
+            } else {
+              TG_ASSIGN_OR_RETURN(x, Operand(b, ne, layout));
+            }
+            return Argmax(b.ctx(), x);
           }};
 }
 
@@ -152,6 +167,10 @@ void AddElementwiseCases(std::vector<OpCase>* cases) {
   cases->push_back(SwigluCase({1, 9, 1, 1}));
   cases->push_back(SwigluCase({40, 12, 1, 1}, Layout::kTransposed));
   AddSoftMaxCases(cases);
+  cases->push_back(ArgmaxCase({67, 5, 3, 1}));
+  cases->push_back(ArgmaxCase({32000, 2, 1, 1}));
+  cases->push_back(ArgmaxCase({40, 12, 1, 1}, Layout::kPaddedRows));
+  cases->push_back(ArgmaxCase({67, 8, 1, 1}, Layout::kContiguous, /*with_inf=*/true));
 }
 
 }  // namespace tg::ops_tool
