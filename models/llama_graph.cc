@@ -135,7 +135,7 @@ class GraphBuilder {
 absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& model,
                                                             const KvCache& cache, int64_t n_tokens,
                                                             int64_t n_past, int64_t n_outputs,
-                                                            int64_t kv_pad) {
+                                                            int64_t kv_pad, GraphOutput output) {
   if (n_tokens <= 0 || n_past < 0 || n_past + n_tokens > cache.n_ctx()) {
     return absl::OutOfRangeError(absl::StrCat("batch of ", n_tokens, " tokens at position ", n_past,
                                               " does not fit the context of ", cache.n_ctx()));
@@ -150,7 +150,11 @@ absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& mo
   g->n_kv = std::min(cache.n_ctx(), (n_past + n_tokens + kv_pad - 1) / kv_pad * kv_pad);
   GraphBuilder builder(model, cache, g.get());
   TG_ASSIGN_OR_RETURN(g->logits, builder.Build(n_outputs));
-  TG_ASSIGN_OR_RETURN(g->graph, BuildGraph({g->logits}));
+  if (output == GraphOutput::kArgmax) {
+    TG_ASSIGN_OR_RETURN(g->argmax, Argmax(g->ctx, g->logits));
+    g->argmax->SetName("argmax");
+  }
+  TG_ASSIGN_OR_RETURN(g->graph, BuildGraph({g->argmax != nullptr ? g->argmax : g->logits}));
   return g;
 }
 

@@ -23,10 +23,15 @@ struct LlamaGraph {
   Tensor* mask = nullptr;     // F32 [n_kv, n_tokens]: 0 or -inf
   Tensor* out_ids = nullptr;  // I32 [n_outputs], or nullptr when every row is an output.
   Tensor* logits = nullptr;   // F32 [n_vocab, n_outputs]
+  Tensor* argmax = nullptr;   // I32 [1, n_outputs] of the logits (GraphOutput::kArgmax only)
   int64_t n_tokens = 0;
   int64_t n_past = 0;
   int64_t n_kv = 0;
 };
+
+// What a graph hands back: the logits, or only the argmax of each output row (greedy decoding
+// on the device; a remote device then returns 4 bytes a row instead of n_vocab floats).
+enum class GraphOutput { kLogits, kArgmax };
 
 // n_outputs: 1 (the last row) or n_tokens (all rows). kv_pad rounds the attended cache length
 // n_kv up to a multiple (capped at the context; the mask hides the extra cells), so that
@@ -34,7 +39,8 @@ struct LlamaGraph {
 absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& model,
                                                             const KvCache& cache, int64_t n_tokens,
                                                             int64_t n_past, int64_t n_outputs,
-                                                            int64_t kv_pad = 1);
+                                                            int64_t kv_pad = 1,
+                                                            GraphOutput output = GraphOutput::kLogits);
 
 }  // namespace tg
 

@@ -22,9 +22,17 @@ absl::Status SetInput(Tensor* t, const void* data, size_t bytes) {
   return t->buffer->SetTensor(t, data, 0, bytes);
 }
 
-absl::Status ReadLogits(const LlamaGraph& g, float* out) {
-  if (out == nullptr) return absl::OkStatus();
-  return g.logits->buffer->GetTensor(g.logits, out, 0, g.logits->NumBytes());
+// Reads what `logits` and `argmax` ask for (the graph was built for it).
+absl::Status ReadResults(const LlamaGraph& g, float* logits, int32_t* argmax) {
+  if (logits != nullptr) {
+    TG_RETURN_IF_ERROR(g.logits->buffer->GetTensor(g.logits, logits, 0, g.logits->NumBytes()));
+  }
+  if (argmax != nullptr) {
+    // The last output row's pick.
+    const size_t offset = g.argmax->NumBytes() - sizeof(int32_t);
+    TG_RETURN_IF_ERROR(g.argmax->buffer->GetTensor(g.argmax, argmax, offset, sizeof(int32_t)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -78,8 +86,7 @@ absl::Status LlamaSession::CreateScheduler() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<absl::Span<const float>> LlamaSession::Decode(absl::Span<const int32_t> tokens,
-                                                             bool all_logits) {
+absl::Status LlamaSession::CheckBatch(absl::Span<const int32_t> tokens) const {
   const int64_t n_vocab = model_.hparams().n_vocab;
   if (tokens.empty()) return absl::InvalidArgumentError("no tokens to decode");
   for (int32_t id : tokens) {
@@ -93,19 +100,46 @@ absl::StatusOr<absl::Span<const float>> LlamaSession::Decode(absl::Span<const in
         absl::StrFormat("context full: %d + %d tokens exceed %d (raise -c)", n_past_, tokens.size(),
                         cache_->n_ctx()));
   }
-  logits_.resize((all_logits ? tokens.size() : 1) * n_vocab);
-  for (size_t done = 0; done < tokens.size();) {
-    const size_t n = std::min<size_t>(options_.n_batch, tokens.size() - done);
-    const bool last = done + n == tokens.size();
-    // Only the last batch produces logits unless every row is wanted.
-    float* out = all_logits ? logits_.data() + done * n_vocab : (last ? logits_.data() : nullptr);
-    TG_RETURN_IF_ERROR(RunBatch(tokens.subspan(done, n), all_logits, out));
-    done += n;
-  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Span<const float>> LlamaSession::Decode(absl::Span<const int32_t> tokens,
+                                                             bool all_logits) {
+  TG_RETURN_IF_ERROR(CheckBatch(tokens));
+  logits_.resize((all_logits ? tokens.size() : 1) * model_.hparams().n_vocab);
+  TG_RETURN_IF_ERROR(RunBatches(tokens, all_logits, {.logits = logits_.data()}));
   return absl::Span<const float>(logits_);
 }
 
-absl::Status LlamaSession::RunBatch(absl::Span<const int32_t> tokens, bool all_logits, float* out) {
+absl::StatusOr<int32_t> LlamaSession::DecodeGreedy(absl::Span<const int32_t> tokens) {
+  TG_RETURN_IF_ERROR(CheckBatch(tokens));
+  int32_t token = -1;
+  TG_RETURN_IF_ERROR(RunBatches(tokens, /*all_logits=*/false, {.argmax = &token}));
+  return token;
+}
+
+// Cuts tokens into batches of at most n_batch; only the last one's results are read unless
+// every row's logits are wanted.
+absl::Status LlamaSession::RunBatches(absl::Span<const int32_t> tokens, bool all_logits,
+                                      Readback out) {
+  const int64_t n_vocab = model_.hparams().n_vocab;
+  for (size_t done = 0; done < tokens.size();) {
+    const size_t n = std::min<size_t>(options_.n_batch, tokens.size() - done);
+    const bool last = done + n == tokens.size();
+    Readback batch_out;
+    if (all_logits) {
+      batch_out.logits = out.logits + done * n_vocab;
+    } else if (last) {
+      batch_out = out;
+    }
+    TG_RETURN_IF_ERROR(RunBatch(tokens.subspan(done, n), all_logits, batch_out));
+    done += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlamaSession::RunBatch(absl::Span<const int32_t> tokens, bool all_logits,
+                                    Readback out) {
   if (scheduler_ == nullptr) return RunOnOneDevice(tokens, all_logits, out);
   if (scheduler_->n_copies() > 1 && tokens.size() > 1) return RunPipelined(tokens, all_logits, out);
   return RunScheduled(tokens, all_logits, out);
@@ -113,9 +147,11 @@ absl::Status LlamaSession::RunBatch(absl::Span<const int32_t> tokens, bool all_l
 
 absl::StatusOr<std::unique_ptr<LlamaGraph>> LlamaSession::BuildBatchGraph(int64_t n_tokens,
                                                                           int64_t n_past,
-                                                                          bool all_logits) const {
+                                                                          bool all_logits,
+                                                                          const Readback& out) const {
   return BuildLlamaGraph(model_, *cache_, n_tokens, n_past, all_logits ? n_tokens : 1,
-                         options_.kv_pad);
+                         options_.kv_pad,
+                         out.argmax != nullptr ? GraphOutput::kArgmax : GraphOutput::kLogits);
 }
 
 absl::Status LlamaSession::FillInputs(const LlamaGraph& g, absl::Span<const int32_t> tokens,
@@ -140,10 +176,11 @@ absl::Status LlamaSession::FillInputs(const LlamaGraph& g, absl::Span<const int3
 }
 
 absl::Status LlamaSession::RunOnOneDevice(absl::Span<const int32_t> tokens, bool all_logits,
-                                          float* out) {
+                                          Readback out) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n = static_cast<int64_t>(tokens.size());
-  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaGraph> g, BuildBatchGraph(n, n_past_, all_logits));
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaGraph> g,
+                      BuildBatchGraph(n, n_past_, all_logits, out));
   TG_RETURN_IF_ERROR(allocator_->Allocate(g->graph));
   TG_RETURN_IF_ERROR(FillInputs(*g, tokens, n_past_));
   timings_.build_us += MicrosSince(t0);
@@ -158,7 +195,7 @@ absl::Status LlamaSession::RunOnOneDevice(absl::Span<const int32_t> tokens, bool
   timings_.splits += std::max<int64_t>(1, after.splits - before.splits);
   ++timings_.graphs;
   n_past_ += n;
-  return ReadLogits(*g, out);
+  return ReadResults(*g, out.logits, out.argmax);
 }
 
 void LlamaSession::AddSchedulerTimes(const SchedulerStats& before) {
@@ -171,10 +208,11 @@ void LlamaSession::AddSchedulerTimes(const SchedulerStats& before) {
 }
 
 absl::Status LlamaSession::RunScheduled(absl::Span<const int32_t> tokens, bool all_logits,
-                                        float* out) {
+                                        Readback out) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n = static_cast<int64_t>(tokens.size());
-  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaGraph> g, BuildBatchGraph(n, n_past_, all_logits));
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaGraph> g,
+                      BuildBatchGraph(n, n_past_, all_logits, out));
   TG_ASSIGN_OR_RETURN(std::unique_ptr<ScheduledGraph> scheduled, scheduler_->Schedule(g->graph));
   TG_RETURN_IF_ERROR(FillInputs(*g, tokens, n_past_));
   timings_.build_us += MicrosSince(t0);
@@ -183,7 +221,7 @@ absl::Status LlamaSession::RunScheduled(absl::Span<const int32_t> tokens, bool a
   AddSchedulerTimes(before);
   TG_RETURN_IF_ERROR(status);
   n_past_ += n;
-  return ReadLogits(*g, out);
+  return ReadResults(*g, out.logits, out.argmax);
 }
 
 // The batch is cut into up to n_copies micro-batches of nearly equal size, each in its own
@@ -191,11 +229,11 @@ absl::Status LlamaSession::RunScheduled(absl::Span<const int32_t> tokens, bool a
 // and a layer's micro-batches in order (one thread per device), so each micro-batch sees the
 // KV cells of the ones before it. The pipeline drains at the end of the batch.
 absl::Status LlamaSession::RunPipelined(absl::Span<const int32_t> tokens, bool all_logits,
-                                        float* out) {
+                                        Readback out) {
   struct InFlight {
     std::unique_ptr<LlamaGraph> graph;
     std::unique_ptr<ScheduledGraph> scheduled;  // declared after graph: destroyed first.
-    float* out = nullptr;
+    Readback out;
   };
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t n_micro = std::min<int64_t>(scheduler_->n_copies(), n);
@@ -203,18 +241,22 @@ absl::Status LlamaSession::RunPipelined(absl::Span<const int32_t> tokens, bool a
   std::vector<InFlight> slots(n_micro);
   auto finish = [&](InFlight& f) {
     absl::Status s = f.scheduled == nullptr ? absl::OkStatus() : scheduler_->Wait(*f.scheduled);
-    if (s.ok() && f.scheduled != nullptr) s = ReadLogits(*f.graph, f.out);
+    if (s.ok() && f.scheduled != nullptr) s = ReadResults(*f.graph, f.out.logits, f.out.argmax);
     f.scheduled.reset();
     f.graph.reset();
     return s;
   };
   auto submit = [&](InFlight& f, int slot, int64_t offset, int64_t size, bool last) {
     const auto t0 = std::chrono::steady_clock::now();
-    TG_ASSIGN_OR_RETURN(f.graph, BuildBatchGraph(size, n_past_ + offset, all_logits));
+    f.out = {};
+    if (all_logits) {
+      f.out.logits = out.logits == nullptr ? nullptr : out.logits + offset * n_vocab;
+    } else if (last) {
+      f.out = out;
+    }
+    TG_ASSIGN_OR_RETURN(f.graph, BuildBatchGraph(size, n_past_ + offset, all_logits, f.out));
     TG_ASSIGN_OR_RETURN(f.scheduled, scheduler_->Schedule(f.graph->graph, slot));
     TG_RETURN_IF_ERROR(FillInputs(*f.graph, tokens.subspan(offset, size), n_past_ + offset));
-    f.out =
-        all_logits ? (out == nullptr ? nullptr : out + offset * n_vocab) : (last ? out : nullptr);
     timings_.build_us += MicrosSince(t0);
     return scheduler_->Submit(*f.scheduled);
   };

@@ -61,6 +61,10 @@ class LlamaSession {
   // vocabulary, OUT_OF_RANGE when the context is full.
   absl::StatusOr<absl::Span<const float>> Decode(absl::Span<const int32_t> tokens,
                                                  bool all_logits = false);
+  // Like Decode, but returns the id of the last token's largest logit (the first on ties),
+  // picked by an ARGMAX on the model's device: greedy decoding without reading the logits,
+  // so a remote device sends back 4 bytes instead of n_vocab floats.
+  absl::StatusOr<int32_t> DecodeGreedy(absl::Span<const int32_t> tokens);
   int64_t n_past() const { return n_past_; }
   int64_t n_ctx() const { return cache_->n_ctx(); }
   void Reset() { n_past_ = 0; }
@@ -68,16 +72,26 @@ class LlamaSession {
   const KvCache& cache() const { return *cache_; }
 
  private:
+  // Where a batch's results go; nullptr: not read.
+  struct Readback {
+    float* logits = nullptr;    // [n_vocab] or, with all_logits, [n_tokens * n_vocab].
+    int32_t* argmax = nullptr;  // the last row's argmax, computed on the device.
+  };
+
   explicit LlamaSession(const LlamaModel& model) : model_(model) {}
   absl::Status CreateScheduler();
-  absl::Status RunBatch(absl::Span<const int32_t> tokens, bool all_logits, float* out);
-  absl::Status RunOnOneDevice(absl::Span<const int32_t> tokens, bool all_logits, float* out);
-  absl::Status RunScheduled(absl::Span<const int32_t> tokens, bool all_logits, float* out);
-  absl::Status RunPipelined(absl::Span<const int32_t> tokens, bool all_logits, float* out);
-  // Writes tokens, positions, the causal mask and the output row of a batch at n_past.
-  // The graph of one batch at n_past, with this session's logits choice and KV padding.
+  absl::Status CheckBatch(absl::Span<const int32_t> tokens) const;
+  absl::Status RunBatches(absl::Span<const int32_t> tokens, bool all_logits, Readback out);
+  absl::Status RunBatch(absl::Span<const int32_t> tokens, bool all_logits, Readback out);
+  absl::Status RunOnOneDevice(absl::Span<const int32_t> tokens, bool all_logits, Readback out);
+  absl::Status RunScheduled(absl::Span<const int32_t> tokens, bool all_logits, Readback out);
+  absl::Status RunPipelined(absl::Span<const int32_t> tokens, bool all_logits, Readback out);
+  // The graph of one batch at n_past, with this session's logits choice and KV padding; it
+  // ends in an ARGMAX when `out` asks for one.
   absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildBatchGraph(int64_t n_tokens, int64_t n_past,
-                                                              bool all_logits) const;
+                                                              bool all_logits,
+                                                              const Readback& out) const;
+  // Writes tokens, positions, the causal mask and the output row of a batch at n_past.
   absl::Status FillInputs(const LlamaGraph& g, absl::Span<const int32_t> tokens, int64_t n_past);
   void AddSchedulerTimes(const SchedulerStats& before);
 

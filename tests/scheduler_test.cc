@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_device.h"
 #include "backends/cpu/cpu_stream.h"
 #include "core/ops.h"
@@ -598,6 +600,42 @@ TEST_F(LayerSplitSessionTest, TiedEmbeddingsMatchOneDevice) {
   EXPECT_EQ(model->tok_embd()->buffer->type()->device(), &dev0_);
   ExpectSameAsOneDevice(tied);
   std::remove(tied.c_str());
+}
+
+// Greedy decoding on the device (ARGMAX in the graph) picks what the host picks from the
+// logits, for prompts in several batches, pipelined micro-batches and single tokens.
+TEST_F(LayerSplitSessionTest, DecodeGreedyPicksTheArgmaxOfTheLogits) {
+  LoadOptions one;
+  one.plan = DevicePlan{SplitMode::kNone, {&dev0_}, {1.0f}};
+  LoadOptions split;
+  split.plan = DevicePlan{SplitMode::kLayer, {&dev0_, &dev1_}, {0.5f, 0.5f}};
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 37; ++i) prompt.push_back((i * 29 + 3) % 512);
+  for (const LoadOptions& lo : {one, split}) {
+    auto model = *LlamaModel::Load(path_, lo);
+    for (const auto& [n_copies, n_batch] : {std::pair{1, 512}, {4, 512}, {4, 10}}) {
+      SCOPED_TRACE(absl::StrCat(model->multi_device() ? "layer split" : "one device", " n_copies ",
+                                n_copies, " n_batch ", n_batch));
+      SessionOptions so;
+      so.n_ctx = 128;
+      so.n_copies = n_copies;
+      so.n_batch = n_batch;
+      auto host = *LlamaSession::Create(*model, so);
+      auto device = *LlamaSession::Create(*model, so);
+      absl::StatusOr<absl::Span<const float>> logits = host->Decode(prompt);
+      absl::StatusOr<int32_t> picked = device->DecodeGreedy(prompt);
+      for (int step = 0; step < 12; ++step) {
+        ASSERT_TRUE(logits.ok()) << logits.status();
+        ASSERT_TRUE(picked.ok()) << picked.status();
+        const int32_t want =
+            static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) - logits->begin());
+        ASSERT_EQ(*picked, want) << "step " << step;
+        logits = host->Decode({&want, 1});
+        picked = device->DecodeGreedy({&want, 1});
+      }
+      EXPECT_EQ(device->n_past(), host->n_past());
+    }
+  }
 }
 
 }  // namespace

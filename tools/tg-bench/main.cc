@@ -4,7 +4,9 @@
 // Per row it also says where the time went: compute and transfers (split-input copies,
 // all-reduce) as shares of the wall time (summed over devices, so pipelined devices can
 // exceed 100%), splits per graph and the scheduler's own time per split; for a model on
-// several devices, the cost of one more split measured on a trivial graph.
+// several devices, the cost of one more split measured on a trivial graph. With --greedy, tg
+// steps feed back the device's ARGMAX pick (greedy generation, as tg-run --temp 0 does) instead
+// of reading the logits.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -43,6 +45,7 @@ struct BenchFlags {
   int64_t reps = 5;
   int64_t batch = 512;
   std::string output = "md";
+  bool greedy = false;  // tg: ARGMAX on the device, only the token id read back.
 };
 
 struct TestResult {
@@ -50,6 +53,7 @@ struct TestResult {
   int64_t n_gen = 0;
   int64_t n_threads = 0;
   int64_t n_copies = 0;  // pipeline micro-batches (0: the session's default).
+  bool greedy = false;
   std::vector<double> samples_ns;
   DecodeTimings timings;      // of the timed repetitions.
   double compute_share = 0;   // device time in Stream::Compute / wall time.
@@ -94,8 +98,9 @@ absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& s, const char*
 }
 
 // One timed repetition: fresh cache, then n_prompt tokens in batches or n_gen single steps.
+// With greedy, each generated token is the device's ARGMAX pick of the step before.
 absl::StatusOr<double> RunOnce(LlamaSession& session, int64_t n_prompt, int64_t n_gen, int32_t bos,
-                               int64_t n_vocab, std::mt19937& rng) {
+                               int64_t n_vocab, bool greedy, std::mt19937& rng) {
   session.Reset();
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(n_vocab - 1));
   std::vector<int32_t> prompt(n_prompt);
@@ -104,8 +109,12 @@ absl::StatusOr<double> RunOnce(LlamaSession& session, int64_t n_prompt, int64_t 
   if (n_prompt > 0) TG_RETURN_IF_ERROR(session.Decode(prompt).status());
   int32_t next = bos >= 0 ? bos : 0;
   for (int64_t i = 0; i < n_gen; ++i) {
-    TG_RETURN_IF_ERROR(session.Decode({&next, 1}).status());
-    next = tok(rng);
+    if (greedy) {
+      TG_ASSIGN_OR_RETURN(next, session.DecodeGreedy({&next, 1}));
+    } else {
+      TG_RETURN_IF_ERROR(session.Decode({&next, 1}).status());
+      next = tok(rng);
+    }
   }
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -128,15 +137,16 @@ absl::StatusOr<TestResult> RunTest(const LlamaModel& model, int64_t n_prompt, in
   r.n_prompt = n_prompt;
   r.n_gen = n_gen;
   r.n_threads = threads;
+  r.greedy = f.greedy && n_gen > 0;
   r.n_copies = model.multi_device() ? (n_copies > 0 ? n_copies : kDefaultPipelineCopies) : 1;
   const int32_t bos = model.tokenizer().bos();
   TG_RETURN_IF_ERROR(
-      RunOnce(*session, n_prompt, n_gen, bos, model.hparams().n_vocab, rng).status());
+      RunOnce(*session, n_prompt, n_gen, bos, model.hparams().n_vocab, f.greedy, rng).status());
   const DecodeTimings before = session->timings();
   double total_ns = 0;
   for (int64_t rep = 0; rep < f.reps; ++rep) {
     TG_ASSIGN_OR_RETURN(double ns,
-                        RunOnce(*session, n_prompt, n_gen, bos, model.hparams().n_vocab, rng));
+                        RunOnce(*session, n_prompt, n_gen, bos, model.hparams().n_vocab, f.greedy, rng));
     r.samples_ns.push_back(ns);
     total_ns += ns;
   }
@@ -169,8 +179,9 @@ absl::StatusOr<std::optional<SplitOverhead>> ProbeSplits(const LlamaModel& m) {
 
 std::string TestName(const TestResult& r) {
   if (r.n_gen == 0) return absl::StrCat("pp", r.n_prompt);
-  if (r.n_prompt == 0) return absl::StrCat("tg", r.n_gen);
-  return absl::StrCat("pp", r.n_prompt, "+tg", r.n_gen);
+  const char* greedy = r.greedy ? " greedy" : "";
+  if (r.n_prompt == 0) return absl::StrCat("tg", r.n_gen, greedy);
+  return absl::StrCat("pp", r.n_prompt, "+tg", r.n_gen, greedy);
 }
 
 // What every output format needs besides the rows.
@@ -215,19 +226,20 @@ void PrintCsv(const Report& rep) {
   std::printf(
       "model_filename,model_type,model_size,model_n_params,devices,split_mode,n_threads,"
       "n_copies,n_prompt,n_gen,avg_ns,stddev_ns,avg_ts,stddev_ts,compute_us,transfer_us,"
-      "splits_per_graph,overhead_us_per_split,split_overhead_us\n");
+      "splits_per_graph,overhead_us_per_split,split_overhead_us,greedy\n");
   const double probe_us = rep.probe.has_value() ? rep.probe->per_split_us : 0;
   for (const TestResult& r : rep.results) {
     const std::vector<double> ts = r.SamplesTs();
     std::printf(
         "\"%s\",\"%s\",%zu,%lld,\"%s\",%s,%lld,%lld,%lld,%lld,%.0f,%.0f,%.6f,%.6f,%.0f,"
-        "%.0f,%.3f,%.3f,%.3f\n",
+        "%.0f,%.3f,%.3f,%.3f,%d\n",
         rep.path.c_str(), m.Describe().c_str(), m.weight_bytes(),
         static_cast<long long>(m.n_params()), rep.devices.c_str(), rep.split_mode.c_str(),
         static_cast<long long>(r.n_threads), static_cast<long long>(r.n_copies),
         static_cast<long long>(r.n_prompt), static_cast<long long>(r.n_gen), r.Mean(r.samples_ns),
         r.Stddev(r.samples_ns), r.Mean(ts), r.Stddev(ts), r.timings.compute_us,
-        r.timings.transfer_us, r.SplitsPerGraph(), r.OverheadPerSplitUs(), probe_us);
+        r.timings.transfer_us, r.SplitsPerGraph(), r.OverheadPerSplitUs(), probe_us,
+        r.greedy ? 1 : 0);
   }
 }
 
@@ -245,6 +257,7 @@ void PrintJson(const Report& rep) {
     j.Key("devices").String(rep.devices).Key("cpu_info").String(m.device()->description());
     j.Key("split_mode").String(rep.split_mode).Key("n_copies").Int(r.n_copies);
     j.Key("n_threads").Int(r.n_threads).Key("n_prompt").Int(r.n_prompt).Key("n_gen").Int(r.n_gen);
+    j.Key("greedy").Bool(r.greedy);
     j.Key("avg_ns").Double(r.Mean(r.samples_ns)).Key("stddev_ns").Double(r.Stddev(r.samples_ns));
     j.Key("avg_ts").Double(r.Mean(ts)).Key("stddev_ts").Double(r.Stddev(ts));
     j.Key("compute_share").Double(r.compute_share).Key("transfer_share").Double(r.transfer_share);
@@ -347,6 +360,9 @@ int main(int argc, char** argv) {
   p.AddInt("-r", "--repetitions", &f.reps, "repetitions per test (default 5)");
   p.AddInt("-b", "--batch-size", &f.batch, "prompt tokens per graph (default 512)");
   p.AddString("-o", "--output", &f.output, "md (default), csv or json");
+  p.AddBool(nullptr, "--greedy", &f.greedy,
+            "tg: feed back the device's ARGMAX pick (greedy generation, only the token id is "
+            "read) instead of reading the logits and feeding random tokens like llama-bench");
   if (absl::Status s = p.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "tg-bench: %s\n", std::string(s.message()).c_str());
     return 2;

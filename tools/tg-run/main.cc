@@ -96,8 +96,11 @@ absl::Status Generate(const RunFlags& f, const LlamaModel& model, LlamaSession& 
   const auto [lo, hi] = std::minmax_element(logits.begin(), logits.end());
   r->logit_min = *lo;
   r->logit_max = *hi;
+  // Greedy steps after the prompt pick on the device (ARGMAX): only the token id comes back.
+  const bool device_greedy = f.temp <= 0.0f;
+  int32_t picked = -1;
   for (int64_t i = 0; i < f.n_predict; ++i) {
-    const int32_t next = sampler.Sample(logits);
+    const int32_t next = device_greedy && i > 0 ? picked : sampler.Sample(logits);
     r->tokens.push_back(next);
     const std::string piece = tok.TokenToPiece(next);
     r->text += piece;
@@ -106,7 +109,11 @@ absl::Status Generate(const RunFlags& f, const LlamaModel& model, LlamaSession& 
       std::fflush(stdout);
     }
     if (tok.IsEog(next) || i + 1 == f.n_predict) break;
-    TG_ASSIGN_OR_RETURN(logits, session.Decode({&next, 1}));
+    if (device_greedy) {
+      TG_ASSIGN_OR_RETURN(picked, session.DecodeGreedy({&next, 1}));
+    } else {
+      TG_ASSIGN_OR_RETURN(logits, session.Decode({&next, 1}));
+    }
   }
   r->gen_ms = Ms(t1, std::chrono::steady_clock::now());
   return absl::OkStatus();
