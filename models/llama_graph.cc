@@ -147,7 +147,7 @@ absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& mo
   g->n_tokens = n_tokens;
   g->n_past = n_past;
   if (kv_pad < 1) return absl::InvalidArgumentError("kv_pad must be positive");
-  g->n_kv = std::min(cache.n_ctx(), (n_past + n_tokens + kv_pad - 1) / kv_pad * kv_pad);
+  g->n_kv = AttendedCells(cache.n_ctx(), n_past, n_tokens, kv_pad);
   GraphBuilder builder(model, cache, g.get());
   TG_ASSIGN_OR_RETURN(g->logits, builder.Build(n_outputs));
   if (output == GraphOutput::kArgmax) {

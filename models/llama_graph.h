@@ -33,6 +33,13 @@ struct LlamaGraph {
 // on the device; a remote device then returns 4 bytes a row instead of n_vocab floats).
 enum class GraphOutput { kLogits, kArgmax };
 
+// The cache cells a batch of n_tokens at n_past attends: n_past + n_tokens rounded up to a
+// multiple of kv_pad, at most n_ctx.
+inline int64_t AttendedCells(int64_t n_ctx, int64_t n_past, int64_t n_tokens, int64_t kv_pad) {
+  const int64_t padded = (n_past + n_tokens + kv_pad - 1) / kv_pad * kv_pad;
+  return padded < n_ctx ? padded : n_ctx;
+}
+
 // n_outputs: 1 (the last row) or n_tokens (all rows). kv_pad rounds the attended cache length
 // n_kv up to a multiple (capped at the context; the mask hides the extra cells), so that
 // consecutive decode graphs are identical and a remote device can reuse the one it has.

@@ -47,12 +47,7 @@ absl::StatusOr<std::unique_ptr<LlamaSession>> LlamaSession::Create(const LlamaMo
   if (options.kv_pad < 0) return absl::InvalidArgumentError("kv_pad must not be negative");
   std::unique_ptr<LlamaSession> s(new LlamaSession(model));
   s->options_ = options;
-  if (s->options_.kv_pad == 0) {
-    s->options_.kv_pad = 1;
-    for (Device* d : model.plan().devices) {
-      if (d->type() == DeviceType::kRemote) s->options_.kv_pad = kRemoteKvPad;
-    }
-  }
+  if (s->options_.kv_pad == 0) s->options_.kv_pad = kDefaultKvPad;
   if (model.multi_device()) {
     TG_RETURN_IF_ERROR(s->CreateScheduler());
     return s;
@@ -148,7 +143,8 @@ absl::Status LlamaSession::RunBatch(absl::Span<const int32_t> tokens, bool all_l
 absl::StatusOr<std::unique_ptr<LlamaGraph>> LlamaSession::BuildBatchGraph(int64_t n_tokens,
                                                                           int64_t n_past,
                                                                           bool all_logits,
-                                                                          const Readback& out) const {
+                                                                          const Readback& out) {
+  ++graphs_built_;
   return BuildLlamaGraph(model_, *cache_, n_tokens, n_past, all_logits ? n_tokens : 1,
                          options_.kv_pad,
                          out.argmax != nullptr ? GraphOutput::kArgmax : GraphOutput::kLogits);
@@ -179,9 +175,21 @@ absl::Status LlamaSession::RunOnOneDevice(absl::Span<const int32_t> tokens, bool
                                           Readback out) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n = static_cast<int64_t>(tokens.size());
-  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaGraph> g,
-                      BuildBatchGraph(n, n_past_, all_logits, out));
-  TG_RETURN_IF_ERROR(allocator_->Allocate(g->graph));
+  LlamaGraph* g = last_graph_.get();
+  const bool same_shape =
+      g != nullptr && g->n_tokens == n && last_all_logits_ == all_logits &&
+      g->n_kv == AttendedCells(cache_->n_ctx(), n_past_, n, options_.kv_pad) &&
+      (g->argmax != nullptr) == (out.argmax != nullptr);
+  if (!same_shape) {
+    last_graph_.reset();
+    TG_ASSIGN_OR_RETURN(last_graph_, BuildBatchGraph(n, n_past_, all_logits, out));
+    last_all_logits_ = all_logits;
+    g = last_graph_.get();
+    if (absl::Status s = allocator_->Allocate(g->graph); !s.ok()) {
+      last_graph_.reset();
+      return s;
+    }
+  }
   TG_RETURN_IF_ERROR(FillInputs(*g, tokens, n_past_));
   timings_.build_us += MicrosSince(t0);
   const StreamStats before = stream_->stats();

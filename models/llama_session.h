@@ -31,13 +31,15 @@ struct SessionOptions {
   // Micro-batches of a prompt batch in flight at once when the model spans several devices
   // (0: kDefaultPipelineCopies; 1: no pipelining). Each holds its own compute memory.
   int n_copies = 0;
-  // The attended cache length is rounded up to a multiple of this (0: kRemoteKvPad when a
-  // device is remote, else 1), so that decode graphs repeat and remote devices reuse them.
+  // The attended cache length is rounded up to a multiple of this (0: kDefaultKvPad), so
+  // that consecutive decode graphs are identical: the session runs the one it has again and
+  // a remote device reuses the one it has. The mask hides the extra cells, and attention
+  // skips key blocks that are masked entirely.
   int64_t kv_pad = 0;
 };
 
 // llama.cpp's padding of n_kv: one decode graph serves 256 consecutive positions.
-inline constexpr int64_t kRemoteKvPad = 256;
+inline constexpr int64_t kDefaultKvPad = 256;
 
 // llama.cpp's GGML_SCHED_MAX_COPIES: enough micro-batches to keep a few devices busy.
 inline constexpr int kDefaultPipelineCopies = 4;
@@ -70,6 +72,8 @@ class LlamaSession {
   void Reset() { n_past_ = 0; }
   const DecodeTimings& timings() const { return timings_; }
   const KvCache& cache() const { return *cache_; }
+  // Graphs built so far (a batch that reuses the previous graph builds none).
+  int64_t graphs_built() const { return graphs_built_; }
 
  private:
   // Where a batch's results go; nullptr: not read.
@@ -90,7 +94,7 @@ class LlamaSession {
   // ends in an ARGMAX when `out` asks for one.
   absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildBatchGraph(int64_t n_tokens, int64_t n_past,
                                                               bool all_logits,
-                                                              const Readback& out) const;
+                                                              const Readback& out);
   // Writes tokens, positions, the causal mask and the output row of a batch at n_past.
   absl::Status FillInputs(const LlamaGraph& g, absl::Span<const int32_t> tokens, int64_t n_past);
   void AddSchedulerTimes(const SchedulerStats& before);
@@ -100,6 +104,11 @@ class LlamaSession {
   std::unique_ptr<KvCache> cache_;
   std::unique_ptr<Stream> stream_;  // one device.
   std::unique_ptr<GraphAllocator> allocator_;
+  // One device: the last graph, allocated, kept for the next batch of the same shape (the
+  // decode steps of one kv_pad block) instead of building and allocating an identical one.
+  std::unique_ptr<LlamaGraph> last_graph_;
+  bool last_all_logits_ = false;
+  int64_t graphs_built_ = 0;
   std::vector<std::unique_ptr<Stream>> streams_;  // several devices: one per device,
   std::unique_ptr<Scheduler> scheduler_;          // used by the scheduler.
   int64_t n_past_ = 0;

@@ -638,5 +638,34 @@ TEST_F(LayerSplitSessionTest, DecodeGreedyPicksTheArgmaxOfTheLogits) {
   }
 }
 
+// Decode steps within one kv_pad block run the session's previous graph again (no build, no
+// allocation), with the logits of a session that builds every step (kv_pad 1).
+TEST_F(LayerSplitSessionTest, DecodeStepsReuseTheGraphOfTheirPadBlock) {
+  LoadOptions one;
+  one.plan = DevicePlan{SplitMode::kNone, {&dev0_}, {1.0f}};
+  auto model = *LlamaModel::Load(path_, one);
+  SessionOptions so;
+  so.n_ctx = 128;
+  so.kv_type = DType::kF32;
+  so.kv_pad = 16;
+  auto padded = *LlamaSession::Create(*model, so);
+  so.kv_pad = 1;
+  auto exact = *LlamaSession::Create(*model, so);
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
+  absl::StatusOr<absl::Span<const float>> a = padded->Decode(prompt);
+  absl::StatusOr<absl::Span<const float>> b = exact->Decode(prompt);
+  for (int step = 0; step < 40; ++step) {
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_THAT(*a, ::testing::Pointwise(::testing::FloatNear(1e-5), *b)) << "step " << step;
+    const int32_t next = (step * 37 + 11) % 512;
+    a = padded->Decode({&next, 1});
+    b = exact->Decode({&next, 1});
+  }
+  // The prompt's graph, then one decode graph per block: n_kv 16, 32 and 48.
+  EXPECT_EQ(padded->graphs_built(), 4);
+  EXPECT_EQ(exact->graphs_built(), 41);
+}
+
 }  // namespace
 }  // namespace tg
