@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # RPC benchmarks for docs/benchmarks.md, side by side in one run:
 #   1. tg-bench pp512/tg128 of the synthetic 15M-shape Q8_0 model locally and through one
-#      rpc-server on loopback (same thread count on both sides);
+#      rpc-server on loopback (same thread count on both sides); tg128 twice: reading the
+#      logits every step (llama-bench's way) and greedy on the device (--greedy, tg-run --temp 0);
 #   2. rpc_bench: session round trip, upload MB/s against a plain gRPC byte stream;
 #   3. model load time: local, over RPC with a cold cache, over RPC with a warm cache.
 # Usage: bash scripts/bench_rpc.sh [THREADS] [REPS]   (build/release must be built)
@@ -25,9 +26,14 @@ start_server() {
 stop_server() { kill "$(cat "$work/pid")"; wait "$(cat "$work/pid")" 2>/dev/null || true; rm -f "$work/port"; }
 
 echo "## tg-bench, local vs one rpc-server on loopback ($threads threads each)"
-$bin/tools/tg-bench/tg-bench -m "$model" -p 512 -n 128 -r "$reps" -t "$threads"
 start_server
-$bin/tools/tg-bench/tg-bench -m "$model" -p 512 -n 128 -r "$reps" -t "$threads" --rpc "$endpoint" | tail -n 2
+for run in 1 2; do  # local and remote interleaved, twice: the machine's speed drifts.
+  $bin/tools/tg-bench/tg-bench -m "$model" -p 512 -n 128 -r "$reps" -t "$threads" |
+    tail -n $([ $run = 1 ] && echo 4 || echo 2)  # the table's header once.
+  $bin/tools/tg-bench/tg-bench -m "$model" -p 512 -n 128 -r "$reps" -t "$threads" --rpc "$endpoint" | tail -n 2
+  $bin/tools/tg-bench/tg-bench -m "$model" -p 0 -n 128 -r "$reps" -t "$threads" --greedy | tail -n 1
+  $bin/tools/tg-bench/tg-bench -m "$model" -p 0 -n 128 -r "$reps" -t "$threads" --greedy --rpc "$endpoint" | tail -n 1
+done
 stop_server
 
 echo; echo "## rpc_bench"
