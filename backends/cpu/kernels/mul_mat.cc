@@ -4,7 +4,8 @@
 // into the weight type's activation format (vec_dot.h) in the node's scratch; after a Sync
 // the output is computed in tiles of up to kMaxTileRows weight rows x kMaxTileCols activation
 // rows. F32/F16/BF16 weights with many activation rows go to the packed GEMM instead
-// (gemm_f32.h), which reads src1 in place.
+// (gemm_f32.h), which reads src1 in place; Q8_0/Q4_0 weights with many activation rows to
+// the packed quantized GEMM (qgemm.h), which has its own activation format.
 //
 // Work split: the output is cut into items (batch, block of activation columns, tile of
 // weight rows), and each thread takes a contiguous range of items. For a matrix-vector
@@ -13,9 +14,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 
 #include "backends/cpu/kernels/gemm_f32.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/qgemm.h"
 #include "backends/cpu/kernels/vec_dot.h"
 
 namespace tg::cpu {
@@ -38,6 +41,8 @@ constexpr int64_t kStreamingMaxCols = 16;
 // independent accumulators in flight.
 constexpr size_t kCachedMaxWeightBytes = 16u << 20;
 constexpr int64_t kCachedTileRows = 4;
+// Rows this short are contiguous enough that a kernel's groups of rows read one stream.
+constexpr size_t kMergeMaxStreamingRowBytes = 2048;
 
 size_t RoundUp(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
@@ -79,16 +84,12 @@ size_t ActWorkSize(DType type, const Tensor* b, int nth) {
          static_cast<size_t>(nth) * RoundUp(b->ne[0] * sizeof(float), kAlign);
 }
 
-// Converts src1 into the activation format at `scratch` (threads split the rows), then
-// syncs. Returns the view to read rows from: src1 itself when it is usable as is (no Sync).
-ActView PrepareActivations(const ComputeParams& p, void* scratch, const DotKernels& kern,
-                           DType type, const Tensor* b) {
-  char* base = AlignUp(scratch);
-  if (!NeedsConversion(kern, b)) {
-    return {static_cast<const char*>(b->data), b->nb[1], b->nb[2], b->nb[3]};
-  }
+// Converts src1 with `convert` (nullptr: copy as f32) into rows `stride` bytes apart at
+// `base` (aligned; threads split the rows), followed by one gather row per thread, then syncs.
+ActView ConvertActivations(const ComputeParams& p, char* base, size_t stride,
+                           const std::function<void(const float*, void*, int64_t)>& convert,
+                           const Tensor* b) {
   const int64_t k = b->ne[0];
-  const size_t stride = ActStride(type, k);
   const int64_t rows = b->NumRows();
   float* gather =
       reinterpret_cast<float*>(base + rows * stride + p.ith * RoundUp(k * sizeof(float), kAlign));
@@ -103,14 +104,26 @@ ActView PrepareActivations(const ComputeParams& p, void* scratch, const DotKerne
       src = gather;
     }
     char* dst = base + r * stride;
-    if (kern.from_f32 != nullptr) {
-      kern.from_f32(src, dst, k);
+    if (convert) {
+      convert(src, dst, k);
     } else {
       std::memcpy(dst, src, k * sizeof(float));
     }
   }
   p.Sync();
   return {base, stride, b->ne[1] * stride, b->ne[1] * b->ne[2] * stride};
+}
+
+// Converts src1 into the kernels' activation format at `scratch`, then syncs. Returns the
+// view to read rows from: src1 itself when it is usable as is (no Sync).
+ActView PrepareActivations(const ComputeParams& p, void* scratch, const DotKernels& kern,
+                           DType type, const Tensor* b) {
+  if (!NeedsConversion(kern, b)) {
+    return {static_cast<const char*>(b->data), b->nb[1], b->nb[2], b->nb[3]};
+  }
+  std::function<void(const float*, void*, int64_t)> convert;
+  if (kern.from_f32 != nullptr) convert = kern.from_f32;
+  return ConvertActivations(p, AlignUp(scratch), ActStride(type, b->ne[0]), convert, b);
 }
 
 // Activation columns per block: as many as fit kColumnBlockBytes, a multiple of the tile.
@@ -161,10 +174,68 @@ void MulMatGemm(const ComputeParams& p, Tensor* dst) {
   }
 }
 
+// Q8_0 / Q4_0 weights with many activation rows: packed 16-row tiles (qgemm.h).
+bool UseQGemm(const Tensor* a, const Tensor* b) {
+  // The packing gathers address a tile's rows with 32-bit offsets.
+  return !ScalarDotKernelsForced() && QGemmSupports(a->type) && b->ne[1] > kStreamingMaxCols &&
+         a->nb[1] < (size_t{1} << 26);
+}
+
+size_t QGemmActStride(int64_t k) { return RoundUp(QGemmActRowBytes(k), kAlign); }
+
+// Scratch: converted activations, one gather row per thread, one packed tile per thread.
+size_t QGemmWorkSize(const Tensor* a, const Tensor* b, int nth) {
+  const int64_t k = a->ne[0];
+  return kAlign + static_cast<size_t>(b->NumRows()) * QGemmActStride(k) +
+         static_cast<size_t>(nth) *
+             (RoundUp(k * sizeof(float), kAlign) + RoundUp(QGemmPackBytes(k), kAlign));
+}
+
+void MulMatQGemm(const ComputeParams& p, Tensor* dst) {
+  const Tensor* a = dst->src[0];
+  const Tensor* b = dst->src[1];
+  const int64_t k = a->ne[0], m = a->ne[1], n = b->ne[1];
+  const size_t stride = QGemmActStride(k);
+  char* base = AlignUp(p.wdata);
+  const DType type = a->type;
+  const ActView act = ConvertActivations(
+      p, base, stride,
+      [type](const float* x, void* y, int64_t len) { QGemmActFromF32(type, x, y, len); }, b);
+  void* pack = base + b->NumRows() * stride + p.nth * RoundUp(k * sizeof(float), kAlign) +
+               p.ith * RoundUp(QGemmPackBytes(k), kAlign);
+
+  const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
+  const int64_t row_tiles = (m + kQGemmRows - 1) / kQGemmRows;
+  const int64_t col_block = ColumnBlock(stride, n);
+  const int64_t col_blocks = (n + col_block - 1) / col_block;
+  int64_t it0, it1;
+  SplitRange(b->ne[3] * b->ne[2] * col_blocks * row_tiles, p.ith, p.nth, &it0, &it1);
+  const void* b_cols[kQGemmCols];
+  float* c_cols[kQGemmCols];
+  for (int64_t it = it0; it < it1; ++it) {
+    const int64_t rt = it % row_tiles, cb = (it / row_tiles) % col_blocks;
+    const int64_t batch = it / (row_tiles * col_blocks);
+    const int64_t i2 = batch % b->ne[2], i3 = batch / b->ne[2];
+    const int64_t row0 = rt * kQGemmRows;
+    const int rows = static_cast<int>(std::min<int64_t>(kQGemmRows, m - row0));
+    QGemmPack(type, k, At<const char>(a, 0, row0, i2 / r2, i3 / r3), a->nb[1], rows, pack);
+    const int64_t col_end = std::min(n, (cb + 1) * col_block);
+    for (int64_t j0 = cb * col_block; j0 < col_end; j0 += kQGemmCols) {
+      const int cols = static_cast<int>(std::min<int64_t>(kQGemmCols, col_end - j0));
+      for (int j = 0; j < cols; ++j) {
+        b_cols[j] = act.Row(j0 + j, i2, i3);
+        c_cols[j] = At<float>(dst, row0, j0 + j, i2, i3);
+      }
+      QGemmTile(k, pack, rows, b_cols, cols, c_cols);
+    }
+  }
+}
+
 }  // namespace
 
 void ComputeMulMat(const ComputeParams& p, Tensor* dst) {
   if (UseGemm(dst->src[0], dst->src[1])) return MulMatGemm(p, dst);
+  if (UseQGemm(dst->src[0], dst->src[1])) return MulMatQGemm(p, dst);
   const Tensor* a = dst->src[0];
   const Tensor* b = dst->src[1];
   const DotKernels& kern = GetDotKernels(a->type);
@@ -179,13 +250,20 @@ void ComputeMulMat(const ComputeParams& p, Tensor* dst) {
   int64_t it0, it1;
   SplitRange(b->ne[3] * b->ne[2] * col_blocks * row_tiles, p.ith, p.nth, &it0, &it1);
 
+  // With one tile of columns (decode), consecutive row tiles of the same matrix go to the
+  // kernel as one run of rows: per-tile bookkeeping and dispatch cost as much as the dot
+  // products of a short cached row (about 15% of a stories15M decode step). Not for long
+  // rows streamed one at a time (the kernels would take them in interleaved groups).
+  const bool merge_rows =
+      n <= kMaxTileCols && (tile_rows > 1 || a->nb[1] <= kMergeMaxStreamingRowBytes);
   const void* b_cols[kMaxTileCols];
   float* c_cols[kMaxTileCols];
-  for (int64_t it = it0; it < it1; ++it) {
+  for (int64_t it = it0, next; it < it1; it = next) {
     const int64_t rt = it % row_tiles, cb = (it / row_tiles) % col_blocks;
     const int64_t batch = it / (row_tiles * col_blocks);
     const int64_t i2 = batch % b->ne[2], i3 = batch / b->ne[2];
-    const int64_t row0 = rt * tile_rows, rows = std::min(tile_rows, m - row0);
+    next = merge_rows ? std::min(it1, it + (row_tiles - rt)) : it + 1;
+    const int64_t row0 = rt * tile_rows, rows = std::min((next - it) * tile_rows, m - row0);
     const char* a_rows = At<const char>(a, 0, row0, i2 / r2, i3 / r3);
     const int64_t col_end = std::min(n, (cb + 1) * col_block);
     for (int64_t j0 = cb * col_block; j0 < col_end; j0 += kMaxTileCols) {
@@ -206,6 +284,7 @@ size_t MulMatWorkSize(const Tensor* dst, int nth) {
   if (GemmSupports(a->type)) {
     size = std::max(size, GemmWorkSize(a->ne[1], b->ne[1], a->ne[0], nth));
   }
+  if (QGemmSupports(a->type)) size = std::max(size, QGemmWorkSize(a, b, nth));
   return size;
 }
 

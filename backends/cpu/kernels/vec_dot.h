@@ -42,9 +42,11 @@ inline constexpr int kMaxTileCols = 4;
 // Converts one row of k f32 activations into the kernel set's activation format.
 using ActFromF32Fn = void (*)(const float* x, void* y, int64_t k);
 
-// c[j][i] = sum over k of a_i . b_j, for i < rows <= kMaxTileRows and j < cols <= kMaxTileCols,
-// where a_i = a + i * a_stride bytes is a weight row of the kernel's type and b[j] an
-// activation row in the kernel's format. k is a multiple of the weight type's block size.
+// c[j][i] = sum over k of a_i . b_j, for i < rows and j < cols <= kMaxTileCols, where
+// a_i = a + i * a_stride bytes is a weight row of the kernel's type and b[j] an activation
+// row in the kernel's format. k is a multiple of the weight type's block size. Tiles are
+// meant to be up to kMaxTileRows rows; more rows are taken in passes of at most that many
+// (a matrix-vector product hands over a whole run of rows in one call).
 using DotTileFn = void (*)(int64_t k, const void* a, size_t a_stride, int rows,
                            const void* const* b, int cols, float* const* c);
 

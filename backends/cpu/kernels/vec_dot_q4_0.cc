@@ -48,13 +48,24 @@ constexpr int kChunkBlocks = 0;  // AVX2: every block takes the per-block path.
 constexpr size_t kChunkActBytes = 0;
 #endif
 
+// A block of activations past the last full chunk: Q8_0 quants, the f32 scale, and minus the
+// sum of the quants, so that unsigned weight nibbles (q + 8) need no per-block offset
+// arithmetic: each of the 8 int32 lanes of a block's dot starts at -sum, which adds up to
+// the -8 * sum the offset contributes.
+struct ActQ4Tail {
+  float d;
+  int32_t neg_sum;
+  int8_t qs[kQK8_0];
+};
+static_assert(sizeof(ActQ4Tail) == 40);
+
 int64_t FullChunks(int64_t nblocks) { return kChunkBlocks > 0 ? nblocks / kChunkBlocks : 0; }
 
 size_t ActRowBytes(int64_t k) {
   const int64_t nblocks = k / kQK4_0;
   const int64_t chunks = FullChunks(nblocks);
   const size_t bytes = static_cast<size_t>(chunks) * kChunkActBytes +
-                       static_cast<size_t>(nblocks - chunks * kChunkBlocks) * sizeof(ActQ8_0);
+                       static_cast<size_t>(nblocks - chunks * kChunkBlocks) * sizeof(ActQ4Tail);
   return (bytes + kRowAlign - 1) / kRowAlign * kRowAlign;
 }
 
@@ -77,34 +88,47 @@ void FromF32(const float* x, void* y, int64_t k) {
   }
 #endif
   out += chunks * kChunkActBytes;
-  ActQ8_0* tail = reinterpret_cast<ActQ8_0*>(out);
+  ActQ4Tail* tail = reinterpret_cast<ActQ4Tail*>(out);
   for (int64_t i = chunks * kChunkBlocks; i < nblocks; ++i, ++tail) {
     tail->d = QuantizeBlockQ8_0(x + i * kQK4_0, tail->qs);
+    tail->neg_sum = -SumI8(tail->qs, kQK8_0);
   }
+}
+
+// Sum of products of unsigned bytes x (< 128) and signed bytes y, as 8 int32 lanes added to
+// init.
+inline __m256i DotU8I8Lanes(__m256i init, __m256i x, __m256i y) {
+#if defined(TG_CPU_AVX512)
+  return _mm256_dpbusd_epi32(init, x, y);
+#else
+  return _mm256_add_epi32(init,
+                          _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1)));
+#endif
 }
 
 // Blocks [first, nblocks) one 32-byte vector at a time; y[j] points at block `first`.
 template <int R, int C>
 void BlockwiseTile(int64_t first, int64_t nblocks, const char* a, size_t a_stride,
-                   const ActQ8_0* const* y, float (&sums)[R][C]) {
+                   const ActQ4Tail* const* y, float (&sums)[R][C]) {
   __m256 acc[R][C];
   for (int r = 0; r < R; ++r) {
     for (int j = 0; j < C; ++j) acc[r][j] = _mm256_setzero_ps();
   }
-  const __m256i offset = _mm256_set1_epi8(kQ4Offset);
   for (int64_t i = first; i < nblocks; ++i) {
-    __m256i yq[C];
+    __m256i yq[C], init[C];
     __m256 dy[C];
     for (int j = 0; j < C; ++j) {
-      yq[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[j][i - first].qs));
-      dy[j] = _mm256_set1_ps(y[j][i - first].d);
+      const ActQ4Tail& yb = y[j][i - first];
+      yq[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb.qs));
+      init[j] = _mm256_set1_epi32(yb.neg_sum);
+      dy[j] = _mm256_set1_ps(yb.d);
     }
     for (int r = 0; r < R; ++r) {
       const BlockQ4_0* x = reinterpret_cast<const BlockQ4_0*>(a + r * a_stride) + i;
-      const __m256i xq = _mm256_sub_epi8(NibblesToBytes(x->qs), offset);
+      const __m256i xq = NibblesToBytes(x->qs);
       const __m256 dx = _mm256_set1_ps(_cvtsh_ss(x->d));
       for (int j = 0; j < C; ++j) {
-        const __m256 p = _mm256_cvtepi32_ps(DotI8Lanes(xq, yq[j]));
+        const __m256 p = _mm256_cvtepi32_ps(DotU8I8Lanes(init[j], xq, yq[j]));
         acc[r][j] = _mm256_fmadd_ps(p, _mm256_mul_ps(dx, dy[j]), acc[r][j]);
       }
     }
@@ -227,10 +251,10 @@ void Q4Tile(int64_t k, const char* a, size_t a_stride, const void* const* b, flo
   if (chunks > 0) ChunkTile<R, C>(chunks, a, a_stride, b, sums);
 #endif
   if (chunks * kChunkBlocks < nblocks) {
-    const ActQ8_0* tail[C];
+    const ActQ4Tail* tail[C];
     for (int j = 0; j < C; ++j) {
-      tail[j] = reinterpret_cast<const ActQ8_0*>(static_cast<const char*>(b[j]) +
-                                                 chunks * kChunkActBytes);
+      tail[j] = reinterpret_cast<const ActQ4Tail*>(static_cast<const char*>(b[j]) +
+                                                   chunks * kChunkActBytes);
     }
     BlockwiseTile<R, C>(chunks * kChunkBlocks, nblocks, a, a_stride, tail, sums);
   }

@@ -30,7 +30,7 @@ extern const DotKernels kDotQ6_K;
 using RowsFn = void (*)(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
                         float* const* c);
 
-// Runs a tile of up to kMaxTileRows rows as groups of at most 4 (what the quantized kernels
+// Runs a tile of any number of rows as groups of at most 4 (what the quantized kernels
 // keep in registers); kRows[r - 1] handles r rows.
 inline void TileInGroupsOf4(const RowsFn (&kRows)[4], int64_t k, const void* a, size_t a_stride,
                             int rows, const void* const* b, int cols, float* const* c) {

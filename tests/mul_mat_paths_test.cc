@@ -1,0 +1,227 @@
+// Tests of the CPU MUL_MAT paths added for small models: row-at-a-time float matrix-vector
+// products, merged row runs in decode, the packed Q8_0/Q4_0 prefill GEMM (qgemm.h) and the
+// Q4_0 per-block tail, on the stories15M shapes (K = 288, 768) with odd row and column counts,
+// against a naive double-precision reference.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/cpu/compute_params.h"
+#include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/qgemm.h"
+#include "backends/cpu/kernels/vec_dot.h"
+#include "core/quants.h"
+#include "core/spin_barrier.h"
+#include "gtest/gtest.h"
+
+namespace tg::cpu {
+namespace {
+
+struct Owned {
+  Tensor t;
+  std::vector<uint8_t> bytes;
+};
+
+std::vector<float> RandomFloats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Weights [k, m] of `type`, rows row_pad bytes apart beyond their size.
+Owned MakeWeights(DType type, int64_t k, int64_t m, uint32_t seed, size_t row_pad = 0) {
+  Owned o;
+  o.t.type = type;
+  o.t.ne[0] = k, o.t.ne[1] = m, o.t.ne[2] = 1, o.t.ne[3] = 1;
+  o.t.nb[0] = BlockBytes(type);
+  o.t.nb[1] = RowBytes(type, k) + row_pad;
+  o.t.nb[2] = o.t.nb[3] = o.t.nb[1] * m;
+  o.bytes.resize(o.t.nb[2]);
+  o.t.data = o.bytes.data();
+  const std::vector<float> v = RandomFloats(k * m, seed);
+  for (int64_t r = 0; r < m; ++r) {
+    QuantizeRow(type, v.data() + r * k, o.bytes.data() + r * o.t.nb[1], k);
+  }
+  return o;
+}
+
+Owned MakeF32(int64_t k, int64_t n, uint32_t seed) {
+  Owned o;
+  o.t.type = DType::kF32;
+  o.t.ne[0] = k, o.t.ne[1] = n, o.t.ne[2] = 1, o.t.ne[3] = 1;
+  SetContiguousStrides(&o.t);
+  const std::vector<float> v = RandomFloats(k * n, seed);
+  o.bytes.resize(v.size() * sizeof(float));
+  std::memcpy(o.bytes.data(), v.data(), o.bytes.size());
+  o.t.data = o.bytes.data();
+  return o;
+}
+
+// Reference: dequantized weights times activations rounded through Q8_0 (Q4_0/Q8_0) or
+// Q8_K (k-quants), in double; out[j * m + i].
+std::vector<double> Reference(const Tensor& a, const Tensor& b) {
+  const int64_t k = a.ne[0], m = a.ne[1], n = b.ne[1];
+  std::vector<double> out(m * n);
+  std::vector<float> w(k), x(k), y(k);
+  for (int64_t j = 0; j < n; ++j) {
+    std::memcpy(x.data(), static_cast<const char*>(b.data) + j * b.nb[1], k * sizeof(float));
+    if (a.type == DType::kQ4_0 || a.type == DType::kQ8_0) {
+      std::vector<BlockQ8_0> q(k / kQK8_0);
+      QuantizeRowQ8_0(x.data(), q.data(), k);
+      DequantizeRowQ8_0(q.data(), y.data(), k);
+    } else if (a.type == DType::kQ4_K || a.type == DType::kQ6_K) {
+      std::vector<BlockQ8_K> q(k / kQK_K);
+      QuantizeRowQ8_K(x.data(), q.data(), k);
+      DequantizeRowQ8_K(q.data(), y.data(), k);
+    } else {
+      y = x;
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      DequantizeRow(a.type, static_cast<const char*>(a.data) + i * a.nb[1], w.data(), k);
+      double s = 0;
+      for (int64_t e = 0; e < k; ++e) s += static_cast<double>(w[e]) * y[e];
+      out[j * m + i] = s;
+    }
+  }
+  return out;
+}
+
+std::vector<float> RunMulMat(Tensor* a, Tensor* b, int nth) {
+  Owned dst;
+  dst.t.type = DType::kF32;
+  dst.t.ne[0] = a->ne[1], dst.t.ne[1] = b->ne[1], dst.t.ne[2] = 1, dst.t.ne[3] = 1;
+  SetContiguousStrides(&dst.t);
+  dst.bytes.resize(dst.t.nb[3]);
+  std::fill(reinterpret_cast<float*>(dst.bytes.data()),
+            reinterpret_cast<float*>(dst.bytes.data() + dst.bytes.size()), NAN);
+  dst.t.data = dst.bytes.data();
+  dst.t.op = Op::kMulMat;
+  dst.t.src[0] = a;
+  dst.t.src[1] = b;
+  const size_t wsize = MulMatWorkSize(&dst.t, nth);
+  std::vector<uint8_t> work(wsize + 1);
+  Barrier barrier(nth);
+  KernelError error;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < nth; ++t) {
+    threads.emplace_back([&, t] {
+      ComputeParams p;
+      p.ith = t;
+      p.nth = nth;
+      p.wdata = work.data() + 1;  // misaligned on purpose.
+      p.wsize = wsize;
+      p.barrier = nth > 1 ? &barrier : nullptr;
+      p.error = &error;
+      ComputeMulMat(p, &dst.t);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_FALSE(error.set.load()) << error.message;
+  const float* f = reinterpret_cast<const float*>(dst.bytes.data());
+  return std::vector<float>(f, f + dst.bytes.size() / sizeof(float));
+}
+
+double Nmse(const std::vector<float>& got, const std::vector<double>& want) {
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err += (got[i] - want[i]) * (got[i] - want[i]);
+    ref += want[i] * want[i];
+  }
+  return ref > 0 ? err / ref : err;
+}
+
+double Tolerance(DType type) { return IsQuantized(type) ? 1e-9 : 1e-10; }
+
+class MulMatPathsTest : public ::testing::TestWithParam<DType> {};
+
+// Decode-sized products (1-4 columns; float rows one at a time, merged row runs, Q4_0 tails)
+// and prefill-sized ones (17-70 columns; the packed GEMM for Q8_0/Q4_0 with row and column
+// tails), at K = 288 (Q4_0: 9 blocks, no full 16-block chunk) and 768 (one chunk + 8 blocks).
+TEST_P(MulMatPathsTest, StoriesShapesMatchReference) {
+  const DType type = GetParam();
+  int run = 0;
+  for (int64_t k : {288, 768}) {
+    if (k % BlockSize(type) != 0) continue;
+    for (int64_t m : {1, 15, 16, 33, 250}) {
+      for (int64_t n : {1, 2, 4, 17, 70}) {
+        const int nth = 1 + run % 3;
+        Owned a = MakeWeights(type, k, m, 10 + run);
+        Owned b = MakeF32(k, n, 20 + run);
+        EXPECT_LT(Nmse(RunMulMat(&a.t, &b.t, nth), Reference(a.t, b.t)), Tolerance(type))
+            << DTypeName(type) << " K=" << k << " M=" << m << " N=" << n << " threads=" << nth;
+        ++run;
+      }
+    }
+  }
+}
+
+// Rows padded beyond their size (a strided view): the packed GEMM and the merged row runs
+// must follow the row stride.
+TEST_P(MulMatPathsTest, PaddedRowsMatchReference) {
+  const DType type = GetParam();
+  const int64_t k = BlockSize(type) == kQK_K ? 768 : 288;
+  for (int64_t n : {1, 3, 40}) {
+    Owned a = MakeWeights(type, k, 37, 30 + n, 3 * BlockBytes(type));
+    Owned b = MakeF32(k, n, 40 + n);
+    EXPECT_LT(Nmse(RunMulMat(&a.t, &b.t, 2), Reference(a.t, b.t)), Tolerance(type))
+        << DTypeName(type) << " N=" << n;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MulMatPathsTest,
+                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
+                                           DType::kQ4_0, DType::kQ4_K, DType::kQ6_K),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(DTypeName(info.param));
+                         });
+
+// The packed GEMM's tile directly: every row count 1..16 and column count 1..8.
+TEST(QGemmTest, TileRowAndColumnCounts) {
+  for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
+    if (!QGemmSupports(type)) GTEST_SKIP() << "no packed GEMM in this build";
+    const int64_t k = 96;
+    Owned a = MakeWeights(type, k, kQGemmRows, 50);
+    Owned x = MakeF32(k, kQGemmCols, 51);
+    const std::vector<double> want = Reference(a.t, x.t);
+    std::vector<uint8_t> act(kQGemmCols * QGemmActRowBytes(k));
+    for (int j = 0; j < kQGemmCols; ++j) {
+      QGemmActFromF32(type, reinterpret_cast<const float*>(x.bytes.data()) + j * k,
+                      act.data() + j * QGemmActRowBytes(k), k);
+    }
+    std::vector<uint8_t> pack_bytes(QGemmPackBytes(k) + 64);
+    void* pack =
+        reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(pack_bytes.data()) + 63) / 64 * 64);
+    for (int rows = 1; rows <= kQGemmRows; ++rows) {
+      QGemmPack(type, k, static_cast<const char*>(a.t.data), a.t.nb[1], rows, pack);
+      for (int cols = 1; cols <= kQGemmCols; ++cols) {
+        std::vector<float> out(kQGemmCols * kQGemmRows, NAN);
+        const void* b[kQGemmCols];
+        float* c[kQGemmCols];
+        for (int j = 0; j < cols; ++j) {
+          b[j] = act.data() + j * QGemmActRowBytes(k);
+          c[j] = out.data() + j * kQGemmRows;
+        }
+        QGemmTile(k, pack, rows, b, cols, c);
+        for (int j = 0; j < kQGemmCols; ++j) {
+          for (int i = 0; i < kQGemmRows; ++i) {
+            const float v = out[j * kQGemmRows + i];
+            if (j < cols && i < rows) {
+              EXPECT_NEAR(v, want[j * kQGemmRows + i], 1e-4)
+                  << DTypeName(type) << " rows=" << rows << " cols=" << cols;
+            } else {
+              EXPECT_TRUE(std::isnan(v)) << "wrote outside the tile: row " << i << " col " << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tg::cpu
