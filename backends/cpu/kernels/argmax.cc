@@ -4,11 +4,8 @@
 #include <cstdint>
 #include <limits>
 
-#if defined(__AVX512F__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
-
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/simd_math.h"  // the intrinsics (and GCC 12's warning fix).
 
 namespace tg::cpu {
 namespace {
