@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/row_walk.h"
 #include "backends/cpu/kernels/simd_math.h"  // the intrinsics (and GCC 12's warning fix).
 
 namespace tg::cpu {
@@ -53,17 +54,11 @@ int32_t FirstEqual(const float* x, int64_t n, float m) {
 
 void ComputeArgmax(const ComputeParams& p, Tensor* dst) {
   const Tensor& a = *dst->src[0];
-  const int64_t n0 = a.ne[0], n1 = a.ne[1], n2 = a.ne[2];
-  int64_t begin, end;
-  SplitRange(a.NumRows(), p.ith, p.nth, &begin, &end);
-  for (int64_t r = begin; r < end; ++r) {
-    const int64_t i1 = r % n1, i2 = (r / n1) % n2, i3 = r / (n1 * n2);
-    const float* x = reinterpret_cast<const float*>(static_cast<const uint8_t*>(a.data) +
-                                                    i1 * a.nb[1] + i2 * a.nb[2] + i3 * a.nb[3]);
-    int32_t* out = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(dst->data) + i1 * dst->nb[1] +
-                                              i2 * dst->nb[2] + i3 * dst->nb[3]);
-    *out = FirstEqual(x, n0, RowMax(x, n0));
-  }
+  const int64_t n0 = a.ne[0];
+  ForEachThreadRow(p, a.ne, [&](int64_t i1, int64_t i2, int64_t i3) {
+    const float* x = RowPtr<const float>(a, i1, i2, i3);
+    *RowPtr<int32_t>(*dst, i1, i2, i3) = FirstEqual(x, n0, RowMax(x, n0));
+  });
 }
 
 }  // namespace tg::cpu

@@ -2,6 +2,7 @@
 #include <cstdint>
 
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/row_walk.h"
 #include "backends/cpu/kernels/simd_math.h"
 
 namespace tg::cpu {
@@ -21,20 +22,6 @@ using simd::VecF;
 using simd::SiluScalar;
 
 constexpr size_t kF32Size = sizeof(float);
-
-// Byte offset of row (i1, i2, i3) of t.
-size_t RowOffset(const Tensor& t, int64_t i1, int64_t i2, int64_t i3) {
-  return i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3];
-}
-
-const float* RowOf(const Tensor& t, int64_t i1, int64_t i2, int64_t i3) {
-  return reinterpret_cast<const float*>(static_cast<const uint8_t*>(t.data) +
-                                        RowOffset(t, i1, i2, i3));
-}
-
-float* RowOf(Tensor* t, int64_t i1, int64_t i2, int64_t i3) {
-  return reinterpret_cast<float*>(static_cast<uint8_t*>(t->data) + RowOffset(*t, i1, i2, i3));
-}
 
 // Element i of a row whose elements are `stride` bytes apart.
 float At(const float* row, size_t stride, int64_t i) {
@@ -97,14 +84,11 @@ template <class Op>
 void ComputeBinary(const ComputeParams& p, Tensor* dst) {
   const Tensor& a = *dst->src[0];
   const Tensor& b = *dst->src[1];
-  const int64_t n1 = a.ne[1], n2 = a.ne[2];
-  int64_t begin, end;
-  SplitRange(a.NumRows(), p.ith, p.nth, &begin, &end);
-  for (int64_t r = begin; r < end; ++r) {
-    const int64_t i1 = r % n1, i2 = (r / n1) % n2, i3 = r / (n1 * n2);
-    BinaryRow<Op>(RowOf(dst, i1, i2, i3), RowOf(a, i1, i2, i3), a.nb[0],
-                  RowOf(b, i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]), b.nb[0], a.ne[0], b.ne[0]);
-  }
+  ForEachThreadRow(p, a.ne, [&](int64_t i1, int64_t i2, int64_t i3) {
+    BinaryRow<Op>(RowPtr<float>(*dst, i1, i2, i3), RowPtr<const float>(a, i1, i2, i3), a.nb[0],
+                  RowPtr<const float>(b, i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]), b.nb[0],
+                  a.ne[0], b.ne[0]);
+  });
 }
 
 // Runs row_fn(d, x, n) over this thread's rows of a unary op; x is a's row, or the dst row
@@ -112,19 +96,16 @@ void ComputeBinary(const ComputeParams& p, Tensor* dst) {
 template <class RowFn>
 void ForEachUnaryRow(const ComputeParams& p, Tensor* dst, RowFn row_fn) {
   const Tensor& a = *dst->src[0];
-  const int64_t n0 = a.ne[0], n1 = a.ne[1], n2 = a.ne[2];
-  int64_t begin, end;
-  SplitRange(a.NumRows(), p.ith, p.nth, &begin, &end);
-  for (int64_t r = begin; r < end; ++r) {
-    const int64_t i1 = r % n1, i2 = (r / n1) % n2, i3 = r / (n1 * n2);
-    float* d = RowOf(dst, i1, i2, i3);
-    const float* x = RowOf(a, i1, i2, i3);
+  const int64_t n0 = a.ne[0];
+  ForEachThreadRow(p, a.ne, [&](int64_t i1, int64_t i2, int64_t i3) {
+    float* d = RowPtr<float>(*dst, i1, i2, i3);
+    const float* x = RowPtr<const float>(a, i1, i2, i3);
     if (a.nb[0] != kF32Size) {
       for (int64_t i = 0; i < n0; ++i) d[i] = At(x, a.nb[0], i);
       x = d;
     }
     row_fn(d, x, n0);
-  }
+  });
 }
 
 void ScaleRow(float* d, const float* x, int64_t n, float scale, float bias) {
@@ -172,20 +153,17 @@ void ComputeSilu(const ComputeParams& p, Tensor* dst) { ForEachUnaryRow(p, dst, 
 void ComputeSwiglu(const ComputeParams& p, Tensor* dst) {
   const Tensor& g = *dst->src[0];
   const Tensor& u = *dst->src[1];
-  const int64_t n0 = g.ne[0], n1 = g.ne[1], n2 = g.ne[2];
-  int64_t begin, end;
-  SplitRange(g.NumRows(), p.ith, p.nth, &begin, &end);
-  for (int64_t r = begin; r < end; ++r) {
-    const int64_t i1 = r % n1, i2 = (r / n1) % n2, i3 = r / (n1 * n2);
-    float* d = RowOf(dst, i1, i2, i3);
-    const float* gr = RowOf(g, i1, i2, i3);
-    const float* ur = RowOf(u, i1, i2, i3);
+  const int64_t n0 = g.ne[0];
+  ForEachThreadRow(p, g.ne, [&](int64_t i1, int64_t i2, int64_t i3) {
+    float* d = RowPtr<float>(*dst, i1, i2, i3);
+    const float* gr = RowPtr<const float>(g, i1, i2, i3);
+    const float* ur = RowPtr<const float>(u, i1, i2, i3);
     if (g.nb[0] == kF32Size && u.nb[0] == kF32Size) {
       SwigluRow(d, gr, ur, n0);
     } else {
       for (int64_t i = 0; i < n0; ++i) d[i] = SiluScalar(At(gr, g.nb[0], i)) * At(ur, u.nb[0], i);
     }
-  }
+  });
 }
 
 }  // namespace tg::cpu

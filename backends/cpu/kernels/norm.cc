@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/row_walk.h"
 #include "backends/cpu/kernels/simd_math.h"
 
 namespace tg::cpu {
@@ -54,15 +55,10 @@ void ScaleRow(float* d, const float* x, int64_t n, float scale) {
 void ComputeRmsNorm(const ComputeParams& p, Tensor* dst) {
   const Tensor& a = *dst->src[0];
   const double eps = dst->ParamF32(0);
-  const int64_t n0 = a.ne[0], n1 = a.ne[1], n2 = a.ne[2];
-  int64_t begin, end;
-  SplitRange(a.NumRows(), p.ith, p.nth, &begin, &end);
-  for (int64_t r = begin; r < end; ++r) {
-    const int64_t i1 = r % n1, i2 = (r / n1) % n2, i3 = r / (n1 * n2);
-    const auto* x = reinterpret_cast<const float*>(static_cast<const uint8_t*>(a.data) +
-                                                   i1 * a.nb[1] + i2 * a.nb[2] + i3 * a.nb[3]);
-    auto* d = reinterpret_cast<float*>(static_cast<uint8_t*>(dst->data) + i1 * dst->nb[1] +
-                                       i2 * dst->nb[2] + i3 * dst->nb[3]);
+  const int64_t n0 = a.ne[0];
+  ForEachThreadRow(p, a.ne, [&](int64_t i1, int64_t i2, int64_t i3) {
+    const float* x = RowPtr<const float>(a, i1, i2, i3);
+    float* d = RowPtr<float>(*dst, i1, i2, i3);
     if (a.nb[0] != sizeof(float)) {  // strided source: gather into dst, normalize in place.
       for (int64_t i = 0; i < n0; ++i) {
         d[i] = *reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(x) + i * a.nb[0]);
@@ -71,7 +67,7 @@ void ComputeRmsNorm(const ComputeParams& p, Tensor* dst) {
     }
     const double mean = SumOfSquares(x, n0) / static_cast<double>(n0);
     ScaleRow(d, x, n0, static_cast<float>(1.0 / std::sqrt(mean + eps)));
-  }
+  });
 }
 
 }  // namespace tg::cpu

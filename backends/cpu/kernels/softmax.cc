@@ -8,6 +8,7 @@
 
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/row_convert.h"
+#include "backends/cpu/kernels/row_walk.h"
 #include "backends/cpu/kernels/simd_math.h"
 #include "core/fp16.h"
 
@@ -110,17 +111,12 @@ float ExpRowAndSum(float* d, float mx, int64_t n) {
   return sum;
 }
 
-// Address of row (i1, i2, i3) of t.
-const uint8_t* RowAt(const Tensor* t, int64_t i1, int64_t i2, int64_t i3) {
-  return static_cast<const uint8_t*>(t->data) + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
-}
-
 // Logits of one row with its mask row (i1, i2 % m2, i3 % m3), read in place when dense F32
 // or F16, else converted into buf first.
 float MaskedLogits(float* d, const float* x, const Tensor* mask, int64_t i1, int64_t i2, int64_t i3,
                    float scale, int64_t n, float* buf) {
   if (mask == nullptr) return Logits(d, x, NoMask{}, scale, n);
-  const uint8_t* row = RowAt(mask, i1, i2 % mask->ne[2], i3 % mask->ne[3]);
+  const uint8_t* row = RowPtr<const uint8_t>(*mask, i1, i2 % mask->ne[2], i3 % mask->ne[3]);
   if (mask->type == DType::kF32 && mask->nb[0] == sizeof(float)) {
     return Logits(d, x, F32Mask{reinterpret_cast<const float*>(row)}, scale, n);
   }
@@ -140,17 +136,13 @@ void ComputeSoftMax(const ComputeParams& p, Tensor* dst) {
   const Tensor& a = *dst->src[0];
   const Tensor* mask = dst->src[1];
   const float scale = dst->ParamF32(0);
-  const int64_t n = a.ne[0], n1 = a.ne[1], n2 = a.ne[2];
+  const int64_t n = a.ne[0];
   thread_local std::vector<float> mask_buf;
   if (mask != nullptr) mask_buf.resize(n);
 
-  int64_t begin, end;
-  SplitRange(a.NumRows(), p.ith, p.nth, &begin, &end);
-  for (int64_t r = begin; r < end; ++r) {
-    const int64_t i1 = r % n1, i2 = (r / n1) % n2, i3 = r / (n1 * n2);
-    auto* d = reinterpret_cast<float*>(static_cast<uint8_t*>(dst->data) + i1 * dst->nb[1] +
-                                       i2 * dst->nb[2] + i3 * dst->nb[3]);
-    const auto* x = reinterpret_cast<const float*>(RowAt(&a, i1, i2, i3));
+  ForEachThreadRow(p, a.ne, [&](int64_t i1, int64_t i2, int64_t i3) {
+    float* d = RowPtr<float>(*dst, i1, i2, i3);
+    const float* x = RowPtr<const float>(a, i1, i2, i3);
     if (a.nb[0] != sizeof(float)) {  // strided source: gather into dst first.
       ConvertRow(DType::kF32, x, a.nb[0], DType::kF32, d, sizeof(float), n);
       x = d;
@@ -158,10 +150,10 @@ void ComputeSoftMax(const ComputeParams& p, Tensor* dst) {
     const float mx = MaskedLogits(d, x, mask, i1, i2, i3, scale, n, mask_buf.data());
     if (mx == kNegInf) {  // fully masked row: zeros, not NaN.
       std::memset(d, 0, n * sizeof(float));
-      continue;
+      return;
     }
     ScaleRow(d, 1.0f / ExpRowAndSum(d, mx, n), n);
-  }
+  });
 }
 
 }  // namespace tg::cpu
