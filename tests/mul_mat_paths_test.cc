@@ -16,22 +16,18 @@
 #include "core/quants.h"
 #include "core/spin_barrier.h"
 #include "gtest/gtest.h"
+#include "tests/lib/test_util.h"
 
 namespace tg::cpu {
 namespace {
+
+using ::tg::testing::Nmse;
+using ::tg::testing::RandomFloats;
 
 struct Owned {
   Tensor t;
   std::vector<uint8_t> bytes;
 };
-
-std::vector<float> RandomFloats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // Weights [k, m] of `type`, rows row_pad bytes apart beyond their size.
 Owned MakeWeights(DType type, int64_t k, int64_t m, uint32_t seed, size_t row_pad = 0) {
@@ -124,15 +120,6 @@ std::vector<float> RunMulMat(Tensor* a, Tensor* b, int nth) {
   EXPECT_FALSE(error.set.load()) << error.message;
   const float* f = reinterpret_cast<const float*>(dst.bytes.data());
   return std::vector<float>(f, f + dst.bytes.size() / sizeof(float));
-}
-
-double Nmse(const std::vector<float>& got, const std::vector<double>& want) {
-  double err = 0, ref = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    err += (got[i] - want[i]) * (got[i] - want[i]);
-    ref += want[i] * want[i];
-  }
-  return ref > 0 ? err / ref : err;
 }
 
 double Tolerance(DType type) { return IsQuantized(type) ? 1e-9 : 1e-10; }

@@ -12,31 +12,27 @@
 #include <thread>
 #include <vector>
 
-#include "core/spin_barrier.h"
 #include "backends/cpu/compute_params.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/quantize_act.h"
 #include "backends/cpu/kernels/vec_dot.h"
 #include "core/fp16.h"
 #include "core/quants.h"
+#include "core/spin_barrier.h"
 #include "gtest/gtest.h"
+#include "tests/lib/test_util.h"
 
 namespace tg::cpu {
 namespace {
+
+using ::tg::testing::Nmse;
+using ::tg::testing::RandomFloats;
 
 constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
                                   DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
 
 // Float weight types keep f32 accuracy; quantized results add per-block f32 rounding.
 double Tolerance(DType type) { return IsQuantized(type) ? 1e-9 : 1e-10; }
-
-std::vector<float> RandomFloats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // A hand-built tensor and the bytes it points at.
 struct Owned {
@@ -157,15 +153,6 @@ std::vector<double> ReferenceMulMat(const Tensor& a, const Tensor& b) {
     }
   }
   return out;
-}
-
-double Nmse(const std::vector<float>& got, const std::vector<double>& want) {
-  double err = 0, ref = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    err += (got[i] - want[i]) * (got[i] - want[i]);
-    ref += want[i] * want[i];
-  }
-  return ref > 0 ? err / ref : err;
 }
 
 // Runs the kernel on nth threads the way a stream does, with misaligned scratch.

@@ -16,14 +16,23 @@ std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo, float hi) {
   return v;
 }
 
+double Nmse(const std::vector<float>& got, const std::vector<double>& want) {
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err += (got[i] - want[i]) * (got[i] - want[i]);
+    ref += want[i] * want[i];
+  }
+  return ref > 0 ? err / ref : err;
+}
+
 Device* CpuDevice() {
   if (!RegisterBuiltinBackends().ok()) return nullptr;
   return Registry::Get().CpuDevice();
 }
 
-absl::Status AllocateAndCompute(Device* device, Stream* stream, Graph& graph,
-                                const std::vector<std::pair<Tensor*, std::vector<float>>>& leaf_data,
-                                GraphRun* run) {
+absl::Status AllocateAndCompute(
+    Device* device, Stream* stream, Graph& graph,
+    const std::vector<std::pair<Tensor*, std::vector<float>>>& leaf_data, GraphRun* run) {
   if (run->allocator == nullptr) {
     run->allocator = std::make_unique<GraphAllocator>(device->default_buffer_type());
   }
@@ -51,7 +60,8 @@ std::vector<float> ReadF32(const Tensor& t) {
         if (t.RowsContiguous()) {
           DequantizeRow(t.type, base, row.data(), t.ne[0]);
         } else {
-          for (int64_t i0 = 0; i0 < t.ne[0]; ++i0) DequantizeRow(t.type, base + i0 * t.nb[0], &row[i0], 1);
+          for (int64_t i0 = 0; i0 < t.ne[0]; ++i0)
+            DequantizeRow(t.type, base + i0 * t.nb[0], &row[i0], 1);
         }
         out.insert(out.end(), row.begin(), row.end());
       }

@@ -15,6 +15,9 @@ namespace tg::testing {
 
 std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f);
 
+// sum((got - want)^2) / sum(want^2); the plain squared error when want is all zeros.
+double Nmse(const std::vector<float>& got, const std::vector<double>& want);
+
 // The default CPU device (registering the builtin backends first).
 Device* CpuDevice();
 
@@ -24,9 +27,9 @@ Device* CpuDevice();
 struct GraphRun {
   std::unique_ptr<GraphAllocator> allocator;
 };
-absl::Status AllocateAndCompute(Device* device, Stream* stream, Graph& graph,
-                                const std::vector<std::pair<Tensor*, std::vector<float>>>& leaf_data,
-                                GraphRun* run);
+absl::Status AllocateAndCompute(
+    Device* device, Stream* stream, Graph& graph,
+    const std::vector<std::pair<Tensor*, std::vector<float>>>& leaf_data, GraphRun* run);
 
 // Reads a placed tensor as f32 values in logical order (dim 0 fastest).
 std::vector<float> ReadF32(const Tensor& t);
