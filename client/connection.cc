@@ -211,28 +211,51 @@ absl::Status Connection::ReplyStatus(const Reply& reply) const {
                       absl::StrCat("rpc-server ", endpoint_, ": ", reply.message()));
 }
 
-absl::Status Connection::DrainLocked() {
-  TG_RETURN_IF_ERROR(FlushWritesLocked());
-  while (!pending_.empty()) {
-    Reply reply;
-    TG_RETURN_IF_ERROR(ReadOneLocked(&reply));
-    Pending p = std::move(pending_.front());
-    pending_.pop_front();
-    if (reply.id() != p.id) {
-      broken_ = absl::InternalError(absl::StrFormat(
-          "rpc-server %s: reply %d out of order (want %d)", endpoint_, reply.id(), p.id));
-      return broken_;
-    }
-    absl::Status s = ReplyStatus(reply);
-    if (p.on_reply) {
-      absl::Status handled = p.on_reply(reply);
-      if (s.ok()) s = handled;
-    }
-    if (!s.ok() && deferred_error_.ok()) deferred_error_ = s;
+absl::Status Connection::HandleReplyLocked() {
+  Reply reply;
+  TG_RETURN_IF_ERROR(ReadOneLocked(&reply));
+  Pending p = std::move(pending_.front());
+  pending_.pop_front();
+  if (reply.id() != p.id) {
+    broken_ = absl::InternalError(absl::StrFormat("rpc-server %s: reply %d out of order (want %d)",
+                                                  endpoint_, reply.id(), p.id));
+    return broken_;
   }
+  absl::Status s = ReplyStatus(reply);
+  if (p.on_reply) {
+    absl::Status handled = p.on_reply(reply);
+    if (s.ok()) s = handled;
+  }
+  if (!s.ok() && deferred_error_.ok()) deferred_error_ = s;
+  return absl::OkStatus();
+}
+
+absl::Status Connection::TakeDeferredErrorLocked() {
   absl::Status error = std::move(deferred_error_);
   deferred_error_ = absl::OkStatus();
   return error;
+}
+
+absl::Status Connection::DrainLocked() {
+  TG_RETURN_IF_ERROR(FlushWritesLocked());
+  while (!pending_.empty()) TG_RETURN_IF_ERROR(HandleReplyLocked());
+  return TakeDeferredErrorLocked();
+}
+
+absl::Status Connection::WaitFor(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  while (!pending_.empty() && pending_.front().id <= id) TG_RETURN_IF_ERROR(HandleReplyLocked());
+  return TakeDeferredErrorLocked();
+}
+
+uint64_t Connection::last_sent_id() const {
+  absl::MutexLock lock(&mu_);
+  return next_id_ - 1;
+}
+
+bool Connection::has_queued_writes() const {
+  absl::MutexLock lock(&mu_);
+  return !queued_writes_.empty();
 }
 
 absl::StatusOr<Connection::Reply> Connection::Call(Request request) {
@@ -254,10 +277,11 @@ absl::StatusOr<Connection::Reply> Connection::Call(Request request) {
   return reply;
 }
 
-absl::Status Connection::Post(Request request, ReplyHandler on_reply) {
+absl::Status Connection::Post(Request request, ReplyHandler on_reply, uint64_t* id) {
   TG_RETURN_IF_ERROR(WaitUploads());
   absl::MutexLock lock(&mu_);
   TG_RETURN_IF_ERROR(SendLocked(request));
+  if (id != nullptr) *id = request.id();
   pending_.push_back({request.id(), std::move(on_reply)});
   // Keep the reply queue short: the server's send window is finite.
   if (pending_.size() > 256) return DrainLocked();

@@ -51,10 +51,18 @@ class Connection {
   absl::StatusOr<Reply> Call(Request request);
   // Sends a command without waiting; `on_reply` (optional) sees its reply later, error
   // replies included (it must not call back into this Connection except the *Inline*,
-  // *Graph* methods). An error reply is returned by the next Call/Drain.
-  absl::Status Post(Request request, ReplyHandler on_reply = nullptr);
+  // *Graph* methods). An error reply is returned by the next Call/Drain/WaitFor. `id`
+  // (optional) receives the command's request id.
+  absl::Status Post(Request request, ReplyHandler on_reply = nullptr, uint64_t* id = nullptr);
   // Waits for every posted command.
   absl::Status Drain();
+  // Waits for the commands sent up to request `id` only: later ones stay in flight, and
+  // queued writes stay queued. Returns an error reply among them, like Drain.
+  absl::Status WaitFor(uint64_t id);
+  // The request id of the last command sent (0: none yet), and whether QueueWrite holds
+  // writes that go out after it.
+  uint64_t last_sent_id() const;
+  bool has_queued_writes() const;
   // A small write that rides along with the next command: inside the next Compute (one
   // message per decode step), or posted just before any other command.
   absl::Status QueueWrite(uint64_t buffer, uint64_t offset, const void* data, size_t size);
@@ -92,6 +100,9 @@ class Connection {
   absl::Status SendLocked(Request& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReadOneLocked(Reply* reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status DrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads and handles the oldest pending reply.
+  absl::Status HandleReplyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status TakeDeferredErrorLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WriteLocked(Request& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FlushWritesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status BrokenLocked(absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -32,6 +32,10 @@ absl::StatusOr<std::unique_ptr<Stream>> RemoteDevice::CreateStream() {
   return std::unique_ptr<Stream>(new RemoteStream(this));
 }
 
+absl::StatusOr<std::unique_ptr<Event>> RemoteDevice::CreateEvent() {
+  return std::unique_ptr<Event>(new RemoteEvent(connection_));
+}
+
 bool RemoteDevice::SupportsOp(const Tensor& node) const {
   return node.op == Op::kNone || ops_.contains(static_cast<uint32_t>(node.op));
 }

@@ -31,6 +31,8 @@ class RemoteDevice : public Device {
   BufferType* default_buffer_type() override { return &buffer_type_; }
   bool SupportsOp(const Tensor& node) const override;
   bool SupportsBufferType(const BufferType* type) const override { return type == &buffer_type_; }
+  // A RemoteEvent: a point in this server's command stream.
+  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override;
 
   Connection* connection() const { return connection_; }
   uint32_t index() const { return index_; }

@@ -1,9 +1,13 @@
 #include "client/remote_stream.h"
 
+#include <cstring>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "client/graph_encoder.h"
 #include "client/remote_buffer.h"
 #include "client/remote_device.h"
@@ -12,7 +16,65 @@
 namespace tg::rpc {
 namespace {
 namespace pb = tensorgrid::v1;
+
+// t's memory when it is on `device`'s server.
+absl::StatusOr<RemoteBuffer*> BufferOn(const RemoteDevice& device, const Tensor& t) {
+  auto* buffer = dynamic_cast<RemoteBuffer*>(t.buffer);
+  if (buffer == nullptr || buffer->connection() != device.connection()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", t.name, "' is not in memory of ", device.name(), " (",
+        t.buffer == nullptr ? "no buffer" : std::string(t.buffer->type()->name()), ")"));
+  }
+  return buffer;
+}
+
 }  // namespace
+
+// The byte ranges a Compute asked for inline, and the GetTensorAsync readers waiting for
+// them. The reply handler (on whichever thread drains the connection) fills the readers.
+struct RemoteStream::PendingOutputs {
+  struct Range {
+    uint64_t buffer, offset, size;
+  };
+  struct Reader {
+    uint64_t buffer, offset, size;
+    void* data;
+  };
+  std::vector<Range> ranges;  // fixed before the Compute is sent.
+  absl::Mutex mu;
+  bool answered ABSL_GUARDED_BY(mu) = false;
+  std::vector<Reader> readers ABSL_GUARDED_BY(mu);
+
+  // True when [offset, offset + size) of `buffer` is inside one of the ranges and the reply
+  // has not been handled yet: the handler will copy the bytes into data.
+  bool Attach(uint64_t buffer, uint64_t offset, uint64_t size, void* data) {
+    absl::MutexLock lock(&mu);
+    if (answered) return false;
+    for (const Range& r : ranges) {
+      if (r.buffer == buffer && offset >= r.offset && size <= r.size &&
+          offset - r.offset <= r.size - size) {
+        readers.push_back({buffer, offset, size, data});
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Copies range i's bytes to the readers inside it.
+  void Deliver(size_t i, const std::string& bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const Range& r = ranges[i];
+    for (const Reader& reader : readers) {
+      if (reader.buffer == r.buffer && reader.offset >= r.offset &&
+          reader.offset - r.offset + reader.size <= bytes.size()) {
+        std::memcpy(reader.data, bytes.data() + (reader.offset - r.offset), reader.size);
+      }
+    }
+  }
+};
+
+absl::Status RemoteEvent::Synchronize() {
+  return id_ == 0 ? absl::OkStatus() : connection_->WaitFor(id_);
+}
 
 RemoteStream::RemoteStream(RemoteDevice* device)
     : device_(device), compute_ns_(std::make_shared<std::atomic<int64_t>>(0)) {}
@@ -24,12 +86,7 @@ absl::Status RemoteStream::Synchronize() { return device_->connection()->Drain()
 absl::Status RemoteStream::Compute(Graph& graph) {
   Connection* connection = device_->connection();
   auto locate = [&](const Tensor& t) -> absl::StatusOr<RemoteLocation> {
-    auto* buffer = dynamic_cast<RemoteBuffer*>(t.buffer);
-    if (buffer == nullptr || buffer->connection() != connection) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", t.name, "' is not in memory of ", device_->name(), " (",
-          t.buffer == nullptr ? "no buffer" : std::string(t.buffer->type()->name()), ")"));
-    }
+    TG_ASSIGN_OR_RETURN(RemoteBuffer * buffer, BufferOn(*device_, t));
     return RemoteLocation{buffer->handle(), buffer->OffsetOf(t)};
   };
   TG_ASSIGN_OR_RETURN(const uint64_t key, GraphKey(graph, locate));
@@ -42,8 +99,9 @@ absl::Status RemoteStream::Compute(Graph& graph) {
     *c->mutable_graph() = std::move(encoded.desc);
   }
 
-  // Small outputs come back inline; the reply handler files them for GetTensor.
-  std::vector<std::pair<uint64_t, uint64_t>> outputs;  // (handle, offset)
+  // Small outputs come back inline; the reply handler files them for GetTensor and fills
+  // the GetTensorAsync readers.
+  auto pending = std::make_shared<PendingOutputs>();
   size_t inline_bytes = 0;
   for (const Tensor* node : graph.nodes) {
     if (!node->HasFlag(kFlagOutput) || node->buffer == nullptr) continue;
@@ -55,29 +113,98 @@ absl::Status RemoteStream::Compute(Graph& graph) {
     r->set_buffer(buffer->handle());
     r->set_offset(buffer->OffsetOf(*node));
     r->set_size(bytes);
-    outputs.emplace_back(buffer->handle(), buffer->OffsetOf(*node));
+    pending->ranges.push_back({r->buffer(), r->offset(), r->size()});
   }
   ++splits_;
   std::shared_ptr<std::atomic<int64_t>> compute_ns = compute_ns_;
-  return connection->Post(std::move(request), [connection, outputs = std::move(outputs), compute_ns,
-                                               key](pb::SessionReply& reply) {
-    if (reply.code() != 0) {
-      connection->ForgetGraph(key);
-      return absl::OkStatus();  // the reply's own error is what the caller sees.
+  uint64_t id = 0;
+  TG_RETURN_IF_ERROR(connection->Post(
+      std::move(request),
+      [connection, pending, compute_ns, key](pb::SessionReply& reply) {
+        absl::MutexLock lock(&pending->mu);
+        pending->answered = true;
+        if (reply.code() != 0) {
+          connection->ForgetGraph(key);
+          return absl::OkStatus();  // the reply's own error is what the caller sees.
+        }
+        pb::ComputeReply& r = *reply.mutable_compute();
+        compute_ns->fetch_add(static_cast<int64_t>(r.compute_us() * 1e3));
+        if (static_cast<size_t>(r.outputs_size()) != pending->ranges.size()) {
+          return absl::InternalError(absl::StrCat("rpc-server ", connection->endpoint(),
+                                                  ": compute returned ", r.outputs_size(),
+                                                  " outputs, asked for ", pending->ranges.size()));
+        }
+        for (size_t i = 0; i < pending->ranges.size(); ++i) {
+          pending->Deliver(i, r.outputs(i));
+          connection->AddInlineOutput(pending->ranges[i].buffer, pending->ranges[i].offset,
+                                      std::move(*r.mutable_outputs(i)));
+        }
+        return absl::OkStatus();
+      },
+      &id));
+  last_outputs_ = std::move(pending);
+  last_compute_id_ = id;
+  return absl::OkStatus();
+}
+
+absl::Status RemoteStream::GetTensorAsync(const Tensor* t, void* data, size_t offset, size_t size) {
+  Connection* connection = device_->connection();
+  TG_ASSIGN_OR_RETURN(RemoteBuffer * buffer, BufferOn(*device_, *t));
+  TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
+  if (size == 0) return absl::OkStatus();
+  const uint64_t at = buffer->OffsetOf(*t, offset);
+  // Right after its Compute (nothing sent or queued since), an output comes with the
+  // Compute's reply, or came with it already.
+  if (last_outputs_ != nullptr && last_compute_id_ == connection->last_sent_id() &&
+      !connection->has_queued_writes() &&
+      (last_outputs_->Attach(buffer->handle(), at, size, data) ||
+       connection->ReadInlineOutput(buffer->handle(), at, data, size))) {
+    return absl::OkStatus();
+  }
+  if (size > kInlineWriteBytes) return buffer->GetTensor(t, data, offset, size);  // a Download.
+  pb::SessionRequest request;
+  pb::Range* r = request.mutable_read()->mutable_range();
+  r->set_buffer(buffer->handle());
+  r->set_offset(at);
+  r->set_size(size);
+  return connection->Post(std::move(request), [connection, data, size](pb::SessionReply& reply) {
+    if (reply.code() != 0) return absl::OkStatus();  // the reply's own error is what is seen.
+    if (reply.read().data().size() != size) {
+      return absl::DataLossError(absl::StrFormat("rpc-server %s: read of %d bytes returned %d",
+                                                 connection->endpoint(), size,
+                                                 reply.read().data().size()));
     }
-    pb::ComputeReply& r = *reply.mutable_compute();
-    compute_ns->fetch_add(static_cast<int64_t>(r.compute_us() * 1e3));
-    if (static_cast<size_t>(r.outputs_size()) != outputs.size()) {
-      return absl::InternalError(absl::StrCat("rpc-server ", connection->endpoint(),
-                                              ": compute returned ", r.outputs_size(),
-                                              " outputs, asked for ", outputs.size()));
-    }
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      connection->AddInlineOutput(outputs[i].first, outputs[i].second,
-                                  std::move(*r.mutable_outputs(i)));
-    }
+    std::memcpy(data, reply.read().data().data(), size);
     return absl::OkStatus();
   });
+}
+
+absl::Status RemoteStream::CopyTensorAsync(const Tensor* src, Tensor* dst) {
+  auto* from = dynamic_cast<RemoteBuffer*>(src->buffer);
+  auto* to = dynamic_cast<RemoteBuffer*>(dst->buffer);
+  Connection* connection = device_->connection();
+  if (from == nullptr || to == nullptr || from->connection() != connection ||
+      to->connection() != connection) {
+    return absl::UnimplementedError("async copy only between tensors of one rpc-server");
+  }
+  return to->CopyFrom(src, dst);  // posts a Copy, which the server runs in order.
+}
+
+absl::Status RemoteStream::RecordEvent(Event* event) {
+  auto* e = dynamic_cast<RemoteEvent*>(event);
+  if (e == nullptr || e->connection() != device_->connection()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(device_->name(), ": the event belongs to another device"));
+  }
+  e->Record(device_->connection()->last_sent_id());
+  return absl::OkStatus();
+}
+
+absl::Status RemoteStream::WaitEvent(Event* event) {
+  auto* e = dynamic_cast<RemoteEvent*>(event);
+  if (e == nullptr) return absl::UnimplementedError("waits only for events of rpc-servers");
+  if (e->connection() == device_->connection()) return absl::OkStatus();
+  return e->Synchronize();
 }
 
 StreamStats RemoteStream::stats() const {

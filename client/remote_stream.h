@@ -1,10 +1,13 @@
 // An execution queue on a remote device. Compute sends the graph's key (the whole graph
 // only the first time), posts without waiting and asks for the graph's small outputs inline,
-// so a decode step costs one round trip per device.
+// so a decode step costs one round trip per device. A server runs one session's commands in
+// order, so work can be queued ahead of the replies: GetTensorAsync takes an output from
+// the reply of the Compute it follows, and an event marks a point of the command stream.
 #ifndef TENSORGRID_CLIENT_REMOTE_STREAM_H_
 #define TENSORGRID_CLIENT_REMOTE_STREAM_H_
 
 #include <atomic>
+#include <memory>
 
 #include "client/connection.h"
 #include "core/backend.h"
@@ -13,6 +16,21 @@ namespace tg::rpc {
 
 class RemoteDevice;
 
+// A point in one connection's command stream: it has happened when the reply of the last
+// command sent before RecordEvent has been read.
+class RemoteEvent : public Event {
+ public:
+  explicit RemoteEvent(Connection* connection) : connection_(connection) {}
+  absl::Status Synchronize() override;
+
+  Connection* connection() const { return connection_; }
+  void Record(uint64_t id) { id_ = id; }
+
+ private:
+  Connection* connection_;
+  uint64_t id_ = 0;  // 0: nothing recorded, nothing to wait for.
+};
+
 class RemoteStream : public Stream {
  public:
   explicit RemoteStream(RemoteDevice* device);
@@ -20,13 +38,27 @@ class RemoteStream : public Stream {
   Device* device() const override;
   absl::Status Synchronize() override;
   absl::Status Compute(Graph& graph) override;
+  // `data` is filled when an event recorded after this call has happened (or at
+  // Synchronize); it must stay valid until then.
+  absl::Status GetTensorAsync(const Tensor* t, void* data, size_t offset, size_t size) override;
+  // Between two tensors of the same server (the server copies); otherwise UNIMPLEMENTED.
+  absl::Status CopyTensorAsync(const Tensor* src, Tensor* dst) override;
+  absl::Status RecordEvent(Event* event) override;
+  // Free for an event of the same server (its commands run in order); the host waits for
+  // one of another server.
+  absl::Status WaitEvent(Event* event) override;
   StreamStats stats() const override;
 
  private:
+  struct PendingOutputs;
+
   RemoteDevice* device_;
   // Server-side time; written by reply handlers, which run on whichever thread drains.
   std::shared_ptr<std::atomic<int64_t>> compute_ns_;
   std::atomic<int64_t> splits_{0};
+  // The outputs the last Compute asked for inline, and its request id.
+  std::shared_ptr<PendingOutputs> last_outputs_;
+  uint64_t last_compute_id_ = 0;
 };
 
 // Outputs up to this many bytes in total come back with the Compute reply.

@@ -143,6 +143,9 @@ absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& mo
   if (n_outputs != 1 && n_outputs != n_tokens) {
     return absl::InvalidArgumentError("n_outputs must be 1 or the batch size");
   }
+  if (output == GraphOutput::kArgmaxFedBack && n_tokens != 1) {
+    return absl::InvalidArgumentError("a graph that feeds its pick back takes one token");
+  }
   auto g = std::make_unique<LlamaGraph>();
   g->n_tokens = n_tokens;
   g->n_past = n_past;
@@ -150,11 +153,23 @@ absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& mo
   g->n_kv = AttendedCells(cache.n_ctx(), n_past, n_tokens, kv_pad);
   GraphBuilder builder(model, cache, g.get());
   TG_ASSIGN_OR_RETURN(g->logits, builder.Build(n_outputs));
-  if (output == GraphOutput::kArgmax) {
-    TG_ASSIGN_OR_RETURN(g->argmax, Argmax(g->ctx, g->logits));
-    g->argmax->SetName("argmax");
+  g->output = output;
+  if (output == GraphOutput::kLogits) {
+    TG_ASSIGN_OR_RETURN(g->graph, BuildGraph({g->logits}));
+    return g;
   }
-  TG_ASSIGN_OR_RETURN(g->graph, BuildGraph({g->argmax != nullptr ? g->argmax : g->logits}));
+  TG_ASSIGN_OR_RETURN(g->argmax, Argmax(g->ctx, g->logits));
+  g->argmax->SetName("argmax");
+  if (output == GraphOutput::kArgmax) {
+    TG_ASSIGN_OR_RETURN(g->graph, BuildGraph({g->argmax}));
+    return g;
+  }
+  // The token input is kept whole through the graph (inputs are never reused), so writing
+  // it last cannot disturb the GET_ROWS that read it first.
+  TG_ASSIGN_OR_RETURN(Tensor * feed, Cpy(g->ctx, g->argmax, g->tokens));
+  feed->SetName("next_token");
+  TG_ASSIGN_OR_RETURN(g->graph, BuildGraph({feed}));
+  g->argmax->flags |= kFlagOutput;  // read back as well.
   return g;
 }
 

@@ -14,6 +14,13 @@
 
 namespace tg {
 
+// What a graph hands back: the logits, or only the argmax of each output row (greedy decoding
+// on the device; a remote device then returns 4 bytes a row instead of n_vocab floats).
+// kArgmaxFedBack (one token, one output): the argmax is also copied into the token input as
+// the graph's last node, so the graph can run again for the next step without the host
+// writing the token: greedy steps queued ahead of their picks.
+enum class GraphOutput { kLogits, kArgmax, kArgmaxFedBack };
+
 struct LlamaGraph {
   Context ctx;
   Graph graph;
@@ -23,15 +30,12 @@ struct LlamaGraph {
   Tensor* mask = nullptr;     // F32 [n_kv, n_tokens]: 0 or -inf
   Tensor* out_ids = nullptr;  // I32 [n_outputs], or nullptr when every row is an output.
   Tensor* logits = nullptr;   // F32 [n_vocab, n_outputs]
-  Tensor* argmax = nullptr;   // I32 [1, n_outputs] of the logits (GraphOutput::kArgmax only)
+  Tensor* argmax = nullptr;   // I32 [1, n_outputs] of the logits (kArgmax, kArgmaxFedBack)
+  GraphOutput output = GraphOutput::kLogits;
   int64_t n_tokens = 0;
   int64_t n_past = 0;
   int64_t n_kv = 0;
 };
-
-// What a graph hands back: the logits, or only the argmax of each output row (greedy decoding
-// on the device; a remote device then returns 4 bytes a row instead of n_vocab floats).
-enum class GraphOutput { kLogits, kArgmax };
 
 // The cache cells a batch of n_tokens at n_past attends: n_past + n_tokens rounded up to a
 // multiple of kv_pad, at most n_ctx.
@@ -43,11 +47,9 @@ inline int64_t AttendedCells(int64_t n_ctx, int64_t n_past, int64_t n_tokens, in
 // n_outputs: 1 (the last row) or n_tokens (all rows). kv_pad rounds the attended cache length
 // n_kv up to a multiple (capped at the context; the mask hides the extra cells), so that
 // consecutive decode graphs are identical and a remote device can reuse the one it has.
-absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& model,
-                                                            const KvCache& cache, int64_t n_tokens,
-                                                            int64_t n_past, int64_t n_outputs,
-                                                            int64_t kv_pad = 1,
-                                                            GraphOutput output = GraphOutput::kLogits);
+absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(
+    const LlamaModel& model, const KvCache& cache, int64_t n_tokens, int64_t n_past,
+    int64_t n_outputs, int64_t kv_pad = 1, GraphOutput output = GraphOutput::kLogits);
 
 }  // namespace tg
 

@@ -18,7 +18,8 @@ double MicrosSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
-absl::Status SetInput(Tensor* t, const void* data, size_t bytes) {
+absl::Status SetInput(Stream* stream, Tensor* t, const void* data, size_t bytes) {
+  if (stream != nullptr) return stream->SetTensorAsync(t, data, 0, bytes);
   return t->buffer->SetTensor(t, data, 0, bytes);
 }
 
@@ -36,6 +37,10 @@ absl::Status ReadResults(const LlamaGraph& g, float* logits, int32_t* argmax) {
 }
 
 }  // namespace
+
+GraphOutput LlamaSession::OutputOf(const Readback& out) {
+  return out.argmax != nullptr ? GraphOutput::kArgmax : GraphOutput::kLogits;
+}
 
 absl::StatusOr<std::unique_ptr<LlamaSession>> LlamaSession::Create(const LlamaModel& model,
                                                                    const SessionOptions& options) {
@@ -56,6 +61,16 @@ absl::StatusOr<std::unique_ptr<LlamaSession>> LlamaSession::Create(const LlamaMo
       s->cache_, KvCache::Create(model.hparams(), options.n_ctx, options.kv_type, model.device()));
   TG_ASSIGN_OR_RETURN(s->stream_, model.device()->CreateStream());
   s->allocator_ = std::make_unique<GraphAllocator>(model.device()->default_buffer_type());
+  // Greedy steps are queued ahead where events tell when each pick has arrived.
+  s->pipelined_greedy_ = true;
+  for (GreedyStep& step : s->greedy_steps_) {
+    absl::StatusOr<std::unique_ptr<Event>> event = model.device()->CreateEvent();
+    if (!event.ok()) {
+      s->pipelined_greedy_ = false;
+      break;
+    }
+    step.event = std::move(*event);
+  }
   return s;
 }
 
@@ -143,54 +158,62 @@ absl::Status LlamaSession::RunBatch(absl::Span<const int32_t> tokens, bool all_l
 absl::StatusOr<std::unique_ptr<LlamaGraph>> LlamaSession::BuildBatchGraph(int64_t n_tokens,
                                                                           int64_t n_past,
                                                                           bool all_logits,
-                                                                          const Readback& out) {
+                                                                          GraphOutput output) {
   ++graphs_built_;
   return BuildLlamaGraph(model_, *cache_, n_tokens, n_past, all_logits ? n_tokens : 1,
-                         options_.kv_pad,
-                         out.argmax != nullptr ? GraphOutput::kArgmax : GraphOutput::kLogits);
+                         options_.kv_pad, output);
 }
 
 absl::Status LlamaSession::FillInputs(const LlamaGraph& g, absl::Span<const int32_t> tokens,
-                                      int64_t n_past) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  TG_RETURN_IF_ERROR(SetInput(g.tokens, tokens.data(), n * sizeof(int32_t)));
+                                      int64_t n, int64_t n_past, Stream* stream) {
+  if (!tokens.empty()) {
+    TG_RETURN_IF_ERROR(SetInput(stream, g.tokens, tokens.data(), n * sizeof(int32_t)));
+  }
   scratch_i32_.resize(n);
   for (int64_t i = 0; i < n; ++i) scratch_i32_[i] = static_cast<int32_t>(n_past + i);
-  TG_RETURN_IF_ERROR(SetInput(g.pos, scratch_i32_.data(), n * sizeof(int32_t)));
+  TG_RETURN_IF_ERROR(SetInput(stream, g.pos, scratch_i32_.data(), n * sizeof(int32_t)));
   // Causal mask: token i (at position n_past + i) sees cells 0..n_past + i.
   const int64_t n_kv = g.n_kv;
   scratch_mask_.assign(n_kv * n, -std::numeric_limits<float>::infinity());
   for (int64_t i = 0; i < n; ++i) {
     std::fill_n(scratch_mask_.begin() + i * n_kv, n_past + i + 1, 0.0f);
   }
-  TG_RETURN_IF_ERROR(SetInput(g.mask, scratch_mask_.data(), scratch_mask_.size() * sizeof(float)));
+  TG_RETURN_IF_ERROR(
+      SetInput(stream, g.mask, scratch_mask_.data(), scratch_mask_.size() * sizeof(float)));
   if (g.out_ids != nullptr) {
     const int32_t last = static_cast<int32_t>(n - 1);
-    TG_RETURN_IF_ERROR(SetInput(g.out_ids, &last, sizeof(last)));
+    TG_RETURN_IF_ERROR(SetInput(stream, g.out_ids, &last, sizeof(last)));
   }
   return absl::OkStatus();
+}
+
+bool LlamaSession::LastGraphFits(int64_t n, int64_t n_past, bool all_logits,
+                                 GraphOutput output) const {
+  const LlamaGraph* g = last_graph_.get();
+  return g != nullptr && g->n_tokens == n && last_all_logits_ == all_logits &&
+         g->n_kv == AttendedCells(cache_->n_ctx(), n_past, n, options_.kv_pad) &&
+         g->output == output;
+}
+
+absl::StatusOr<LlamaGraph*> LlamaSession::OneDeviceGraph(int64_t n, int64_t n_past, bool all_logits,
+                                                         GraphOutput output) {
+  if (LastGraphFits(n, n_past, all_logits, output)) return last_graph_.get();
+  last_graph_.reset();
+  TG_ASSIGN_OR_RETURN(last_graph_, BuildBatchGraph(n, n_past, all_logits, output));
+  last_all_logits_ = all_logits;
+  if (absl::Status s = allocator_->Allocate(last_graph_->graph); !s.ok()) {
+    last_graph_.reset();
+    return s;
+  }
+  return last_graph_.get();
 }
 
 absl::Status LlamaSession::RunOnOneDevice(absl::Span<const int32_t> tokens, bool all_logits,
                                           Readback out) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n = static_cast<int64_t>(tokens.size());
-  LlamaGraph* g = last_graph_.get();
-  const bool same_shape =
-      g != nullptr && g->n_tokens == n && last_all_logits_ == all_logits &&
-      g->n_kv == AttendedCells(cache_->n_ctx(), n_past_, n, options_.kv_pad) &&
-      (g->argmax != nullptr) == (out.argmax != nullptr);
-  if (!same_shape) {
-    last_graph_.reset();
-    TG_ASSIGN_OR_RETURN(last_graph_, BuildBatchGraph(n, n_past_, all_logits, out));
-    last_all_logits_ = all_logits;
-    g = last_graph_.get();
-    if (absl::Status s = allocator_->Allocate(g->graph); !s.ok()) {
-      last_graph_.reset();
-      return s;
-    }
-  }
-  TG_RETURN_IF_ERROR(FillInputs(*g, tokens, n_past_));
+  TG_ASSIGN_OR_RETURN(LlamaGraph * g, OneDeviceGraph(n, n_past_, all_logits, OutputOf(out)));
+  TG_RETURN_IF_ERROR(FillInputs(*g, tokens, n, n_past_, stream_.get()));
   timings_.build_us += MicrosSince(t0);
   const StreamStats before = stream_->stats();
   const auto t1 = std::chrono::steady_clock::now();
@@ -204,6 +227,66 @@ absl::Status LlamaSession::RunOnOneDevice(absl::Span<const int32_t> tokens, bool
   ++timings_.graphs;
   n_past_ += n;
   return ReadResults(*g, out.logits, out.argmax);
+}
+
+absl::Status LlamaSession::GenerateGreedy(int32_t token, int64_t max_tokens,
+                                          absl::FunctionRef<bool(int32_t)> on_token) {
+  if (!pipelined_greedy_ || scheduler_ != nullptr) {
+    for (int64_t i = 0; i < max_tokens; ++i) {
+      TG_ASSIGN_OR_RETURN(token, DecodeGreedy({&token, 1}));
+      if (!on_token(token)) break;
+    }
+    return absl::OkStatus();
+  }
+  if (max_tokens <= 0) return absl::OkStatus();
+  TG_RETURN_IF_ERROR(CheckBatch({&token, 1}));
+  // Whatever happens, nothing stays in flight once this returns.
+  absl::Status status = QueueGreedyStep(&token, n_past_, greedy_steps_[0]);
+  for (int64_t i = 0; status.ok(); ++i) {
+    GreedyStep& step = greedy_steps_[i % 2];
+    GreedyStep& next = greedy_steps_[(i + 1) % 2];
+    // The step after this one goes out before this one's pick is read, when it can take its
+    // token from this graph's ARGMAX: same graph, room in the context.
+    const bool ahead = i + 1 < max_tokens && n_past_ + 2 <= cache_->n_ctx() &&
+                       LastGraphFits(1, n_past_ + 1, false, GraphOutput::kArgmaxFedBack);
+    if (ahead) status = QueueGreedyStep(nullptr, n_past_ + 1, next);
+    if (!status.ok()) break;
+    status = WaitGreedyStep(step);
+    if (!status.ok()) break;
+    ++n_past_;
+    if (!on_token(step.pick) || i + 1 == max_tokens) break;  // a step ahead is discarded.
+    if (!ahead) {
+      status = CheckBatch({&step.pick, 1});
+      if (status.ok()) status = QueueGreedyStep(&step.pick, n_past_, next);
+    }
+  }
+  absl::Status drained = stream_->Synchronize();
+  return status.ok() ? drained : status;
+}
+
+absl::Status LlamaSession::QueueGreedyStep(const int32_t* token, int64_t n_past, GreedyStep& step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  TG_ASSIGN_OR_RETURN(LlamaGraph * g,
+                      OneDeviceGraph(1, n_past, false, GraphOutput::kArgmaxFedBack));
+  const absl::Span<const int32_t> tokens =
+      token == nullptr ? absl::Span<const int32_t>() : absl::Span<const int32_t>(token, 1);
+  TG_RETURN_IF_ERROR(FillInputs(*g, tokens, 1, n_past, stream_.get()));
+  timings_.build_us += MicrosSince(t0);
+  const auto t1 = std::chrono::steady_clock::now();
+  TG_RETURN_IF_ERROR(stream_->Compute(g->graph));
+  TG_RETURN_IF_ERROR(stream_->GetTensorAsync(g->argmax, &step.pick, 0, sizeof(int32_t)));
+  TG_RETURN_IF_ERROR(stream_->RecordEvent(step.event.get()));
+  timings_.compute_us += MicrosSince(t1);
+  ++timings_.graphs;
+  ++timings_.splits;
+  return absl::OkStatus();
+}
+
+absl::Status LlamaSession::WaitGreedyStep(GreedyStep& step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = step.event->Synchronize();
+  timings_.compute_us += MicrosSince(t0);
+  return s;
 }
 
 void LlamaSession::AddSchedulerTimes(const SchedulerStats& before) {
@@ -220,9 +303,9 @@ absl::Status LlamaSession::RunScheduled(absl::Span<const int32_t> tokens, bool a
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n = static_cast<int64_t>(tokens.size());
   TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaGraph> g,
-                      BuildBatchGraph(n, n_past_, all_logits, out));
+                      BuildBatchGraph(n, n_past_, all_logits, OutputOf(out)));
   TG_ASSIGN_OR_RETURN(std::unique_ptr<ScheduledGraph> scheduled, scheduler_->Schedule(g->graph));
-  TG_RETURN_IF_ERROR(FillInputs(*g, tokens, n_past_));
+  TG_RETURN_IF_ERROR(FillInputs(*g, tokens, n, n_past_));
   timings_.build_us += MicrosSince(t0);
   const SchedulerStats before = scheduler_->stats();
   absl::Status status = scheduler_->Compute(*scheduled);
@@ -262,9 +345,10 @@ absl::Status LlamaSession::RunPipelined(absl::Span<const int32_t> tokens, bool a
     } else if (last) {
       f.out = out;
     }
-    TG_ASSIGN_OR_RETURN(f.graph, BuildBatchGraph(size, n_past_ + offset, all_logits, f.out));
+    TG_ASSIGN_OR_RETURN(f.graph,
+                        BuildBatchGraph(size, n_past_ + offset, all_logits, OutputOf(f.out)));
     TG_ASSIGN_OR_RETURN(f.scheduled, scheduler_->Schedule(f.graph->graph, slot));
-    TG_RETURN_IF_ERROR(FillInputs(*f.graph, tokens.subspan(offset, size), n_past_ + offset));
+    TG_RETURN_IF_ERROR(FillInputs(*f.graph, tokens.subspan(offset, size), size, n_past_ + offset));
     timings_.build_us += MicrosSince(t0);
     return scheduler_->Submit(*f.scheduled);
   };

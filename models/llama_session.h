@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/backend.h"
@@ -67,6 +68,16 @@ class LlamaSession {
   // picked by an ARGMAX on the model's device: greedy decoding without reading the logits,
   // so a remote device sends back 4 bytes instead of n_vocab floats.
   absl::StatusOr<int32_t> DecodeGreedy(absl::Span<const int32_t> tokens);
+  // Greedy generation: decodes `token`, hands its pick to `on_token`, decodes the pick, and
+  // so on, until `on_token` returns false or `max_tokens` picks were handed over (the last
+  // pick is not decoded: n_past() grows by the number of picks). The same as calling
+  // DecodeGreedy in a loop, but on a model on one device with events (a remote device) the
+  // next step is queued before the pick is read, its token copied from the ARGMAX on the
+  // device, so the device never waits for the client's round trip. When on_token stops
+  // early, the step queued ahead is discarded (n_past() does not count it). OUT_OF_RANGE
+  // when the context fills before the end.
+  absl::Status GenerateGreedy(int32_t token, int64_t max_tokens,
+                              absl::FunctionRef<bool(int32_t)> on_token);
   int64_t n_past() const { return n_past_; }
   int64_t n_ctx() const { return cache_->n_ctx(); }
   void Reset() { n_past_ = 0; }
@@ -82,21 +93,38 @@ class LlamaSession {
     int32_t* argmax = nullptr;  // the last row's argmax, computed on the device.
   };
 
+  static GraphOutput OutputOf(const Readback& out);
+
   explicit LlamaSession(const LlamaModel& model) : model_(model) {}
   absl::Status CreateScheduler();
   absl::Status CheckBatch(absl::Span<const int32_t> tokens) const;
   absl::Status RunBatches(absl::Span<const int32_t> tokens, bool all_logits, Readback out);
   absl::Status RunBatch(absl::Span<const int32_t> tokens, bool all_logits, Readback out);
   absl::Status RunOnOneDevice(absl::Span<const int32_t> tokens, bool all_logits, Readback out);
+  // The graph for a batch of n tokens at n_past on one device: the last one when its shape
+  // fits, else a new one, allocated.
+  absl::StatusOr<LlamaGraph*> OneDeviceGraph(int64_t n, int64_t n_past, bool all_logits,
+                                             GraphOutput output);
+  bool LastGraphFits(int64_t n, int64_t n_past, bool all_logits, GraphOutput output) const;
+  // One greedy step queued on the one device at n_past, in a graph that feeds its pick back:
+  // its token from the host, or (token == nullptr) the pick the last run of that graph left
+  // in its token input. The pick lands in `step` when its event has happened.
+  struct GreedyStep {
+    int32_t pick = -1;
+    std::unique_ptr<Event> event;
+  };
+  absl::Status QueueGreedyStep(const int32_t* token, int64_t n_past, GreedyStep& step);
+  absl::Status WaitGreedyStep(GreedyStep& step);
   absl::Status RunScheduled(absl::Span<const int32_t> tokens, bool all_logits, Readback out);
   absl::Status RunPipelined(absl::Span<const int32_t> tokens, bool all_logits, Readback out);
-  // The graph of one batch at n_past, with this session's logits choice and KV padding; it
-  // ends in an ARGMAX when `out` asks for one.
+  // The graph of one batch at n_past, with this session's logits choice and KV padding.
   absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildBatchGraph(int64_t n_tokens, int64_t n_past,
-                                                              bool all_logits,
-                                                              const Readback& out);
+                                                              bool all_logits, GraphOutput output);
   // Writes tokens, positions, the causal mask and the output row of a batch at n_past.
-  absl::Status FillInputs(const LlamaGraph& g, absl::Span<const int32_t> tokens, int64_t n_past);
+  // Tokens may be empty when the graph's token input is on the device already; with a
+  // stream the writes are queued on it.
+  absl::Status FillInputs(const LlamaGraph& g, absl::Span<const int32_t> tokens, int64_t n,
+                          int64_t n_past, Stream* stream = nullptr);
   void AddSchedulerTimes(const SchedulerStats& before);
 
   const LlamaModel& model_;
@@ -108,6 +136,9 @@ class LlamaSession {
   // decode steps of one kv_pad block) instead of building and allocating an identical one.
   std::unique_ptr<LlamaGraph> last_graph_;
   bool last_all_logits_ = false;
+  // Greedy steps in flight (GenerateGreedy); no events when the device has none.
+  GreedyStep greedy_steps_[2];
+  bool pipelined_greedy_ = false;
   int64_t graphs_built_ = 0;
   std::vector<std::unique_ptr<Stream>> streams_;  // several devices: one per device,
   std::unique_ptr<Scheduler> scheduler_;          // used by the scheduler.

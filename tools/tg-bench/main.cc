@@ -108,10 +108,10 @@ absl::StatusOr<double> RunOnce(LlamaSession& session, int64_t n_prompt, int64_t 
   const auto t0 = std::chrono::steady_clock::now();
   if (n_prompt > 0) TG_RETURN_IF_ERROR(session.Decode(prompt).status());
   int32_t next = bos >= 0 ? bos : 0;
-  for (int64_t i = 0; i < n_gen; ++i) {
-    if (greedy) {
-      TG_ASSIGN_OR_RETURN(next, session.DecodeGreedy({&next, 1}));
-    } else {
+  if (greedy) {
+    TG_RETURN_IF_ERROR(session.GenerateGreedy(next, n_gen, [](int32_t) { return true; }));
+  } else {
+    for (int64_t i = 0; i < n_gen; ++i) {
       TG_RETURN_IF_ERROR(session.Decode({&next, 1}).status());
       next = tok(rng);
     }
@@ -145,8 +145,8 @@ absl::StatusOr<TestResult> RunTest(const LlamaModel& model, int64_t n_prompt, in
   const DecodeTimings before = session->timings();
   double total_ns = 0;
   for (int64_t rep = 0; rep < f.reps; ++rep) {
-    TG_ASSIGN_OR_RETURN(double ns,
-                        RunOnce(*session, n_prompt, n_gen, bos, model.hparams().n_vocab, f.greedy, rng));
+    TG_ASSIGN_OR_RETURN(
+        double ns, RunOnce(*session, n_prompt, n_gen, bos, model.hparams().n_vocab, f.greedy, rng));
     r.samples_ns.push_back(ns);
     total_ns += ns;
   }

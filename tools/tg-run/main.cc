@@ -96,23 +96,26 @@ absl::Status Generate(const RunFlags& f, const LlamaModel& model, LlamaSession& 
   const auto [lo, hi] = std::minmax_element(logits.begin(), logits.end());
   r->logit_min = *lo;
   r->logit_max = *hi;
-  // Greedy steps after the prompt pick on the device (ARGMAX): only the token id comes back.
-  const bool device_greedy = f.temp <= 0.0f;
-  int32_t picked = -1;
-  for (int64_t i = 0; i < f.n_predict; ++i) {
-    const int32_t next = device_greedy && i > 0 ? picked : sampler.Sample(logits);
-    r->tokens.push_back(next);
-    const std::string piece = tok.TokenToPiece(next);
+  // Hands a token over; false once generation must stop.
+  auto emit = [&](int32_t token) {
+    r->tokens.push_back(token);
+    const std::string piece = tok.TokenToPiece(token);
     r->text += piece;
     if (!f.json) {
       std::fputs(piece.c_str(), stdout);
       std::fflush(stdout);
     }
-    if (tok.IsEog(next) || i + 1 == f.n_predict) break;
-    if (device_greedy) {
-      TG_ASSIGN_OR_RETURN(picked, session.DecodeGreedy({&next, 1}));
+    return !tok.IsEog(token) && static_cast<int64_t>(r->tokens.size()) < f.n_predict;
+  };
+  if (f.n_predict > 0 && emit(sampler.Sample(logits))) {
+    if (f.temp <= 0.0f) {
+      // Greedy steps after the prompt pick on the device (ARGMAX): only the token id comes
+      // back, and the next step is on its way before it does.
+      TG_RETURN_IF_ERROR(session.GenerateGreedy(r->tokens.back(), f.n_predict - 1, emit));
     } else {
-      TG_ASSIGN_OR_RETURN(logits, session.Decode({&next, 1}));
+      do {
+        TG_ASSIGN_OR_RETURN(logits, session.Decode({&r->tokens.back(), 1}));
+      } while (emit(sampler.Sample(logits)));
     }
   }
   r->gen_ms = Ms(t1, std::chrono::steady_clock::now());
