@@ -3,6 +3,7 @@
 #   1. tg-bench pp512/tg128 of the synthetic 15M-shape Q8_0 model locally and through one
 #      rpc-server on loopback (same thread count on both sides); tg128 twice: reading the
 #      logits every step (llama-bench's way) and greedy on the device (--greedy, tg-run --temp 0);
+#      then greedy tg128 again with the server on a core of its own (taskset, -t 1);
 #   2. rpc_bench: session round trip, upload MB/s against a plain gRPC byte stream;
 #   3. model load time: local, over RPC with a cold cache, over RPC with a warm cache.
 # Usage: bash scripts/bench_rpc.sh [THREADS] [REPS]   (build/release must be built)
@@ -13,11 +14,12 @@ reps=${2:-5}
 bin=build/release
 model=${TG_BENCH_MODEL:-/tmp/tg-bench-15m-q8_0.gguf}
 [ -f "$model" ] || $bin/tools/tg-gguf/tg-gguf synth "$model" --dims 288,768,6,6,6,32000 --type q8_0 >/dev/null
+pin=""  # a taskset prefix for the server.
 work=$(mktemp -d)
 trap 'kill $(cat "$work"/pid 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
 
 start_server() {
-  $bin/server/rpc-server -p 0 --port-file "$work/port" -t "$threads" --cache "$work/cache" \
+  $pin $bin/server/rpc-server -p 0 --port-file "$work/port" -t "$threads" --cache "$work/cache" \
       --metrics-port 0 >"$work/server.log" 2>&1 &
   echo $! >"$work/pid"
   for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.05; done
@@ -35,6 +37,20 @@ for run in 1 2; do  # local and remote interleaved, twice: the machine's speed d
   $bin/tools/tg-bench/tg-bench -m "$model" -p 0 -n 128 -r "$reps" -t "$threads" --greedy --rpc "$endpoint" | tail -n 1
 done
 stop_server
+
+# The same greedy tg with the server on a core the client does not use (as on a GPU host):
+# -t 1 on both sides, the server and the local run on CPU 1, the client on CPU 0.
+if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
+  echo; echo "## tg128 greedy, the server on a core of its own (-t 1; server and local run on CPU 1, client on CPU 0)"
+  saved_threads=$threads threads=1 pin="taskset -c 1"
+  start_server
+  for run in 1 2 3; do
+    taskset -c 1 $bin/tools/tg-bench/tg-bench -m "$model" -p 0 -n 128 -r "$reps" -t 1 --greedy | tail -n 1
+    taskset -c 0 $bin/tools/tg-bench/tg-bench -m "$model" -p 0 -n 128 -r "$reps" -t 1 --greedy --rpc "$endpoint" | tail -n 1
+  done
+  stop_server
+  threads=$saved_threads pin=""
+fi
 
 echo; echo "## rpc_bench"
 $bin/bench/rpc_bench --mb 256 --round-trips 5000
