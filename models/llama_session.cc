@@ -240,7 +240,6 @@ absl::Status LlamaSession::GenerateGreedy(int32_t token, int64_t max_tokens,
   }
   if (max_tokens <= 0) return absl::OkStatus();
   TG_RETURN_IF_ERROR(CheckBatch({&token, 1}));
-  // Whatever happens, nothing stays in flight once this returns.
   absl::Status status = QueueGreedyStep(&token, n_past_, greedy_steps_[0]);
   for (int64_t i = 0; status.ok(); ++i) {
     GreedyStep& step = greedy_steps_[i % 2];
@@ -260,6 +259,8 @@ absl::Status LlamaSession::GenerateGreedy(int32_t token, int64_t max_tokens,
       if (status.ok()) status = QueueGreedyStep(&step.pick, n_past_, next);
     }
   }
+  // Whatever happened, nothing stays in flight (a discarded step, or the work before an
+  // error) once this returns.
   absl::Status drained = stream_->Synchronize();
   return status.ok() ? drained : status;
 }
