@@ -403,8 +403,7 @@ void Connection::ForgetGraph(uint64_t key) {
 bool Connection::ReadInlineOutput(uint64_t buffer, uint64_t offset, void* data, size_t size) {
   absl::MutexLock lock(&outputs_mu_);
   for (const InlineOutput& o : inline_outputs_) {
-    if (o.buffer == buffer && offset >= o.offset && offset - o.offset <= o.bytes.size() &&
-        size <= o.bytes.size() - (offset - o.offset)) {
+    if (o.buffer == buffer && RangeInside(offset, size, o.offset, o.bytes.size())) {
       std::memcpy(data, o.bytes.data() + (offset - o.offset), size);
       return true;
     }

@@ -31,6 +31,13 @@ struct ClientOptions {
   bool progress = true;    // a progress line on stderr while uploading (terminals only).
 };
 
+// True when [offset, offset + size) lies inside [outer_offset, outer_offset + outer_size)
+// (no overflow for any values).
+inline bool RangeInside(uint64_t offset, uint64_t size, uint64_t outer_offset,
+                        uint64_t outer_size) {
+  return offset >= outer_offset && size <= outer_size && offset - outer_offset <= outer_size - size;
+}
+
 class Connection {
  public:
   using Reply = tensorgrid::v1::SessionReply;

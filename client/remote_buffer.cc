@@ -1,5 +1,6 @@
 #include "client/remote_buffer.h"
 
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -76,19 +77,27 @@ absl::Status RemoteBuffer::GetTensor(const Tensor* t, void* data, size_t offset,
   const uint64_t at = OffsetOf(*t, offset);
   if (connection_->ReadInlineOutput(handle_, at, data, size)) return absl::OkStatus();
   if (size > kInlineWriteBytes) return connection_->Download(handle_, at, data, size);
+  TG_RETURN_IF_ERROR(PostRead(at, data, size));
+  return connection_->Drain();
+}
+
+absl::Status RemoteBuffer::PostRead(uint64_t at, void* data, size_t size) {
   pb::SessionRequest request;
   pb::Range* r = request.mutable_read()->mutable_range();
   r->set_buffer(handle_);
   r->set_offset(at);
   r->set_size(size);
-  TG_ASSIGN_OR_RETURN(pb::SessionReply reply, connection_->Call(std::move(request)));
-  if (reply.read().data().size() != size) {
-    return absl::DataLossError(absl::StrFormat("rpc-server %s: read of %d bytes returned %d",
-                                               connection_->endpoint(), size,
-                                               reply.read().data().size()));
-  }
-  std::memcpy(data, reply.read().data().data(), size);
-  return absl::OkStatus();
+  Connection* connection = connection_;
+  return connection_->Post(std::move(request), [connection, data, size](pb::SessionReply& reply) {
+    if (reply.code() != 0) return absl::OkStatus();  // the reply's own error is what is seen.
+    if (reply.read().data().size() != size) {
+      return absl::DataLossError(absl::StrFormat("rpc-server %s: read of %d bytes returned %d",
+                                                 connection->endpoint(), size,
+                                                 reply.read().data().size()));
+    }
+    std::memcpy(data, reply.read().data().data(), size);
+    return absl::OkStatus();
+  });
 }
 
 absl::Status RemoteBuffer::MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) {

@@ -52,6 +52,10 @@ class RemoteBuffer : public Buffer {
   Connection* connection() const { return connection_; }
   // Byte offset of t's data (plus `offset`) inside this buffer.
   uint64_t OffsetOf(const Tensor& t, size_t offset = 0) const;
+  // Posts a Read of `size` bytes (at most kInlineWriteBytes) at byte `at` of this buffer,
+  // in order behind what was sent before; its reply is copied into `data` when it is
+  // collected (the next Drain or WaitFor that reaches it).
+  absl::Status PostRead(uint64_t at, void* data, size_t size);
 
  private:
   RemoteBufferType* type_;

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "client/graph_encoder.h"
 #include "client/remote_buffer.h"
@@ -51,8 +50,7 @@ struct RemoteStream::PendingOutputs {
     absl::MutexLock lock(&mu);
     if (answered) return false;
     for (const Range& r : ranges) {
-      if (r.buffer == buffer && offset >= r.offset && size <= r.size &&
-          offset - r.offset <= r.size - size) {
+      if (r.buffer == buffer && RangeInside(offset, size, r.offset, r.size)) {
         readers.push_back({buffer, offset, size, data});
         return true;
       }
@@ -64,8 +62,8 @@ struct RemoteStream::PendingOutputs {
   void Deliver(size_t i, const std::string& bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const Range& r = ranges[i];
     for (const Reader& reader : readers) {
-      if (reader.buffer == r.buffer && reader.offset >= r.offset &&
-          reader.offset - r.offset + reader.size <= bytes.size()) {
+      if (reader.buffer == r.buffer &&
+          RangeInside(reader.offset, reader.size, r.offset, bytes.size())) {
         std::memcpy(reader.data, bytes.data() + (reader.offset - r.offset), reader.size);
       }
     }
@@ -162,21 +160,7 @@ absl::Status RemoteStream::GetTensorAsync(const Tensor* t, void* data, size_t of
     return absl::OkStatus();
   }
   if (size > kInlineWriteBytes) return buffer->GetTensor(t, data, offset, size);  // a Download.
-  pb::SessionRequest request;
-  pb::Range* r = request.mutable_read()->mutable_range();
-  r->set_buffer(buffer->handle());
-  r->set_offset(at);
-  r->set_size(size);
-  return connection->Post(std::move(request), [connection, data, size](pb::SessionReply& reply) {
-    if (reply.code() != 0) return absl::OkStatus();  // the reply's own error is what is seen.
-    if (reply.read().data().size() != size) {
-      return absl::DataLossError(absl::StrFormat("rpc-server %s: read of %d bytes returned %d",
-                                                 connection->endpoint(), size,
-                                                 reply.read().data().size()));
-    }
-    std::memcpy(data, reply.read().data().data(), size);
-    return absl::OkStatus();
-  });
+  return buffer->PostRead(at, data, size);
 }
 
 absl::Status RemoteStream::CopyTensorAsync(const Tensor* src, Tensor* dst) {

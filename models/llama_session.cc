@@ -62,11 +62,10 @@ absl::StatusOr<std::unique_ptr<LlamaSession>> LlamaSession::Create(const LlamaMo
   TG_ASSIGN_OR_RETURN(s->stream_, model.device()->CreateStream());
   s->allocator_ = std::make_unique<GraphAllocator>(model.device()->default_buffer_type());
   // Greedy steps are queued ahead where events tell when each pick has arrived.
-  s->pipelined_greedy_ = true;
   for (GreedyStep& step : s->greedy_steps_) {
     absl::StatusOr<std::unique_ptr<Event>> event = model.device()->CreateEvent();
     if (!event.ok()) {
-      s->pipelined_greedy_ = false;
+      for (GreedyStep& other : s->greedy_steps_) other.event.reset();
       break;
     }
     step.event = std::move(*event);
@@ -231,7 +230,7 @@ absl::Status LlamaSession::RunOnOneDevice(absl::Span<const int32_t> tokens, bool
 
 absl::Status LlamaSession::GenerateGreedy(int32_t token, int64_t max_tokens,
                                           absl::FunctionRef<bool(int32_t)> on_token) {
-  if (!pipelined_greedy_ || scheduler_ != nullptr) {
+  if (!QueuesGreedyAhead()) {
     for (int64_t i = 0; i < max_tokens; ++i) {
       TG_ASSIGN_OR_RETURN(token, DecodeGreedy({&token, 1}));
       if (!on_token(token)) break;

@@ -113,6 +113,7 @@ class LlamaSession {
     int32_t pick = -1;
     std::unique_ptr<Event> event;
   };
+  bool QueuesGreedyAhead() const { return greedy_steps_[0].event != nullptr; }
   absl::Status QueueGreedyStep(const int32_t* token, int64_t n_past, GreedyStep& step);
   absl::Status WaitGreedyStep(GreedyStep& step);
   absl::Status RunScheduled(absl::Span<const int32_t> tokens, bool all_logits, Readback out);
@@ -136,9 +137,9 @@ class LlamaSession {
   // decode steps of one kv_pad block) instead of building and allocating an identical one.
   std::unique_ptr<LlamaGraph> last_graph_;
   bool last_all_logits_ = false;
-  // Greedy steps in flight (GenerateGreedy); no events when the device has none.
+  // Greedy steps in flight (GenerateGreedy); without events (several devices, or a device
+  // that has none) there are none, and steps go one at a time.
   GreedyStep greedy_steps_[2];
-  bool pipelined_greedy_ = false;
   int64_t graphs_built_ = 0;
   std::vector<std::unique_ptr<Stream>> streams_;  // several devices: one per device,
   std::unique_ptr<Scheduler> scheduler_;          // used by the scheduler.

@@ -2,6 +2,7 @@
 // the stream's asynchronous reads, copies and events, checked against values computed on the
 // host; and LlamaSession::GenerateGreedy, which queues each greedy step before the previous
 // pick is back, against DecodeGreedy one step at a time on the local CPU.
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -232,6 +233,16 @@ class RemoteGreedyTest : public RemotePipelineTest {
     return out;
   }
 
+  // GenerateGreedy from got.back(), appending every pick to `got`; stops once `got` holds
+  // `stop_at` tokens.
+  static absl::Status Generate(LlamaSession& session, int64_t max_tokens, std::vector<int32_t>& got,
+                               size_t stop_at = SIZE_MAX) {
+    return session.GenerateGreedy(got.back(), max_tokens, [&](int32_t t) {
+      got.push_back(t);
+      return got.size() < stop_at;
+    });
+  }
+
   std::string path_;
   std::unique_ptr<LlamaModel> ref_model_, model_;
   const std::vector<int32_t> prompt_ = {1, 403, 407, 261, 378};
@@ -241,13 +252,7 @@ TEST_F(RemoteGreedyTest, GeneratesTheTokensOfDecodeGreedy) {
   const std::vector<int32_t> want = Reference(40, 128);
   auto session = *LlamaSession::Create(*model_, Options(128));
   std::vector<int32_t> got = {*session->DecodeGreedy(prompt_)};
-  ASSERT_TRUE(session
-                  ->GenerateGreedy(got.back(), 40,
-                                   [&](int32_t t) {
-                                     got.push_back(t);
-                                     return true;
-                                   })
-                  .ok());
+  ASSERT_TRUE(Generate(*session, 40, got).ok());
   EXPECT_EQ(got, want);
   // The last pick is not decoded.
   EXPECT_EQ(session->n_past(), static_cast<int64_t>(prompt_.size()) + 40);
@@ -259,25 +264,13 @@ TEST_F(RemoteGreedyTest, StoppingEarlyDiscardsTheStepQueuedAhead) {
   auto session = *LlamaSession::Create(*model_, Options(128));
   std::vector<int32_t> got = {*session->DecodeGreedy(prompt_)};
   // Stop at the 7th pick: the 8th step is on the server already.
-  ASSERT_TRUE(session
-                  ->GenerateGreedy(got.back(), 40,
-                                   [&](int32_t t) {
-                                     got.push_back(t);
-                                     return got.size() < 8;
-                                   })
-                  .ok());
+  ASSERT_TRUE(Generate(*session, 40, got, /*stop_at=*/8).ok());
   ASSERT_EQ(got.size(), 8u);
   EXPECT_EQ(session->n_past(), static_cast<int64_t>(prompt_.size()) + 7);
   // Going on from there, one step at a time and then queued ahead again, continues the
   // same sequence: the discarded step left nothing behind.
   got.push_back(*session->DecodeGreedy({&got.back(), 1}));
-  ASSERT_TRUE(session
-                  ->GenerateGreedy(got.back(), 22,
-                                   [&](int32_t t) {
-                                     got.push_back(t);
-                                     return true;
-                                   })
-                  .ok());
+  ASSERT_TRUE(Generate(*session, 22, got).ok());
   EXPECT_EQ(got, want);
 }
 
@@ -288,10 +281,7 @@ TEST_F(RemoteGreedyTest, AFullContextEndsWithOutOfRangeAfterTheSameTokens) {
   ASSERT_TRUE(absl::IsOutOfRange(ref_end)) << ref_end;
   auto session = *LlamaSession::Create(*model_, Options(n_ctx));
   std::vector<int32_t> got = {*session->DecodeGreedy(prompt_)};
-  const absl::Status end = session->GenerateGreedy(got.back(), 100, [&](int32_t t) {
-    got.push_back(t);
-    return true;
-  });
+  const absl::Status end = Generate(*session, 100, got);
   EXPECT_TRUE(absl::IsOutOfRange(end)) << end;
   EXPECT_EQ(got, want);
   EXPECT_EQ(session->n_past(), n_ctx);
