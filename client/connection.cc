@@ -139,10 +139,49 @@ absl::Status Connection::BrokenLocked(absl::string_view what) {
   return broken_;
 }
 
-absl::Status Connection::WriteLocked(Request& request) {
-  request.set_id(next_id_++);
+absl::StatusOr<uint64_t> Connection::WriteLocked(Request request, bool may_batch) {
+  const uint64_t id = next_id_++;
+  request.set_id(id);
+  if (batch_depth_ > 0 && may_batch) {
+    const size_t bytes = request.ByteSizeLong();
+    if (bytes <= kMaxBatchBytes) {
+      if (batch_bytes_ + bytes > kMaxBatchBytes) TG_RETURN_IF_ERROR(SendBatchLocked());
+      *batch_.mutable_batch()->add_commands() = std::move(request);
+      batch_bytes_ += bytes;
+      if (batch_.batch().commands_size() >= kMaxBatchCommands)
+        TG_RETURN_IF_ERROR(SendBatchLocked());
+      return id;
+    }
+  }
+  TG_RETURN_IF_ERROR(SendBatchLocked());
   if (!session_->Write(request)) return BrokenLocked("write failed");
+  return id;
+}
+
+absl::Status Connection::SendBatchLocked() {
+  if (!batch_.has_batch() || batch_.batch().commands_size() == 0) return absl::OkStatus();
+  bool written;
+  if (batch_.batch().commands_size() == 1) {
+    written = session_->Write(batch_.batch().commands(0));
+  } else {
+    written = session_->Write(batch_);
+  }
+  batch_.Clear();
+  batch_bytes_ = 0;
+  if (!written) return BrokenLocked("write failed");
   return absl::OkStatus();
+}
+
+void Connection::BeginBatch() {
+  absl::MutexLock lock(&mu_);
+  ++batch_depth_;
+}
+
+absl::Status Connection::EndBatch() {
+  absl::MutexLock lock(&mu_);
+  if (batch_depth_ > 0 && --batch_depth_ > 0) return absl::OkStatus();
+  if (!broken_.ok()) return broken_;
+  return SendBatchLocked();
 }
 
 absl::Status Connection::FlushWritesLocked() {
@@ -152,13 +191,13 @@ absl::Status Connection::FlushWritesLocked() {
   for (pb::WriteRange& w : writes) {
     Request request;
     *request.mutable_write() = std::move(w);
-    TG_RETURN_IF_ERROR(WriteLocked(request));
-    pending_.push_back({request.id(), nullptr});
+    TG_ASSIGN_OR_RETURN(const uint64_t id, WriteLocked(std::move(request), true));
+    pending_.push_back({id, nullptr});
   }
   return absl::OkStatus();
 }
 
-absl::Status Connection::SendLocked(Request& request) {
+absl::StatusOr<uint64_t> Connection::SendLocked(Request request, bool may_batch) {
   if (!broken_.ok()) return broken_;
   // A command that may write makes the outputs an earlier Compute returned stale. (A freed
   // buffer's outputs go in ForgetBuffer.)
@@ -175,7 +214,7 @@ absl::Status Connection::SendLocked(Request& request) {
   } else {
     TG_RETURN_IF_ERROR(FlushWritesLocked());
   }
-  return WriteLocked(request);
+  return WriteLocked(std::move(request), may_batch);
 }
 
 absl::Status Connection::QueueWrite(uint64_t buffer, uint64_t offset, const void* data,
@@ -214,38 +253,57 @@ absl::Status Connection::ReplyStatus(const Reply& reply) const {
 absl::Status Connection::HandleReplyLocked() {
   Reply reply;
   TG_RETURN_IF_ERROR(ReadOneLocked(&reply));
-  Pending p = std::move(pending_.front());
-  pending_.pop_front();
-  if (reply.id() != p.id) {
-    broken_ = absl::InternalError(absl::StrFormat("rpc-server %s: reply %d out of order (want %d)",
-                                                  endpoint_, reply.id(), p.id));
+  if (!reply.has_batch()) return HandleOneReplyLocked(reply);
+  for (Reply& one : *reply.mutable_batch()->mutable_replies()) {
+    TG_RETURN_IF_ERROR(HandleOneReplyLocked(one));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Connection::HandleOneReplyLocked(Reply& reply) {
+  if (pending_.empty() || reply.id() != pending_.front().id) {
+    broken_ = absl::InternalError(
+        absl::StrFormat("rpc-server %s: reply %d out of order (want %s)", endpoint_, reply.id(),
+                        pending_.empty() ? "none" : absl::StrCat(pending_.front().id)));
     return broken_;
   }
+  Pending p = std::move(pending_.front());
+  pending_.pop_front();
   absl::Status s = ReplyStatus(reply);
   if (p.on_reply) {
     absl::Status handled = p.on_reply(reply);
     if (s.ok()) s = handled;
   }
-  if (!s.ok() && deferred_error_.ok()) deferred_error_ = s;
+  if (!s.ok() && deferred_error_.ok()) {
+    deferred_error_ = s;
+    deferred_error_id_ = p.id;
+  }
   return absl::OkStatus();
 }
 
-absl::Status Connection::TakeDeferredErrorLocked() {
+absl::Status Connection::TakeDeferredErrorLocked(uint64_t up_to) {
+  if (deferred_error_id_ > up_to) return absl::OkStatus();
   absl::Status error = std::move(deferred_error_);
   deferred_error_ = absl::OkStatus();
+  deferred_error_id_ = 0;
   return error;
 }
 
 absl::Status Connection::DrainLocked() {
   TG_RETURN_IF_ERROR(FlushWritesLocked());
+  TG_RETURN_IF_ERROR(SendBatchLocked());
   while (!pending_.empty()) TG_RETURN_IF_ERROR(HandleReplyLocked());
   return TakeDeferredErrorLocked();
 }
 
 absl::Status Connection::WaitFor(uint64_t id) {
   absl::MutexLock lock(&mu_);
+  if (batch_.has_batch() && batch_.batch().commands_size() > 0 &&
+      batch_.batch().commands(0).id() <= id) {
+    TG_RETURN_IF_ERROR(SendBatchLocked());
+  }
   while (!pending_.empty() && pending_.front().id <= id) TG_RETURN_IF_ERROR(HandleReplyLocked());
-  return TakeDeferredErrorLocked();
+  return TakeDeferredErrorLocked(id);
 }
 
 uint64_t Connection::last_sent_id() const {
@@ -261,15 +319,15 @@ bool Connection::has_queued_writes() const {
 absl::StatusOr<Connection::Reply> Connection::Call(Request request) {
   TG_RETURN_IF_ERROR(WaitUploads());
   absl::MutexLock lock(&mu_);
-  TG_RETURN_IF_ERROR(SendLocked(request));
+  TG_ASSIGN_OR_RETURN(const uint64_t id, SendLocked(std::move(request), false));
   // An error of an earlier posted command wins, but this command's reply is still read so
   // that the stream stays in step.
   absl::Status earlier = DrainLocked();
   Reply reply;
   TG_RETURN_IF_ERROR(ReadOneLocked(&reply));
-  if (reply.id() != request.id()) {
+  if (reply.id() != id || reply.has_batch()) {
     broken_ = absl::InternalError(absl::StrFormat("rpc-server %s: reply %d out of order (want %d)",
-                                                  endpoint_, reply.id(), request.id()));
+                                                  endpoint_, reply.id(), id));
     return broken_;
   }
   TG_RETURN_IF_ERROR(earlier);
@@ -280,9 +338,9 @@ absl::StatusOr<Connection::Reply> Connection::Call(Request request) {
 absl::Status Connection::Post(Request request, ReplyHandler on_reply, uint64_t* id) {
   TG_RETURN_IF_ERROR(WaitUploads());
   absl::MutexLock lock(&mu_);
-  TG_RETURN_IF_ERROR(SendLocked(request));
-  if (id != nullptr) *id = request.id();
-  pending_.push_back({request.id(), std::move(on_reply)});
+  TG_ASSIGN_OR_RETURN(const uint64_t sent, SendLocked(std::move(request), true));
+  if (id != nullptr) *id = sent;
+  pending_.push_back({sent, std::move(on_reply)});
   // Keep the reply queue short: the server's send window is finite.
   if (pending_.size() > 256) return DrainLocked();
   return absl::OkStatus();

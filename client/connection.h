@@ -66,10 +66,20 @@ class Connection {
   // Waits for the commands sent up to request `id` only: later ones stay in flight, and
   // queued writes stay queued. Returns an error reply among them, like Drain.
   absl::Status WaitFor(uint64_t id);
-  // The request id of the last command sent (0: none yet), and whether QueueWrite holds
+  // The request id of the last command posted (0: none yet), and whether QueueWrite holds
   // writes that go out after it.
   uint64_t last_sent_id() const;
   bool has_queued_writes() const;
+  // Commands posted between BeginBatch and EndBatch are held and sent together as one Batch
+  // message, so that the server reads one message and writes one (or a few) for a burst of
+  // decode steps instead of one each. Anything that waits for a held command sends the batch
+  // first, and a full batch (kMaxBatchCommands or kMaxBatchBytes) goes out at once. Nests;
+  // per connection: commands other threads post meanwhile join the batch.
+  void BeginBatch();
+  absl::Status EndBatch();
+  static constexpr int kMaxBatchCommands = 64;
+  static constexpr size_t kMaxBatchBytes = size_t{4} << 20;
+
   // A small write that rides along with the next command: inside the next Compute (one
   // message per decode step), or posted just before any other command.
   absl::Status QueueWrite(uint64_t buffer, uint64_t offset, const void* data, size_t size);
@@ -104,13 +114,25 @@ class Connection {
  private:
   Connection(std::string endpoint, ClientOptions options);
   absl::Status Start();
-  absl::Status SendLocked(Request& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends (or, in a batch and when may_batch, holds) a command after the queued writes;
+  // returns its request id.
+  absl::StatusOr<uint64_t> SendLocked(Request request, bool may_batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReadOneLocked(Reply* reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status DrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reads and handles the oldest pending reply.
+  // Reads one reply message and handles the pending commands it answers (one, or several
+  // when it is a BatchReply).
   absl::Status HandleReplyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status TakeDeferredErrorLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status WriteLocked(Request& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status HandleOneReplyLocked(Reply& reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The first error reply not yet returned, when its command's id is <= up_to (a BatchReply
+  // may answer commands beyond the one a WaitFor is for: their errors wait for their turn).
+  absl::Status TakeDeferredErrorLocked(uint64_t up_to = UINT64_MAX)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives the command the next id and writes it, or holds it in the batch; a command written
+  // on its own sends the held batch first, so the order stays.
+  absl::StatusOr<uint64_t> WriteLocked(Request request, bool may_batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SendBatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FlushWritesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status BrokenLocked(absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReplyStatus(const Reply& reply) const;
@@ -133,8 +155,12 @@ class Connection {
     uint64_t id;
     ReplyHandler on_reply;
   };
-  std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);  // sent or held, oldest first.
+  int batch_depth_ ABSL_GUARDED_BY(mu_) = 0;
+  Request batch_ ABSL_GUARDED_BY(mu_);  // the held commands (batch_.batch().commands()).
+  size_t batch_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status deferred_error_ ABSL_GUARDED_BY(mu_);
+  uint64_t deferred_error_id_ ABSL_GUARDED_BY(mu_) = 0;  // the command it answered.
   std::vector<tensorgrid::v1::WriteRange> queued_writes_ ABSL_GUARDED_BY(mu_);
   size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);

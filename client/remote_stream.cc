@@ -191,6 +191,10 @@ absl::Status RemoteStream::WaitEvent(Event* event) {
   return e->Synchronize();
 }
 
+void RemoteStream::BeginBatch() { device_->connection()->BeginBatch(); }
+
+absl::Status RemoteStream::EndBatch() { return device_->connection()->EndBatch(); }
+
 StreamStats RemoteStream::stats() const {
   StreamStats s;
   s.compute_us = compute_ns_->load() / 1e3;

@@ -119,6 +119,11 @@ class Stream {
   virtual absl::Status WaitEvent(Event* event) {
     return absl::UnimplementedError("events not supported");
   }
+  // Optional: work queued between BeginBatch and EndBatch may be held on the host and
+  // submitted together (a remote device sends it as one message); anything that waits for
+  // it submits it first. Default: nothing is held.
+  virtual void BeginBatch() {}
+  virtual absl::Status EndBatch() { return absl::OkStatus(); }
   // Optional: reorder/fuse nodes before Compute. Default: leave the graph as it is.
   virtual absl::Status OptimizeGraph(Graph& graph) { return absl::OkStatus(); }
   // Optional: time spent so far. Default: nothing measured.

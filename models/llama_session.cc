@@ -50,6 +50,10 @@ absl::StatusOr<std::unique_ptr<LlamaSession>> LlamaSession::Create(const LlamaMo
                                                    " outside [0, ", kMaxSchedulerCopies, "]"));
   }
   if (options.kv_pad < 0) return absl::InvalidArgumentError("kv_pad must not be negative");
+  if (options.greedy_batch < 0 || options.greedy_batch > kMaxGreedyBatch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("greedy batch ", options.greedy_batch, " outside [0, ", kMaxGreedyBatch, "]"));
+  }
   std::unique_ptr<LlamaSession> s(new LlamaSession(model));
   s->options_ = options;
   if (s->options_.kv_pad == 0) s->options_.kv_pad = kDefaultKvPad;
@@ -62,14 +66,14 @@ absl::StatusOr<std::unique_ptr<LlamaSession>> LlamaSession::Create(const LlamaMo
   TG_ASSIGN_OR_RETURN(s->stream_, model.device()->CreateStream());
   s->allocator_ = std::make_unique<GraphAllocator>(model.device()->default_buffer_type());
   // Greedy steps are queued ahead where events tell when each pick has arrived.
-  for (GreedyStep& step : s->greedy_steps_) {
+  std::vector<GreedyStep> ring(
+      2 * static_cast<size_t>(options.greedy_batch == 0 ? kMaxGreedyBatch : options.greedy_batch));
+  for (GreedyStep& step : ring) {
     absl::StatusOr<std::unique_ptr<Event>> event = model.device()->CreateEvent();
-    if (!event.ok()) {
-      for (GreedyStep& other : s->greedy_steps_) other.event.reset();
-      break;
-    }
+    if (!event.ok()) return s;
     step.event = std::move(*event);
   }
+  s->greedy_steps_ = std::move(ring);
   return s;
 }
 
@@ -239,26 +243,54 @@ absl::Status LlamaSession::GenerateGreedy(int32_t token, int64_t max_tokens,
   }
   if (max_tokens <= 0) return absl::OkStatus();
   TG_RETURN_IF_ERROR(CheckBatch({&token, 1}));
-  absl::Status status = QueueGreedyStep(&token, n_past_, greedy_steps_[0]);
-  for (int64_t i = 0; status.ok(); ++i) {
-    GreedyStep& step = greedy_steps_[i % 2];
-    GreedyStep& next = greedy_steps_[(i + 1) % 2];
-    // The step after this one goes out before this one's pick is read, when it can take its
-    // token from this graph's ARGMAX: same graph, room in the context.
-    const bool ahead = i + 1 < max_tokens && n_past_ + 2 <= cache_->n_ctx() &&
-                       LastGraphFits(1, n_past_ + 1, false, GraphOutput::kArgmaxFedBack);
-    if (ahead) status = QueueGreedyStep(nullptr, n_past_ + 1, next);
-    if (!status.ok()) break;
+  const int64_t ring = static_cast<int64_t>(greedy_steps_.size());  // 2 * the largest batch.
+  const auto start = std::chrono::steady_clock::now();
+  int64_t batch = options_.greedy_batch == 0 ? 1 : options_.greedy_batch;
+  // Steps queued and picks handed over; step i runs at position n_past_ + (i - done).
+  int64_t queued = 0;
+  int64_t done = 0;
+  const int32_t* host_token = &token;  // the next step's token, when it comes from the host.
+  absl::Status status;
+  while (status.ok()) {
+    // Queue the next batch once at most one is in flight. A step takes its token from the
+    // step before it (the ARGMAX its graph copied into its token input) while it runs in the
+    // same graph and the context has room.
+    if (queued < max_tokens && queued - done <= batch) {
+      stream_->BeginBatch();
+      for (int64_t k = 0; k < batch && queued < max_tokens && status.ok(); ++k) {
+        const int64_t n_past = n_past_ + (queued - done);
+        if (host_token == nullptr &&
+            (n_past + 1 > cache_->n_ctx() ||
+             !LastGraphFits(1, n_past, false, GraphOutput::kArgmaxFedBack))) {
+          break;
+        }
+        status = QueueGreedyStep(host_token, n_past, greedy_steps_[queued % ring]);
+        host_token = nullptr;
+        ++queued;
+      }
+      const absl::Status sent = stream_->EndBatch();
+      if (status.ok()) status = sent;
+      if (!status.ok()) break;
+    }
+    if (queued == done) {
+      // Nothing in flight and nothing queued: the next step starts a new graph (a new KV
+      // block) or the context is full. Its token comes from the host.
+      host_token = &greedy_steps_[(done - 1) % ring].pick;
+      status = CheckBatch({host_token, 1});
+      continue;
+    }
+    GreedyStep& step = greedy_steps_[done % ring];
     status = WaitGreedyStep(step);
     if (!status.ok()) break;
     ++n_past_;
-    if (!on_token(step.pick) || i + 1 == max_tokens) break;  // a step ahead is discarded.
-    if (!ahead) {
-      status = CheckBatch({&step.pick, 1});
-      if (status.ok()) status = QueueGreedyStep(&step.pick, n_past_, next);
+    ++done;
+    if (options_.greedy_batch == 0) {
+      const double step_us = MicrosSince(start) / static_cast<double>(done);
+      batch = std::clamp<int64_t>(std::llround(kGreedyBatchUs / step_us), 1, kMaxGreedyBatch);
     }
+    if (!on_token(step.pick) || done == max_tokens) break;  // steps ahead are discarded.
   }
-  // Whatever happened, nothing stays in flight (a discarded step, or the work before an
+  // Whatever happened, nothing stays in flight (discarded steps, or the work before an
   // error) once this returns.
   absl::Status drained = stream_->Synchronize();
   return status.ok() ? drained : status;

@@ -37,10 +37,21 @@ struct SessionOptions {
   // a remote device reuses the one it has. The mask hides the extra cells, and attention
   // skips key blocks that are masked entirely.
   int64_t kv_pad = 0;
+  // GenerateGreedy on a device with events (a remote device): decode steps submitted
+  // together (Stream::BeginBatch: one message each way for this many steps), with up to two
+  // such batches in flight. 1: each step on its own, the next one queued ahead. 0: as many
+  // as take about kGreedyBatchUs to decode (measured as it goes), so that fast steps do
+  // not pay a message each way while slow ones still arrive one by one.
+  int greedy_batch = 0;
 };
 
 // llama.cpp's padding of n_kv: one decode graph serves 256 consecutive positions.
 inline constexpr int64_t kDefaultKvPad = 256;
+
+// Most greedy decode steps submitted together (SessionOptions::greedy_batch), and the
+// decoding time a batch covers when its size is left to the session.
+inline constexpr int kMaxGreedyBatch = 32;
+inline constexpr int64_t kGreedyBatchUs = 3000;
 
 // llama.cpp's GGML_SCHED_MAX_COPIES: enough micro-batches to keep a few devices busy.
 inline constexpr int kDefaultPipelineCopies = 4;
@@ -72,10 +83,11 @@ class LlamaSession {
   // so on, until `on_token` returns false or `max_tokens` picks were handed over (the last
   // pick is not decoded: n_past() grows by the number of picks). The same as calling
   // DecodeGreedy in a loop, but on a model on one device with events (a remote device) the
-  // next step is queued before the pick is read, its token copied from the ARGMAX on the
-  // device, so the device never waits for the client's round trip. When on_token stops
-  // early, the step queued ahead is discarded (n_past() does not count it). OUT_OF_RANGE
-  // when the context fills before the end.
+  // next steps are queued before the picks are read, each step's token copied from the
+  // previous step's ARGMAX on the device, so the device never waits for the client's round
+  // trip: SessionOptions::greedy_batch steps at a time, two such batches in flight. When
+  // on_token stops early, the steps queued ahead are discarded (n_past() does not count
+  // them). OUT_OF_RANGE when the context fills before the end.
   absl::Status GenerateGreedy(int32_t token, int64_t max_tokens,
                               absl::FunctionRef<bool(int32_t)> on_token);
   int64_t n_past() const { return n_past_; }
@@ -113,7 +125,7 @@ class LlamaSession {
     int32_t pick = -1;
     std::unique_ptr<Event> event;
   };
-  bool QueuesGreedyAhead() const { return greedy_steps_[0].event != nullptr; }
+  bool QueuesGreedyAhead() const { return !greedy_steps_.empty(); }
   absl::Status QueueGreedyStep(const int32_t* token, int64_t n_past, GreedyStep& step);
   absl::Status WaitGreedyStep(GreedyStep& step);
   absl::Status RunScheduled(absl::Span<const int32_t> tokens, bool all_logits, Readback out);
@@ -137,9 +149,9 @@ class LlamaSession {
   // decode steps of one kv_pad block) instead of building and allocating an identical one.
   std::unique_ptr<LlamaGraph> last_graph_;
   bool last_all_logits_ = false;
-  // Greedy steps in flight (GenerateGreedy); without events (several devices, or a device
-  // that has none) there are none, and steps go one at a time.
-  GreedyStep greedy_steps_[2];
+  // The ring of greedy steps in flight (GenerateGreedy), twice the largest batch; without events
+  // (several devices, or a device that has none) it is empty, and steps go one at a time.
+  std::vector<GreedyStep> greedy_steps_;
   int64_t graphs_built_ = 0;
   std::vector<std::unique_ptr<Stream>> streams_;  // several devices: one per device,
   std::unique_ptr<Scheduler> scheduler_;          // used by the scheduler.

@@ -9,7 +9,7 @@ namespace tg::rpc {
 
 // Bumped on any incompatible change of tensorgrid.proto; checked by Hello together with
 // tg::OpTableFingerprint().
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
 // Default port of rpc-server.
 inline constexpr int kDefaultPort = 50052;
 // Bulk streams carry at most this much per message.

@@ -164,7 +164,9 @@ grpc::Status TensorGridService::Session(
   if (stream->Write(started)) {
     pb::SessionRequest request;
     while (stream->Read(&request)) {
-      if (!stream->Write(session->Handle(request))) break;
+      if (!session->Serve(request, [&](const pb::SessionReply& r) { return stream->Write(r); })) {
+        break;
+      }
     }
   }
   {

@@ -120,6 +120,27 @@ pb::SessionReply Session::Handle(const pb::SessionRequest& request) {
   return reply;
 }
 
+bool Session::Serve(const pb::SessionRequest& request,
+                    absl::FunctionRef<bool(const pb::SessionReply&)> send) {
+  if (!request.has_batch()) return send(Handle(request));
+  pb::SessionReply group;  // an empty batch gets an empty BatchReply.
+  group.set_id(request.id());
+  pb::BatchReply* replies = group.mutable_batch();
+  size_t group_bytes = 0;
+  for (const pb::SessionRequest& command : request.batch().commands()) {
+    pb::SessionReply reply = Handle(command);
+    const size_t bytes = reply.ByteSizeLong();
+    if (group_bytes > 0 && group_bytes + bytes > kMaxBatchReplyBytes) {
+      if (!send(group)) return false;
+      replies->clear_replies();
+      group_bytes = 0;
+    }
+    *replies->add_replies() = std::move(reply);
+    group_bytes += bytes;
+  }
+  return send(group);
+}
+
 absl::Status Session::DoCommand(const pb::SessionRequest& req, pb::SessionReply* reply) {
   switch (req.command_case()) {
     case pb::SessionRequest::kAllocBuffer:
@@ -175,6 +196,8 @@ absl::Status Session::DoCommand(const pb::SessionRequest& req, pb::SessionReply*
       stats->set_cache_hit_bytes(cache_hit_bytes_.load());
       return absl::OkStatus();
     }
+    case pb::SessionRequest::kBatch:
+      return absl::InvalidArgumentError("a batch may not hold a batch");
     case pb::SessionRequest::COMMAND_NOT_SET:
       break;
   }

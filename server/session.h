@@ -16,6 +16,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -44,6 +45,8 @@ struct SessionEnv {
 
 // Decoded graphs kept per session (least recently used dropped first).
 inline constexpr size_t kGraphCacheSize = 32;
+// A BatchReply message is sent once its replies reach this size.
+inline constexpr size_t kMaxBatchReplyBytes = size_t{4} << 20;
 
 class Session {
  public:
@@ -55,8 +58,15 @@ class Session {
   const std::string& id() const { return id_; }
 
   // Runs one command. Errors come back in the reply (code + message); the session stays
-  // usable after any error.
+  // usable after any error. A batch is refused here (INVALID_ARGUMENT): see Serve.
   tensorgrid::v1::SessionReply Handle(const tensorgrid::v1::SessionRequest& request)
+      ABSL_LOCKS_EXCLUDED(handle_mu_);
+  // Runs a request as it came off the Session stream, one command or a batch of them in
+  // order, and hands each reply message to `send`: a batch's replies go in BatchReply
+  // messages of consecutive replies, each up to kMaxBatchReplyBytes unless one reply alone
+  // is larger. Returns false as soon as `send` does (the stream is gone).
+  bool Serve(const tensorgrid::v1::SessionRequest& request,
+             absl::FunctionRef<bool(const tensorgrid::v1::SessionReply&)> send)
       ABSL_LOCKS_EXCLUDED(handle_mu_);
 
   // The buffer behind a handle, kept alive while the caller holds it; NOT_FOUND otherwise.

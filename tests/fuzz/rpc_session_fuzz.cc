@@ -70,13 +70,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       pos += 4;
       if (len > size - pos) break;
       if (request.ParseFromArray(data + pos, static_cast<int>(len))) {
-        tensorgrid::v1::SessionReply reply = session.Handle(request);
-        if (reply.id() != request.id()) std::abort();
-        if (env.verbose) {
-          std::fprintf(stderr, "request %llu (command %d): code %d %s\n",
-                       static_cast<unsigned long long>(request.id()), request.command_case(),
-                       reply.code(), reply.message().c_str());
-        }
+        // Every command gets one reply, in order; a batch's come grouped.
+        int answered = 0;
+        session.Serve(request, [&](const tensorgrid::v1::SessionReply& reply) {
+          if (reply.id() != request.id()) std::abort();
+          if (!request.has_batch()) {
+            ++answered;
+          } else {
+            if (!reply.has_batch()) std::abort();
+            for (const tensorgrid::v1::SessionReply& r : reply.batch().replies()) {
+              if (answered >= request.batch().commands_size() ||
+                  r.id() != request.batch().commands(answered).id()) {
+                std::abort();
+              }
+              ++answered;
+            }
+          }
+          if (env.verbose) {
+            std::fprintf(stderr, "request %llu (command %d): code %d %s\n",
+                         static_cast<unsigned long long>(request.id()), request.command_case(),
+                         reply.code(), reply.message().c_str());
+          }
+          return true;
+        });
+        if (answered != (request.has_batch() ? request.batch().commands_size() : 1)) std::abort();
         if (session.bytes_held() > kMemLimit) std::abort();  // the quota held.
       }
       pos += len;

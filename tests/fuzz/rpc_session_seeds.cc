@@ -2,7 +2,7 @@
 // sequences (length-prefixed serialized SessionRequests; handles are 1, 2, ... as the fuzz
 // session uses predictable handles): alloc/write/read/free, a MUL_MAT + ADD compute run twice
 // through the graph cache, GET_ROWS and SET_ROWS graphs with bad indices, and copies,
-// memsets, grants and cache stats between two devices.
+// memsets, grants and cache stats between two devices, and batches.
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -121,10 +121,25 @@ int main(int argc, char** argv) {
     rs.push_back(FreeRequest(10, 2));
     ok &= WriteSeed(dir, "copy_memset_grant", rs);
   }
+  {
+    // Decode steps in a batch (the compute twice, then a read of its output), and a batch
+    // inside a batch.
+    pb::SessionRequest batch;
+    batch.set_id(0);
+    *batch.mutable_batch()->add_commands() = mm.Compute(3, 1, 0, 77, true);
+    *batch.mutable_batch()->add_commands() = mm.Compute(4, 1, 0, 77, false);
+    *batch.mutable_batch()->add_commands() = ReadRequest(5, 1, 0, 16);
+    pb::SessionRequest nested;
+    nested.set_id(6);
+    *nested.mutable_batch()->add_commands() = batch;
+    ok &= WriteSeed(
+        dir, "batch",
+        {AllocRequest(1, 0, MatMulAdd::kBufferBytes), WriteRequest(2, 1, 0, "x"), batch, nested});
+  }
   if (!ok) {
     std::fprintf(stderr, "rpc_session_fuzz_seeds: cannot write into %s\n", dir.c_str());
     return 1;
   }
-  std::printf("rpc_session_fuzz_seeds: 5 seeds in %s\n", dir.c_str());
+  std::printf("rpc_session_fuzz_seeds: 6 seeds in %s\n", dir.c_str());
   return 0;
 }

@@ -1,7 +1,8 @@
 // Work queued ahead on a remote device, against a real rpc-server on loopback (in-process):
-// the stream's asynchronous reads, copies and events, checked against values computed on the
-// host; and LlamaSession::GenerateGreedy, which queues each greedy step before the previous
-// pick is back, against DecodeGreedy one step at a time on the local CPU.
+// the stream's asynchronous reads, copies, events and batches, checked against values
+// computed on the host; and LlamaSession::GenerateGreedy, which queues greedy steps (in
+// batches) before the previous picks are back, against DecodeGreedy one step at a time on
+// the local CPU.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -183,10 +184,68 @@ TEST_F(RemotePipelineTest, AnEventReportsTheErrorOfTheWorkBeforeIt) {
   EXPECT_THAT(out, ElementsAreArray({8.0f, 9.0f, 10.0f, 11.0f}));
 }
 
-// stories260K on the remote device: GenerateGreedy queues each step before the previous
-// pick is read, feeding the pick back on the device. Its tokens must be DecodeGreedy's on
-// the local CPU, one step at a time, across several KV blocks.
-class RemoteGreedyTest : public RemotePipelineTest {
+// Steps in one batch (held on the client, sent as one message) each get their own result,
+// also past kMaxBatchCommands (the batch goes out when full); waiting for a held step, or a
+// synchronous read, sends the batch first instead of waiting for ever; an error inside a
+// batch reaches the event after it and the steps after it still run.
+TEST_F(RemotePipelineTest, BatchedStepsGetTheirOwnResults) {
+  Context ctx;
+  Tensor* table = *ctx.NewTensor(DType::kF32, {4, 3});
+  Tensor* rows = *ctx.NewTensor(DType::kI32, {1});
+  table->flags |= kFlagInput;
+  rows->flags |= kFlagInput;
+  Tensor* picked = *GetRows(ctx, table, rows);
+  Graph graph = *BuildGraph({picked});
+  GraphAllocator allocator(remote_->default_buffer_type());
+  ASSERT_TRUE(allocator.Allocate(graph).ok());
+  std::vector<float> values(12);
+  for (int i = 0; i < 12; ++i) values[i] = static_cast<float>(i * i);
+  ASSERT_TRUE(stream_->SetTensorAsync(table, values.data(), 0, 48).ok());
+
+  constexpr int kSteps = rpc::Connection::kMaxBatchCommands + 36;
+  std::vector<std::vector<float>> out(kSteps, std::vector<float>(4, -1));
+  std::vector<std::unique_ptr<Event>> events(kSteps);
+  const int kBad = 50;  // this step's row is out of range.
+  stream_->BeginBatch();
+  for (int i = 0; i < kSteps; ++i) {
+    const int32_t row = i == kBad ? 3 : i % 3;
+    ASSERT_TRUE(stream_->SetTensorAsync(rows, &row, 0, 4).ok());
+    ASSERT_TRUE(stream_->Compute(graph).ok());
+    ASSERT_TRUE(stream_->GetTensorAsync(picked, out[i].data(), 0, 16).ok());
+    events[i] = NewEvent();
+    ASSERT_TRUE(stream_->RecordEvent(events[i].get()).ok());
+    if (i == 5) {
+      // Inside the batch: this step is still held, so the wait must send it.
+      ASSERT_TRUE(events[5]->Synchronize().ok());
+      EXPECT_THAT(out[5], ElementsAreArray(values.begin() + 8, values.begin() + 12));
+      // A synchronous read goes behind the held write of the next row.
+      const int32_t next = 1;
+      int32_t back = -1;
+      ASSERT_TRUE(stream_->SetTensorAsync(rows, &next, 0, 4).ok());
+      ASSERT_TRUE(rows->buffer->GetTensor(rows, &back, 0, 4).ok());
+      EXPECT_EQ(back, 1);
+    }
+  }
+  ASSERT_TRUE(stream_->EndBatch().ok());
+  for (int i = 0; i < kSteps; ++i) {
+    const absl::Status s = events[i]->Synchronize();
+    if (i == kBad) {
+      EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+      continue;
+    }
+    ASSERT_TRUE(s.ok()) << "step " << i << ": " << s;
+    const int row = i % 3;
+    EXPECT_THAT(out[i], ElementsAreArray(values.begin() + 4 * row, values.begin() + 4 * row + 4))
+        << "step " << i;
+  }
+  EXPECT_TRUE(stream_->Synchronize().ok());
+}
+
+// stories260K on the remote device: GenerateGreedy queues steps before the previous picks
+// are read, feeding each pick back on the device, in batches of SessionOptions::greedy_batch
+// (the parameter; 0: sized by the session). Its tokens must be DecodeGreedy's on the local
+// CPU, one step at a time, across several KV blocks.
+class RemoteGreedyTest : public RemotePipelineTest, public ::testing::WithParamInterface<int> {
  protected:
   void SetUp() override {
     const char* shared = std::getenv("TG_SHARED_DIR");
@@ -210,11 +269,12 @@ class RemoteGreedyTest : public RemotePipelineTest {
     RemotePipelineTest::TearDown();
   }
 
-  static SessionOptions Options(int64_t n_ctx) {
+  SessionOptions Options(int64_t n_ctx) const {
     SessionOptions so;
     so.n_ctx = n_ctx;
     so.kv_pad = 16;  // a new graph every 16 positions: the pipeline restarts there.
     so.kv_type = DType::kF32;
+    so.greedy_batch = GetParam();
     return so;
   }
 
@@ -248,7 +308,7 @@ class RemoteGreedyTest : public RemotePipelineTest {
   const std::vector<int32_t> prompt_ = {1, 403, 407, 261, 378};
 };
 
-TEST_F(RemoteGreedyTest, GeneratesTheTokensOfDecodeGreedy) {
+TEST_P(RemoteGreedyTest, GeneratesTheTokensOfDecodeGreedy) {
   const std::vector<int32_t> want = Reference(40, 128);
   auto session = *LlamaSession::Create(*model_, Options(128));
   std::vector<int32_t> got = {*session->DecodeGreedy(prompt_)};
@@ -259,22 +319,22 @@ TEST_F(RemoteGreedyTest, GeneratesTheTokensOfDecodeGreedy) {
   EXPECT_EQ(*session->DecodeGreedy({&got.back(), 1}), Reference(41, 128).back());
 }
 
-TEST_F(RemoteGreedyTest, StoppingEarlyDiscardsTheStepQueuedAhead) {
+TEST_P(RemoteGreedyTest, StoppingEarlyDiscardsTheStepQueuedAhead) {
   const std::vector<int32_t> want = Reference(30, 128);
   auto session = *LlamaSession::Create(*model_, Options(128));
   std::vector<int32_t> got = {*session->DecodeGreedy(prompt_)};
-  // Stop at the 7th pick: the 8th step is on the server already.
+  // Stop at the 7th pick: the steps after it are on the server already.
   ASSERT_TRUE(Generate(*session, 40, got, /*stop_at=*/8).ok());
   ASSERT_EQ(got.size(), 8u);
   EXPECT_EQ(session->n_past(), static_cast<int64_t>(prompt_.size()) + 7);
   // Going on from there, one step at a time and then queued ahead again, continues the
-  // same sequence: the discarded step left nothing behind.
+  // same sequence: the discarded steps left nothing behind.
   got.push_back(*session->DecodeGreedy({&got.back(), 1}));
   ASSERT_TRUE(Generate(*session, 22, got).ok());
   EXPECT_EQ(got, want);
 }
 
-TEST_F(RemoteGreedyTest, AFullContextEndsWithOutOfRangeAfterTheSameTokens) {
+TEST_P(RemoteGreedyTest, AFullContextEndsWithOutOfRangeAfterTheSameTokens) {
   const int64_t n_ctx = static_cast<int64_t>(prompt_.size()) + 20;
   absl::Status ref_end;
   const std::vector<int32_t> want = Reference(100, n_ctx, &ref_end);
@@ -286,6 +346,10 @@ TEST_F(RemoteGreedyTest, AFullContextEndsWithOutOfRangeAfterTheSameTokens) {
   EXPECT_EQ(got, want);
   EXPECT_EQ(session->n_past(), n_ctx);
 }
+
+// 1: one step at a time, the next queued ahead; 3: batches that straddle the 16-position
+// KV blocks; 16: more than a block; 0: as the session sizes them.
+INSTANTIATE_TEST_SUITE_P(GreedyBatch, RemoteGreedyTest, ::testing::Values(1, 3, 16, 0));
 
 }  // namespace
 }  // namespace tg

@@ -145,6 +145,74 @@ TEST_F(SessionTest, InlineLimit) {
   EXPECT_EQ(s->Handle(ReadRequest(4, h, 0, rpc::kMaxInlineBytes)).code(), kOk);
 }
 
+// A batch runs its commands in order, each as if it had come alone: every command gets its
+// own reply (errors included, the commands after an error still run), grouped in BatchReply
+// messages that are split once they pass kMaxBatchReplyBytes. A batch inside a batch is
+// refused, and so is a batch given to Handle.
+TEST_F(SessionTest, BatchRunsEachCommandInOrderAndGroupsTheReplies) {
+  auto s = NewSession();
+  const uint64_t h = Alloc(*s, 2 * rpc::kMaxInlineBytes);
+  const uint64_t big = rpc::kMaxInlineBytes;  // two such reads pass the group limit.
+  static_assert(2 * rpc::kMaxInlineBytes > kMaxBatchReplyBytes);
+  pb::SessionRequest batch;
+  batch.set_id(77);
+  pb::Batch* cmds = batch.mutable_batch();
+  *cmds->add_commands() = WriteRequest(10, h, 0, "abc");
+  *cmds->add_commands() = ReadRequest(11, h, 0, 3);      // sees the write before it.
+  *cmds->add_commands() = ReadRequest(12, h + 1, 0, 3);  // no such buffer.
+  *cmds->add_commands() = WriteRequest(13, h, 1, "XY");  // runs after the error.
+  *cmds->add_commands() = ReadRequest(14, h, 0, 3);
+  pb::SessionRequest* nested = cmds->add_commands();
+  nested->set_id(15);
+  *nested->mutable_batch()->add_commands() = ReadRequest(16, h, 0, 1);
+  *cmds->add_commands() = ReadRequest(17, h, 0, big);
+  *cmds->add_commands() = ReadRequest(18, h, big, big);
+  *cmds->add_commands() = ReadRequest(19, h, 2, 1);
+
+  std::vector<pb::SessionReply> messages;
+  ASSERT_TRUE(s->Serve(batch, [&](const pb::SessionReply& m) {
+    messages.push_back(m);
+    return true;
+  }));
+  std::vector<pb::SessionReply> replies;
+  for (const pb::SessionReply& m : messages) {
+    EXPECT_EQ(m.id(), 77u);
+    ASSERT_TRUE(m.has_batch());
+    EXPECT_TRUE(m.ByteSizeLong() <= kMaxBatchReplyBytes || m.batch().replies_size() == 1);
+    for (const pb::SessionReply& r : m.batch().replies()) replies.push_back(r);
+  }
+  EXPECT_GE(messages.size(), 3u);  // the two big reads cannot share a message.
+  ASSERT_EQ(replies.size(), 9u);
+  for (size_t i = 0; i < replies.size(); ++i) EXPECT_EQ(replies[i].id(), 10 + (i < 6 ? i : i + 1));
+  EXPECT_EQ(replies[0].code(), kOk);
+  EXPECT_EQ(replies[1].read().data(), "abc");
+  EXPECT_EQ(replies[2].code(), kNotFound);
+  EXPECT_EQ(replies[3].code(), kOk);
+  EXPECT_EQ(replies[4].read().data(), "aXY");
+  EXPECT_EQ(replies[5].code(), kInvalid);
+  EXPECT_NE(replies[5].message().find("batch"), std::string::npos) << replies[5].message();
+  EXPECT_EQ(replies[6].read().data().size(), big);
+  EXPECT_EQ(replies[7].read().data().size(), big);
+  EXPECT_EQ(replies[8].read().data(), "Y");
+
+  // An empty batch gets an empty BatchReply; a stream that is gone stops the batch.
+  pb::SessionRequest empty;
+  empty.mutable_batch();
+  int sent = 0;
+  EXPECT_TRUE(s->Serve(empty, [&](const pb::SessionReply& m) {
+    ++sent;
+    EXPECT_TRUE(m.has_batch() && m.batch().replies_size() == 0);
+    return true;
+  }));
+  EXPECT_EQ(sent, 1);
+  sent = 0;
+  EXPECT_FALSE(s->Serve(batch, [&](const pb::SessionReply&) { return ++sent < 2; }));
+  EXPECT_EQ(sent, 2);  // the first group went, the second failed, nothing after it.
+  batch.set_id(5);
+  EXPECT_EQ(s->Handle(batch).code(), kInvalid);
+  ExpectValidCompute(*s);
+}
+
 TEST_F(SessionTest, CopyBetweenBuffersAndDevices) {
   auto s = NewSession();
   const uint64_t a = Alloc(*s, 64, 0);

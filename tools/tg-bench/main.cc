@@ -7,6 +7,7 @@
 // several devices, the cost of one more split measured on a trivial graph. With --greedy, tg
 // steps feed back the device's ARGMAX pick (greedy generation, as tg-run --temp 0 does) instead
 // of reading the logits.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -46,6 +47,7 @@ struct BenchFlags {
   int64_t batch = 512;
   std::string output = "md";
   bool greedy = false;  // tg: ARGMAX on the device, only the token id read back.
+  int64_t greedy_batch = SessionOptions{}.greedy_batch;
 };
 
 struct TestResult {
@@ -131,6 +133,7 @@ absl::StatusOr<TestResult> RunTest(const LlamaModel& model, int64_t n_prompt, in
   so.n_ctx = std::max<int64_t>(n_prompt + n_gen + 16, 256);
   so.n_batch = f.batch;
   so.n_copies = static_cast<int>(n_copies);
+  so.greedy_batch = static_cast<int>(std::clamp<int64_t>(f.greedy_batch, 0, kMaxGreedyBatch + 1));
   TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaSession> session, LlamaSession::Create(model, so));
   std::mt19937 rng(42);
   TestResult r;
@@ -363,6 +366,11 @@ int main(int argc, char** argv) {
   p.AddBool(nullptr, "--greedy", &f.greedy,
             "tg: feed back the device's ARGMAX pick (greedy generation, only the token id is "
             "read) instead of reading the logits and feeding random tokens like llama-bench");
+  p.AddInt(
+      nullptr, "--greedy-batch", &f.greedy_batch,
+      absl::StrCat("--greedy on an rpc-server: decode steps sent in one message, 1..",
+                   tg::kMaxGreedyBatch, " (default 0: as many as take ", tg::kGreedyBatchUs, " us)")
+          .c_str());
   if (absl::Status s = p.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "tg-bench: %s\n", std::string(s.message()).c_str());
     return 2;
