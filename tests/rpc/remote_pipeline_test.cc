@@ -75,6 +75,29 @@ class RemotePipelineTest : public ::testing::Test {
     return event.ok() ? std::move(*event) : nullptr;
   }
 
+  // A GET_ROWS of one row of a 3-row table on the server; table element i is value(i).
+  struct RowPicker {
+    Context ctx;
+    Tensor* table = nullptr;
+    Tensor* rows = nullptr;
+    Tensor* picked = nullptr;
+    Graph graph;
+    std::unique_ptr<GraphAllocator> allocator;
+    std::vector<float> values;
+  };
+  void SetUpRowPicker(RowPicker& p, float (*value)(int)) {
+    p.table = *p.ctx.NewTensor(DType::kF32, {4, 3});
+    p.rows = *p.ctx.NewTensor(DType::kI32, {1});
+    p.table->flags |= kFlagInput;
+    p.rows->flags |= kFlagInput;
+    p.picked = *GetRows(p.ctx, p.table, p.rows);
+    p.graph = *BuildGraph({p.picked});
+    p.allocator = std::make_unique<GraphAllocator>(remote_->default_buffer_type());
+    ASSERT_TRUE(p.allocator->Allocate(p.graph).ok());
+    for (int i = 0; i < 12; ++i) p.values.push_back(value(i));
+    ASSERT_TRUE(stream_->SetTensorAsync(p.table, p.values.data(), 0, 48).ok());
+  }
+
   Device* cpu_ = nullptr;
   std::unique_ptr<server::RpcServer> server_;
   std::unique_ptr<rpc::RemoteFamily> family_;
@@ -152,18 +175,12 @@ TEST_F(RemotePipelineTest, ReadsQueuedBehindComputesGetTheirOwnStepsResult) {
 // An error on the server reaches the event behind the failing command, and the stream goes
 // on working afterwards.
 TEST_F(RemotePipelineTest, AnEventReportsTheErrorOfTheWorkBeforeIt) {
-  Context ctx;
-  Tensor* table = *ctx.NewTensor(DType::kF32, {4, 3});
-  Tensor* rows = *ctx.NewTensor(DType::kI32, {1});
-  table->flags |= kFlagInput;
-  rows->flags |= kFlagInput;
-  Tensor* picked = *GetRows(ctx, table, rows);
-  Graph graph = *BuildGraph({picked});
-  GraphAllocator allocator(remote_->default_buffer_type());
-  ASSERT_TRUE(allocator.Allocate(graph).ok());
-  std::vector<float> values(12);
-  for (int i = 0; i < 12; ++i) values[i] = static_cast<float>(i);
-  ASSERT_TRUE(stream_->SetTensorAsync(table, values.data(), 0, 48).ok());
+  RowPicker p;
+  SetUpRowPicker(p, [](int i) { return static_cast<float>(i); });
+  ASSERT_FALSE(HasFatalFailure());
+  Tensor* rows = p.rows;
+  Tensor* picked = p.picked;
+  Graph& graph = p.graph;
 
   std::unique_ptr<Event> event = NewEvent();
   const int32_t bad = 7;  // the table has 3 rows.
@@ -189,18 +206,13 @@ TEST_F(RemotePipelineTest, AnEventReportsTheErrorOfTheWorkBeforeIt) {
 // synchronous read, sends the batch first instead of waiting for ever; an error inside a
 // batch reaches the event after it and the steps after it still run.
 TEST_F(RemotePipelineTest, BatchedStepsGetTheirOwnResults) {
-  Context ctx;
-  Tensor* table = *ctx.NewTensor(DType::kF32, {4, 3});
-  Tensor* rows = *ctx.NewTensor(DType::kI32, {1});
-  table->flags |= kFlagInput;
-  rows->flags |= kFlagInput;
-  Tensor* picked = *GetRows(ctx, table, rows);
-  Graph graph = *BuildGraph({picked});
-  GraphAllocator allocator(remote_->default_buffer_type());
-  ASSERT_TRUE(allocator.Allocate(graph).ok());
-  std::vector<float> values(12);
-  for (int i = 0; i < 12; ++i) values[i] = static_cast<float>(i * i);
-  ASSERT_TRUE(stream_->SetTensorAsync(table, values.data(), 0, 48).ok());
+  RowPicker p;
+  SetUpRowPicker(p, [](int i) { return static_cast<float>(i * i); });
+  ASSERT_FALSE(HasFatalFailure());
+  Tensor* rows = p.rows;
+  Tensor* picked = p.picked;
+  Graph& graph = p.graph;
+  const std::vector<float>& values = p.values;
 
   constexpr int kSteps = rpc::Connection::kMaxBatchCommands + 36;
   std::vector<std::vector<float>> out(kSteps, std::vector<float>(4, -1));
