@@ -6,7 +6,6 @@
 #include <cstring>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "backends/cpu/compute_params.h"
@@ -14,8 +13,8 @@
 #include "backends/cpu/kernels/qgemm.h"
 #include "backends/cpu/kernels/vec_dot.h"
 #include "core/quants.h"
-#include "core/spin_barrier.h"
 #include "gtest/gtest.h"
+#include "tests/lib/mul_mat_runner.h"
 #include "tests/lib/test_util.h"
 
 namespace tg::cpu {
@@ -23,6 +22,7 @@ namespace {
 
 using ::tg::testing::Nmse;
 using ::tg::testing::RandomFloats;
+using ::tg::testing::RunMulMat;
 
 struct Owned {
   Tensor t;
@@ -85,41 +85,6 @@ std::vector<double> Reference(const Tensor& a, const Tensor& b) {
     }
   }
   return out;
-}
-
-std::vector<float> RunMulMat(Tensor* a, Tensor* b, int nth) {
-  Owned dst;
-  dst.t.type = DType::kF32;
-  dst.t.ne[0] = a->ne[1], dst.t.ne[1] = b->ne[1], dst.t.ne[2] = 1, dst.t.ne[3] = 1;
-  SetContiguousStrides(&dst.t);
-  dst.bytes.resize(dst.t.nb[3]);
-  std::fill(reinterpret_cast<float*>(dst.bytes.data()),
-            reinterpret_cast<float*>(dst.bytes.data() + dst.bytes.size()), NAN);
-  dst.t.data = dst.bytes.data();
-  dst.t.op = Op::kMulMat;
-  dst.t.src[0] = a;
-  dst.t.src[1] = b;
-  const size_t wsize = MulMatWorkSize(&dst.t, nth);
-  std::vector<uint8_t> work(wsize + 1);
-  Barrier barrier(nth);
-  KernelError error;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < nth; ++t) {
-    threads.emplace_back([&, t] {
-      ComputeParams p;
-      p.ith = t;
-      p.nth = nth;
-      p.wdata = work.data() + 1;  // misaligned on purpose.
-      p.wsize = wsize;
-      p.barrier = nth > 1 ? &barrier : nullptr;
-      p.error = &error;
-      ComputeMulMat(p, &dst.t);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  EXPECT_FALSE(error.set.load()) << error.message;
-  const float* f = reinterpret_cast<const float*>(dst.bytes.data());
-  return std::vector<float>(f, f + dst.bytes.size() / sizeof(float));
 }
 
 double Tolerance(DType type) { return IsQuantized(type) ? 1e-9 : 1e-10; }

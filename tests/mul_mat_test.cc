@@ -9,7 +9,6 @@
 #include <cstring>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "backends/cpu/compute_params.h"
@@ -18,8 +17,8 @@
 #include "backends/cpu/kernels/vec_dot.h"
 #include "core/fp16.h"
 #include "core/quants.h"
-#include "core/spin_barrier.h"
 #include "gtest/gtest.h"
+#include "tests/lib/mul_mat_runner.h"
 #include "tests/lib/test_util.h"
 
 namespace tg::cpu {
@@ -27,6 +26,8 @@ namespace {
 
 using ::tg::testing::Nmse;
 using ::tg::testing::RandomFloats;
+using ::tg::testing::RunMulMat;
+using ::tg::testing::RunMulMatKernel;
 
 constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
                                   DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
@@ -153,46 +154,6 @@ std::vector<double> ReferenceMulMat(const Tensor& a, const Tensor& b) {
     }
   }
   return out;
-}
-
-// Runs the kernel on nth threads the way a stream does, with misaligned scratch.
-void RunKernel(Tensor* dst, int nth, KernelError* error) {
-  const bool id = dst->op == Op::kMulMatId;
-  const size_t wsize = id ? MulMatIdWorkSize(dst, nth) : MulMatWorkSize(dst, nth);
-  std::vector<uint8_t> work(wsize + 1);
-  Barrier barrier(nth);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < nth; ++t) {
-    threads.emplace_back([&, t] {
-      ComputeParams p;
-      p.ith = t;
-      p.nth = nth;
-      p.wdata = work.data() + 1;
-      p.wsize = wsize;
-      p.barrier = nth > 1 ? &barrier : nullptr;
-      p.error = error;
-      if (id) {
-        ComputeMulMatId(p, dst);
-      } else {
-        ComputeMulMat(p, dst);
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-}
-
-std::vector<float> RunMulMat(Tensor* a, Tensor* b, int nth) {
-  Owned dst = Contiguous(DType::kF32, {a->ne[1], b->ne[1], b->ne[2], b->ne[3]});
-  std::fill(reinterpret_cast<float*>(dst.bytes.data()),
-            reinterpret_cast<float*>(dst.bytes.data() + dst.bytes.size()), NAN);
-  dst.t.op = Op::kMulMat;
-  dst.t.src[0] = a;
-  dst.t.src[1] = b;
-  KernelError error;
-  RunKernel(&dst.t, nth, &error);
-  EXPECT_FALSE(error.set.load()) << error.message;
-  const float* f = reinterpret_cast<const float*>(dst.bytes.data());
-  return std::vector<float>(f, f + dst.bytes.size() / sizeof(float));
 }
 
 // K values per type: one block, and a length with a full Q4_0 chunk (16 blocks) plus a tail.
@@ -403,7 +364,7 @@ TEST_P(MulMatIdTypeTest, MatchesReference) {
       const int nth = 1 + run % 4;
       MulMatIdCase c = MakeIdCase(type, k, 21, 5, 3, b_rows, tokens, 1200 + run);
       KernelError error;
-      RunKernel(&c.dst.t, nth, &error);
+      RunMulMatKernel(&c.dst.t, nth, &error);
       EXPECT_FALSE(error.set.load()) << error.message;
       EXPECT_LT(Nmse(Output(c), ReferenceMulMatId(c)), Tolerance(type))
           << Describe(type, k, 21, tokens, nth) << " b_rows " << b_rows;
@@ -426,7 +387,7 @@ TEST(MulMatIdTest, OutOfRangeIdFailsAndWritesZeros) {
     std::fill(reinterpret_cast<float*>(c.dst.bytes.data()),
               reinterpret_cast<float*>(c.dst.bytes.data() + c.dst.bytes.size()), NAN);
     KernelError error;
-    RunKernel(&c.dst.t, nth, &error);
+    RunMulMatKernel(&c.dst.t, nth, &error);
     ASSERT_TRUE(error.set.load());
     EXPECT_STREQ(error.message, "MUL_MAT_ID: expert id 4 out of range [0, 4)");
     const std::vector<float> got = Output(c);

@@ -1,0 +1,54 @@
+#include "tests/lib/mul_mat_runner.h"
+
+#include <cmath>
+#include <cstdint>
+#include <thread>
+
+#include "backends/cpu/kernels/kernels.h"
+#include "core/spin_barrier.h"
+#include "gtest/gtest.h"
+
+namespace tg::testing {
+
+void RunMulMatKernel(Tensor* dst, int nth, cpu::KernelError* error) {
+  const bool id = dst->op == Op::kMulMatId;
+  const size_t wsize = id ? cpu::MulMatIdWorkSize(dst, nth) : cpu::MulMatWorkSize(dst, nth);
+  std::vector<uint8_t> work(wsize + 1);
+  Barrier barrier(nth);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < nth; ++t) {
+    threads.emplace_back([&, t] {
+      cpu::ComputeParams p;
+      p.ith = t;
+      p.nth = nth;
+      p.wdata = work.data() + 1;  // misaligned on purpose.
+      p.wsize = wsize;
+      p.barrier = nth > 1 ? &barrier : nullptr;
+      p.error = error;
+      if (id) {
+        cpu::ComputeMulMatId(p, dst);
+      } else {
+        cpu::ComputeMulMat(p, dst);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+std::vector<float> RunMulMat(Tensor* a, Tensor* b, int nth) {
+  Tensor dst;
+  dst.type = DType::kF32;
+  dst.ne[0] = a->ne[1], dst.ne[1] = b->ne[1], dst.ne[2] = b->ne[2], dst.ne[3] = b->ne[3];
+  SetContiguousStrides(&dst);
+  std::vector<float> out(dst.NumElements(), NAN);
+  dst.data = out.data();
+  dst.op = Op::kMulMat;
+  dst.src[0] = a;
+  dst.src[1] = b;
+  cpu::KernelError error;
+  RunMulMatKernel(&dst, nth, &error);
+  EXPECT_FALSE(error.set.load()) << error.message;
+  return out;
+}
+
+}  // namespace tg::testing

@@ -1,0 +1,23 @@
+// Runs the CPU MUL_MAT / MUL_MAT_ID kernels directly, on several threads the way a CPU stream
+// does (a spin barrier, scratch deliberately misaligned), for the kernel tests.
+#ifndef TENSORGRID_TESTS_LIB_MUL_MAT_RUNNER_H_
+#define TENSORGRID_TESTS_LIB_MUL_MAT_RUNNER_H_
+
+#include <vector>
+
+#include "backends/cpu/compute_params.h"
+#include "core/tensor.h"
+
+namespace tg::testing {
+
+// Computes dst (op MUL_MAT or MUL_MAT_ID, sources and memory set) on nth threads; a kernel's
+// run-time error lands in `error`.
+void RunMulMatKernel(Tensor* dst, int nth, cpu::KernelError* error);
+
+// a x b (MUL_MAT) into a fresh f32 result [a.ne[1], b.ne[1], b.ne[2], b.ne[3]] filled with
+// NaN beforehand, on nth threads; expects no kernel error. Returns the result's values.
+std::vector<float> RunMulMat(Tensor* a, Tensor* b, int nth);
+
+}  // namespace tg::testing
+
+#endif  // TENSORGRID_TESTS_LIB_MUL_MAT_RUNNER_H_
