@@ -16,10 +16,10 @@ namespace {
 
 namespace pb = ::tensorgrid::v1;
 using tg::server::testing::AllocRequest;
-using tg::server::testing::DescBuilder;
 using tg::server::testing::FreeRequest;
 using tg::server::testing::MatMulAdd;
 using tg::server::testing::ReadRequest;
+using tg::server::testing::RowsCompute;
 using tg::server::testing::WriteRequest;
 
 void Append(std::string* out, const pb::SessionRequest& r) {
@@ -36,33 +36,6 @@ bool WriteSeed(const std::filesystem::path& dir, const char* name,
   std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
   out.write(data.data(), static_cast<std::streamsize>(data.size()));
   return static_cast<bool>(out);
-}
-
-pb::SessionRequest RowsCompute(uint64_t id, bool set_rows) {
-  DescBuilder g;
-  pb::SessionRequest r;
-  r.set_id(id);
-  pb::Compute* c = r.mutable_compute();
-  c->set_graph_key(set_rows ? 9 : 8);
-  const uint32_t rows = g.Add(tg::DType::kF32, {4, 3, 1, 1}, tg::Op::kNone, {}, 1, 0);
-  const uint32_t src = g.Add(tg::DType::kF32, {4, 2, 1, 1}, tg::Op::kNone, {}, 1, 64);
-  const uint32_t idx = g.Add(tg::DType::kI32, {2, 1, 1, 1}, tg::Op::kNone, {}, 1, 128);
-  if (set_rows) {
-    const uint32_t n = g.Add(tg::DType::kF32, {4, 3, 1, 1}, tg::Op::kSetRows, {rows, src, idx});
-    g.At(n).set_view_src(rows);
-  } else {
-    g.Add(tg::DType::kF32, {4, 2, 1, 1}, tg::Op::kGetRows, {rows, idx}, 1, 192);
-  }
-  *c->mutable_graph() = g.desc();
-  const int32_t ids[2] = {1, 5};
-  pb::WriteRange* w = c->add_inputs();
-  w->set_buffer(1);
-  w->set_offset(128);
-  w->set_data(std::string(reinterpret_cast<const char*>(ids), sizeof(ids)));
-  pb::Range* out = c->add_outputs();
-  out->set_buffer(1);
-  out->set_size(64);
-  return r;
 }
 
 }  // namespace
@@ -84,8 +57,10 @@ int main(int argc, char** argv) {
                   {AllocRequest(1, 0, MatMulAdd::kBufferBytes), mm.Compute(2, 1, 0, 77, true),
                    mm.Compute(3, 1, 0, 77, false), mm.Compute(4, 1, 0, 78, false),
                    FreeRequest(5, 1), mm.Compute(6, 1, 0, 77, false)});
-  ok &= WriteSeed(dir, "get_rows_bad_index", {AllocRequest(1, 0, 512), RowsCompute(2, false)});
-  ok &= WriteSeed(dir, "set_rows_bad_index", {AllocRequest(1, 0, 512), RowsCompute(2, true)});
+  ok &= WriteSeed(dir, "get_rows_bad_index",
+                  {AllocRequest(1, 0, 512), RowsCompute(2, 1, false, 1, 5)});
+  ok &= WriteSeed(dir, "set_rows_bad_index",
+                  {AllocRequest(1, 0, 512), RowsCompute(2, 1, true, 1, 5)});
   {
     std::vector<pb::SessionRequest> rs = {AllocRequest(1, 0, 128), AllocRequest(2, 1, 128),
                                           WriteRequest(3, 1, 0, "0123456789")};

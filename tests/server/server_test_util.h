@@ -188,6 +188,38 @@ inline pb::SessionRequest ReadRequest(uint64_t id, uint64_t buffer, uint64_t off
   return r;
 }
 
+// A Compute on `buffer` (256 bytes at least) of GET_ROWS (rows `row0`, `row1` of a 3x4 f32
+// table at offset 0, indices at 128, result at 192) or, with set_rows, SET_ROWS (two rows
+// at 64 written into the table at those rows); the indices are the Compute's input, and the
+// first 64 bytes come back as its output. Indices out of [0, 3) fail when it runs.
+inline pb::SessionRequest RowsCompute(uint64_t id, uint64_t buffer, bool set_rows, int32_t row0,
+                                      int32_t row1) {
+  DescBuilder g;
+  pb::SessionRequest r;
+  r.set_id(id);
+  pb::Compute* c = r.mutable_compute();
+  c->set_graph_key(set_rows ? 9 : 8);
+  const uint32_t rows = g.Add(DType::kF32, {4, 3, 1, 1}, Op::kNone, {}, buffer, 0);
+  const uint32_t src = g.Add(DType::kF32, {4, 2, 1, 1}, Op::kNone, {}, buffer, 64);
+  const uint32_t idx = g.Add(DType::kI32, {2, 1, 1, 1}, Op::kNone, {}, buffer, 128);
+  if (set_rows) {
+    const uint32_t n = g.Add(DType::kF32, {4, 3, 1, 1}, Op::kSetRows, {rows, src, idx});
+    g.At(n).set_view_src(rows);
+  } else {
+    g.Add(DType::kF32, {4, 2, 1, 1}, Op::kGetRows, {rows, idx}, buffer, 192);
+  }
+  *c->mutable_graph() = g.desc();
+  const int32_t ids[2] = {row0, row1};
+  pb::WriteRange* w = c->add_inputs();
+  w->set_buffer(buffer);
+  w->set_offset(128);
+  w->set_data(std::string(reinterpret_cast<const char*>(ids), sizeof(ids)));
+  pb::Range* out = c->add_outputs();
+  out->set_buffer(buffer);
+  out->set_size(64);
+  return r;
+}
+
 // Runs alloc -> compute (MUL_MAT + ADD) -> check -> free through `handle`; returns an error
 // describing the first thing that went wrong.
 inline absl::Status RunMatMulAddCheck(

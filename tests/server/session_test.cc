@@ -16,10 +16,10 @@ namespace tg::server {
 namespace {
 
 using testing::AllocRequest;
-using testing::DescBuilder;
 using testing::FreeRequest;
 using testing::MatMulAdd;
 using testing::ReadRequest;
+using testing::RowsCompute;
 using testing::WriteRequest;
 namespace pb = ::tensorgrid::v1;
 
@@ -290,22 +290,8 @@ TEST_F(SessionTest, ComputeArgumentErrors) {
 TEST_F(SessionTest, GetRowsIndexOutOfRangeAtRunTime) {
   auto s = NewSession();
   const uint64_t h = Alloc(*s, 1024);
-  DescBuilder g;
-  const uint32_t rows = g.Add(DType::kF32, {4, 3, 1, 1}, Op::kNone, {}, h, 0);
-  const uint32_t idx = g.Add(DType::kI32, {2, 1, 1, 1}, Op::kNone, {}, h, 64);
-  g.Add(DType::kF32, {4, 2, 1, 1}, Op::kGetRows, {rows, idx}, h, 128);
   for (int32_t bad : {3, -1, 1 << 30}) {
-    pb::SessionRequest r;
-    r.set_id(2);
-    pb::Compute* c = r.mutable_compute();
-    c->set_graph_key(5);
-    *c->mutable_graph() = g.desc();
-    const int32_t ids[2] = {1, bad};
-    pb::WriteRange* w = c->add_inputs();
-    w->set_buffer(h);
-    w->set_offset(64);
-    w->set_data(std::string(reinterpret_cast<const char*>(ids), sizeof(ids)));
-    pb::SessionReply reply = s->Handle(r);
+    pb::SessionReply reply = s->Handle(RowsCompute(2, h, /*set_rows=*/false, 1, bad));
     EXPECT_EQ(reply.code(), kInvalid) << bad;
     EXPECT_NE(reply.message().find("out of range"), std::string::npos) << reply.message();
   }
@@ -315,22 +301,7 @@ TEST_F(SessionTest, GetRowsIndexOutOfRangeAtRunTime) {
 TEST_F(SessionTest, SetRowsIndexOutOfRangeAtRunTime) {
   auto s = NewSession();
   const uint64_t h = Alloc(*s, 1024);
-  DescBuilder g;
-  const uint32_t dst = g.Add(DType::kF32, {4, 3, 1, 1}, Op::kNone, {}, h, 0);
-  const uint32_t src = g.Add(DType::kF32, {4, 2, 1, 1}, Op::kNone, {}, h, 64);
-  const uint32_t idx = g.Add(DType::kI32, {2, 1, 1, 1}, Op::kNone, {}, h, 128);
-  const uint32_t set = g.Add(DType::kF32, {4, 3, 1, 1}, Op::kSetRows, {dst, src, idx});
-  g.At(set).set_view_src(dst);
-  pb::SessionRequest r;
-  r.set_id(2);
-  pb::Compute* c = r.mutable_compute();
-  *c->mutable_graph() = g.desc();
-  const int32_t ids[2] = {0, 7};
-  pb::WriteRange* w = c->add_inputs();
-  w->set_buffer(h);
-  w->set_offset(128);
-  w->set_data(std::string(reinterpret_cast<const char*>(ids), sizeof(ids)));
-  pb::SessionReply reply = s->Handle(r);
+  pb::SessionReply reply = s->Handle(RowsCompute(2, h, /*set_rows=*/true, 0, 7));
   EXPECT_EQ(reply.code(), kInvalid) << reply.message();
   ExpectValidCompute(*s);
 }
