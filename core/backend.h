@@ -173,6 +173,13 @@ class Device {
   }
   // Default: nullptr (the meta backend uses its generic all-reduce).
   virtual Collectives* collectives() { return nullptr; }
+  // Host threads each new stream of the device runs its kernels on. Default: 0 (none).
+  virtual int threads() const { return 0; }
+  // Sets threads() for streams created from now on (the tools' -t); n < 1 is taken as 1.
+  // Default: UNIMPLEMENTED (the device's kernels do not run on host threads).
+  virtual absl::Status SetThreads(int n) {
+    return absl::UnimplementedError("the device has no host threads to set");
+  }
 };
 
 }  // namespace tg

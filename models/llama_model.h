@@ -14,10 +14,10 @@
 #include "absl/status/statusor.h"
 #include "core/backend.h"
 #include "core/context.h"
+#include "core/split_mode.h"
 #include "models/gguf_file.h"
 #include "models/layer_placement.h"
 #include "models/llama_hparams.h"
-#include "models/split_mode.h"
 #include "models/tokenizer.h"
 
 namespace tg {

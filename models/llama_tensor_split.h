@@ -21,9 +21,9 @@
 
 #include "absl/status/statusor.h"
 #include "core/backend.h"
+#include "core/split_mode.h"
 #include "meta/split_state.h"
 #include "models/llama_hparams.h"
-#include "models/split_mode.h"
 
 namespace tg {
 

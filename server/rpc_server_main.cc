@@ -19,14 +19,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "backends/register_builtin.h"
+#include "cli/arg_parser.h"
+#include "cli/device_flags.h"
 #include "core/registry.h"
 #include "core/status_macros.h"
 #include "proto/protocol.h"
 #include "server/byte_size.h"
 #include "server/metrics.h"
 #include "server/rpc_server.h"
-#include "tools/common/arg_parser.h"
-#include "tools/common/device_flags.h"
 
 namespace tg::server {
 namespace {
@@ -35,6 +35,7 @@ struct Flags {
   std::string host = "127.0.0.1";
   int64_t port = rpc::kDefaultPort;
   std::string devices;
+  std::string device;  // llama.cpp's spelling of the same list.
   int64_t threads = 0;
   std::string cache_dir;
   float cache_max_gb = 0;
@@ -58,45 +59,16 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) 
   return out.str();
 }
 
-// -d: indices into the registry's device list or device names; default: all GPUs, else
-// all CPU devices.
-absl::StatusOr<std::vector<Device*>> PickDevices(const std::string& list) {
-  const std::vector<Device*> all = Registry::Get().devices();
-  std::vector<Device*> picked;
-  if (list.empty()) {
-    for (DeviceType type : {DeviceType::kGpu, DeviceType::kIgpu, DeviceType::kCpu}) {
-      for (Device* d : all) {
-        if (d->type() == type) picked.push_back(d);
-      }
-      if (!picked.empty()) break;
-    }
-    if (picked.empty()) return absl::FailedPreconditionError("no local devices found");
-    return picked;
+// -d/--devices (or --device): indices into the registry's device list or device names;
+// default: all GPUs, else all CPU devices. Only local devices: the registry holds no remote
+// ones in a server.
+absl::StatusOr<std::vector<Device*>> PickServedDevices(const Flags& f) {
+  if (!f.devices.empty() && !f.device.empty()) {
+    return absl::InvalidArgumentError("give -d/--devices or --device, not both");
   }
-  for (absl::string_view item : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
-    item = absl::StripAsciiWhitespace(item);
-    Device* d = nullptr;
-    uint32_t index;
-    if (absl::SimpleAtoi(item, &index)) {
-      if (index >= all.size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--devices: no device ", index, " (there are ", all.size(), ")"));
-      }
-      d = all[index];
-    } else {
-      TG_ASSIGN_OR_RETURN(d, Registry::Get().FindDevice(item));
-    }
-    if (d->type() == DeviceType::kRemote) {
-      return absl::InvalidArgumentError(absl::StrCat("--devices: ", d->name(), " is remote"));
-    }
-    for (Device* seen : picked) {
-      if (seen == d)
-        return absl::InvalidArgumentError(absl::StrCat("--devices lists ", item, " twice"));
-    }
-    picked.push_back(d);
-  }
-  if (picked.empty()) return absl::InvalidArgumentError("--devices lists no device");
-  return picked;
+  const bool named = f.devices.empty() && !f.device.empty();
+  return PickDevices(named ? f.device : f.devices, named ? "--device" : "--devices",
+                     DefaultDevices::kLocalGpusElseCpus);
 }
 
 absl::Status WritePortFile(const std::string& path, int port) {
@@ -168,9 +140,9 @@ absl::StatusOr<ServerConfig> MakeConfig(const Flags& f) {
                      "add --insecure to do it anyway"));
   }
   TG_RETURN_IF_ERROR(RegisterBuiltinBackends());
-  TG_ASSIGN_OR_RETURN(c.devices, PickDevices(f.devices));
+  TG_ASSIGN_OR_RETURN(c.devices, PickServedDevices(f));
   if (f.threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
-  if (f.threads > 0) SetCpuThreads(c.devices, f.threads);
+  if (f.threads > 0) SetThreads(c.devices, f.threads);
   return c;
 }
 
@@ -182,6 +154,7 @@ int Main(int argc, char** argv) {
   p.AddString("-d", "--devices", &f.devices,
               "local devices to serve, indices or names: 0,1 or CPU0,CPU1 "
               "(default: all GPUs, else the CPU devices)");
+  p.AddString(nullptr, "--device", &f.device, "the same as --devices (llama.cpp's name)");
   p.AddInt("-t", "--threads", &f.threads, "CPU threads per CPU device (default: all)");
   p.AddString("-c", "--cache", &f.cache_dir, "weight cache directory (default: none)");
   p.AddFloat(nullptr, "--cache-max-gb", &f.cache_max_gb, "cache size limit in GiB (0 = none)");
@@ -206,7 +179,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   if (p.help_requested()) {
-    std::printf("%s", p.Usage("rpc-server [options]").c_str());
+    std::printf("%s", p.Usage("[options]").c_str());
     return 0;
   }
   if (!p.positional().empty()) {

@@ -48,7 +48,7 @@ DeviceMemory CpuDevice::memory() const {
 }
 
 absl::StatusOr<std::unique_ptr<Stream>> CpuDevice::CreateStream() {
-  return std::unique_ptr<Stream>(new CpuStream(this, n_threads()));
+  return std::unique_ptr<Stream>(new CpuStream(this, threads()));
 }
 
 bool CpuDevice::SupportsOp(const Tensor& node) const {
@@ -74,9 +74,8 @@ absl::StatusOr<int> CpuDeviceCountFromEnv() {
   if (env == nullptr || *env == '\0') return 1;
   int n = 0;
   if (!absl::SimpleAtoi(env, &n) || n < 1 || n > kMaxVirtualDevices) {
-    return absl::InvalidArgumentError(absl::StrCat("TG_CPU_DEVICES='", env,
-                                                   "' must be a number from 1 to ",
-                                                   kMaxVirtualDevices));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TG_CPU_DEVICES='", env, "' must be a number from 1 to ", kMaxVirtualDevices));
   }
   return n;
 }

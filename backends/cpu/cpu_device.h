@@ -28,9 +28,11 @@ class CpuDevice : public Device {
   bool SupportsOp(const Tensor& node) const override;
   bool SupportsBufferType(const BufferType* type) const override { return type->is_host(); }
 
-  int n_threads() const { return n_threads_.load(); }
-  // Threads of streams created from now on (tools' -t flag). n < 1 is taken as 1.
-  void set_n_threads(int n) { n_threads_.store(n < 1 ? 1 : n); }
+  int threads() const override { return n_threads_.load(); }
+  absl::Status SetThreads(int n) override {
+    n_threads_.store(n < 1 ? 1 : n);
+    return absl::OkStatus();
+  }
 
  private:
   std::string name_;

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <memory>
 
-#include "backends/cpu/cpu_device.h"
 #include "backends/register_builtin.h"
 #include "core/registry.h"
 #include "google/protobuf/stubs/logging.h"
@@ -40,7 +39,7 @@ struct Env {
     for (tg::Device* d : tg::Registry::Get().devices()) {
       if (d->type() != tg::DeviceType::kCpu) continue;
       // One thread per stream: sessions come and go thousands of times.
-      if (auto* cpu = dynamic_cast<tg::cpu::CpuDevice*>(d); cpu != nullptr) cpu->set_n_threads(1);
+      if (!d->SetThreads(1).ok()) std::abort();
       session_env.devices.push_back(d);
     }
     session_env.mem_limit = kMemLimit;

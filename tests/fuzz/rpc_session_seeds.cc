@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/server/server_test_util.h"
+#include "server/server_test_util.h"
 
 namespace {
 

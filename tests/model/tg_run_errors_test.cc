@@ -1,5 +1,7 @@
 // tg-run on broken or unsupported GGUF files: a non-zero exit, one clear line on stderr naming
 // the problem, and no crash (no signal). The files are made from a valid synthetic model.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,12 +13,9 @@
 #include <string>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "models/gguf_file.h"
 #include "models/gguf_writer.h"
-#include "tools/tg-gguf/synth.h"
+#include "models/synth/synth.h"
 
 namespace tg {
 namespace {
@@ -36,8 +35,8 @@ std::string TempPath(const std::string& name) {
 
 RunResult RunTgRun(const std::string& model) {
   const std::string err_path = TempPath("stderr.txt");
-  const std::string cmd =
-      std::string(TG_RUN_PATH) + " -m '" + model + "' -n 2 --temp 0 >/dev/null 2>'" + err_path + "'";
+  const std::string cmd = std::string(TG_RUN_PATH) + " -m '" + model +
+                          "' -n 2 --temp 0 >/dev/null 2>'" + err_path + "'";
   const int status = std::system(cmd.c_str());
   RunResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -53,8 +52,9 @@ std::vector<uint8_t> ReadAll(const std::string& path) {
 }
 
 void WriteAll(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                               static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
 }
 
 // Byte position of a tensor's info record field after its name (n_dims, dims, type, offset).
@@ -64,23 +64,23 @@ size_t FieldAfterName(const std::vector<uint8_t>& bytes, const std::string& name
   size_t pos = static_cast<size_t>(it - bytes.begin()) + needle.size();
   uint32_t n_dims;
   std::memcpy(&n_dims, &bytes[pos], 4);
-  if (field == 0) return pos;           // n_dims
+  if (field == 0) return pos;  // n_dims
   pos += 4 + 8 * n_dims;
-  if (field == 1) return pos;           // type (u32)
-  return pos + 4;                       // offset (u64)
+  if (field == 1) return pos;  // type (u32)
+  return pos + 4;              // offset (u64)
 }
 
 class TgRunErrorsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     valid_ = TempPath("valid.gguf");
-    gguf_tool::SynthOptions o;
+    synth::SynthOptions o;
     o.out = valid_;
     o.dims = {64, 128, 2, 4, 2, 300};
     o.dims_text = "64,128,2,4,2,300";
     o.type = DType::kF32;
     o.type_name = "f32";
-    ASSERT_TRUE(gguf_tool::RunSynth(o, stderr).ok());
+    ASSERT_TRUE(synth::RunSynth(o, stderr).ok());
   }
   static void TearDownTestSuite() { std::remove(valid_.c_str()); }
   static std::string Variant(const std::string& name, const std::vector<uint8_t>& bytes) {
@@ -143,7 +143,8 @@ TEST_F(TgRunErrorsTest, UnsupportedArchitecture) {
   w.SetString("general.architecture", "mamba");
   for (const GgufTensorInfo& t : (*file)->tensors()) {
     ASSERT_TRUE(w.AddTensor(t.name, t.type, absl::MakeConstSpan(t.ne, t.n_dims),
-                            absl::MakeConstSpan(t.data, t.nbytes)).ok());
+                            absl::MakeConstSpan(t.data, t.nbytes))
+                    .ok());
   }
   const std::string path = TempPath("arch.gguf");
   ASSERT_TRUE(w.WriteFile(path).ok());

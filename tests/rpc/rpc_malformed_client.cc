@@ -16,7 +16,7 @@
 #include "absl/strings/ascii.h"
 #include "client/connection.h"
 #include "proto/protocol.h"
-#include "tests/server/server_test_util.h"
+#include "server/server_test_util.h"
 
 namespace {
 

@@ -7,14 +7,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "tools/tg-gguf/synth.h"
+#include "models/synth/synth.h"
 
 namespace tg {
 namespace {
 
 // stories15M's shape (n_embd, n_ff, n_layer, n_head, n_head_kv, n_vocab) in Q8_0: big enough
 // to show real work, small enough to generate in seconds.
-constexpr gguf_tool::SynthDims kDemoDims = {288, 768, 6, 6, 6, 32000};
+constexpr synth::SynthDims kDemoDims = {288, 768, 6, 6, 6, 32000};
 
 bool Exists(const std::string& path) {
   struct stat st;
@@ -29,7 +29,7 @@ absl::StatusOr<std::string> EnsureDemoModel(const std::string& dir) {
   if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return absl::UnavailableError(absl::StrCat("cannot create ", dir, " for the demo model"));
   }
-  gguf_tool::SynthOptions opts;
+  synth::SynthOptions opts;
   opts.out = path;
   opts.dims = kDemoDims;
   opts.dims_text = "288,768,6,6,6,32000";
@@ -37,7 +37,7 @@ absl::StatusOr<std::string> EnsureDemoModel(const std::string& dir) {
   opts.type_name = "q8_0";
   opts.file_type = 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
   std::fprintf(stderr, "generating the synthetic demo model (once) ...\n");
-  TG_RETURN_IF_ERROR(gguf_tool::RunSynth(opts, stderr));
+  TG_RETURN_IF_ERROR(synth::RunSynth(opts, stderr));
   return path;
 }
 

@@ -21,16 +21,15 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "backends/cpu/cpu_device.h"
 #include "backends/register_builtin.h"
+#include "cli/arg_parser.h"
+#include "cli/device_flags.h"
 #include "core/registry.h"
 #include "core/scheduler_probe.h"
 #include "core/status_macros.h"
 #include "models/llama_model.h"
 #include "models/llama_session.h"
-#include "tools/common/arg_parser.h"
 #include "tools/common/demo_model.h"
-#include "tools/common/device_flags.h"
 #include "tools/common/json_writer.h"
 
 namespace tg {
@@ -128,7 +127,7 @@ DecodeTimings Minus(const DecodeTimings& a, const DecodeTimings& b) {
 
 absl::StatusOr<TestResult> RunTest(const LlamaModel& model, int64_t n_prompt, int64_t n_gen,
                                    int64_t threads, int64_t n_copies, const BenchFlags& f) {
-  SetCpuThreads(model.plan().devices, threads);
+  SetThreads(model.plan().devices, threads);
   SessionOptions so;
   so.n_ctx = std::max<int64_t>(n_prompt + n_gen + 16, 256);
   so.n_batch = f.batch;
@@ -324,8 +323,7 @@ absl::Status Run(const BenchFlags& f) {
     std::printf("%s", DescribeDevices().c_str());
     return absl::OkStatus();
   }
-  auto* first_cpu = dynamic_cast<cpu::CpuDevice*>(plan.devices[0]);
-  std::vector<int64_t> threads = {first_cpu != nullptr ? first_cpu->n_threads() : 1};
+  std::vector<int64_t> threads = {std::max(plan.devices[0]->threads(), 1)};
   if (!f.threads.empty()) {
     TG_ASSIGN_OR_RETURN(threads, ParseList(f.threads, "-t"));
   }

@@ -8,9 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "models/synth/synth.h"
+#include "models/synth/synth_options.h"
 #include "tools/tg-gguf/info.h"
-#include "tools/tg-gguf/synth.h"
-#include "tools/tg-gguf/synth_options.h"
 
 namespace {
 
@@ -40,9 +40,9 @@ int Info(absl::Span<char* const> args) {
 }
 
 int Synth(absl::Span<char* const> args) {
-  absl::StatusOr<tg::gguf_tool::SynthOptions> opts = tg::gguf_tool::ParseSynthOptions(args);
+  absl::StatusOr<tg::synth::SynthOptions> opts = tg::synth::ParseSynthOptions(args);
   if (!opts.ok()) return Fail(opts.status(), kExitUsage);
-  const absl::Status s = tg::gguf_tool::RunSynth(*opts, stdout);
+  const absl::Status s = tg::synth::RunSynth(*opts, stdout);
   return s.ok() ? 0 : Fail(s, kExitRuntime);
 }
 

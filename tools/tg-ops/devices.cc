@@ -6,7 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "backends/cpu/cpu_device.h"
+#include "cli/device_flags.h"
 #include "core/registry.h"
 #include "core/status_macros.h"
 #include "tools/tg-ops/meta_devices.h"
@@ -45,11 +45,7 @@ absl::StatusOr<std::vector<Device*>> SelectDevices(const Options& opts) {
   if (opts.threads.has_value()) {
     // Every CPU device, not only the selected ones: the CPU device is also the yardstick
     // for other devices.
-    for (Device* d : all) {
-      if (auto* cpu = dynamic_cast<cpu::CpuDevice*>(d); cpu != nullptr) {
-        cpu->set_n_threads(*opts.threads);
-      }
-    }
+    SetThreads(all, *opts.threads);
   }
   if (all.empty()) return absl::NotFoundError("no devices are registered");
   std::vector<Device*> selected;

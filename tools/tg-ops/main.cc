@@ -5,7 +5,7 @@
 #include <string>
 
 #include "backends/register_builtin.h"
-#include "tools/common/device_flags.h"
+#include "cli/device_flags.h"
 #include "tools/tg-ops/devices.h"
 #include "tools/tg-ops/options.h"
 #include "tools/tg-ops/perf.h"

@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "tests/reference/reference_ops.h"
 #include "core/status_macros.h"
+#include "reference/reference_ops.h"
 
 namespace tg::ops_tool {
 

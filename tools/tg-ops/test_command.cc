@@ -13,10 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/registry.h"
-#include "tests/reference/reference_ops.h"
+#include "core/status_macros.h"
+#include "reference/reference_ops.h"
 #include "tools/tg-ops/devices.h"
 #include "tools/tg-ops/op_cases.h"
-#include "core/status_macros.h"
 #include "tools/tg-ops/stream_cache.h"
 
 namespace tg::ops_tool {

@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "cli/arg_parser.h"
+#include "cli/device_flags.h"
 #include "core/status_macros.h"
 #include "models/llama_model.h"
 #include "models/llama_session.h"
 #include "models/sampler.h"
-#include "tools/common/arg_parser.h"
 #include "tools/common/demo_model.h"
-#include "tools/common/device_flags.h"
 #include "tools/common/json_writer.h"
 
 namespace tg {
@@ -148,7 +148,13 @@ absl::Status Run(const RunFlags& f) {
   std::string path = f.model;
   if (path.empty()) {
     TG_ASSIGN_OR_RETURN(path, EnsureDemoModel(TG_DEMO_MODEL_DIR));
-    std::fprintf(stderr, "tg-run: no -m given; using the synthetic demo model %s\n", path.c_str());
+    std::fprintf(stderr,
+                 "tg-run: no -m given; using the synthetic demo model %s\n"
+                 "tg-run: its weights are random, so the text below is noise by design; for real "
+                 "text give a GGUF model:\n"
+                 "tg-run:   tg-run -m ~/models/qwen2.5-0.5b-instruct-q8_0.gguf -p \"The capital "
+                 "of France is\" -n 32\n",
+                 path.c_str());
   }
   LoadOptions lo;
   lo.plan = plan;

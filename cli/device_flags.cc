@@ -1,0 +1,205 @@
+#include "cli/device_flags.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "backends/register_builtin.h"
+#include "client/remote_device.h"
+#include "core/registry.h"
+#include "core/status_macros.h"
+
+namespace tg {
+
+void AddDeviceSelectionFlags(ArgParser& p, DeviceFlags* f) {
+  p.AddString("-sm", "--split-mode", &f->split_mode, "none (default), layer or tensor");
+  p.AddString("-ts", "--tensor-split", &f->tensor_split,
+              "proportions per device, e.g. 3,1 (default: by free memory)");
+  p.AddString(nullptr, "--device", &f->devices,
+              "devices to use, e.g. CPU0,CPU1 (see --list-devices)");
+  p.AddBool(nullptr, "--list-devices", &f->list_devices, "list the devices and exit");
+  AddRpcFlags(p, f);
+}
+
+void AddRpcFlags(ArgParser& p, DeviceFlags* f) {
+  p.AddString(nullptr, "--rpc", &f->rpc,
+              "rpc-servers whose devices to use, host:port,... (devices RPC[host:port]/N)");
+  p.AddString(nullptr, "--rpc-token-file", &f->rpc_token_file,
+              "file holding the bearer token of the rpc-servers");
+  p.AddString(nullptr, "--rpc-tls-ca", &f->rpc_tls_ca,
+              "PEM file of the CA that signed the servers' certificates (turns TLS on)");
+  p.AddString(nullptr, "--rpc-tls-cert", &f->rpc_tls_cert,
+              "client certificate (PEM) for servers that require mutual TLS");
+  p.AddString(nullptr, "--rpc-tls-key", &f->rpc_tls_key, "private key (PEM) of --rpc-tls-cert");
+}
+
+absl::Status RegisterRpcDevices(const DeviceFlags& f) {
+  if (f.rpc.empty()) {
+    if (!f.rpc_token_file.empty() || !f.rpc_tls_ca.empty()) {
+      return absl::InvalidArgumentError("--rpc-token-file/--rpc-tls-ca need --rpc host:port,...");
+    }
+    return absl::OkStatus();
+  }
+  rpc::ClientOptions options;
+  auto read = [](const std::string& path, const char* flag, std::string* out) -> absl::Status {
+    if (path.empty()) return absl::OkStatus();
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read '", path, "'"));
+    *out = ss.str();
+    return absl::OkStatus();
+  };
+  TG_RETURN_IF_ERROR(read(f.rpc_token_file, "--rpc-token-file", &options.token));
+  options.token = std::string(absl::StripAsciiWhitespace(options.token));
+  if (!f.rpc_token_file.empty() && options.token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rpc-token-file: '", f.rpc_token_file, "' is empty"));
+  }
+  TG_RETURN_IF_ERROR(read(f.rpc_tls_ca, "--rpc-tls-ca", &options.tls_ca_pem));
+  TG_RETURN_IF_ERROR(read(f.rpc_tls_cert, "--rpc-tls-cert", &options.tls_cert_pem));
+  TG_RETURN_IF_ERROR(read(f.rpc_tls_key, "--rpc-tls-key", &options.tls_key_pem));
+  if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
+    return absl::InvalidArgumentError("--rpc-tls-cert and --rpc-tls-key go together");
+  }
+  if (!options.tls_cert_pem.empty() && options.tls_ca_pem.empty()) {
+    return absl::InvalidArgumentError("--rpc-tls-cert needs --rpc-tls-ca");
+  }
+  TG_ASSIGN_OR_RETURN(std::vector<std::string> endpoints, rpc::ParseEndpoints(f.rpc));
+  return rpc::RegisterRemoteDevices(endpoints, options);
+}
+
+void AddDeviceFlags(ArgParser& p, DeviceFlags* f) {
+  AddDeviceSelectionFlags(p, f);
+  p.AddInt("-t", "--threads", &f->threads, "CPU threads per CPU device (default: all)");
+}
+
+void SetThreads(absl::Span<Device* const> devices, int64_t threads) {
+  // UNIMPLEMENTED: a device without host threads (a GPU, a remote device) keeps its own.
+  for (Device* d : devices) d->SetThreads(static_cast<int>(threads)).IgnoreError();
+}
+
+std::string DescribeDevices() {
+  std::string out = "available devices:\n";
+  for (Device* d : Registry::Get().devices()) {
+    const DeviceMemory m = d->memory();
+    absl::StrAppendFormat(&out, "  %-12s %-6s %s (%.0f MiB free of %.0f MiB)\n", d->name(),
+                          DeviceTypeName(d->type()), d->description(), m.free / 1048576.0,
+                          m.total / 1048576.0);
+  }
+  return out;
+}
+
+namespace {
+
+std::vector<Device*> DefaultDeviceList(DefaultDevices fallback) {
+  const std::vector<Device*> all = Registry::Get().devices();
+  switch (fallback) {
+    case DefaultDevices::kFirstDefault: {
+      const std::vector<Device*> defaults = Registry::Get().DefaultDevices();
+      if (defaults.empty()) return {};
+      return {defaults.front()};
+    }
+    case DefaultDevices::kAll:
+      return all;
+    case DefaultDevices::kLocalGpusElseCpus:
+      for (DeviceType type : {DeviceType::kGpu, DeviceType::kIgpu, DeviceType::kCpu}) {
+        std::vector<Device*> picked;
+        for (Device* d : all) {
+          if (d->type() == type) picked.push_back(d);
+        }
+        if (!picked.empty()) return picked;
+      }
+      return {};
+  }
+  return {};
+}
+
+absl::StatusOr<Device*> FindListedDevice(absl::string_view item, absl::string_view flag) {
+  const std::vector<Device*> all = Registry::Get().devices();
+  uint32_t index;
+  if (!absl::SimpleAtoi(item, &index)) return Registry::Get().FindDevice(item);
+  if (index >= all.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": no device ", index, " (there are ", all.size(), ")"));
+  }
+  return all[index];
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Device*>> PickDevices(absl::string_view list, absl::string_view flag,
+                                                 DefaultDevices fallback) {
+  std::vector<Device*> devices;
+  if (list.empty()) {
+    devices = DefaultDeviceList(fallback);
+    if (devices.empty()) return absl::FailedPreconditionError("no devices are registered");
+    return devices;
+  }
+  for (absl::string_view item : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
+    item = absl::StripAsciiWhitespace(item);
+    TG_ASSIGN_OR_RETURN(Device * d, FindListedDevice(item, flag));
+    for (Device* seen : devices) {
+      if (seen == d)
+        return absl::InvalidArgumentError(absl::StrCat(flag, " lists ", item, " twice"));
+    }
+    devices.push_back(d);
+  }
+  if (devices.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " lists no device"));
+  return devices;
+}
+
+namespace {
+
+absl::StatusOr<std::vector<float>> ParseProportions(const std::string& text, size_t n_devices) {
+  std::vector<float> p;
+  double total = 0;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    float v;
+    if (!absl::SimpleAtof(part, &v) || !(v >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tensor-split: '", part, "' is not a non-negative number"));
+    }
+    p.push_back(v);
+    total += v;
+  }
+  if (p.size() != n_devices) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--tensor-split has %d values for %d devices", p.size(), n_devices));
+  }
+  if (total <= 0) return absl::InvalidArgumentError("--tensor-split values are all zero");
+  for (float& v : p) v = static_cast<float>(v / total);
+  return p;
+}
+
+}  // namespace
+
+absl::StatusOr<DevicePlan> ResolveDevicePlan(const DeviceFlags& f) {
+  TG_RETURN_IF_ERROR(RegisterBuiltinBackends());
+  TG_RETURN_IF_ERROR(RegisterRpcDevices(f));
+  if (f.threads < 0) return absl::InvalidArgumentError("-t must be positive");
+  if (f.threads > 0) SetThreads(Registry::Get().devices(), f.threads);
+  DevicePlan plan;
+  TG_ASSIGN_OR_RETURN(plan.mode, ParseSplitMode(f.split_mode));
+  TG_ASSIGN_OR_RETURN(plan.devices,
+                      PickDevices(f.devices, "--device",
+                                  plan.mode == SplitMode::kNone ? DefaultDevices::kFirstDefault
+                                                                : DefaultDevices::kAll));
+  if (plan.mode == SplitMode::kNone && plan.devices.size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device lists ", plan.devices.size(),
+                     " devices but --split-mode is none (use layer or tensor)"));
+  }
+  if (!f.tensor_split.empty()) {
+    TG_ASSIGN_OR_RETURN(plan.proportions, ParseProportions(f.tensor_split, plan.devices.size()));
+  } else {
+    plan.proportions = ProportionsFromMemory(plan.devices);
+  }
+  return plan;
+}
+
+}  // namespace tg

@@ -1,0 +1,183 @@
+// The graph builder and the shared shape rules: results have the documented shapes
+// (docs/ops.md) and bad operands come back as INVALID_ARGUMENT, never an abort.
+#include "core/ops.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/context.h"
+#include "core/shape_rules.h"
+
+namespace tg {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class BuilderTest : public ::testing::Test {
+ protected:
+  Tensor* T(DType type, std::initializer_list<int64_t> ne) {
+    auto t = ctx_.NewTensor(type, ne);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return *t;
+  }
+  static std::vector<int64_t> Ne(const Tensor* t) {
+    return {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+  }
+  Context ctx_;
+};
+
+TEST_F(BuilderTest, ContextRejectsBadShapes) {
+  EXPECT_EQ(ctx_.NewTensor(DType::kF32, {-1}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ctx_.NewTensor(DType::kQ4_0, {33}).status().message(), HasSubstr("block size 32"));
+  EXPECT_THAT(ctx_.NewTensor(DType::kF32, {1LL << 40, 1LL << 40}).status().message(),
+              HasSubstr("too large"));
+  EXPECT_FALSE(ctx_.NewTensor(DType::kF32, {1, 2, 3, 4, 5}).ok());
+}
+
+TEST_F(BuilderTest, MulMatShapes) {
+  Tensor* a = T(DType::kQ4_0, {64, 10, 2});
+  auto c = MulMat(ctx_, a, T(DType::kF32, {64, 7, 4, 3}));  // a broadcast over dims 2 and 3.
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(Ne(*c), ElementsAre(10, 7, 4, 3));
+  Tensor* a2 = T(DType::kQ4_0, {64, 10, 2, 1});
+  Tensor* b2 = T(DType::kF32, {64, 7, 4, 1});
+  auto c2 = MulMat(ctx_, a2, b2);
+  ASSERT_TRUE(c2.ok()) << c2.status();
+  EXPECT_THAT(Ne(*c2), ElementsAre(10, 7, 4, 1));
+  EXPECT_EQ((*c2)->type, DType::kF32);
+  EXPECT_TRUE((*c2)->IsContiguous());
+  Tensor* wrong_k = T(DType::kF32, {32, 7});
+  EXPECT_THAT(MulMat(ctx_, a2, wrong_k).status().message(), HasSubstr("inner dimensions differ"));
+  Tensor* b3 = T(DType::kF32, {64, 7, 3});
+  EXPECT_THAT(MulMat(ctx_, a2, b3).status().message(), HasSubstr("cannot broadcast"));
+  Tensor* f16_act = T(DType::kF16, {64, 7});
+  EXPECT_THAT(MulMat(ctx_, a2, f16_act).status().message(), HasSubstr("must be f32"));
+}
+
+TEST_F(BuilderTest, NullSourcesAreErrors) {
+  EXPECT_THAT(MulMat(ctx_, nullptr, T(DType::kF32, {4})).status().message(),
+              HasSubstr("source 0 is missing"));
+  EXPECT_THAT(Add(ctx_, T(DType::kF32, {4}), nullptr).status().message(),
+              HasSubstr("source 1 is missing"));
+}
+
+TEST_F(BuilderTest, BroadcastRules) {
+  Tensor* a = T(DType::kF32, {6, 4, 2});
+  EXPECT_TRUE(Add(ctx_, a, T(DType::kF32, {6})).ok());
+  EXPECT_TRUE(Mul(ctx_, a, T(DType::kF32, {6, 1, 2})).ok());
+  EXPECT_THAT(Add(ctx_, a, T(DType::kF32, {4})).status().message(), HasSubstr("cannot broadcast"));
+}
+
+TEST_F(BuilderTest, GetRowsAndSetRows) {
+  Tensor* table = T(DType::kQ8_0, {64, 100});
+  Tensor* idx = T(DType::kI32, {5});
+  auto rows = GetRows(ctx_, table, idx);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_THAT(Ne(*rows), ElementsAre(64, 5, 1, 1));
+  EXPECT_THAT(GetRows(ctx_, table, T(DType::kF32, {5})).status().message(), HasSubstr("i32"));
+  Tensor* cache = T(DType::kF16, {64, 100});
+  auto set = SetRows(ctx_, cache, T(DType::kF32, {64, 5}), idx);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ((*set)->view_src, cache);
+  EXPECT_FALSE(SetRows(ctx_, cache, T(DType::kF32, {32, 5}), idx).ok());
+  EXPECT_FALSE(SetRows(ctx_, cache, T(DType::kF32, {64, 4}), idx).ok());
+}
+
+TEST_F(BuilderTest, ViewsStayInsideTheirBase) {
+  Tensor* a = T(DType::kF32, {8, 4});  // 128 bytes
+  auto v = View(ctx_, a, {4, 2}, {32}, 16);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ((*v)->view_src, a);
+  EXPECT_EQ((*v)->view_offs, 16u);
+  auto vv = View(ctx_, *v, {2}, {}, 8);  // a view of a view points at the root.
+  ASSERT_TRUE(vv.ok()) << vv.status();
+  EXPECT_EQ((*vv)->view_src, a);
+  EXPECT_EQ((*vv)->view_offs, 24u);
+  EXPECT_THAT(View(ctx_, a, {8, 4}, {32}, 4).status().message(), HasSubstr("exceeds"));
+  EXPECT_FALSE(View(ctx_, a, {8}, {32}, 0).ok());  // stride count must match dims.
+}
+
+TEST_F(BuilderTest, PermuteTransposeReshape) {
+  Tensor* a = T(DType::kF32, {2, 3, 4, 5});
+  auto p = Permute(ctx_, a, 0, 2, 1, 3);
+  ASSERT_TRUE(p.ok());
+  EXPECT_THAT(Ne(*p), ElementsAre(2, 4, 3, 5));
+  EXPECT_EQ((*p)->nb[1], a->nb[2]);
+  EXPECT_FALSE((*p)->IsContiguous());
+  EXPECT_THAT(Permute(ctx_, a, 0, 0, 1, 2).status().message(), HasSubstr("not a permutation"));
+  auto t = Transpose(ctx_, a);
+  ASSERT_TRUE(t.ok());
+  EXPECT_THAT(Ne(*t), ElementsAre(3, 2, 4, 5));
+  EXPECT_THAT(Reshape(ctx_, *t, {6, 20}).status().message(), HasSubstr("not contiguous"));
+  auto r = Reshape(ctx_, a, {6, 20});
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(Ne(*r), ElementsAre(6, 20, 1, 1));
+  EXPECT_THAT(Reshape(ctx_, a, {7, 20}).status().message(), HasSubstr("cannot reshape"));
+  Tensor* q = T(DType::kQ4_0, {32, 2});
+  EXPECT_THAT(Transpose(ctx_, q).status().message(), HasSubstr("quantized"));
+}
+
+TEST_F(BuilderTest, RopeSoftMaxFlashAttnRules) {
+  Tensor* x = T(DType::kF32, {8, 4, 3});
+  Tensor* pos = T(DType::kI32, {3});
+  RopeParams rp;
+  rp.n_dims = 8;
+  EXPECT_TRUE(Rope(ctx_, x, pos, nullptr, rp).ok());
+  rp.n_dims = 7;
+  EXPECT_THAT(Rope(ctx_, x, pos, nullptr, rp).status().message(), HasSubstr("n_dims"));
+  rp.n_dims = 8;
+  rp.mode = 1;
+  EXPECT_THAT(Rope(ctx_, x, pos, nullptr, rp).status().message(), HasSubstr("mode"));
+  rp.mode = kRopeNeox;
+  EXPECT_FALSE(Rope(ctx_, x, T(DType::kI32, {4}), nullptr, rp).ok());
+
+  Tensor* scores = T(DType::kF32, {16, 5, 2});
+  EXPECT_TRUE(SoftMax(ctx_, scores, T(DType::kF16, {16, 8}), 0.5f).ok());
+  EXPECT_THAT(SoftMax(ctx_, scores, T(DType::kF16, {16, 4}), 0.5f).status().message(),
+              HasSubstr("mask"));
+
+  Tensor* q = T(DType::kF32, {64, 3, 8});
+  Tensor* k = T(DType::kF16, {64, 10, 2});
+  Tensor* v = T(DType::kF16, {64, 10, 2});
+  auto fa = FlashAttn(ctx_, q, k, v, T(DType::kF16, {10, 4}), 0.125f);
+  ASSERT_TRUE(fa.ok()) << fa.status();
+  EXPECT_THAT(Ne(*fa), ElementsAre(64, 8, 3, 1));
+  Tensor* k3 = T(DType::kF16, {64, 10, 3});
+  EXPECT_THAT(FlashAttn(ctx_, q, k3, k3, nullptr, 1.0f).status().message(),
+              HasSubstr("do not match"));
+}
+
+TEST_F(BuilderTest, CpyConversions) {
+  Tensor* a = T(DType::kF32, {64, 2});
+  EXPECT_TRUE(Cpy(ctx_, a, T(DType::kQ4_K, {256, 1, 1, 1})).status().code() ==
+              absl::StatusCode::kInvalidArgument);  // quantized copy needs equal rows.
+  EXPECT_TRUE(Cpy(ctx_, a, T(DType::kQ8_0, {64, 2})).ok());
+  EXPECT_TRUE(Cpy(ctx_, a, T(DType::kF16, {128})).ok());
+  EXPECT_THAT(Cpy(ctx_, T(DType::kQ8_0, {64, 2}), T(DType::kF16, {64, 2})).status().message(),
+              HasSubstr("cannot convert"));
+  EXPECT_THAT(Cpy(ctx_, a, T(DType::kF32, {64, 3})).status().message(), HasSubstr("element count"));
+}
+
+TEST_F(BuilderTest, ValidateNodeCatchesTampering) {
+  Tensor* a = T(DType::kF32, {4, 3});
+  Tensor* b = T(DType::kF32, {4, 2});
+  auto c = MulMat(ctx_, a, b);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(ValidateNode(**c).ok());
+  Tensor bad = **c;
+  bad.ne[1] = 5;
+  EXPECT_THAT(ValidateNode(bad).message(), HasSubstr("does not match its op's rule"));
+  bad = **c;
+  bad.nb[1] = 4;
+  EXPECT_FALSE(ValidateNode(bad).ok());
+  bad = **c;
+  bad.op = static_cast<Op>(200);
+  EXPECT_THAT(ValidateNode(bad).message(), HasSubstr("unknown op"));
+  bad = **c;
+  bad.src[2] = a;
+  EXPECT_THAT(ValidateNode(bad).message(), HasSubstr("unexpected source"));
+}
+
+}  // namespace
+}  // namespace tg

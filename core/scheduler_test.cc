@@ -1,0 +1,454 @@
+// Scheduler tests on hand-built graphs whose weights live on different virtual CPU devices:
+// device assignment, splits, copies of split inputs, results equal to one device's, the
+// pipeline, and errors (no device supports an op, bad backends, run-time errors in a split).
+#include "core/scheduler.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "backends/cpu/cpu_device.h"
+#include "backends/cpu/cpu_stream.h"
+#include "core/ops.h"
+#include "tests/lib/test_util.h"
+
+namespace tg {
+namespace {
+
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using ::tg::testing::RandomFloats;
+using ::tg::testing::ReadF32;
+
+// A CPU device that runs only some ops, and optionally shares another device's memory type
+// (a BLAS-like accelerator) or refuses every memory but its own (a discrete GPU).
+class TestDevice : public cpu::CpuDevice {
+ public:
+  TestDevice(std::string name, std::function<bool(Op)> supports, BufferType* shared = nullptr,
+             bool private_memory = false)
+      : cpu::CpuDevice(name, name, 1),
+        supports_(std::move(supports)),
+        shared_(shared),
+        private_memory_(private_memory) {}
+  absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
+    return std::unique_ptr<Stream>(new cpu::CpuStream(this, 1));
+  }
+  BufferType* default_buffer_type() override {
+    return shared_ != nullptr ? shared_ : cpu::CpuDevice::default_buffer_type();
+  }
+  bool SupportsOp(const Tensor& node) const override { return supports_(node.op); }
+  bool SupportsBufferType(const BufferType* type) const override {
+    if (!private_memory_) return cpu::CpuDevice::SupportsBufferType(type);
+    return type == const_cast<TestDevice*>(this)->default_buffer_type();
+  }
+
+ private:
+  std::function<bool(Op)> supports_;
+  BufferType* shared_;
+  bool private_memory_;
+};
+
+bool AllOps(Op) { return true; }
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  // An f32 weight [ne0, ne1] with random values in its own buffer on `device`.
+  Tensor* Weight(Device& device, int64_t ne0, int64_t ne1, uint32_t seed) {
+    Tensor* w = *weights_ctx_.NewTensor(DType::kF32, {ne0, ne1});
+    w->SetName(absl::StrCat("w", seed));
+    w->flags |= kFlagWeight;
+    auto buffer = *device.default_buffer_type()->Allocate(w->NumBytes());
+    buffer->set_usage(BufferUsage::kWeights);
+    EXPECT_TRUE(PlaceTensor(buffer.get(), w, 0).ok());
+    const std::vector<float> v = RandomFloats(w->NumElements(), seed);
+    EXPECT_TRUE(buffer->SetTensor(w, v.data(), 0, w->NumBytes()).ok());
+    buffers_.push_back(std::move(buffer));
+    return w;
+  }
+
+  std::unique_ptr<Scheduler> MakeScheduler(std::vector<Device*> devices, int n_copies = 1) {
+    std::vector<SchedulerBackend> backends;
+    for (Device* d : devices) {
+      streams_.push_back(*d->CreateStream());
+      backends.push_back({d, streams_.back().get()});
+    }
+    absl::StatusOr<std::unique_ptr<Scheduler>> s = Scheduler::Create(backends, {n_copies});
+    EXPECT_TRUE(s.ok()) << s.status();
+    return std::move(*s);
+  }
+
+  cpu::CpuDevice dev0_{"CPU0", "cpu:0", 1};
+  cpu::CpuDevice dev1_{"CPU1", "cpu:1", 1};
+  Context weights_ctx_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;
+  std::vector<std::unique_ptr<Stream>> streams_;
+};
+
+// out = 2 * (w1 x silu(w0 x x)[:, 1:3]): w0 on one device, w1 on another; the slice is a view
+// of a result that crosses devices.
+struct Mlp {
+  Context ctx;
+  Tensor* x = nullptr;
+  Tensor* y0 = nullptr;
+  Tensor* act = nullptr;
+  Tensor* slice = nullptr;
+  Tensor* y1 = nullptr;
+  Tensor* out = nullptr;
+  Graph graph;
+};
+
+std::unique_ptr<Mlp> BuildMlp(Tensor* w0, Tensor* w1) {
+  auto m = std::make_unique<Mlp>();
+  m->x = *m->ctx.NewTensor(DType::kF32, {w0->ne[0], 3});
+  m->x->SetName("x");
+  m->x->flags |= kFlagInput;
+  m->y0 = *MulMat(m->ctx, w0, m->x);
+  m->act = *Silu(m->ctx, m->y0);
+  m->slice = *View(m->ctx, m->act, {m->act->ne[0], 2}, {m->act->nb[1]}, m->act->nb[1]);
+  m->y1 = *MulMat(m->ctx, w1, m->slice);
+  m->out = *Scale(m->ctx, m->y1, 2.0f);
+  m->graph = *BuildGraph({m->out});
+  return m;
+}
+
+// Schedules and computes an MLP with input `x`; returns its output.
+std::vector<float> RunMlp(Scheduler& s, Mlp& m, const std::vector<float>& x) {
+  absl::StatusOr<std::unique_ptr<ScheduledGraph>> g = s.Schedule(m.graph);
+  EXPECT_TRUE(g.ok()) << g.status();
+  if (!g.ok()) return {};
+  EXPECT_TRUE((*g)->SetInput(m.x, x.data(), x.size() * sizeof(float)).ok());
+  absl::Status status = s.Compute(**g);
+  EXPECT_TRUE(status.ok()) << status;
+  return ReadF32(*m.out);
+}
+
+TEST_F(SchedulerTest, WeightsPinTheirNodesAndResultsMatchOneDevice) {
+  Tensor* w0 = Weight(dev0_, 8, 16, 1);
+  Tensor* w1 = Weight(dev1_, 16, 4, 2);
+  const std::vector<float> x = RandomFloats(8 * 3, 3);
+
+  auto one = MakeScheduler({&dev0_});
+  auto ref = BuildMlp(w0, w1);
+  const std::vector<float> expected = RunMlp(*one, *ref, x);
+
+  auto two = MakeScheduler({&dev0_, &dev1_});
+  auto m = BuildMlp(w0, w1);
+  auto g = *two->Schedule(m->graph);
+  EXPECT_EQ(g->DeviceOf(m->x), &dev0_);  // an input lives where it is first read.
+  EXPECT_EQ(g->DeviceOf(m->y0), &dev0_);
+  EXPECT_EQ(g->DeviceOf(m->act), &dev0_);    // expanded down from y0.
+  EXPECT_EQ(g->DeviceOf(m->slice), &dev0_);  // a view goes with its base.
+  EXPECT_EQ(g->DeviceOf(m->y1), &dev1_);
+  EXPECT_EQ(g->DeviceOf(m->out), &dev1_);
+  ASSERT_EQ(g->splits().size(), 2u);
+  EXPECT_EQ(g->splits()[0].device, 0);
+  EXPECT_EQ(g->splits()[1].device, 1);
+  ASSERT_EQ(g->splits()[1].inputs.size(), 1u);
+  EXPECT_EQ(g->splits()[1].inputs[0].src, m->slice);
+  EXPECT_EQ(g->splits()[1].inputs[0].copy->buffer->type()->device(), &dev1_);
+  ASSERT_TRUE(g->SetInput(m->x, x.data(), x.size() * sizeof(float)).ok());
+  ASSERT_TRUE(two->Compute(*g).ok());
+  EXPECT_THAT(ReadF32(*m->out), ElementsAreArray(expected));  // bit-identical.
+  const SchedulerStats stats = two->stats();
+  EXPECT_EQ(stats.splits, 2);
+  EXPECT_EQ(stats.copies, 1);
+  EXPECT_EQ(stats.copy_bytes, static_cast<int64_t>(m->slice->NumBytes()));
+  EXPECT_EQ(stats.graphs, 1);
+}
+
+// x0 is last read on its own device long before another device copies it: its memory must
+// not be reused by the nodes in between.
+TEST_F(SchedulerTest, SourcesKeepTheirMemoryUntilCopied) {
+  Tensor* w0 = Weight(dev0_, 8, 8, 1);
+  Tensor* w1 = Weight(dev1_, 8, 8, 2);
+  const std::vector<float> xv = RandomFloats(8 * 4, 3);
+  std::vector<float> results[2];
+  for (int run = 0; run < 2; ++run) {
+    Context ctx;
+    Tensor* x = *ctx.NewTensor(DType::kF32, {8, 4});
+    x->flags |= kFlagInput;
+    Tensor* x0 = *MulMat(ctx, w0, x);
+    Tensor* chain = x0;
+    for (int i = 0; i < 4; ++i) chain = *Scale(ctx, chain, 0.5f, 1.0f);
+    Tensor* out = *Add(ctx, chain, *MulMat(ctx, w1, x0));
+    Graph graph = *BuildGraph({out});
+    auto s = run == 0 ? MakeScheduler({&dev0_}) : MakeScheduler({&dev0_, &dev1_});
+    auto g = *s->Schedule(graph);
+    ASSERT_TRUE(g->SetInput(x, xv.data(), xv.size() * sizeof(float)).ok());
+    ASSERT_TRUE(s->Compute(*g).ok());
+    results[run] = ReadF32(*out);
+  }
+  EXPECT_THAT(results[1], ElementsAreArray(results[0]));
+}
+
+TEST_F(SchedulerTest, GraphIsUnchangedOutsideTheScheduler) {
+  auto s = MakeScheduler({&dev0_, &dev1_});
+  auto m = BuildMlp(Weight(dev0_, 8, 16, 1), Weight(dev1_, 16, 4, 2));
+  auto g = *s->Schedule(m->graph);
+  EXPECT_EQ(m->y1->src[1], m->slice);
+  ASSERT_TRUE(s->Compute(*g).ok());
+  EXPECT_EQ(m->y1->src[1], m->slice);
+}
+
+TEST_F(SchedulerTest, SetRowsRunsWhereItsDestinationLives) {
+  Tensor* w0 = Weight(dev0_, 8, 4, 1);
+  Tensor* cache = Weight(dev1_, 4, 6, 2);  // stands for a KV cache on device 1.
+  cache->flags &= ~kFlagWeight;
+  Context ctx;
+  Tensor* x = *ctx.NewTensor(DType::kF32, {8, 2});
+  x->flags |= kFlagInput;
+  Tensor* idx = *ctx.NewTensor(DType::kI32, {2});
+  idx->flags |= kFlagInput;
+  Tensor* rows = *MulMat(ctx, w0, x);  // [4, 2] on device 0.
+  Tensor* written = *SetRows(ctx, cache, rows, idx);
+  Tensor* seen = *View(ctx, written, {4, 3}, {cache->nb[1]}, 0);
+  Tensor* out = *Scale(ctx, seen, 1.0f);
+  Graph graph = *BuildGraph({out});
+  auto s = MakeScheduler({&dev0_, &dev1_});
+  auto g = *s->Schedule(graph);
+  EXPECT_EQ(g->DeviceOf(rows), &dev0_);
+  EXPECT_EQ(g->DeviceOf(written), &dev1_);
+  EXPECT_EQ(g->DeviceOf(seen), &dev1_);
+  EXPECT_EQ(g->DeviceOf(out), &dev1_);
+  EXPECT_EQ(g->DeviceOf(idx), &dev1_);
+  ASSERT_EQ(g->splits().size(), 2u);
+  ASSERT_EQ(g->splits()[1].inputs.size(), 1u);
+  EXPECT_EQ(g->splits()[1].inputs[0].src, rows);
+  const std::vector<float> xv = RandomFloats(16, 5);
+  const int32_t at[2] = {2, 0};
+  ASSERT_TRUE(g->SetInput(x, xv.data(), xv.size() * sizeof(float)).ok());
+  ASSERT_TRUE(g->SetInput(idx, at, sizeof(at)).ok());
+  const std::vector<float> before = ReadF32(*cache);
+  ASSERT_TRUE(s->Compute(*g).ok());
+  const std::vector<float> r = ReadF32(*rows);
+  const std::vector<float> c = ReadF32(*cache);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(c[2 * 4 + i], r[i]);           // row 0 of the batch went to cache row 2,
+    EXPECT_EQ(c[0 * 4 + i], r[4 + i]);       // row 1 to cache row 0,
+    EXPECT_EQ(c[1 * 4 + i], before[4 + i]);  // row 1 of the cache is untouched.
+  }
+  EXPECT_THAT(ReadF32(*out), ElementsAreArray(std::vector<float>(c.begin(), c.begin() + 12)));
+}
+
+TEST_F(SchedulerTest, InputReadInPlaceWhenTheDeviceCanUseItsMemory) {
+  TestDevice gpu("GPU", AllOps, nullptr, /*private_memory=*/true);
+  for (Device* second : std::vector<Device*>{&dev1_, &gpu}) {
+    Tensor* w0 = Weight(dev0_, 8, 4, 1);
+    Tensor* w1 = Weight(*second, 8, 4, 2);
+    Context ctx;
+    Tensor* x = *ctx.NewTensor(DType::kF32, {8, 2});
+    x->flags |= kFlagInput;
+    Tensor* sum = *Add(ctx, *MulMat(ctx, w0, x), *MulMat(ctx, w1, x));
+    Graph graph = *BuildGraph({sum});
+    auto s = MakeScheduler({&dev0_, second});
+    auto g = *s->Schedule(graph);
+    ASSERT_EQ(g->DeviceOf(x), &dev0_);
+    int copies_of_x = 0;
+    for (const Split& split : g->splits()) {
+      for (const SplitInput& in : split.inputs) copies_of_x += in.src == x;
+    }
+    // Host memory is shared by the CPU devices; the private-memory device needs a copy.
+    EXPECT_EQ(copies_of_x, second == &gpu ? 1 : 0) << second->name();
+    const std::vector<float> xv = RandomFloats(16, 7);
+    ASSERT_TRUE(g->SetInput(x, xv.data(), xv.size() * sizeof(float)).ok());
+    ASSERT_TRUE(s->Compute(*g).ok());
+  }
+}
+
+TEST_F(SchedulerTest, UnsupportedOpGoesToADeviceThatSupportsIt) {
+  TestDevice no_silu("NOSILU", [](Op op) { return op != Op::kSilu; });
+  Tensor* w0 = Weight(no_silu, 8, 16, 1);
+  Tensor* w1 = Weight(no_silu, 16, 4, 2);
+  const std::vector<float> x = RandomFloats(8 * 3, 3);
+  auto ref_sched = MakeScheduler({&dev0_});
+  auto ref = BuildMlp(w0, w1);
+  const std::vector<float> expected = RunMlp(*ref_sched, *ref, x);
+
+  auto s = MakeScheduler({&no_silu, &dev1_});
+  auto m = BuildMlp(w0, w1);
+  auto g = *s->Schedule(m->graph);
+  EXPECT_EQ(g->DeviceOf(m->y0), &no_silu);
+  EXPECT_EQ(g->DeviceOf(m->act), &dev1_);
+  EXPECT_EQ(g->DeviceOf(m->y1), &no_silu);
+  EXPECT_EQ(g->splits().size(), 3u);
+  ASSERT_TRUE(g->SetInput(m->x, x.data(), x.size() * sizeof(float)).ok());
+  ASSERT_TRUE(s->Compute(*g).ok());
+  EXPECT_THAT(ReadF32(*m->out), ElementsAreArray(expected));
+}
+
+TEST_F(SchedulerTest, NoDeviceSupportingAnOpIsAnError) {
+  TestDevice a("A", [](Op op) { return op != Op::kSilu; });
+  TestDevice b("B", [](Op op) { return op != Op::kSilu; });
+  auto s = MakeScheduler({&a, &b});
+  auto m = BuildMlp(Weight(a, 8, 16, 1), Weight(b, 16, 4, 2));
+  absl::StatusOr<std::unique_ptr<ScheduledGraph>> g = s->Schedule(m->graph);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(g.status().message(), HasSubstr("no device supports SILU"));
+  EXPECT_THAT(g.status().message(), HasSubstr("A, B"));
+}
+
+TEST_F(SchedulerTest, UpgradesToAHigherPriorityDeviceSharingTheMemory) {
+  TestDevice blas(
+      "BLAS", [](Op op) { return op == Op::kMulMat; }, dev0_.default_buffer_type());
+  Tensor* w0 = Weight(dev0_, 8, 16, 1);
+  Tensor* w1 = Weight(dev0_, 16, 4, 2);
+  const std::vector<float> x = RandomFloats(8 * 3, 3);
+  auto ref_sched = MakeScheduler({&dev0_});
+  auto ref = BuildMlp(w0, w1);
+  const std::vector<float> expected = RunMlp(*ref_sched, *ref, x);
+
+  auto s = MakeScheduler({&blas, &dev0_});
+  auto m = BuildMlp(w0, w1);
+  auto g = *s->Schedule(m->graph);
+  EXPECT_EQ(g->DeviceOf(m->y0), &blas);  // pinned to CPU0 by w0, upgraded.
+  EXPECT_EQ(g->DeviceOf(m->act), &dev0_);
+  EXPECT_EQ(g->DeviceOf(m->y1), &blas);
+  EXPECT_EQ(g->DeviceOf(m->out), &dev0_);
+  ASSERT_TRUE(g->SetInput(m->x, x.data(), x.size() * sizeof(float)).ok());
+  ASSERT_TRUE(s->Compute(*g).ok());
+  EXPECT_THAT(ReadF32(*m->out), ElementsAreArray(expected));
+}
+
+TEST_F(SchedulerTest, WeightInMemoryTheDeviceCannotUseIsCopied) {
+  TestDevice gpu(
+      "GPU", [](Op op) { return op != Op::kMulMat; }, nullptr, /*private_memory=*/true);
+  TestDevice other("OTHER", AllOps, nullptr, /*private_memory=*/true);
+  Tensor* w = Weight(gpu, 8, 4, 1);
+  const std::vector<float> xv = RandomFloats(16, 9);
+  std::vector<float> results[2];
+  for (int run = 0; run < 2; ++run) {
+    Context ctx;
+    Tensor* x = *ctx.NewTensor(DType::kF32, {8, 2});
+    x->flags |= kFlagInput;
+    Tensor* y = *MulMat(ctx, w, x);
+    Tensor* out = *Scale(ctx, y, 0.5f);
+    Graph graph = *BuildGraph({out});
+    auto s = run == 0 ? MakeScheduler({&dev0_}) : MakeScheduler({&gpu, &other});
+    auto g = *s->Schedule(graph);
+    if (run == 1) {
+      EXPECT_EQ(g->DeviceOf(y), &other);    // the weight's device cannot run MUL_MAT,
+      EXPECT_EQ(g->DeviceOf(out), &other);  // and the scale follows its readable input.
+      ASSERT_EQ(g->splits().size(), 1u);
+      ASSERT_EQ(g->splits()[0].inputs.size(), 1u);
+      EXPECT_EQ(g->splits()[0].inputs[0].src, w);
+    }
+    ASSERT_TRUE(g->SetInput(x, xv.data(), xv.size() * sizeof(float)).ok());
+    ASSERT_TRUE(s->Compute(*g).ok());
+    results[run] = ReadF32(*out);
+  }
+  EXPECT_THAT(results[1], ElementsAreArray(results[0]));
+}
+
+TEST_F(SchedulerTest, PipelinedGraphsMatchSequentialOnes) {
+  Tensor* w0 = Weight(dev0_, 8, 16, 1);
+  Tensor* w1 = Weight(dev1_, 16, 4, 2);
+  constexpr int kGraphs = 6;
+  std::vector<std::vector<float>> inputs, expected;
+  auto seq = MakeScheduler({&dev0_, &dev1_});
+  for (int i = 0; i < kGraphs; ++i) {
+    inputs.push_back(RandomFloats(8 * 3, 100 + i));
+    auto m = BuildMlp(w0, w1);
+    expected.push_back(RunMlp(*seq, *m, inputs.back()));
+  }
+  for (int n_copies : {1, 2, 3}) {
+    auto s = MakeScheduler({&dev0_, &dev1_}, n_copies);
+    std::vector<std::unique_ptr<Mlp>> nets(kGraphs);
+    std::vector<std::unique_ptr<ScheduledGraph>> in_flight(n_copies);
+    std::vector<int> owner(n_copies, -1);
+    auto finish = [&](int slot) {
+      if (in_flight[slot] == nullptr) return;
+      ASSERT_TRUE(s->Wait(*in_flight[slot]).ok());
+      EXPECT_THAT(ReadF32(*nets[owner[slot]]->out), ElementsAreArray(expected[owner[slot]]));
+      in_flight[slot].reset();
+    };
+    for (int i = 0; i < kGraphs; ++i) {
+      const int slot = i % n_copies;
+      finish(slot);
+      nets[i] = BuildMlp(w0, w1);
+      in_flight[slot] = *s->Schedule(nets[i]->graph, slot);
+      owner[slot] = i;
+      ASSERT_TRUE(in_flight[slot]->SetInput(nets[i]->x, inputs[i].data(), 8 * 3 * 4).ok());
+      ASSERT_TRUE(s->Submit(*in_flight[slot]).ok());
+    }
+    for (int slot = 0; slot < n_copies; ++slot) finish(slot);
+    EXPECT_EQ(s->stats().graphs, kGraphs);
+    EXPECT_EQ(s->stats().splits, 2 * kGraphs);
+  }
+}
+
+TEST_F(SchedulerTest, BusySlotIsRefused) {
+  auto s = MakeScheduler({&dev0_, &dev1_}, 2);
+  Tensor* w0 = Weight(dev0_, 8, 16, 1);
+  Tensor* w1 = Weight(dev1_, 16, 4, 2);
+  auto a = BuildMlp(w0, w1);
+  auto b = BuildMlp(w0, w1);
+  auto ga = *s->Schedule(a->graph, 0);
+  ASSERT_TRUE(s->Submit(*ga).ok());
+  absl::StatusOr<std::unique_ptr<ScheduledGraph>> gb = s->Schedule(b->graph, 0);
+  EXPECT_EQ(gb.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s->Compute(*ga).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s->Schedule(b->graph, 2).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(s->Wait(*ga).ok());
+  EXPECT_TRUE(s->Schedule(b->graph, 0).ok());
+}
+
+TEST_F(SchedulerTest, RunTimeErrorNamesTheSplit) {
+  Tensor* table = Weight(dev1_, 4, 5, 1);
+  Tensor* w0 = Weight(dev0_, 8, 4, 2);
+  for (bool pipelined : {false, true}) {
+    Context ctx;
+    Tensor* x = *ctx.NewTensor(DType::kF32, {8, 1});
+    x->flags |= kFlagInput;
+    Tensor* ids = *ctx.NewTensor(DType::kI32, {1});
+    ids->flags |= kFlagInput;
+    Tensor* h = *MulMat(ctx, w0, x);           // CPU0
+    Tensor* rows = *GetRows(ctx, table, ids);  // CPU1
+    Tensor* out = *Add(ctx, *Scale(ctx, rows, 1.0f), *Scale(ctx, h, 1.0f));
+    Graph graph = *BuildGraph({out});
+    auto s = MakeScheduler({&dev0_, &dev1_}, 2);
+    auto g = *s->Schedule(graph, 1);
+    const int32_t bad = 7;  // the table has 5 rows.
+    ASSERT_TRUE(g->SetInput(ids, &bad, sizeof(bad)).ok());
+    absl::Status status;
+    if (pipelined) {
+      ASSERT_TRUE(s->Submit(*g).ok());
+      status = s->Wait(*g);
+    } else {
+      status = s->Compute(*g);
+    }
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(status.message(), HasSubstr("on CPU1"));
+  }
+}
+
+TEST_F(SchedulerTest, BadBackendsAreRefused) {
+  auto stream0 = *dev0_.CreateStream();
+  auto stream1 = *dev1_.CreateStream();
+  EXPECT_EQ(Scheduler::Create({}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Scheduler::Create({{&dev0_, stream1.get()}}).status().message(),
+              HasSubstr("belongs to CPU1"));
+  EXPECT_THAT(
+      Scheduler::Create({{&dev0_, stream0.get()}, {&dev0_, stream0.get()}}).status().message(),
+      HasSubstr("listed twice"));
+  EXPECT_EQ(Scheduler::Create({{&dev0_, nullptr}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scheduler::Create({{&dev0_, stream0.get()}}, {0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SchedulerTest, InputsAreCheckedBySetInput) {
+  auto s = MakeScheduler({&dev0_, &dev1_});
+  auto m = BuildMlp(Weight(dev0_, 8, 16, 1), Weight(dev1_, 16, 4, 2));
+  auto g = *s->Schedule(m->graph);
+  float v = 0;
+  EXPECT_EQ(g->SetInput(m->y0, &v, 4).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(g->SetInput(m->x, &v, 1 << 20).code(), absl::StatusCode::kOutOfRange);
+}
+
+}  // namespace
+}  // namespace tg

@@ -1,0 +1,98 @@
+// --split-mode tensor's decisions for llama weights and KV cache (models/llama_tensor_split.h).
+#include "models/llama_tensor_split.h"
+
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_device.h"
+#include "core/context.h"
+#include "gtest/gtest.h"
+
+namespace tg {
+namespace {
+
+LlamaHParams Shape(int64_t embd, int64_t ff, int64_t heads, int64_t kv_heads) {
+  LlamaHParams hp;
+  hp.n_vocab = 300;
+  hp.n_embd = embd;
+  hp.n_ff = ff;
+  hp.n_layer = 2;
+  hp.n_head = heads;
+  hp.n_head_kv = kv_heads;
+  hp.head_dim = embd / heads;
+  hp.n_rot = hp.head_dim;
+  return hp;
+}
+
+class LlamaSplitTest : public ::testing::Test {
+ protected:
+  std::string Split(const meta::SplitFn& fn, const std::string& name, DType type,
+                    std::initializer_list<int64_t> ne) {
+    Tensor* t = *ctx_.NewTensor(type, ne);
+    t->SetName(name);
+    absl::StatusOr<meta::SplitState> s = fn(*t);
+    if (!s.ok()) return std::string(s.status().message());
+    EXPECT_TRUE(s->Validate(*t, s->is_axis() ? s->n_devices() : 0).ok()) << name;
+    return s->ToString();
+  }
+  Context ctx_;
+};
+
+TEST_F(LlamaSplitTest, HeadsStayWithTheirKvHead) {
+  // stories260K: 8 heads of 8 over 4 KV heads, n_ff 172.
+  const meta::SplitFn fn = LlamaSplitFn(Shape(64, 172, 8, 4), {0.5f, 0.5f});
+  EXPECT_EQ(Split(fn, "blk.0.attn_q.weight", DType::kF32, {64, 64}), "AXIS_1[0:32|32:64]");
+  EXPECT_EQ(Split(fn, "blk.0.attn_k.weight", DType::kF32, {64, 32}), "AXIS_1[0:16|16:32]");
+  EXPECT_EQ(Split(fn, "blk.0.attn_v.weight", DType::kF32, {64, 32}), "AXIS_1[0:16|16:32]");
+  EXPECT_EQ(Split(fn, "blk.0.attn_output.weight", DType::kF32, {64, 64}), "AXIS_0[0:32|32:64]");
+  EXPECT_EQ(Split(fn, "cache_k_l1", DType::kF16, {32, 128}), "AXIS_0[0:16|16:32]");
+  EXPECT_EQ(Split(fn, "blk.0.ffn_gate.weight", DType::kF32, {64, 172}), "AXIS_1[0:86|86:172]");
+  EXPECT_EQ(Split(fn, "blk.0.ffn_up.weight", DType::kF32, {64, 172}), "AXIS_1[0:86|86:172]");
+  EXPECT_EQ(Split(fn, "blk.0.ffn_down.weight", DType::kF32, {172, 64}), "AXIS_0[0:86|86:172]");
+  EXPECT_EQ(Split(fn, "output.weight", DType::kF32, {64, 300}), "AXIS_1[0:150|150:300]");
+  EXPECT_EQ(Split(fn, "token_embd.weight", DType::kF32, {64, 300}), "MIRRORED");
+  EXPECT_EQ(Split(fn, "blk.0.attn_norm.weight", DType::kF32, {64}), "MIRRORED");
+  EXPECT_EQ(Split(fn, "blk.1.attn_q_norm.weight", DType::kF32, {8}), "MIRRORED");
+}
+
+TEST_F(LlamaSplitTest, QuantBlocksSetTheGranularity) {
+  // stories15M shape in Q8_0: 6 heads of 48; the head cut (144) is not a block bound, so
+  // attn_output is cut at whole blocks (160) and its input regathered.
+  const meta::SplitFn fn = LlamaSplitFn(Shape(288, 768, 6, 6), {0.5f, 0.5f});
+  EXPECT_EQ(Split(fn, "blk.0.attn_q.weight", DType::kQ8_0, {288, 288}), "AXIS_1[0:144|144:288]");
+  EXPECT_EQ(Split(fn, "blk.0.attn_output.weight", DType::kQ8_0, {288, 288}),
+            "AXIS_0[0:160|160:288]");
+  EXPECT_EQ(Split(fn, "blk.0.ffn_gate.weight", DType::kQ8_0, {288, 768}), "AXIS_1[0:384|384:768]");
+  EXPECT_EQ(Split(fn, "blk.0.ffn_down.weight", DType::kQ8_0, {768, 288}), "AXIS_0[0:384|384:768]");
+  // With K-quants (256) the feed-forward of 768 is three blocks: 512 | 256.
+  const meta::SplitFn k = LlamaSplitFn(Shape(512, 768, 8, 8), {0.5f, 0.5f});
+  EXPECT_EQ(Split(k, "blk.0.ffn_gate.weight", DType::kQ4_K, {512, 768}), "AXIS_1[0:512|512:768]");
+  EXPECT_EQ(Split(k, "blk.0.ffn_down.weight", DType::kQ6_K, {768, 512}), "AXIS_0[0:512|512:768]");
+}
+
+TEST_F(LlamaSplitTest, MoreDevicesThanKvHeadsLeavesSomeWithoutHeads) {
+  // 6 heads over 3 KV heads on 4 devices: one device gets no attention, all get feed-forward.
+  const meta::SplitFn fn = LlamaSplitFn(Shape(96, 256, 6, 3), {0.25f, 0.25f, 0.25f, 0.25f});
+  EXPECT_EQ(Split(fn, "blk.0.attn_k.weight", DType::kF32, {96, 48}),
+            "AXIS_1[0:16|16:32|32:32|32:48]");
+  EXPECT_EQ(Split(fn, "blk.0.ffn_up.weight", DType::kF32, {96, 256}),
+            "AXIS_1[0:64|64:128|128:192|192:256]");
+}
+
+TEST_F(LlamaSplitTest, CreatesAMetaDeviceOrSaysWhyNot) {
+  cpu::CpuDevice a("A", "a", 1);
+  cpu::CpuDevice b("B", "b", 1);
+  DevicePlan plan{SplitMode::kTensor, {&a, &b}, {0.75f, 0.25f}};
+  absl::StatusOr<std::unique_ptr<Device>> dev = CreateTensorSplitDevice(Shape(64, 172, 8, 4), plan);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  EXPECT_EQ((*dev)->name(), "META(A,B)");
+  plan.proportions = {1.0f};
+  EXPECT_EQ(CreateTensorSplitDevice(Shape(64, 172, 8, 4), plan).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  plan.proportions = {0.5f, 0.5f};
+  EXPECT_EQ(CreateTensorSplitDevice(Shape(64, 172, 6, 4), plan).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tg

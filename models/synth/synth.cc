@@ -1,0 +1,191 @@
+// Builds the synthetic llama model of `tg-gguf synth` (see synth.h): metadata, vocabulary,
+// tensor list with per-tensor type fallback, random weights, one atomic write.
+#include "models/synth/synth.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "models/gguf_writer.h"
+#include "models/synth/synth_vocab.h"
+#include "models/synth/synth_weights.h"
+
+namespace tg::synth {
+namespace {
+
+constexpr float kWeightStddev = 0.02f;  // the usual init of transformer matrices.
+constexpr float kNormStddev = 0.01f;    // norm weights are 1 + this much noise.
+constexpr float kRmsEps = 1e-5f;
+constexpr float kRopeFreqBase = 10000.0f;
+constexpr uint32_t kAlignment = 32;
+constexpr uint32_t kQuantizationVersion = 2;  // ggml's GGML_QNT_VERSION for current blocks.
+constexpr size_t kFallbackNamesShown = 4;
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kGiB = 1024.0 * kMiB;
+
+struct TensorSpec {
+  std::string name;
+  int64_t ne0;
+  int64_t ne1;  // 1 for the norm vectors.
+  bool norm;
+};
+
+std::vector<TensorSpec> LlamaTensors(const SynthDims& d) {
+  std::vector<TensorSpec> specs = {{"token_embd.weight", d.n_embd, d.n_vocab, false}};
+  for (int64_t i = 0; i < d.n_layer; ++i) {
+    const std::string blk = absl::StrCat("blk.", i, ".");
+    specs.push_back({blk + "attn_norm.weight", d.n_embd, 1, true});
+    specs.push_back({blk + "attn_q.weight", d.n_embd, d.n_embd, false});
+    specs.push_back({blk + "attn_k.weight", d.n_embd, d.n_embd_kv(), false});
+    specs.push_back({blk + "attn_v.weight", d.n_embd, d.n_embd_kv(), false});
+    specs.push_back({blk + "attn_output.weight", d.n_embd, d.n_embd, false});
+    specs.push_back({blk + "ffn_norm.weight", d.n_embd, 1, true});
+    specs.push_back({blk + "ffn_gate.weight", d.n_embd, d.n_ff, false});
+    specs.push_back({blk + "ffn_up.weight", d.n_embd, d.n_ff, false});
+    specs.push_back({blk + "ffn_down.weight", d.n_ff, d.n_embd, false});
+  }
+  specs.push_back({"output_norm.weight", d.n_embd, 1, true});
+  specs.push_back({"output.weight", d.n_embd, d.n_vocab, false});
+  return specs;
+}
+
+// The requested type when rows fit its blocks, else q8_0, else f16 (as llama.cpp's quantizer
+// falls back for tensors whose row length is not a multiple of the block size).
+DType StorageType(DType wanted, int64_t ne0) {
+  for (DType t : {wanted, DType::kQ8_0, DType::kF16}) {
+    if (ne0 % BlockSize(t) == 0) return t;
+  }
+  return DType::kF32;
+}
+
+void SetModelMetadata(const SynthOptions& o, GgufWriter* w) {
+  const SynthDims& d = o.dims;
+  w->SetString("general.architecture", "llama");
+  w->SetString("general.name", absl::StrCat("tensorgrid-synth-", o.dims_text, "-", o.type_name));
+  w->SetU32("general.alignment", kAlignment);
+  w->SetU32("general.file_type", o.file_type);
+  if (IsQuantized(o.type)) w->SetU32("general.quantization_version", kQuantizationVersion);
+  w->SetU32("llama.context_length", static_cast<uint32_t>(o.ctx));
+  w->SetU32("llama.embedding_length", static_cast<uint32_t>(d.n_embd));
+  w->SetU32("llama.feed_forward_length", static_cast<uint32_t>(d.n_ff));
+  w->SetU32("llama.block_count", static_cast<uint32_t>(d.n_layer));
+  w->SetU32("llama.attention.head_count", static_cast<uint32_t>(d.n_head));
+  w->SetU32("llama.attention.head_count_kv", static_cast<uint32_t>(d.n_head_kv));
+  w->SetU32("llama.rope.dimension_count", static_cast<uint32_t>(d.head_dim()));
+  w->SetF32("llama.attention.layer_norm_rms_epsilon", kRmsEps);
+  w->SetF32("llama.rope.freq_base", kRopeFreqBase);
+  w->SetU32("llama.vocab_size", static_cast<uint32_t>(d.n_vocab));
+}
+
+void SetTokenizerMetadata(const SpmVocab& v, GgufWriter* w) {
+  w->SetString("tokenizer.ggml.model", "llama");
+  w->SetString("tokenizer.ggml.pre", "default");
+  w->SetStringArray("tokenizer.ggml.tokens", v.tokens);
+  w->SetF32Array("tokenizer.ggml.scores", v.scores);
+  w->SetI32Array("tokenizer.ggml.token_type", v.types);
+  w->SetU32("tokenizer.ggml.bos_token_id", kBosId);
+  w->SetU32("tokenizer.ggml.eos_token_id", kEosId);
+  w->SetU32("tokenizer.ggml.unknown_token_id", kUnkId);
+  w->SetBool("tokenizer.ggml.add_bos_token", true);
+  w->SetBool("tokenizer.ggml.add_eos_token", false);
+}
+
+struct SynthStats {
+  int64_t params = 0;
+  std::vector<std::pair<std::string, DType>> fallbacks;  // not stored in the requested type.
+};
+
+// The writer holds every tensor until the file is written: refuse what cannot fit in memory
+// rather than dying in the allocator half-way.
+absl::Status CheckFitsInMemory(const SynthOptions& o) {
+  uint64_t bytes = 0;
+  for (const TensorSpec& s : LlamaTensors(o.dims)) {
+    const DType type = s.norm ? DType::kF32 : StorageType(o.type, s.ne0);
+    bytes += RowBytes(type, s.ne0) * static_cast<uint64_t>(s.ne1);  // dims <= 2^20: no overflow.
+  }
+  const uint64_t memory = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+                          static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  if (bytes > memory) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the model takes %.1f GiB, more than this machine's memory (%.1f GiB); synth builds it "
+        "in memory",
+        static_cast<double>(bytes) / kGiB, static_cast<double>(memory) / kGiB));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AddTensors(const SynthOptions& o, GgufWriter* w, SynthStats* stats) {
+  for (const TensorSpec& s : LlamaTensors(o.dims)) {
+    const DType type = s.norm ? DType::kF32 : StorageType(o.type, s.ne0);
+    if (!s.norm && type != o.type) stats->fallbacks.emplace_back(s.name, type);
+    const uint64_t seed = TensorSeed(o.seed, s.name);
+    std::vector<uint8_t> data = s.norm
+                                    ? RandomTensor(type, s.ne0, 1, 1.0f, kNormStddev, seed)
+                                    : RandomTensor(type, s.ne0, s.ne1, 0.0f, kWeightStddev, seed);
+    stats->params += s.ne0 * s.ne1;
+    const std::vector<int64_t> ne =
+        s.norm ? std::vector<int64_t>{s.ne0} : std::vector<int64_t>{s.ne0, s.ne1};
+    TG_RETURN_IF_ERROR(w->AddTensor(s.name, type, ne, std::move(data)));
+  }
+  return absl::OkStatus();
+}
+
+// One line per fallback type: how many tensors, and the first few names.
+void PrintFallbacks(const SynthOptions& o, const SynthStats& st, std::FILE* out) {
+  for (DType fallback : {DType::kQ8_0, DType::kF16, DType::kF32}) {
+    std::vector<std::string> names;
+    for (const auto& [name, type] : st.fallbacks) {
+      if (type == fallback) names.push_back(name);
+    }
+    if (names.empty()) continue;
+    const size_t n = names.size();
+    if (n > kFallbackNamesShown) {
+      names.resize(kFallbackNamesShown);
+      names.push_back("...");
+    }
+    absl::FPrintF(out,
+                  "tg-gguf: %d tensors stored as %s (rows not a multiple of the %s block of "
+                  "%d): %s\n",
+                  n, DTypeName(fallback), DTypeName(o.type), BlockSize(o.type),
+                  absl::StrJoin(names, ", "));
+  }
+}
+
+void PrintSummary(const SynthOptions& o, const SynthStats& st, size_t n_tensors, double seconds,
+                  std::FILE* out) {
+  std::error_code ec;
+  const uintmax_t bytes = std::filesystem::file_size(o.out, ec);
+  absl::FPrintF(out,
+                "tg-gguf: wrote %s (%.1f MiB): llama %s %s, %d tensors, %.2fM params in %.2f s\n",
+                o.out, ec ? 0.0 : static_cast<double>(bytes) / kMiB, o.dims_text, o.type_name,
+                n_tensors, static_cast<double>(st.params) / 1e6, seconds);
+  PrintFallbacks(o, st, out);
+}
+
+}  // namespace
+
+absl::Status RunSynth(const SynthOptions& opts, std::FILE* out) {
+  TG_RETURN_IF_ERROR(CheckFitsInMemory(opts));
+  const auto start = std::chrono::steady_clock::now();
+  GgufWriter w(kAlignment);
+  SetModelMetadata(opts, &w);
+  SetTokenizerMetadata(MakeSpmVocab(opts.dims.n_vocab), &w);
+  SynthStats stats;
+  TG_RETURN_IF_ERROR(AddTensors(opts, &w, &stats));
+  TG_RETURN_IF_ERROR(w.WriteFile(opts.out));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  PrintSummary(opts, stats, LlamaTensors(opts.dims).size(), seconds, out);
+  return absl::OkStatus();
+}
+
+}  // namespace tg::synth

@@ -1,0 +1,155 @@
+// Parsing and validation of `tg-gguf synth` arguments (see synth_options.h).
+#include "models/synth/synth_options.h"
+
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "core/status_macros.h"
+
+namespace tg::synth {
+namespace {
+
+constexpr int kNumDims = 6;
+constexpr int64_t kMaxDim = int64_t{1} << 20;  // far above real models; keeps sizes in int64.
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxCtx = int64_t{1} << 24;
+constexpr int64_t kSpecialTokens = 3;  // <unk>, <s>, </s>.
+constexpr int64_t kByteTokens = 256;
+constexpr int64_t kMinPieces = 8;  // a few real pieces ("▁", common words) after the bytes.
+constexpr char kUsageDims[] = "n_embd,n_ff,n_layer,n_head,n_head_kv,n_vocab";
+
+// llama.cpp's LLAMA_FTYPE values for general.file_type.
+struct TypeChoice {
+  const char* name;
+  DType type;
+  uint32_t file_type;
+};
+constexpr TypeChoice kTypes[] = {{"f32", DType::kF32, 0},
+                                 {"f16", DType::kF16, 1},
+                                 {"q4_0", DType::kQ4_0, 2},
+                                 {"q8_0", DType::kQ8_0, 7},
+                                 {"q4_k", DType::kQ4_K, 15}};  // LLAMA_FTYPE_MOSTLY_Q4_K_M.
+
+absl::Status ParseDims(absl::string_view text, SynthOptions* opts) {
+  const std::vector<absl::string_view> parts = absl::StrSplit(text, ',');
+  if (parts.size() != kNumDims) {
+    return absl::InvalidArgumentError(absl::StrCat("--dims '", text, "' has ", parts.size(),
+                                                   " values, expected ", kNumDims, " (", kUsageDims,
+                                                   ")"));
+  }
+  int64_t v[kNumDims];
+  for (int i = 0; i < kNumDims; ++i) {
+    if (!absl::SimpleAtoi(parts[i], &v[i]) || v[i] < 1 || v[i] > kMaxDim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--dims value '", parts[i], "' is not a number from 1 to ", kMaxDim));
+    }
+  }
+  opts->dims = {v[0], v[1], v[2], v[3], v[4], v[5]};
+  opts->dims_text = absl::StrJoin(v, ",");
+  return absl::OkStatus();
+}
+
+absl::Status CheckDims(const SynthDims& d) {
+  if (d.n_layer > kMaxLayers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n_layer ", d.n_layer, " is more than ", kMaxLayers));
+  }
+  if (d.n_embd % d.n_head != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n_embd ", d.n_embd, " is not a multiple of n_head ", d.n_head));
+  }
+  if (d.head_dim() % 2 != 0) {  // rope rotates pairs of dimensions.
+    return absl::InvalidArgumentError(
+        absl::StrCat("head size n_embd / n_head = ", d.head_dim(), " must be even"));
+  }
+  if (d.n_head_kv > d.n_head || d.n_head % d.n_head_kv != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n_head ", d.n_head, " is not a multiple of n_head_kv ", d.n_head_kv));
+  }
+  if (d.n_vocab < MinSynthVocab()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n_vocab ", d.n_vocab, " is too small: the vocabulary needs 3 special + ",
+                     kByteTokens, " byte tokens + ", kMinPieces, " pieces = ", MinSynthVocab()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseType(absl::string_view text, SynthOptions* opts) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  for (const TypeChoice& t : kTypes) {
+    if (lower == t.name) {
+      opts->type = t.type;
+      opts->type_name = t.name;
+      opts->file_type = t.file_type;
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown --type '", text, "' (types: f32 f16 q8_0 q4_0 q4_k)"));
+}
+
+absl::Status ApplyFlag(absl::string_view flag, absl::string_view value, SynthOptions* opts,
+                       bool* have_dims, bool* have_type) {
+  if (flag == "--dims") {
+    *have_dims = true;
+    return ParseDims(value, opts);
+  }
+  if (flag == "--type") {
+    *have_type = true;
+    return ParseType(value, opts);
+  }
+  if (flag == "--seed") {
+    if (absl::SimpleAtoi(value, &opts->seed)) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("bad --seed '", value, "'"));
+  }
+  if (absl::SimpleAtoi(value, &opts->ctx) && opts->ctx >= 1 && opts->ctx <= kMaxCtx) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad --ctx '", value, "' (need a number from 1 to ", kMaxCtx, ")"));
+}
+
+}  // namespace
+
+int64_t MinSynthVocab() { return kSpecialTokens + kByteTokens + kMinPieces; }
+
+absl::StatusOr<SynthOptions> ParseSynthOptions(absl::Span<char* const> args) {
+  SynthOptions opts;
+  bool have_dims = false;
+  bool have_type = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const absl::string_view arg = args[i];
+    if (arg.empty() || arg[0] != '-') {
+      if (!opts.out.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
+      }
+      opts.out = std::string(arg);
+      continue;
+    }
+    if (arg != "--dims" && arg != "--type" && arg != "--seed" && arg != "--ctx") {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", arg, "' (flags: --dims ",
+                                                     kUsageDims, " --type T --seed S --ctx N)"));
+    }
+    if (i + 1 >= args.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("flag ", arg, " needs a value"));
+    }
+    TG_RETURN_IF_ERROR(ApplyFlag(arg, args[i + 1], &opts, &have_dims, &have_type));
+    ++i;
+  }
+  if (opts.out.empty()) return absl::InvalidArgumentError("synth needs an output file");
+  if (!have_dims) {
+    return absl::InvalidArgumentError(absl::StrCat("synth needs --dims ", kUsageDims));
+  }
+  if (!have_type) {
+    return absl::InvalidArgumentError("synth needs --type f32|f16|q8_0|q4_0|q4_k");
+  }
+  TG_RETURN_IF_ERROR(CheckDims(opts.dims));
+  return opts;
+}
+
+}  // namespace tg::synth

@@ -1,0 +1,46 @@
+// Command-line options of `tg-gguf synth`: the model's shape, its weight type, seed and
+// context length, parsed and checked before anything is generated.
+#ifndef TENSORGRID_MODELS_SYNTH_SYNTH_OPTIONS_H_
+#define TENSORGRID_MODELS_SYNTH_SYNTH_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/dtype.h"
+
+namespace tg::synth {
+
+// The shape of a llama model, in the order of --dims.
+struct SynthDims {
+  int64_t n_embd = 0;
+  int64_t n_ff = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t n_vocab = 0;
+  int64_t head_dim() const { return n_embd / n_head; }
+  int64_t n_embd_kv() const { return head_dim() * n_head_kv; }
+};
+
+struct SynthOptions {
+  std::string out;
+  SynthDims dims;
+  std::string dims_text;     // canonical "n_embd,n_ff,...": part of general.name.
+  DType type = DType::kF32;  // of the matrices (norms are always f32).
+  std::string type_name;     // as given on the command line, lower case.
+  uint32_t file_type = 0;    // llama.cpp's LLAMA_FTYPE for general.file_type.
+  uint64_t seed = 42;
+  int64_t ctx = 2048;
+};
+
+// Parses the arguments after "synth"; INVALID_ARGUMENT (a usage error) with a one-line message.
+absl::StatusOr<SynthOptions> ParseSynthOptions(absl::Span<char* const> args);
+
+// The smallest vocabulary synth accepts: <unk>, <s>, </s>, 256 byte tokens and a few pieces.
+int64_t MinSynthVocab();
+
+}  // namespace tg::synth
+
+#endif  // TENSORGRID_MODELS_SYNTH_SYNTH_OPTIONS_H_

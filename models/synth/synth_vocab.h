@@ -1,0 +1,34 @@
+// A synthetic SentencePiece (llama.cpp "llama"/SPM) vocabulary of any size: <unk>, <s>, </s>,
+// the 256 byte-fallback tokens <0x00>..<0xFF>, then unique pieces ("▁" + common English words,
+// letters, then generated letter sequences) with decreasing scores. Deterministic.
+#ifndef TENSORGRID_MODELS_SYNTH_SYNTH_VOCAB_H_
+#define TENSORGRID_MODELS_SYNTH_SYNTH_VOCAB_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tg::synth {
+
+// llama.cpp's llama_token_type values (tokenizer.ggml.token_type).
+inline constexpr int32_t kTokenNormal = 1;
+inline constexpr int32_t kTokenUnknown = 2;
+inline constexpr int32_t kTokenControl = 3;
+inline constexpr int32_t kTokenByte = 6;
+
+inline constexpr uint32_t kUnkId = 0;
+inline constexpr uint32_t kBosId = 1;
+inline constexpr uint32_t kEosId = 2;
+
+struct SpmVocab {
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+};
+
+// Exactly n_vocab tokens; n_vocab must be at least MinSynthVocab() (checked by the caller).
+SpmVocab MakeSpmVocab(int64_t n_vocab);
+
+}  // namespace tg::synth
+
+#endif  // TENSORGRID_MODELS_SYNTH_SYNTH_VOCAB_H_

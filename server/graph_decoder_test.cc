@@ -1,0 +1,301 @@
+// Tests of server/graph_decoder: a valid graph decodes and computes correctly; every kind of
+// malformed graph is rejected with the right status code and nothing runs.
+#include "server/graph_decoder.h"
+
+#include <map>
+#include <memory>
+
+#include "gtest/gtest.h"
+#include "proto/protocol.h"
+#include "server/server_test_util.h"
+
+namespace tg::server {
+namespace {
+
+using testing::DescBuilder;
+using testing::MatMulAdd;
+
+class GraphDecoderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    devices_ = testing::TwoCpuDevices();
+    ASSERT_EQ(devices_.size(), 2u);
+    for (uint64_t h : {1, 2}) {
+      auto b = devices_[h - 1]->default_buffer_type()->Allocate(4096);
+      ASSERT_TRUE(b.ok());
+      ASSERT_TRUE((*b)->Clear(0).ok());
+      buffers_[h] = std::move(*b);
+    }
+    resolve_ = [this](uint64_t h) -> absl::StatusOr<ResolvedBuffer> {
+      auto it = buffers_.find(h);
+      if (it == buffers_.end()) return absl::NotFoundError("no such handle");
+      return ResolvedBuffer{it->second.get(), 4096};
+    };
+  }
+
+  absl::StatusCode Decode(const tensorgrid::v1::GraphDesc& desc, int device = 0) {
+    return DecodeGraph(desc, devices_[device], resolve_).status().code();
+  }
+
+  std::vector<Device*> devices_;
+  std::map<uint64_t, std::unique_ptr<Buffer>> buffers_;
+  BufferResolver resolve_;
+};
+
+TEST_F(GraphDecoderTest, ValidGraphComputesLikeNaiveLoop) {
+  MatMulAdd mm(7);
+  auto decoded = DecodeGraph(mm.Graph(1), devices_[0], resolve_);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ((*decoded)->graph.nodes.size(), 2u);
+  EXPECT_EQ((*decoded)->graph.leafs.size(), 3u);
+  EXPECT_EQ((*decoded)->handles, std::vector<uint64_t>{1});
+  auto* base = static_cast<uint8_t*>(buffers_[1]->base());
+  std::memcpy(base + MatMulAdd::kAOff, mm.a.data(), mm.a.size() * 4);
+  std::memcpy(base + MatMulAdd::kXOff, mm.x.data(), mm.x.size() * 4);
+  std::memcpy(base + MatMulAdd::kBOff, mm.b.data(), mm.b.size() * 4);
+  auto stream = devices_[0]->CreateStream();
+  ASSERT_TRUE(stream.ok());
+  ASSERT_TRUE((*stream)->Compute((*decoded)->graph).ok());
+  std::vector<float> out(MatMulAdd::M * MatMulAdd::N);
+  std::memcpy(out.data(), base + MatMulAdd::kOutOff, out.size() * 4);
+  EXPECT_TRUE(testing::NearlyEqual(out, mm.Expected()));
+}
+
+TEST_F(GraphDecoderTest, EmptyGraphIsFine) {
+  EXPECT_EQ(Decode(tensorgrid::v1::GraphDesc()), absl::StatusCode::kOk);
+}
+
+TEST_F(GraphDecoderTest, LeafOffsetOutsideBuffer) {
+  MatMulAdd mm(1);
+  auto desc = mm.Graph(1);
+  desc.mutable_tensors(0)->set_offset(4096);  // A (128 bytes) at the end: outside.
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  desc.mutable_tensors(0)->set_offset(UINT64_MAX - 63);  // wraps around.
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(GraphDecoderTest, LeafSizeOutsideBuffer) {
+  DescBuilder g;
+  g.Add(DType::kF32, {1024, 2, 1, 1}, Op::kNone, {}, 1, 0);  // 8 KiB in a 4 KiB buffer.
+  EXPECT_EQ(Decode(g.desc()), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(GraphDecoderTest, NodeOutputOutsideBuffer) {
+  MatMulAdd mm(1);
+  auto desc = mm.Graph(1);
+  desc.mutable_tensors(4)->set_offset(4096 - 32);  // output of 48 bytes would overrun.
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(GraphDecoderTest, OverflowingDims) {
+  DescBuilder g;
+  const uint32_t t = g.Add(DType::kF32, {4, 1, 1, 1}, Op::kNone, {}, 1, 0);
+  g.At(t).set_ne(0, int64_t{1} << 62);
+  EXPECT_EQ(Decode(g.desc()), absl::StatusCode::kInvalidArgument);
+  g.At(t).set_ne(0, 1 << 20);
+  g.At(t).set_ne(1, 1 << 20);
+  g.At(t).set_ne(2, 1 << 20);  // elements overflow kMaxTensorBytes.
+  EXPECT_EQ(Decode(g.desc()), absl::StatusCode::kInvalidArgument);
+  g.At(t).set_ne(0, -4);
+  EXPECT_EQ(Decode(g.desc()), absl::StatusCode::kInvalidArgument);
+}
+
+// Zero dims would reach shape rules that divide by a source's dims (MUL_MAT broadcasting).
+TEST_F(GraphDecoderTest, ZeroDimensionsAreRejected) {
+  DescBuilder g;
+  const uint32_t a = g.Add(DType::kF32, {8, 4, 1, 1}, Op::kNone, {}, 1, 0);
+  const uint32_t x = g.Add(DType::kF32, {8, 3, 1, 1}, Op::kNone, {}, 1, 256);
+  g.Add(DType::kF32, {4, 3, 1, 1}, Op::kMulMat, {a, x}, 1, 512);
+  EXPECT_EQ(Decode(g.desc()), absl::StatusCode::kOk);
+  g.At(a).set_ne(2, 0);
+  EXPECT_EQ(Decode(g.desc()), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(GraphDecoderTest, OverflowingStrides) {
+  DescBuilder g;
+  const uint32_t t = g.Add(DType::kF32, {4, 4, 1, 1}, Op::kNone, {}, 1, 0);
+  g.At(t).set_nb(1, UINT64_MAX / 2);  // 3 * nb wraps.
+  EXPECT_EQ(Decode(g.desc()), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(GraphDecoderTest, StridesSmallerThanContiguous) {
+  {  // leaf whose elements overlap.
+    DescBuilder g;
+    const uint32_t t = g.Add(DType::kF32, {4, 4, 1, 1}, Op::kNone, {}, 1, 0);
+    g.At(t).set_nb(0, 2);
+    EXPECT_EQ(Decode(g.desc()), absl::StatusCode::kInvalidArgument);
+    g.At(t).set_nb(0, 4);
+    g.At(t).set_nb(1, 8);  // rows of 16 bytes every 8 bytes: overlap.
+    EXPECT_EQ(Decode(g.desc()), absl::StatusCode::kInvalidArgument);
+    g.At(t).set_nb(1, 0);  // zero stride: broadcasting reads.
+    EXPECT_EQ(Decode(g.desc()), absl::StatusCode::kInvalidArgument);
+  }
+  {  // a node whose strides do not match its op's rule.
+    MatMulAdd mm(1);
+    auto desc = mm.Graph(1);
+    desc.mutable_tensors(3)->set_nb(1, 8);  // MUL_MAT result rows 16 bytes apart.
+    EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_F(GraphDecoderTest, MisalignedData) {
+  DescBuilder g;
+  g.Add(DType::kF32, {4, 1, 1, 1}, Op::kNone, {}, 1, 2);  // f32 at an odd offset.
+  EXPECT_EQ(Decode(g.desc()), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(GraphDecoderTest, UnknownDType) {
+  MatMulAdd mm(1);
+  auto desc = mm.Graph(1);
+  desc.mutable_tensors(0)->set_type(99);
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(GraphDecoderTest, UnknownOp) {
+  MatMulAdd mm(1);
+  auto desc = mm.Graph(1);
+  desc.mutable_tensors(4)->set_op(200);
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  desc.mutable_tensors(4)->set_op(static_cast<uint32_t>(Op::kCount));
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(GraphDecoderTest, CyclicGraphOrForwardReference) {
+  MatMulAdd mm(1);
+  auto desc = mm.Graph(1);
+  desc.mutable_tensors(3)->set_src(1, 5);  // MUL_MAT reads the ADD after it.
+  auto r = DecodeGraph(desc, devices_[0], resolve_);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("cyclic graph or forward reference"), std::string::npos);
+  desc = mm.Graph(1);
+  desc.mutable_tensors(3)->set_src(0, 4);  // itself.
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  desc = mm.Graph(1);
+  desc.mutable_tensors(3)->set_view_src(9);
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(GraphDecoderTest, IdsMustBeInOrder) {
+  MatMulAdd mm(1);
+  auto desc = mm.Graph(1);
+  desc.mutable_tensors(1)->set_id(7);
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(GraphDecoderTest, MalformedFields) {
+  MatMulAdd mm(1);
+  auto desc = mm.Graph(1);
+  desc.mutable_tensors(0)->add_ne(1);  // 5 dims.
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  desc = mm.Graph(1);
+  desc.mutable_tensors(0)->mutable_nb()->RemoveLast();
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  desc = mm.Graph(1);
+  desc.mutable_tensors(3)->set_op_params(std::string(65, 'x'));
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  desc = mm.Graph(1);
+  for (int i = 0; i < 3; ++i) desc.mutable_tensors(3)->add_src(0);  // 5 source slots.
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  desc = mm.Graph(1);
+  desc.mutable_tensors(0)->add_src(0);
+  desc.mutable_tensors(1)->add_src(1);  // a leaf with a source.
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  desc = mm.Graph(1);
+  desc.mutable_tensors(0)->set_name(std::string(500, 'n'));  // truncated, not rejected.
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kOk);
+}
+
+TEST_F(GraphDecoderTest, ShapeRuleViolation) {
+  MatMulAdd mm(1);
+  auto desc = mm.Graph(1);
+  desc.mutable_tensors(3)->set_src(1, 3);  // MUL_MAT of A[8,4] x B[4,3]: inner dims differ.
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(GraphDecoderTest, HandleProblems) {
+  MatMulAdd mm(1);
+  auto desc = mm.Graph(1);
+  desc.mutable_tensors(1)->set_buffer(42);  // unknown / freed / another session's.
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kNotFound);
+  desc = mm.Graph(1);
+  desc.mutable_tensors(1)->set_buffer(0);  // a leaf without memory.
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  desc = mm.Graph(1);
+  desc.mutable_tensors(3)->set_buffer(0);  // a node without memory.
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(GraphDecoderTest, BufferOnAnotherDevice) {
+  MatMulAdd mm(1);
+  auto desc = mm.Graph(1);
+  desc.mutable_tensors(2)->set_buffer(2);  // CPU1's buffer in a graph for CPU0.
+  EXPECT_EQ(Decode(desc, 0), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Decode(mm.Graph(2), 1), absl::StatusCode::kOk);
+  EXPECT_EQ(Decode(mm.Graph(2), 0), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(GraphDecoderTest, NodeListProblems) {
+  MatMulAdd mm(1);
+  auto desc = mm.Graph(1);
+  desc.mutable_nodes()->RemoveLast();  // ADD not listed.
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  desc = mm.Graph(1);
+  desc.set_nodes(1, 4);  // MUL_MAT twice.
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  desc = mm.Graph(1);
+  desc.set_nodes(1, 1);  // a leaf.
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  desc = mm.Graph(1);
+  desc.set_nodes(1, 77);  // no such tensor.
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  desc = mm.Graph(1);
+  desc.set_nodes(0, 5);
+  desc.set_nodes(1, 4);  // ADD before the MUL_MAT it reads.
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(GraphDecoderTest, Views) {
+  DescBuilder g;
+  const uint32_t base = g.Add(DType::kF32, {16, 4, 1, 1}, Op::kNone, {}, 1, 0);
+  const uint32_t view = g.Add(DType::kF32, {16, 2, 1, 1}, Op::kView, {base});
+  g.At(view).set_view_src(base);
+  g.At(view).set_view_offs(128);  // rows 2..3.
+  const uint32_t out = g.Add(DType::kF32, {16, 2, 1, 1}, Op::kSilu, {view}, 1, 1024);
+  (void)out;
+  auto ok = DecodeGraph(g.desc(), devices_[0], resolve_);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(static_cast<uint8_t*>((*ok)->tensors[1]->data),
+            static_cast<uint8_t*>(buffers_[1]->base()) + 128);
+  g.At(view).set_view_offs(192);  // past the base tensor's end.
+  EXPECT_EQ(Decode(g.desc()), absl::StatusCode::kInvalidArgument);
+  g.At(view).set_view_offs(128);
+  g.At(view).set_nb(1, 0);  // overlapping view rows.
+  EXPECT_EQ(Decode(g.desc()), absl::StatusCode::kInvalidArgument);
+  g.At(view).set_nb(1, 64);
+  g.At(view).set_view_src(0);  // a VIEW must alias.
+  EXPECT_EQ(Decode(g.desc()), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(GraphDecoderTest, TooManyTensors) {
+  tensorgrid::v1::GraphDesc desc;
+  const size_t n = rpc::kMaxGraphTensors + 1;
+  for (size_t i = 0; i < n; ++i) desc.add_tensors()->set_id(static_cast<uint32_t>(i + 1));
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CheckedNumBytes, MatchesTensorNumBytes) {
+  Tensor t;
+  t.type = DType::kQ8_0;
+  t.ne[0] = 64;
+  t.ne[1] = 3;
+  SetContiguousStrides(&t);
+  auto b = CheckedNumBytes(t);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*b, t.NumBytes());
+  t.nb[3] = UINT64_MAX;
+  t.ne[3] = 2;
+  EXPECT_FALSE(CheckedNumBytes(t).ok());
+}
+
+}  // namespace
+}  // namespace tg::server

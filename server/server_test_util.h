@@ -1,0 +1,245 @@
+// Helpers shared by the server tests: building GraphDesc messages by hand, session command
+// builders, and the small MUL_MAT + ADD graph whose result is checked against a naive loop.
+#ifndef TENSORGRID_SERVER_SERVER_TEST_UTIL_H_
+#define TENSORGRID_SERVER_SERVER_TEST_UTIL_H_
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "backends/register_builtin.h"
+#include "core/dtype.h"
+#include "core/op.h"
+#include "core/registry.h"
+#include "core/tensor.h"
+#include "tensorgrid/v1/tensorgrid.pb.h"
+
+namespace tg::server::testing {
+
+namespace pb = ::tensorgrid::v1;
+
+// Two CPU devices (CPU0, CPU1); must run before the registry is first used.
+inline std::vector<Device*> TwoCpuDevices() {
+  setenv("TG_CPU_DEVICES", "2", 1);
+  if (!RegisterBuiltinBackends().ok()) return {};
+  std::vector<Device*> out;
+  for (Device* d : Registry::Get().devices()) {
+    if (d->type() == DeviceType::kCpu) out.push_back(d);
+  }
+  return out;
+}
+
+// Builds a GraphDesc tensor by tensor (ids 1..n in order).
+class DescBuilder {
+ public:
+  // A contiguous tensor; returns its id.
+  uint32_t Add(DType type, std::array<int64_t, 4> ne, Op op = Op::kNone,
+               std::vector<uint32_t> src = {}, uint64_t buffer = 0, uint64_t offset = 0) {
+    pb::TensorDesc* t = desc_.add_tensors();
+    t->set_id(desc_.tensors_size());
+    t->set_type(static_cast<uint32_t>(type));
+    Tensor probe;
+    probe.type = type;
+    for (int i = 0; i < 4; ++i) probe.ne[i] = ne[i];
+    SetContiguousStrides(&probe);
+    for (int i = 0; i < 4; ++i) {
+      t->add_ne(ne[i]);
+      t->add_nb(probe.nb[i]);
+    }
+    t->set_op(static_cast<uint32_t>(op));
+    for (uint32_t s : src) t->add_src(s);
+    t->set_buffer(buffer);
+    t->set_offset(offset);
+    t->set_name(absl::StrCat("t", t->id()));
+    if (op != Op::kNone) desc_.add_nodes(t->id());
+    return t->id();
+  }
+  pb::TensorDesc& At(uint32_t id) { return *desc_.mutable_tensors(id - 1); }
+  pb::GraphDesc& desc() { return desc_; }
+
+ private:
+  pb::GraphDesc desc_;
+};
+
+inline std::vector<float> Floats(size_t n, uint32_t seed) {
+  std::vector<float> v(n);
+  uint32_t x = seed * 2654435761u + 1;
+  for (float& f : v) {
+    x = x * 1664525u + 1013904223u;
+    f = static_cast<float>((x >> 8) % 2001) / 1000.0f - 1.0f;
+  }
+  return v;
+}
+
+inline std::string Bytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+inline std::vector<float> ToFloats(const std::string& s) {
+  std::vector<float> v(s.size() / sizeof(float));
+  std::memcpy(v.data(), s.data(), v.size() * sizeof(float));
+  return v;
+}
+
+// out[M, N] = A[K, M] x X[K, N] + B[M, N], all f32, in one buffer at 64-aligned offsets:
+// A at 0, X at kXOff, B at kBOff, MUL_MAT result at kMmOff, output at kOutOff.
+struct MatMulAdd {
+  static constexpr int64_t K = 8, M = 4, N = 3;
+  static constexpr uint64_t kAOff = 0, kXOff = 256, kBOff = 512, kMmOff = 768, kOutOff = 1024;
+  static constexpr uint64_t kBufferBytes = 2048;
+  std::vector<float> a, x, b;
+
+  explicit MatMulAdd(uint32_t seed)
+      : a(Floats(K * M, seed)), x(Floats(K * N, seed + 1)), b(Floats(M * N, seed + 2)) {}
+
+  pb::GraphDesc Graph(uint64_t buffer) const {
+    DescBuilder g;
+    const uint32_t ta = g.Add(DType::kF32, {K, M, 1, 1}, Op::kNone, {}, buffer, kAOff);
+    const uint32_t tx = g.Add(DType::kF32, {K, N, 1, 1}, Op::kNone, {}, buffer, kXOff);
+    const uint32_t tb = g.Add(DType::kF32, {M, N, 1, 1}, Op::kNone, {}, buffer, kBOff);
+    const uint32_t mm = g.Add(DType::kF32, {M, N, 1, 1}, Op::kMulMat, {ta, tx}, buffer, kMmOff);
+    g.Add(DType::kF32, {M, N, 1, 1}, Op::kAdd, {mm, tb}, buffer, kOutOff);
+    return g.desc();
+  }
+
+  std::vector<float> Expected() const {
+    std::vector<float> out(M * N);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t m = 0; m < M; ++m) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k) acc += double(a[m * K + k]) * x[n * K + k];
+        out[n * M + m] = static_cast<float>(acc) + b[n * M + m];
+      }
+    }
+    return out;
+  }
+
+  // The Compute command: writes a, x, b as inputs and returns the output range.
+  pb::SessionRequest Compute(uint64_t id, uint64_t buffer, uint32_t device, uint64_t key,
+                             bool with_graph) const {
+    pb::SessionRequest r;
+    r.set_id(id);
+    pb::Compute* c = r.mutable_compute();
+    c->set_device(device);
+    c->set_graph_key(key);
+    if (with_graph) *c->mutable_graph() = Graph(buffer);
+    for (auto [off, v] : {std::pair{kAOff, &a}, std::pair{kXOff, &x}, std::pair{kBOff, &b}}) {
+      pb::WriteRange* w = c->add_inputs();
+      w->set_buffer(buffer);
+      w->set_offset(off);
+      w->set_data(Bytes(*v));
+    }
+    pb::Range* out = c->add_outputs();
+    out->set_buffer(buffer);
+    out->set_offset(kOutOff);
+    out->set_size(M * N * sizeof(float));
+    return r;
+  }
+};
+
+inline bool NearlyEqual(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return false;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::fabs(got[i] - want[i]) > 1e-4f * (1.0f + std::fabs(want[i]))) return false;
+  }
+  return true;
+}
+
+inline pb::SessionRequest AllocRequest(uint64_t id, uint32_t device, uint64_t size) {
+  pb::SessionRequest r;
+  r.set_id(id);
+  r.mutable_alloc_buffer()->set_device(device);
+  r.mutable_alloc_buffer()->set_size(size);
+  return r;
+}
+
+inline pb::SessionRequest FreeRequest(uint64_t id, uint64_t buffer) {
+  pb::SessionRequest r;
+  r.set_id(id);
+  r.mutable_free_buffer()->set_buffer(buffer);
+  return r;
+}
+
+inline pb::SessionRequest WriteRequest(uint64_t id, uint64_t buffer, uint64_t offset,
+                                       std::string data) {
+  pb::SessionRequest r;
+  r.set_id(id);
+  r.mutable_write()->set_buffer(buffer);
+  r.mutable_write()->set_offset(offset);
+  r.mutable_write()->set_data(std::move(data));
+  return r;
+}
+
+inline pb::SessionRequest ReadRequest(uint64_t id, uint64_t buffer, uint64_t offset,
+                                      uint64_t size) {
+  pb::SessionRequest r;
+  r.set_id(id);
+  pb::Range* range = r.mutable_read()->mutable_range();
+  range->set_buffer(buffer);
+  range->set_offset(offset);
+  range->set_size(size);
+  return r;
+}
+
+// A Compute on `buffer` (256 bytes at least) of GET_ROWS (rows `row0`, `row1` of a 3x4 f32
+// table at offset 0, indices at 128, result at 192) or, with set_rows, SET_ROWS (two rows
+// at 64 written into the table at those rows); the indices are the Compute's input, and the
+// first 64 bytes come back as its output. Indices out of [0, 3) fail when it runs.
+inline pb::SessionRequest RowsCompute(uint64_t id, uint64_t buffer, bool set_rows, int32_t row0,
+                                      int32_t row1) {
+  DescBuilder g;
+  pb::SessionRequest r;
+  r.set_id(id);
+  pb::Compute* c = r.mutable_compute();
+  c->set_graph_key(set_rows ? 9 : 8);
+  const uint32_t rows = g.Add(DType::kF32, {4, 3, 1, 1}, Op::kNone, {}, buffer, 0);
+  const uint32_t src = g.Add(DType::kF32, {4, 2, 1, 1}, Op::kNone, {}, buffer, 64);
+  const uint32_t idx = g.Add(DType::kI32, {2, 1, 1, 1}, Op::kNone, {}, buffer, 128);
+  if (set_rows) {
+    const uint32_t n = g.Add(DType::kF32, {4, 3, 1, 1}, Op::kSetRows, {rows, src, idx});
+    g.At(n).set_view_src(rows);
+  } else {
+    g.Add(DType::kF32, {4, 2, 1, 1}, Op::kGetRows, {rows, idx}, buffer, 192);
+  }
+  *c->mutable_graph() = g.desc();
+  const int32_t ids[2] = {row0, row1};
+  pb::WriteRange* w = c->add_inputs();
+  w->set_buffer(buffer);
+  w->set_offset(128);
+  w->set_data(std::string(reinterpret_cast<const char*>(ids), sizeof(ids)));
+  pb::Range* out = c->add_outputs();
+  out->set_buffer(buffer);
+  out->set_size(64);
+  return r;
+}
+
+// Runs alloc -> compute (MUL_MAT + ADD) -> check -> free through `handle`; returns an error
+// describing the first thing that went wrong.
+inline absl::Status RunMatMulAddCheck(
+    const std::function<pb::SessionReply(const pb::SessionRequest&)>& handle, uint32_t seed,
+    uint32_t device = 0) {
+  pb::SessionReply r = handle(AllocRequest(1, device, MatMulAdd::kBufferBytes));
+  if (r.code() != 0) return absl::InternalError(absl::StrCat("alloc: ", r.message()));
+  const uint64_t buffer = r.alloc_buffer().buffer();
+  MatMulAdd mm(seed);
+  r = handle(mm.Compute(2, buffer, device, 1000 + seed, true));
+  if (r.code() != 0) return absl::InternalError(absl::StrCat("compute: ", r.message()));
+  if (r.compute().outputs_size() != 1) return absl::InternalError("no output");
+  if (!NearlyEqual(ToFloats(r.compute().outputs(0)), mm.Expected())) {
+    return absl::InternalError("wrong MUL_MAT + ADD result");
+  }
+  r = handle(FreeRequest(3, buffer));
+  if (r.code() != 0) return absl::InternalError(absl::StrCat("free: ", r.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace tg::server::testing
+
+#endif  // TENSORGRID_SERVER_SERVER_TEST_UTIL_H_

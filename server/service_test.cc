@@ -1,0 +1,631 @@
+// Tests of the gRPC service through a real server on a loopback port, started in-process:
+// Hello, Session, Upload/Download with the cache, PeerCopy between two servers, auth,
+// limits, oversized messages, concurrency, and metrics. After every error case the same
+// server must still compute a MUL_MAT + ADD graph correctly on a fresh session.
+#include "server/service.h"
+
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "core/op.h"
+#include "gtest/gtest.h"
+#include "proto/content_hash.h"
+#include "proto/protocol.h"
+#include "server/metrics.h"
+#include "server/rpc_server.h"
+#include "server/server_test_util.h"
+#include "tensorgrid/v1/tensorgrid.grpc.pb.h"
+
+namespace tg::server {
+namespace {
+
+namespace pb = ::tensorgrid::v1;
+using testing::AllocRequest;
+using testing::FreeRequest;
+using testing::MatMulAdd;
+using testing::ReadRequest;
+using testing::WriteRequest;
+
+// One Session stream from the client side.
+class SessionStream {
+ public:
+  SessionStream(pb::TensorGrid::Stub* stub, const std::string& token) {
+    if (!token.empty()) ctx_.AddMetadata("authorization", "Bearer " + token);
+    rw_ = stub->Session(&ctx_);
+    pb::SessionReply started;
+    if (rw_->Read(&started) && started.has_started()) id_ = started.started().session_id();
+  }
+  ~SessionStream() {
+    if (!closed_) Close();
+  }
+  bool ok() const { return !id_.empty(); }
+  const std::string& id() const { return id_; }
+  pb::SessionReply Call(const pb::SessionRequest& r) {
+    pb::SessionReply reply;
+    if (!rw_->Write(r) || !rw_->Read(&reply)) {
+      reply.set_code(-1);
+      reply.set_message("stream broken");
+    }
+    return reply;
+  }
+  grpc::Status Close() {
+    closed_ = true;
+    rw_->WritesDone();
+    pb::SessionReply ignored;
+    while (rw_->Read(&ignored)) {
+    }
+    return rw_->Finish();
+  }
+  // Writes without waiting for a reply (for the oversized message).
+  bool WriteOnly(const pb::SessionRequest& r) { return rw_->Write(r); }
+
+ private:
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<pb::SessionRequest, pb::SessionReply>> rw_;
+  std::string id_;
+  bool closed_ = false;
+};
+
+std::unique_ptr<pb::TensorGrid::Stub> Connect(const std::string& address, int max_send = -1) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(static_cast<int>(rpc::kMaxMessageBytes));
+  args.SetMaxSendMessageSize(max_send);
+  return pb::TensorGrid::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+}
+
+// Uploads `data` into [offset, +size) of a buffer; returns the final status and replies.
+struct UploadResult {
+  grpc::Status status;
+  bool have_it = false;
+  uint64_t received = 0;
+};
+UploadResult Upload(pb::TensorGrid::Stub* stub, const std::string& token,
+                    const std::string& session, uint64_t buffer, uint64_t offset,
+                    const std::string& data, bool with_sha, size_t chunk = rpc::kChunkBytes,
+                    uint64_t announced = UINT64_MAX, std::string sha = "") {
+  grpc::ClientContext ctx;
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  auto rw = stub->Upload(&ctx);
+  pb::UploadMessage m;
+  pb::UploadHeader* h = m.mutable_header();
+  h->set_session_id(session);
+  h->set_buffer(buffer);
+  h->set_offset(offset);
+  h->set_size(announced == UINT64_MAX ? data.size() : announced);
+  if (with_sha) {
+    if (sha.empty()) {
+      const rpc::Sha256Digest d = rpc::Sha256(data.data(), data.size());
+      sha.assign(reinterpret_cast<const char*>(d.data()), d.size());
+    }
+    h->set_sha256(sha);
+  }
+  UploadResult result;
+  pb::UploadReply reply;
+  if (rw->Write(m) && rw->Read(&reply)) {
+    result.have_it = reply.have_it();
+    if (reply.send()) {
+      for (size_t off = 0; off < data.size(); off += chunk) {
+        pb::UploadMessage c;
+        c.set_chunk(data.substr(off, chunk));
+        if (!rw->Write(c)) break;
+      }
+      rw->WritesDone();
+      if (rw->Read(&reply)) result.received = reply.received();
+    } else {
+      result.received = reply.received();
+      rw->WritesDone();
+    }
+  }
+  result.status = rw->Finish();
+  return result;
+}
+
+std::string Download(pb::TensorGrid::Stub* stub, const std::string& token,
+                     const std::string& session, uint64_t buffer, uint64_t offset, uint64_t size,
+                     grpc::Status* status) {
+  grpc::ClientContext ctx;
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  pb::DownloadRequest req;
+  req.set_session_id(session);
+  req.mutable_range()->set_buffer(buffer);
+  req.mutable_range()->set_offset(offset);
+  req.mutable_range()->set_size(size);
+  auto reader = stub->Download(&ctx, req);
+  std::string out;
+  pb::DataChunk chunk;
+  while (reader->Read(&chunk)) {
+    EXPECT_LE(chunk.data().size(), rpc::kChunkBytes);
+    out += chunk.data();
+  }
+  *status = reader->Finish();
+  return out;
+}
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::string s(n, '\0');
+  uint32_t x = seed;
+  for (char& c : s) {
+    x = x * 1664525u + 1013904223u;
+    c = static_cast<char>(x >> 24);
+  }
+  return s;
+}
+
+// GET /metrics over a plain socket.
+std::string Scrape(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string req = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    (void)!write(fd, req.data(), req.size());
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
+  }
+  close(fd);
+  return out;
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    devices_ = testing::TwoCpuDevices();
+    ASSERT_EQ(devices_.size(), 2u);
+    cache_dir_ =
+        std::filesystem::temp_directory_path() / ("tg_service_test_" + std::to_string(getpid()));
+    std::filesystem::remove_all(cache_dir_);
+  }
+  void TearDown() override {
+    server_.reset();
+    std::filesystem::remove_all(cache_dir_);
+  }
+
+  void StartServer(ServerConfig config = {}) {
+    config.port = 0;
+    config.devices = devices_;
+    if (config.cache_dir.empty()) config.cache_dir = cache_dir_.string();
+    config.metrics_port = 0;
+    token_ = config.auth_token;
+    auto s = RpcServer::Start(config);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+    stub_ = Connect(server_->address());
+  }
+
+  // The server still serves a valid compute on a fresh session.
+  void ExpectHealthy(uint32_t seed = 21) {
+    SessionStream s(stub_.get(), token_);
+    ASSERT_TRUE(s.ok());
+    absl::Status st =
+        testing::RunMatMulAddCheck([&](const pb::SessionRequest& r) { return s.Call(r); }, seed, 1);
+    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_TRUE(s.Close().ok());
+  }
+
+  std::vector<Device*> devices_;
+  std::filesystem::path cache_dir_;
+  std::unique_ptr<RpcServer> server_;
+  std::unique_ptr<pb::TensorGrid::Stub> stub_;
+  std::string token_;
+};
+
+pb::HelloRequest GoodHello() {
+  pb::HelloRequest h;
+  h.set_protocol_version(rpc::kProtocolVersion);
+  h.set_op_table_fingerprint(OpTableFingerprint());
+  h.set_client_name("service_test");
+  return h;
+}
+
+TEST_F(ServiceTest, HelloListsDevices) {
+  StartServer();
+  grpc::ClientContext ctx;
+  pb::HelloReply reply;
+  ASSERT_TRUE(stub_->Hello(&ctx, GoodHello(), &reply).ok());
+  EXPECT_EQ(reply.protocol_version(), rpc::kProtocolVersion);
+  EXPECT_EQ(reply.op_table_fingerprint(), OpTableFingerprint());
+  EXPECT_EQ(reply.server_id().size(), 32u);
+  EXPECT_EQ(reply.max_message_bytes(), rpc::kMaxMessageBytes);
+  EXPECT_EQ(reply.max_inline_bytes(), rpc::kMaxInlineBytes);
+  ASSERT_EQ(reply.devices_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    const pb::DeviceInfo& d = reply.devices(i);
+    EXPECT_EQ(d.index(), static_cast<uint32_t>(i));
+    EXPECT_EQ(d.name(), absl::StrCat("CPU", i));
+    EXPECT_EQ(d.type(), "CPU");
+    EXPECT_GT(d.memory_total(), 0u);
+    EXPECT_TRUE(d.buffer_type().is_host());
+    EXPECT_EQ(d.buffer_type().alignment(), 64u);
+    EXPECT_EQ(d.supported_ops_size(), static_cast<int>(Op::kCount) - 1);
+  }
+}
+
+TEST_F(ServiceTest, HelloVersionOrFingerprintMismatch) {
+  StartServer();
+  {
+    pb::HelloRequest h = GoodHello();
+    h.set_protocol_version(rpc::kProtocolVersion + 1);
+    grpc::ClientContext ctx;
+    pb::HelloReply reply;
+    grpc::Status st = stub_->Hello(&ctx, h, &reply);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(st.error_message().find(absl::StrCat("version ", rpc::kProtocolVersion + 1)),
+              std::string::npos);
+    EXPECT_NE(st.error_message().find(absl::StrCat("version ", rpc::kProtocolVersion)),
+              std::string::npos);
+  }
+  {
+    pb::HelloRequest h = GoodHello();
+    h.set_op_table_fingerprint(0x1234);
+    grpc::ClientContext ctx;
+    pb::HelloReply reply;
+    grpc::Status st = stub_->Hello(&ctx, h, &reply);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(st.error_message().find("0000000000001234"), std::string::npos);
+    EXPECT_NE(st.error_message().find(absl::StrFormat("%016x", OpTableFingerprint())),
+              std::string::npos);
+  }
+  ExpectHealthy();
+}
+
+TEST_F(ServiceTest, SessionErrorsKeepTheStreamAndServerAlive) {
+  StartServer();
+  SessionStream s(stub_.get(), "");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s.id().size(), 32u);
+  EXPECT_EQ(s.Call(ReadRequest(1, 12345, 0, 4)).code(),
+            static_cast<int>(absl::StatusCode::kNotFound));
+  EXPECT_EQ(s.Call(AllocRequest(2, 0, uint64_t{1} << 60)).code(),
+            static_cast<int>(absl::StatusCode::kResourceExhausted));
+  absl::Status st =
+      testing::RunMatMulAddCheck([&](const pb::SessionRequest& r) { return s.Call(r); }, 3);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_TRUE(s.Close().ok());
+  ExpectHealthy();
+}
+
+TEST_F(ServiceTest, AnotherSessionsHandleIsNotFound) {
+  StartServer();
+  SessionStream a(stub_.get(), "");
+  SessionStream b(stub_.get(), "");
+  const uint64_t h = a.Call(AllocRequest(1, 0, 64)).alloc_buffer().buffer();
+  EXPECT_EQ(b.Call(ReadRequest(1, h, 0, 4)).code(), static_cast<int>(absl::StatusCode::kNotFound));
+  grpc::Status dst;
+  Download(stub_.get(), "", b.id(), h, 0, 4, &dst);  // b's id, a's handle.
+  EXPECT_EQ(dst.error_code(), grpc::StatusCode::NOT_FOUND);
+  ExpectHealthy();
+}
+
+TEST_F(ServiceTest, UploadDownloadAndCache) {
+  StartServer();
+  SessionStream s(stub_.get(), "");
+  const size_t n = 10 << 20;  // more than two chunks.
+  const uint64_t h = s.Call(AllocRequest(1, 0, n + 100)).alloc_buffer().buffer();
+  const std::string data = RandomBytes(n, 1);
+  UploadResult up = Upload(stub_.get(), "", s.id(), h, 100, data, /*with_sha=*/true);
+  ASSERT_TRUE(up.status.ok()) << up.status.error_message();
+  EXPECT_FALSE(up.have_it);
+  EXPECT_EQ(up.received, n);
+  grpc::Status st;
+  EXPECT_EQ(Download(stub_.get(), "", s.id(), h, 100, n, &st), data);
+  EXPECT_TRUE(st.ok());
+  EXPECT_EQ(server_->metrics().upload_bytes(), n);
+  // The same bytes again (into another buffer): served from the cache.
+  const uint64_t h2 = s.Call(AllocRequest(2, 1, n)).alloc_buffer().buffer();
+  up = Upload(stub_.get(), "", s.id(), h2, 0, data, true);
+  ASSERT_TRUE(up.status.ok()) << up.status.error_message();
+  EXPECT_TRUE(up.have_it);
+  EXPECT_EQ(Download(stub_.get(), "", s.id(), h2, 0, n, &st), data);
+  EXPECT_EQ(server_->metrics().cache_hit_bytes(), n);
+  pb::SessionRequest stats;
+  stats.set_id(3);
+  stats.mutable_cache_stats();
+  pb::SessionReply r = s.Call(stats);
+  EXPECT_EQ(r.cache_stats().uploaded_bytes(), n);
+  EXPECT_EQ(r.cache_stats().cache_hit_bytes(), n);
+  // Without a hash: always sent, never cached.
+  up = Upload(stub_.get(), "", s.id(), h2, 0, "abc", false);
+  EXPECT_TRUE(up.status.ok());
+  EXPECT_FALSE(up.have_it);
+  EXPECT_EQ(s.Call(ReadRequest(4, h2, 0, 3)).read().data(), "abc");
+}
+
+TEST_F(ServiceTest, UploadErrors) {
+  StartServer();
+  SessionStream s(stub_.get(), "");
+  const uint64_t h = s.Call(AllocRequest(1, 0, 1024)).alloc_buffer().buffer();
+  const std::string data = RandomBytes(512, 2);
+  EXPECT_EQ(Upload(stub_.get(), "", "nosuchsession", h, 0, data, false).status.error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Upload(stub_.get(), "", s.id(), h + 1, 0, data, false).status.error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Upload(stub_.get(), "", s.id(), h, 600, data, false).status.error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);  // range outside the buffer.
+  EXPECT_EQ(Upload(stub_.get(), "", s.id(), h, 0, data, false, 4096, 600).status.error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);  // fewer bytes than announced.
+  EXPECT_EQ(Upload(stub_.get(), "", s.id(), h, 0, data, false, 100, 300).status.error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);  // more bytes than announced.
+  EXPECT_EQ(
+      Upload(stub_.get(), "", s.id(), h, 0, data, true, 4096, UINT64_MAX, std::string(32, 'x'))
+          .status.error_code(),
+      grpc::StatusCode::DATA_LOSS);  // hash mismatch.
+  EXPECT_EQ(Upload(stub_.get(), "", s.id(), h, 0, data, true, 4096, UINT64_MAX, std::string(5, 'x'))
+                .status.error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);  // not a sha256.
+  {                                               // a chunk before the header.
+    grpc::ClientContext ctx;
+    auto rw = stub_->Upload(&ctx);
+    pb::UploadMessage m;
+    m.set_chunk("zzz");
+    rw->Write(m);
+    rw->WritesDone();
+    EXPECT_EQ(rw->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  grpc::Status st;
+  Download(stub_.get(), "", s.id(), h, 1000, 100, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.Call(ReadRequest(2, h, 0, 4)).code(), 0);
+  ExpectHealthy();
+}
+
+TEST_F(ServiceTest, FreeWhileUploadingIsSafe) {
+  StartServer();
+  {
+    SessionStream s(stub_.get(), "");
+    const uint64_t h = s.Call(AllocRequest(1, 0, 1 << 20)).alloc_buffer().buffer();
+    grpc::ClientContext ctx;
+    auto rw = stub_->Upload(&ctx);
+    pb::UploadMessage m;
+    m.mutable_header()->set_session_id(s.id());
+    m.mutable_header()->set_buffer(h);
+    m.mutable_header()->set_size(1 << 20);
+    ASSERT_TRUE(rw->Write(m));
+    pb::UploadReply reply;
+    ASSERT_TRUE(rw->Read(&reply));
+    ASSERT_TRUE(reply.send());
+    pb::UploadMessage c;
+    c.set_chunk(std::string(1 << 19, 'a'));
+    ASSERT_TRUE(rw->Write(c));
+    EXPECT_EQ(s.Call(FreeRequest(2, h)).code(), 0);  // freed mid-upload.
+    EXPECT_TRUE(s.Close().ok());                     // and the session ends.
+    rw->Write(c);
+    rw->WritesDone();
+    rw->Read(&reply);
+    EXPECT_TRUE(rw->Finish().ok());
+  }
+  EXPECT_EQ(server_->metrics().buffers(), 0);
+  EXPECT_EQ(server_->metrics().buffer_bytes(), 0);
+  ExpectHealthy();
+}
+
+TEST_F(ServiceTest, OversizedMessageIsRejected) {
+  StartServer();
+  auto big_stub = Connect(server_->address(), 128 << 20);
+  {
+    SessionStream s(big_stub.get(), "");
+    ASSERT_TRUE(s.ok());
+    s.WriteOnly(WriteRequest(1, 1, 0, std::string(rpc::kMaxMessageBytes + 1024, 'x')));
+    grpc::Status st = s.Close();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  }
+  ExpectHealthy();
+}
+
+TEST_F(ServiceTest, BearerToken) {
+  ServerConfig config;
+  config.auth_token = "s3cret-token";
+  StartServer(config);
+  {
+    grpc::ClientContext ctx;
+    pb::HelloReply reply;
+    grpc::Status st = stub_->Hello(&ctx, GoodHello(), &reply);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_NE(st.error_message().find("missing"), std::string::npos);
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer wrong");
+    pb::HelloReply reply;
+    grpc::Status st = stub_->Hello(&ctx, GoodHello(), &reply);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_NE(st.error_message().find("wrong"), std::string::npos);
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer s3cret-token");
+    pb::HelloReply reply;
+    EXPECT_TRUE(stub_->Hello(&ctx, GoodHello(), &reply).ok());
+  }
+  {  // a session stream without the token.
+    SessionStream s(stub_.get(), "");
+    EXPECT_FALSE(s.ok());
+    EXPECT_EQ(s.Close().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    SessionStream s(stub_.get(), "nope");
+    EXPECT_EQ(s.Close().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  // Upload/Download need it too; PeerCopy needs only the grant.
+  SessionStream s(stub_.get(), token_);
+  ASSERT_TRUE(s.ok());
+  const uint64_t h = s.Call(AllocRequest(1, 0, 64)).alloc_buffer().buffer();
+  EXPECT_EQ(Upload(stub_.get(), "", s.id(), h, 0, "abcd", false).status.error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(Upload(stub_.get(), token_, s.id(), h, 0, "abcd", false).status.ok());
+  grpc::Status st;
+  Download(stub_.get(), "x", s.id(), h, 0, 4, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  pb::SessionRequest g;
+  g.set_id(2);
+  g.mutable_grant_peer_read()->set_buffer(h);
+  const std::string grant = s.Call(g).grant().grant();
+  grpc::ClientContext ctx;
+  pb::PeerCopyRequest pc;
+  pc.set_grant(grant);
+  pc.set_size(4);
+  auto reader = stub_->PeerCopy(&ctx, pc);
+  pb::DataChunk chunk;
+  std::string got;
+  while (reader->Read(&chunk)) got += chunk.data();
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(got, "abcd");
+  ExpectHealthy();
+}
+
+TEST_F(ServiceTest, MaxSessions) {
+  ServerConfig config;
+  config.max_sessions = 2;
+  StartServer(config);
+  auto a = std::make_unique<SessionStream>(stub_.get(), "");
+  SessionStream b(stub_.get(), "");
+  ASSERT_TRUE(a->ok() && b.ok());
+  {
+    SessionStream c(stub_.get(), "");
+    EXPECT_FALSE(c.ok());
+    grpc::Status st = c.Close();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_NE(st.error_message().find("max-sessions"), std::string::npos);
+  }
+  EXPECT_TRUE(a->Close().ok());
+  a.reset();
+  ExpectHealthy();  // a slot is free again.
+}
+
+TEST_F(ServiceTest, SessionMemoryLimit) {
+  ServerConfig config;
+  config.session_mem_limit = 1 << 20;
+  StartServer(config);
+  SessionStream s(stub_.get(), "");
+  EXPECT_EQ(s.Call(AllocRequest(1, 0, 1 << 19)).code(), 0);
+  pb::SessionReply r = s.Call(AllocRequest(2, 0, 1 << 20));
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_NE(r.message().find("1048576"), std::string::npos) << r.message();
+  ExpectHealthy();
+}
+
+TEST_F(ServiceTest, PeerPullBetweenServers) {
+  StartServer();
+  ServerConfig other_config;
+  other_config.port = 0;
+  other_config.devices = devices_;
+  auto other = RpcServer::Start(other_config);
+  ASSERT_TRUE(other.ok());
+  auto other_stub = Connect((*other)->address());
+  SessionStream src(other_stub.get(), "");
+  SessionStream dst(stub_.get(), "");
+  const std::string data = RandomBytes(5 << 20, 3);  // more than one chunk.
+  const uint64_t hs = src.Call(AllocRequest(1, 0, data.size())).alloc_buffer().buffer();
+  ASSERT_TRUE(Upload(other_stub.get(), "", src.id(), hs, 0, data, false).status.ok());
+  pb::SessionRequest g;
+  g.set_id(2);
+  g.mutable_grant_peer_read()->set_buffer(hs);
+  const std::string grant = src.Call(g).grant().grant();
+  const uint64_t hd = dst.Call(AllocRequest(1, 1, data.size() + 10)).alloc_buffer().buffer();
+  pb::SessionRequest p;
+  p.set_id(2);
+  pb::PeerPull* pull = p.mutable_peer_pull();
+  pull->set_endpoint((*other)->address());
+  pull->set_grant(grant);
+  pull->set_src_offset(0);
+  pull->set_size(data.size());
+  pull->set_dst_buffer(hd);
+  pull->set_dst_offset(10);
+  pb::SessionReply r = dst.Call(p);
+  ASSERT_EQ(r.code(), 0) << r.message();
+  grpc::Status st;
+  EXPECT_EQ(Download(stub_.get(), "", dst.id(), hd, 10, data.size(), &st), data);
+  pull->set_dst_offset(11);  // one byte too far.
+  EXPECT_EQ(dst.Call(p).code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  pull->set_dst_offset(0);
+  pull->set_src_offset(1);  // source range outside the granted buffer.
+  EXPECT_EQ(dst.Call(p).code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  pull->set_src_offset(0);
+  pull->set_grant("00000000000000000000000000000000");
+  EXPECT_EQ(dst.Call(p).code(), static_cast<int>(absl::StatusCode::kNotFound));
+  // Freeing the source revokes the grant.
+  ASSERT_EQ(src.Call(FreeRequest(3, hs)).code(), 0);
+  pull->set_grant(grant);
+  EXPECT_EQ(dst.Call(p).code(), static_cast<int>(absl::StatusCode::kNotFound));
+  ExpectHealthy();
+}
+
+TEST_F(ServiceTest, SixteenConcurrentSessionsThenNothingHeld) {
+  StartServer();
+  constexpr int kSessions = 16;
+  std::atomic<int> good{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kSessions; ++i) {
+    threads.emplace_back([&, i] {
+      SessionStream s(stub_.get(), "");
+      if (!s.ok()) return;
+      const uint32_t device = i % 2;
+      const uint64_t h =
+          s.Call(AllocRequest(1, device, MatMulAdd::kBufferBytes)).alloc_buffer().buffer();
+      MatMulAdd mm(100 + i);
+      // Weights and activations over Upload (a with a hash, so some hit the cache).
+      if (!Upload(stub_.get(), "", s.id(), h, MatMulAdd::kAOff, testing::Bytes(mm.a), true)
+               .status.ok() ||
+          !Upload(stub_.get(), "", s.id(), h, MatMulAdd::kXOff, testing::Bytes(mm.x), false)
+               .status.ok() ||
+          !Upload(stub_.get(), "", s.id(), h, MatMulAdd::kBOff, testing::Bytes(mm.b), false)
+               .status.ok()) {
+        return;
+      }
+      for (int step = 0; step < 3; ++step) {
+        pb::SessionRequest c = mm.Compute(2 + step, h, device, 42, step == 0);
+        c.mutable_compute()->clear_inputs();
+        pb::SessionReply r = s.Call(c);
+        if (r.code() != 0 ||
+            !testing::NearlyEqual(testing::ToFloats(r.compute().outputs(0)), mm.Expected())) {
+          return;
+        }
+      }
+      grpc::Status st;
+      const std::string out = Download(stub_.get(), "", s.id(), h, MatMulAdd::kOutOff,
+                                       MatMulAdd::M * MatMulAdd::N * 4, &st);
+      if (!st.ok() || !testing::NearlyEqual(testing::ToFloats(out), mm.Expected())) return;
+      if (!s.Close().ok()) return;
+      ++good;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(good.load(), kSessions);
+  EXPECT_EQ(server_->metrics().buffers(), 0);
+  EXPECT_EQ(server_->metrics().buffer_bytes(), 0);
+  EXPECT_EQ(server_->metrics().sessions_active(), 0);
+  // And what Prometheus would see.
+  const std::string text = Scrape(server_->metrics().exposer_port());
+  EXPECT_NE(text.find("\ntg_buffers 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\ntg_buffer_bytes 0\n"), std::string::npos);
+  EXPECT_NE(text.find("\ntg_sessions_total 16\n"), std::string::npos);
+  EXPECT_NE(text.find("tg_compute_total 48"), std::string::npos);
+  EXPECT_NE(text.find("tg_requests_total{code=\"OK\"}"), std::string::npos);
+  ExpectHealthy();
+}
+
+TEST(RpcServerHelpers, Loopback) {
+  EXPECT_TRUE(IsLoopbackHost("127.0.0.1"));
+  EXPECT_TRUE(IsLoopbackHost("localhost"));
+  EXPECT_TRUE(IsLoopbackHost("::1"));
+  EXPECT_TRUE(IsLoopbackHost("[::1]"));
+  EXPECT_FALSE(IsLoopbackHost("0.0.0.0"));
+  EXPECT_FALSE(IsLoopbackHost("10.1.2.3"));
+  EXPECT_EQ(JoinHostPort("::1", 5), "[::1]:5");
+  EXPECT_EQ(JoinHostPort("h", 5), "h:5");
+}
+
+}  // namespace
+}  // namespace tg::server
