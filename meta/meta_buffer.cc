@@ -1,7 +1,6 @@
 #include "meta/meta_buffer.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -14,11 +13,10 @@ namespace tg::meta {
 namespace {
 
 // Meta buffers get addresses from a range no host code ever dereferences (is_host() is
-// false); the values only make tensor addresses unique and range checks meaningful.
+// false); the values only make a device's tensor addresses unique and range checks
+// meaningful.
 constexpr uintptr_t kFakeAddressStart = uintptr_t{1} << 46;
 constexpr uintptr_t kFakeAddressAlign = uintptr_t{1} << 16;
-std::atomic<uintptr_t> g_next_fake_address{kFakeAddressStart};
-std::atomic<uint64_t> g_resident_generation{1};
 
 // Per-device arena chunks for resident shadows: large enough to hold many weights in one
 // device allocation, small enough that the unused tail of the last chunk stays modest.
@@ -29,7 +27,8 @@ size_t AlignUp(size_t n, size_t align) { return (n + align - 1) / align * align;
 
 }  // namespace
 
-MetaBufferType::MetaBufferType(MetaDevice* device) : device_(device) {
+MetaBufferType::MetaBufferType(MetaDevice* device)
+    : device_(device), next_address_(kFakeAddressStart) {
   name_ = std::string(device->name());
   for (Device* d : device->devices()) {
     BufferType* bt = d->default_buffer_type();
@@ -50,7 +49,7 @@ size_t MetaBufferType::AllocSize(const Tensor& t) const {
 
 absl::StatusOr<std::unique_ptr<Buffer>> MetaBufferType::Allocate(size_t size) {
   const uintptr_t span = AlignUp(size, kFakeAddressAlign) + kFakeAddressAlign;
-  const uintptr_t base = g_next_fake_address.fetch_add(span);
+  const uintptr_t base = next_address_.fetch_add(span);
   return std::unique_ptr<Buffer>(new MetaBuffer(this, base, size));
 }
 
@@ -69,10 +68,8 @@ absl::Status MetaBuffer::InitTensor(Tensor* t) {
   return CreateResidentShadows(t);
 }
 
-uint64_t MetaBuffer::ResidentGeneration() { return g_resident_generation.load(); }
-
 absl::Status MetaBuffer::CreateResidentShadows(Tensor* t) {
-  g_resident_generation.fetch_add(1);
+  type_->BumpResidentGeneration();
   TG_ASSIGN_OR_RETURN(SplitState state, device_->DecideSplit(*t));
   ShadowSet set;
   set.state = state;

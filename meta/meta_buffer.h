@@ -17,6 +17,7 @@
 #ifndef TENSORGRID_META_META_BUFFER_H_
 #define TENSORGRID_META_META_BUFFER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -46,11 +47,21 @@ class MetaBufferType : public BufferType {
   bool is_host() const override { return false; }
   MetaDevice* meta_device() const { return device_; }
 
+  // Bumped whenever a buffer of this type places a resident tensor: a partition plan that
+  // bound resident leafs by address is valid only while this is unchanged.
+  uint64_t resident_generation() const { return resident_generation_.load(); }
+  void BumpResidentGeneration() { resident_generation_.fetch_add(1); }
+
  private:
   MetaDevice* device_;
   std::string name_;
   size_t alignment_ = 1;
   size_t max_size_ = SIZE_MAX;
+  // Per device, so that devices do not affect each other: tensors of two meta devices may
+  // share an address, but nothing compares addresses across buffers (range checks and
+  // offsets are per buffer, plans bind tensors of their own device only).
+  std::atomic<uintptr_t> next_address_;
+  std::atomic<uint64_t> resident_generation_{1};
 };
 
 class MetaBuffer : public Buffer {
@@ -77,10 +88,6 @@ class MetaBuffer : public Buffer {
   absl::StatusOr<Buffer*> Mirror(int d);
   size_t OffsetOf(const Tensor& t) const { return reinterpret_cast<uintptr_t>(t.data) - base_; }
   bool holds_graph_tensors() const { return usage() == BufferUsage::kCompute; }
-
-  // Bumped whenever any meta buffer places a resident tensor: a partition plan that bound
-  // resident leafs by address is valid only while this is unchanged.
-  static uint64_t ResidentGeneration();
 
  private:
   absl::Status CreateResidentShadows(Tensor* t);

@@ -17,10 +17,10 @@
 
 #include "absl/status/statusor.h"
 #include "core/backend.h"
-#include "meta/allreduce.h"
-#include "meta/graph_partition.h"
 #include "core/spin_barrier.h"
 #include "core/thread_pool.h"
+#include "meta/allreduce.h"
+#include "meta/graph_partition.h"
 
 namespace tg::meta {
 
