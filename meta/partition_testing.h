@@ -62,10 +62,16 @@ class FakeShadowLookup : public ShadowLookup {
   uint64_t generation_ = 1;
 };
 
-// The placements have room for `capacity` tensors.
+// t's shape, for EXPECT_EQ.
+inline std::vector<int64_t> ShapeOf(const Tensor* t) {
+  return {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+}
+
+// Over n_devices devices that all allocate from `device` (the parts never compute); the
+// placements have room for `capacity` tensors.
 struct PartitionParts {
-  PartitionParts(std::vector<Device*> devices, size_t capacity = 64)
-      : lookup(std::move(devices)),
+  PartitionParts(int n_devices, Device* device, size_t capacity = 64)
+      : lookup(std::vector<Device*>(n_devices, device)),
         emitter(&plan, lookup.n_devices()),
         shadows(plan.tape, emitter),
         converter(placements, shadows, emitter),

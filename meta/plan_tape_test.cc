@@ -6,11 +6,10 @@
 
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
+#include "meta/partition_testing.h"
 
 namespace tg::meta {
 namespace {
-
-std::vector<int64_t> Shape(const Tensor& t) { return {t.ne[0], t.ne[1], t.ne[2], t.ne[3]}; }
 
 // The recorded (or replayed) tensors of a small plan: a blank [8, n], its CONT, and a
 // reshape of that into [4, 2n].
@@ -19,6 +18,20 @@ struct Made {
   Tensor* cont = nullptr;
   Tensor* reshaped = nullptr;
 };
+
+absl::StatusOr<Made> MakePlan(PlanTape& tape, int64_t n);
+
+// Records MakePlan(3), then starts a replay and replays its blank as [8, n] and that
+// blank's CONT; returns the CONT.
+Tensor* ReplayCont(PlanTape& tape, int64_t n) {
+  tape.Begin(/*replay=*/false);
+  EXPECT_TRUE(MakePlan(tape, 3).ok());
+  tape.Begin(/*replay=*/true);
+  const int64_t ne[kMaxDims] = {8, n, 1, 1};
+  Tensor* blank = *tape.NewBlank(DType::kF32, ne);
+  Tensor* const in[1] = {blank};
+  return *tape.NewNode(Op::kCont, in, {});
+}
 
 absl::StatusOr<Made> MakePlan(PlanTape& tape, int64_t n) {
   Made m;
@@ -38,7 +51,7 @@ TEST(PlanTapeTest, ReplayRefreshesTheRecordedTensors) {
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(tape.End().ok());
   EXPECT_EQ(tape.size(), 3u);
-  EXPECT_EQ(Shape(*first->reshaped), (std::vector<int64_t>{4, 6, 1, 1}));
+  EXPECT_EQ(ShapeOf(first->reshaped), (std::vector<int64_t>{4, 6, 1, 1}));
 
   for (int64_t n : {3, 5, 2}) {
     tape.Begin(/*replay=*/true);
@@ -49,9 +62,9 @@ TEST(PlanTapeTest, ReplayRefreshesTheRecordedTensors) {
     EXPECT_EQ(again->cont, first->cont);
     EXPECT_EQ(again->reshaped, first->reshaped);
     // The blank's new shape reaches what is made from it.
-    EXPECT_EQ(Shape(*again->cont), (std::vector<int64_t>{8, n, 1, 1})) << n;
+    EXPECT_EQ(ShapeOf(again->cont), (std::vector<int64_t>{8, n, 1, 1})) << n;
     EXPECT_EQ(again->cont->nb[1], 8 * sizeof(float));
-    EXPECT_EQ(Shape(*again->reshaped), (std::vector<int64_t>{4, 2 * n, 1, 1})) << n;
+    EXPECT_EQ(ShapeOf(again->reshaped), (std::vector<int64_t>{4, 2 * n, 1, 1})) << n;
     EXPECT_EQ(tape.size(), 3u);
   }
 }
@@ -87,13 +100,7 @@ TEST(PlanTapeTest, AnotherStructureIsAMismatch) {
 // shadow builder packs a strided source and asks again).
 TEST(PlanTapeTest, AFailedRuleTakesNothing) {
   PlanTape tape;
-  tape.Begin(false);
-  ASSERT_TRUE(MakePlan(tape, 3).ok());
-  tape.Begin(true);
-  const int64_t ne[kMaxDims] = {8, 3, 1, 1};
-  Tensor* blank = *tape.NewBlank(DType::kF32, ne);
-  Tensor* const in[1] = {blank};
-  Tensor* cont = *tape.NewNode(Op::kCont, in, {});
+  Tensor* cont = ReplayCont(tape, 3);
   const int64_t bad[kMaxDims] = {5, 5, 1, 1};
   absl::StatusOr<Tensor*> wrong = tape.NewReshape(cont, bad);
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
@@ -107,16 +114,16 @@ TEST(PlanTapeTest, AFailedRuleTakesNothing) {
 // was refreshed is still reshaped, and the mark is gone by the next run.
 TEST(PlanTapeTest, SetFlagsKeepsTheReshapedMark) {
   PlanTape tape;
-  tape.Begin(false);
+  tape.Begin(/*replay=*/false);
   ASSERT_TRUE(MakePlan(tape, 3).ok());
-  tape.Begin(true);
+  tape.Begin(/*replay=*/true);
   const int64_t ne[kMaxDims] = {8, 7, 1, 1};
   Tensor* blank = *tape.NewBlank(DType::kF32, ne);
   PlanTape::SetFlags(blank, kFlagOutput);
   Tensor* const in[1] = {blank};
   Tensor* cont = *tape.NewNode(Op::kCont, in, {});
-  EXPECT_EQ(Shape(*cont), (std::vector<int64_t>{8, 7, 1, 1}));
-  tape.Begin(true);
+  EXPECT_EQ(ShapeOf(cont), (std::vector<int64_t>{8, 7, 1, 1}));
+  tape.Begin(/*replay=*/true);
   EXPECT_EQ(blank->flags, static_cast<uint32_t>(kFlagOutput));
 }
 

@@ -7,32 +7,23 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_device.h"
 #include "core/context.h"
 #include "core/ops.h"
 #include "gtest/gtest.h"
 #include "meta/partition_testing.h"
+#include "tests/lib/test_util.h"
 
 namespace tg::meta {
 namespace {
 
 using Ranges = std::vector<AxisRange>;
 
-std::vector<int64_t> Shape(const Tensor* t) { return {t->ne[0], t->ne[1], t->ne[2], t->ne[3]}; }
-
 class ShadowBuilderTest : public ::testing::Test {
  protected:
   ShadowBuilderTest() { Start(2); }
 
   void Start(int n) {
-    std::vector<Device*> devices;
-    for (int d = 0; d < n; ++d) {
-      if (d == static_cast<int>(cpus_.size())) {
-        cpus_.push_back(std::make_unique<cpu::CpuDevice>("C", std::to_string(d), 1));
-      }
-      devices.push_back(cpus_[d].get());
-    }
-    parts_ = std::make_unique<PartitionParts>(devices);
+    parts_ = std::make_unique<PartitionParts>(n, testing::CpuDevice());
     plan_ = &parts_->plan;
     builder_ = &parts_->shadows;
   }
@@ -46,7 +37,6 @@ class ShadowBuilderTest : public ::testing::Test {
     return plan_->steps.empty() ? std::vector<Tensor*>{} : plan_->steps[0].graphs[d].nodes;
   }
 
-  std::vector<std::unique_ptr<cpu::CpuDevice>> cpus_;
   std::unique_ptr<PartitionParts> parts_;
   PartitionPlan* plan_ = nullptr;
   ShadowBuilder* builder_ = nullptr;
@@ -62,9 +52,9 @@ TEST_F(ShadowBuilderTest, BlankShadowsTakeEachDevicesSlice) {
   absl::StatusOr<ShadowList> s = builder_->Blank(*act, cut);
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_EQ(s->size(), 3u);
-  EXPECT_EQ(Shape((*s)[0]), (std::vector<int64_t>{8, 2, 1, 1}));
+  EXPECT_EQ(ShapeOf((*s)[0]), (std::vector<int64_t>{8, 2, 1, 1}));
   EXPECT_EQ((*s)[1], nullptr);
-  EXPECT_EQ(Shape((*s)[2]), (std::vector<int64_t>{8, 4, 1, 1}));
+  EXPECT_EQ(ShapeOf((*s)[2]), (std::vector<int64_t>{8, 4, 1, 1}));
   EXPECT_STREQ((*s)[2]->name, "act#2");
   EXPECT_TRUE((*s)[0]->HasFlag(kFlagInput));
   EXPECT_TRUE(Scheduled(0).empty());  // no memory of their own: nothing to compute.
@@ -78,8 +68,8 @@ TEST_F(ShadowBuilderTest, NodeShadowsHaveTheSliceShapeAndAreScheduled) {
   const SplitState rows = SplitState::Axis(0, Ranges{{0, 2}, {2, 6}});
   absl::StatusOr<ShadowList> s = builder_->Node(*mm, rows, srcs);
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_EQ(Shape((*s)[0]), (std::vector<int64_t>{2, 3, 1, 1}));
-  EXPECT_EQ(Shape((*s)[1]), (std::vector<int64_t>{4, 3, 1, 1}));
+  EXPECT_EQ(ShapeOf((*s)[0]), (std::vector<int64_t>{2, 3, 1, 1}));
+  EXPECT_EQ(ShapeOf((*s)[1]), (std::vector<int64_t>{4, 3, 1, 1}));
   EXPECT_EQ((*s)[1]->src[0], w[1]);
   EXPECT_EQ((*s)[1]->src[1], x[1]);
   EXPECT_EQ(Scheduled(0), std::vector<Tensor*>{(*s)[0]});
@@ -152,7 +142,7 @@ TEST_F(ShadowBuilderTest, ReshapePacksStridedShadows) {
   EXPECT_TRUE(packed);
   EXPECT_EQ((*s)[0]->src[0]->op, Op::kCont);
   EXPECT_EQ((*s)[1]->src[0], src[1]);
-  EXPECT_EQ(Shape((*s)[1]), (std::vector<int64_t>{24, 1, 1, 1}));
+  EXPECT_EQ(ShapeOf((*s)[1]), (std::vector<int64_t>{24, 1, 1, 1}));
 }
 
 // A view is addressed from its root (view_offs is absolute), based on the source's shadow
@@ -174,7 +164,7 @@ TEST_F(ShadowBuilderTest, ViewsAddressTheRootsBytes) {
   for (int d = 0; d < 2; ++d) {
     EXPECT_EQ((*s)[d]->view_src, root[d]);
     EXPECT_EQ((*s)[d]->view_offs, 8 * sizeof(float));
-    EXPECT_EQ(Shape((*s)[d]), (std::vector<int64_t>{4, 4, 1, 1}));
+    EXPECT_EQ(ShapeOf((*s)[d]), (std::vector<int64_t>{4, 4, 1, 1}));
   }
 }
 
@@ -183,13 +173,13 @@ TEST_F(ShadowBuilderTest, SlicesCutTheWholeCopies) {
   absl::StatusOr<ShadowList> rows =
       builder_->Slice(SplitState::Axis(0, Ranges{{0, 3}, {3, 8}}), whole);
   ASSERT_TRUE(rows.ok()) << rows.status();
-  EXPECT_EQ(Shape((*rows)[1]), (std::vector<int64_t>{5, 6, 1, 1}));
+  EXPECT_EQ(ShapeOf((*rows)[1]), (std::vector<int64_t>{5, 6, 1, 1}));
   EXPECT_EQ((*rows)[1]->view_offs, 3 * sizeof(float));
   EXPECT_EQ((*rows)[1]->nb[1], 8 * sizeof(float));
   absl::StatusOr<ShadowList> cols =
       builder_->Slice(SplitState::Axis(1, Ranges{{0, 2}, {2, 6}}), whole);
   ASSERT_TRUE(cols.ok()) << cols.status();
-  EXPECT_EQ(Shape((*cols)[1]), (std::vector<int64_t>{8, 4, 1, 1}));
+  EXPECT_EQ(ShapeOf((*cols)[1]), (std::vector<int64_t>{8, 4, 1, 1}));
   EXPECT_EQ((*cols)[1]->view_offs, 2 * 8 * sizeof(float));
   EXPECT_EQ((*cols)[0]->view_offs, 0u);
 }

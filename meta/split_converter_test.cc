@@ -6,21 +6,19 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_device.h"
 #include "core/context.h"
 #include "gtest/gtest.h"
 #include "meta/partition_testing.h"
+#include "tests/lib/test_util.h"
 
 namespace tg::meta {
 namespace {
 
 using Ranges = std::vector<AxisRange>;
 
-std::vector<int64_t> Shape(const Tensor* t) { return {t->ne[0], t->ne[1], t->ne[2], t->ne[3]}; }
-
 class SplitConverterTest : public ::testing::Test {
  protected:
-  SplitConverterTest() : a_("A", "a", 1), b_("B", "b", 1), parts_({&a_, &b_}) {}
+  SplitConverterTest() : parts_(2, testing::CpuDevice()) {}
 
   Tensor* NewF32(std::initializer_list<int64_t> ne) { return *ctx_.NewTensor(DType::kF32, ne); }
   const std::vector<CommOp>& Comms() {
@@ -29,8 +27,6 @@ class SplitConverterTest : public ::testing::Test {
     return parts_.plan.steps.at(0).comms;
   }
 
-  cpu::CpuDevice a_;
-  cpu::CpuDevice b_;
   PartitionParts parts_;
   Context ctx_;
 };
@@ -71,7 +67,7 @@ TEST_F(SplitConverterTest, AViewedPartialIsReducedIntoCopies) {
   EXPECT_EQ(scheduled[0]->op, Op::kCpy);
   EXPECT_EQ(scheduled[0]->src[0], s0);
   EXPECT_EQ(scheduled[0]->src[1], copy);
-  EXPECT_EQ(Shape(op.dst[1]), Shape(t));
+  EXPECT_EQ(ShapeOf(op.dst[1]), ShapeOf(t));
   EXPECT_EQ((*whole)->shadows[1], op.dst[1]);
 }
 
@@ -87,9 +83,9 @@ TEST_F(SplitConverterTest, ASplitIsGatheredOnceForAllItsConsumers) {
   const CommOp& op = Comms()[0];
   EXPECT_EQ(op.kind, CommOp::Kind::kAllGather);
   EXPECT_EQ(op.state, cut);
-  EXPECT_EQ(Shape(op.full), Shape(t));
+  EXPECT_EQ(ShapeOf(op.full), ShapeOf(t));
   for (int d = 0; d < 2; ++d) {
-    EXPECT_EQ(Shape(op.dst[d]), Shape(t));
+    EXPECT_EQ(ShapeOf(op.dst[d]), ShapeOf(t));
     EXPECT_EQ((*first)->shadows[d], op.dst[d]);
   }
 }
@@ -103,7 +99,7 @@ TEST_F(SplitConverterTest, AnotherCutIsAGatherThenViews) {
   EXPECT_EQ((*cut)->state, rows);
   ASSERT_EQ(Comms().size(), 1u);
   for (int d = 0; d < 2; ++d) EXPECT_EQ((*cut)->shadows[d]->view_src, Comms()[0].dst[d]);
-  EXPECT_EQ(Shape((*cut)->shadows[1]), (std::vector<int64_t>{5, 6, 1, 1}));
+  EXPECT_EQ(ShapeOf((*cut)->shadows[1]), (std::vector<int64_t>{5, 6, 1, 1}));
 }
 
 TEST_F(SplitConverterTest, AWholeTensorIsCutByViewsAlone) {

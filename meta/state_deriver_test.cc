@@ -6,22 +6,20 @@
 #include <memory>
 #include <vector>
 
-#include "backends/cpu/cpu_device.h"
 #include "core/context.h"
 #include "core/ops.h"
 #include "gtest/gtest.h"
 #include "meta/partition_testing.h"
+#include "tests/lib/test_util.h"
 
 namespace tg::meta {
 namespace {
 
 using Ranges = std::vector<AxisRange>;
 
-std::vector<int64_t> Shape(const Tensor* t) { return {t->ne[0], t->ne[1], t->ne[2], t->ne[3]}; }
-
 class StateDeriverTest : public ::testing::Test {
  protected:
-  StateDeriverTest() : a_("A", "a", 1), b_("B", "b", 1), parts_({&a_, &b_}) {}
+  StateDeriverTest() : parts_(2, testing::CpuDevice()) {}
 
   // A leaf in `state` with blank shadows.
   Tensor* Leaf(std::initializer_list<int64_t> ne, const SplitState& state) {
@@ -38,8 +36,6 @@ class StateDeriverTest : public ::testing::Test {
     return p;
   }
 
-  cpu::CpuDevice a_;
-  cpu::CpuDevice b_;
   PartitionParts parts_;
   Context ctx_;
 };
@@ -54,8 +50,8 @@ TEST_F(StateDeriverTest, RowsThenColumnsThenOneAllReduce) {
   Tensor* y = *MulMat(ctx_, w1, x);
   const Placement& yp = Derive(y);
   EXPECT_EQ(yp.state, SplitState::Axis(0, hidden));
-  EXPECT_EQ(Shape(yp.shadows[0]), (std::vector<int64_t>{4, 3, 1, 1}));
-  EXPECT_EQ(Shape(yp.shadows[1]), (std::vector<int64_t>{8, 3, 1, 1}));
+  EXPECT_EQ(ShapeOf(yp.shadows[0]), (std::vector<int64_t>{4, 3, 1, 1}));
+  EXPECT_EQ(ShapeOf(yp.shadows[1]), (std::vector<int64_t>{8, 3, 1, 1}));
   EXPECT_EQ(yp.shadows[1]->src[0], parts_.placements.Of(w1).shadows[1]);
   Tensor* z = *MulMat(ctx_, w2, y);
   EXPECT_TRUE(Derive(z).state.is_partial());
@@ -71,11 +67,11 @@ TEST_F(StateDeriverTest, AReshapeKeepsWholeHeadsOrGathers) {
   Tensor* q = Leaf({8, 3}, SplitState::Axis(0, Ranges{{0, 4}, {4, 8}}));
   const Placement& heads = Derive(Reshape(ctx_, q, {4, 2, 3}));
   EXPECT_EQ(heads.state, SplitState::Axis(1, Ranges{{0, 1}, {1, 2}}));
-  EXPECT_EQ(Shape(heads.shadows[1]), (std::vector<int64_t>{4, 1, 3, 1}));
+  EXPECT_EQ(ShapeOf(heads.shadows[1]), (std::vector<int64_t>{4, 1, 3, 1}));
   EXPECT_EQ(parts_.plan.comm_count, 0);
   const Placement& odd = Derive(Reshape(ctx_, q, {6, 4}));
   EXPECT_TRUE(odd.state.is_mirrored());
-  EXPECT_EQ(Shape(odd.shadows[0]), (std::vector<int64_t>{6, 4, 1, 1}));
+  EXPECT_EQ(ShapeOf(odd.shadows[0]), (std::vector<int64_t>{6, 4, 1, 1}));
   EXPECT_EQ(parts_.plan.comm_count, 1);
 }
 
@@ -87,7 +83,7 @@ TEST_F(StateDeriverTest, AViewOfAHeadCutCacheKeepsTheCut) {
   EXPECT_EQ(v.state, SplitState::Axis(2, Ranges{{0, 1}, {1, 2}}));
   for (int d = 0; d < 2; ++d) {
     EXPECT_EQ(v.shadows[d]->view_src, parts_.placements.Of(cache).shadows[d]);
-    EXPECT_EQ(Shape(v.shadows[d]), (std::vector<int64_t>{8, 6, 1, 1}));
+    EXPECT_EQ(ShapeOf(v.shadows[d]), (std::vector<int64_t>{8, 6, 1, 1}));
   }
   EXPECT_TRUE(parts_.placements.Of(cache).aliased);  // never all-reduced in place now.
   EXPECT_EQ(parts_.plan.comm_count, 0);
@@ -97,7 +93,7 @@ TEST_F(StateDeriverTest, ATransposeMovesTheCut) {
   Tensor* a = Leaf({4, 6}, SplitState::Axis(1, Ranges{{0, 2}, {2, 6}}));
   const Placement& t = Derive(Transpose(ctx_, a));
   EXPECT_EQ(t.state, SplitState::Axis(0, Ranges{{0, 2}, {2, 6}}));
-  EXPECT_EQ(Shape(t.shadows[1]), (std::vector<int64_t>{4, 4, 1, 1}));
+  EXPECT_EQ(ShapeOf(t.shadows[1]), (std::vector<int64_t>{4, 4, 1, 1}));
 }
 
 TEST_F(StateDeriverTest, AWriteIntoAGatheredCopyIsRefused) {
