@@ -30,6 +30,9 @@ namespace pb = ::tensorgrid::v1;
 using testing::AllocRequest;
 using testing::FreeRequest;
 using testing::ReadRequest;
+using testing::Sha256Bytes;
+using testing::UploadChunk;
+using testing::UploadHeaderMessage;
 
 // SHA-256("abc") from FIPS 180-2: an answer that does not come from the code under test.
 constexpr char kAbcSha256Hex[] = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
@@ -47,17 +50,6 @@ std::string RandomBytes(size_t n, uint32_t seed) {
   std::string s(n, '\0');
   for (char& c : s) c = static_cast<char>(rng());
   return s;
-}
-
-std::string Sha256Bytes(absl::string_view data) {
-  const rpc::Sha256Digest d = rpc::Sha256(data.data(), data.size());
-  return std::string(d.begin(), d.end());
-}
-
-pb::UploadMessage Chunk(std::string data) {
-  pb::UploadMessage m;
-  m.set_chunk(std::move(data));
-  return m;
 }
 
 std::string ReadFile(const fs::path& path) {
@@ -111,13 +103,10 @@ class UploadSinkTest : public ::testing::Test {
 
   absl::StatusOr<std::unique_ptr<UploadSink>> Start(uint64_t buffer, uint64_t offset, uint64_t size,
                                                     std::string sha256 = "") {
-    pb::UploadHeader h;
-    h.set_session_id(session_->id());
-    h.set_buffer(buffer);
-    h.set_offset(offset);
-    h.set_size(size);
-    h.set_sha256(std::move(sha256));
-    return UploadSink::Start(session_, h, cache_.get(), &metrics_);
+    return UploadSink::Start(
+        session_,
+        UploadHeaderMessage(session_->id(), buffer, offset, size, std::move(sha256)).header(),
+        cache_.get(), &metrics_);
   }
 
   // A whole upload in chunks of `chunk` bytes; the status of the first failing step.
@@ -128,7 +117,8 @@ class UploadSinkTest : public ::testing::Test {
     if (!sink.ok()) return sink.status();
     if ((*sink)->have_it()) return absl::AlreadyExistsError("have it");
     for (size_t off = 0; off < data.size(); off += chunk) {
-      if (absl::Status s = (*sink)->Receive(Chunk(data.substr(off, chunk))); !s.ok()) return s;
+      if (absl::Status s = (*sink)->Receive(UploadChunk(data.substr(off, chunk))); !s.ok())
+        return s;
     }
     return (*sink)->Finish();
   }
@@ -161,7 +151,7 @@ TEST_F(UploadSinkTest, MissIsStoredThenServedFromTheCache) {
   ASSERT_TRUE(sink.ok()) << sink.status();
   ASSERT_TRUE((*sink)->have_it());
   EXPECT_EQ(Read(b, 0, data.size()), data);
-  EXPECT_EQ((*sink)->Receive(Chunk("x")).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*sink)->Receive(UploadChunk("x")).code(), absl::StatusCode::kInvalidArgument);
   absl::StatusOr<uint64_t> finished = (*sink)->Finish();
   ASSERT_TRUE(finished.ok());
   EXPECT_EQ(*finished, data.size());
@@ -202,22 +192,21 @@ TEST_F(UploadSinkTest, WrongSizeIsRefused) {
   // Fewer bytes than announced.
   absl::StatusOr<std::unique_ptr<UploadSink>> sink = Start(a, 0, 10);
   ASSERT_TRUE(sink.ok());
-  ASSERT_TRUE((*sink)->Receive(Chunk("abc")).ok());
+  ASSERT_TRUE((*sink)->Receive(UploadChunk("abc")).ok());
   absl::StatusOr<uint64_t> got = (*sink)->Finish();
   EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(got.status().message().find("received 3 of the 10"), std::string::npos) << got.status();
   // More: the chunk that passes the announced size is refused whole.
   sink = Start(a, 20, 4);
   ASSERT_TRUE(sink.ok());
-  ASSERT_TRUE((*sink)->Receive(Chunk("123")).ok());
-  absl::Status s = (*sink)->Receive(Chunk("45"));
+  ASSERT_TRUE((*sink)->Receive(UploadChunk("123")).ok());
+  absl::Status s = (*sink)->Receive(UploadChunk("45"));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("the 4 bytes the header announced"), std::string::npos) << s;
   EXPECT_EQ(Read(a, 20, 8), std::string("123") + std::string(5, '\0'));
   // Something other than a chunk after the header.
-  pb::UploadMessage header;
-  header.mutable_header()->set_size(1);
-  EXPECT_EQ((*sink)->Receive(header).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*sink)->Receive(UploadHeaderMessage(session_->id(), a, 0, 1)).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(UploadSinkTest, RangeOutsideTheBufferIsRefused) {
@@ -235,11 +224,11 @@ TEST_F(UploadSinkTest, ChunkLimit) {
   const uint64_t a = Alloc(rpc::kChunkBytes + 1);
   absl::StatusOr<std::unique_ptr<UploadSink>> sink = Start(a, 0, rpc::kChunkBytes + 1);
   ASSERT_TRUE(sink.ok());
-  absl::Status s = (*sink)->Receive(Chunk(std::string(rpc::kChunkBytes + 1, 'z')));
+  absl::Status s = (*sink)->Receive(UploadChunk(std::string(rpc::kChunkBytes + 1, 'z')));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find(absl::StrCat(rpc::kChunkBytes)), std::string::npos) << s;
-  EXPECT_TRUE((*sink)->Receive(Chunk(std::string(rpc::kChunkBytes, 'z'))).ok());
-  EXPECT_TRUE((*sink)->Receive(Chunk("z")).ok());
+  EXPECT_TRUE((*sink)->Receive(UploadChunk(std::string(rpc::kChunkBytes, 'z'))).ok());
+  EXPECT_TRUE((*sink)->Receive(UploadChunk("z")).ok());
   EXPECT_TRUE((*sink)->Finish().ok());
 }
 
@@ -276,7 +265,7 @@ TEST_F(UploadSinkTest, CorruptCachedBlobIsSentAgain) {
   absl::StatusOr<std::unique_ptr<UploadSink>> sink = Start(b, 0, 3, Unhex(kAbcSha256Hex));
   ASSERT_TRUE(sink.ok()) << sink.status();
   EXPECT_FALSE((*sink)->have_it());
-  ASSERT_TRUE((*sink)->Receive(Chunk("abc")).ok());
+  ASSERT_TRUE((*sink)->Receive(UploadChunk("abc")).ok());
   ASSERT_TRUE((*sink)->Finish().ok());
   EXPECT_EQ(Read(b, 0, 3), "abc");
   EXPECT_EQ(ReadFile(BlobPath(kAbcSha256Hex)), "abc");  // stored again, intact.
@@ -286,10 +275,10 @@ TEST_F(UploadSinkTest, FreeMidUploadKeepsTheBufferUntilTheEnd) {
   const uint64_t a = Alloc(64);
   absl::StatusOr<std::unique_ptr<UploadSink>> sink = Start(a, 0, 6);
   ASSERT_TRUE(sink.ok());
-  ASSERT_TRUE((*sink)->Receive(Chunk("abc")).ok());
+  ASSERT_TRUE((*sink)->Receive(UploadChunk("abc")).ok());
   EXPECT_EQ(session_->Handle(FreeRequest(next_id_++, a)).code(), 0);
   EXPECT_EQ(session_->bytes_held(), 0u);
-  ASSERT_TRUE((*sink)->Receive(Chunk("def")).ok());
+  ASSERT_TRUE((*sink)->Receive(UploadChunk("def")).ok());
   EXPECT_TRUE((*sink)->Finish().ok());
   EXPECT_EQ(metrics_.buffers(), 1);  // the sink still holds it.
   sink->reset();
