@@ -44,6 +44,8 @@ inline constexpr int kDefaultPipelineCopies = 4;
 struct BatchPiece {
   int64_t offset = 0;
   int64_t size = 0;
+
+  friend bool operator==(const BatchPiece&, const BatchPiece&) = default;
 };
 
 // What makes two graphs interchangeable: a graph built for one piece runs another piece of
