@@ -6,6 +6,7 @@
 #define TENSORGRID_MODELS_EXECUTOR_TEST_UTIL_H_
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -57,6 +58,12 @@ class ToyModel {
       if (Logit(token, j) > Logit(token, best)) best = j;
     }
     return best;
+  }
+  // The greedy chain from `token`: n picks, each the host argmax after the one before.
+  std::vector<int32_t> HostChain(int32_t token, int n) const {
+    std::vector<int32_t> out;
+    for (int i = 0; i < n; ++i) out.push_back(token = HostArgmax(token));
+    return out;
   }
 
   Tensor* table = nullptr;  // F32 [kToyVocab, kToyVocab]
@@ -213,6 +220,16 @@ class ToyGreedy : public GreedySteps {
   int64_t block_;
   std::unique_ptr<ToyBatch> step_;
 };
+
+// GenerateGreedy from got.back(), appending every pick to `got`; stops once `got` holds
+// `stop_at` tokens.
+inline absl::Status Generate(Executor& e, GreedySteps& steps, int64_t max_tokens,
+                             std::vector<int32_t>& got, size_t stop_at = SIZE_MAX) {
+  return e.GenerateGreedy(steps, got.back(), max_tokens, [&](int32_t t) {
+    got.push_back(t);
+    return got.size() < stop_at;
+  });
+}
 
 // A CPU device with events and a stream that counts what it is asked. CPU work is done
 // when Compute returns, so an event has happened once recorded; the `fail_wait`-th wait

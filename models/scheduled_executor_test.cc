@@ -12,14 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "models/executor_test_util.h"
 
-namespace tg {
+namespace tg::testing {
 namespace {
-
-using ::tg::testing::EventCpuDevice;
-using ::tg::testing::kToyVocab;
-using ::tg::testing::ToyBatch;
-using ::tg::testing::ToyGreedy;
-using ::tg::testing::ToyModel;
 
 class ScheduledExecutorTest : public ::testing::Test {
  protected:
@@ -106,18 +100,13 @@ TEST_F(ScheduledExecutorTest, AFailedMicroBatchFailsTheBatchAfterTheOthersFinish
 TEST_F(ScheduledExecutorTest, GreedyStepsGoOneAtATime) {
   auto e = NewExecutor(4);
   ToyGreedy steps(*model_, *e, /*n_ctx=*/64);
-  std::vector<int32_t> got;
-  ASSERT_TRUE(e->GenerateGreedy(steps, 3, 9, [&](int32_t t) {
-                 got.push_back(t);
-                 return got.size() < 6;
-               }).ok());
-  std::vector<int32_t> want;
-  for (int32_t t = 3; want.size() < 6;) want.push_back(t = model_->HostArgmax(t));
-  EXPECT_EQ(got, want);
+  std::vector<int32_t> got = {3};
+  ASSERT_TRUE(Generate(*e, steps, 9, got, /*stop_at=*/7).ok());
+  EXPECT_EQ(std::vector<int32_t>(got.begin() + 1, got.end()), model_->HostChain(3, 6));
   EXPECT_EQ(steps.decoded_one, 6);
   EXPECT_EQ(steps.step_builds, 0);
   EXPECT_EQ(steps.n_past, 6);
 }
 
 }  // namespace
-}  // namespace tg
+}  // namespace tg::testing

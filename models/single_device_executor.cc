@@ -55,20 +55,21 @@ absl::StatusOr<LlamaGraph*> SingleDeviceExecutor::GraphFor(Batch& batch, BatchPi
   return last_graph_.get();
 }
 
-absl::Status SingleDeviceExecutor::FillInputs(Batch& batch, const LlamaGraph& g, BatchPiece piece) {
+absl::StatusOr<LlamaGraph*> SingleDeviceExecutor::Prepare(Batch& batch) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const BatchPiece whole = WholeBatch(batch);
+  TG_ASSIGN_OR_RETURN(LlamaGraph * g, GraphFor(batch, whole));
   auto write = [this](Tensor* t, const void* data, size_t bytes) {
     return stream_->SetTensorAsync(t, data, 0, bytes);
   };
-  return batch.FillInputs(g, piece, write);
+  TG_RETURN_IF_ERROR(batch.FillInputs(*g, whole, write));
+  mutable_timings().build_us += MicrosSince(t0);
+  return g;
 }
 
 absl::Status SingleDeviceExecutor::Run(Batch& batch) {
+  TG_ASSIGN_OR_RETURN(LlamaGraph * g, Prepare(batch));
   DecodeTimings& timings = mutable_timings();
-  const BatchPiece whole = WholeBatch(batch);
-  const auto t0 = std::chrono::steady_clock::now();
-  TG_ASSIGN_OR_RETURN(LlamaGraph * g, GraphFor(batch, whole));
-  TG_RETURN_IF_ERROR(FillInputs(batch, *g, whole));
-  timings.build_us += MicrosSince(t0);
   const StreamStats before = stream_->stats();
   const auto t1 = std::chrono::steady_clock::now();
   TG_RETURN_IF_ERROR(stream_->Compute(g->graph));
@@ -79,7 +80,7 @@ absl::Status SingleDeviceExecutor::Run(Batch& batch) {
   timings.transfer_us += after.transfer_us - before.transfer_us;
   timings.splits += std::max<int64_t>(1, after.splits - before.splits);
   ++timings.graphs;
-  return batch.ReadResults(*g, whole);
+  return batch.ReadResults(*g, WholeBatch(batch));
 }
 
 absl::Status SingleDeviceExecutor::GenerateGreedy(GreedySteps& steps, int32_t token,
@@ -145,12 +146,8 @@ absl::Status SingleDeviceExecutor::QueueGreedyBatch(GreedySteps& steps, GreedyRu
 }
 
 absl::Status SingleDeviceExecutor::QueueGreedyStep(Batch& step, GreedyStep& slot) {
+  TG_ASSIGN_OR_RETURN(LlamaGraph * g, Prepare(step));
   DecodeTimings& timings = mutable_timings();
-  const BatchPiece whole = WholeBatch(step);
-  const auto t0 = std::chrono::steady_clock::now();
-  TG_ASSIGN_OR_RETURN(LlamaGraph * g, GraphFor(step, whole));
-  TG_RETURN_IF_ERROR(FillInputs(step, *g, whole));
-  timings.build_us += MicrosSince(t0);
   const auto t1 = std::chrono::steady_clock::now();
   TG_RETURN_IF_ERROR(stream_->Compute(g->graph));
   TG_RETURN_IF_ERROR(stream_->GetTensorAsync(g->argmax, &slot.pick, 0, sizeof(int32_t)));

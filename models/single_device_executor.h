@@ -60,7 +60,8 @@ class SingleDeviceExecutor : public Executor {
   // The graph for `piece`: the last one when its key matches, else a new one, allocated.
   absl::StatusOr<LlamaGraph*> GraphFor(Batch& batch, BatchPiece piece);
   bool LastGraphFits(const GraphKey& key) const;
-  absl::Status FillInputs(Batch& batch, const LlamaGraph& g, BatchPiece piece);
+  // The graph of the whole batch with its inputs queued on the stream (build time counted).
+  absl::StatusOr<LlamaGraph*> Prepare(Batch& batch);
   // Queues up to run.batch steps as one Stream batch.
   absl::Status QueueGreedyBatch(GreedySteps& steps, GreedyRun& run);
   absl::Status QueueGreedyStep(Batch& step, GreedyStep& slot);

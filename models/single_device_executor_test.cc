@@ -13,14 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "models/executor_test_util.h"
 
-namespace tg {
+namespace tg::testing {
 namespace {
-
-using ::tg::testing::EventCpuDevice;
-using ::tg::testing::kToyVocab;
-using ::tg::testing::ToyBatch;
-using ::tg::testing::ToyGreedy;
-using ::tg::testing::ToyModel;
 
 class SingleDeviceExecutorTest : public ::testing::Test {
  protected:
@@ -52,10 +46,10 @@ class SingleDeviceExecutorTest : public ::testing::Test {
     }
   }
 
-  // The greedy chain from `token` computed on the host: n picks.
-  std::vector<int32_t> HostChain(int32_t token, int n) const {
-    std::vector<int32_t> out;
-    for (int i = 0; i < n; ++i) out.push_back(token = model_->HostArgmax(token));
+  // `token`, then n picks computed on the host.
+  std::vector<int32_t> Chain(int32_t token, int n) const {
+    std::vector<int32_t> out = {token};
+    for (int32_t t : model_->HostChain(token, n)) out.push_back(t);
     return out;
   }
 
@@ -118,12 +112,9 @@ TEST_F(SingleDeviceExecutorTest, GreedyStepsQueuedAheadPickTheHostsChain) {
     device_.batch_computes.clear();
     auto e = NewExecutor(greedy_batch);
     ToyGreedy steps(*model_, *e, /*n_ctx=*/64);
-    std::vector<int32_t> got;
-    ASSERT_TRUE(e->GenerateGreedy(steps, 2, 30, [&](int32_t t) {
-                   got.push_back(t);
-                   return true;
-                 }).ok());
-    EXPECT_EQ(got, HostChain(2, 30));
+    std::vector<int32_t> got = {2};
+    ASSERT_TRUE(Generate(*e, steps, 30, got).ok());
+    EXPECT_EQ(got, Chain(2, 30));
     EXPECT_EQ(steps.n_past, 30);
     EXPECT_EQ(steps.decoded_one, 0);
     EXPECT_EQ(steps.step_builds, 8);  // positions 0..29: n_kv 4, 8, ..., 32.
@@ -141,33 +132,24 @@ TEST_F(SingleDeviceExecutorTest, StoppingEarlyAdvancesByThePicksHandedOver) {
   auto e = NewExecutor(16);
   ToyGreedy steps(*model_, *e, /*n_ctx=*/64);
   std::vector<int32_t> got = {5};
-  auto collect = [&](int32_t t) {
-    got.push_back(t);
-    return got.size() < 8;
-  };
-  ASSERT_TRUE(e->GenerateGreedy(steps, got.back(), 40, collect).ok());
+  ASSERT_TRUE(Generate(*e, steps, 40, got, /*stop_at=*/8).ok());
   ASSERT_EQ(got.size(), 8u);
   EXPECT_EQ(steps.n_past, 7);
   // Going on continues the chain from the last pick: the discarded steps left nothing.
-  ASSERT_TRUE(e->GenerateGreedy(steps, got.back(), 10, [&](int32_t t) {
-                 got.push_back(t);
-                 return true;
-               }).ok());
-  EXPECT_EQ(std::vector<int32_t>(got.begin() + 1, got.end()), HostChain(5, 17));
+  ASSERT_TRUE(Generate(*e, steps, 10, got).ok());
+  EXPECT_EQ(got, Chain(5, 17));
   EXPECT_EQ(steps.n_past, 17);
 }
 
 TEST_F(SingleDeviceExecutorTest, AFullContextEndsWithOutOfRangeAfterEveryPositionIsUsed) {
   for (int greedy_batch : {1, 3, 0}) {
+    SCOPED_TRACE(absl::StrCat("greedy_batch ", greedy_batch));
     auto e = NewExecutor(greedy_batch);
     ToyGreedy steps(*model_, *e, /*n_ctx=*/10);
-    std::vector<int32_t> got;
-    const absl::Status end = e->GenerateGreedy(steps, 1, 100, [&](int32_t t) {
-      got.push_back(t);
-      return true;
-    });
+    std::vector<int32_t> got = {1};
+    const absl::Status end = Generate(*e, steps, 100, got);
     EXPECT_TRUE(absl::IsOutOfRange(end)) << end;
-    EXPECT_EQ(got, HostChain(1, 10));
+    EXPECT_EQ(got, Chain(1, 10));
     EXPECT_EQ(steps.n_past, 10);
   }
 }
@@ -176,13 +158,10 @@ TEST_F(SingleDeviceExecutorTest, AWaitErrorIsReturnedAfterThePicksBeforeIt) {
   auto e = NewExecutor(3);
   device_.fail_wait = 5;
   ToyGreedy steps(*model_, *e, /*n_ctx=*/64);
-  std::vector<int32_t> got;
-  const absl::Status s = e->GenerateGreedy(steps, 6, 20, [&](int32_t t) {
-    got.push_back(t);
-    return true;
-  });
+  std::vector<int32_t> got = {6};
+  const absl::Status s = Generate(*e, steps, 20, got);
   EXPECT_TRUE(absl::IsInternal(s)) << s;
-  EXPECT_EQ(got, HostChain(6, 4));
+  EXPECT_EQ(got, Chain(6, 4));
   EXPECT_EQ(steps.n_past, 4);
 }
 
@@ -191,16 +170,13 @@ TEST_F(SingleDeviceExecutorTest, WithoutEventsGreedyStepsGoOneAtATime) {
   auto model = *ToyModel::Create(&cpu, &cpu);
   auto e = *SingleDeviceExecutor::Create(&cpu, 0);
   ToyGreedy steps(*model, *e, /*n_ctx=*/64);
-  std::vector<int32_t> got;
-  ASSERT_TRUE(e->GenerateGreedy(steps, 3, 12, [&](int32_t t) {
-                 got.push_back(t);
-                 return true;
-               }).ok());
-  EXPECT_EQ(got, HostChain(3, 12));
+  std::vector<int32_t> got = {3};
+  ASSERT_TRUE(Generate(*e, steps, 12, got).ok());
+  EXPECT_EQ(got, Chain(3, 12));
   EXPECT_EQ(steps.decoded_one, 12);
   EXPECT_EQ(steps.step_builds, 0);
   EXPECT_EQ(steps.n_past, 12);
 }
 
 }  // namespace
-}  // namespace tg
+}  // namespace tg::testing
