@@ -20,7 +20,8 @@ __device__ __forceinline__ int64_t GridThreads() {
 
 // Element i0 of a row of any type, as f32.
 __device__ __forceinline__ float ReadF32(const TensorView& v, const char* row, int64_t i0) {
-  return IsQuantizedType(v.type) ? DequantAt(v.type, row, i0) : LoadAsF32(v.type, row + i0 * v.nb[0]);
+  return IsQuantizedType(v.type) ? DequantAt(v.type, row, i0)
+                                 : LoadAsF32(v.type, row + i0 * v.nb[0]);
 }
 
 // Plain -> plain: element k of src (logical order) to element k of dst; equal types copy bits.
@@ -47,7 +48,8 @@ __global__ void DequantRowsKernel(TensorView dst, TensorView src, int64_t n) {
   const int64_t n0 = src.ne[0];
   for (int64_t k = GlobalThread(); k < n; k += GridThreads()) {
     const int64_t r = k / n0, i0 = k % n0;
-    StoreFromF32(dst.type, RowPtr(dst, r) + i0 * dst.nb[0], DequantAt(src.type, RowPtr(src, r), i0));
+    StoreFromF32(dst.type, RowPtr(dst, r) + i0 * dst.nb[0],
+                 DequantAt(src.type, RowPtr(src, r), i0));
   }
 }
 
@@ -70,8 +72,7 @@ __global__ void QuantizeRowsKernel(TensorView dst, TensorView src, int64_t n_blo
 }
 
 // Same quantized type: the rows' bytes, 2 at a time (every block size is even).
-__global__ void CopyQuantRowsKernel(TensorView dst, TensorView src, int64_t row_halves,
-                                    int64_t n) {
+__global__ void CopyQuantRowsKernel(TensorView dst, TensorView src, int64_t row_halves, int64_t n) {
   for (int64_t k = GlobalThread(); k < n; k += GridThreads()) {
     const int64_t r = k / row_halves, h = k % row_halves;
     reinterpret_cast<uint16_t*>(RowPtr(dst, r))[h] =
@@ -195,8 +196,8 @@ __global__ void QuantizeAct256Kernel(TensorView src, BlockQ8_1* out, int64_t n_u
 template <typename Kernel, typename... Args>
 cudaError_t LaunchOn(const Launch& l, cudaStream_t stream, Kernel kernel, Args... args) {
   if (l.empty()) return cudaSuccess;
-  kernel<<<dim3(l.grid.x, l.grid.y, l.grid.z), dim3(l.block.x, l.block.y, l.block.z), 0,
-           stream>>>(args...);
+  kernel<<<dim3(l.grid.x, l.grid.y, l.grid.z), dim3(l.block.x, l.block.y, l.block.z), 0, stream>>>(
+      args...);
   return LaunchResult();
 }
 

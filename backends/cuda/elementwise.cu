@@ -65,7 +65,8 @@ __global__ void RmsNormKernel(TensorView dst, TensorView a, float eps) {
       const double v = *reinterpret_cast<const float*>(x + i * a.nb[0]);
       sum += v * v;
     }
-    sum = BlockReduce(sum, [](double p, double q) { return p + q; }, scratch);
+    sum = BlockReduce(
+        sum, [](double p, double q) { return p + q; }, scratch);
     const float scale = static_cast<float>(1.0 / sqrt(sum / static_cast<double>(n0) + eps));
     for (int64_t i = threadIdx.x; i < n0; i += blockDim.x) {
       *reinterpret_cast<float*>(y + i * dst.nb[0]) =
@@ -93,14 +94,16 @@ __global__ void SoftMaxKernel(TensorView dst, TensorView a, TensorView mask, boo
       *reinterpret_cast<float*>(y + i * dst.nb[0]) = v;
       mx = fmaxf(mx, v);
     }
-    mx = BlockReduce(mx, [](float p, float q) { return fmaxf(p, q); }, scratch);
+    mx = BlockReduce(
+        mx, [](float p, float q) { return fmaxf(p, q); }, scratch);
     float sum = 0.0f;
     for (int64_t i = threadIdx.x; i < n0; i += blockDim.x) {
       float* p = reinterpret_cast<float*>(y + i * dst.nb[0]);
       *p = mx == -INFINITY ? 0.0f : expf(*p - mx);
       sum += *p;
     }
-    sum = BlockReduce(sum, [](float p, float q) { return p + q; }, scratch);
+    sum = BlockReduce(
+        sum, [](float p, float q) { return p + q; }, scratch);
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
     for (int64_t i = threadIdx.x; i < n0; i += blockDim.x) {
       *reinterpret_cast<float*>(y + i * dst.nb[0]) *= inv;
@@ -109,8 +112,8 @@ __global__ void SoftMaxKernel(TensorView dst, TensorView a, TensorView mask, boo
 }
 
 // One thread per output element; the pair's partner is read from the source.
-__global__ void RopeKernel(TensorView dst, TensorView a, TensorView pos, TensorView ff,
-                           bool has_ff, RopeArgs args, float mscale, int64_t n) {
+__global__ void RopeKernel(TensorView dst, TensorView a, TensorView pos, TensorView ff, bool has_ff,
+                           RopeArgs args, float mscale, int64_t n) {
   for (int64_t k = GlobalThread(); k < n; k += GridThreads()) {
     int64_t i[4];
     Unravel(k, dst.ne, i);
@@ -179,8 +182,8 @@ __global__ void ArgmaxKernel(TensorView dst, TensorView a) {
 template <typename Kernel, typename... Args>
 cudaError_t LaunchOn(const Launch& l, cudaStream_t stream, Kernel kernel, Args... args) {
   if (l.empty()) return cudaSuccess;
-  kernel<<<dim3(l.grid.x, l.grid.y, l.grid.z), dim3(l.block.x, l.block.y, l.block.z), 0,
-           stream>>>(args...);
+  kernel<<<dim3(l.grid.x, l.grid.y, l.grid.z), dim3(l.block.x, l.block.y, l.block.z), 0, stream>>>(
+      args...);
   return LaunchResult();
 }
 

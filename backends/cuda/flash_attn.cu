@@ -15,7 +15,7 @@
 namespace tg::cuda {
 namespace {
 
-constexpr int kTile = 32;                                    // keys per softmax update.
+constexpr int kTile = 32;  // keys per softmax update.
 constexpr int kWarps = kFlashAttnThreads / 32;
 constexpr int kKeysPerWarp = kTile / kWarps;
 constexpr int kOutPerThread = kFlashAttnMaxHead / kFlashAttnThreads;  // Dv <= 512.

@@ -55,6 +55,11 @@ Launch MatVecLaunch(int64_t m, int64_t n_batch);
 // FLASH_ATTN: one block of kFlashAttnThreads per (query position, head, batch) row.
 Launch FlashAttnLaunch(int64_t n_rows);
 
+// The weight row warp `warp` of block `block_x` of a MatVecLaunch computes (may be >= m).
+TG_HD int64_t MatVecRow(uint32_t block_x, int warp) {
+  return static_cast<int64_t>(block_x) * kMatVecWarps + warp;
+}
+
 // The batch a block of a MatVecLaunch works on (may be >= n_batch in the last z slice).
 TG_HD int64_t BatchIndex(uint32_t block_y, uint32_t block_z, uint32_t grid_y) {
   return static_cast<int64_t>(block_y) + static_cast<int64_t>(grid_y) * block_z;

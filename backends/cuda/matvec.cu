@@ -77,7 +77,7 @@ struct Unit<kTypeQ6_K> {
 template <int kType>
 __global__ void MatVecKernel(MatVecArgs p) {
   const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kMatVecWarps + threadIdx.x / 32;
+  const int64_t row = MatVecRow(blockIdx.x, threadIdx.x / 32);
   const int64_t bt = BatchIndex(blockIdx.y, blockIdx.z, gridDim.y);
   if (row >= p.m || bt >= p.n_batch) return;  // whole warps: row and bt are warp-uniform.
   const char* w;
@@ -132,14 +132,22 @@ cudaError_t LaunchTyped(const MatVecArgs& args, cudaStream_t stream) {
 
 cudaError_t LaunchMatVec(const MatVecArgs& args, cudaStream_t stream) {
   switch (args.weight_type) {
-    case kTypeF32: return LaunchTyped<kTypeF32>(args, stream);
-    case kTypeF16: return LaunchTyped<kTypeF16>(args, stream);
-    case kTypeBF16: return LaunchTyped<kTypeBF16>(args, stream);
-    case kTypeQ4_0: return LaunchTyped<kTypeQ4_0>(args, stream);
-    case kTypeQ8_0: return LaunchTyped<kTypeQ8_0>(args, stream);
-    case kTypeQ4_K: return LaunchTyped<kTypeQ4_K>(args, stream);
-    case kTypeQ6_K: return LaunchTyped<kTypeQ6_K>(args, stream);
-    default: return cudaErrorInvalidValue;
+    case kTypeF32:
+      return LaunchTyped<kTypeF32>(args, stream);
+    case kTypeF16:
+      return LaunchTyped<kTypeF16>(args, stream);
+    case kTypeBF16:
+      return LaunchTyped<kTypeBF16>(args, stream);
+    case kTypeQ4_0:
+      return LaunchTyped<kTypeQ4_0>(args, stream);
+    case kTypeQ8_0:
+      return LaunchTyped<kTypeQ8_0>(args, stream);
+    case kTypeQ4_K:
+      return LaunchTyped<kTypeQ4_K>(args, stream);
+    case kTypeQ6_K:
+      return LaunchTyped<kTypeQ6_K>(args, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
