@@ -96,6 +96,14 @@ cudaError_t Launch(NodeContext& ctx, Tensor* node) {
 
 absl::Status RunNode(NodeContext& ctx, Tensor* node) {
   if (node->op == Op::kMulMat) return RunMulMat(ctx, node);
+  const Tensor* src = node->src[0];
+  if ((node->op == Op::kCpy || node->op == Op::kCont) && src->type == node->type &&
+      src->IsContiguous() && node->IsContiguous()) {
+    // A plain copy: the copy engine's bandwidth, no index math.
+    TG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(node->data, src->data, node->NumBytes(),
+                                            cudaMemcpyDeviceToDevice, ctx.stream));
+    return absl::OkStatus();
+  }
   if (node->op == Op::kMulMatId) return RunMulMatId(ctx, node);
   if (const cudaError_t err = Launch(ctx, node); err != cudaSuccess) {
     return CudaError(err, absl::StrCat(OpName(node->op), " kernel launch"));
