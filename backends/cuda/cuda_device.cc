@@ -23,14 +23,6 @@
 namespace tg::cuda {
 namespace {
 
-// One line on stderr (never for TG_CUDA_QUIET=1: test suites that check a tool's stderr
-// line by line run on machines without GPUs).
-void Notice(const std::string& line) {
-  const char* quiet = std::getenv("TG_CUDA_QUIET");
-  if (quiet != nullptr && *quiet != '\0' && *quiet != '0') return;
-  std::fprintf(stderr, "tensorgrid: %s\n", line.c_str());
-}
-
 // Lets every pair of GPUs that can reach each other over the bus copy directly (peer copies
 // between the others are staged through the host by the runtime).
 void EnablePeerAccess(const std::vector<std::unique_ptr<CudaDevice>>& devices) {
@@ -49,6 +41,12 @@ void EnablePeerAccess(const std::vector<std::unique_ptr<CudaDevice>>& devices) {
 }
 
 }  // namespace
+
+void CudaNotice(const std::string& line) {
+  const char* quiet = std::getenv("TG_CUDA_QUIET");
+  if (quiet != nullptr && *quiet != '\0' && std::string(quiet) != "0") return;
+  std::fprintf(stderr, "tensorgrid: %s\n", line.c_str());
+}
 
 absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int index, BufferType* host_type) {
   std::unique_ptr<CudaDevice> d(new CudaDevice(index, host_type));
@@ -141,10 +139,10 @@ absl::Status RegisterCudaFamily() {
   done = true;
   std::vector<std::string> notes;
   absl::StatusOr<std::unique_ptr<CudaFamily>> family = CudaFamily::Create(&notes);
-  for (const std::string& note : notes) Notice(note);
+  for (const std::string& note : notes) CudaNotice(note);
   if (!family.ok()) {
-    Notice(absl::StrCat("CUDA unavailable (", family.status().message(),
-                        "); using the other devices"));
+    CudaNotice(absl::StrCat("CUDA unavailable (", family.status().message(),
+                            "); using the other devices"));
     return absl::OkStatus();
   }
   return Registry::Get().Register(std::move(*family));

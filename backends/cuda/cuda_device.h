@@ -72,6 +72,10 @@ class CudaFamily : public DeviceFamily {
 // device) otherwise.
 absl::StatusOr<int> CudaDeviceCount();
 
+// One line on stderr, "tensorgrid: <line>", unless TG_CUDA_QUIET is set (to anything but 0):
+// test suites that check a tool's stderr line by line run on machines without GPUs.
+void CudaNotice(const std::string& line);
+
 // Registers the CUDA family with the process registry, once. Without a usable GPU nothing
 // is registered, one line on stderr says why, and the result is still OK.
 absl::Status RegisterCudaFamily();

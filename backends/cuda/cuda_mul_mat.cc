@@ -3,7 +3,9 @@
 // weights); larger ones a cuBLAS GEMM per (j2, j3) batch: SGEMM for F32/BF16 weights, and
 // for F16 and quantized weights an F16 GEMM with f32 accumulation (tensor cores) on weights
 // dequantized to F16 in scratch. MUL_MAT_ID always takes the matrix-vector kernel, one column
-// per (slot, token) with its expert.
+// per (slot, token) with its expert. Without cuBLAS (or beyond its int sizes) the matrix-vector
+// kernel takes every product, kMatVecMaxCols columns per pass.
+#include <algorithm>
 #include <climits>
 
 #include "absl/strings/str_cat.h"
@@ -75,11 +77,14 @@ absl::Status MatVec(NodeContext& ctx, Tensor* node) {
   p.act_col_bytes = act.col_bytes;
   p.dst = static_cast<float*>(node->data);
   p.n_batch = b.ne[2] * b.ne[3];
-  p.n_cols = static_cast<int>(b.ne[1]);
+  p.cols_per_batch = b.ne[1];
   p.b2 = b.ne[2];
   p.r2 = b.ne[2] / a.ne[2];
   p.r3 = b.ne[3] / a.ne[3];
-  TG_CUDA_RETURN_IF_ERROR(LaunchMatVec(p, ctx.stream));
+  for (p.col0 = 0; p.col0 < b.ne[1]; p.col0 += kMatVecMaxCols) {
+    p.n_cols = static_cast<int>(std::min<int64_t>(kMatVecMaxCols, b.ne[1] - p.col0));
+    TG_CUDA_RETURN_IF_ERROR(LaunchMatVec(p, ctx.stream));
+  }
   return absl::OkStatus();
 }
 
@@ -118,11 +123,11 @@ absl::Status Gemm(NodeContext& ctx, Tensor* node, MulMatPath path) {
                                           j3 * node->nb[3]);
       // Column-major: C (m x n) = A^T (m x k, A stored k x m) * B (k x n).
       if (f16) {
-        TG_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
+        TG_CUBLAS_RETURN_IF_ERROR(ctx.blas->gemm_ex(
             ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, ap, CUDA_R_16F, lda, bp,
             CUDA_R_16F, ldb, &zero, cp, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       } else {
-        TG_CUBLAS_RETURN_IF_ERROR(cublasSgemm(
+        TG_CUBLAS_RETURN_IF_ERROR(ctx.blas->sgemm(
             ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, reinterpret_cast<const float*>(ap),
             lda, reinterpret_cast<const float*>(bp), ldb, &zero, cp, ldc));
       }
@@ -135,7 +140,9 @@ absl::Status Gemm(NodeContext& ctx, Tensor* node, MulMatPath path) {
 
 absl::Status RunMulMat(NodeContext& ctx, Tensor* node) {
   const MulMatPath path = ChooseMulMatPath(*node);
-  if (path == MulMatPath::kMatVec) return MatVec(ctx, node);
+  if (path == MulMatPath::kMatVec || ctx.blas == nullptr || !GemmFitsCublas(*node)) {
+    return MatVec(ctx, node);
+  }
   return Gemm(ctx, node, path);
 }
 

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
+#include "backends/cuda/cublas_loader.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/scratch_pool.h"
 #include "backends/cuda/tensor_view.h"
@@ -17,6 +18,7 @@ namespace tg::cuda {
 
 struct NodeContext {
   cudaStream_t stream = nullptr;
+  const CublasApi* blas = nullptr;  // nullptr where cuBLAS could not be loaded.
   cublasHandle_t cublas = nullptr;
   ScratchPool* pool = nullptr;  // the stream's temporaries.
   ErrorSink err;                // where GET_ROWS, SET_ROWS, MUL_MAT_ID report bad indices.

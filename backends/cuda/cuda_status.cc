@@ -1,6 +1,7 @@
 #include "backends/cuda/cuda_status.h"
 
 #include "absl/strings/str_cat.h"
+#include "backends/cuda/cublas_loader.h"
 
 namespace tg::cuda {
 
@@ -42,8 +43,12 @@ absl::Status CublasError(cublasStatus_t err, absl::string_view call) {
           ? absl::StatusCode::kResourceExhausted
           : (err == CUBLAS_STATUS_NOT_INITIALIZED ? absl::StatusCode::kUnavailable
                                                   : absl::StatusCode::kInternal);
-  return absl::Status(code, absl::StrCat(call, ": ", cublasGetStatusName(err), " (",
-                                         cublasGetStatusString(err), ")"));
+  absl::StatusOr<const CublasApi*> api = Cublas();
+  if (!api.ok()) {
+    return absl::Status(code, absl::StrCat(call, ": cuBLAS status ", static_cast<int>(err)));
+  }
+  return absl::Status(code, absl::StrCat(call, ": ", (*api)->status_name(err), " (",
+                                         (*api)->status_string(err), ")"));
 }
 
 }  // namespace tg::cuda

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "absl/base/call_once.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "backends/cuda/cuda_buffer.h"
@@ -72,8 +73,17 @@ absl::Status CudaStream::Init() {
   TG_RETURN_IF_ERROR(Select());
   // A blocking stream: it orders with the legacy default stream of the buffer calls.
   TG_CUDA_RETURN_IF_ERROR(cudaStreamCreate(&stream_));
-  TG_CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
-  TG_CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
+  if (absl::StatusOr<const CublasApi*> blas = Cublas(); blas.ok()) {
+    blas_ = *blas;
+    TG_CUBLAS_RETURN_IF_ERROR(blas_->create(&cublas_));
+    TG_CUBLAS_RETURN_IF_ERROR(blas_->set_stream(cublas_, stream_));
+  } else {
+    static absl::once_flag once;
+    absl::call_once(once, [&] {
+      CudaNotice(absl::StrCat(blas.status().message(),
+                              "; large matrix products run the matrix-vector kernel"));
+    });
+  }
   allocator_ = std::make_unique<StreamAllocator>(device_, stream_);
   pool_ = std::make_unique<ScratchPool>(allocator_.get(), kMaxCachedScratch);
   void* dev = nullptr;
@@ -91,7 +101,7 @@ CudaStream::~CudaStream() {
   if (!Select().ok()) return;  // the device is gone: nothing left to free on it.
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   pool_.reset();  // frees in stream order, before the stream goes.
-  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (cublas_ != nullptr) blas_->destroy(cublas_);
   if (stream_ != nullptr) {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
@@ -194,7 +204,7 @@ absl::Status CudaStream::Compute(Graph& graph) {
       return absl::FailedPreconditionError(
           absl::StrCat(device_->name(), ": node ", DescribeTensor(*node), " has no memory"));
     }
-    NodeContext ctx{stream_, cublas_, pool_.get(), {}};
+    NodeContext ctx{stream_, blas_, cublas_, pool_.get(), {}};
     if (ChecksIndices(*node)) {
       checks = true;
       ctx.err.record = device_error_;

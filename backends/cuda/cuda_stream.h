@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/cublas_loader.h"
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/scratch_pool.h"
@@ -48,6 +49,7 @@ class CudaStream : public Stream {
 
   CudaDevice* device_;
   cudaStream_t stream_ = nullptr;
+  const CublasApi* blas_ = nullptr;  // nullptr: no cuBLAS (see cublas_loader.h).
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<DeviceAllocator> allocator_;
   std::unique_ptr<ScratchPool> pool_;

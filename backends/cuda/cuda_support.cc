@@ -24,15 +24,13 @@ bool CopySupported(DType from, DType to) {
 
 bool FitsInt(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
-bool MulMatSupported(const Tensor& node) {
-  const Tensor& a = *node.src[0];
-  const Tensor& b = *node.src[1];
-  if (ChooseMulMatPath(node) == MulMatPath::kMatVec) return true;
-  // cuBLAS takes int sizes (operands whose strides do not fit are copied densely first).
-  return FitsInt(a.ne[0]) && FitsInt(a.ne[1]) && FitsInt(b.ne[1]);
-}
-
 }  // namespace
+
+bool GemmFitsCublas(const Tensor& mul_mat) {
+  const Tensor& a = *mul_mat.src[0];
+  // Operands whose strides do not fit an int are copied densely first.
+  return FitsInt(a.ne[0]) && FitsInt(a.ne[1]) && FitsInt(mul_mat.src[1]->ne[1]);
+}
 
 MulMatPath ChooseMulMatPath(const Tensor& mul_mat) {
   const Tensor& a = *mul_mat.src[0];
@@ -63,8 +61,6 @@ bool CudaSupportsOp(const Tensor& node) {
       return CopySupported(node.src[0]->type, node.src[1]->type);
     case Op::kCont:
       return CopySupported(node.src[0]->type, node.type);
-    case Op::kMulMat:
-      return MulMatSupported(node);
     case Op::kFlashAttn:
       return node.src[0]->ne[0] <= kFlashAttnMaxHead && node.src[2]->ne[0] <= kFlashAttnMaxHead;
     case Op::kArgmax:

@@ -26,6 +26,9 @@ enum class MulMatPath {
 };
 
 MulMatPath ChooseMulMatPath(const Tensor& mul_mat);
+// False when a GEMM path's sizes do not fit cuBLAS's int arguments (the matrix-vector kernel,
+// in passes of kMatVecMaxColumns columns, then does the product; so it does without cuBLAS).
+bool GemmFitsCublas(const Tensor& mul_mat);
 
 // True when every stride and the view offset of t are multiples of what the kernels load at
 // once (4 bytes for F32/I32, 2 for F16/BF16 and the quantized blocks): a graph from the

@@ -80,8 +80,10 @@ struct MatVecArgs {
   int64_t act_col_bytes = 0;  // bytes per activation column.
   float* dst = nullptr;       // column c at dst + c * m.
   int64_t n_batch = 0;        // MUL_MAT: b2 * b3; MUL_MAT_ID: n_used * n_tokens.
-  // MUL_MAT: n_cols columns per batch; batch (j2, j3) uses weight matrix (j2 / r2, j3 / r3).
+  // MUL_MAT: columns col0 .. col0 + n_cols - 1 (n_cols <= kMatVecMaxCols) of the
+  // cols_per_batch columns of each batch; batch (j2, j3) uses weight matrix (j2 / r2, j3 / r3).
   int n_cols = 1;
+  int64_t cols_per_batch = 1, col0 = 0;
   int64_t b2 = 1, r2 = 1, r3 = 1;
   // MUL_MAT_ID (ids != nullptr): batch (i, t) uses expert ids[i, t] on activation column
   // (i % act_per_token) + act_per_token * t.

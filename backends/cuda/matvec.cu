@@ -86,7 +86,7 @@ __global__ void MatVecKernel(MatVecArgs p) {
   if (p.ids == nullptr) {
     const int64_t j2 = bt % p.b2, j3 = bt / p.b2;
     w = p.w + (j2 / p.r2) * p.w_nb2 + (j3 / p.r3) * p.w_nb3;
-    act_col = dst_col = bt * p.n_cols;
+    act_col = dst_col = bt * p.cols_per_batch + p.col0;
   } else {
     const int64_t i = bt % p.n_used, t = bt / p.n_used;
     const int32_t e = *reinterpret_cast<const int32_t*>(p.ids + i * p.ids_nb0 + t * p.ids_nb1);
