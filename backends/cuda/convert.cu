@@ -4,19 +4,12 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch_geometry.h"
-#include "backends/cuda/reduce.cuh"
 
 namespace tg::cuda {
 namespace {
-
-__device__ __forceinline__ int64_t GlobalThread() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t GridThreads() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x;
-}
 
 // Element i0 of a row of any type, as f32.
 __device__ __forceinline__ float ReadF32(const TensorView& v, const char* row, int64_t i0) {
@@ -191,14 +184,6 @@ __global__ void QuantizeAct256Kernel(TensorView src, BlockQ8_1* out, int64_t n_u
       }
     }
   }
-}
-
-template <typename Kernel, typename... Args>
-cudaError_t LaunchOn(const Launch& l, cudaStream_t stream, Kernel kernel, Args... args) {
-  if (l.empty()) return cudaSuccess;
-  kernel<<<dim3(l.grid.x, l.grid.y, l.grid.z), dim3(l.block.x, l.block.y, l.block.z), 0, stream>>>(
-      args...);
-  return LaunchResult();
 }
 
 }  // namespace

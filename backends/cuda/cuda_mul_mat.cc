@@ -60,22 +60,28 @@ absl::Status PrepareActivations(NodeContext& ctx, DType weight_type, const Tenso
   return absl::OkStatus();
 }
 
+// The matrix-vector kernel's arguments for weights w, activations act and result dst.
+MatVecArgs ArgsFor(const Tensor& w, const Activations& act, Tensor* dst) {
+  MatVecArgs p;
+  p.weight_type = static_cast<int>(w.type);
+  p.w = static_cast<const char*>(w.data);
+  p.w_nb1 = static_cast<int64_t>(w.nb[1]);
+  p.w_nb2 = static_cast<int64_t>(w.nb[2]);
+  p.w_nb3 = static_cast<int64_t>(w.nb[3]);
+  p.k = w.ne[0];
+  p.m = w.ne[1];
+  p.act = act.data;
+  p.act_col_bytes = act.col_bytes;
+  p.dst = static_cast<float*>(dst->data);
+  return p;
+}
+
 absl::Status MatVec(NodeContext& ctx, Tensor* node) {
   const Tensor& a = *node->src[0];
   const Tensor& b = *node->src[1];
   Activations act;
   TG_RETURN_IF_ERROR(PrepareActivations(ctx, a.type, b, &act));
-  MatVecArgs p;
-  p.weight_type = static_cast<int>(a.type);
-  p.w = static_cast<const char*>(a.data);
-  p.w_nb1 = static_cast<int64_t>(a.nb[1]);
-  p.w_nb2 = static_cast<int64_t>(a.nb[2]);
-  p.w_nb3 = static_cast<int64_t>(a.nb[3]);
-  p.k = a.ne[0];
-  p.m = a.ne[1];
-  p.act = act.data;
-  p.act_col_bytes = act.col_bytes;
-  p.dst = static_cast<float*>(node->data);
+  MatVecArgs p = ArgsFor(a, act, node);
   p.n_batch = b.ne[2] * b.ne[3];
   p.cols_per_batch = b.ne[1];
   p.b2 = b.ne[2];
@@ -152,16 +158,7 @@ absl::Status RunMulMatId(NodeContext& ctx, Tensor* node) {
   const Tensor& ids = *node->src[2];
   Activations act;
   TG_RETURN_IF_ERROR(PrepareActivations(ctx, as.type, b, &act));
-  MatVecArgs p;
-  p.weight_type = static_cast<int>(as.type);
-  p.w = static_cast<const char*>(as.data);
-  p.w_nb1 = static_cast<int64_t>(as.nb[1]);
-  p.w_nb2 = static_cast<int64_t>(as.nb[2]);
-  p.k = as.ne[0];
-  p.m = as.ne[1];
-  p.act = act.data;
-  p.act_col_bytes = act.col_bytes;
-  p.dst = static_cast<float*>(node->data);
+  MatVecArgs p = ArgsFor(as, act, node);
   p.n_used = ids.ne[0];
   p.n_batch = ids.ne[0] * ids.ne[1];
   p.ids = static_cast<const char*>(ids.data);

@@ -5,22 +5,15 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch_geometry.h"
-#include "backends/cuda/reduce.cuh"
 
 namespace tg::cuda {
 namespace {
 
 __device__ __forceinline__ float& F32At(const TensorView& v, const int64_t i[4]) {
   return *reinterpret_cast<float*>(v.data + Offset(v, i[0], i[1], i[2], i[3]));
-}
-
-__device__ __forceinline__ int64_t GlobalThread() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t GridThreads() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x;
 }
 
 __device__ __forceinline__ float Silu(float x) { return x / (1.0f + expf(-x)); }
@@ -177,14 +170,6 @@ __global__ void ArgmaxKernel(TensorView dst, TensorView a) {
     }
     __syncthreads();
   }
-}
-
-template <typename Kernel, typename... Args>
-cudaError_t LaunchOn(const Launch& l, cudaStream_t stream, Kernel kernel, Args... args) {
-  if (l.empty()) return cudaSuccess;
-  kernel<<<dim3(l.grid.x, l.grid.y, l.grid.z), dim3(l.block.x, l.block.y, l.block.z), 0, stream>>>(
-      args...);
-  return LaunchResult();
 }
 
 }  // namespace

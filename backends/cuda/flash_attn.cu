@@ -8,9 +8,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch_geometry.h"
-#include "backends/cuda/reduce.cuh"
 
 namespace tg::cuda {
 namespace {

@@ -6,9 +6,9 @@
 // activations themselves.
 #include <cstdint>
 
+#include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch_geometry.h"
-#include "backends/cuda/reduce.cuh"
 
 namespace tg::cuda {
 namespace {

@@ -55,15 +55,25 @@ std::vector<uint8_t> RandomBlocks(DType type, int64_t n, uint32_t seed) {
   return bytes;
 }
 
+// Blocks of n values of `type`: quantized from random floats (variant 0), or random bytes.
+std::vector<uint8_t> TestBlocks(DType type, int64_t n, int variant, uint32_t seed) {
+  return variant == 0 ? Quantize(type, testing::RandomFloats(n, seed, -3.0f, 3.0f))
+                      : RandomBlocks(type, n, seed);
+}
+
+// Dequantized values of a row of `type`, as core computes them.
+std::vector<float> CoreDequantized(DType type, const std::vector<uint8_t>& q, int64_t n) {
+  std::vector<float> out(n);
+  DequantizeRow(type, q.data(), out.data(), n);
+  return out;
+}
+
 TEST(QuantMathTest, DequantAtMatchesCoreDequantizeRowBitForBit) {
   constexpr int64_t kN = 1024;
   for (DType type : kQuantTypes) {
     for (int variant = 0; variant < 2; ++variant) {
-      const std::vector<uint8_t> q =
-          variant == 0 ? Quantize(type, testing::RandomFloats(kN, 11, -3.0f, 3.0f))
-                       : RandomBlocks(type, kN, 12);
-      std::vector<float> want(kN);
-      DequantizeRow(type, q.data(), want.data(), kN);
+      const std::vector<uint8_t> q = TestBlocks(type, kN, variant, 11);
+      const std::vector<float> want = CoreDequantized(type, q, kN);
       for (int64_t i = 0; i < kN; ++i) {
         const float got =
             DequantAt(static_cast<int>(type), reinterpret_cast<const char*>(q.data()), i);
@@ -154,11 +164,8 @@ TEST(QuantMathTest, BlockDotsMatchTheDequantizedProducts) {
   constexpr int64_t kN = 2048;
   for (DType type : kQuantTypes) {
     for (int variant = 0; variant < 2; ++variant) {
-      const std::vector<uint8_t> w =
-          variant == 0 ? Quantize(type, testing::RandomFloats(kN, 31, -1.0f, 1.0f))
-                       : RandomBlocks(type, kN, 32);
-      std::vector<float> wf(kN);
-      DequantizeRow(type, w.data(), wf.data(), kN);
+      const std::vector<uint8_t> w = TestBlocks(type, kN, variant, 31);
+      const std::vector<float> wf = CoreDequantized(type, w, kN);
       const std::vector<float> x = testing::RandomFloats(kN, 33, -2.0f, 2.0f);
       std::vector<BlockQ8_1> a(kN / 32);
       QuantizeActRow(static_cast<int>(type), x.data(), a.data(), kN);

@@ -1,12 +1,14 @@
-// Device-only helpers of the CUDA kernels: warp and block reductions, and the run-time error
-// report. Block reductions take blockDim.x a multiple of 32 (at most 1024), give every
-// thread the result, and combine warps in a fixed order (deterministic results).
-#ifndef TENSORGRID_BACKENDS_CUDA_REDUCE_CUH_
-#define TENSORGRID_BACKENDS_CUDA_REDUCE_CUH_
+// Device-only helpers of the CUDA kernels: warp and block reductions, the run-time error
+// report, launching, grid-stride indices. Block reductions take blockDim.x a multiple of 32
+// (at most 1024), give every thread the result, and combine warps in a fixed order
+// (deterministic results).
+#ifndef TENSORGRID_BACKENDS_CUDA_DEVICE_COMMON_CUH_
+#define TENSORGRID_BACKENDS_CUDA_DEVICE_COMMON_CUH_
 
 #include <cstdint>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch_geometry.h"
 
 namespace tg::cuda {
 
@@ -54,6 +56,23 @@ __device__ __forceinline__ void ReportError(const ErrorSink& sink, int code, int
 // The launch error of the kernel just queued (a launch itself never blocks).
 inline cudaError_t LaunchResult() { return cudaGetLastError(); }
 
+// Queues kernel<<<l>>>(args...) on stream; nothing for an empty launch (a 0 grid is an error).
+template <typename Kernel, typename... Args>
+cudaError_t LaunchOn(const Launch& l, cudaStream_t stream, Kernel kernel, Args... args) {
+  if (l.empty()) return cudaSuccess;
+  kernel<<<dim3(l.grid.x, l.grid.y, l.grid.z), dim3(l.block.x, l.block.y, l.block.z), 0, stream>>>(
+      args...);
+  return LaunchResult();
+}
+
+// This thread's index in a 1-D launch, and the threads of the grid (grid-stride loops).
+__device__ __forceinline__ int64_t GlobalThread() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t GridThreads() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
 }  // namespace tg::cuda
 
-#endif  // TENSORGRID_BACKENDS_CUDA_REDUCE_CUH_
+#endif  // TENSORGRID_BACKENDS_CUDA_DEVICE_COMMON_CUH_
