@@ -7,10 +7,16 @@
 #
 #   bash gpu-check.sh            (from the bundle folder, or any folder)
 #
+# TG_GPU_CHECK_DEVICE (default CUDA0) and TG_GPU_CHECK_BASE (default CPU) name the device under
+# test and the yardstick: TG_CPU_DEVICES=2 TG_GPU_CHECK_DEVICE=CPU1 TG_GPU_CHECK_BASE=CPU0
+# TG_GPU_CHECK_RPC_DEVICE='RPC' runs the whole script without a GPU, to check the script.
+#
 # CUDA itself comes from the machine: libcuda from the driver, cuBLAS (the major version in
 # MANIFEST) from $CUDA_HOME, /usr/local/cuda*, the Python environment's nvidia-* packages or
 # the loader's cache, whichever has it.
 set -uo pipefail
+dev=${TG_GPU_CHECK_DEVICE:-CUDA0}
+base=${TG_GPU_CHECK_BASE:-CPU}
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$here/bin
 logs=$here/logs
@@ -62,12 +68,12 @@ if ! "$bin/tg-run" --list-devices >"$logs/devices.txt" 2>&1; then
   echo "gpu-check: 0 passed, 1 failed (the bundle cannot run here; see $logs/devices.txt)"
   exit 1
 fi
-if ! grep -q '^ *CUDA0 ' "$logs/devices.txt"; then
-  report FAIL devices "no CUDA0: $(grep -i cuda "$logs/devices.txt" | tail -1)"
+if ! grep -q "^ *$dev " "$logs/devices.txt"; then
+  report FAIL devices "no $dev: $(grep -i cuda "$logs/devices.txt" | tail -1)"
   echo "gpu-check: 0 passed, 1 failed"
   exit 1
 fi
-report PASS devices "$(grep '^ *CUDA' "$logs/devices.txt" | sed 's/^ *//' | paste -sd ';' -)"
+report PASS devices "$(grep -E "^ *($dev|CUDA)" "$logs/devices.txt" | sort -u | sed 's/^ *//' | paste -sd ';' -)"
 [ -n "$cuda_dirs" ] || report FAIL cublas "$cublas not found: GEMM-sized products use the matrix-vector kernel"
 
 # --- checks -------------------------------------------------------------------------------------
@@ -78,7 +84,8 @@ run_check() {  # name command...: PASS/FAIL/SKIP from the exit code (77 = skip),
   "$@" >"$log" 2>&1
   rc=$?
   local detail
-  detail="$(grep -v '^\s*$' "$log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+  detail="$(grep -v '^\s*$' "$log" | tail -1 | sed -E 's/^(PASS|FAIL|SKIP) [^:]*: //') ($(( $(date +%s) - t0 )) s)"
+  grep -q '^\[  PASSED  \] 0 tests' "$log" && [ "$rc" -eq 0 ] && rc=77  # a gtest that only skipped.
   case $rc in 0) report PASS "$name" "$detail" ;; 77) report SKIP "$name" "$detail" ;; *) report FAIL "$name" "$detail" ;; esac
 }
 
@@ -86,13 +93,13 @@ compare() {  # name model compare_devices.py-args...
   local name=$1 model=$2
   shift 2
   run_check "$name" python3 "$here/compare_devices.py" --tg-run "$bin/tg-run" --model "$model" \
-    --require CUDA0 --label "$name" "$@"
+    --require "$dev" --label "$name" "$@"
 }
 
-run_check tg_ops_cuda0 python3 "$here/run_if_device.py" --tg-run "$bin/tg-run" --device CUDA0 \
-  --expect '[1-9][0-9]* passed, 0 failed' -- "$bin/tg-ops" test -b CUDA0
-run_check tg_ops_meta_cuda0_cpu python3 "$here/run_if_device.py" --tg-run "$bin/tg-run" \
-  --device CUDA0 --expect '[1-9][0-9]* passed, 0 failed' -- "$bin/tg-ops" test -sm tensor --device CUDA0,CPU
+run_check "tg_ops_${dev,,}" python3 "$here/run_if_device.py" --tg-run "$bin/tg-run" --device "$dev" \
+  --expect '[1-9][0-9]* passed, 0 failed' -- "$bin/tg-ops" test -b "$dev"
+run_check "tg_ops_meta_${dev,,}_${base,,}" python3 "$here/run_if_device.py" --tg-run "$bin/tg-run" \
+  --device "$dev" --expect '[1-9][0-9]* passed, 0 failed' -- "$bin/tg-ops" test -sm tensor --device "$dev,$base"
 run_check cuda_gpu_test "$bin/cuda_gpu_test" --gtest_brief=1
 
 # Models: stories260K and the stories15M shape with random weights in four types.
@@ -109,36 +116,37 @@ long_prompt="Once upon a time, there was a little girl named Lily. She loved to 
 for m in "${models[@]}"; do
   tag=$(basename "$m" .gguf)
   # Short prompt (matrix-vector path) with an F32 cache: the CPU's tokens and logits.
-  compare "${tag}_cuda0" "$m" --base "--device CPU" --test "--device CUDA0" --kv-type f32 --tol 1e-3
+  compare "${tag}_${dev,,}" "$m" --base "--device $base" --test "--device $dev" --kv-type f32 --tol 1e-3
   # A long prompt (cuBLAS GEMMs, F16 cache): the CPU's tokens.
-  compare "${tag}_cuda0_long_f16kv" "$m" --base "--device CPU" --test "--device CUDA0" \
+  compare "${tag}_${dev,,}_long_f16kv" "$m" --base "--device $base" --test "--device $dev" \
     --kv-type f16 --tokens-only --prompt "$long_prompt"
 done
 for m in "$here/models/stories260K.gguf" "$work/synth15m-f32.gguf"; do
   tag=$(basename "$m" .gguf)
-  compare "${tag}_sm_layer" "$m" --base "--device CPU" --test "-sm layer --device CUDA0,CPU" --tol 1e-3
-  compare "${tag}_sm_tensor" "$m" --base "--device CPU" --test "-sm tensor --device CUDA0,CPU" --tol 1e-3
+  compare "${tag}_sm_layer" "$m" --base "--device $base" --test "-sm layer --device $dev,$base" --tol 1e-3
+  compare "${tag}_sm_tensor" "$m" --base "--device $base" --test "-sm tensor --device $dev,$base" --tol 1e-3
 done
 # rpc-server on its default devices (-d 0 is the first GPU) on loopback, used by tg-run.
-compare rpc_server_d0 "$here/models/stories260K.gguf" --base "--device CPU" \
-  --rpc-server "$bin/rpc-server" --serve "-d 0" --test "--rpc {rpc} --device RPC[{rpc}]/0" --tol 1e-3
+compare rpc_server_d0 "$here/models/stories260K.gguf" --base "--device $base" \
+  --rpc-server "$bin/rpc-server" --serve "-d 0" --test "--rpc {rpc} --device RPC[{rpc}]/0" --tol 1e-3 \
+  --expect-device "${TG_GPU_CHECK_RPC_DEVICE:-RPC.*compute capability}"
 
 # Speed: pp512/tg128 on CUDA0 (and the CPU for scale), and the memory roofline.
 for type in q4_0 q8_0; do
   m=$work/synth15m-$type.gguf
   [ -f "$m" ] || continue
-  for dev in CUDA0 CPU; do
-    if "$bin/tg-bench" -m "$m" -p 512 -n 128 -r 3 --device "$dev" >"$logs/bench-$type-$dev.txt" 2>&1; then
-      rows=$(grep -E '^\|.*\| (pp|tg)[0-9]+ \|' "$logs/bench-$type-$dev.txt" |
+  for d in "$dev" "$base"; do
+    if "$bin/tg-bench" -m "$m" -p 512 -n 128 -r 3 --device "$d" >"$logs/bench-$type-$d.txt" 2>&1; then
+      rows=$(grep -E '^\|.*\| (pp|tg)[0-9]+ \|' "$logs/bench-$type-$d.txt" |
         awk -F'|' '{gsub(/^ +| +$/, "", $9); gsub(/^ +| +$/, "", $10); print $9 " " $10 " t/s"}' |
         paste -sd ',' -)
-      report PASS "bench_${type}_$dev" "${rows:-$(tail -1 "$logs/bench-$type-$dev.txt")}"
+      report PASS "bench_${type}_$d" "${rows:-$(tail -1 "$logs/bench-$type-$d.txt")}"
     else
-      report FAIL "bench_${type}_$dev" "$(tail -1 "$logs/bench-$type-$dev.txt")"
+      report FAIL "bench_${type}_$d" "$(tail -1 "$logs/bench-$type-$d.txt")"
     fi
   done
 done
-run_check copy_bandwidth "$bin/copy_bandwidth" CUDA0 1024
+run_check copy_bandwidth "$bin/copy_bandwidth" "$dev" 1024
 
 echo "gpu-check: $passed passed, $failed failed, $skipped skipped in $(( $(date +%s) - t_start )) s (logs: $logs)"
 [ "$failed" -eq 0 ]

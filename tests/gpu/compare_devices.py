@@ -4,18 +4,21 @@
   compare_devices.py --tg-run PATH --model MODEL --base "ARGS" --test "ARGS"
                      [--require DEV ...] [--n 32] [--top 5] [--tol 1e-3 | --tokens-only]
                      [--kv-type f32] [--prompt TEXT] [--label TEXT]
-                     [--rpc-server PATH --serve "ARGS"]
+                     [--rpc-server PATH --serve "ARGS"] [--expect-device REGEX]
 
 Both runs decode greedily with --json. Passes when the greedy tokens are identical and (unless
 --tokens-only) every top-K logit of the test run is within --tol of the base run's. With
 --rpc-server, a server is started on loopback with --serve's arguments first, and "{rpc}" in
---test is replaced by its host:port. Prints one summary line. Exit 0 pass, 1 mismatch or
+--test is replaced by its host:port. With --expect-device, `tg-run --list-devices` with --test's
+arguments must list a device line matching REGEX (e.g. that the server serves a GPU). Prints
+one summary line. Exit 0 pass, 1 mismatch or
 error, 77 skipped (a --require'd device or the model missing). Python standard library only:
 it runs on GPU machines that have nothing else.
 """
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -93,6 +96,7 @@ def main():
     ap.add_argument("--label", default="")
     ap.add_argument("--rpc-server")
     ap.add_argument("--serve", default="")
+    ap.add_argument("--expect-device")
     a = ap.parse_args()
     label = a.label or f"{os.path.basename(a.model)} {a.test}"
     if not os.path.exists(a.model):
@@ -113,6 +117,13 @@ def main():
                 print(f"FAIL {label}: rpc-server did not start: {endpoint[0]}")
                 return 1
             test_args = test_args.replace("{rpc}", endpoint)
+        if a.expect_device:
+            p = subprocess.run([a.tg_run, "--list-devices"] + shlex.split(test_args),
+                               capture_output=True, text=True)
+            if not re.search(a.expect_device, p.stdout):
+                print(f"FAIL {label}: no device matching {a.expect_device!r} in: "
+                      f"{' | '.join(l.strip() for l in p.stdout.splitlines()[1:])}")
+                return 1
         base, why = run(a.tg_run, a, shlex.split(a.base))
         if base is None:
             print(f"FAIL {label}: base run: {why}")
