@@ -77,7 +77,6 @@ void Partitioner::Reset() {
   // Containers keep their capacity across replays: a decode step allocates little.
   plan_.n_devices = lookup_.n_devices();
   plan_.tape.Begin(replay_);
-  plan_.mirrored.clear();
   plan_.inputs.clear();
   plan_.results.clear();
   if (!replay_) {
@@ -107,7 +106,10 @@ absl::Status Partitioner::Run() {
   for (size_t i = 0; i < graph_.nodes.size(); ++i) TG_RETURN_IF_ERROR(DeriveNode(i));
   TG_RETURN_IF_ERROR(plan_.tape.End());
   CollectResults();
-  return emitter_.Finish(lookup_);
+  emitter_.Finish();
+  // A replay that changed no tensor's shape leaves the memory layout as it was.
+  plan_.layout_changed = plan_.layout_changed || !replay_ || plan_.tape.reshaped() > 0;
+  return absl::OkStatus();
 }
 
 absl::Status Partitioner::PlaceLeaf(size_t index) {
@@ -143,9 +145,7 @@ absl::Status Partitioner::PlaceLeaf(size_t index) {
     TG_ASSIGN_OR_RETURN(p.state, lookup_.DecideSplit(*leaf));
   }
   TG_ASSIGN_OR_RETURN(p.shadows, shadows_.Blank(*leaf, p.state));
-  const GraphSlot slot{true, index};
-  plan_.mirrored.push_back({slot, p.shadows});
-  plan_.inputs.push_back({slot, ShadowSet{p.state, p.shadows, nullptr}});
+  plan_.inputs.push_back({GraphSlot{true, index}, ShadowSet{p.state, p.shadows, nullptr}});
   return absl::OkStatus();
 }
 
@@ -157,13 +157,9 @@ absl::Status Partitioner::DeriveNode(size_t index) {
     return absl::Status(s.code(), absl::StrCat(lookup_.name(), ": cannot split ", OpName(node->op),
                                                " ", DescribeTensor(*node), ": ", s.message()));
   }
-  if (node->view_src != nullptr) return absl::OkStatus();
-  if (lookup_.HomeOf(*node) != Home::kGraph) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(DescribeTensor(*node), " is not in a compute buffer of ", lookup_.name()));
-  }
-  plan_.mirrored.push_back({GraphSlot{false, index}, p.shadows});
-  return absl::OkStatus();
+  if (node->view_src != nullptr || lookup_.HomeOf(*node) == Home::kGraph) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(DescribeTensor(*node), " is not in a compute buffer of ", lookup_.name()));
 }
 
 void Partitioner::CollectResults() {

@@ -16,14 +16,14 @@
 // over Placements (placements.h: each tensor's state and shadows in this partition) and the
 // device seen through ShadowLookup (shadow_lookup.h: where a tensor lives, resident shadows).
 //
-// Memory: a shadow of a graph tensor is placed, each Compute, at the same offset of its
-// buffer's per-device mirror as the tensor has in the meta buffer (a shadow is never larger
-// than its tensor, so the graph allocator's layout is valid for it); tensors the plan adds
-// (gathered copies, contiguous copies, zero-filled partials) get private per-device memory.
-// A plan is built once per graph topology and reused as is for the same topology. A graph
-// of the same structure but other shapes (the next decode step: the KV length grows)
-// replays the plan: the same derivation runs again, refreshing the plan's own tensors in
-// place instead of creating new ones, which keeps per-step work small. Not thread-safe.
+// Memory: the partition places nothing. The stream lays out every tensor of the plan that
+// needs memory (inputs' shadows, the nodes each device computes, the tensors the plan adds:
+// gathered and packed copies, zero partials) in each device's own compute memory, by the
+// liveness of that device's subgraphs (plan_memory.h).
+// A plan is built once per graph structure. A graph of the same structure but other shapes (the
+// next decode step: the KV length grows) replays the plan: the same derivation runs again,
+// refreshing the plan's own tensors in place instead of creating new ones, which keeps per-step
+// work small. Not thread-safe.
 #ifndef TENSORGRID_META_GRAPH_PARTITION_H_
 #define TENSORGRID_META_GRAPH_PARTITION_H_
 

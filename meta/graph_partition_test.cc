@@ -23,6 +23,7 @@
 #include "meta/meta_device.h"
 #include "meta/meta_stream.h"
 #include "meta/partition_testing.h"
+#include "meta/plan_memory.h"
 #include "tests/lib/test_util.h"
 
 namespace tg::meta {
@@ -440,7 +441,17 @@ TEST_F(PartitionGraphTest, RecordsWhatTheStreamNeeds) {
   ASSERT_EQ(p.results.size(), 2u);  // x and the output y, registered for GetTensor.
   EXPECT_FALSE(p.results[1].slot.leaf);
   EXPECT_EQ(p.results[1].set.state, SplitState::Axis(0, R({{0, 2}, {2, 6}})));
-  EXPECT_EQ(p.mirrored.size(), 2u);  // x and y have memory at mirror offsets.
+  // x and y have memory of their own on each device (their shadows are the plan's).
+  PlanMemory memory({a_.default_buffer_type(), b_.default_buffer_type()});
+  ASSERT_TRUE(memory.Place(**plan).ok());
+  for (int d = 0; d < 2; ++d) {
+    const Tensor* xs = p.inputs[0].set.shadows[d];
+    const Tensor* ys = p.results[1].set.shadows[d];
+    ASSERT_NE(xs->data, nullptr);
+    ASSERT_NE(ys->data, nullptr);
+    EXPECT_EQ(xs->buffer, ys->buffer);
+    EXPECT_EQ(xs->buffer->type()->device(), d == 0 ? &a_ : &b_);
+  }
   EXPECT_EQ(p.bindings[LeafIndex(w_)], w_);
   EXPECT_EQ(p.bindings[LeafIndex(x_)], nullptr);
   EXPECT_EQ(p.comm_count, 0);

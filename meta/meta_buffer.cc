@@ -56,7 +56,6 @@ absl::StatusOr<std::unique_ptr<Buffer>> MetaBufferType::Allocate(size_t size) {
 MetaBuffer::MetaBuffer(MetaBufferType* type, uintptr_t base, size_t size)
     : type_(type), device_(type->meta_device()), base_(base), size_(size) {
   arenas_.resize(device_->n_devices());
-  mirrors_.resize(device_->n_devices());
 }
 
 absl::Status MetaBuffer::InitTensor(Tensor* t) {
@@ -114,8 +113,13 @@ absl::Status MetaBuffer::PlaceInArena(int d, Tensor* shadow) {
 std::optional<ShadowSet> MetaBuffer::Shadows(const Tensor* t) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = resident_.find(t); it != resident_.end()) return it->second;
-  if (auto it = graph_.find(t); it != graph_.end()) return it->second;
-  return std::nullopt;
+  return GraphShadows(t);
+}
+
+std::optional<ShadowSet> MetaBuffer::GraphShadows(const Tensor* t) const {
+  auto it = graph_.find(t);
+  if (it == graph_.end() || !it->second.valid()) return std::nullopt;
+  return it->second.set;
 }
 
 void MetaBuffer::ResetGraphTensors() {
@@ -123,9 +127,10 @@ void MetaBuffer::ResetGraphTensors() {
   graph_.clear();
 }
 
-void MetaBuffer::RegisterGraphTensor(const Tensor* t, ShadowSet set) {
+void MetaBuffer::RegisterGraphTensor(const Tensor* t, ShadowSet set,
+                                     std::shared_ptr<const PlanMemory> memory, uint64_t epoch) {
   std::lock_guard<std::mutex> lock(mu_);
-  graph_[t] = std::move(set);
+  graph_[t] = GraphTensor{std::move(set), std::move(memory), epoch};
 }
 
 std::optional<std::vector<uint8_t>> MetaBuffer::TakePending(const Tensor* t) {
@@ -135,16 +140,6 @@ std::optional<std::vector<uint8_t>> MetaBuffer::TakePending(const Tensor* t) {
   std::vector<uint8_t> bytes = std::move(it->second);
   pending_.erase(it);
   return bytes;
-}
-
-absl::StatusOr<Buffer*> MetaBuffer::Mirror(int d) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (mirrors_[d] == nullptr) {
-    TG_ASSIGN_OR_RETURN(mirrors_[d], device_->device(d)->default_buffer_type()->Allocate(
-                                         std::max<size_t>(size_, 1)));
-    mirrors_[d]->set_usage(BufferUsage::kCompute);
-  }
-  return mirrors_[d].get();
 }
 
 absl::Status MetaBuffer::SetPending(const Tensor* t, const void* data, size_t offset, size_t size,
@@ -199,13 +194,16 @@ absl::Status MetaBuffer::GetTensor(const Tensor* t, void* data, size_t offset, s
       std::memcpy(data, it->second.data() + offset, size);
       return absl::OkStatus();
     }
-    if (auto it = resident_.find(t); it != resident_.end()) set = it->second;
-    if (auto it = graph_.find(t); it != graph_.end()) set = it->second;
+    if (auto it = resident_.find(t); it != resident_.end()) {
+      set = it->second;
+    } else {
+      set = GraphShadows(t);
+    }
   }
   if (!set.has_value()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(type_->name(), ": ", DescribeTensor(*t),
-                     " holds no data (not written, and not an output of the last graph computed)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        type_->name(), ": ", DescribeTensor(*t),
+        " holds no data (not written, and not an output of the last graph its stream computed)"));
   }
   if (set->state.is_mirrored()) {
     for (Tensor* s : set->shadows) {
@@ -248,8 +246,8 @@ absl::Status MetaBuffer::Clear(uint8_t value) {
   for (Arena& arena : arenas_) {
     for (auto& chunk : arena.chunks) TG_RETURN_IF_ERROR(chunk->Clear(value));
   }
-  for (auto& mirror : mirrors_) {
-    if (mirror != nullptr) TG_RETURN_IF_ERROR(mirror->Clear(value));
+  for (auto& [t, g] : graph_) {
+    if (g.valid()) TG_RETURN_IF_ERROR(MemsetShadows(g.set, value));
   }
   for (auto& [t, bytes] : pending_) std::fill(bytes.begin(), bytes.end(), value);
   return absl::OkStatus();

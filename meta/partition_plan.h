@@ -1,7 +1,9 @@
 // PartitionPlan: what partitioning a graph of a meta device yields (graph_partition.h) and
-// MetaStream runs: steps of per-device subgraphs, each followed by its collectives; which
-// graph tensors have shadows at mirror offsets; the plan's private tensors; which graph
-// tensors to scatter before and register after a Compute. A plan outlives the graph it was
+// MetaStream runs: steps of per-device subgraphs, each followed by its collectives; the
+// plan's private tensors (and which of them must read as zeros); which graph tensors to
+// scatter before and register after a Compute. Every tensor of a plan that needs memory
+// (inputs' shadows, the nodes the subgraphs compute, private tensors) gets it from the
+// stream's per-device compute memory (plan_memory.h). A plan outlives the graph it was
 // built from: it names the graph's tensors by slot and is reused (replayed) for graphs of
 // the same structure. Thread-compatible.
 #ifndef TENSORGRID_META_PARTITION_PLAN_H_
@@ -50,15 +52,11 @@ struct PartitionPlan {
   int n_devices = 0;
   PlanTape tape;  // every shadow and added tensor, in creation order.
   std::vector<PlanStep> steps;
-  // Graph tensors with memory of their own and their shadows (placed at mirror offsets).
-  struct Mirrored {
-    GraphSlot slot;
-    ShadowList shadows;
-  };
-  std::vector<Mirrored> mirrored;
-  std::vector<std::vector<Tensor*>> views;   // per device, in order: re-pointed after placement.
-  std::vector<std::vector<Tensor*>> extras;  // per device: tensors with private memory.
-  std::vector<std::unique_ptr<Buffer>> extra_buffers;  // per device (nullptr: none needed).
+  // Per device: tensors the plan adds beyond the shadows of graph tensors (gathered and
+  // packed copies, all-reduce targets of devices that hold nothing), and tensors that must
+  // read as zeros whenever a subgraph runs (a partial sum's missing addend).
+  std::vector<std::vector<Tensor*>> extras;
+  std::vector<std::vector<Tensor*>> zeros;
   // Graph leafs to scatter written data to, and tensors to register for GetTensor.
   struct Io {
     GraphSlot slot;
@@ -79,6 +77,11 @@ struct PartitionPlan {
   bool writes_graph_tensors = false;
   // The partitioner's working storage, kept so that a replay reuses it (graph_partition.cc).
   std::shared_ptr<void> scratch;
+  // Set by a partition that made tensors or changed their shapes (a fresh one, or a replay
+  // that reshaped something): their memory must be laid out again. PlanMemory clears it and
+  // records the layout it made in `memory_stamp`.
+  bool layout_changed = true;
+  uint64_t memory_stamp = 0;
 };
 
 // The original tensor a slot names in `graph`.

@@ -31,6 +31,8 @@ class PlanTape {
   // True once a replay found the graph's structure differs from the tape's.
   bool mismatch() const { return mismatch_; }
   size_t size() const { return tensors_.size(); }
+  // Tensors whose shape (or view) the current replay changed.
+  size_t reshaped() const { return reshaped_.size(); }
 
   // A tensor with a type and a contiguous shape and no op (memory is placed by the caller).
   absl::StatusOr<Tensor*> NewBlank(DType type, const int64_t ne[kMaxDims]);

@@ -69,7 +69,7 @@ absl::StatusOr<Tensor*> ShadowBuilder::NodeOn(const Tensor& node, const SplitSta
     }
     if (node.op != Op::kAdd || present == 0) return nullptr;
     const int gap = args[0] == nullptr ? 0 : 1;
-    TG_ASSIGN_OR_RETURN(args[gap], Private(d, DType::kF32, node.src[gap]->ne));  // zeros.
+    TG_ASSIGN_OR_RETURN(args[gap], Zeros(d, DType::kF32, node.src[gap]->ne));
   }
   const absl::Span<Tensor* const> sources(args, OpArity(node.op).total);
   const absl::Span<const int32_t> params(node.op_params, kMaxOpParams);
@@ -172,6 +172,12 @@ absl::StatusOr<ShadowList> ShadowBuilder::Slice(const SplitState& target, const 
 absl::StatusOr<Tensor*> ShadowBuilder::Private(int d, DType type, const int64_t ne[kMaxDims]) {
   TG_ASSIGN_OR_RETURN(Tensor * t, tape_.NewBlank(type, ne));
   emitter_.AddPrivate(d, t);
+  return t;
+}
+
+absl::StatusOr<Tensor*> ShadowBuilder::Zeros(int d, DType type, const int64_t ne[kMaxDims]) {
+  TG_ASSIGN_OR_RETURN(Tensor * t, tape_.NewBlank(type, ne));
+  emitter_.AddZeros(d, t);
   return t;
 }
 

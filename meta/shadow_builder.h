@@ -6,7 +6,7 @@
 //     factor contributes nothing), strided slices are packed where the op refuses them, and
 //     the result must have the slice shape the split state gives;
 //   - the shadows of view ops (PERMUTE, RESHAPE, VIEW) and of slices of whole tensors;
-//   - packed copies and private tensors (the plan's own memory).
+//   - packed copies and the plan's own tensors (zeros, gather and all-reduce targets).
 // It decides no split state: callers give the states and the sources' shadows.
 // Not thread-safe.
 #ifndef TENSORGRID_META_SHADOW_BUILDER_H_
@@ -55,8 +55,10 @@ class ShadowBuilder {
 
   // A tensor of t's type and shape with no memory (a collective's description of it).
   absl::StatusOr<Tensor*> Describe(const Tensor& t) { return tape_.NewBlank(t.type, t.ne); }
-  // A tensor with private memory on device d, zeroed before every run.
+  // A tensor of the plan's own on device d (written before it is read).
   absl::StatusOr<Tensor*> Private(int d, DType type, const int64_t ne[kMaxDims]);
+  // A tensor of the plan's own on device d that holds zeros whenever it is read.
+  absl::StatusOr<Tensor*> Zeros(int d, DType type, const int64_t ne[kMaxDims]);
   // s itself when contiguous, else a packed copy on device d.
   absl::StatusOr<Tensor*> Contiguous(int d, Tensor* s);
   // Copies src into dst on device d.

@@ -1,8 +1,8 @@
 // ShadowLookup: what partitioning a graph (graph_partition.h) needs to know of the meta
 // device it splits for: where a tensor's memory is, the split state and per-device shadows of
-// a resident tensor, the state a graph input starts in, and where each device's private plan
-// memory comes from. MetaDevice implements it over its buffers; tests implement it to drive
-// the partitioner's parts without one. Implementations are thread-safe.
+// a resident tensor, the state a graph input starts in, and each device's memory. MetaDevice
+// implements it over its buffers; tests implement it to drive the partitioner's parts without one.
+// Implementations are thread-safe.
 #ifndef TENSORGRID_META_SHADOW_LOOKUP_H_
 #define TENSORGRID_META_SHADOW_LOOKUP_H_
 
@@ -40,7 +40,8 @@ class ShadowLookup {
   virtual uint64_t ResidentGeneration() const = 0;
   // The state a graph input starts in (the SplitFn's), checked against t's shape.
   virtual absl::StatusOr<SplitState> DecideSplit(const Tensor& t) const = 0;
-  // Where device d's private plan tensors (gathered and packed copies) are allocated.
+  // The memory of device d: where its shadows of resident tensors live and where its
+  // compute memory for plans is allocated.
   virtual BufferType* DeviceBufferType(int d) const = 0;
 };
 
