@@ -368,7 +368,7 @@ TEST_F(SchedulerTest, WeightInMemoryTheDeviceCannotUseIsCopied) {
 // The CUDA backend's rule: a matrix product is worth moving to the GPU from a batch of 32.
 bool LargeMulMat(const Tensor& node) { return node.op == Op::kMulMat && node.src[1]->ne[1] >= 32; }
 
-// y = w x; out = y / 2, with w in CPU0's (host) memory, scheduled over `devices`.
+// y = w x; out = y / 2 for a batch of `batch` columns.
 struct Product {
   Context ctx;
   Tensor* x = nullptr;
