@@ -106,7 +106,9 @@ void ExpectSameTensor(const Tensor& want, const Tensor& got) {
   EXPECT_EQ(std::memcmp(got.op_params, want.op_params, sizeof(want.op_params)), 0);
   for (int i = 0; i < kMaxSrc; ++i) {
     ASSERT_EQ(got.src[i] == nullptr, want.src[i] == nullptr);
-    if (want.src[i] != nullptr) EXPECT_STREQ(got.src[i]->name, want.src[i]->name);
+    if (want.src[i] != nullptr) {
+      EXPECT_STREQ(got.src[i]->name, want.src[i]->name);
+    }
   }
   ASSERT_EQ(got.view_src == nullptr, want.view_src == nullptr);
   if (want.view_src != nullptr) {

@@ -87,7 +87,9 @@ TEST_F(PlanMemoryTest, LiveTensorsNeverOverlapAndDeadOnesAreReused) {
     ASSERT_NE(chain[i]->data, nullptr);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(chain[i]->data) % cpu::kCpuAlignment, 0u);
     EXPECT_FALSE(Overlap(chain[i], x)) << i;  // an input lives throughout.
-    if (i > 0) EXPECT_FALSE(Overlap(chain[i], chain[i - 1])) << i;
+    if (i > 0) {
+      EXPECT_FALSE(Overlap(chain[i], chain[i - 1])) << i;
+    }
   }
   EXPECT_FALSE(Overlap(out, chain.back()));
   EXPECT_LE(memory_.bytes(0), 4 * x->NumBytes());  // a chain needs two links at a time.
