@@ -64,9 +64,17 @@ size_t CudaBufferType::max_size() const { return device_->memory().total; }
 
 absl::StatusOr<std::unique_ptr<Buffer>> CudaBufferType::Allocate(size_t size) {
   TG_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_->index()));
+  MemoryShare& share = device_->share();
+  if (!share.TryReserve(size)) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s: cannot allocate %.1f MiB of device memory: %.1f MiB of its %.1f MiB share of the "
+        "GPU are in use (TG_CUDA_DEVICES splits the GPU; use fewer slices for more each)",
+        device_->name(), size / kMiB, share.used() / kMiB, share.limit() / kMiB));
+  }
   void* base = nullptr;
   if (size > 0) {
     if (const cudaError_t err = cudaMalloc(&base, size); err != cudaSuccess) {
+      share.Release(size);
       const absl::Status s = CudaError(err, "cudaMalloc");
       const DeviceMemory m = device_->memory();
       return absl::Status(
@@ -76,10 +84,11 @@ absl::StatusOr<std::unique_ptr<Buffer>> CudaBufferType::Allocate(size_t size) {
                                     s.message()));
     }
   }
-  return std::unique_ptr<Buffer>(new CudaBuffer(this, device_->index(), base, size));
+  return std::unique_ptr<Buffer>(new CudaBuffer(this, device_->index(), base, size, &share));
 }
 
 CudaBuffer::~CudaBuffer() {
+  if (share_ != nullptr) share_->Release(size_);
   if (base_ == nullptr) return;
   cudaSetDevice(device_index_);
   cudaFree(base_);  // waits for the device's work on it; errors have nowhere to go.

@@ -25,20 +25,24 @@ class CudaBufferType : public BufferType {
   explicit CudaBufferType(CudaDevice* device) : device_(device) {}
   absl::string_view name() const override;  // the device's name.
   Device* device() const override;
-  // RESOURCE_EXHAUSTED naming the size and the device's free memory when it is not there.
+  // RESOURCE_EXHAUSTED naming the size and the device's free memory when it is not there
+  // (or, for a slice of a split GPU, when its share is used up).
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t size) override;
   size_t alignment() const override { return kCudaAlignment; }
-  size_t max_size() const override;  // the device's total memory.
+  size_t max_size() const override;  // the device's total memory (a slice's share).
   bool is_host() const override { return false; }
 
  private:
   CudaDevice* device_;
 };
 
+class MemoryShare;
+
 class CudaBuffer : public Buffer {
  public:
-  CudaBuffer(CudaBufferType* type, int device_index, void* base, size_t size)
-      : type_(type), device_index_(device_index), base_(base), size_(size) {}
+  // share: what the allocation was reserved from (released with the buffer); may be nullptr.
+  CudaBuffer(CudaBufferType* type, int device_index, void* base, size_t size, MemoryShare* share)
+      : type_(type), device_index_(device_index), base_(base), size_(size), share_(share) {}
   ~CudaBuffer() override;
   BufferType* type() const override { return type_; }
   void* base() const override { return base_; }
@@ -57,6 +61,7 @@ class CudaBuffer : public Buffer {
   int device_index_;
   void* base_;
   size_t size_;
+  MemoryShare* share_;
 };
 
 // Pinned (page-locked) host memory, shared by all CUDA devices of the process.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "backends/cuda/cuda_collectives.h"
 #include "backends/cuda/cuda_event.h"
 #include "backends/cuda/cuda_status.h"
 #include "backends/cuda/cuda_stream.h"
@@ -24,11 +25,12 @@ namespace tg::cuda {
 namespace {
 
 // Lets every pair of GPUs that can reach each other over the bus copy directly (peer copies
-// between the others are staged through the host by the runtime).
+// between the others are staged through the host by the runtime); slices of one GPU share
+// its memory already.
 void EnablePeerAccess(const std::vector<std::unique_ptr<CudaDevice>>& devices) {
   for (const auto& a : devices) {
     for (const auto& b : devices) {
-      if (a == b) continue;
+      if (a->index() == b->index()) continue;
       int can = 0;
       if (cudaDeviceCanAccessPeer(&can, a->index(), b->index()) != cudaSuccess || !can) {
         cudaGetLastError();
@@ -40,6 +42,21 @@ void EnablePeerAccess(const std::vector<std::unique_ptr<CudaDevice>>& devices) {
   }
 }
 
+// A slice's own stream-ordered pool, so that the slices of a split GPU do not share cached
+// scratch (as separate GPUs would not); nullptr where the GPU has no memory pools.
+cudaMemPool_t CreateSlicePool(int ordinal) {
+  cudaMemPoolProps props = {};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = ordinal;
+  cudaMemPool_t pool = nullptr;
+  if (cudaMemPoolCreate(&pool, &props) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return pool;
+}
+
 }  // namespace
 
 void CudaNotice(const std::string& line) {
@@ -48,42 +65,74 @@ void CudaNotice(const std::string& line) {
   std::fprintf(stderr, "tensorgrid: %s\n", line.c_str());
 }
 
-absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int index, BufferType* host_type) {
-  std::unique_ptr<CudaDevice> d(new CudaDevice(index, host_type));
-  d->name_ = absl::StrCat("CUDA", index);
+absl::StatusOr<int> CudaGpuQuery::Count() const { return CudaDeviceCount(); }
+
+absl::StatusOr<PhysicalGpu> CudaGpuQuery::Describe(int ordinal) const {
+  PhysicalGpu g;
+  g.ordinal = ordinal;
   cudaDeviceProp prop;
-  TG_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, index));
-  d->cc_ = prop.major * 10 + prop.minor;
-  d->integrated_ = prop.integrated != 0;
-  d->description_ =
-      absl::StrFormat("%s (compute capability %d.%d)", prop.name, prop.major, prop.minor);
+  TG_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, ordinal));
+  g.name = prop.name;
+  g.cc = prop.major * 10 + prop.minor;
+  g.integrated = prop.integrated != 0;
+  g.total_memory = prop.totalGlobalMem;
   char bus_id[64] = {};
-  TG_CUDA_RETURN_IF_ERROR(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), index));
-  TG_ASSIGN_OR_RETURN(d->id_, PciDeviceId(bus_id));
+  TG_CUDA_RETURN_IF_ERROR(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), ordinal));
+  TG_ASSIGN_OR_RETURN(g.pci_id, PciDeviceId(bus_id));
+  TG_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal));
+  if (const cudaError_t err = CheckKernelImage(); err != cudaSuccess) {
+    const absl::Status s = CudaError(err, "cudaFuncGetAttributes");
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "CUDA%d (%s, compute capability %d.%d) cannot run this build's kernels (built for CUDA "
+        "architectures %s; rebuild with -DTG_CUDA_ARCHS=%d): %s",
+        ordinal, g.name, prop.major, prop.minor, TG_CUDA_ARCHS_STRING, g.cc, s.message()));
+  }
+  return g;
+}
+
+CudaDevice::CudaDevice(const VirtualGpu& gpu, BufferType* host_type, Collectives* collectives)
+    : gpu_(gpu),
+      host_type_(host_type),
+      collectives_(collectives),
+      share_(gpu.n_slices > 1 ? gpu.memory_share : SIZE_MAX) {}
+
+CudaDevice::~CudaDevice() {
+  if (pool_ != nullptr) cudaMemPoolDestroy(pool_);
+}
+
+absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const VirtualGpu& gpu,
+                                                               BufferType* host_type,
+                                                               Collectives* collectives) {
+  std::unique_ptr<CudaDevice> d(new CudaDevice(gpu, host_type, collectives));
+  d->name_ = gpu.name;
+  d->id_ = gpu.id;
+  d->integrated_ = gpu.gpu.integrated;
+  d->description_ = absl::StrFormat("%s (compute capability %d.%d)", gpu.gpu.name, gpu.gpu.cc / 10,
+                                    gpu.gpu.cc % 10);
+  if (gpu.n_slices > 1) {
+    absl::StrAppendFormat(&d->description_, ", slice %d of %d (TG_CUDA_DEVICES)", gpu.slice + 1,
+                          gpu.n_slices);
+  }
   int pools = 0;
-  if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, index) != cudaSuccess) {
+  if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, gpu.gpu.ordinal) !=
+      cudaSuccess) {
     cudaGetLastError();
     pools = 0;
   }
   d->memory_pools_ = pools != 0;
-  TG_CUDA_RETURN_IF_ERROR(cudaSetDevice(index));
-  if (const cudaError_t err = CheckKernelImage(); err != cudaSuccess) {
-    const absl::Status s = CudaError(err, "cudaFuncGetAttributes");
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s (%s) cannot run this build's kernels (built for CUDA architectures %s; rebuild "
-        "with -DTG_CUDA_ARCHS=%d): %s",
-        d->name_, d->description_, TG_CUDA_ARCHS_STRING, d->cc_, s.message()));
-  }
+  TG_CUDA_RETURN_IF_ERROR(cudaSetDevice(gpu.gpu.ordinal));
+  if (d->memory_pools_ && gpu.n_slices > 1) d->pool_ = CreateSlicePool(gpu.gpu.ordinal);
   return d;
 }
 
 DeviceMemory CudaDevice::memory() const {
   size_t free = 0, total = 0;
-  if (cudaSetDevice(index_) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess) {
+  if (cudaSetDevice(index()) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess) {
     cudaGetLastError();
     return {};
   }
-  return {free, total};
+  if (gpu_.n_slices == 1) return {free, total};
+  return share_.Report({free, total});
 }
 
 absl::StatusOr<std::unique_ptr<Stream>> CudaDevice::CreateStream() {
@@ -96,7 +145,7 @@ bool CudaDevice::SupportsOp(const Tensor& node) const { return CudaSupportsOp(no
 bool CudaDevice::OffloadOp(const Tensor& node) const { return CudaOffloadOp(node); }
 
 absl::StatusOr<std::unique_ptr<Event>> CudaDevice::CreateEvent() {
-  TG_ASSIGN_OR_RETURN(std::unique_ptr<CudaEvent> e, CudaEvent::Create(index_));
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<CudaEvent> e, CudaEvent::Create(index()));
   return std::unique_ptr<Event>(std::move(e));
 }
 
@@ -106,21 +155,27 @@ absl::StatusOr<int> CudaDeviceCount() {
   return n;
 }
 
+CudaFamily::CudaFamily() : collectives_(std::make_unique<CudaCollectives>()) {}
+
+CudaFamily::~CudaFamily() {
+  devices_.clear();  // before the collectives they point to.
+}
+
 absl::StatusOr<std::unique_ptr<CudaFamily>> CudaFamily::Create(std::vector<std::string>* notes) {
-  TG_ASSIGN_OR_RETURN(const int n, CudaDeviceCount());
-  if (n == 0) return absl::UnavailableError("cudaGetDeviceCount: no CUDA devices");
+  TG_ASSIGN_OR_RETURN(const int n_split, ParseCudaDevices(std::getenv("TG_CUDA_DEVICES")));
+  TG_ASSIGN_OR_RETURN(CudaDevicePlan plan, PlanCudaDevices(CudaGpuQuery(), n_split));
+  for (std::string& note : plan.notes) notes->push_back(std::move(note));
   std::unique_ptr<CudaFamily> family(new CudaFamily());
-  for (int i = 0; i < n; ++i) {
-    absl::StatusOr<std::unique_ptr<CudaDevice>> d = CudaDevice::Create(i, &family->host_type_);
+  for (const VirtualGpu& gpu : plan.devices) {
+    absl::StatusOr<std::unique_ptr<CudaDevice>> d =
+        CudaDevice::Create(gpu, &family->host_type_, family->collectives_.get());
     if (!d.ok()) {
-      notes->push_back(absl::StrCat("CUDA device ", i, " skipped: ", d.status().message()));
+      notes->push_back(absl::StrCat(gpu.name, " skipped: ", d.status().message()));
       continue;
     }
     family->devices_.push_back(std::move(*d));
   }
-  if (family->devices_.empty()) {
-    return absl::UnavailableError(absl::StrCat("none of the ", n, " CUDA devices can be used"));
-  }
+  if (family->devices_.empty()) return absl::UnavailableError("no CUDA device could be set up");
   EnablePeerAccess(family->devices_);
   return family;
 }
@@ -140,6 +195,7 @@ absl::Status RegisterCudaFamily() {
   std::vector<std::string> notes;
   absl::StatusOr<std::unique_ptr<CudaFamily>> family = CudaFamily::Create(&notes);
   for (const std::string& note : notes) CudaNotice(note);
+  if (absl::IsInvalidArgument(family.status())) return family.status();  // TG_CUDA_DEVICES.
   if (!family.ok()) {
     CudaNotice(absl::StrCat("CUDA unavailable (", family.status().message(),
                             "); using the other devices"));

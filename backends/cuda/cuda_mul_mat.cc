@@ -1,10 +1,11 @@
 // MUL_MAT and MUL_MAT_ID on a CUDA stream. Decode-sized products (ChooseMulMatPath) run the
 // matrix-vector kernel on Q8_1 activations (quantized weights) or f32 activations (float
-// weights); larger ones a cuBLAS GEMM per (j2, j3) batch: SGEMM for F32/BF16 weights, and
-// for F16 and quantized weights an F16 GEMM with f32 accumulation (tensor cores) on weights
-// dequantized to F16 in scratch. MUL_MAT_ID always takes the matrix-vector kernel, one column
-// per (slot, token) with its expert. Without cuBLAS (or beyond its int sizes) the matrix-vector
-// kernel takes every product, kMatVecMaxCols columns per pass.
+// weights); quantized weights with more columns the int8 tile kernel (up to the MMQ batch
+// limit, on GPUs with tensor cores); larger ones a cuBLAS GEMM per (j2, j3) batch: SGEMM for
+// F32/BF16 weights, and for F16 and quantized weights an F16 GEMM with f32 accumulation (tensor
+// cores) on weights dequantized to F16 in scratch. MUL_MAT_ID always takes the matrix-vector
+// kernel, one column per (slot, token) with its expert. Without cuBLAS (or beyond its int sizes)
+// the matrix-vector kernel takes every product, kMatVecMaxCols columns per pass.
 #include <algorithm>
 #include <climits>
 
@@ -76,12 +77,13 @@ MatVecArgs ArgsFor(const Tensor& w, const Activations& act, Tensor* dst) {
   return p;
 }
 
-absl::Status MatVec(NodeContext& ctx, Tensor* node) {
-  const Tensor& a = *node->src[0];
-  const Tensor& b = *node->src[1];
+// Columns of b in passes of kMatVecMaxCols; w_up: the up projection when gate/up are fused.
+absl::Status MatVecPasses(NodeContext& ctx, const Tensor& a, const Tensor& b, const char* w_up,
+                          Tensor* dst) {
   Activations act;
   TG_RETURN_IF_ERROR(PrepareActivations(ctx, a.type, b, &act));
-  MatVecArgs p = ArgsFor(a, act, node);
+  MatVecArgs p = ArgsFor(a, act, dst);
+  p.w_up = w_up;
   p.n_batch = b.ne[2] * b.ne[3];
   p.cols_per_batch = b.ne[1];
   p.b2 = b.ne[2];
@@ -91,6 +93,41 @@ absl::Status MatVec(NodeContext& ctx, Tensor* node) {
     p.n_cols = static_cast<int>(std::min<int64_t>(kMatVecMaxCols, b.ne[1] - p.col0));
     TG_CUDA_RETURN_IF_ERROR(LaunchMatVec(p, ctx.stream));
   }
+  return absl::OkStatus();
+}
+
+absl::Status MatVec(NodeContext& ctx, Tensor* node) {
+  return MatVecPasses(ctx, *node->src[0], *node->src[1], nullptr, node);
+}
+
+// The int8 tile product; false in *done when the grid cannot address it.
+absl::Status Mmq(NodeContext& ctx, Tensor* node, bool* done) {
+  const Tensor& a = *node->src[0];
+  const Tensor& b = *node->src[1];
+  MmqArgs p;
+  p.weight_type = static_cast<int>(a.type);
+  p.w = static_cast<const char*>(a.data);
+  p.w_nb1 = static_cast<int64_t>(a.nb[1]);
+  p.w_nb2 = static_cast<int64_t>(a.nb[2]);
+  p.w_nb3 = static_cast<int64_t>(a.nb[3]);
+  p.k = a.ne[0];
+  p.m = a.ne[1];
+  p.n = b.ne[1];
+  p.dst = static_cast<float*>(node->data);
+  p.dst_nb1 = static_cast<int64_t>(node->nb[1]);
+  p.dst_nb2 = static_cast<int64_t>(node->nb[2]);
+  p.dst_nb3 = static_cast<int64_t>(node->nb[3]);
+  p.b2 = b.ne[2];
+  p.b3 = b.ne[3];
+  p.r2 = b.ne[2] / a.ne[2];
+  p.r3 = b.ne[3] / a.ne[3];
+  *done = MmqFits(p);
+  if (!*done) return absl::OkStatus();
+  Activations act;
+  TG_RETURN_IF_ERROR(PrepareActivations(ctx, a.type, b, &act));
+  p.act = act.data;
+  p.act_col_bytes = act.col_bytes;
+  TG_CUDA_RETURN_IF_ERROR(LaunchMmq(p, ctx.stream));
   return absl::OkStatus();
 }
 
@@ -145,11 +182,22 @@ absl::Status Gemm(NodeContext& ctx, Tensor* node, MulMatPath path) {
 }  // namespace
 
 absl::Status RunMulMat(NodeContext& ctx, Tensor* node) {
-  const MulMatPath path = ChooseMulMatPath(*node);
+  const MulMatPath path = ChooseMulMatPath(*node, ctx.paths);
+  if (path == MulMatPath::kMmq) {
+    bool done = false;
+    TG_RETURN_IF_ERROR(Mmq(ctx, node, &done));
+    if (done) return absl::OkStatus();
+  }
   if (path == MulMatPath::kMatVec || ctx.blas == nullptr || !GemmFitsCublas(*node)) {
     return MatVec(ctx, node);
   }
-  return Gemm(ctx, node, path);
+  return Gemm(ctx, node, path == MulMatPath::kGemmF32 ? path : MulMatPath::kGemmF16);
+}
+
+absl::Status RunGateUpSwiglu(NodeContext& ctx, const Tensor& gate, const Tensor& up,
+                             Tensor* swiglu) {
+  return MatVecPasses(ctx, *gate.src[0], *gate.src[1], static_cast<const char*>(up.src[0]->data),
+                      swiglu);
 }
 
 absl::Status RunMulMatId(NodeContext& ctx, Tensor* node) {

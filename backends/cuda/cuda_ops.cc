@@ -84,15 +84,53 @@ cudaError_t Launch(NodeContext& ctx, Tensor* node) {
     case Op::kCpy:
     case Op::kCont:
       return LaunchCopy(dst, a, s);
-    case Op::kFlashAttn:
-      return LaunchFlashAttn(dst, a, ViewOf(*node->src[1]), ViewOf(*node->src[2]),
-                             optional(node->src[3], &extra), node->ParamF32(0), s);
+    case Op::kFlashAttn: {
+      const TensorView k = ViewOf(*node->src[1]), v = ViewOf(*node->src[2]);
+      const TensorView* mask = optional(node->src[3], &extra);
+      if (UseFlashAttnMma(*node, ctx.paths) && FlashAttnMmaFits(a, k, v, dst)) {
+        return LaunchFlashAttnMma(dst, a, k, v, mask, node->ParamF32(0), s);
+      }
+      return LaunchFlashAttn(dst, a, k, v, mask, node->ParamF32(0), s);
+    }
     default:
       return cudaErrorNotSupported;
   }
 }
 
+cudaError_t LaunchFused(NodeContext& ctx, const FusedStep& step) {
+  switch (step.kind) {
+    case FusionKind::kRmsNormMul: {
+      const Tensor& norm = *step.nodes[0];
+      const Tensor& mul = *step.nodes[1];
+      return LaunchRmsNormMul(ViewOf(mul), ViewOf(*norm.src[0]), ViewOf(*mul.src[1]),
+                              norm.ParamF32(0), ctx.stream);
+    }
+    case FusionKind::kRopePair: {
+      const Tensor& r0 = *step.nodes[0];
+      const Tensor& r1 = *step.nodes[1];
+      TensorView ff;
+      if (r0.src[2] != nullptr) ff = ViewOf(*r0.src[2]);
+      return LaunchRopePair(ViewOf(r0), ViewOf(*r0.src[0]), ViewOf(r1), ViewOf(*r1.src[0]),
+                            ViewOf(*r0.src[1]), r0.src[2] != nullptr ? &ff : nullptr,
+                            ReadRopeArgs(r0), ctx.stream);
+    }
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
 }  // namespace
+
+absl::Status RunFused(NodeContext& ctx, const FusedStep& step) {
+  if (step.kind == FusionKind::kGateUpSwiglu) {
+    return RunGateUpSwiglu(ctx, *step.nodes[0], *step.nodes[1], step.nodes[2]);
+  }
+  if (const cudaError_t err = LaunchFused(ctx, step); err != cudaSuccess) {
+    return CudaError(err, step.kind == FusionKind::kRopePair ? "fused ROPE pair kernel launch"
+                                                             : "fused RMS_NORM+MUL kernel launch");
+  }
+  return absl::OkStatus();
+}
 
 absl::Status RunNode(NodeContext& ctx, Tensor* node) {
   if (node->op == Op::kMulMat) return RunMulMat(ctx, node);

@@ -32,11 +32,39 @@ bool GemmFitsCublas(const Tensor& mul_mat) {
   return FitsInt(a.ne[0]) && FitsInt(a.ne[1]) && FitsInt(mul_mat.src[1]->ne[1]);
 }
 
-MulMatPath ChooseMulMatPath(const Tensor& mul_mat) {
+MulMatPath ChooseMulMatPath(const Tensor& mul_mat, const PathOptions& options) {
   const Tensor& a = *mul_mat.src[0];
-  if (mul_mat.src[1]->ne[1] <= kMatVecMaxColumns) return MulMatPath::kMatVec;
+  const int64_t cols = mul_mat.src[1]->ne[1];
+  if (cols <= kMatVecMaxColumns) return MulMatPath::kMatVec;
   if (a.type == DType::kF32 || a.type == DType::kBF16) return MulMatPath::kGemmF32;
+  if (IsQuantizedType(static_cast<int>(a.type)) && options.cc >= kMinTensorCoreCc &&
+      cols <= options.tuning.mmq_max_batch && a.ne[0] % 32 == 0) {
+    return MulMatPath::kMmq;
+  }
   return MulMatPath::kGemmF16;
+}
+
+bool UseFlashAttnMma(const Tensor& fa, const PathOptions& options) {
+  const Tensor& q = *fa.src[0];
+  const Tensor& k = *fa.src[1];
+  const Tensor& v = *fa.src[2];
+  const int64_t d = q.ne[0];
+  return options.cc >= kMinTensorCoreCc && (d == 64 || d == 128) && v.ne[0] == d &&
+         k.type == DType::kF16 && v.type == DType::kF16 &&
+         q.ne[1] >= options.tuning.fa_mma_min_queries;
+}
+
+bool PromptSized(const Tensor& node, int64_t max_tokens) {
+  switch (node.op) {
+    case Op::kMulMat:
+      return node.src[1]->ne[1] > max_tokens;
+    case Op::kMulMatId:
+      return node.src[2]->ne[1] > max_tokens;  // tokens of the ids.
+    case Op::kFlashAttn:
+      return node.src[0]->ne[1] > max_tokens;  // queries.
+    default:
+      return false;
+  }
 }
 
 bool KernelAligned(const Tensor& t) {

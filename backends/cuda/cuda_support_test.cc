@@ -61,19 +61,81 @@ TEST(CudaSupportTest, FlashAttentionHeadsUpTo512) {
 
 TEST(CudaSupportTest, MulMatPathByColumnsAndWeightType) {
   Context ctx;
-  auto path = [&](DType type, int64_t cols) {
+  PathOptions hopper;
+  hopper.cc = 90;
+  auto path = [&](DType type, int64_t cols, const PathOptions& o) {
     return ChooseMulMatPath(
-        **MulMat(ctx, New(ctx, type, {256, 4}), New(ctx, DType::kF32, {256, cols})));
+        **MulMat(ctx, New(ctx, type, {256, 4}), New(ctx, DType::kF32, {256, cols})), o);
   };
   for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ6_K}) {
-    EXPECT_EQ(path(type, 1), MulMatPath::kMatVec);
-    EXPECT_EQ(path(type, kMatVecMaxColumns), MulMatPath::kMatVec);
+    EXPECT_EQ(path(type, 1, hopper), MulMatPath::kMatVec);
+    EXPECT_EQ(path(type, kMatVecMaxColumns, hopper), MulMatPath::kMatVec);
   }
-  EXPECT_EQ(path(DType::kF32, 9), MulMatPath::kGemmF32);
-  EXPECT_EQ(path(DType::kBF16, 9), MulMatPath::kGemmF32);
-  EXPECT_EQ(path(DType::kF16, 9), MulMatPath::kGemmF16);
-  EXPECT_EQ(path(DType::kQ4_K, 512), MulMatPath::kGemmF16);
-  EXPECT_EQ(path(DType::kQ8_0, 512), MulMatPath::kGemmF16);
+  EXPECT_EQ(path(DType::kF32, 9, hopper), MulMatPath::kGemmF32);
+  EXPECT_EQ(path(DType::kBF16, 9, hopper), MulMatPath::kGemmF32);
+  EXPECT_EQ(path(DType::kF16, 9, hopper), MulMatPath::kGemmF16);
+  // Quantized weights: the int8 tiles from the matrix-vector limit up to mmq_max_batch.
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    EXPECT_EQ(path(type, kMatVecMaxColumns + 1, hopper), MulMatPath::kMmq) << DTypeName(type);
+    EXPECT_EQ(path(type, kDefaultMmqMaxBatch, hopper), MulMatPath::kMmq);
+    EXPECT_EQ(path(type, kDefaultMmqMaxBatch + 1, hopper), MulMatPath::kGemmF16);
+  }
+  // No int8 mma before Turing: dequantize and cuBLAS.
+  PathOptions pascal;
+  pascal.cc = 61;
+  EXPECT_EQ(path(DType::kQ4_K, 64, pascal), MulMatPath::kGemmF16);
+  PathOptions turing;
+  turing.cc = kMinTensorCoreCc;
+  EXPECT_EQ(path(DType::kQ4_K, 64, turing), MulMatPath::kMmq);
+  // TG_CUDA_MMQ_MAX_BATCH=0 turns the tiles off, a larger value takes bigger batches.
+  PathOptions off = hopper;
+  off.tuning.mmq_max_batch = 0;
+  EXPECT_EQ(path(DType::kQ8_0, 64, off), MulMatPath::kGemmF16);
+  PathOptions big = hopper;
+  big.tuning.mmq_max_batch = 4096;
+  EXPECT_EQ(path(DType::kQ8_0, 2048, big), MulMatPath::kMmq);
+}
+
+TEST(CudaSupportTest, TensorCoreAttentionForLongPromptsOfF16Caches) {
+  Context ctx;
+  PathOptions o;
+  o.cc = 90;
+  auto fa = [&](int64_t d, int64_t dv, int64_t n_q, DType kv) {
+    Tensor* q = New(ctx, DType::kF32, {d, n_q, 8});
+    Tensor* k = New(ctx, kv, {d, 256, 2});
+    Tensor* v = New(ctx, kv, {dv, 256, 2});
+    return *FlashAttn(ctx, q, k, v, nullptr, 0.125f);
+  };
+  const int64_t min_q = kDefaultFlashAttnMmaMinQueries;
+  EXPECT_TRUE(UseFlashAttnMma(*fa(128, 128, min_q, DType::kF16), o));
+  EXPECT_TRUE(UseFlashAttnMma(*fa(64, 64, 512, DType::kF16), o));
+  EXPECT_FALSE(UseFlashAttnMma(*fa(128, 128, min_q - 1, DType::kF16), o));  // decode.
+  EXPECT_FALSE(UseFlashAttnMma(*fa(128, 128, 512, DType::kF32), o));
+  EXPECT_FALSE(UseFlashAttnMma(*fa(96, 96, 512, DType::kF16), o));
+  EXPECT_FALSE(UseFlashAttnMma(*fa(128, 64, 512, DType::kF16), o));
+  PathOptions old = o;
+  old.cc = 70;
+  EXPECT_FALSE(UseFlashAttnMma(*fa(128, 128, 512, DType::kF16), old));
+}
+
+TEST(CudaSupportTest, PromptSizedNodesByTokens) {
+  Context ctx;
+  Tensor* w = New(ctx, DType::kQ4_0, {256, 64});
+  EXPECT_FALSE(PromptSized(**MulMat(ctx, w, New(ctx, DType::kF32, {256, 8})), 8));
+  EXPECT_TRUE(PromptSized(**MulMat(ctx, w, New(ctx, DType::kF32, {256, 9})), 8));
+  Tensor* experts = New(ctx, DType::kQ4_0, {256, 64, 4});
+  EXPECT_TRUE(PromptSized(
+      **MulMatId(ctx, experts, New(ctx, DType::kF32, {256, 2, 9}), New(ctx, DType::kI32, {2, 9})),
+      8));
+  EXPECT_FALSE(PromptSized(
+      **MulMatId(ctx, experts, New(ctx, DType::kF32, {256, 2, 1}), New(ctx, DType::kI32, {2, 1})),
+      8));
+  Tensor* k = New(ctx, DType::kF16, {64, 256, 2});
+  EXPECT_TRUE(
+      PromptSized(**FlashAttn(ctx, New(ctx, DType::kF32, {64, 32, 4}), k, k, nullptr, 0.125f), 8));
+  EXPECT_FALSE(
+      PromptSized(**FlashAttn(ctx, New(ctx, DType::kF32, {64, 1, 4}), k, k, nullptr, 0.125f), 8));
+  EXPECT_FALSE(PromptSized(**Scale(ctx, New(ctx, DType::kF32, {256, 512}), 1.0f), 8));
 }
 
 TEST(CudaSupportTest, OffloadsLargeBatchesOnly) {

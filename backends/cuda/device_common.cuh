@@ -25,6 +25,9 @@ __device__ __forceinline__ float WarpMax(float v) {
   return v;
 }
 
+// x * sigmoid(x), as SILU and SWIGLU compute it (the fused gate/up kernel uses the same).
+__device__ __forceinline__ float Silu(float x) { return x / (1.0f + expf(-x)); }
+
 __device__ __forceinline__ int WarpMinInt(int v) {
   for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(kFullMask, v, o));
   return v;

@@ -16,8 +16,6 @@ __device__ __forceinline__ float& F32At(const TensorView& v, const int64_t i[4])
   return *reinterpret_cast<float*>(v.data + Offset(v, i[0], i[1], i[2], i[3]));
 }
 
-__device__ __forceinline__ float Silu(float x) { return x / (1.0f + expf(-x)); }
-
 __global__ void BinaryKernel(BinaryOp op, TensorView dst, TensorView a, TensorView b, int64_t n) {
   for (int64_t k = GlobalThread(); k < n; k += GridThreads()) {
     int64_t i[4], j[4];
@@ -68,6 +66,33 @@ __global__ void RmsNormKernel(TensorView dst, TensorView a, float eps) {
   }
 }
 
+// RMS_NORM followed by MUL, one block per row: the MUL's result (x * scale) * w, with w
+// broadcast as MUL does; the same float operations as the two kernels, without the norm's
+// intermediate row in memory.
+__global__ void RmsNormMulKernel(TensorView dst, TensorView a, TensorView w, float eps) {
+  __shared__ double scratch[32];
+  const int64_t n0 = a.ne[0];
+  for (int64_t r = blockIdx.x; r < NumRows(a); r += gridDim.x) {
+    const int64_t i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
+    const char* x = a.data + Offset(a, 0, i1, i2, i3);
+    char* y = dst.data + Offset(dst, 0, i1, i2, i3);
+    const char* wr = w.data + Offset(w, 0, i1 % w.ne[1], i2 % w.ne[2], i3 % w.ne[3]);
+    double sum = 0.0;
+    for (int64_t i = threadIdx.x; i < n0; i += blockDim.x) {
+      const double v = *reinterpret_cast<const float*>(x + i * a.nb[0]);
+      sum += v * v;
+    }
+    sum = BlockReduce(
+        sum, [](double p, double q) { return p + q; }, scratch);
+    const float scale = static_cast<float>(1.0 / sqrt(sum / static_cast<double>(n0) + eps));
+    for (int64_t i = threadIdx.x; i < n0; i += blockDim.x) {
+      const float normed = *reinterpret_cast<const float*>(x + i * a.nb[0]) * scale;
+      *reinterpret_cast<float*>(y + i * dst.nb[0]) =
+          normed * *reinterpret_cast<const float*>(wr + (i % w.ne[0]) * w.nb[0]);
+    }
+  }
+}
+
 // One block per row: logits into dst, their max, exps and their sum, then the division. A
 // row that is all -inf gives zeros.
 __global__ void SoftMaxKernel(TensorView dst, TensorView a, TensorView mask, bool has_mask,
@@ -104,10 +129,16 @@ __global__ void SoftMaxKernel(TensorView dst, TensorView a, TensorView mask, boo
   }
 }
 
-// One thread per output element; the pair's partner is read from the source.
-__global__ void RopeKernel(TensorView dst, TensorView a, TensorView pos, TensorView ff, bool has_ff,
-                           RopeArgs args, float mscale, int64_t n) {
-  for (int64_t k = GlobalThread(); k < n; k += GridThreads()) {
+// One thread per output element; the pair's partner is read from the source. With a second
+// tensor (dst1/a1, n1 elements: ROPE of Q and K fused) elements n .. n + n1 - 1 are its.
+__global__ void RopeKernel(TensorView dst0, TensorView a0, TensorView dst1, TensorView a1,
+                           TensorView pos, TensorView ff, bool has_ff, RopeArgs args, float mscale,
+                           int64_t n, int64_t n1) {
+  for (int64_t k0 = GlobalThread(); k0 < n + n1; k0 += GridThreads()) {
+    const bool second = k0 >= n;
+    const int64_t k = second ? k0 - n : k0;
+    const TensorView& dst = second ? dst1 : dst0;
+    const TensorView& a = second ? a1 : a0;
     int64_t i[4];
     Unravel(k, dst.ne, i);
     const char* row = a.data + Offset(a, 0, i[1], i[2], i[3]);
@@ -208,11 +239,25 @@ cudaError_t LaunchSoftMax(const TensorView& dst, const TensorView& a, const Tens
                   mask != nullptr ? *mask : TensorView{}, mask != nullptr, scale);
 }
 
+cudaError_t LaunchRmsNormMul(const TensorView& dst, const TensorView& a, const TensorView& w,
+                             float eps, cudaStream_t stream) {
+  return LaunchOn(RowLaunch(NumRows(a), a.ne[0]), stream, RmsNormMulKernel, dst, a, w, eps);
+}
+
 cudaError_t LaunchRope(const TensorView& dst, const TensorView& a, const TensorView& pos,
                        const TensorView* ff, const RopeArgs& args, cudaStream_t stream) {
   const int64_t n = NumElements(dst);
-  return LaunchOn(ElementwiseLaunch(n), stream, RopeKernel, dst, a, pos,
-                  ff != nullptr ? *ff : TensorView{}, ff != nullptr, args, RopeMscale(args), n);
+  return LaunchOn(ElementwiseLaunch(n), stream, RopeKernel, dst, a, TensorView{}, TensorView{},
+                  pos, ff != nullptr ? *ff : TensorView{}, ff != nullptr, args, RopeMscale(args), n,
+                  int64_t{0});
+}
+
+cudaError_t LaunchRopePair(const TensorView& dst0, const TensorView& a0, const TensorView& dst1,
+                           const TensorView& a1, const TensorView& pos, const TensorView* ff,
+                           const RopeArgs& args, cudaStream_t stream) {
+  const int64_t n0 = NumElements(dst0), n1 = NumElements(dst1);
+  return LaunchOn(ElementwiseLaunch(n0 + n1), stream, RopeKernel, dst0, a0, dst1, a1, pos,
+                  ff != nullptr ? *ff : TensorView{}, ff != nullptr, args, RopeMscale(args), n0, n1);
 }
 
 cudaError_t LaunchArgmax(const TensorView& dst, const TensorView& a, cudaStream_t stream) {

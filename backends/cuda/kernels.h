@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/allreduce_math.h"
 #include "backends/cuda/quant_math.h"
 #include "backends/cuda/rope_math.h"
 #include "backends/cuda/tensor_view.h"
@@ -46,12 +47,19 @@ cudaError_t LaunchSwiglu(const TensorView& dst, const TensorView& gate, const Te
                          cudaStream_t stream);
 cudaError_t LaunchRmsNorm(const TensorView& dst, const TensorView& a, float eps,
                           cudaStream_t stream);
+// RMS_NORM then MUL by w (broadcast as MUL does), fused: dst is the MUL's result.
+cudaError_t LaunchRmsNormMul(const TensorView& dst, const TensorView& a, const TensorView& w,
+                             float eps, cudaStream_t stream);
 // mask: nullptr when absent.
 cudaError_t LaunchSoftMax(const TensorView& dst, const TensorView& a, const TensorView* mask,
                           float scale, cudaStream_t stream);
 // ff: the frequency factors, nullptr when absent.
 cudaError_t LaunchRope(const TensorView& dst, const TensorView& a, const TensorView& pos,
                        const TensorView* ff, const RopeArgs& args, cudaStream_t stream);
+// Two ROPEs with the same positions, frequency factors and parameters in one launch (Q, K).
+cudaError_t LaunchRopePair(const TensorView& dst0, const TensorView& a0, const TensorView& dst1,
+                           const TensorView& a1, const TensorView& pos, const TensorView* ff,
+                           const RopeArgs& args, cudaStream_t stream);
 cudaError_t LaunchArgmax(const TensorView& dst, const TensorView& a, cudaStream_t stream);
 
 // CPY/CONT (convert.cu): element k of src to element k of dst, converted; a quantized side
@@ -70,10 +78,15 @@ cudaError_t LaunchQuantizeAct(int weight_type, const TensorView& src, BlockQ8_1*
 
 // The matrix-vector kernel (matvec.cu): up to kMatVecMaxCols activation columns per pass
 // over a weight row, or, for MUL_MAT_ID, one column per (slot, token) with its expert.
+// Quantized rows are staged in shared memory with 16-byte loads (launch_geometry.h's
+// MatVecPlan); float rows are read in 16-byte vectors where aligned.
 inline constexpr int kMatVecMaxCols = 8;
 struct MatVecArgs {
   int weight_type = 0;
   const char* w = nullptr;  // weight rows (k elements each, contiguous).
+  // Gate/up fused (quantized weights, MUL_MAT only): the up projection's rows, with w's
+  // strides; the result is silu(w . x) * (w_up . x).
+  const char* w_up = nullptr;
   int64_t w_nb1 = 0, w_nb2 = 0, w_nb3 = 0;
   int64_t k = 0, m = 0;       // row length, rows.
   const char* act = nullptr;  // converted activations: F32 rows or Q8_1 blocks.
@@ -94,11 +107,49 @@ struct MatVecArgs {
 };
 cudaError_t LaunchMatVec(const MatVecArgs& args, cudaStream_t stream);
 
+// MUL_MAT of quantized weights (Q4_0, Q8_0, Q4_K, Q6_K) with many activation columns: the
+// int8 tile kernel (mmq.cu, mmq_tile.h) on the matrix-vector kernel's Q8_1 activations.
+struct MmqArgs {
+  int weight_type = 0;
+  const char* w = nullptr;
+  int64_t w_nb1 = 0, w_nb2 = 0, w_nb3 = 0;
+  int64_t k = 0, m = 0;
+  const char* act = nullptr;  // Q8_1 blocks, one column per row of b (dim 1 fastest).
+  int64_t act_col_bytes = 0;
+  int64_t n = 0;  // columns per (j2, j3) batch.
+  float* dst = nullptr;
+  int64_t dst_nb1 = 0, dst_nb2 = 0, dst_nb3 = 0;  // bytes.
+  int64_t b2 = 1, b3 = 1, r2 = 1, r3 = 1;         // batches and weight broadcast.
+};
+// False when the grid cannot address the product (more than 65535 batches or column tiles).
+bool MmqFits(const MmqArgs& args);
+cudaError_t LaunchMmq(const MmqArgs& args, cudaStream_t stream);
+
 // FLASH_ATTN (flash_attn.cu); mask nullptr when absent.
 inline constexpr int kFlashAttnMaxHead = 512;  // D and Dv: q in shared memory, 4 outputs/thread.
 cudaError_t LaunchFlashAttn(const TensorView& dst, const TensorView& q, const TensorView& k,
                             const TensorView& v, const TensorView* mask, float scale,
                             cudaStream_t stream);
+// FLASH_ATTN on tensor cores (flash_attn_mma.cu): F16 K and V, head size 64 or 128 (D == Dv),
+// 64 queries per block; K/V rows 4-byte aligned. FlashAttnMmaFits says when it applies.
+bool FlashAttnMmaFits(const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& dst);
+cudaError_t LaunchFlashAttnMma(const TensorView& dst, const TensorView& q, const TensorView& k,
+                               const TensorView& v, const TensorView* mask, float scale,
+                               cudaStream_t stream);
+
+// The peer-to-peer all-reduce's kernels (allreduce.cu, allreduce_math.h): elements
+// [begin, end) of dst = the sum over ranks of srcs (in rank order), each side F32 or BF16;
+// the sources may be other GPUs' memory (peer access) or other slices of this GPU.
+struct WireSources {
+  const void* p[kMaxAllReduceRanks] = {};
+  int n = 0;
+};
+cudaError_t LaunchReduceRanks(const WireSources& srcs, bool src_bf16, void* dst, bool dst_bf16,
+                              size_t begin, size_t end, cudaStream_t stream);
+// Elements [begin, end) of src into dst, converted between F32 and BF16 as the flags say.
+cudaError_t LaunchWireCopy(const void* src, bool src_bf16, void* dst, bool dst_bf16, size_t begin,
+                           size_t end, cudaStream_t stream);
 
 }  // namespace tg::cuda
 

@@ -38,10 +38,33 @@ Launch FlashAttnLaunch(int64_t n_rows) {
   return Grid1D(std::clamp<int64_t>(n_rows, 0, kMaxGridX), kFlashAttnThreads);
 }
 
-Launch MatVecLaunch(int64_t m, int64_t n_batch) {
+MatVecPlan PlanMatVec(int weight_type, int64_t k, bool rows_aligned16, int n_matrices) {
+  MatVecPlan p;
+  const bool quantized = IsQuantizedType(weight_type);
+  // Units per row: 32-quant groups, or 8-element vectors of a float row.
+  const int64_t units = quantized ? k / 32 : CeilDiv(k, 8);
+  int warps_per_row = 1;
+  while (warps_per_row < kMatVecWarps &&
+         units >= 2 * warps_per_row * kWarpSize * kMatVecMinUnitsPerLane) {
+    warps_per_row *= 2;
+  }
+  p.rows_per_block = kMatVecWarps / warps_per_row;
+  if (!quantized) return p;
+  const int64_t bb = BlockBytesOf(weight_type);
+  const int64_t row_blocks = k / BlockElems(weight_type);
+  const int64_t fit = kMatVecStageBytes / (p.rows_per_block * bb) / 8 * 8;
+  p.seg_blocks = std::max<int64_t>(8, std::min(row_blocks, fit));
+  if (p.seg_blocks > row_blocks) p.seg_blocks = row_blocks;
+  p.slot_bytes = (p.seg_blocks * bb + 15) / 16 * 16;
+  p.stage_vec = rows_aligned16 ? 16 : 2;
+  p.smem_bytes = p.slot_bytes * p.rows_per_block * n_matrices;
+  return p;
+}
+
+Launch MatVecLaunch(int64_t m, int64_t n_batch, int rows_per_block) {
   Launch l;
   l.block.x = kMatVecWarps * kWarpSize;
-  const int64_t row_blocks = CeilDiv(std::max<int64_t>(m, 0), kMatVecWarps);
+  const int64_t row_blocks = CeilDiv(std::max<int64_t>(m, 0), rows_per_block);
   if (m <= 0 || n_batch <= 0 || n_batch > kMaxGridYZ * kMaxGridYZ || row_blocks > kMaxGridX) {
     l.grid.x = 0;
     return l;

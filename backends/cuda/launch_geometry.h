@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backends/cuda/host_device.h"
+#include "backends/cuda/kernel_types.h"
 
 namespace tg::cuda {
 
@@ -19,8 +20,17 @@ inline constexpr int64_t kMaxGridYZ = 65535;
 // over; the grid-stride loop takes the rest.
 inline constexpr int64_t kMaxElementwiseBlocks = 1 << 16;
 inline constexpr int kElementwiseThreads = 256;
-// Warps (one output row each) per block of the matrix-vector kernel.
+// Warps per block of the matrix-vector kernel; a weight row gets 1, 2 or all 4 of them.
 inline constexpr int kMatVecWarps = 4;
+// Shared memory per weight matrix of a matrix-vector block for its staged rows: quantized
+// rows are copied in with 16-byte loads (whatever the block layout: 18, 34, 144, 210 bytes)
+// and decoded from there. 16 KiB holds a whole Q8_0 row of 14336 (15232 bytes); longer rows
+// go in segments. With gate/up fused, two matrices stage their rows (32 KiB, under the 48 KiB
+// every GPU gives a block without opting in).
+inline constexpr int64_t kMatVecStageBytes = 16384;
+// A row gets more warps when one warp's lanes would have fewer units (32 quants, or 8 float
+// elements) each than this: enough independent loads per lane to keep memory busy.
+inline constexpr int64_t kMatVecMinUnitsPerLane = 4;
 // Warps (one group of quants each) per block of the activation quantizer.
 inline constexpr int kQuantizeWarps = 4;
 // Threads per block of the flash attention kernel (one block per query row and head).
@@ -47,17 +57,37 @@ Launch RowLaunch(int64_t n_rows, int64_t row_len);
 // n_units independent units of work of one warp each, `warps` warps per block.
 Launch WarpLaunch(int64_t n_units, int warps);
 
-// Matrix-vector: rows of the weight (m) in blocks of kMatVecWarps warps along x; batches
+// How a matrix-vector block covers its rows: rows_per_block rows (kMatVecWarps /
+// rows_per_block warps each) and, for quantized weights, how the rows are staged in shared
+// memory: segments of seg_blocks weight blocks (a multiple of 8, so that 8 * block bytes keeps
+// segment starts 16-byte aligned; or the whole row), one slot of slot_bytes per row and
+// matrix, copied in stage_vec-byte loads (16 when every row starts 16-byte aligned, else 2).
+struct MatVecPlan {
+  int rows_per_block = kMatVecWarps;
+  int64_t seg_blocks = 0;  // 0 for float weights (read directly, no staging).
+  int64_t slot_bytes = 0;
+  int stage_vec = 16;
+  int64_t smem_bytes = 0;  // dynamic shared memory of the launch.
+};
+
+// For weights of weight_type with rows of k elements; n_matrices 2 for gate/up fused.
+MatVecPlan PlanMatVec(int weight_type, int64_t k, bool rows_aligned16, int n_matrices);
+
+// Matrix-vector: rows of the weight (m) in blocks of rows_per_block rows along x; batches
 // along y and, past kMaxGridYZ, z. Empty when m or n_batch is 0 or n_batch exceeds what
 // (y, z) can address (kMaxGridYZ^2).
-Launch MatVecLaunch(int64_t m, int64_t n_batch);
+Launch MatVecLaunch(int64_t m, int64_t n_batch, int rows_per_block);
 
 // FLASH_ATTN: one block of kFlashAttnThreads per (query position, head, batch) row.
 Launch FlashAttnLaunch(int64_t n_rows);
 
-// The weight row warp `warp` of block `block_x` of a MatVecLaunch computes (may be >= m).
-TG_HD int64_t MatVecRow(uint32_t block_x, int warp) {
-  return static_cast<int64_t>(block_x) * kMatVecWarps + warp;
+// The weight row warp `warp` of block `block_x` of a MatVecLaunch works on (may be >= m),
+// and that warp's part of the row (0 .. kMatVecWarps / rows_per_block - 1).
+TG_HD int64_t MatVecRow(uint32_t block_x, int warp, int rows_per_block) {
+  return static_cast<int64_t>(block_x) * rows_per_block + warp / (kMatVecWarps / rows_per_block);
+}
+TG_HD int MatVecRowPart(int warp, int rows_per_block) {
+  return warp % (kMatVecWarps / rows_per_block);
 }
 
 // The batch a block of a MatVecLaunch works on (may be >= n_batch in the last z slice).

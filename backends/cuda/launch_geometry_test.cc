@@ -71,42 +71,84 @@ TEST(LaunchGeometryTest, WarpLaunchRoundsUnitsUpToWholeBlocks) {
   EXPECT_TRUE(WarpLaunch(0, 4).empty());
 }
 
-// Every (row, batch) of a matrix-vector product is computed by exactly one warp, with the
-// kernel's own index functions, for odd row counts and batch counts past the y limit.
+// Every (row, batch) of a matrix-vector product is computed by exactly its share of warps
+// (each part of the row once), with the kernel's own index functions, for every row grouping,
+// odd row counts and batch counts past the y limit.
 TEST(LaunchGeometryTest, MatVecCoversEveryRowAndBatchOnce) {
   struct Case {
     int64_t m, n_batch;
   };
-  for (const Case& c : {Case{1, 1}, Case{5, 3}, Case{7, 1}, Case{4097, 2}, Case{3, 70001}}) {
-    const Launch l = MatVecLaunch(c.m, c.n_batch);
-    ASSERT_FALSE(l.empty());
-    EXPECT_LE(l.grid.y, kMaxGridYZ);
-    EXPECT_LE(l.grid.z, kMaxGridYZ);
-    EXPECT_EQ(l.block.x, static_cast<uint32_t>(kMatVecWarps * kWarpSize));
-    std::vector<uint8_t> seen(c.m * c.n_batch, 0);
-    for (uint32_t z = 0; z < l.grid.z; ++z) {
-      for (uint32_t y = 0; y < l.grid.y; ++y) {
-        const int64_t bt = BatchIndex(y, z, l.grid.y);
-        for (uint32_t x = 0; x < l.grid.x; ++x) {
-          for (int w = 0; w < kMatVecWarps; ++w) {
-            const int64_t row = MatVecRow(x, w);
-            if (row >= c.m || bt >= c.n_batch) continue;  // the kernel's early exit.
-            ++seen[bt * c.m + row];
+  for (int rows_per_block : {1, 2, 4}) {
+    const int parts = kMatVecWarps / rows_per_block;
+    for (const Case& c : {Case{1, 1}, Case{5, 3}, Case{7, 1}, Case{4097, 2}, Case{3, 70001}}) {
+      const Launch l = MatVecLaunch(c.m, c.n_batch, rows_per_block);
+      ASSERT_FALSE(l.empty());
+      EXPECT_LE(l.grid.y, kMaxGridYZ);
+      EXPECT_LE(l.grid.z, kMaxGridYZ);
+      EXPECT_EQ(l.block.x, static_cast<uint32_t>(kMatVecWarps * kWarpSize));
+      std::vector<uint8_t> seen(c.m * c.n_batch * parts, 0);
+      for (uint32_t z = 0; z < l.grid.z; ++z) {
+        for (uint32_t y = 0; y < l.grid.y; ++y) {
+          const int64_t bt = BatchIndex(y, z, l.grid.y);
+          for (uint32_t x = 0; x < l.grid.x; ++x) {
+            for (int w = 0; w < kMatVecWarps; ++w) {
+              const int64_t row = MatVecRow(x, w, rows_per_block);
+              if (row >= c.m || bt >= c.n_batch) continue;  // the kernel's idle warps.
+              ++seen[(bt * c.m + row) * parts + MatVecRowPart(w, rows_per_block)];
+            }
           }
         }
       }
+      EXPECT_TRUE(EveryItemOnce(seen)) << c.m << "x" << c.n_batch << " r" << rows_per_block;
     }
-    EXPECT_TRUE(EveryItemOnce(seen)) << c.m << "x" << c.n_batch;
   }
 }
 
 TEST(LaunchGeometryTest, MatVecRefusesWhatTheGridCannotAddress) {
-  EXPECT_TRUE(MatVecLaunch(0, 5).empty());
-  EXPECT_TRUE(MatVecLaunch(5, 0).empty());
-  EXPECT_TRUE(MatVecLaunch(5, kMaxGridYZ * kMaxGridYZ + 1).empty());
-  const Launch edge = MatVecLaunch(5, kMaxGridYZ * kMaxGridYZ);
+  EXPECT_TRUE(MatVecLaunch(0, 5, 4).empty());
+  EXPECT_TRUE(MatVecLaunch(5, 0, 4).empty());
+  EXPECT_TRUE(MatVecLaunch(5, kMaxGridYZ * kMaxGridYZ + 1, 2).empty());
+  const Launch edge = MatVecLaunch(5, kMaxGridYZ * kMaxGridYZ, 1);
   EXPECT_EQ(edge.grid.y, static_cast<uint32_t>(kMaxGridYZ));
   EXPECT_EQ(edge.grid.z, static_cast<uint32_t>(kMaxGridYZ));
+  EXPECT_EQ(edge.grid.x, 5u);
+}
+
+// The staging plan of the quantized matrix-vector kernel: segments of whole blocks that keep
+// 16-byte alignment, within the shared-memory budget, covering the row; long rows get more
+// warps per row.
+TEST(LaunchGeometryTest, MatVecPlanStagesWholeBlocksWithinBudget) {
+  const int types[] = {kTypeQ4_0, kTypeQ8_0, kTypeQ4_K, kTypeQ6_K};
+  for (int type : types) {
+    const int64_t bb = BlockBytesOf(type), be = BlockElems(type);
+    for (int64_t k : {int64_t{256}, int64_t{2048}, int64_t{4096}, int64_t{5632}, int64_t{14336},
+                      int64_t{65536}}) {
+      for (int n_matrices : {1, 2}) {
+        const MatVecPlan p = PlanMatVec(type, k, true, n_matrices);
+        const int64_t row_blocks = k / be;
+        ASSERT_GT(p.seg_blocks, 0);
+        EXPECT_TRUE(p.seg_blocks == row_blocks || p.seg_blocks % 8 == 0) << type << " " << k;
+        EXPECT_EQ(p.seg_blocks * bb * 8 % 16, 0);  // every segment start stays 16-aligned.
+        EXPECT_LE(p.seg_blocks, row_blocks);
+        EXPECT_GE(p.slot_bytes, p.seg_blocks * bb);
+        EXPECT_EQ(p.slot_bytes % 16, 0);
+        EXPECT_EQ(p.smem_bytes, p.slot_bytes * p.rows_per_block * n_matrices);
+        EXPECT_LE(p.smem_bytes, n_matrices * kMatVecStageBytes + 16 * 4 * n_matrices);
+        EXPECT_TRUE(p.rows_per_block == 1 || p.rows_per_block == 2 || p.rows_per_block == 4);
+        EXPECT_EQ(p.stage_vec, 16);
+      }
+    }
+    EXPECT_EQ(PlanMatVec(type, 4096, false, 1).stage_vec, 2);
+  }
+  // A decode row of 4096 Q4_0 weights: one warp per row (4 units per lane); the FFN's down
+  // projection (14336) and a 64K row spread over more warps.
+  EXPECT_EQ(PlanMatVec(kTypeQ4_0, 4096, true, 1).rows_per_block, 4);
+  EXPECT_LT(PlanMatVec(kTypeQ4_0, 14336, true, 1).rows_per_block, 4);
+  EXPECT_EQ(PlanMatVec(kTypeQ4_0, 65536, true, 1).rows_per_block, 1);
+  // Float weights are read directly: nothing staged.
+  const MatVecPlan f = PlanMatVec(kTypeF16, 4096, true, 1);
+  EXPECT_EQ(f.seg_blocks, 0);
+  EXPECT_EQ(f.smem_bytes, 0);
 }
 
 TEST(LaunchGeometryTest, FlashAttnHasOneBlockPerRow) {

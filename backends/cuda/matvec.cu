@@ -1,9 +1,16 @@
 // The matrix-vector kernel of MUL_MAT (decode: up to kMatVecMaxCols activation columns) and
-// MUL_MAT_ID (one column per slot and token, each with its expert). One warp per weight row:
-// the lanes walk the row's units (32 quants, or one element of a float type), so each weight
-// byte is read once per pass and met by every column of the pass. Quantized weights meet
-// Q8_1 activations (integer dot products, quant_math.h); F32/F16/BF16 weights meet the f32
-// activations themselves.
+// MUL_MAT_ID (one column per slot and token, each with its expert), tuned per weight layout
+// (launch_geometry.h's PlanMatVec): a block covers 1, 2 or 4 rows, 4, 2 or 1 warps each.
+//   Quantized weights (Q4_0 18-byte, Q8_0 34-byte, Q4_K 144-byte, Q6_K 210-byte blocks,
+//   only 2-byte aligned): the block's rows are staged into shared memory with coalesced
+//   16-byte loads (in segments of whole blocks for long rows), then each lane takes 32-quant
+//   units and meets the Q8_1 activations with integer dot products (quant_math.h).
+//   F32/F16/BF16 weights: each lane reads 8 elements per 16-byte vector (scalar where a row
+//   is not 16-byte aligned) against the f32 activations.
+// Each weight byte is read once per pass and met by every column. The same unit split and a
+// fixed reduction order make the result independent of gate/up fusion: the fused kernel
+// stages both matrices' rows and writes silu(gate) * up, equal to SWIGLU over the two
+// separate products.
 #include <cstdint>
 
 #include "backends/cuda/device_common.cuh"
@@ -13,139 +20,274 @@
 namespace tg::cuda {
 namespace {
 
-// Per weight type: elements per unit, and the dot product of unit u of a weight row with the
-// same unit of an activation column.
+// Dot product of 32-quant unit u of a staged weight row with the same unit of an activation
+// column (Q8_1 blocks).
 template <int kType>
-struct Unit;
+__device__ __forceinline__ float UnitDot(const char* w, int64_t u, const BlockQ8_1* act) {
+  if constexpr (kType == kTypeQ4_0) {
+    return DotQ4_0(reinterpret_cast<const BlockQ4_0*>(w)[u], act[u]);
+  } else if constexpr (kType == kTypeQ8_0) {
+    return DotQ8_0(reinterpret_cast<const BlockQ8_0*>(w)[u], act[u]);
+  } else if constexpr (kType == kTypeQ4_K) {
+    return DotQ4_K(reinterpret_cast<const BlockQ4_K*>(w)[u / 8], static_cast<int>(u % 8), act[u]);
+  } else {
+    return DotQ6_K(reinterpret_cast<const BlockQ6_K*>(w)[u / 8], static_cast<int>(u % 8), act[u]);
+  }
+}
 
-template <>
-struct Unit<kTypeF32> {
-  static constexpr int kElems = 1;
-  static __device__ float Dot(const char* w, int64_t u, const char* act) {
-    return reinterpret_cast<const float*>(w)[u] * reinterpret_cast<const float*>(act)[u];
-  }
-};
-template <>
-struct Unit<kTypeF16> {
-  static constexpr int kElems = 1;
-  static __device__ float Dot(const char* w, int64_t u, const char* act) {
-    return HalfToF32(reinterpret_cast<const uint16_t*>(w)[u]) *
-           reinterpret_cast<const float*>(act)[u];
-  }
-};
-template <>
-struct Unit<kTypeBF16> {
-  static constexpr int kElems = 1;
-  static __device__ float Dot(const char* w, int64_t u, const char* act) {
-    return BF16ToF32(reinterpret_cast<const uint16_t*>(w)[u]) *
-           reinterpret_cast<const float*>(act)[u];
-  }
-};
-template <>
-struct Unit<kTypeQ4_0> {
-  static constexpr int kElems = kQK8_1;
-  static __device__ float Dot(const char* w, int64_t u, const char* act) {
-    return DotQ4_0(reinterpret_cast<const BlockQ4_0*>(w)[u],
-                   reinterpret_cast<const BlockQ8_1*>(act)[u]);
-  }
-};
-template <>
-struct Unit<kTypeQ8_0> {
-  static constexpr int kElems = kQK8_1;
-  static __device__ float Dot(const char* w, int64_t u, const char* act) {
-    return DotQ8_0(reinterpret_cast<const BlockQ8_0*>(w)[u],
-                   reinterpret_cast<const BlockQ8_1*>(act)[u]);
-  }
-};
-template <>
-struct Unit<kTypeQ4_K> {
-  static constexpr int kElems = kQK8_1;
-  static __device__ float Dot(const char* w, int64_t u, const char* act) {
-    return DotQ4_K(reinterpret_cast<const BlockQ4_K*>(w)[u / 8], static_cast<int>(u % 8),
-                   reinterpret_cast<const BlockQ8_1*>(act)[u]);
-  }
-};
-template <>
-struct Unit<kTypeQ6_K> {
-  static constexpr int kElems = kQK8_1;
-  static __device__ float Dot(const char* w, int64_t u, const char* act) {
-    return DotQ6_K(reinterpret_cast<const BlockQ6_K*>(w)[u / 8], static_cast<int>(u % 8),
-                   reinterpret_cast<const BlockQ8_1*>(act)[u]);
-  }
-};
-
-template <int kType>
-__global__ void MatVecKernel(MatVecArgs p) {
-  const int lane = threadIdx.x % 32;
-  const int64_t row = MatVecRow(blockIdx.x, threadIdx.x / 32);
-  const int64_t bt = BatchIndex(blockIdx.y, blockIdx.z, gridDim.y);
-  if (row >= p.m || bt >= p.n_batch) return;  // whole warps: row and bt are warp-uniform.
+// What a block's batch works on: the weight matrix (and up matrix), the activation column
+// and result column, or nothing (an expert id out of range: zeros and a report).
+struct BatchTarget {
   const char* w;
+  const char* w_up;
   int64_t act_col, dst_col;
-  int n_cols = p.n_cols;
+  int n_cols;
+  bool valid;
+};
+
+__device__ BatchTarget TargetOf(const MatVecArgs& p, int64_t bt) {
+  BatchTarget t{nullptr, nullptr, 0, 0, p.n_cols, true};
   if (p.ids == nullptr) {
     const int64_t j2 = bt % p.b2, j3 = bt / p.b2;
-    w = p.w + (j2 / p.r2) * p.w_nb2 + (j3 / p.r3) * p.w_nb3;
-    act_col = dst_col = bt * p.cols_per_batch + p.col0;
-  } else {
-    const int64_t i = bt % p.n_used, t = bt / p.n_used;
-    const int32_t e = *reinterpret_cast<const int32_t*>(p.ids + i * p.ids_nb0 + t * p.ids_nb1);
-    if (e < 0 || e >= p.n_expert) {  // reported once per column; the column is zeros.
-      if (lane == 0) {
-        if (row == 0) ReportError(p.err, kBadExpertId, e, p.n_expert);
-        p.dst[bt * p.m + row] = 0.0f;
-      }
-      return;
-    }
-    w = p.w + e * p.w_nb2;
-    act_col = (i % p.act_per_token) + p.act_per_token * t;
-    dst_col = bt;
-    n_cols = 1;
+    const int64_t off = (j2 / p.r2) * p.w_nb2 + (j3 / p.r3) * p.w_nb3;
+    t.w = p.w + off;
+    t.w_up = p.w_up != nullptr ? p.w_up + off : nullptr;
+    t.act_col = t.dst_col = bt * p.cols_per_batch + p.col0;
+    return t;
   }
-  w += row * p.w_nb1;
-  const char* act = p.act + act_col * p.act_col_bytes;
-  const int64_t n_units = p.k / Unit<kType>::kElems;
-  float acc[kMatVecMaxCols] = {};
-  for (int64_t u = lane; u < n_units; u += 32) {
+  const int64_t i = bt % p.n_used, tok = bt / p.n_used;
+  const int32_t e = *reinterpret_cast<const int32_t*>(p.ids + i * p.ids_nb0 + tok * p.ids_nb1);
+  t.dst_col = bt;
+  t.n_cols = 1;
+  if (e < 0 || e >= p.n_expert) {
+    t.valid = false;
+    if (threadIdx.x == 0) ReportError(p.err, kBadExpertId, e, p.n_expert);
+    return t;
+  }
+  t.w = p.w + e * p.w_nb2;
+  t.act_col = (i % p.act_per_token) + p.act_per_token * tok;
+  return t;
+}
+
+// Copies bytes [offset, offset + bytes) of rows row0 .. row0 + R - 1 of each matrix into their
+// shared-memory slots: 16-byte vectors where the plan allows, the tail in 2-byte pieces.
+__device__ void StageRows(unsigned char* stage, const char* w0, const char* w1, int n_mats,
+                          const MatVecArgs& p, const MatVecPlan& plan, int64_t row0,
+                          int64_t offset, int bytes) {
+  const int R = plan.rows_per_block;
+  const int vecs = plan.stage_vec == 16 ? bytes / 16 : 0;
+  const int n_slots = n_mats * R;
+  for (int idx = threadIdx.x; idx < n_slots * vecs; idx += blockDim.x) {
+    const int slot = idx / vecs, v = idx % vecs, lr = slot % R;
+    if (row0 + lr >= p.m) continue;
+    const char* src = (slot < R ? w0 : w1) + (row0 + lr) * p.w_nb1 + offset;
+    reinterpret_cast<uint4*>(stage + slot * plan.slot_bytes)[v] =
+        reinterpret_cast<const uint4*>(src)[v];
+  }
+  const int tail = (bytes - 16 * vecs) / 2;
+  for (int idx = threadIdx.x; idx < n_slots * tail; idx += blockDim.x) {
+    const int slot = idx / tail, h = idx % tail, lr = slot % R;
+    if (row0 + lr >= p.m) continue;
+    const char* src = (slot < R ? w0 : w1) + (row0 + lr) * p.w_nb1 + offset + 16 * vecs;
+    reinterpret_cast<uint16_t*>(stage + slot * plan.slot_bytes + 16 * vecs)[h] =
+        reinterpret_cast<const uint16_t*>(src)[h];
+  }
+}
+
+// Sums each row's partial results over its warps (fixed order) and writes them; with two
+// matrices the result is silu(first) * second.
+template <int kMats>
+__device__ void ReduceAndStore(float (&acc)[kMats][kMatVecMaxCols], const MatVecArgs& p,
+                               const MatVecPlan& plan, const BatchTarget& t, int64_t row0) {
+  __shared__ float partial[kMatVecWarps][kMats][kMatVecMaxCols];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int m = 0; m < kMats; ++m) {
 #pragma unroll
     for (int c = 0; c < kMatVecMaxCols; ++c) {
-      if (c < n_cols) acc[c] += Unit<kType>::Dot(w, u, act + c * p.act_col_bytes);
+      const float v = WarpSum(acc[m][c]);
+      if (lane == 0) partial[warp][m][c] = v;
     }
   }
+  __syncthreads();
+  const int R = plan.rows_per_block, parts = kMatVecWarps / R;
+  if (warp >= R || lane >= t.n_cols) return;
+  const int64_t row = row0 + warp;  // warp r writes row r of the block, column `lane`.
+  if (row >= p.m) return;
+  float sums[kMats];
 #pragma unroll
-  for (int c = 0; c < kMatVecMaxCols; ++c) {
-    if (c >= n_cols) break;
-    const float sum = WarpSum(acc[c]);
-    if (lane == 0) p.dst[(dst_col + c) * p.m + row] = sum;
+  for (int m = 0; m < kMats; ++m) {
+    sums[m] = partial[warp * parts][m][lane];
+    for (int q = 1; q < parts; ++q) sums[m] += partial[warp * parts + q][m][lane];
+  }
+  float out = sums[0];
+  if constexpr (kMats == 2) out = Silu(sums[0]) * sums[1];
+  p.dst[(t.dst_col + lane) * p.m + row] = out;
+}
+
+template <int kType, int kMats>
+__global__ void __launch_bounds__(kMatVecWarps * 32)
+    MatVecQuantKernel(MatVecArgs p, MatVecPlan plan) {
+  extern __shared__ uint4 stage_words[];
+  unsigned char* stage = reinterpret_cast<unsigned char*>(stage_words);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int R = plan.rows_per_block, parts = kMatVecWarps / R;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * R;
+  const int64_t row = MatVecRow(blockIdx.x, warp, R), lr = row - row0;
+  const int part = MatVecRowPart(warp, R);
+  const int64_t bt = BatchIndex(blockIdx.y, blockIdx.z, gridDim.y);
+  if (bt >= p.n_batch) return;  // block-uniform.
+  const BatchTarget t = TargetOf(p, bt);
+  if (!t.valid) {  // block-uniform: the column is zeros.
+    for (int64_t r = row0 + threadIdx.x; r < row0 + R && r < p.m; r += blockDim.x) {
+      p.dst[t.dst_col * p.m + r] = 0.0f;
+    }
+    return;
+  }
+  const int64_t bb = BlockBytesOf(kType), units_per_block = BlockElems(kType) / 32;
+  const int64_t row_blocks = p.k / BlockElems(kType);
+  const auto* act = reinterpret_cast<const BlockQ8_1*>(p.act + t.act_col * p.act_col_bytes);
+  const int64_t act_col_blocks = p.act_col_bytes / static_cast<int64_t>(sizeof(BlockQ8_1));
+  float acc[kMats][kMatVecMaxCols] = {};
+  for (int64_t seg = 0; seg < row_blocks; seg += plan.seg_blocks) {
+    const int64_t n_blk = min(plan.seg_blocks, row_blocks - seg);
+    if (seg > 0) __syncthreads();  // everyone has read the previous segment.
+    StageRows(stage, t.w, t.w_up, kMats, p, plan, row0, seg * bb, static_cast<int>(n_blk * bb));
+    __syncthreads();
+    if (row >= p.m) continue;
+    const BlockQ8_1* a = act + seg * units_per_block;
+    for (int64_t u = part * 32 + lane; u < n_blk * units_per_block; u += parts * 32) {
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) {
+        const char* w = reinterpret_cast<const char*>(stage + (m * R + lr) * plan.slot_bytes);
+#pragma unroll
+        for (int c = 0; c < kMatVecMaxCols; ++c) {
+          if (c < t.n_cols) acc[m][c] += UnitDot<kType>(w, u, a + c * act_col_blocks);
+        }
+      }
+    }
+  }
+  ReduceAndStore<kMats>(acc, p, plan, t, row0);
+}
+
+template <int kType>
+__device__ __forceinline__ void LoadF32x8(const char* row, int64_t v, float out[8]) {
+  if constexpr (kType == kTypeF32) {
+    const float4 a = reinterpret_cast<const float4*>(row)[2 * v];
+    const float4 b = reinterpret_cast<const float4*>(row)[2 * v + 1];
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+    out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+  } else {
+    const uint4 q = reinterpret_cast<const uint4*>(row)[v];
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const auto lo = static_cast<uint16_t>(words[i]), hi = static_cast<uint16_t>(words[i] >> 16);
+      out[2 * i] = kType == kTypeF16 ? HalfToF32(lo) : BF16ToF32(lo);
+      out[2 * i + 1] = kType == kTypeF16 ? HalfToF32(hi) : BF16ToF32(hi);
+    }
   }
 }
 
 template <int kType>
-cudaError_t LaunchTyped(const MatVecArgs& args, cudaStream_t stream) {
-  const Launch l = MatVecLaunch(args.m, args.n_batch);
+__global__ void __launch_bounds__(kMatVecWarps * 32)
+    MatVecFloatKernel(MatVecArgs p, MatVecPlan plan) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int R = plan.rows_per_block, parts = kMatVecWarps / R;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * R;
+  const int64_t row = MatVecRow(blockIdx.x, warp, R);
+  const int part = MatVecRowPart(warp, R);
+  const int64_t bt = BatchIndex(blockIdx.y, blockIdx.z, gridDim.y);
+  if (bt >= p.n_batch) return;
+  const BatchTarget t = TargetOf(p, bt);
+  if (!t.valid) {
+    for (int64_t r = row0 + threadIdx.x; r < row0 + R && r < p.m; r += blockDim.x) {
+      p.dst[t.dst_col * p.m + r] = 0.0f;
+    }
+    return;
+  }
+  float acc[1][kMatVecMaxCols] = {};
+  if (row < p.m) {
+    const char* w = t.w + row * p.w_nb1;
+    const char* act = p.act + t.act_col * p.act_col_bytes;
+    const int first = part * 32 + lane, stride = parts * 32;
+    if (plan.stage_vec == 16) {
+      for (int64_t v = first; v < p.k / 8; v += stride) {
+        float wv[8];
+        LoadF32x8<kType>(w, v, wv);
+#pragma unroll
+        for (int c = 0; c < kMatVecMaxCols; ++c) {
+          if (c >= t.n_cols) break;
+          float av[8];
+          LoadF32x8<kTypeF32>(act + c * p.act_col_bytes, v, av);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[0][c] += wv[i] * av[i];
+        }
+      }
+    } else {
+      constexpr int kEs = kType == kTypeF32 ? 4 : 2;
+      for (int64_t e = first; e < p.k; e += stride) {
+        const float wv = LoadAsF32(kType, w + e * kEs);
+#pragma unroll
+        for (int c = 0; c < kMatVecMaxCols; ++c) {
+          if (c < t.n_cols) {
+            acc[0][c] += wv * reinterpret_cast<const float*>(act + c * p.act_col_bytes)[e];
+          }
+        }
+      }
+    }
+  }
+  ReduceAndStore<1>(acc, p, plan, t, row0);
+}
+
+template <typename Kernel>
+cudaError_t Run(Kernel kernel, const MatVecArgs& args, const MatVecPlan& plan,
+                cudaStream_t stream) {
+  const Launch l = MatVecLaunch(args.m, args.n_batch, plan.rows_per_block);
   if (l.empty()) return cudaSuccess;
-  MatVecKernel<kType><<<dim3(l.grid.x, l.grid.y, l.grid.z), dim3(l.block.x), 0, stream>>>(args);
+  kernel<<<dim3(l.grid.x, l.grid.y, l.grid.z), dim3(l.block.x), static_cast<size_t>(plan.smem_bytes),
+           stream>>>(args, plan);
   return LaunchResult();
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <int kType>
+cudaError_t LaunchQuant(const MatVecArgs& args, bool aligned, cudaStream_t stream) {
+  if (args.w_up != nullptr) {
+    const MatVecPlan plan = PlanMatVec(kType, args.k, aligned && Aligned16(args.w_up), 2);
+    return Run(MatVecQuantKernel<kType, 2>, args, plan, stream);
+  }
+  return Run(MatVecQuantKernel<kType, 1>, args, PlanMatVec(kType, args.k, aligned, 1), stream);
+}
+
+template <int kType>
+cudaError_t LaunchFloat(const MatVecArgs& args, bool aligned, cudaStream_t stream) {
+  const bool vec = aligned && args.k % 8 == 0 && Aligned16(args.act) && args.act_col_bytes % 16 == 0;
+  return Run(MatVecFloatKernel<kType>, args, PlanMatVec(kType, args.k, vec, 1), stream);
 }
 
 }  // namespace
 
 cudaError_t LaunchMatVec(const MatVecArgs& args, cudaStream_t stream) {
+  // Every row of every matrix (and expert) starts 16-byte aligned.
+  const bool aligned = Aligned16(args.w) && args.w_nb1 % 16 == 0 && args.w_nb2 % 16 == 0 &&
+                       args.w_nb3 % 16 == 0;
   switch (args.weight_type) {
     case kTypeF32:
-      return LaunchTyped<kTypeF32>(args, stream);
+      return LaunchFloat<kTypeF32>(args, aligned, stream);
     case kTypeF16:
-      return LaunchTyped<kTypeF16>(args, stream);
+      return LaunchFloat<kTypeF16>(args, aligned, stream);
     case kTypeBF16:
-      return LaunchTyped<kTypeBF16>(args, stream);
+      return LaunchFloat<kTypeBF16>(args, aligned, stream);
     case kTypeQ4_0:
-      return LaunchTyped<kTypeQ4_0>(args, stream);
+      return LaunchQuant<kTypeQ4_0>(args, aligned, stream);
     case kTypeQ8_0:
-      return LaunchTyped<kTypeQ8_0>(args, stream);
+      return LaunchQuant<kTypeQ8_0>(args, aligned, stream);
     case kTypeQ4_K:
-      return LaunchTyped<kTypeQ4_K>(args, stream);
+      return LaunchQuant<kTypeQ4_K>(args, aligned, stream);
     case kTypeQ6_K:
-      return LaunchTyped<kTypeQ6_K>(args, stream);
+      return LaunchQuant<kTypeQ6_K>(args, aligned, stream);
     default:
       return cudaErrorInvalidValue;
   }
