@@ -145,7 +145,10 @@ class CudaCapture : public CapturedGraph {
     void* dev = nullptr;
     TG_CUDA_RETURN_IF_ERROR(cudaMalloc(&dev, sizeof(ErrorRecord)));
     device_error_ = static_cast<ErrorRecord*>(dev);
-    TG_CUDA_RETURN_IF_ERROR(cudaMemset(device_error_, 0, sizeof(ErrorRecord)));
+    // On the owner's stream, not the legacy one: a slice of the same GPU may be capturing in
+    // another thread, and legacy-stream work would break its capture.
+    TG_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(device_error_, 0, sizeof(ErrorRecord), owner_->stream_));
     void* host = nullptr;
     TG_CUDA_RETURN_IF_ERROR(cudaMallocHost(&host, sizeof(ErrorRecord)));
     host_error_ = static_cast<ErrorRecord*>(host);
