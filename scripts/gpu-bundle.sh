@@ -28,7 +28,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER
   -DTG_CUDA=ON -DTG_CUDA_ARCHS="$arch" -DTG_NATIVE=OFF -DTG_CPU_FLAGS="$cpu_flags" \
   -DTG_BUILD_TESTS=ON -DTG_BUILD_BENCH=OFF >/dev/null
 tools=(tg-ops tg-run tg-bench tg-gguf rpc-server)
-tests=(cuda_gpu_test copy_bandwidth)
+tests=(cuda_gpu_test cuda_speed_gpu_test cuda_split_gpu_test copy_bandwidth)
 start=$(date +%s)
 cmake --build "$build" -j "$(nproc)" --target "${tools[@]}" "${tests[@]}"
 echo "gpu-bundle: built in $(( $(date +%s) - start )) s"
@@ -60,8 +60,16 @@ for lib in libstdc++.so.6 libgcc_s.so.1; do
 done
 
 cp ../shared/models/stories260K.gguf "$out/models/"
-cp scripts/gpu-check.sh tests/gpu/compare_devices.py tests/gpu/run_if_device.py "$out/"
+cp scripts/gpu-check.sh scripts/llama-cuda-peer.sh tests/gpu/compare_devices.py \
+  tests/gpu/run_if_device.py tests/gpu/speed_report.py "$out/"
 chmod +x "$out/gpu-check.sh"
+# The llama.cpp peer's source, built on the GPU machine by `gpu-check.sh peer`.
+peer_bundle=${TG_PEER_GIT_BUNDLE:-$HOME/.cache/tensorgrid-peer/main/package/llama/gitRelease.bundle}
+if [ -f "$peer_bundle" ]; then
+  bash scripts/llama-cuda-peer.sh pack "$out/peer/llama-src.tar.xz" "$peer_bundle"
+else
+  echo "gpu-bundle: no llama.cpp git bundle at $peer_bundle: the check runs without its peer" >&2
+fi
 
 # What the binaries need from the machine: the newest glibc symbol version, and cuBLAS.
 newest() {  # newest version of symbol family $1 (GLIBC, GLIBCXX) the files $2.. import

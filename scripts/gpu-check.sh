@@ -1,20 +1,37 @@
 #!/usr/bin/env bash
 # The GPU check, run from a bundle made by scripts/gpu-bundle.sh on a machine with an NVIDIA
-# GPU: no network, no package manager, no compiler. Prints one line per check,
-#   PASS|FAIL|SKIP <check>: <detail>
+# GPU: no network, no package manager (a compiler only for the llama.cpp peer). Prints one
+# line per check or figure,
+#   PASS|FAIL|SKIP|INFO <check>: <detail>
 # then a summary line; exit 0 when nothing failed. Details of each check go to
-# <bundle>/logs/. About 5 minutes on a 16-core machine. See docs/gpu.md.
+# <bundle>/logs/. See docs/gpu.md for what each stage takes.
 #
-#   bash gpu-check.sh            (from the bundle folder, or any folder)
+#   bash gpu-check.sh [STAGE [SHAPES [TYPES]]]
+#
+# STAGE: all (default: every stage in turn), correctness (kernels, gtests, models against the
+# CPU; about 6 minutes on 16 cores), peer (builds llama.cpp's CUDA llama-bench from the
+# bundled source: several minutes, resumable), speed (tg-bench and llama-bench pp512/tg128
+# of synthetic models of SHAPES (15m,1b,8b) in TYPES (q4_0,q4_k,q8_0); with 8b, the tg128
+# roofline against the device-to-device copy bandwidth), split (TG_CUDA_DEVICES=2: -sm tensor
+# and -sm layer against -sm none). Stages may run in separate calls: the llama.cpp build and
+# the synthetic models stay in the bundle folder.
 #
 # TG_GPU_CHECK_DEVICE (default CUDA0) and TG_GPU_CHECK_BASE (default CPU) name the device under
 # test and the yardstick: TG_CPU_DEVICES=2 TG_GPU_CHECK_DEVICE=CPU1 TG_GPU_CHECK_BASE=CPU0
-# TG_GPU_CHECK_RPC_DEVICE='RPC' runs the whole script without a GPU, to check the script.
+# TG_GPU_CHECK_RPC_DEVICE='RPC' runs the correctness stage without a GPU, to check the script
+# (TG_GPU_CHECK_SPLIT='CPU0,CPU1' the split stage).
 #
 # CUDA itself comes from the machine: libcuda from the driver, cuBLAS (the major version in
-# MANIFEST) from $CUDA_HOME, /usr/local/cuda*, the Python environment's nvidia-* packages or
-# the loader's cache, whichever has it.
+# MANIFEST) and NCCL from $CUDA_HOME, /usr/local/cuda*, the Python environment's nvidia-*
+# packages or the loader's cache, whichever has them.
 set -uo pipefail
+stage=${1:-all}
+shapes=${2:-15m,1b,8b}
+types=${3:-q4_0,q4_k,q8_0}
+case $stage in
+  all | correctness | peer | speed | split) ;;
+  *) echo "usage: gpu-check.sh [all|correctness|peer|speed|split [SHAPES [TYPES]]]" >&2; exit 2 ;;
+esac
 dev=${TG_GPU_CHECK_DEVICE:-CUDA0}
 base=${TG_GPU_CHECK_BASE:-CPU}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,7 +45,11 @@ t_start=$(date +%s)
 
 report() {  # verdict name detail
   printf '%s %s: %s\n' "$1" "$2" "$3"
-  case $1 in PASS) passed=$((passed + 1)) ;; FAIL) failed=$((failed + 1)) ;; *) skipped=$((skipped + 1)) ;; esac
+  case $1 in PASS) passed=$((passed + 1)) ;; FAIL) failed=$((failed + 1)) ;; INFO) ;; *) skipped=$((skipped + 1)) ;; esac
+}
+report_line() {  # "VERDICT name: detail" as speed_report.py prints it
+  local line=$1
+  report "${line%% *}" "$(echo "$line" | sed -E 's/^[A-Z]+ ([^:]*): .*/\1/')" "${line#*: }"
 }
 
 # --- the machine's CUDA libraries -------------------------------------------------------------
@@ -50,7 +71,9 @@ find_lib_dirs() {  # directories holding $1
 cuda_dirs=$(find_lib_dirs "$cublas" | head -1)
 # cuBLAS needs libcublasLt beside it (same folder for the toolkit, a sibling package for pip).
 lt_dir=$(find_lib_dirs "${cublas/libcublas/libcublasLt}" | head -1)
-export LD_LIBRARY_PATH="$here/lib${cuda_dirs:+:$cuda_dirs}${lt_dir:+:$lt_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# NCCL (optional: without it the collectives use the peer-to-peer kernels).
+nccl_dir=$(find_lib_dirs libnccl.so.2 | head -1)
+export LD_LIBRARY_PATH="$here/lib${cuda_dirs:+:$cuda_dirs}${lt_dir:+:$lt_dir}${nccl_dir:+:$nccl_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # The machine's C++ runtime unless it is too old for the bundle: then the bundle's copy.
 if ! "$bin/tg-gguf" --help >/dev/null 2>&1; then
   export LD_LIBRARY_PATH="$here/lib/fallback:$LD_LIBRARY_PATH"
@@ -62,7 +85,7 @@ gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,nohea
 need_glibc=$(awk '$1 == "needs_glibc" {print $2}' "$here/MANIFEST" 2>/dev/null)
 have_glibc=$(ldd --version 2>/dev/null | head -1 | grep -o '[0-9]*\.[0-9]*$')
 echo "gpu-check: $(tr '\n' ' ' <"$here/MANIFEST" 2>/dev/null)"
-echo "gpu-check: GPU ${gpu:-unknown (no nvidia-smi)}; glibc ${have_glibc:-?} (bundle needs ${need_glibc:-?}); $cublas from ${cuda_dirs:-nowhere}"
+echo "gpu-check: GPU ${gpu:-unknown (no nvidia-smi)}; glibc ${have_glibc:-?} (bundle needs ${need_glibc:-?}); $cublas from ${cuda_dirs:-nowhere}; libnccl.so.2 from ${nccl_dir:-nowhere}"
 if ! "$bin/tg-run" --list-devices >"$logs/devices.txt" 2>&1; then
   report FAIL devices "tg-run does not start: $(tail -1 "$logs/devices.txt")"
   echo "gpu-check: 0 passed, 1 failed (the bundle cannot run here; see $logs/devices.txt)"
@@ -96,57 +119,203 @@ compare() {  # name model compare_devices.py-args...
     --require "$dev" --label "$name" "$@"
 }
 
-run_check "tg_ops_${dev,,}" python3 "$here/run_if_device.py" --tg-run "$bin/tg-run" --device "$dev" \
-  --expect '[1-9][0-9]* passed, 0 failed' -- "$bin/tg-ops" test -b "$dev"
-run_check "tg_ops_meta_${dev,,}_${base,,}" python3 "$here/run_if_device.py" --tg-run "$bin/tg-run" \
-  --device "$dev" --expect '[1-9][0-9]* passed, 0 failed' -- "$bin/tg-ops" test -sm tensor --device "$dev,$base"
-run_check cuda_gpu_test "$bin/cuda_gpu_test" --gtest_brief=1
+stage_correctness() {
+  run_check "tg_ops_${dev,,}" python3 "$here/run_if_device.py" --tg-run "$bin/tg-run" --device "$dev" \
+    --expect '[1-9][0-9]* passed, 0 failed' -- "$bin/tg-ops" test -b "$dev"
+  run_check "tg_ops_meta_${dev,,}_${base,,}" python3 "$here/run_if_device.py" --tg-run "$bin/tg-run" \
+    --device "$dev" --expect '[1-9][0-9]* passed, 0 failed' -- "$bin/tg-ops" test -sm tensor --device "$dev,$base"
+  run_check cuda_gpu_test "$bin/cuda_gpu_test" --gtest_brief=1
+  # CUDA graphs, fusion, MMQ, tensor-core attention, collectives on one device; one GPU as two.
+  run_check cuda_speed_gpu_test "$bin/cuda_speed_gpu_test" --gtest_brief=1
+  TG_CUDA_DEVICES=2 run_check cuda_split_gpu_test "$bin/cuda_split_gpu_test" --gtest_brief=1
 
-# Models: stories260K and the stories15M shape with random weights in four types.
-models=("$here/models/stories260K.gguf")
-for type in f32 q8_0 q4_0 q4_k; do
-  m=$work/synth15m-$type.gguf
-  if "$bin/tg-gguf" synth "$m" --dims 288,768,6,6,6,32000 --type "$type" >"$logs/synth-$type.txt" 2>&1; then
-    models+=("$m")
-  else
-    report FAIL "synth_$type" "$(tail -1 "$logs/synth-$type.txt")"
-  fi
-done
-long_prompt="Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends every day."
-for m in "${models[@]}"; do
-  tag=$(basename "$m" .gguf)
-  # Short prompt (matrix-vector path) with an F32 cache: the CPU's tokens and logits.
-  compare "${tag}_${dev,,}" "$m" --base "--device $base" --test "--device $dev" --kv-type f32 --tol 1e-3
-  # A long prompt (cuBLAS GEMMs, F16 cache): the CPU's tokens.
-  compare "${tag}_${dev,,}_long_f16kv" "$m" --base "--device $base" --test "--device $dev" \
-    --kv-type f16 --tokens-only --prompt "$long_prompt"
-done
-for m in "$here/models/stories260K.gguf" "$work/synth15m-f32.gguf"; do
-  tag=$(basename "$m" .gguf)
-  compare "${tag}_sm_layer" "$m" --base "--device $base" --test "-sm layer --device $dev,$base" --tol 1e-3
-  compare "${tag}_sm_tensor" "$m" --base "--device $base" --test "-sm tensor --device $dev,$base" --tol 1e-3
-done
-# rpc-server on its default devices (-d 0 is the first GPU) on loopback, used by tg-run.
-compare rpc_server_d0 "$here/models/stories260K.gguf" --base "--device $base" \
-  --rpc-server "$bin/rpc-server" --serve "-d 0" --test "--rpc {rpc} --device RPC[{rpc}]/0" --tol 1e-3 \
-  --expect-device "${TG_GPU_CHECK_RPC_DEVICE:-RPC.*compute capability}"
-
-# Speed: pp512/tg128 on CUDA0 (and the CPU for scale), and the memory roofline.
-for type in q4_0 q8_0; do
-  m=$work/synth15m-$type.gguf
-  [ -f "$m" ] || continue
-  for d in "$dev" "$base"; do
-    if "$bin/tg-bench" -m "$m" -p 512 -n 128 -r 3 --device "$d" >"$logs/bench-$type-$d.txt" 2>&1; then
-      rows=$(grep -E '^\|.*\| (pp|tg)[0-9]+ \|' "$logs/bench-$type-$d.txt" |
-        awk -F'|' '{gsub(/^ +| +$/, "", $9); gsub(/^ +| +$/, "", $10); print $9 " " $10 " t/s"}' |
-        paste -sd ',' -)
-      report PASS "bench_${type}_$d" "${rows:-$(tail -1 "$logs/bench-$type-$d.txt")}"
+  # Models: stories260K and the stories15M shape with random weights in four types.
+  local models=("$here/models/stories260K.gguf") type m tag
+  for type in f32 q8_0 q4_0 q4_k; do
+    m=$work/synth15m-$type.gguf
+    if "$bin/tg-gguf" synth "$m" --dims 288,768,6,6,6,32000 --type "$type" >"$logs/synth-$type.txt" 2>&1; then
+      models+=("$m")
     else
-      report FAIL "bench_${type}_$d" "$(tail -1 "$logs/bench-$type-$d.txt")"
+      report FAIL "synth_$type" "$(tail -1 "$logs/synth-$type.txt")"
     fi
   done
-done
-run_check copy_bandwidth "$bin/copy_bandwidth" "$dev" 1024
+  local long_prompt="Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends every day."
+  for m in "${models[@]}"; do
+    tag=$(basename "$m" .gguf)
+    # Short prompt (matrix-vector path, CUDA graphs) with an F32 cache: the CPU's tokens and logits.
+    compare "${tag}_${dev,,}" "$m" --base "--device $base" --test "--device $dev" --kv-type f32 --tol 1e-3
+    # A long prompt (int8 tiles or cuBLAS, F16 cache): the CPU's tokens.
+    compare "${tag}_${dev,,}_long_f16kv" "$m" --base "--device $base" --test "--device $dev" \
+      --kv-type f16 --tokens-only --prompt "$long_prompt"
+  done
+  for m in "$here/models/stories260K.gguf" "$work/synth15m-f32.gguf"; do
+    tag=$(basename "$m" .gguf)
+    compare "${tag}_sm_layer" "$m" --base "--device $base" --test "-sm layer --device $dev,$base" --tol 1e-3
+    compare "${tag}_sm_tensor" "$m" --base "--device $base" --test "-sm tensor --device $dev,$base" --tol 1e-3
+  done
+  # Tensor parallelism over two slices of the GPU: the CUDA collectives (peer-to-peer).
+  for m in "$here/models/stories260K.gguf" "$work/synth15m-q4_0.gguf"; do
+    tag=$(basename "$m" .gguf)
+    TG_CUDA_DEVICES=2 compare "${tag}_sm_tensor_slices" "$m" --base "--device $base" \
+      --test "-sm tensor --device ${split_devs}" --tol 1e-3
+  done
+  # rpc-server on its default devices (-d 0 is the first GPU) on loopback, used by tg-run.
+  compare rpc_server_d0 "$here/models/stories260K.gguf" --base "--device $base" \
+    --rpc-server "$bin/rpc-server" --serve "-d 0" --test "--rpc {rpc} --device RPC[{rpc}]/0" --tol 1e-3 \
+    --expect-device "${TG_GPU_CHECK_RPC_DEVICE:-RPC.*compute capability}"
+}
+
+# --- the llama.cpp peer ---------------------------------------------------------------------
+peer_dir=$here/peer
+llama_bench() { find "$peer_dir/build" -type f -name llama-bench -perm -u+x 2>/dev/null | head -1; }
+
+stage_peer() {
+  if [ -n "$(llama_bench)" ] && [ -f "$peer_dir/build/build.log" ] &&
+     grep -q "llama-bench" "$peer_dir/build/build.log"; then
+    report PASS peer_build "llama-bench already built: $(llama_bench)"
+    return
+  fi
+  if [ ! -f "$peer_dir/llama-src.tar.xz" ]; then
+    report SKIP peer_build "no llama.cpp source in the bundle (gpu-bundle.sh found no peer git bundle)"
+    return
+  fi
+  if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+    report SKIP peer_build "no nvcc on this machine to build llama.cpp with"
+    return
+  fi
+  local arch
+  arch=$(awk '$1 == "cuda_arch" {print $2}' "$here/MANIFEST" 2>/dev/null)
+  run_check peer_build bash "$here/llama-cuda-peer.sh" build "$peer_dir/llama-src.tar.xz" \
+    "$peer_dir/build" "${arch:-90}" "$(nproc)"
+}
+
+# --- speed ----------------------------------------------------------------------------------
+synth_dir=$here/models/synth
+dims_of() {  # shape -> tg-gguf synth --dims
+  case $1 in
+    15m) echo 288,768,6,6,6,32000 ;;
+    1b) echo 2048,5632,22,32,4,32000 ;;
+    8b) echo 4096,14336,32,32,8,128256 ;;
+    *) return 1 ;;
+  esac
+}
+
+# Sets $model to the synthetic model of a shape and type, made once (kept for later stages
+# and calls); 1 when it cannot be made (reported).
+synth_model() {
+  model=""
+  local m=$synth_dir/$1-$2.gguf dims t0
+  if ! dims=$(dims_of "$1"); then
+    report FAIL "synth_$1_$2" "unknown shape $1 (15m, 1b, 8b)"
+    return 1
+  fi
+  if [ ! -f "$m" ]; then
+    mkdir -p "$synth_dir"
+    t0=$(date +%s)
+    if ! "$bin/tg-gguf" synth "$m.tmp" --dims "$dims" --type "$2" >"$logs/synth-$1-$2.txt" 2>&1; then
+      rm -f "$m.tmp"
+      report FAIL "synth_$1_$2" "$(tail -1 "$logs/synth-$1-$2.txt")"
+      return 1
+    fi
+    mv "$m.tmp" "$m"
+    report INFO "synth_$1_$2" "$(du -m "$m" | cut -f1) MiB in $(( $(date +%s) - t0 )) s"
+  fi
+  model=$m
+}
+
+# Runs a benchmark (tg-bench or llama-bench: command...) for pp512 and tg128; sets $figs to
+# "pp512 X\ntg128 Y" (empty on failure, which is reported).
+bench() {
+  local name=$1
+  shift
+  figs=""
+  if "$@" -p 512 -n 128 -r 3 -o csv >"$logs/$name.csv" 2>"$logs/$name.err"; then
+    figs=$(python3 "$here/speed_report.py" figures "$logs/$name.csv")
+  else
+    report FAIL "$name" "$(tail -1 "$logs/$name.err")"
+  fi
+}
+
+figure() { echo "$1" | awk -v t="$2" '$1 == t {print $2}'; }  # figs test -> t/s
+
+copy_gbs=""
+roofline() {  # tg128 t/s of the 8B Q4_0 model at $model
+  [ -n "$copy_gbs" ] ||
+    copy_gbs=$("$bin/copy_bandwidth" "$dev" 1024 2>"$logs/copy.err" | sed -nE 's/.*: ([0-9.]+) GB\/s.*/\1/p')
+  if [ -z "$copy_gbs" ]; then
+    report FAIL copy_bandwidth "$(tail -1 "$logs/copy.err")"
+    return
+  fi
+  report INFO copy_bandwidth "$copy_gbs GB/s device-to-device (read + write)"
+  "$bin/tg-gguf" info "$model" >"$logs/info-8b.txt"
+  local bytes
+  bytes=$(python3 "$here/speed_report.py" bytes-per-token "$logs/info-8b.txt")
+  report_line "$(python3 "$here/speed_report.py" roofline tg128_8b_q4_0_roofline "$1" "$bytes" "$copy_gbs" 70)"
+}
+
+stage_speed() {
+  local peer shape type ours theirs test o p bar
+  peer=$(llama_bench)
+  [ -n "$peer" ] || report SKIP peer_bench "llama-bench not built (run the peer stage): tensorgrid's figures only"
+  for shape in ${shapes//,/ }; do
+    for type in ${types//,/ }; do
+      synth_model "$shape" "$type" || continue
+      bench "bench_${shape}_${type}_tensorgrid" "$bin/tg-bench" -m "$model" --device "$dev"
+      ours=$figs
+      theirs=""
+      if [ -n "$peer" ]; then
+        bench "bench_${shape}_${type}_llama" "$peer" -m "$model" -ngl 99 -fa 1
+        theirs=$figs
+      fi
+      for test in pp512 tg128; do
+        o=$(figure "$ours" $test)
+        p=$(figure "$theirs" $test)
+        [ -n "$o" ] || continue
+        # The issue's bars: the 8B shape in Q4_0 at or above llama.cpp; the rest are figures.
+        bar=-
+        [ "$shape-$type" = 8b-q4_0 ] && bar=100
+        report_line "$(python3 "$here/speed_report.py" compare "${test}_${shape}_${type}" "$o" "${p:--}" "$bar")"
+        [ "$shape-$type-$test" = 8b-q4_0-tg128 ] && roofline "$o"
+      done
+    done
+  done
+}
+
+# --- tensor parallelism on one GPU ----------------------------------------------------------
+split_devs=${TG_GPU_CHECK_SPLIT:-CUDA0,CUDA1}
+stage_split() {
+  synth_model 1b q4_0 || return
+  local none layer tensor test n l t
+  bench split_none env TG_CUDA_DEVICES=2 "$bin/tg-bench" -m "$model" --device "${split_devs%%,*}"
+  none=$figs
+  bench split_layer env TG_CUDA_DEVICES=2 "$bin/tg-bench" -m "$model" -sm layer --device "$split_devs"
+  layer=$figs
+  bench split_tensor env TG_CUDA_DEVICES=2 "$bin/tg-bench" -m "$model" -sm tensor --device "$split_devs"
+  tensor=$figs
+  for test in pp512 tg128; do
+    n=$(figure "$none" $test)
+    l=$(figure "$layer" $test)
+    t=$(figure "$tensor" $test)
+    [ -n "$n" ] && [ -n "$t" ] || continue
+    # The all-reduce's cost on two slices of one GPU must stay under 15% (real speedups need
+    # two GPUs); -sm layer is a figure for comparison.
+    report_line "$(python3 "$here/speed_report.py" overhead "split_${test}_1b_q4_0" "$t" "$n" 15)"
+    [ -n "$l" ] && report INFO "split_${test}_1b_q4_0_layer" "-sm layer $l t/s vs -sm none $n t/s"
+  done
+}
+
+case $stage in
+  correctness) stage_correctness ;;
+  peer) stage_peer ;;
+  speed) stage_speed ;;
+  split) stage_split ;;
+  all)
+    stage_correctness
+    stage_peer
+    stage_speed
+    stage_split
+    ;;
+esac
 
 echo "gpu-check: $passed passed, $failed failed, $skipped skipped in $(( $(date +%s) - t_start )) s (logs: $logs)"
 [ "$failed" -eq 0 ]
