@@ -144,8 +144,7 @@ CudaCommunicator::~CudaCommunicator() {
     for (cudaEvent_t e : {r.copied, r.reduced_ready, r.done, r.nccl_in, r.nccl_out}) {
       if (e != nullptr) cudaEventDestroy(e);
     }
-    if (r.stage != nullptr) cudaFree(r.stage);
-    if (r.reduced != nullptr) cudaFree(r.reduced);
+    FreeStaging(r);
   }
 }
 
@@ -204,15 +203,26 @@ absl::Status CudaCommunicator::EnsureStaging(size_t bytes) {
   if (!ranks_.empty() && ranks_[0].stage_bytes >= bytes) return absl::OkStatus();
   for (Rank& r : ranks_) {
     TG_CUDA_RETURN_IF_ERROR(cudaSetDevice(r.ordinal));
-    if (r.stage != nullptr) TG_CUDA_RETURN_IF_ERROR(cudaFree(r.stage));  // waits for its users.
-    if (r.reduced != nullptr) TG_CUDA_RETURN_IF_ERROR(cudaFree(r.reduced));
-    r.stage = r.reduced = nullptr;
-    r.stage_bytes = 0;
+    FreeStaging(r);  // cudaFree waits for the work that still reads it.
+    // Counted against the device's share, as its other memory is.
+    if (!r.device->share().TryReserve(2 * bytes)) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("%s: no room in its share of the GPU for %.1f MiB of all-reduce staging",
+                          r.device->name(), 2.0 * bytes / (1 << 20)));
+    }
+    r.stage_bytes = bytes;
     TG_CUDA_RETURN_IF_ERROR(cudaMalloc(&r.stage, bytes));
     TG_CUDA_RETURN_IF_ERROR(cudaMalloc(&r.reduced, bytes));
-    r.stage_bytes = bytes;
   }
   return absl::OkStatus();
+}
+
+void CudaCommunicator::FreeStaging(Rank& r) {
+  if (r.stage != nullptr) cudaFree(r.stage);
+  if (r.reduced != nullptr) cudaFree(r.reduced);
+  if (r.stage_bytes > 0) r.device->share().Release(2 * r.stage_bytes);
+  r.stage = r.reduced = nullptr;
+  r.stage_bytes = 0;
 }
 
 // Rank `rank`'s legacy stream waits until every rank has recorded `event`.

@@ -69,6 +69,7 @@ class CudaCommunicator : public Communicator {
   CudaCommunicator() = default;
   absl::Status Check(absl::Span<Tensor* const> tensors) const;
   absl::Status EnsureStaging(size_t bytes);
+  static void FreeStaging(Rank& r);
   absl::Status WaitAll(int rank, cudaEvent_t Rank::*event) const;
   absl::Status OneShot(absl::Span<Tensor* const> tensors, size_t first, size_t count, bool bf16);
   absl::Status TwoShot(absl::Span<Tensor* const> tensors, size_t first, size_t count, bool bf16);

@@ -85,7 +85,8 @@ class CudaSpeedGpuTest : public ::testing::Test {
 // A llama-like decode layer over Q4_0 weights: x, pos, norm weight, wq, wk, gate, up, down.
 DeviceRun::Builder DecodeLayer(DType type, int64_t n_tokens) {
   return [=](Context& ctx, std::vector<Tensor*>* leafs) {
-    cuda::testing::DecodeLayer l = cuda::testing::BuildDecodeLayer(ctx, type, 256, 768, n_tokens, 64);
+    cuda::testing::DecodeLayer l =
+        cuda::testing::BuildDecodeLayer(ctx, type, 256, 768, n_tokens, 64);
     leafs->push_back(l.x);
     leafs->push_back(l.pos);
     leafs->push_back(l.attn_norm_w);
@@ -98,7 +99,6 @@ DeviceRun::Builder DecodeLayer(DType type, int64_t n_tokens) {
     return std::vector<Tensor*>{l.out};
   };
 }
-
 
 TEST_F(CudaSpeedGpuTest, CapturedDecodeGraphReplaysWithNewInputs) {
   Build(DecodeLayer(DType::kQ4_0, 1));
@@ -167,9 +167,9 @@ TEST_F(CudaSpeedGpuTest, FusedKernelsEqualTheSeparateOnesBitForBit) {
         if (keep_intermediates) {
           Tensor* layer_out = out[0];
           Tensor* swiglu = layer_out->src[0]->src[1];
-          out.push_back(swiglu->src[0]);                          // gate.
-          out.push_back(swiglu->src[1]);                          // up.
-          out.push_back(swiglu->src[0]->src[1]->src[0]);          // the norm.
+          out.push_back(swiglu->src[0]);                  // gate.
+          out.push_back(swiglu->src[1]);                  // up.
+          out.push_back(swiglu->src[0]->src[1]->src[0]);  // the norm.
         }
         return out;
       };
@@ -189,8 +189,8 @@ TEST_F(CudaSpeedGpuTest, FusedKernelsEqualTheSeparateOnesBitForBit) {
 // MUL_MAT of every weight type, from decode to prompt batches: the matrix-vector kernel
 // (1..8 columns, also gate/up fused in the layer test), the int8 tiles (9..512), cuBLAS above.
 TEST_F(CudaSpeedGpuTest, MatrixProductsMatchTheCpuOnEveryPath) {
-  const DType types[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K, DType::kF16,
-                         DType::kBF16, DType::kF32};
+  const DType types[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K,
+                         DType::kF16,  DType::kBF16, DType::kF32};
   for (DType type : types) {
     for (int64_t n : {1, 3, 8, 9, 64, 200, 512, 600}) {
       const int64_t k = 2048, m = 333;
@@ -278,7 +278,8 @@ TEST_F(CudaSpeedGpuTest, CollectivesOnOneDeviceAreTheIdentity) {
       ASSERT_TRUE(t->buffer->GetTensor(t, got.data(), 0, got.size() * 4).ok());
       for (size_t i = 0; i < v.size(); ++i) {
         const float want = bf16 ? BF16ToFloat(FloatToBF16(v[i])) : v[i];
-        ASSERT_EQ(got[i], want) << cuda::AllReduceAlgorithmName(algo) << " bf16=" << bf16 << " " << i;
+        ASSERT_EQ(got[i], want) << cuda::AllReduceAlgorithmName(algo) << " bf16=" << bf16 << " "
+                                << i;
       }
     }
   }

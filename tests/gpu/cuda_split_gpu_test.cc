@@ -91,13 +91,15 @@ TEST_F(CudaSplitGpuTest, AllReduceSumsInRankOrderOnEveryPath) {
   Device* devices[] = {d0_, d1_};
   using Algo = cuda::AllReduceAlgorithm;
   for (size_t n : {size_t{1}, size_t{4099}, cuda::kStagingElements + 123}) {
-    const std::vector<float> a = RandomFloats(n, 80, -2.0f, 2.0f), b = RandomFloats(n, 81, -2.0f, 2.0f);
+    const std::vector<float> a = RandomFloats(n, 80, -2.0f, 2.0f),
+                             b = RandomFloats(n, 81, -2.0f, 2.0f);
     for (Algo algo : {Algo::kOneShot, Algo::kTwoShot}) {
       for (bool bf16 : {false, true}) {
         cuda::CollectiveOptions o;
         o.force = algo;
         o.thresholds.bf16_min_bytes = bf16 ? 0 : SIZE_MAX;
-        absl::StatusOr<std::unique_ptr<cuda::CudaCommunicator>> comm = collectives.InitWith(devices, o);
+        absl::StatusOr<std::unique_ptr<cuda::CudaCommunicator>> comm =
+            collectives.InitWith(devices, o);
         ASSERT_TRUE(comm.ok()) << comm.status();
         EXPECT_FALSE((*comm)->topology().nccl);  // one GPU: NCCL would refuse.
         Tensor* ta = OnDevice(d0_, a);
@@ -154,14 +156,16 @@ TEST_F(CudaSplitGpuTest, AllReduceOrdersAfterProducersAndBeforeConsumers) {
     cuda::CollectiveOptions o;
     o.force = algo;
     std::unique_ptr<cuda::CudaCommunicator> comm = *collectives.InitWith(devices, o);
-    for (int r = 0; r < 2; ++r) ASSERT_TRUE(produce[r]->stream()->Compute(produce[r]->graph()).ok());
+    for (int r = 0; r < 2; ++r)
+      ASSERT_TRUE(produce[r]->stream()->Compute(produce[r]->graph()).ok());
     ASSERT_TRUE(comm->AllReduce(y).ok());
-    for (int r = 0; r < 2; ++r) ASSERT_TRUE(consume[r]->stream()->Compute(consume[r]->graph()).ok());
+    for (int r = 0; r < 2; ++r)
+      ASSERT_TRUE(consume[r]->stream()->Compute(consume[r]->graph()).ok());
     for (int r = 0; r < 2; ++r) ASSERT_TRUE(consume[r]->stream()->Synchronize().ok());
     for (int r = 0; r < 2; ++r) {
       const std::vector<float> z = *consume[r]->Read(0);
-      EXPECT_EQ(z, std::vector<float>(kN, 4.5f)) << "rank " << r << " "
-                                                  << cuda::AllReduceAlgorithmName(algo);
+      EXPECT_EQ(z, std::vector<float>(kN, 4.5f))
+          << "rank " << r << " " << cuda::AllReduceAlgorithmName(algo);
     }
   }
 }
