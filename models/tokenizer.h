@@ -87,11 +87,11 @@ class Tokenizer {
   // Streaming output wants TokenToPiece instead (it keeps every space).
   std::string Decode(absl::Span<const int32_t> ids) const;
 
-  virtual int32_t n_vocab() const = 0;
-  virtual int32_t bos() const = 0;  // -1 when the vocabulary has none.
-  virtual int32_t eos() const = 0;
+  int32_t n_vocab() const { return static_cast<int32_t>(vocab_.tokens.size()); }
+  int32_t bos() const { return vocab_.bos; }  // -1 when the vocabulary has none.
+  int32_t eos() const { return vocab_.eos; }
   // End of generation: eos, eot and the like.
-  virtual bool IsEog(int32_t id) const = 0;
+  bool IsEog(int32_t id) const { return vocab_.eog.contains(id); }
 
  protected:
   explicit Tokenizer(tokenizer_internal::Vocab vocab) : vocab_(std::move(vocab)) {}

@@ -51,10 +51,6 @@ class BpeTokenizer : public Tokenizer {
 
   std::vector<int32_t> Encode(absl::string_view text, bool add_special) const override;
   std::string TokenToPiece(int32_t id) const override;
-  int32_t n_vocab() const override { return static_cast<int32_t>(vocab().tokens.size()); }
-  int32_t bos() const override { return vocab().bos; }
-  int32_t eos() const override { return vocab().eos; }
-  bool IsEog(int32_t id) const override { return vocab().eog.contains(id); }
 
  private:
   struct Merge {

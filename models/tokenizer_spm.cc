@@ -15,11 +15,6 @@
 namespace tg {
 namespace {
 
-using tokenizer_internal::kAttrByte;
-using tokenizer_internal::kAttrControl;
-using tokenizer_internal::kAttrNormal;
-using tokenizer_internal::kAttrUnknown;
-using tokenizer_internal::kAttrUserDefined;
 using tokenizer_internal::Vocab;
 
 constexpr char kSpaceEscape[] = "\xE2\x96\x81";  // "▁" U+2581, SentencePiece's space.
@@ -158,9 +153,12 @@ std::string SpmTokenizer::TokenToPiece(int32_t id) const {
   const Vocab& v = vocab();
   if (id < 0 || id >= n_vocab()) return "";
   const std::string& text = v.tokens[id];
-  if (v.Has(id, kAttrUnknown | kAttrControl | kAttrUserDefined)) return text;
-  if (v.Has(id, kAttrNormal)) return absl::StrReplaceAll(text, {{kSpaceEscape, " "}});
-  if (v.Has(id, kAttrByte)) {
+  if (v.Has(id, tokenizer_internal::kAttrUnknown | tokenizer_internal::kAttrControl |
+                    tokenizer_internal::kAttrUserDefined))
+    return text;
+  if (v.Has(id, tokenizer_internal::kAttrNormal))
+    return absl::StrReplaceAll(text, {{kSpaceEscape, " "}});
+  if (v.Has(id, tokenizer_internal::kAttrByte)) {
     unsigned byte = 0;
     if (text.size() == kByteTokenLength && std::sscanf(text.c_str(), "<0x%2x>", &byte) == 1) {
       return std::string(1, static_cast<char>(byte));

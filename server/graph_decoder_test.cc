@@ -2,6 +2,7 @@
 // malformed graph is rejected with the right status code and nothing runs.
 #include "server/graph_decoder.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -12,6 +13,7 @@
 namespace tg::server {
 namespace {
 
+using tensorgrid::v1::GraphDesc;
 using testing::DescBuilder;
 using testing::MatMulAdd;
 
@@ -33,8 +35,16 @@ class GraphDecoderTest : public ::testing::Test {
     };
   }
 
-  absl::StatusCode Decode(const tensorgrid::v1::GraphDesc& desc, int device = 0) {
+  absl::StatusCode Decode(const GraphDesc& desc, int device = 0) {
     return DecodeGraph(desc, devices_[device], resolve_).status().code();
+  }
+
+  // Decoding MatMulAdd's graph for CPU0 after `edit` (a fresh graph each call).
+  absl::StatusCode DecodeEdited(const std::function<void(GraphDesc&)>& edit) {
+    MatMulAdd mm(1);
+    GraphDesc desc = mm.Graph(1);
+    edit(desc);
+    return Decode(desc);
   }
 
   std::vector<Device*> devices_;
@@ -145,19 +155,17 @@ TEST_F(GraphDecoderTest, MisalignedData) {
 }
 
 TEST_F(GraphDecoderTest, UnknownDType) {
-  MatMulAdd mm(1);
-  auto desc = mm.Graph(1);
-  desc.mutable_tensors(0)->set_type(99);
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeEdited([](GraphDesc& d) { d.mutable_tensors(0)->set_type(99); }),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(GraphDecoderTest, UnknownOp) {
-  MatMulAdd mm(1);
-  auto desc = mm.Graph(1);
-  desc.mutable_tensors(4)->set_op(200);
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
-  desc.mutable_tensors(4)->set_op(static_cast<uint32_t>(Op::kCount));
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeEdited([](GraphDesc& d) { d.mutable_tensors(4)->set_op(200); }),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeEdited([](GraphDesc& d) {
+              d.mutable_tensors(4)->set_op(static_cast<uint32_t>(Op::kCount));
+            }),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(GraphDecoderTest, CyclicGraphOrForwardReference) {
@@ -167,62 +175,55 @@ TEST_F(GraphDecoderTest, CyclicGraphOrForwardReference) {
   auto r = DecodeGraph(desc, devices_[0], resolve_);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("cyclic graph or forward reference"), std::string::npos);
-  desc = mm.Graph(1);
-  desc.mutable_tensors(3)->set_src(0, 4);  // itself.
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
-  desc = mm.Graph(1);
-  desc.mutable_tensors(3)->set_view_src(9);
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  // itself:
+  EXPECT_EQ(DecodeEdited([](GraphDesc& d) { d.mutable_tensors(3)->set_src(0, 4); }),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeEdited([](GraphDesc& d) { d.mutable_tensors(3)->set_view_src(9); }),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(GraphDecoderTest, IdsMustBeInOrder) {
-  MatMulAdd mm(1);
-  auto desc = mm.Graph(1);
-  desc.mutable_tensors(1)->set_id(7);
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeEdited([](GraphDesc& d) { d.mutable_tensors(1)->set_id(7); }),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(GraphDecoderTest, MalformedFields) {
-  MatMulAdd mm(1);
-  auto desc = mm.Graph(1);
-  desc.mutable_tensors(0)->add_ne(1);  // 5 dims.
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
-  desc = mm.Graph(1);
-  desc.mutable_tensors(0)->mutable_nb()->RemoveLast();
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
-  desc = mm.Graph(1);
-  desc.mutable_tensors(3)->set_op_params(std::string(65, 'x'));
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
-  desc = mm.Graph(1);
-  for (int i = 0; i < 3; ++i) desc.mutable_tensors(3)->add_src(0);  // 5 source slots.
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
-  desc = mm.Graph(1);
-  desc.mutable_tensors(0)->add_src(0);
-  desc.mutable_tensors(1)->add_src(1);  // a leaf with a source.
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
-  desc = mm.Graph(1);
-  desc.mutable_tensors(0)->set_name(std::string(500, 'n'));  // truncated, not rejected.
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kOk);
+  const std::vector<std::function<void(GraphDesc&)>> invalid = {
+      [](GraphDesc& d) { d.mutable_tensors(0)->add_ne(1); },  // 5 dims.
+      [](GraphDesc& d) { d.mutable_tensors(0)->mutable_nb()->RemoveLast(); },
+      [](GraphDesc& d) { d.mutable_tensors(3)->set_op_params(std::string(65, 'x')); },
+      [](GraphDesc& d) {
+        for (int i = 0; i < 3; ++i) d.mutable_tensors(3)->add_src(0);  // 5 source slots.
+      },
+      [](GraphDesc& d) {
+        d.mutable_tensors(0)->add_src(0);
+        d.mutable_tensors(1)->add_src(1);  // a leaf with a source.
+      },
+  };
+  for (size_t i = 0; i < invalid.size(); ++i) {
+    EXPECT_EQ(DecodeEdited(invalid[i]), absl::StatusCode::kInvalidArgument) << "edit " << i;
+  }
+  // A long name is truncated, not rejected.
+  EXPECT_EQ(
+      DecodeEdited([](GraphDesc& d) { d.mutable_tensors(0)->set_name(std::string(500, 'n')); }),
+      absl::StatusCode::kOk);
 }
 
 TEST_F(GraphDecoderTest, ShapeRuleViolation) {
-  MatMulAdd mm(1);
-  auto desc = mm.Graph(1);
-  desc.mutable_tensors(3)->set_src(1, 3);  // MUL_MAT of A[8,4] x B[4,3]: inner dims differ.
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  // MUL_MAT of A[8,4] x B[4,3]: inner dims differ.
+  EXPECT_EQ(DecodeEdited([](GraphDesc& d) { d.mutable_tensors(3)->set_src(1, 3); }),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(GraphDecoderTest, HandleProblems) {
-  MatMulAdd mm(1);
-  auto desc = mm.Graph(1);
-  desc.mutable_tensors(1)->set_buffer(42);  // unknown / freed / another session's.
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kNotFound);
-  desc = mm.Graph(1);
-  desc.mutable_tensors(1)->set_buffer(0);  // a leaf without memory.
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
-  desc = mm.Graph(1);
-  desc.mutable_tensors(3)->set_buffer(0);  // a node without memory.
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  // Unknown / freed / another session's.
+  EXPECT_EQ(DecodeEdited([](GraphDesc& d) { d.mutable_tensors(1)->set_buffer(42); }),
+            absl::StatusCode::kNotFound);
+  // A leaf without memory, a node without memory.
+  EXPECT_EQ(DecodeEdited([](GraphDesc& d) { d.mutable_tensors(1)->set_buffer(0); }),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeEdited([](GraphDesc& d) { d.mutable_tensors(3)->set_buffer(0); }),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(GraphDecoderTest, BufferOnAnotherDevice) {
@@ -235,23 +236,19 @@ TEST_F(GraphDecoderTest, BufferOnAnotherDevice) {
 }
 
 TEST_F(GraphDecoderTest, NodeListProblems) {
-  MatMulAdd mm(1);
-  auto desc = mm.Graph(1);
-  desc.mutable_nodes()->RemoveLast();  // ADD not listed.
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
-  desc = mm.Graph(1);
-  desc.set_nodes(1, 4);  // MUL_MAT twice.
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
-  desc = mm.Graph(1);
-  desc.set_nodes(1, 1);  // a leaf.
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
-  desc = mm.Graph(1);
-  desc.set_nodes(1, 77);  // no such tensor.
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
-  desc = mm.Graph(1);
-  desc.set_nodes(0, 5);
-  desc.set_nodes(1, 4);  // ADD before the MUL_MAT it reads.
-  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  const std::vector<std::function<void(GraphDesc&)>> invalid = {
+      [](GraphDesc& d) { d.mutable_nodes()->RemoveLast(); },  // ADD not listed.
+      [](GraphDesc& d) { d.set_nodes(1, 4); },                // MUL_MAT twice.
+      [](GraphDesc& d) { d.set_nodes(1, 1); },                // a leaf.
+      [](GraphDesc& d) { d.set_nodes(1, 77); },               // no such tensor.
+      [](GraphDesc& d) {
+        d.set_nodes(0, 5);
+        d.set_nodes(1, 4);  // ADD before the MUL_MAT it reads.
+      },
+  };
+  for (size_t i = 0; i < invalid.size(); ++i) {
+    EXPECT_EQ(DecodeEdited(invalid[i]), absl::StatusCode::kInvalidArgument) << "edit " << i;
+  }
 }
 
 TEST_F(GraphDecoderTest, Views) {

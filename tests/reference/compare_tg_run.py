@@ -199,6 +199,23 @@ def check_tokens(tg_toks, torch_toks, forced, n, tie_tol, eos):
     return ok, lines
 
 
+def run_json(name, cmd, timeout):
+    """Runs cmd and returns (the JSON object it printed, None) or (None, the error)."""
+    log("%s: %s" % (name, " ".join(shlex.quote(c) for c in cmd)))
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, "%s timed out after %.0f s" % (name, timeout)
+    if p.returncode != 0:
+        log("%s stderr:\n%s" % (name, _tail(p.stderr)))
+        return None, "%s exited with status %d" % (name, p.returncode)
+    obj = parse_json_object(p.stdout)
+    if obj is None:
+        log("%s stdout:\n%s" % (name, _tail(p.stdout)))
+        return None, "no JSON object in %s's output" % name
+    return obj, None
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tg-run", required=True)
@@ -232,18 +249,9 @@ def main(argv=None):
     # -- tg-run --
     cmd = [a.tg_run, "-m", a.model, "-p", a.prompt, "-n", str(a.n), "--temp", "0",
            "--json", "--top-logits", str(a.top)] + shlex.split(a.extra_args)
-    log("tg-run: " + " ".join(shlex.quote(c) for c in cmd))
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
-    except subprocess.TimeoutExpired:
-        return fail("tg-run timed out after %.0f s" % a.timeout)
-    if p.returncode != 0:
-        log("tg-run stderr:\n" + _tail(p.stderr))
-        return fail("tg-run exited with status %d" % p.returncode)
-    tg = parse_json_object(p.stdout)
-    if tg is None:
-        log("tg-run stdout:\n" + _tail(p.stdout))
-        return fail("no JSON object in tg-run's output")
+    tg, err = run_json("tg-run", cmd, a.timeout)
+    if err:
+        return fail(err)
     try:
         prompt_tokens = _int_list(tg.get("prompt_tokens"), "prompt_tokens")
         tg_toks = _int_list(tg.get("tokens"), "tokens")
@@ -274,17 +282,9 @@ def main(argv=None):
         ref_cmd += ["--logits-for", ",".join(str(i) for i, _ in tg_top)]
     if tg_toks:
         ref_cmd += ["--force-tokens", ",".join(map(str, tg_toks))]
-    log("torch : " + " ".join(shlex.quote(c) for c in ref_cmd))
-    try:
-        r = subprocess.run(ref_cmd, capture_output=True, text=True, timeout=a.timeout)
-    except subprocess.TimeoutExpired:
-        return fail("llama_torch.py timed out after %.0f s" % a.timeout)
-    if r.returncode != 0:
-        log("llama_torch.py stderr:\n" + _tail(r.stderr))
-        return fail("llama_torch.py exited with status %d" % r.returncode)
-    ref = parse_json_object(r.stdout)
-    if ref is None:
-        return fail("no JSON object in llama_torch.py's output")
+    ref, err = run_json("llama_torch.py", ref_cmd, a.timeout)
+    if err:
+        return fail(err)
     torch_top = _pairs(ref["top_logits"], "torch top_logits")
     torch_for = _pairs(ref.get("logits_for", []), "torch logits_for")
     torch_toks = ref["tokens"]

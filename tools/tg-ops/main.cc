@@ -6,11 +6,9 @@
 
 #include "backends/register_builtin.h"
 #include "cli/device_flags.h"
+#include "tools/tg-ops/commands.h"
 #include "tools/tg-ops/devices.h"
 #include "tools/tg-ops/options.h"
-#include "tools/tg-ops/perf.h"
-#include "tools/tg-ops/support.h"
-#include "tools/tg-ops/test_command.h"
 
 namespace {
 

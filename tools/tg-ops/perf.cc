@@ -1,7 +1,5 @@
-// `tg-ops perf` (see perf.h): per case and device, one warm-up run, one run to estimate the
+// `tg-ops perf` (see commands.h): per case and device, one warm-up run, one run to estimate the
 // cost, then enough runs for about kTargetSeconds, averaged.
-#include "tools/tg-ops/perf.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
+#include "tools/tg-ops/commands.h"
 #include "tools/tg-ops/op_cases.h"
 #include "tools/tg-ops/perf_cases.h"
 #include "tools/tg-ops/stream_cache.h"

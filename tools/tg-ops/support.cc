@@ -1,10 +1,9 @@
-// `tg-ops support` (see support.h).
-#include "tools/tg-ops/support.h"
-
+// `tg-ops support` (see commands.h).
 #include <algorithm>
 #include <cstdio>
 #include <string>
 
+#include "tools/tg-ops/commands.h"
 #include "tools/tg-ops/op_cases.h"
 
 namespace tg::ops_tool {

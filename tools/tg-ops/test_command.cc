@@ -1,9 +1,7 @@
-// `tg-ops test` (see test_command.h). Each case is built once on the host to generate its
+// `tg-ops test` (see commands.h). Each case is built once on the host to generate its
 // leaf data and, for CPU-family devices, to compute the f64 reference; then it is rebuilt,
 // placed and computed on every selected device with the same data. Non-CPU devices are
 // compared with the CPU device's result.
-#include "tools/tg-ops/test_command.h"
-
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -15,6 +13,7 @@
 #include "core/registry.h"
 #include "core/status_macros.h"
 #include "reference/reference_ops.h"
+#include "tools/tg-ops/commands.h"
 #include "tools/tg-ops/devices.h"
 #include "tools/tg-ops/op_cases.h"
 #include "tools/tg-ops/stream_cache.h"

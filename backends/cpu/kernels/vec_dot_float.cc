@@ -68,27 +68,14 @@ struct LoadBF16 {
   }
 };
 
-// R weight rows x C activation rows; each loaded vector feeds R (or C) FMAs.
+inline VecF ZeroF() { return _mm512_setzero_ps(); }
+inline VecF LoadF(const float* p) { return _mm512_loadu_ps(p); }
+inline VecF FmaddF(VecF a, VecF b, VecF c) { return _mm512_fmadd_ps(a, b, c); }
+
+// The last k - i (< kLanes) elements through masked loads, then the sums into c.
 template <typename L, int R, int C>
-void FloatTile(int64_t k, const char* a, size_t a_stride, const void* const* b, float* const* c) {
-  VecF acc[R][C];
-  for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < C; ++j) acc[r][j] = _mm512_setzero_ps();
-  }
-  const float* y[C];
-  for (int j = 0; j < C; ++j) y[j] = static_cast<const float*>(b[j]);
-  int64_t i = 0;
-  for (; i + kLanes <= k; i += kLanes) {
-    VecF bv[C];
-    for (int j = 0; j < C; ++j) {
-      bv[j] = _mm512_loadu_ps(y[j] + i);
-      InRegister(bv[j]);
-    }
-    for (int r = 0; r < R; ++r) {
-      const VecF av = L::Load(a + r * a_stride + i * L::kBytes);
-      for (int j = 0; j < C; ++j) acc[r][j] = _mm512_fmadd_ps(av, bv[j], acc[r][j]);
-    }
-  }
+void FinishTile(int64_t k, int64_t i, const char* a, size_t a_stride, const float* const* y,
+                VecF (&acc)[R][C], float* const* c) {
   if (i < k) {
     const __mmask16 m = static_cast<__mmask16>((1u << (k - i)) - 1);
     VecF bv[C];
@@ -141,26 +128,14 @@ struct LoadBF16 {
   }
 };
 
+inline VecF ZeroF() { return _mm256_setzero_ps(); }
+inline VecF LoadF(const float* p) { return _mm256_loadu_ps(p); }
+inline VecF FmaddF(VecF a, VecF b, VecF c) { return _mm256_fmadd_ps(a, b, c); }
+
+// The sums into c, with the last k - i (< kLanes) elements added one by one.
 template <typename L, int R, int C>
-void FloatTile(int64_t k, const char* a, size_t a_stride, const void* const* b, float* const* c) {
-  VecF acc[R][C];
-  for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < C; ++j) acc[r][j] = _mm256_setzero_ps();
-  }
-  const float* y[C];
-  for (int j = 0; j < C; ++j) y[j] = static_cast<const float*>(b[j]);
-  int64_t i = 0;
-  for (; i + kLanes <= k; i += kLanes) {
-    VecF bv[C];
-    for (int j = 0; j < C; ++j) {
-      bv[j] = _mm256_loadu_ps(y[j] + i);
-      InRegister(bv[j]);
-    }
-    for (int r = 0; r < R; ++r) {
-      const VecF av = L::Load(a + r * a_stride + i * L::kBytes);
-      for (int j = 0; j < C; ++j) acc[r][j] = _mm256_fmadd_ps(av, bv[j], acc[r][j]);
-    }
-  }
+void FinishTile(int64_t k, int64_t i, const char* a, size_t a_stride, const float* const* y,
+                VecF (&acc)[R][C], float* const* c) {
   for (int r = 0; r < R; ++r) {
     for (int j = 0; j < C; ++j) {
       float sum = HorizontalSum(acc[r][j]);
@@ -173,6 +148,30 @@ void FloatTile(int64_t k, const char* a, size_t a_stride, const void* const* b, 
 // 16 ymm registers: 4 rows x 2 columns (or 8 x 1) of accumulators plus the loads.
 constexpr int ColsPerPass(int rows) { return rows <= 4 ? 2 : 1; }
 #endif
+
+// R weight rows x C activation rows; each loaded vector feeds R (or C) FMAs.
+template <typename L, int R, int C>
+void FloatTile(int64_t k, const char* a, size_t a_stride, const void* const* b, float* const* c) {
+  VecF acc[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < C; ++j) acc[r][j] = ZeroF();
+  }
+  const float* y[C];
+  for (int j = 0; j < C; ++j) y[j] = static_cast<const float*>(b[j]);
+  int64_t i = 0;
+  for (; i + kLanes <= k; i += kLanes) {
+    VecF bv[C];
+    for (int j = 0; j < C; ++j) {
+      bv[j] = LoadF(y[j] + i);
+      InRegister(bv[j]);
+    }
+    for (int r = 0; r < R; ++r) {
+      const VecF av = L::Load(a + r * a_stride + i * L::kBytes);
+      for (int j = 0; j < C; ++j) acc[r][j] = FmaddF(av, bv[j], acc[r][j]);
+    }
+  }
+  FinishTile<L, R, C>(k, i, a, a_stride, y, acc, c);
+}
 
 template <typename L, int R>
 void FloatTileRows(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
