@@ -44,21 +44,27 @@ __global__ void SwigluKernel(TensorView dst, TensorView gate, TensorView up, int
   }
 }
 
-// One block per row. The sum of squares in double, as the CPU does.
+// 1 / sqrt(mean(x^2) + eps) of one row of n0 floats nb0 bytes apart, reduced over the block;
+// the sum of squares in double, as the CPU does.
+__device__ float RmsScale(const char* x, int64_t nb0, int64_t n0, float eps, double* scratch) {
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < n0; i += blockDim.x) {
+    const double v = *reinterpret_cast<const float*>(x + i * nb0);
+    sum += v * v;
+  }
+  sum = BlockReduce(
+      sum, [](double p, double q) { return p + q; }, scratch);
+  return static_cast<float>(1.0 / sqrt(sum / static_cast<double>(n0) + eps));
+}
+
+// One block per row.
 __global__ void RmsNormKernel(TensorView dst, TensorView a, float eps) {
   __shared__ double scratch[32];
   const int64_t n0 = a.ne[0];
   for (int64_t r = blockIdx.x; r < NumRows(a); r += gridDim.x) {
     const char* x = RowPtr(a, r);
     char* y = RowPtr(dst, r);
-    double sum = 0.0;
-    for (int64_t i = threadIdx.x; i < n0; i += blockDim.x) {
-      const double v = *reinterpret_cast<const float*>(x + i * a.nb[0]);
-      sum += v * v;
-    }
-    sum = BlockReduce(
-        sum, [](double p, double q) { return p + q; }, scratch);
-    const float scale = static_cast<float>(1.0 / sqrt(sum / static_cast<double>(n0) + eps));
+    const float scale = RmsScale(x, a.nb[0], n0, eps, scratch);
     for (int64_t i = threadIdx.x; i < n0; i += blockDim.x) {
       *reinterpret_cast<float*>(y + i * dst.nb[0]) =
           *reinterpret_cast<const float*>(x + i * a.nb[0]) * scale;
@@ -77,14 +83,7 @@ __global__ void RmsNormMulKernel(TensorView dst, TensorView a, TensorView w, flo
     const char* x = a.data + Offset(a, 0, i1, i2, i3);
     char* y = dst.data + Offset(dst, 0, i1, i2, i3);
     const char* wr = w.data + Offset(w, 0, i1 % w.ne[1], i2 % w.ne[2], i3 % w.ne[3]);
-    double sum = 0.0;
-    for (int64_t i = threadIdx.x; i < n0; i += blockDim.x) {
-      const double v = *reinterpret_cast<const float*>(x + i * a.nb[0]);
-      sum += v * v;
-    }
-    sum = BlockReduce(
-        sum, [](double p, double q) { return p + q; }, scratch);
-    const float scale = static_cast<float>(1.0 / sqrt(sum / static_cast<double>(n0) + eps));
+    const float scale = RmsScale(x, a.nb[0], n0, eps, scratch);
     for (int64_t i = threadIdx.x; i < n0; i += blockDim.x) {
       const float normed = *reinterpret_cast<const float*>(x + i * a.nb[0]) * scale;
       *reinterpret_cast<float*>(y + i * dst.nb[0]) =
@@ -247,8 +246,8 @@ cudaError_t LaunchRmsNormMul(const TensorView& dst, const TensorView& a, const T
 cudaError_t LaunchRope(const TensorView& dst, const TensorView& a, const TensorView& pos,
                        const TensorView* ff, const RopeArgs& args, cudaStream_t stream) {
   const int64_t n = NumElements(dst);
-  return LaunchOn(ElementwiseLaunch(n), stream, RopeKernel, dst, a, TensorView{}, TensorView{},
-                  pos, ff != nullptr ? *ff : TensorView{}, ff != nullptr, args, RopeMscale(args), n,
+  return LaunchOn(ElementwiseLaunch(n), stream, RopeKernel, dst, a, TensorView{}, TensorView{}, pos,
+                  ff != nullptr ? *ff : TensorView{}, ff != nullptr, args, RopeMscale(args), n,
                   int64_t{0});
 }
 
@@ -257,7 +256,8 @@ cudaError_t LaunchRopePair(const TensorView& dst0, const TensorView& a0, const T
                            const RopeArgs& args, cudaStream_t stream) {
   const int64_t n0 = NumElements(dst0), n1 = NumElements(dst1);
   return LaunchOn(ElementwiseLaunch(n0 + n1), stream, RopeKernel, dst0, a0, dst1, a1, pos,
-                  ff != nullptr ? *ff : TensorView{}, ff != nullptr, args, RopeMscale(args), n0, n1);
+                  ff != nullptr ? *ff : TensorView{}, ff != nullptr, args, RopeMscale(args), n0,
+                  n1);
 }
 
 cudaError_t LaunchArgmax(const TensorView& dst, const TensorView& a, cudaStream_t stream) {
