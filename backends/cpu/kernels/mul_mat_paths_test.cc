@@ -58,19 +58,19 @@ Owned MakeF32(int64_t k, int64_t n, uint32_t seed) {
   return o;
 }
 
-// Reference: dequantized weights times activations rounded through Q8_0 (Q4_0/Q8_0) or
-// Q8_K (k-quants), in double; out[j * m + i].
+// Reference: dequantized weights times activations rounded through Q8_0 (32-element block
+// types) or Q8_K (256-element super-block types), in double; out[j * m + i].
 std::vector<double> Reference(const Tensor& a, const Tensor& b) {
   const int64_t k = a.ne[0], m = a.ne[1], n = b.ne[1];
   std::vector<double> out(m * n);
   std::vector<float> w(k), x(k), y(k);
   for (int64_t j = 0; j < n; ++j) {
     std::memcpy(x.data(), static_cast<const char*>(b.data) + j * b.nb[1], k * sizeof(float));
-    if (a.type == DType::kQ4_0 || a.type == DType::kQ8_0) {
+    if (IsQuantized(a.type) && BlockSize(a.type) == kQK8_0) {
       std::vector<BlockQ8_0> q(k / kQK8_0);
       QuantizeRowQ8_0(x.data(), q.data(), k);
       DequantizeRowQ8_0(q.data(), y.data(), k);
-    } else if (a.type == DType::kQ4_K || a.type == DType::kQ6_K) {
+    } else if (IsQuantized(a.type) && BlockSize(a.type) == kQK_K) {
       std::vector<BlockQ8_K> q(k / kQK_K);
       QuantizeRowQ8_K(x.data(), q.data(), k);
       DequantizeRowQ8_K(q.data(), y.data(), k);
@@ -125,12 +125,12 @@ TEST_P(MulMatPathsTest, PaddedRowsMatchReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MulMatPathsTest,
-                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
-                                           DType::kQ4_0, DType::kQ4_K, DType::kQ6_K),
-                         [](const ::testing::TestParamInfo<DType>& info) {
-                           return std::string(DTypeName(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    AllWeightTypes, MulMatPathsTest,
+    ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                      DType::kQ4_K, DType::kQ6_K, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL,
+                      DType::kMXFP4, DType::kQ5_K, DType::kQ3_K, DType::kQ2_K, DType::kIQ4_XS),
+    [](const ::testing::TestParamInfo<DType>& info) { return std::string(DTypeName(info.param)); });
 
 // The packed GEMM's tile directly: every row count 1..16 and column count 1..8.
 TEST(QGemmTest, TileRowAndColumnCounts) {

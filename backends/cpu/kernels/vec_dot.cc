@@ -150,6 +150,176 @@ float DotQ6_K(int64_t k, const void* a, const void* b) {
   return sum;
 }
 
+// Quant e (0..31) of a Q5_0 / Q5_1 block: nibble plus fifth bit, 0..31.
+int Q5Quant(const uint8_t* qh, const uint8_t* qs, int e) {
+  const int nib = e < 16 ? qs[e] & 0x0F : qs[e - 16] >> 4;
+  return nib | (((qh[e / 8] >> (e % 8)) & 1) << 4);
+}
+
+constexpr int kQ5Offset = 16;  // Q5_0 quants are stored as q + 16.
+
+float DotQ5_0(int64_t k, const void* a, const void* b) {
+  const BlockQ5_0* x = static_cast<const BlockQ5_0*>(a);
+  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(b);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < k / kQK5_0; ++i) {
+    int isum = 0;
+    for (int e = 0; e < kQK5_0; ++e)
+      isum += (Q5Quant(x[i].qh, x[i].qs, e) - kQ5Offset) * y[i].qs[e];
+    sum += HalfToFloat(x[i].d) * HalfToFloat(y[i].d) * static_cast<float>(isum);
+  }
+  return sum;
+}
+
+// Q5_1 takes Q8_0 activations (ggml's Q8_1 holds the same quants plus d * their sum).
+float DotQ5_1(int64_t k, const void* a, const void* b) {
+  const BlockQ5_1* x = static_cast<const BlockQ5_1*>(a);
+  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(b);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < k / kQK5_1; ++i) {
+    int isum = 0, ysum = 0;
+    for (int e = 0; e < kQK5_1; ++e) {
+      isum += Q5Quant(x[i].qh, x[i].qs, e) * y[i].qs[e];
+      ysum += y[i].qs[e];
+    }
+    const float dy = HalfToFloat(y[i].d);
+    sum += HalfToFloat(x[i].d) * dy * static_cast<float>(isum) +
+           HalfToFloat(x[i].m) * dy * static_cast<float>(ysum);
+  }
+  return sum;
+}
+
+// Index e of a 32-element nibble block: element j in the low nibble of byte j, j + 16 high.
+int NibbleAt(const uint8_t* qs, int e) { return e < 16 ? qs[e] & 0x0F : qs[e - 16] >> 4; }
+
+float DotIQ4_NL(int64_t k, const void* a, const void* b) {
+  const BlockIQ4_NL* x = static_cast<const BlockIQ4_NL*>(a);
+  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(b);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < k / kQK4_NL; ++i) {
+    int isum = 0;
+    for (int e = 0; e < kQK4_NL; ++e) isum += kIQ4NLValues[NibbleAt(x[i].qs, e)] * y[i].qs[e];
+    sum += HalfToFloat(x[i].d) * HalfToFloat(y[i].d) * static_cast<float>(isum);
+  }
+  return sum;
+}
+
+float DotMXFP4(int64_t k, const void* a, const void* b) {
+  const BlockMXFP4* x = static_cast<const BlockMXFP4*>(a);
+  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(b);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < k / kQKMXFP4; ++i) {
+    int isum = 0;
+    for (int e = 0; e < kQKMXFP4; ++e) isum += kMXFP4Values[NibbleAt(x[i].qs, e)] * y[i].qs[e];
+    sum += E8M0ToFloatHalf(x[i].e) * HalfToFloat(y[i].d) * static_cast<float>(isum);
+  }
+  return sum;
+}
+
+float DotQ5_K(int64_t k, const void* a, const void* b) {
+  const BlockQ5_K* x = static_cast<const BlockQ5_K*>(a);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(b);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < k / kQK_K; ++i) {
+    int sum_scaled = 0, sum_mins = 0;
+    for (int j = 0; j < kQK_K / kQ4KSub; ++j) {
+      int scale, min;
+      Q4KScaleMin(j, x[i].scales, &scale, &min);
+      const uint8_t* q = x[i].qs + (j / 2) * kQ4KSub;
+      const int shift = (j % 2) * 4;
+      const int8_t* yq = y[i].qs + j * kQ4KSub;
+      int isum = 0, ysum = 0;
+      for (int l = 0; l < kQ4KSub; ++l) {
+        const int high = (x[i].qh[l] >> j) & 1;
+        isum += (((q[l] >> shift) & 0x0F) | (high << 4)) * yq[l];
+        ysum += yq[l];
+      }
+      sum_scaled += scale * isum;
+      sum_mins += min * ysum;
+    }
+    sum += y[i].d * (HalfToFloat(x[i].d) * static_cast<float>(sum_scaled) -
+                     HalfToFloat(x[i].dmin) * static_cast<float>(sum_mins));
+  }
+  return sum;
+}
+
+constexpr int kKGroup = 16;  // elements per scale in Q2_K and Q3_K.
+
+// 2-bit field of element e (Q2_K, Q3_K): byte 32 (e / 128) + e % 32, bits 2 ((e % 128) / 32).
+int TwoBitQuant(const uint8_t* qs, int e) {
+  return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+
+// 6-bit scale of group g of a Q3_K block, minus 32.
+int Q3KScale(const uint8_t* s, int g) {
+  const int low = g < 8 ? s[g] & 0x0F : s[g - 8] >> 4;
+  return (low | (((s[8 + g % 4] >> (2 * (g / 4))) & 3) << 4)) - 32;
+}
+
+float DotQ3_K(int64_t k, const void* a, const void* b) {
+  const BlockQ3_K* x = static_cast<const BlockQ3_K*>(a);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(b);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < k / kQK_K; ++i) {
+    int sum_scaled = 0;
+    for (int g = 0; g < kQK_K / kKGroup; ++g) {
+      int isum = 0;
+      for (int l = 0; l < kKGroup; ++l) {
+        const int e = g * kKGroup + l;
+        const int high = (x[i].hmask[e % 32] >> (e / 32)) & 1;
+        isum += ((TwoBitQuant(x[i].qs, e) | (high << 2)) - 4) * y[i].qs[e];
+      }
+      sum_scaled += Q3KScale(x[i].scales, g) * isum;
+    }
+    sum += HalfToFloat(x[i].d) * y[i].d * static_cast<float>(sum_scaled);
+  }
+  return sum;
+}
+
+float DotQ2_K(int64_t k, const void* a, const void* b) {
+  const BlockQ2_K* x = static_cast<const BlockQ2_K*>(a);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(b);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < k / kQK_K; ++i) {
+    int sum_scaled = 0, sum_mins = 0;
+    for (int g = 0; g < kQK_K / kKGroup; ++g) {
+      int isum = 0, ysum = 0;
+      for (int l = 0; l < kKGroup; ++l) {
+        const int e = g * kKGroup + l;
+        isum += TwoBitQuant(x[i].qs, e) * y[i].qs[e];
+        ysum += y[i].qs[e];
+      }
+      sum_scaled += (x[i].scales[g] & 0x0F) * isum;
+      sum_mins += (x[i].scales[g] >> 4) * ysum;
+    }
+    sum += y[i].d * (HalfToFloat(x[i].d) * static_cast<float>(sum_scaled) -
+                     HalfToFloat(x[i].dmin) * static_cast<float>(sum_mins));
+  }
+  return sum;
+}
+
+float DotIQ4_XS(int64_t k, const void* a, const void* b) {
+  const BlockIQ4_XS* x = static_cast<const BlockIQ4_XS*>(a);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(b);
+  constexpr int kSub = 32;
+  float sum = 0.0f;
+  for (int64_t i = 0; i < k / kQK_K; ++i) {
+    int sum_scaled = 0;
+    for (int j = 0; j < kQK_K / kSub; ++j) {
+      const int ls = (((x[i].scales_l[j / 2] >> (4 * (j % 2))) & 0x0F) |
+                      (((x[i].scales_h >> (2 * j)) & 3) << 4)) -
+                     32;
+      int isum = 0;
+      for (int e = 0; e < kSub; ++e) {
+        isum += kIQ4NLValues[NibbleAt(x[i].qs + 16 * j, e)] * y[i].qs[kSub * j + e];
+      }
+      sum_scaled += ls * isum;
+    }
+    sum += HalfToFloat(x[i].d) * y[i].d * static_cast<float>(sum_scaled);
+  }
+  return sum;
+}
+
 template <float (*kDot)(int64_t, const void*, const void*)>
 void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
           float* const* c) {
@@ -167,6 +337,14 @@ constexpr DotKernels kQ8_0{FromF32Q8_0, Q8_0RowBytes, Tile<DotQ8_0>, 1};
 constexpr DotKernels kQ4_0{FromF32Q8_0, Q8_0RowBytes, Tile<DotQ4_0>, 1};
 constexpr DotKernels kQ4_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ4_K>, 1};
 constexpr DotKernels kQ6_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ6_K>, 1};
+constexpr DotKernels kQ5_0{FromF32Q8_0, Q8_0RowBytes, Tile<DotQ5_0>, 1};
+constexpr DotKernels kQ5_1{FromF32Q8_0, Q8_0RowBytes, Tile<DotQ5_1>, 1};
+constexpr DotKernels kIQ4_NL{FromF32Q8_0, Q8_0RowBytes, Tile<DotIQ4_NL>, 1};
+constexpr DotKernels kMXFP4{FromF32Q8_0, Q8_0RowBytes, Tile<DotMXFP4>, 1};
+constexpr DotKernels kQ5_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ5_K>, 1};
+constexpr DotKernels kQ3_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ3_K>, 1};
+constexpr DotKernels kQ2_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ2_K>, 1};
+constexpr DotKernels kIQ4_XS{FromF32Q8_K, Q8_KRowBytes, Tile<DotIQ4_XS>, 1};
 
 }  // namespace
 
@@ -184,6 +362,22 @@ const DotKernels& GetDotKernels(DType type) {
       return kQ4_K;
     case DType::kQ6_K:
       return kQ6_K;
+    case DType::kQ5_0:
+      return kQ5_0;
+    case DType::kQ5_1:
+      return kQ5_1;
+    case DType::kIQ4_NL:
+      return kIQ4_NL;
+    case DType::kMXFP4:
+      return kMXFP4;
+    case DType::kQ5_K:
+      return kQ5_K;
+    case DType::kQ3_K:
+      return kQ3_K;
+    case DType::kQ2_K:
+      return kQ2_K;
+    case DType::kIQ4_XS:
+      return kIQ4_XS;
     case DType::kF32:
     case DType::kI32:
       break;  // I32 weights are rejected by the graph builder.
@@ -226,6 +420,22 @@ const DotKernels& GetDotKernels(DType type) {
         return simd::kDotQ4_K;
       case DType::kQ6_K:
         return simd::kDotQ6_K;
+      case DType::kQ5_0:
+        return simd::kDotQ5_0;
+      case DType::kQ5_1:
+        return simd::kDotQ5_1;
+      case DType::kIQ4_NL:
+        return simd::kDotIQ4_NL;
+      case DType::kMXFP4:
+        return simd::kDotMXFP4;
+      case DType::kQ5_K:
+        return simd::kDotQ5_K;
+      case DType::kQ3_K:
+        return simd::kDotQ3_K;
+      case DType::kQ2_K:
+        return simd::kDotQ2_K;
+      case DType::kIQ4_XS:
+        return simd::kDotIQ4_XS;
       case DType::kF32:
       case DType::kI32:
         return simd::kDotF32;
