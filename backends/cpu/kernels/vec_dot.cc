@@ -156,62 +156,54 @@ int Q5Quant(const uint8_t* qh, const uint8_t* qs, int e) {
   return nib | (((qh[e / 8] >> (e % 8)) & 1) << 4);
 }
 
-constexpr int kQ5Offset = 16;  // Q5_0 quants are stored as q + 16.
-
-float DotQ5_0(int64_t k, const void* a, const void* b) {
-  const BlockQ5_0* x = static_cast<const BlockQ5_0*>(a);
-  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(b);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < k / kQK5_0; ++i) {
-    int isum = 0;
-    for (int e = 0; e < kQK5_0; ++e)
-      isum += (Q5Quant(x[i].qh, x[i].qs, e) - kQ5Offset) * y[i].qs[e];
-    sum += HalfToFloat(x[i].d) * HalfToFloat(y[i].d) * static_cast<float>(isum);
-  }
-  return sum;
-}
-
-// Q5_1 takes Q8_0 activations (ggml's Q8_1 holds the same quants plus d * their sum).
-float DotQ5_1(int64_t k, const void* a, const void* b) {
-  const BlockQ5_1* x = static_cast<const BlockQ5_1*>(a);
-  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(b);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < k / kQK5_1; ++i) {
-    int isum = 0, ysum = 0;
-    for (int e = 0; e < kQK5_1; ++e) {
-      isum += Q5Quant(x[i].qh, x[i].qs, e) * y[i].qs[e];
-      ysum += y[i].qs[e];
-    }
-    const float dy = HalfToFloat(y[i].d);
-    sum += HalfToFloat(x[i].d) * dy * static_cast<float>(isum) +
-           HalfToFloat(x[i].m) * dy * static_cast<float>(ysum);
-  }
-  return sum;
-}
-
 // Index e of a 32-element nibble block: element j in the low nibble of byte j, j + 16 high.
 int NibbleAt(const uint8_t* qs, int e) { return e < 16 ? qs[e] & 0x0F : qs[e - 16] >> 4; }
 
-float DotIQ4_NL(int64_t k, const void* a, const void* b) {
-  const BlockIQ4_NL* x = static_cast<const BlockIQ4_NL*>(a);
-  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(b);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < k / kQK4_NL; ++i) {
-    int isum = 0;
-    for (int e = 0; e < kQK4_NL; ++e) isum += kIQ4NLValues[NibbleAt(x[i].qs, e)] * y[i].qs[e];
-    sum += HalfToFloat(x[i].d) * HalfToFloat(y[i].d) * static_cast<float>(isum);
-  }
-  return sum;
-}
+constexpr int kQ5Offset = 16;  // Q5_0 quants are stored as q + 16.
 
-float DotMXFP4(int64_t k, const void* a, const void* b) {
-  const BlockMXFP4* x = static_cast<const BlockMXFP4*>(a);
+// The weight of element e (as an integer) and the block's scale and minimum, per type: the
+// block holds scale * value(e) + min.
+struct Q5_0Block {
+  using Block = BlockQ5_0;
+  static int Value(const Block& x, int e) { return Q5Quant(x.qh, x.qs, e) - kQ5Offset; }
+  static float Scale(const Block& x) { return HalfToFloat(x.d); }
+  static float Min(const Block&) { return 0.0f; }
+};
+struct Q5_1Block {
+  using Block = BlockQ5_1;
+  static int Value(const Block& x, int e) { return Q5Quant(x.qh, x.qs, e); }
+  static float Scale(const Block& x) { return HalfToFloat(x.d); }
+  static float Min(const Block& x) { return HalfToFloat(x.m); }
+};
+struct IQ4_NLBlock {
+  using Block = BlockIQ4_NL;
+  static int Value(const Block& x, int e) { return kIQ4NLValues[NibbleAt(x.qs, e)]; }
+  static float Scale(const Block& x) { return HalfToFloat(x.d); }
+  static float Min(const Block&) { return 0.0f; }
+};
+struct MXFP4Block {
+  using Block = BlockMXFP4;
+  static int Value(const Block& x, int e) { return kMXFP4Values[NibbleAt(x.qs, e)]; }
+  static float Scale(const Block& x) { return E8M0ToFloatHalf(x.e); }
+  static float Min(const Block&) { return 0.0f; }
+};
+
+// The 32-element block types against Q8_0 activations (Q5_1 too: ggml's Q8_1 holds the same
+// quants plus d times their sum, which is what its minimum needs).
+template <class T>
+float DotBlock32(int64_t k, const void* a, const void* b) {
+  const auto* x = static_cast<const typename T::Block*>(a);
   const BlockQ8_0* y = static_cast<const BlockQ8_0*>(b);
   float sum = 0.0f;
-  for (int64_t i = 0; i < k / kQKMXFP4; ++i) {
-    int isum = 0;
-    for (int e = 0; e < kQKMXFP4; ++e) isum += kMXFP4Values[NibbleAt(x[i].qs, e)] * y[i].qs[e];
-    sum += E8M0ToFloatHalf(x[i].e) * HalfToFloat(y[i].d) * static_cast<float>(isum);
+  for (int64_t i = 0; i < k / kQK8_0; ++i) {
+    int isum = 0, ysum = 0;
+    for (int e = 0; e < kQK8_0; ++e) {
+      isum += T::Value(x[i], e) * y[i].qs[e];
+      ysum += y[i].qs[e];
+    }
+    const float dy = HalfToFloat(y[i].d);
+    sum += T::Scale(x[i]) * dy * static_cast<float>(isum) +
+           T::Min(x[i]) * dy * static_cast<float>(ysum);
   }
   return sum;
 }
@@ -337,10 +329,10 @@ constexpr DotKernels kQ8_0{FromF32Q8_0, Q8_0RowBytes, Tile<DotQ8_0>, 1};
 constexpr DotKernels kQ4_0{FromF32Q8_0, Q8_0RowBytes, Tile<DotQ4_0>, 1};
 constexpr DotKernels kQ4_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ4_K>, 1};
 constexpr DotKernels kQ6_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ6_K>, 1};
-constexpr DotKernels kQ5_0{FromF32Q8_0, Q8_0RowBytes, Tile<DotQ5_0>, 1};
-constexpr DotKernels kQ5_1{FromF32Q8_0, Q8_0RowBytes, Tile<DotQ5_1>, 1};
-constexpr DotKernels kIQ4_NL{FromF32Q8_0, Q8_0RowBytes, Tile<DotIQ4_NL>, 1};
-constexpr DotKernels kMXFP4{FromF32Q8_0, Q8_0RowBytes, Tile<DotMXFP4>, 1};
+constexpr DotKernels kQ5_0{FromF32Q8_0, Q8_0RowBytes, Tile<DotBlock32<Q5_0Block>>, 1};
+constexpr DotKernels kQ5_1{FromF32Q8_0, Q8_0RowBytes, Tile<DotBlock32<Q5_1Block>>, 1};
+constexpr DotKernels kIQ4_NL{FromF32Q8_0, Q8_0RowBytes, Tile<DotBlock32<IQ4_NLBlock>>, 1};
+constexpr DotKernels kMXFP4{FromF32Q8_0, Q8_0RowBytes, Tile<DotBlock32<MXFP4Block>>, 1};
 constexpr DotKernels kQ5_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ5_K>, 1};
 constexpr DotKernels kQ3_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ3_K>, 1};
 constexpr DotKernels kQ2_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ2_K>, 1};
