@@ -208,33 +208,6 @@ float DotBlock32(int64_t k, const void* a, const void* b) {
   return sum;
 }
 
-float DotQ5_K(int64_t k, const void* a, const void* b) {
-  const BlockQ5_K* x = static_cast<const BlockQ5_K*>(a);
-  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(b);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < k / kQK_K; ++i) {
-    int sum_scaled = 0, sum_mins = 0;
-    for (int j = 0; j < kQK_K / kQ4KSub; ++j) {
-      int scale, min;
-      Q4KScaleMin(j, x[i].scales, &scale, &min);
-      const uint8_t* q = x[i].qs + (j / 2) * kQ4KSub;
-      const int shift = (j % 2) * 4;
-      const int8_t* yq = y[i].qs + j * kQ4KSub;
-      int isum = 0, ysum = 0;
-      for (int l = 0; l < kQ4KSub; ++l) {
-        const int high = (x[i].qh[l] >> j) & 1;
-        isum += (((q[l] >> shift) & 0x0F) | (high << 4)) * yq[l];
-        ysum += yq[l];
-      }
-      sum_scaled += scale * isum;
-      sum_mins += min * ysum;
-    }
-    sum += y[i].d * (HalfToFloat(x[i].d) * static_cast<float>(sum_scaled) -
-                     HalfToFloat(x[i].dmin) * static_cast<float>(sum_mins));
-  }
-  return sum;
-}
-
 constexpr int kKGroup = 16;  // elements per scale in Q2_K and Q3_K.
 
 // 2-bit field of element e (Q2_K, Q3_K): byte 32 (e / 128) + e % 32, bits 2 ((e % 128) / 32).
@@ -242,72 +215,86 @@ int TwoBitQuant(const uint8_t* qs, int e) {
   return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
 }
 
-// 6-bit scale of group g of a Q3_K block, minus 32.
-int Q3KScale(const uint8_t* s, int g) {
-  const int low = g < 8 ? s[g] & 0x0F : s[g - 8] >> 4;
-  return (low | (((s[8 + g % 4] >> (2 * (g / 4))) & 3) << 4)) - 32;
-}
-
-float DotQ3_K(int64_t k, const void* a, const void* b) {
-  const BlockQ3_K* x = static_cast<const BlockQ3_K*>(a);
-  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(b);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < k / kQK_K; ++i) {
-    int sum_scaled = 0;
-    for (int g = 0; g < kQK_K / kKGroup; ++g) {
-      int isum = 0;
-      for (int l = 0; l < kKGroup; ++l) {
-        const int e = g * kKGroup + l;
-        const int high = (x[i].hmask[e % 32] >> (e / 32)) & 1;
-        isum += ((TwoBitQuant(x[i].qs, e) | (high << 2)) - 4) * y[i].qs[e];
-      }
-      sum_scaled += Q3KScale(x[i].scales, g) * isum;
-    }
-    sum += HalfToFloat(x[i].d) * y[i].d * static_cast<float>(sum_scaled);
+// The super-block types: element e's integer value, and the integer scale and min of group g
+// of kGroup elements under the f32 super-scales D and DMin, so that the block holds
+// D * scale(g) * value(e) - DMin * min(g).
+struct Q5_KBlock {
+  using Block = BlockQ5_K;
+  static constexpr int kGroup = kQ4KSub;
+  static int Value(const Block& x, int e) {
+    const int nib = (x.qs[(e / 64) * 32 + e % 32] >> (4 * ((e / 32) % 2))) & 0x0F;
+    return nib | (((x.qh[e % 32] >> (e / 32)) & 1) << 4);
   }
-  return sum;
-}
+  static int Scale(const Block& x, int g) {
+    int scale, min;
+    Q4KScaleMin(g, x.scales, &scale, &min);
+    return scale;
+  }
+  static int Min(const Block& x, int g) {
+    int scale, min;
+    Q4KScaleMin(g, x.scales, &scale, &min);
+    return min;
+  }
+  static float D(const Block& x) { return HalfToFloat(x.d); }
+  static float DMin(const Block& x) { return HalfToFloat(x.dmin); }
+};
+struct Q3_KBlock {
+  using Block = BlockQ3_K;
+  static constexpr int kGroup = kKGroup;
+  static int Value(const Block& x, int e) {
+    return (TwoBitQuant(x.qs, e) | (((x.hmask[e % 32] >> (e / 32)) & 1) << 2)) - 4;
+  }
+  static int Scale(const Block& x, int g) {
+    const int low = g < 8 ? x.scales[g] & 0x0F : x.scales[g - 8] >> 4;
+    return (low | (((x.scales[8 + g % 4] >> (2 * (g / 4))) & 3) << 4)) - 32;
+  }
+  static int Min(const Block&, int) { return 0; }
+  static float D(const Block& x) { return HalfToFloat(x.d); }
+  static float DMin(const Block&) { return 0.0f; }
+};
+struct Q2_KBlock {
+  using Block = BlockQ2_K;
+  static constexpr int kGroup = kKGroup;
+  static int Value(const Block& x, int e) { return TwoBitQuant(x.qs, e); }
+  static int Scale(const Block& x, int g) { return x.scales[g] & 0x0F; }
+  static int Min(const Block& x, int g) { return x.scales[g] >> 4; }
+  static float D(const Block& x) { return HalfToFloat(x.d); }
+  static float DMin(const Block& x) { return HalfToFloat(x.dmin); }
+};
+struct IQ4_XSBlock {
+  using Block = BlockIQ4_XS;
+  static constexpr int kGroup = 32;
+  static int Value(const Block& x, int e) {
+    return kIQ4NLValues[NibbleAt(x.qs + 16 * (e / 32), e % 32)];
+  }
+  static int Scale(const Block& x, int g) {
+    return (((x.scales_l[g / 2] >> (4 * (g % 2))) & 0x0F) | (((x.scales_h >> (2 * g)) & 3) << 4)) -
+           32;
+  }
+  static int Min(const Block&, int) { return 0; }
+  static float D(const Block& x) { return HalfToFloat(x.d); }
+  static float DMin(const Block&) { return 0.0f; }
+};
 
-float DotQ2_K(int64_t k, const void* a, const void* b) {
-  const BlockQ2_K* x = static_cast<const BlockQ2_K*>(a);
+template <class T>
+float DotSuperBlock(int64_t k, const void* a, const void* b) {
+  const auto* x = static_cast<const typename T::Block*>(a);
   const BlockQ8_K* y = static_cast<const BlockQ8_K*>(b);
   float sum = 0.0f;
   for (int64_t i = 0; i < k / kQK_K; ++i) {
     int sum_scaled = 0, sum_mins = 0;
-    for (int g = 0; g < kQK_K / kKGroup; ++g) {
+    for (int g = 0; g < kQK_K / T::kGroup; ++g) {
       int isum = 0, ysum = 0;
-      for (int l = 0; l < kKGroup; ++l) {
-        const int e = g * kKGroup + l;
-        isum += TwoBitQuant(x[i].qs, e) * y[i].qs[e];
+      for (int l = 0; l < T::kGroup; ++l) {
+        const int e = g * T::kGroup + l;
+        isum += T::Value(x[i], e) * y[i].qs[e];
         ysum += y[i].qs[e];
       }
-      sum_scaled += (x[i].scales[g] & 0x0F) * isum;
-      sum_mins += (x[i].scales[g] >> 4) * ysum;
+      sum_scaled += T::Scale(x[i], g) * isum;
+      sum_mins += T::Min(x[i], g) * ysum;
     }
-    sum += y[i].d * (HalfToFloat(x[i].d) * static_cast<float>(sum_scaled) -
-                     HalfToFloat(x[i].dmin) * static_cast<float>(sum_mins));
-  }
-  return sum;
-}
-
-float DotIQ4_XS(int64_t k, const void* a, const void* b) {
-  const BlockIQ4_XS* x = static_cast<const BlockIQ4_XS*>(a);
-  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(b);
-  constexpr int kSub = 32;
-  float sum = 0.0f;
-  for (int64_t i = 0; i < k / kQK_K; ++i) {
-    int sum_scaled = 0;
-    for (int j = 0; j < kQK_K / kSub; ++j) {
-      const int ls = (((x[i].scales_l[j / 2] >> (4 * (j % 2))) & 0x0F) |
-                      (((x[i].scales_h >> (2 * j)) & 3) << 4)) -
-                     32;
-      int isum = 0;
-      for (int e = 0; e < kSub; ++e) {
-        isum += kIQ4NLValues[NibbleAt(x[i].qs + 16 * j, e)] * y[i].qs[kSub * j + e];
-      }
-      sum_scaled += ls * isum;
-    }
-    sum += HalfToFloat(x[i].d) * y[i].d * static_cast<float>(sum_scaled);
+    sum += y[i].d * (T::D(x[i]) * static_cast<float>(sum_scaled) -
+                     T::DMin(x[i]) * static_cast<float>(sum_mins));
   }
   return sum;
 }
@@ -333,10 +320,10 @@ constexpr DotKernels kQ5_0{FromF32Q8_0, Q8_0RowBytes, Tile<DotBlock32<Q5_0Block>
 constexpr DotKernels kQ5_1{FromF32Q8_0, Q8_0RowBytes, Tile<DotBlock32<Q5_1Block>>, 1};
 constexpr DotKernels kIQ4_NL{FromF32Q8_0, Q8_0RowBytes, Tile<DotBlock32<IQ4_NLBlock>>, 1};
 constexpr DotKernels kMXFP4{FromF32Q8_0, Q8_0RowBytes, Tile<DotBlock32<MXFP4Block>>, 1};
-constexpr DotKernels kQ5_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ5_K>, 1};
-constexpr DotKernels kQ3_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ3_K>, 1};
-constexpr DotKernels kQ2_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ2_K>, 1};
-constexpr DotKernels kIQ4_XS{FromF32Q8_K, Q8_KRowBytes, Tile<DotIQ4_XS>, 1};
+constexpr DotKernels kQ5_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotSuperBlock<Q5_KBlock>>, 1};
+constexpr DotKernels kQ3_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotSuperBlock<Q3_KBlock>>, 1};
+constexpr DotKernels kQ2_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotSuperBlock<Q2_KBlock>>, 1};
+constexpr DotKernels kIQ4_XS{FromF32Q8_K, Q8_KRowBytes, Tile<DotSuperBlock<IQ4_XSBlock>>, 1};
 
 }  // namespace
 

@@ -185,29 +185,9 @@ constexpr int kColsPerPass = 2;  // 16 ymm registers: 2 columns keep the accumul
 template <class T, int R>
 void TileRows(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
               float* const* c) {
-  const int64_t nblocks = k / kQK8_0;
-  for (int j = 0; j < cols; j += kColsPerPass) {
-    switch (cols - j) {
-      case 1:
-        BlockTile<T, R, 1>(nblocks, a, a_stride, b + j, c + j);
-        break;
-#if defined(TG_CPU_AVX512)
-      case 2:
-        BlockTile<T, R, 2>(nblocks, a, a_stride, b + j, c + j);
-        break;
-      case 3:
-        BlockTile<T, R, 3>(nblocks, a, a_stride, b + j, c + j);
-        break;
-      default:
-        BlockTile<T, R, 4>(nblocks, a, a_stride, b + j, c + j);
-        break;
-#else
-      default:
-        BlockTile<T, R, 2>(nblocks, a, a_stride, b + j, c + j);
-        break;
-#endif
-    }
-  }
+  ByColumnPasses<kColsPerPass>(cols, [&](auto n, int j) {
+    BlockTile<T, R, decltype(n)::value>(k / kQK8_0, a, a_stride, b + j, c + j);
+  });
 }
 
 template <class T>

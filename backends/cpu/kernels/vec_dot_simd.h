@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "backends/cpu/kernels/vec_dot.h"
 #include "core/quant_blocks.h"
@@ -49,6 +50,27 @@ inline void TileInGroupsOf4(const RowsFn (&kRows)[4], int64_t k, const void* a, 
     for (int j = 0; j < cols; ++j) shifted[j] = c[j] + r0;
     const int n = rows - r0 < 4 ? rows - r0 : 4;
     kRows[n - 1](k, base + r0 * a_stride, a_stride, b, cols, shifted);
+  }
+}
+
+// Calls fn(std::integral_constant<int, C>{}, j) for the activation columns j .. j + C - 1, in
+// passes of kColsPerPass (<= 4) columns and one shorter pass at the end: a kernel templated
+// on its column count C keeps C columns' accumulators in registers.
+template <int kColsPerPass, class Fn>
+void ByColumnPasses(int cols, Fn&& fn) {
+  static_assert(kColsPerPass >= 1 && kColsPerPass <= 4);
+  for (int j = 0; j < cols; j += kColsPerPass) {
+    const int n = cols - j < kColsPerPass ? cols - j : kColsPerPass;
+    if (n == 1) fn(std::integral_constant<int, 1>{}, j);
+    if constexpr (kColsPerPass >= 2) {
+      if (n == 2) fn(std::integral_constant<int, 2>{}, j);
+    }
+    if constexpr (kColsPerPass >= 3) {
+      if (n == 3) fn(std::integral_constant<int, 3>{}, j);
+    }
+    if constexpr (kColsPerPass >= 4) {
+      if (n == 4) fn(std::integral_constant<int, 4>{}, j);
+    }
   }
 }
 

@@ -205,29 +205,9 @@ inline constexpr int kSuperColsPerPass = 2;  // 16 ymm registers.
 template <class T, int R>
 void SuperTileRows(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
                    float* const* c) {
-  const int64_t nsb = k / kQK_K;
-  for (int j = 0; j < cols; j += kSuperColsPerPass) {
-    switch (cols - j) {
-      case 1:
-        SuperTile<T, R, 1>(nsb, a, a_stride, b + j, c + j);
-        break;
-#if defined(TG_CPU_AVX512)
-      case 2:
-        SuperTile<T, R, 2>(nsb, a, a_stride, b + j, c + j);
-        break;
-      case 3:
-        SuperTile<T, R, 3>(nsb, a, a_stride, b + j, c + j);
-        break;
-      default:
-        SuperTile<T, R, 4>(nsb, a, a_stride, b + j, c + j);
-        break;
-#else
-      default:
-        SuperTile<T, R, 2>(nsb, a, a_stride, b + j, c + j);
-        break;
-#endif
-    }
-  }
+  ByColumnPasses<kSuperColsPerPass>(cols, [&](auto n, int j) {
+    SuperTile<T, R, decltype(n)::value>(k / kQK_K, a, a_stride, b + j, c + j);
+  });
 }
 
 template <class T>
