@@ -868,22 +868,6 @@ void I32ToFloatRow(const int32_t* x, float* y, int64_t n) {
 // ---------------------------------------------------------------------------------------------
 // Row quantizers
 
-void QuantizeRowQ4_0(const float* x, BlockQ4_0* y, int64_t n) {
-  for (int64_t b = 0; b < n / kQK4_0; ++b) QuantizeBlockQ4_0(x + b * kQK4_0, y + b);
-}
-
-void QuantizeRowQ8_0(const float* x, BlockQ8_0* y, int64_t n) {
-  for (int64_t b = 0; b < n / kQK8_0; ++b) QuantizeBlockQ8_0(x + b * kQK8_0, y + b);
-}
-
-void QuantizeRowQ4_K(const float* x, BlockQ4_K* y, int64_t n) {
-  for (int64_t b = 0; b < n / kQK_K; ++b) QuantizeBlockQ4_K(x + b * kQK_K, y + b);
-}
-
-void QuantizeRowQ6_K(const float* x, BlockQ6_K* y, int64_t n) {
-  for (int64_t b = 0; b < n / kQK_K; ++b) QuantizeBlockQ6_K(x + b * kQK_K, y + b);
-}
-
 namespace {
 
 // Applies a block quantizer to each block of a row.
@@ -894,6 +878,21 @@ void QuantizeBlocks(const float* x, Block* y, int64_t n) {
 
 }  // namespace
 
+void QuantizeRowQ4_0(const float* x, BlockQ4_0* y, int64_t n) {
+  QuantizeBlocks<BlockQ4_0, kQK4_0, QuantizeBlockQ4_0>(x, y, n);
+}
+void QuantizeRowQ8_0(const float* x, BlockQ8_0* y, int64_t n) {
+  QuantizeBlocks<BlockQ8_0, kQK8_0, QuantizeBlockQ8_0>(x, y, n);
+}
+void QuantizeRowQ4_K(const float* x, BlockQ4_K* y, int64_t n) {
+  QuantizeBlocks<BlockQ4_K, kQK_K, QuantizeBlockQ4_K>(x, y, n);
+}
+void QuantizeRowQ6_K(const float* x, BlockQ6_K* y, int64_t n) {
+  QuantizeBlocks<BlockQ6_K, kQK_K, QuantizeBlockQ6_K>(x, y, n);
+}
+void QuantizeRowQ8_K(const float* x, BlockQ8_K* y, int64_t n) {
+  QuantizeBlocks<BlockQ8_K, kQK_K, QuantizeBlockQ8_K>(x, y, n);
+}
 void QuantizeRowQ5_0(const float* x, BlockQ5_0* y, int64_t n) {
   QuantizeBlocks<BlockQ5_0, kQK5_0, QuantizeBlockQ5_0>(x, y, n);
 }
@@ -917,10 +916,6 @@ void QuantizeRowIQ4_XS(const float* x, BlockIQ4_XS* y, int64_t n) {
 }
 void QuantizeRowMXFP4(const float* x, BlockMXFP4* y, int64_t n) {
   QuantizeBlocks<BlockMXFP4, kQKMXFP4, QuantizeBlockMXFP4>(x, y, n);
-}
-
-void QuantizeRowQ8_K(const float* x, BlockQ8_K* y, int64_t n) {
-  for (int64_t b = 0; b < n / kQK_K; ++b) QuantizeBlockQ8_K(x + b * kQK_K, y + b);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -73,31 +73,28 @@ inline __m256i LevelTable(const int8_t* levels, int add) {
 
 // Per-type unpacking: Weights() gives the block's 32 weight bytes in element order, with
 // value = dw * (w - kOffset) (+ mw when kHasMin).
-struct Q5_0Type {
-  using Block = BlockQ5_0;
+// Q5_0 and Q5_1: a nibble plus the fifth bit; they differ in the zero point and the minimum.
+template <class B>
+struct Q5Parts {
+  using Block = B;
   static constexpr bool kSigned = false;
-  static constexpr bool kHasMin = false;
-  static constexpr int kOffset = 16;
   struct Consts {};
   static Consts MakeConsts() { return {}; }
   static __m256i Weights(const Block& x, const Consts&) {
     return _mm256_or_si256(NibblesToBytes(x.qs), FifthBits(x.qh));
   }
   static float Scale(const Block& x) { return _cvtsh_ss(x.d); }
+};
+
+struct Q5_0Type : Q5Parts<BlockQ5_0> {
+  static constexpr bool kHasMin = false;
+  static constexpr int kOffset = 16;
   static float Min(const Block&) { return 0.0f; }
 };
 
-struct Q5_1Type {
-  using Block = BlockQ5_1;
-  static constexpr bool kSigned = false;
+struct Q5_1Type : Q5Parts<BlockQ5_1> {
   static constexpr bool kHasMin = true;
   static constexpr int kOffset = 0;
-  struct Consts {};
-  static Consts MakeConsts() { return {}; }
-  static __m256i Weights(const Block& x, const Consts&) {
-    return _mm256_or_si256(NibblesToBytes(x.qs), FifthBits(x.qh));
-  }
-  static float Scale(const Block& x) { return _cvtsh_ss(x.d); }
   static float Min(const Block& x) { return _cvtsh_ss(x.m); }
 };
 

@@ -80,55 +80,51 @@ inline SuperIndex MakeSuperIndex() {
   return s;
 }
 
-template <class T, int R, int C>
-void SuperTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, float* const* c) {
-  static const SuperIndex kIndex = MakeSuperIndex();
-  const SuperIndex index = kIndex;
-  __m512 acc[R][C];
-  for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < C; ++j) acc[r][j] = _mm512_setzero_ps();
+// The ISA's parts of SuperTile: the accumulators, the constants a tile loads once, and the
+// scale-weighted integer dots of one block against C columns (zmm: a block in 4 registers).
+struct SuperIsa {
+  using Acc = __m512;
+  using Ints = __m512i;
+  using Consts = SuperIndex;
+  static constexpr int kColsPerPass = 4;
+
+  static Consts MakeConsts() {
+    static const SuperIndex kIndex = MakeSuperIndex();
+    return kIndex;
   }
-  const ActQ8K* y[C];
-  for (int j = 0; j < C; ++j) y[j] = static_cast<const ActQ8K*>(b[j]);
-  for (int64_t i = 0; i < nsb; ++i) {
-    for (int r = 0; r < R; ++r) {
-      const auto& x = reinterpret_cast<const typename T::Block*>(a + r * a_stride)[i];
-      const SuperScales s = T::GetScales(x);
-      __m512i w[4], sc[4];
-      __mmask64 neg[4] = {};
-      T::Weights(x, w);
-      for (int v = 0; v < 4; ++v) {
-        sc[v] = _mm512_permutexvar_epi16(index.idx[v], _mm512_castsi256_si512(s.sc16));
-        if (T::kSigned) {  // |w| times y with w's sign: maddubs wants an unsigned left side.
-          neg[v] = _mm512_movepi8_mask(w[v]);
-          w[v] = _mm512_abs_epi8(w[v]);
-        }
+  static Acc Zero() { return _mm512_setzero_ps(); }
+  static Acc AddScaled(Ints isum, float scale, Acc acc) {
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(scale), acc);
+  }
+  static Acc SubScaled(__m256i mins, float scale, Acc acc) {
+    return _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(mins)), _mm512_set1_ps(scale),
+                            acc);
+  }
+  static float Reduce(Acc acc) { return _mm512_reduce_add_ps(acc); }
+
+  template <class T, int C>
+  static void BlockDots(const typename T::Block& x, const SuperScales& s, const ActQ8K* const* y,
+                        int64_t i, const Consts& index, Ints* isum) {
+    __m512i w[4], sc[4];
+    __mmask64 neg[4] = {};
+    T::Weights(x, w);
+    for (int v = 0; v < 4; ++v) {
+      sc[v] = _mm512_permutexvar_epi16(index.idx[v], _mm512_castsi256_si512(s.sc16));
+      if (T::kSigned) {  // |w| times y with w's sign: maddubs wants an unsigned left side.
+        neg[v] = _mm512_movepi8_mask(w[v]);
+        w[v] = _mm512_abs_epi8(w[v]);
       }
-      for (int j = 0; j < C; ++j) {
-        const ActQ8K& yj = y[j][i];
-        __m512i isum = _mm512_setzero_si512();
-        for (int v = 0; v < 4; ++v) {
-          __m512i yv = _mm512_load_si512(yj.qs + 64 * v);
-          if (T::kSigned) yv = _mm512_mask_sub_epi8(yv, neg[v], _mm512_setzero_si512(), yv);
-          isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(w[v], yv), sc[v]);
-        }
-        acc[r][j] =
-            _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(s.d * yj.d), acc[r][j]);
-        if (T::kHasMins) {
-          const __m256i m = _mm256_madd_epi16(
-              s.min16, _mm256_load_si256(reinterpret_cast<const __m256i*>(yj.bsums)));
-          acc[r][j] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(m)),
-                                       _mm512_set1_ps(s.dmin * yj.d), acc[r][j]);
-        }
+    }
+    for (int j = 0; j < C; ++j) {
+      isum[j] = _mm512_setzero_si512();
+      for (int v = 0; v < 4; ++v) {
+        __m512i yv = _mm512_load_si512(y[j][i].qs + 64 * v);
+        if (T::kSigned) yv = _mm512_mask_sub_epi8(yv, neg[v], _mm512_setzero_si512(), yv);
+        isum[j] = _mm512_dpwssd_epi32(isum[j], _mm512_maddubs_epi16(w[v], yv), sc[v]);
       }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < C; ++j) c[j][r] = _mm512_reduce_add_ps(acc[r][j]);
-  }
-}
-
-inline constexpr int kSuperColsPerPass = 4;
+};
 
 #else  // AVX2
 
@@ -143,12 +139,67 @@ inline __m256i GroupShuffle(int t) {
   return _mm256_setr_epi64x(lo_pat, lo_pat, hi_pat, hi_pat);
 }
 
+// As the AVX-512 SuperIsa, with ymm: a block in 4 pairs of registers.
+struct SuperIsa {
+  using Acc = __m256;
+  using Ints = __m256i;
+  struct Consts {
+    __m256i shuf[4];
+  };
+  static constexpr int kColsPerPass = 2;  // 16 ymm registers.
+
+  static Consts MakeConsts() {
+    return {{GroupShuffle(0), GroupShuffle(1), GroupShuffle(2), GroupShuffle(3)}};
+  }
+  static Acc Zero() { return _mm256_setzero_ps(); }
+  static Acc AddScaled(Ints isum, float scale, Acc acc) {
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(scale), acc);
+  }
+  static Acc SubScaled(__m256i mins, float scale, Acc acc) {
+    return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(scale), acc);
+  }
+  static float Reduce(Acc acc) { return HorizontalSum(acc); }
+
+  template <class T, int C>
+  static void BlockDots(const typename T::Block& x, const SuperScales& s, const ActQ8K* const* y,
+                        int64_t i, const Consts& k, Ints* isum) {
+    const __m256i halves[2] = {_mm256_permute4x64_epi64(s.sc16, 0x44),
+                               _mm256_permute4x64_epi64(s.sc16, 0xEE)};
+    for (int j = 0; j < C; ++j) isum[j] = _mm256_setzero_si256();
+    for (int h = 0; h < 4; ++h) {
+      __m256i w0, w1;
+      T::Weights(x, h, &w0, &w1);
+      const __m256i sc0 = _mm256_shuffle_epi8(halves[h / 2], k.shuf[2 * (h % 2)]);
+      const __m256i sc1 = _mm256_shuffle_epi8(halves[h / 2], k.shuf[2 * (h % 2) + 1]);
+      const __m256i u0 = T::kSigned ? _mm256_sign_epi8(w0, w0) : w0;
+      const __m256i u1 = T::kSigned ? _mm256_sign_epi8(w1, w1) : w1;
+      for (int j = 0; j < C; ++j) {
+        __m256i y0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(y[j][i].qs + 64 * h));
+        __m256i y1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(y[j][i].qs + 64 * h + 32));
+        if (T::kSigned) {
+          y0 = _mm256_sign_epi8(y0, w0);
+          y1 = _mm256_sign_epi8(y1, w1);
+        }
+        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(u0, y0), sc0);
+        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(u1, y1), sc1);
+        isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(p0, p1));
+      }
+    }
+  }
+};
+
+#endif
+
+inline constexpr int kSuperColsPerPass = SuperIsa::kColsPerPass;
+
+// R weight rows against C activation columns over nsb super-blocks.
 template <class T, int R, int C>
 void SuperTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, float* const* c) {
-  const __m256i shuf[4] = {GroupShuffle(0), GroupShuffle(1), GroupShuffle(2), GroupShuffle(3)};
-  __m256 acc[R][C];
+  using Isa = SuperIsa;
+  const Isa::Consts consts = Isa::MakeConsts();
+  typename Isa::Acc acc[R][C];
   for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < C; ++j) acc[r][j] = _mm256_setzero_ps();
+    for (int j = 0; j < C; ++j) acc[r][j] = Isa::Zero();
   }
   const ActQ8K* y[C];
   for (int j = 0; j < C; ++j) y[j] = static_cast<const ActQ8K*>(b[j]);
@@ -156,51 +207,23 @@ void SuperTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b
     for (int r = 0; r < R; ++r) {
       const auto& x = reinterpret_cast<const typename T::Block*>(a + r * a_stride)[i];
       const SuperScales s = T::GetScales(x);
-      const __m256i halves[2] = {_mm256_permute4x64_epi64(s.sc16, 0x44),
-                                 _mm256_permute4x64_epi64(s.sc16, 0xEE)};
-      __m256i isum[C];
-      for (int j = 0; j < C; ++j) isum[j] = _mm256_setzero_si256();
-      for (int h = 0; h < 4; ++h) {
-        __m256i w0, w1;
-        T::Weights(x, h, &w0, &w1);
-        const __m256i sc0 = _mm256_shuffle_epi8(halves[h / 2], shuf[2 * (h % 2)]);
-        const __m256i sc1 = _mm256_shuffle_epi8(halves[h / 2], shuf[2 * (h % 2) + 1]);
-        const __m256i u0 = T::kSigned ? _mm256_sign_epi8(w0, w0) : w0;
-        const __m256i u1 = T::kSigned ? _mm256_sign_epi8(w1, w1) : w1;
-        for (int j = 0; j < C; ++j) {
-          __m256i y0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(y[j][i].qs + 64 * h));
-          __m256i y1 =
-              _mm256_load_si256(reinterpret_cast<const __m256i*>(y[j][i].qs + 64 * h + 32));
-          if (T::kSigned) {
-            y0 = _mm256_sign_epi8(y0, w0);
-            y1 = _mm256_sign_epi8(y1, w1);
-          }
-          const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(u0, y0), sc0);
-          const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(u1, y1), sc1);
-          isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(p0, p1));
-        }
-      }
+      typename Isa::Ints isum[C];
+      Isa::template BlockDots<T, C>(x, s, y, i, consts, isum);
       for (int j = 0; j < C; ++j) {
         const ActQ8K& yj = y[j][i];
-        acc[r][j] =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_set1_ps(s.d * yj.d), acc[r][j]);
+        acc[r][j] = Isa::AddScaled(isum[j], s.d * yj.d, acc[r][j]);
         if (T::kHasMins) {
           const __m256i m = _mm256_madd_epi16(
               s.min16, _mm256_load_si256(reinterpret_cast<const __m256i*>(yj.bsums)));
-          acc[r][j] =
-              _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(s.dmin * yj.d), acc[r][j]);
+          acc[r][j] = Isa::SubScaled(m, s.dmin * yj.d, acc[r][j]);
         }
       }
     }
   }
   for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < C; ++j) c[j][r] = HorizontalSum(acc[r][j]);
+    for (int j = 0; j < C; ++j) c[j][r] = Isa::Reduce(acc[r][j]);
   }
 }
-
-inline constexpr int kSuperColsPerPass = 2;  // 16 ymm registers.
-
-#endif
 
 template <class T, int R>
 void SuperTileRows(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
