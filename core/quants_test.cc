@@ -291,6 +291,31 @@ TEST(QuantsRoundTripTest, Q6_KNmse) {
   std::printf("q6_K worst nmse %.3g\n", worst);
 }
 
+// The other types' bounds: the worst row of ForEachRoundTrip as measured (q5_0 3.4e-3,
+// q5_1 2.6e-3, q5_K 1.7e-3, q3_K 3.8e-2, q2_K 0.11, iq4_nl 1.1e-2, iq4_xs 8.2e-3, mxfp4
+// 5.4e-2; single-block rows of tiny or mixed-decade values are the worst) with 1.5x headroom.
+// A layout or scale bug (a swapped nibble half, a wrong scale bit) costs orders of magnitude.
+struct NmseBound {
+  DType type;
+  double max_nmse;
+};
+constexpr NmseBound kNewTypeBounds[] = {{DType::kQ5_0, 5e-3},      {DType::kQ5_1, 4e-3},
+                                        {DType::kQ5_K, 2.5e-3},    {DType::kQ3_K, 6e-2},
+                                        {DType::kQ2_K, 0.17},      {DType::kIQ4_NL, 1.7e-2},
+                                        {DType::kIQ4_XS, 1.25e-2}, {DType::kMXFP4, 8e-2}};
+
+TEST(QuantsRoundTripTest, NewTypesNmse) {
+  for (const NmseBound& b : kNewTypeBounds) {
+    double worst = 0;
+    ForEachRoundTrip(b.type, [&](const auto& x, const auto& y, const auto&) {
+      const double nmse = Nmse(x, y);
+      worst = std::max(worst, nmse);
+      ASSERT_LT(nmse, b.max_nmse);
+    });
+    std::printf("%s worst nmse %.3g\n", DTypeName(b.type), worst);
+  }
+}
+
 TEST(QuantsRoundTripTest, Q8_KWithinHalfStepAndBsums) {
   for (RowKind kind : kAllRowKinds) {
     SCOPED_TRACE(RowKindName(kind));
@@ -473,6 +498,139 @@ TEST(QuantsLayoutTest, KQuantsMatchFormatDescription) {
   }
 }
 
+// Element decoders written from the format descriptions in quant_blocks.h, element by element.
+float DecodeQ5_0(const BlockQ5_0& b, int e) {
+  const int nib = e < 16 ? b.qs[e] & 15 : b.qs[e - 16] >> 4;
+  const int high = (b.qh[e / 8] >> (e % 8)) & 1;
+  return HalfToFloat(b.d) * ((nib | (high << 4)) - 16);
+}
+
+float DecodeQ5_1(const BlockQ5_1& b, int e) {
+  const int nib = e < 16 ? b.qs[e] & 15 : b.qs[e - 16] >> 4;
+  const int high = (b.qh[e / 8] >> (e % 8)) & 1;
+  return HalfToFloat(b.d) * (nib | (high << 4)) + HalfToFloat(b.m);
+}
+
+// 2-bit field of element e in a Q2_K/Q3_K qs array: half h = e / 128, r = e % 128; byte
+// 32 h + r % 32, bits 2 (r / 32).
+int TwoBits(const uint8_t* qs, int e) {
+  const int r = e % 128;
+  return (qs[32 * (e / 128) + r % 32] >> (2 * (r / 32))) & 3;
+}
+
+float DecodeQ2K(const BlockQ2_K& b, int e) {
+  const int g = e / 16;
+  return HalfToFloat(b.d) * (b.scales[g] & 15) * TwoBits(b.qs, e) -
+         HalfToFloat(b.dmin) * (b.scales[g] >> 4);
+}
+
+float DecodeQ3K(const BlockQ3_K& b, int e) {
+  const int g = e / 16;
+  const int low4 = g < 8 ? b.scales[g] & 15 : b.scales[g - 8] >> 4;
+  const int high2 = (b.scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+  const int high_bit = (b.hmask[e % 32] >> (e / 32)) & 1;
+  const int q = (TwoBits(b.qs, e) | (high_bit << 2)) - 4;
+  return HalfToFloat(b.d) * ((low4 | (high2 << 4)) - 32) * q;
+}
+
+float DecodeQ5K(const BlockQ5_K& b, int e) {
+  const int sub = e / 32;
+  const uint8_t* s = b.scales;
+  const int sc = sub < 4 ? s[sub] & 63 : (s[sub + 4] & 15) | ((s[sub - 4] >> 6) << 4);
+  const int m = sub < 4 ? s[sub + 4] & 63 : (s[sub + 4] >> 4) | ((s[sub] >> 6) << 4);
+  const uint8_t byte = b.qs[32 * (sub / 2) + e % 32];
+  const int low = sub % 2 == 0 ? byte & 15 : byte >> 4;
+  const int high = (b.qh[e % 32] >> sub) & 1;
+  return HalfToFloat(b.d) * sc * (low | (high << 4)) - HalfToFloat(b.dmin) * m;
+}
+
+float DecodeIQ4XS(const BlockIQ4_XS& b, int e) {
+  const int sub = e / 32, r = e % 32;
+  const int low4 = (b.scales_l[sub / 2] >> (4 * (sub % 2))) & 15;
+  const int high2 = (b.scales_h >> (2 * sub)) & 3;
+  const uint8_t byte = b.qs[16 * sub + r % 16];
+  const int idx = r < 16 ? byte & 15 : byte >> 4;
+  return HalfToFloat(b.d) * ((low4 | (high2 << 4)) - 32) * kIQ4NLValues[idx];
+}
+
+float DecodeIQ4NL(const BlockIQ4_NL& b, int e) {
+  const int idx = e < 16 ? b.qs[e] & 15 : b.qs[e - 16] >> 4;
+  return HalfToFloat(b.d) * kIQ4NLValues[idx];
+}
+
+// E2M1: sign, 2 exponent bits, 1 mantissa bit; times 2^(e - 127).
+float DecodeMXFP4(const BlockMXFP4& b, int e) {
+  const int code = e < 16 ? b.qs[e] & 15 : b.qs[e - 16] >> 4;
+  const int exp = (code >> 1) & 3, mant = code & 1;
+  const float mag = exp == 0 ? 0.5f * mant : std::ldexp(1.0f + 0.5f * mant, exp - 1);
+  return ((code & 8) ? -mag : mag) * std::ldexp(1.0f, b.e - 127);
+}
+
+// Quantized Gaussian rows and random bytes (finite f16 scales) decode as the descriptions say.
+template <typename Block, void (*kQuantize)(const float*, Block*, int64_t),
+          void (*kDequantize)(const Block*, float*, int64_t)>
+void ExpectMatchesDescription(float (*decode)(const Block&, int), int64_t block_size) {
+  const int64_t n = 8 * kQK_K;
+  std::vector<Block> q(n / block_size);
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 0) {
+      const std::vector<float> x = MakeRow(RowKind::kGauss, n, 21);
+      kQuantize(x.data(), q.data(), n);
+    } else {
+      std::mt19937 rng(22);
+      auto* raw = reinterpret_cast<uint8_t*>(q.data());
+      for (size_t i = 0; i < q.size() * sizeof(Block); ++i) raw[i] = static_cast<uint8_t>(rng());
+      // Halves stay finite: clearing bit 14 of every 16-bit word (the top bit of the f16
+      // exponent) rules out inf and NaN wherever the scales sit.
+      for (size_t w = 0; w + 1 < q.size() * sizeof(Block); w += 2) raw[w + 1] &= 0xBF;
+    }
+    std::vector<float> y(n);
+    kDequantize(q.data(), y.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = decode(q[i / block_size], static_cast<int>(i % block_size));
+      ASSERT_FLOAT_EQ(y[i], want) << "pass " << pass << " element " << i;
+    }
+  }
+}
+
+TEST(QuantsLayoutTest, NewTypesMatchFormatDescription) {
+  ExpectMatchesDescription<BlockQ5_0, QuantizeRowQ5_0, DequantizeRowQ5_0>(DecodeQ5_0, kQK5_0);
+  ExpectMatchesDescription<BlockQ5_1, QuantizeRowQ5_1, DequantizeRowQ5_1>(DecodeQ5_1, kQK5_1);
+  ExpectMatchesDescription<BlockQ2_K, QuantizeRowQ2_K, DequantizeRowQ2_K>(DecodeQ2K, kQK_K);
+  ExpectMatchesDescription<BlockQ3_K, QuantizeRowQ3_K, DequantizeRowQ3_K>(DecodeQ3K, kQK_K);
+  ExpectMatchesDescription<BlockQ5_K, QuantizeRowQ5_K, DequantizeRowQ5_K>(DecodeQ5K, kQK_K);
+  ExpectMatchesDescription<BlockIQ4_NL, QuantizeRowIQ4_NL, DequantizeRowIQ4_NL>(DecodeIQ4NL,
+                                                                                kQK4_NL);
+  ExpectMatchesDescription<BlockIQ4_XS, QuantizeRowIQ4_XS, DequantizeRowIQ4_XS>(DecodeIQ4XS, kQK_K);
+  ExpectMatchesDescription<BlockMXFP4, QuantizeRowMXFP4, DequantizeRowMXFP4>(DecodeMXFP4, kQKMXFP4);
+}
+
+TEST(QuantsLayoutTest, MXFP4HandBlock) {
+  // amax 5.5: floor(log2 5.5) = 2, so e = 2 - 2 + 127 = 127, scale 2^0 = 1, levels 0, 0.5, 1,
+  // 1.5, 2, 3, 4, 6 (codes 0-7, 8-15 negative). 5.0 is a tie between 4 (code 6) and 6
+  // (code 7): the first wins. -0.7 -> -0.5 (code 9); 0.25 ties 0 and 0.5 -> 0; 1.8 -> 2
+  // (code 4); 5.5 -> 6 (code 7).
+  float x[kQKMXFP4] = {};
+  x[0] = 5.0f;
+  x[1] = -0.7f;
+  x[2] = 0.25f;
+  x[16] = 1.8f;
+  x[17] = 5.5f;
+  BlockMXFP4 b;
+  QuantizeRowMXFP4(x, &b, kQKMXFP4);
+  EXPECT_EQ(b.e, 127);
+  EXPECT_EQ(b.qs[0], 0x46);  // element 0 low, element 16 high.
+  EXPECT_EQ(b.qs[1], 0x79);
+  EXPECT_EQ(b.qs[2], 0x00);
+  float y[kQKMXFP4];
+  DequantizeRowMXFP4(&b, y, kQKMXFP4);
+  EXPECT_EQ(y[0], 4.0f);
+  EXPECT_EQ(y[1], -0.5f);
+  EXPECT_EQ(y[2], 0.0f);
+  EXPECT_EQ(y[16], 2.0f);
+  EXPECT_EQ(y[17], 6.0f);
+}
+
 TEST(QuantsLayoutTest, Q6_KZeroBlockIsAllZeroBytes) {
   const std::vector<float> x(kQK_K, 0.0f);
   BlockQ6_K block;
@@ -501,6 +659,15 @@ TEST(QuantsLayoutTest, Q4_KScalesFitSixBits) {
 // Dispatchers
 
 class QuantsDispatchTest : public testing::TestWithParam<DType> {};
+
+// Quantizes x with one per-type routine into *bytes and dequantizes them into *y.
+template <typename Block, void (*kQuantize)(const float*, Block*, int64_t),
+          void (*kDequantize)(const Block*, float*, int64_t)>
+void Direct(const std::vector<float>& x, std::vector<uint8_t>* bytes, std::vector<float>* y) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  kQuantize(x.data(), reinterpret_cast<Block*>(bytes->data()), n);
+  kDequantize(reinterpret_cast<const Block*>(bytes->data()), y->data(), n);
+}
 
 TEST_P(QuantsDispatchTest, WritesExactlyRowBytes) {
   const DType type = GetParam();
@@ -541,6 +708,30 @@ TEST_P(QuantsDispatchTest, MatchesPerTypeRoutines) {
       QuantizeRowQ6_K(x.data(), reinterpret_cast<BlockQ6_K*>(direct.data()), n);
       DequantizeRowQ6_K(reinterpret_cast<BlockQ6_K*>(direct.data()), y_direct.data(), n);
       break;
+    case DType::kQ5_0:
+      Direct<BlockQ5_0, QuantizeRowQ5_0, DequantizeRowQ5_0>(x, &direct, &y_direct);
+      break;
+    case DType::kQ5_1:
+      Direct<BlockQ5_1, QuantizeRowQ5_1, DequantizeRowQ5_1>(x, &direct, &y_direct);
+      break;
+    case DType::kQ2_K:
+      Direct<BlockQ2_K, QuantizeRowQ2_K, DequantizeRowQ2_K>(x, &direct, &y_direct);
+      break;
+    case DType::kQ3_K:
+      Direct<BlockQ3_K, QuantizeRowQ3_K, DequantizeRowQ3_K>(x, &direct, &y_direct);
+      break;
+    case DType::kQ5_K:
+      Direct<BlockQ5_K, QuantizeRowQ5_K, DequantizeRowQ5_K>(x, &direct, &y_direct);
+      break;
+    case DType::kIQ4_NL:
+      Direct<BlockIQ4_NL, QuantizeRowIQ4_NL, DequantizeRowIQ4_NL>(x, &direct, &y_direct);
+      break;
+    case DType::kIQ4_XS:
+      Direct<BlockIQ4_XS, QuantizeRowIQ4_XS, DequantizeRowIQ4_XS>(x, &direct, &y_direct);
+      break;
+    case DType::kMXFP4:
+      Direct<BlockMXFP4, QuantizeRowMXFP4, DequantizeRowMXFP4>(x, &direct, &y_direct);
+      break;
     case DType::kF32:
       std::memcpy(direct.data(), x.data(), n * sizeof(float));
       y_direct = x;
@@ -576,6 +767,26 @@ INSTANTIATE_TEST_SUITE_P(AllDTypes, QuantsDispatchTest, testing::ValuesIn(kAllDT
                          });
 
 TEST(QuantsTraitsTest, BlockSizesMatchStructs) {
+  // ggml's type sizes (ggml_type_size) and GGUF type ids.
+  struct Expected {
+    DType type;
+    uint32_t id;
+    int64_t block_size;
+    size_t block_bytes;
+  };
+  const Expected kExpected[] = {{DType::kQ5_0, 6, 32, 22},      {DType::kQ5_1, 7, 32, 24},
+                                {DType::kQ2_K, 10, 256, 84},    {DType::kQ3_K, 11, 256, 110},
+                                {DType::kQ5_K, 13, 256, 176},   {DType::kIQ4_NL, 20, 32, 18},
+                                {DType::kIQ4_XS, 23, 256, 136}, {DType::kMXFP4, 39, 32, 17}};
+  for (const Expected& e : kExpected) {
+    EXPECT_EQ(static_cast<uint32_t>(e.type), e.id) << DTypeName(e.type);
+    EXPECT_EQ(BlockSize(e.type), e.block_size) << DTypeName(e.type);
+    EXPECT_EQ(BlockBytes(e.type), e.block_bytes) << DTypeName(e.type);
+    EXPECT_EQ(*DTypeFromId(e.id), e.type);
+    EXPECT_EQ(*ParseDType(DTypeName(e.type)), e.type);
+  }
+  EXPECT_EQ(BlockAlignment(DType::kMXFP4), 1u);
+  EXPECT_EQ(BlockAlignment(DType::kQ5_K), 2u);
   EXPECT_EQ(BlockBytes(DType::kQ4_0), sizeof(BlockQ4_0));
   EXPECT_EQ(BlockBytes(DType::kQ8_0), sizeof(BlockQ8_0));
   EXPECT_EQ(BlockBytes(DType::kQ4_K), sizeof(BlockQ4_K));

@@ -562,8 +562,8 @@ TEST(GgufHostile, UnknownTensorType) {
   Bytes b = SmallFile();
   Poke<uint32_t>(b, TypeAt(After(b, "t0"), 2), 99);
   ExpectError(b, absl::StatusCode::kUnimplemented, "tensor 't0' has unsupported type id 99");
-  Poke<uint32_t>(b, TypeAt(After(b, "t0"), 2), 13);  // Q5_K: real, but not supported here.
-  ExpectError(b, absl::StatusCode::kUnimplemented, "tensor 't0' has unsupported type id 13");
+  Poke<uint32_t>(b, TypeAt(After(b, "t0"), 2), 3);  // Q4_1: real, but not supported here.
+  ExpectError(b, absl::StatusCode::kUnimplemented, "tensor 't0' has unsupported type id 3");
 }
 
 TEST(GgufHostile, BadOffsets) {

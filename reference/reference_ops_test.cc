@@ -122,6 +122,89 @@ TEST(ReferenceMulMat, ReadsQ8_0Weights) {
   EXPECT_NEAR(ReadElement(*dst, 0, 0, 0, 0), 64.0, 64.0 * 1e-3);
 }
 
+// Q5_0 holds integers -16..15 exactly when -16 is the block's extreme (d = 1).
+TEST(ReferenceMulMat, ReadsQ5_0WeightsExactly) {
+  Arena arena;
+  Tensor* a = arena.New(DType::kQ5_0, {32, 1});
+  std::vector<double> w(32);
+  for (int i = 0; i < 32; ++i) w[i] = i == 0 ? -16 : (i % 31) - 15;
+  WriteRow(a, 0, 0, 0, w.data());
+  std::vector<float> x(32);
+  double want = 0;
+  for (int i = 0; i < 32; ++i) {
+    x[i] = static_cast<float>(i % 5);
+    want += w[i] * x[i];
+  }
+  Tensor* b = arena.F32({32, 1}, x);
+  Tensor* dst = arena.Node(Op::kMulMat, DType::kF32, {1, 1}, {a, b});
+  ASSERT_TRUE(Compute(dst).ok());
+  EXPECT_DOUBLE_EQ(ReadElement(*dst, 0, 0, 0, 0), want);
+}
+
+// MXFP4 holds the E2M1 values times 2^k exactly: with amax 6 the scale is 1.
+TEST(ReferenceGetRows, ReadsMXFP4RowsExactly) {
+  Arena arena;
+  const double kLevels[] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  Tensor* a = arena.New(DType::kMXFP4, {32, 3});
+  std::vector<double> rows(96);
+  for (int r = 0; r < 3; ++r) {
+    for (int i = 0; i < 32; ++i) rows[32 * r + i] = (i % 2 ? -1 : 1) * kLevels[(i + r) % 8];
+    rows[32 * r + 31] = 6;
+    WriteRow(a, r, 0, 0, rows.data() + 32 * r);
+  }
+  Tensor* idx = arena.I32({2}, {2, 0});
+  Tensor* dst = arena.Node(Op::kGetRows, DType::kF32, {32, 2}, {a, idx});
+  ASSERT_TRUE(Compute(dst).ok());
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_DOUBLE_EQ(ReadElement(*dst, i, 0, 0, 0), rows[64 + i]) << i;
+    EXPECT_DOUBLE_EQ(ReadElement(*dst, i, 1, 0, 0), rows[i]) << i;
+  }
+}
+
+// Every quantized type goes through dequantization: MUL_MAT (one matrix per batch),
+// MUL_MAT_ID (3 experts) and GET_ROWS on the quantized tensor equal the same ops on its f32
+// copy.
+TEST(ReferenceQuantized, OpsEqualOpsOnDequantizedCopy) {
+  constexpr int64_t k = 256, m = 3, n_exp = 3;
+  for (DType type : kAllDTypes) {
+    if (!IsQuantized(type)) continue;
+    SCOPED_TRACE(DTypeName(type));
+    Arena arena;
+    Tensor* q = arena.New(type, {k, m, n_exp});
+    Tensor* f = arena.New(DType::kF32, {k, m, n_exp});
+    std::vector<double> row(k);
+    for (int64_t e = 0; e < n_exp; ++e) {
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t i = 0; i < k; ++i)
+          row[i] = std::sin(0.37 * static_cast<double>(i + 7 * r + 31 * e));
+        WriteRow(q, r, e, 0, row.data());
+        ReadRow(*q, r, e, 0, row.data());
+        WriteRow(f, r, e, 0, row.data());
+      }
+    }
+    std::vector<float> xv(k * n_exp);
+    for (size_t i = 0; i < xv.size(); ++i)
+      xv[i] = static_cast<float>(std::cos(0.11 * static_cast<double>(i)));
+    Tensor* x = arena.F32({k, 1, n_exp}, xv);  // MUL_MAT: batch i meets matrix i.
+    Tensor* x_tokens =                         // MUL_MAT_ID: one row per token.
+        arena.F32({k, 1, 2}, std::vector<float>(xv.begin(), xv.begin() + 2 * k));
+    Tensor* ids = arena.I32({2, 2}, {2, 0, 1, 2});
+    Tensor* idx = arena.I32({2, 3}, {1, 2, 0, 0, 2, 1});
+    auto run = [&](Tensor* w) {
+      std::vector<Tensor*> out = {
+          arena.Node(Op::kMulMat, DType::kF32, {m, 1, n_exp}, {w, x}),
+          arena.Node(Op::kMulMatId, DType::kF32, {m, 2, 2}, {w, x_tokens, ids}),
+          arena.Node(Op::kGetRows, DType::kF32, {k, 2, n_exp}, {w, idx})};
+      for (Tensor* t : out) EXPECT_TRUE(Compute(t).ok()) << OpName(t->op);
+      return out;
+    };
+    const std::vector<Tensor*> got = run(q), want = run(f);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(Nmse(*got[i], *want[i]), 0) << OpName(got[i]->op);
+    }
+  }
+}
+
 TEST(ReferenceMulMatId, PicksExperts) {
   Arena arena;
   // Expert e multiplies by (e + 1): as[:, :, e] = (e + 1) * I (2x2).

@@ -23,7 +23,7 @@ absl::Status Bad(uint32_t id, absl::string_view what) {
 // Alignment every element (or quant block) address and stride must keep, so that kernels
 // never load a misaligned scalar.
 size_t ElementAlignment(DType type) {
-  if (IsQuantized(type)) return 2;  // blocks start with an f16 scale.
+  if (IsQuantized(type)) return BlockAlignment(type);  // MXFP4's 17-byte blocks: 1.
   return BlockBytes(type);
 }
 

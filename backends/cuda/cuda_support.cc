@@ -2,6 +2,7 @@
 
 #include <climits>
 
+#include "backends/cuda/kernel_types.h"
 #include "backends/cuda/kernels.h"
 
 namespace tg::cuda {
@@ -20,6 +21,23 @@ bool CopySupported(DType from, DType to) {
   if (IsQuantized(from) && IsQuantized(to)) return false;
   if (IsQuantized(to)) return WritableQuantized(to);
   return true;  // plain <-> plain, quantized -> plain (the shape rules allow those to F32).
+}
+
+// The kernels switch over kernel_types.h's types; any other (Q5_K, MXFP4, ...) has no kernel.
+bool KernelsKnow(DType type) { return BlockBytesOf(static_cast<int>(type)) != 0; }
+
+// A same-type copy between dense tensors is a device memcpy (cuda_ops.cc), whatever the type.
+bool IsByteCopy(const Tensor& node) {
+  return (node.op == Op::kCpy || node.op == Op::kCont) && node.src[0]->type == node.type &&
+         node.src[0]->IsContiguous() && node.IsContiguous();
+}
+
+bool TypesKnown(const Tensor& node) {
+  if (!KernelsKnow(node.type)) return false;
+  for (const Tensor* s : node.src) {
+    if (s != nullptr && !KernelsKnow(s->type)) return false;
+  }
+  return true;
 }
 
 bool FitsInt(int64_t v) { return v >= 0 && v <= INT_MAX; }
@@ -78,6 +96,8 @@ bool KernelAligned(const Tensor& t) {
 bool CudaSupportsOp(const Tensor& node) {
   if (static_cast<int>(node.op) >= static_cast<int>(Op::kCount)) return false;
   if (node.op == Op::kNone || IsViewOp(node.op)) return true;
+  if (IsByteCopy(node)) return true;    // cudaMemcpyAsync: any type, any alignment.
+  if (!TypesKnown(node)) return false;  // the scheduler gives the node to the CPU.
   if (!KernelAligned(node)) return false;
   for (const Tensor* s : node.src) {
     if (s != nullptr && !KernelAligned(*s)) return false;

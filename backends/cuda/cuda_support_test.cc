@@ -1,5 +1,7 @@
 #include "backends/cuda/cuda_support.h"
 
+#include <set>
+
 #include "core/context.h"
 #include "core/ops.h"
 #include "gtest/gtest.h"
@@ -31,6 +33,28 @@ TEST(CudaSupportTest, QuantizedDestinationsOnlyWhereAKernelQuantizes) {
     Tensor* w = New(ctx, type, {256, 5});
     EXPECT_TRUE(CudaSupportsOp(**GetRows(ctx, w, idx))) << DTypeName(type);
     EXPECT_TRUE(CudaSupportsOp(**MulMat(ctx, w, New(ctx, DType::kF32, {256, 3}))));
+  }
+}
+
+TEST(CudaSupportTest, TypesWithoutKernelsGoElsewhere) {
+  // The types matvec.cu, convert.cu and quant_math.h implement; the rest must fall back.
+  const std::set<DType> with_kernels = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kI32,
+                                        DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
+  Context ctx;
+  Tensor* idx = New(ctx, DType::kI32, {2});
+  for (DType type : kAllDTypes) {
+    if (with_kernels.count(type) != 0) continue;
+    Tensor* w = New(ctx, type, {256, 4});
+    EXPECT_FALSE(CudaSupportsOp(**GetRows(ctx, w, idx))) << DTypeName(type);
+    EXPECT_FALSE(CudaSupportsOp(**MulMat(ctx, w, New(ctx, DType::kF32, {256, 3}))))
+        << DTypeName(type);
+    Tensor* experts = New(ctx, type, {256, 4, 3});
+    Tensor* ids = New(ctx, DType::kI32, {2, 5});
+    EXPECT_FALSE(CudaSupportsOp(**MulMatId(ctx, experts, New(ctx, DType::kF32, {256, 2, 5}), ids)))
+        << DTypeName(type);
+    EXPECT_FALSE(CudaSupportsOp(**Cpy(ctx, w, New(ctx, DType::kF32, {256, 4})))) << DTypeName(type);
+    EXPECT_TRUE(CudaSupportsOp(**Cont(ctx, w))) << DTypeName(type);        // a device memcpy.
+    EXPECT_TRUE(CudaSupportsOp(**View(ctx, w, {256, 2}, {w->nb[1]}, 0)));  // computes nothing.
   }
 }
 

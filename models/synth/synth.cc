@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "models/gguf_writer.h"
+#include "models/synth/synth_mix.h"
 #include "models/synth/synth_vocab.h"
 #include "models/synth/synth_weights.h"
 
@@ -37,34 +38,32 @@ struct TensorSpec {
   int64_t ne0;
   int64_t ne1;  // 1 for the norm vectors.
   bool norm;
+  int64_t layer = -1;  // the block, -1 outside the blocks.
 };
 
 std::vector<TensorSpec> LlamaTensors(const SynthDims& d) {
   std::vector<TensorSpec> specs = {{"token_embd.weight", d.n_embd, d.n_vocab, false}};
   for (int64_t i = 0; i < d.n_layer; ++i) {
     const std::string blk = absl::StrCat("blk.", i, ".");
-    specs.push_back({blk + "attn_norm.weight", d.n_embd, 1, true});
-    specs.push_back({blk + "attn_q.weight", d.n_embd, d.n_embd, false});
-    specs.push_back({blk + "attn_k.weight", d.n_embd, d.n_embd_kv(), false});
-    specs.push_back({blk + "attn_v.weight", d.n_embd, d.n_embd_kv(), false});
-    specs.push_back({blk + "attn_output.weight", d.n_embd, d.n_embd, false});
-    specs.push_back({blk + "ffn_norm.weight", d.n_embd, 1, true});
-    specs.push_back({blk + "ffn_gate.weight", d.n_embd, d.n_ff, false});
-    specs.push_back({blk + "ffn_up.weight", d.n_embd, d.n_ff, false});
-    specs.push_back({blk + "ffn_down.weight", d.n_ff, d.n_embd, false});
+    specs.push_back({blk + "attn_norm.weight", d.n_embd, 1, true, i});
+    specs.push_back({blk + "attn_q.weight", d.n_embd, d.n_embd, false, i});
+    specs.push_back({blk + "attn_k.weight", d.n_embd, d.n_embd_kv(), false, i});
+    specs.push_back({blk + "attn_v.weight", d.n_embd, d.n_embd_kv(), false, i});
+    specs.push_back({blk + "attn_output.weight", d.n_embd, d.n_embd, false, i});
+    specs.push_back({blk + "ffn_norm.weight", d.n_embd, 1, true, i});
+    specs.push_back({blk + "ffn_gate.weight", d.n_embd, d.n_ff, false, i});
+    specs.push_back({blk + "ffn_up.weight", d.n_embd, d.n_ff, false, i});
+    specs.push_back({blk + "ffn_down.weight", d.n_ff, d.n_embd, false, i});
   }
   specs.push_back({"output_norm.weight", d.n_embd, 1, true});
   specs.push_back({"output.weight", d.n_embd, d.n_vocab, false});
   return specs;
 }
 
-// The requested type when rows fit its blocks, else q8_0, else f16 (as llama.cpp's quantizer
-// falls back for tensors whose row length is not a multiple of the block size).
-DType StorageType(DType wanted, int64_t ne0) {
-  for (DType t : {wanted, DType::kQ8_0, DType::kF16}) {
-    if (ne0 % BlockSize(t) == 0) return t;
-  }
-  return DType::kF32;
+// The type a tensor is stored in: norms in f32, matrices as synth_mix.h chooses.
+MatrixType TensorType(const SynthOptions& o, const TensorSpec& s) {
+  if (s.norm) return {DType::kF32, DType::kF32};
+  return ChooseMatrixType(o.type, o.mix, {s.name, s.layer, s.ne0}, o.dims.n_layer);
 }
 
 void SetModelMetadata(const SynthOptions& o, GgufWriter* w) {
@@ -101,7 +100,7 @@ void SetTokenizerMetadata(const SpmVocab& v, GgufWriter* w) {
 
 struct SynthStats {
   int64_t params = 0;
-  std::vector<std::pair<std::string, DType>> fallbacks;  // not stored in the requested type.
+  std::vector<std::pair<std::string, MatrixType>> matrices;
 };
 
 // The writer holds every tensor until the file is written: refuse what cannot fit in memory
@@ -109,7 +108,7 @@ struct SynthStats {
 absl::Status CheckFitsInMemory(const SynthOptions& o) {
   uint64_t bytes = 0;
   for (const TensorSpec& s : LlamaTensors(o.dims)) {
-    const DType type = s.norm ? DType::kF32 : StorageType(o.type, s.ne0);
+    const DType type = TensorType(o, s).stored;
     bytes += RowBytes(type, s.ne0) * static_cast<uint64_t>(s.ne1);  // dims <= 2^20: no overflow.
   }
   const uint64_t memory = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
@@ -125,8 +124,9 @@ absl::Status CheckFitsInMemory(const SynthOptions& o) {
 
 absl::Status AddTensors(const SynthOptions& o, GgufWriter* w, SynthStats* stats) {
   for (const TensorSpec& s : LlamaTensors(o.dims)) {
-    const DType type = s.norm ? DType::kF32 : StorageType(o.type, s.ne0);
-    if (!s.norm && type != o.type) stats->fallbacks.emplace_back(s.name, type);
+    const MatrixType mt = TensorType(o, s);
+    const DType type = mt.stored;
+    if (!s.norm) stats->matrices.emplace_back(s.name, mt);
     const uint64_t seed = TensorSeed(o.seed, s.name);
     std::vector<uint8_t> data = s.norm
                                     ? RandomTensor(type, s.ne0, 1, 1.0f, kNormStddev, seed)
@@ -139,24 +139,39 @@ absl::Status AddTensors(const SynthOptions& o, GgufWriter* w, SynthStats* stats)
   return absl::OkStatus();
 }
 
-// One line per fallback type: how many tensors, and the first few names.
-void PrintFallbacks(const SynthOptions& o, const SynthStats& st, std::FILE* out) {
-  for (DType fallback : {DType::kQ8_0, DType::kF16, DType::kF32}) {
-    std::vector<std::string> names;
-    for (const auto& [name, type] : st.fallbacks) {
-      if (type == fallback) names.push_back(name);
+// "n1 tensors, n2 ..." with the first few names.
+std::string NameList(std::vector<std::string> names) {
+  const size_t n = names.size();
+  if (n > kFallbackNamesShown) {
+    names.resize(kFallbackNamesShown);
+    names.push_back("...");
+  }
+  return absl::StrCat(n, n == 1 ? " tensor: " : " tensors: ", absl::StrJoin(names, ", "));
+}
+
+// One line per type the mix chose besides the base type, and one per fallback type.
+void PrintTypeChoices(const SynthOptions& o, const SynthStats& st, std::FILE* out) {
+  for (DType type : kAllDTypes) {
+    std::vector<std::string> chosen, fell_back;
+    DType fallback_from = type;
+    for (const auto& [name, mt] : st.matrices) {
+      if (mt.wanted == type && type != o.type) chosen.push_back(name);
+      if (mt.stored == type && mt.stored != mt.wanted) {
+        fell_back.push_back(name);
+        fallback_from = mt.wanted;
+      }
     }
-    if (names.empty()) continue;
-    const size_t n = names.size();
-    if (n > kFallbackNamesShown) {
-      names.resize(kFallbackNamesShown);
-      names.push_back("...");
+    if (!chosen.empty()) {
+      absl::FPrintF(out, "tg-gguf: %s mix puts %s in %s\n", o.type_name, NameList(chosen),
+                    DTypeName(type));
     }
-    absl::FPrintF(out,
-                  "tg-gguf: %d tensors stored as %s (rows not a multiple of the %s block of "
-                  "%d): %s\n",
-                  n, DTypeName(fallback), DTypeName(o.type), BlockSize(o.type),
-                  absl::StrJoin(names, ", "));
+    if (!fell_back.empty()) {
+      absl::FPrintF(out,
+                    "tg-gguf: %s stored as %s (rows not a multiple of the %s block of %d, "
+                    "llama.cpp's fallback)\n",
+                    NameList(fell_back), DTypeName(type), DTypeName(fallback_from),
+                    BlockSize(fallback_from));
+    }
   }
 }
 
@@ -168,7 +183,7 @@ void PrintSummary(const SynthOptions& o, const SynthStats& st, size_t n_tensors,
                 "tg-gguf: wrote %s (%.1f MiB): llama %s %s, %d tensors, %.2fM params in %.2f s\n",
                 o.out, ec ? 0.0 : static_cast<double>(bytes) / kMiB, o.dims_text, o.type_name,
                 n_tensors, static_cast<double>(st.params) / 1e6, seconds);
-  PrintFallbacks(o, st, out);
+  PrintTypeChoices(o, st, out);
 }
 
 }  // namespace

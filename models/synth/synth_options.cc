@@ -23,17 +23,38 @@ constexpr int64_t kByteTokens = 256;
 constexpr int64_t kMinPieces = 8;  // a few real pieces ("▁", common words) after the bytes.
 constexpr char kUsageDims[] = "n_embd,n_ff,n_layer,n_head,n_head_kv,n_vocab";
 
-// llama.cpp's LLAMA_FTYPE values for general.file_type.
+// The --type choices: one type for every matrix, or a llama.cpp k-quant mix around a base
+// type; file_type is llama.cpp's LLAMA_FTYPE for general.file_type (the closest one for a
+// single type: the _S variant of a k-quant).
 struct TypeChoice {
   const char* name;
   DType type;
+  TypeMix mix;
   uint32_t file_type;
 };
-constexpr TypeChoice kTypes[] = {{"f32", DType::kF32, 0},
-                                 {"f16", DType::kF16, 1},
-                                 {"q4_0", DType::kQ4_0, 2},
-                                 {"q8_0", DType::kQ8_0, 7},
-                                 {"q4_k", DType::kQ4_K, 15}};  // LLAMA_FTYPE_MOSTLY_Q4_K_M.
+constexpr TypeChoice kTypes[] = {
+    {"f32", DType::kF32, TypeMix::kPure, 0},
+    {"f16", DType::kF16, TypeMix::kPure, 1},
+    {"q4_0", DType::kQ4_0, TypeMix::kPure, 2},
+    {"q8_0", DType::kQ8_0, TypeMix::kPure, 7},
+    {"q5_0", DType::kQ5_0, TypeMix::kPure, 8},
+    {"q5_1", DType::kQ5_1, TypeMix::kPure, 9},
+    {"q2_k", DType::kQ2_K, TypeMix::kPure, 10},  // LLAMA_FTYPE_MOSTLY_Q2_K
+    {"q3_k", DType::kQ3_K, TypeMix::kPure, 11},  // LLAMA_FTYPE_MOSTLY_Q3_K_S
+    {"q4_k", DType::kQ4_K, TypeMix::kPure, 14},  // LLAMA_FTYPE_MOSTLY_Q4_K_S
+    {"q5_k", DType::kQ5_K, TypeMix::kPure, 16},  // LLAMA_FTYPE_MOSTLY_Q5_K_S
+    {"iq4_nl", DType::kIQ4_NL, TypeMix::kPure, 25},
+    {"iq4_xs", DType::kIQ4_XS, TypeMix::kPure, 30},
+    {"mxfp4", DType::kMXFP4, TypeMix::kPure, 38},  // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
+    {"q4_k_m", DType::kQ4_K, TypeMix::kKQuantsM, 15},
+    {"q5_k_m", DType::kQ5_K, TypeMix::kKQuantsM, 17},
+};
+
+std::string TypeNames() {
+  std::string names;
+  for (const TypeChoice& t : kTypes) absl::StrAppend(&names, names.empty() ? "" : " ", t.name);
+  return names;
+}
 
 absl::Status ParseDims(absl::string_view text, SynthOptions* opts) {
   const std::vector<absl::string_view> parts = absl::StrSplit(text, ',');
@@ -84,13 +105,14 @@ absl::Status ParseType(absl::string_view text, SynthOptions* opts) {
   for (const TypeChoice& t : kTypes) {
     if (lower == t.name) {
       opts->type = t.type;
+      opts->mix = t.mix;
       opts->type_name = t.name;
       opts->file_type = t.file_type;
       return absl::OkStatus();
     }
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown --type '", text, "' (types: f32 f16 q8_0 q4_0 q4_k)"));
+      absl::StrCat("unknown --type '", text, "' (types: ", TypeNames(), ")"));
 }
 
 absl::Status ApplyFlag(absl::string_view flag, absl::string_view value, SynthOptions* opts,
@@ -146,7 +168,8 @@ absl::StatusOr<SynthOptions> ParseSynthOptions(absl::Span<char* const> args) {
     return absl::InvalidArgumentError(absl::StrCat("synth needs --dims ", kUsageDims));
   }
   if (!have_type) {
-    return absl::InvalidArgumentError("synth needs --type f32|f16|q8_0|q4_0|q4_k");
+    return absl::InvalidArgumentError(
+        absl::StrCat("synth needs --type (one of: ", TypeNames(), ")"));
   }
   TG_RETURN_IF_ERROR(CheckDims(opts.dims));
   return opts;

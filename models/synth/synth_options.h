@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/dtype.h"
+#include "models/synth/synth_mix.h"
 
 namespace tg::synth {
 
@@ -28,9 +29,10 @@ struct SynthOptions {
   std::string out;
   SynthDims dims;
   std::string dims_text;     // canonical "n_embd,n_ff,...": part of general.name.
-  DType type = DType::kF32;  // of the matrices (norms are always f32).
-  std::string type_name;     // as given on the command line, lower case.
-  uint32_t file_type = 0;    // llama.cpp's LLAMA_FTYPE for general.file_type.
+  DType type = DType::kF32;  // of the matrices (norms are always f32): the mix's base type.
+  TypeMix mix = TypeMix::kPure;
+  std::string type_name;   // as given on the command line, lower case.
+  uint32_t file_type = 0;  // llama.cpp's LLAMA_FTYPE for general.file_type.
   uint64_t seed = 42;
   int64_t ctx = 2048;
 };

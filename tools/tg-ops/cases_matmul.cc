@@ -4,14 +4,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/ops.h"
-#include "tools/tg-ops/case_helpers.h"
 #include "core/status_macros.h"
+#include "tools/tg-ops/case_helpers.h"
 
 namespace tg::ops_tool {
 namespace {
 
-constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
-                                  DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
+constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,    DType::kBF16,  DType::kQ8_0,
+                                  DType::kQ4_0, DType::kQ4_K,   DType::kQ6_K,  DType::kQ5_0,
+                                  DType::kQ5_1, DType::kIQ4_NL, DType::kMXFP4, DType::kQ5_K,
+                                  DType::kQ3_K, DType::kQ2_K,   DType::kIQ4_XS};
 
 // What MUL_MAT may round the activations to decides the achievable accuracy (docs/ops.md).
 double WeightNmse(DType type) {
@@ -63,6 +65,8 @@ void AddShapeCases(std::vector<OpCase>* cases) {
   cases->push_back(MulMatCase(DType::kF16, {256, 128, 1, 1}, {256, 64, 1, 1}, "gemm"));
   cases->push_back(MulMatCase(DType::kQ4_0, {256, 128, 1, 1}, {256, 64, 1, 1}, "gemm"));
   cases->push_back(MulMatCase(DType::kQ4_K, {256, 96, 1, 1}, {256, 40, 1, 1}, "gemm"));
+  cases->push_back(MulMatCase(DType::kQ5_1, {256, 96, 1, 1}, {256, 40, 1, 1}, "gemm"));
+  cases->push_back(MulMatCase(DType::kIQ4_NL, {256, 96, 1, 1}, {256, 40, 1, 1}, "gemm"));
 }
 
 // a[K, M] x (b transposed | b with padded rows), and a weight with permuted dims 2/3.
@@ -79,6 +83,7 @@ void AddStridedCases(std::vector<OpCase>* cases) {
       {DType::kQ6_K, {256, 8, 1, 1}, {256, 3, 2, 1}, 1},
       {DType::kF16, {64, 16, 3, 2}, {64, 5, 3, 2}, 2},
       {DType::kQ4_0, {64, 16, 3, 2}, {64, 2, 3, 2}, 2},
+      {DType::kMXFP4, {64, 16, 3, 2}, {64, 2, 3, 2}, 2},  // 17-byte blocks: odd strides.
   };
   const char* notes[] = {"b transposed", "b padded rows", "a permuted"};
   for (const Strided& s : specs) {
@@ -100,13 +105,13 @@ OpCase MulMatIdCase(DType type, int64_t k, int64_t m, int64_t n_experts, int64_t
                     int64_t tokens, bool shared_b) {
   std::string note =
       absl::StrCat("E=", n_experts, ", n_used=", n_used, shared_b ? ", one b row per token" : "");
-  return {Op::kMulMatId, note, WeightNmse(type), [=](CaseBuilder& b) -> TensorOr {
-            TG_ASSIGN_OR_RETURN(Tensor * as, b.Uniform(type, {k, m, n_experts}));
-            TG_ASSIGN_OR_RETURN(Tensor * x,
-                                    b.Uniform(DType::kF32, {k, shared_b ? 1 : n_used, tokens}));
-            TG_ASSIGN_OR_RETURN(Tensor * ids, b.DistinctIndices({n_used, tokens}, n_experts));
-            return MulMatId(b.ctx(), as, x, ids);
-          }};
+  return {
+      Op::kMulMatId, note, WeightNmse(type), [=](CaseBuilder& b) -> TensorOr {
+        TG_ASSIGN_OR_RETURN(Tensor * as, b.Uniform(type, {k, m, n_experts}));
+        TG_ASSIGN_OR_RETURN(Tensor * x, b.Uniform(DType::kF32, {k, shared_b ? 1 : n_used, tokens}));
+        TG_ASSIGN_OR_RETURN(Tensor * ids, b.DistinctIndices({n_used, tokens}, n_experts));
+        return MulMatId(b.ctx(), as, x, ids);
+      }};
 }
 
 }  // namespace

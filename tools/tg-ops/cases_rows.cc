@@ -1,14 +1,16 @@
 // GET_ROWS and SET_ROWS cases: every source/destination type, batched index layouts,
 // broadcasting of SET_ROWS indices, odd row lengths and rows spaced apart in memory.
 #include "core/ops.h"
-#include "tools/tg-ops/case_helpers.h"
 #include "core/status_macros.h"
+#include "tools/tg-ops/case_helpers.h"
 
 namespace tg::ops_tool {
 namespace {
 
-constexpr DType kGetRowsTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
-                                   DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
+constexpr DType kGetRowsTypes[] = {DType::kF32,  DType::kF16,    DType::kBF16,  DType::kQ8_0,
+                                   DType::kQ4_0, DType::kQ4_K,   DType::kQ6_K,  DType::kQ5_0,
+                                   DType::kQ5_1, DType::kIQ4_NL, DType::kMXFP4, DType::kQ5_K,
+                                   DType::kQ3_K, DType::kQ2_K,   DType::kIQ4_XS};
 constexpr DType kSetRowsTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
                                    DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
 
@@ -57,6 +59,7 @@ void AddRowsCases(std::vector<OpCase>* cases) {
   cases->push_back(GetRowsCase(DType::kF32, {16, 9, 3, 2}, 4));
   cases->push_back(GetRowsCase(DType::kQ8_0, {32, 9, 2, 1}, 5));
   cases->push_back(GetRowsCase(DType::kQ4_0, {64, 10, 1, 1}, 6, true));
+  cases->push_back(GetRowsCase(DType::kMXFP4, {64, 10, 1, 1}, 6, true));
   cases->push_back(GetRowsCase(DType::kF16, {67, 10, 1, 1}, 6, true));
 
   constexpr int64_t kDestRows = 16;

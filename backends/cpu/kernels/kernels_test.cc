@@ -425,8 +425,10 @@ std::vector<uint8_t> ConvertedRow(DType type, const std::vector<float>& row) {
   return bytes;
 }
 
-constexpr DType kSetRowsTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
-                                   DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
+constexpr DType kSetRowsTypes[] = {DType::kF32,  DType::kF16,    DType::kBF16,  DType::kQ8_0,
+                                   DType::kQ4_0, DType::kQ4_K,   DType::kQ6_K,  DType::kQ5_0,
+                                   DType::kQ5_1, DType::kIQ4_NL, DType::kMXFP4, DType::kQ5_K,
+                                   DType::kQ3_K, DType::kQ2_K,   DType::kIQ4_XS};
 
 // Expected bytes of a after SET_ROWS (distinct target rows, so the result is well defined).
 std::vector<uint8_t> SetRowsReference(const TestTensor& a, const TestTensor& b,
@@ -990,7 +992,9 @@ std::vector<CpyCase> CpyCases() {
     cases.push_back({s, d, {1, 31, 1, 1}, {31, 1, 1, 1}, kContiguous, kContiguous});
     cases.push_back({s, d, {31, 1, 1, 1}, {1, 31, 1, 1}, kContiguous, kPermuted});
   }
-  for (DType q : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+  for (DType q :
+       {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kQ5_0, DType::kQ5_1,
+        DType::kIQ4_NL, DType::kMXFP4, DType::kQ5_K, DType::kQ3_K, DType::kQ2_K, DType::kIQ4_XS}) {
     const int64_t bs = BlockSize(q);
     for (const auto& [s, d] : {std::pair{DType::kF32, q}, {q, DType::kF32}, {q, q}}) {
       const Shape ne{2 * bs, 3, 2, 1};

@@ -4,8 +4,9 @@
 // into the weight type's activation format (vec_dot.h) in the node's scratch; after a Sync
 // the output is computed in tiles of up to kMaxTileRows weight rows x kMaxTileCols activation
 // rows. F32/F16/BF16 weights with many activation rows go to the packed GEMM instead
-// (gemm_f32.h), which reads src1 in place; Q8_0/Q4_0 weights with many activation rows to
-// the packed quantized GEMM (qgemm.h), which has its own activation format.
+// (gemm_f32.h), which reads src1 in place; 32-element block weights (Q8_0, Q4_0, Q5_0, Q5_1,
+// IQ4_NL, MXFP4) with many activation rows to the packed quantized GEMM (qgemm.h), which has
+// its own activation format.
 //
 // Work split: the output is cut into items (batch, block of activation columns, tile of
 // weight rows), and each thread takes a contiguous range of items. For a matrix-vector
@@ -174,7 +175,7 @@ void MulMatGemm(const ComputeParams& p, Tensor* dst) {
   }
 }
 
-// Q8_0 / Q4_0 weights with many activation rows: packed 16-row tiles (qgemm.h).
+// 32-element block weights with many activation rows: packed 16-row tiles (qgemm.h).
 bool UseQGemm(const Tensor* a, const Tensor* b) {
   // The packing gathers address a tile's rows with 32-bit offsets.
   return !ScalarDotKernelsForced() && QGemmSupports(a->type) && b->ne[1] > kStreamingMaxCols &&
@@ -226,7 +227,7 @@ void MulMatQGemm(const ComputeParams& p, Tensor* dst) {
         b_cols[j] = act.Row(j0 + j, i2, i3);
         c_cols[j] = At<float>(dst, row0, j0 + j, i2, i3);
       }
-      QGemmTile(k, pack, rows, b_cols, cols, c_cols);
+      QGemmTile(type, k, pack, rows, b_cols, cols, c_cols);
     }
   }
 }

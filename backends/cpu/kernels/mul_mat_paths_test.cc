@@ -1,7 +1,7 @@
 // Tests of the CPU MUL_MAT paths added for small models: row-at-a-time float matrix-vector
-// products, merged row runs in decode, the packed Q8_0/Q4_0 prefill GEMM (qgemm.h) and the
-// Q4_0 per-block tail, on the stories15M shapes (K = 288, 768) with odd row and column counts,
-// against a naive double-precision reference.
+// products, merged row runs in decode, the packed prefill GEMM of the 32-element block types
+// (qgemm.h) and the Q4_0 per-block tail, on the stories15M shapes (K = 288, 768) with odd row and
+// column counts, against a naive double-precision reference.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -58,19 +58,19 @@ Owned MakeF32(int64_t k, int64_t n, uint32_t seed) {
   return o;
 }
 
-// Reference: dequantized weights times activations rounded through Q8_0 (Q4_0/Q8_0) or
-// Q8_K (k-quants), in double; out[j * m + i].
+// Reference: dequantized weights times activations rounded through Q8_0 (32-element block
+// types) or Q8_K (256-element super-block types), in double; out[j * m + i].
 std::vector<double> Reference(const Tensor& a, const Tensor& b) {
   const int64_t k = a.ne[0], m = a.ne[1], n = b.ne[1];
   std::vector<double> out(m * n);
   std::vector<float> w(k), x(k), y(k);
   for (int64_t j = 0; j < n; ++j) {
     std::memcpy(x.data(), static_cast<const char*>(b.data) + j * b.nb[1], k * sizeof(float));
-    if (a.type == DType::kQ4_0 || a.type == DType::kQ8_0) {
+    if (IsQuantized(a.type) && BlockSize(a.type) == kQK8_0) {
       std::vector<BlockQ8_0> q(k / kQK8_0);
       QuantizeRowQ8_0(x.data(), q.data(), k);
       DequantizeRowQ8_0(q.data(), y.data(), k);
-    } else if (a.type == DType::kQ4_K || a.type == DType::kQ6_K) {
+    } else if (IsQuantized(a.type) && BlockSize(a.type) == kQK_K) {
       std::vector<BlockQ8_K> q(k / kQK_K);
       QuantizeRowQ8_K(x.data(), q.data(), k);
       DequantizeRowQ8_K(q.data(), y.data(), k);
@@ -92,8 +92,9 @@ double Tolerance(DType type) { return IsQuantized(type) ? 1e-9 : 1e-10; }
 class MulMatPathsTest : public ::testing::TestWithParam<DType> {};
 
 // Decode-sized products (1-4 columns; float rows one at a time, merged row runs, Q4_0 tails)
-// and prefill-sized ones (17-70 columns; the packed GEMM for Q8_0/Q4_0 with row and column
-// tails), at K = 288 (Q4_0: 9 blocks, no full 16-block chunk) and 768 (one chunk + 8 blocks).
+// and prefill-sized ones (17-70 columns; the packed GEMM for the 32-element block types with
+// row and column tails), at K = 288 (Q4_0: 9 blocks, no full 16-block chunk) and 768 (one chunk + 8
+// blocks).
 TEST_P(MulMatPathsTest, StoriesShapesMatchReference) {
   const DType type = GetParam();
   int run = 0;
@@ -125,16 +126,17 @@ TEST_P(MulMatPathsTest, PaddedRowsMatchReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MulMatPathsTest,
-                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
-                                           DType::kQ4_0, DType::kQ4_K, DType::kQ6_K),
-                         [](const ::testing::TestParamInfo<DType>& info) {
-                           return std::string(DTypeName(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    AllWeightTypes, MulMatPathsTest,
+    ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                      DType::kQ4_K, DType::kQ6_K, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL,
+                      DType::kMXFP4, DType::kQ5_K, DType::kQ3_K, DType::kQ2_K, DType::kIQ4_XS),
+    [](const ::testing::TestParamInfo<DType>& info) { return std::string(DTypeName(info.param)); });
 
 // The packed GEMM's tile directly: every row count 1..16 and column count 1..8.
 TEST(QGemmTest, TileRowAndColumnCounts) {
-  for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
+  for (DType type :
+       {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kMXFP4}) {
     if (!QGemmSupports(type)) GTEST_SKIP() << "no packed GEMM in this build";
     const int64_t k = 96;
     Owned a = MakeWeights(type, k, kQGemmRows, 50);
@@ -158,7 +160,7 @@ TEST(QGemmTest, TileRowAndColumnCounts) {
           b[j] = act.data() + j * QGemmActRowBytes(k);
           c[j] = out.data() + j * kQGemmRows;
         }
-        QGemmTile(k, pack, rows, b, cols, c);
+        QGemmTile(type, k, pack, rows, b, cols, c);
         for (int j = 0; j < kQGemmCols; ++j) {
           for (int i = 0; i < kQGemmRows; ++i) {
             const float v = out[j * kQGemmRows + i];

@@ -29,8 +29,10 @@ using ::tg::testing::RandomFloats;
 using ::tg::testing::RunMulMat;
 using ::tg::testing::RunMulMatKernel;
 
-constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
-                                  DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
+constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,    DType::kBF16,  DType::kQ8_0,
+                                  DType::kQ4_0, DType::kQ4_K,   DType::kQ6_K,  DType::kQ5_0,
+                                  DType::kQ5_1, DType::kIQ4_NL, DType::kMXFP4, DType::kQ5_K,
+                                  DType::kQ3_K, DType::kQ2_K,   DType::kIQ4_XS};
 
 // Float weight types keep f32 accuracy; quantized results add per-block f32 rounding.
 double Tolerance(DType type) { return IsQuantized(type) ? 1e-9 : 1e-10; }
@@ -109,11 +111,11 @@ std::vector<double> ActivationRow(DType weight_type, const Tensor& b, int64_t i1
   const int64_t k = b.ne[0];
   std::vector<float> x(k), y(k);
   for (int64_t i = 0; i < k; ++i) x[i] = At(b, i, i1, i2, i3);
-  if (weight_type == DType::kQ4_0 || weight_type == DType::kQ8_0) {
+  if (IsQuantized(weight_type) && BlockSize(weight_type) == kQK8_0) {
     std::vector<BlockQ8_0> q(k / kQK8_0);
     QuantizeRowQ8_0(x.data(), q.data(), k);
     DequantizeRowQ8_0(q.data(), y.data(), k);
-  } else if (weight_type == DType::kQ4_K || weight_type == DType::kQ6_K) {
+  } else if (IsQuantized(weight_type) && BlockSize(weight_type) == kQK_K) {
     std::vector<BlockQ8_K> q(k / kQK_K);
     QuantizeRowQ8_K(x.data(), q.data(), k);
     DequantizeRowQ8_K(q.data(), y.data(), k);

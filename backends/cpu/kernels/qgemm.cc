@@ -1,4 +1,5 @@
-// Packed GEMM for Q8_0 / Q4_0 weights against Q8_0 activations on AVX-512 VNNI (prefill).
+// Packed GEMM for the 32-element block types (Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4) against
+// Q8_0 activations on AVX-512 VNNI (prefill).
 //
 // The row-wise tile kernels spend most of their time on per-block scale arithmetic: every
 // 32-element block of every (row, column) pair needs its own scale product and
@@ -10,9 +11,10 @@
 // and one FMA for all 16 rows.
 //
 // VPDPBUSD multiplies unsigned by signed bytes, so the weights are stored unsigned (Q4_0:
-// the raw nibble q + 8; Q8_0: q + 128) and the activations signed; the offset times the
+// the raw nibble q + 8; Q5_0: q + 16; Q8_0: q + 128; IQ4_NL and MXFP4: their table level
+// plus an offset, looked up while packing) and the activations signed; the offset times the
 // block's activation sum is subtracted through the accumulator's initial value, which the
-// activation format carries per block.
+// activation format carries per block. Q5_1's minimum adds m * d_y * sum(q_y) per block.
 #include "backends/cpu/kernels/qgemm.h"
 
 #include <cstring>
@@ -27,29 +29,49 @@ namespace {
 
 constexpr int kGroups = kQK8_0 / 4;  // 4-byte groups per block: one vector each.
 
-// One block of activations: Q8_0 quants, the f32 scale and -offset * sum(quants).
+// One block of activations: Q8_0 quants, the f32 scale, -offset * sum(quants) and, for
+// weights with a minimum (Q5_1), d * sum(quants).
 struct ActBlock {
   int8_t qs[kQK8_0];
   float d;
   int32_t corr;
+  float ds;
 };
-static_assert(sizeof(ActBlock) == 40);
+static_assert(sizeof(ActBlock) == 44);
 
-// One block of a packed tile: the 16 row scales, then group g's quants of row r at
-// q[g][4 r .. 4 r + 3].
+// One block of a packed tile: the 16 row scales and minimums (Q5_1; unused otherwise), then
+// group g's quants of row r at q[g][4 r .. 4 r + 3].
 struct alignas(64) PackedBlock {
   float d[kQGemmRows];
+  float m[kQGemmRows];
   uint8_t q[kGroups][4 * kQGemmRows];
 };
-static_assert(sizeof(PackedBlock) == 576);
+static_assert(sizeof(PackedBlock) == 640);
 
-int WeightOffset(DType type) { return type == DType::kQ4_0 ? 8 : 128; }
+// The packed weights are unsigned bytes w = value + offset: Q4_0's nibble (q + 8), Q5_0's
+// five bits (q + 16), Q5_1's five bits (its minimum is separate), Q8_0's q + 128, IQ4_NL's
+// level + 128 and MXFP4's doubled E2M1 level + 12.
+int WeightOffset(DType type) {
+  switch (type) {
+    case DType::kQ4_0:
+      return 8;
+    case DType::kQ5_0:
+      return 16;
+    case DType::kQ5_1:
+      return 0;
+    case DType::kMXFP4:
+      return 12;
+    default:
+      return 128;
+  }
+}
 
 }  // namespace
 
 bool QGemmSupports(DType type) {
 #if defined(TG_CPU_AVX512)
-  return type == DType::kQ8_0 || type == DType::kQ4_0;
+  return type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kQ5_0 ||
+         type == DType::kQ5_1 || type == DType::kIQ4_NL || type == DType::kMXFP4;
 #else
   (void)type;
   return false;
@@ -64,20 +86,69 @@ void QGemmActFromF32(DType type, const float* x, void* y, int64_t k) {
   for (int64_t i = 0; i < k / kQK8_0; ++i) {
     out[i].d = QuantizeBlockQ8_0(x + i * kQK8_0, out[i].qs);
 #if defined(TG_CPU_SIMD)
-    out[i].corr = -offset * simd::SumI8(out[i].qs, kQK8_0);
+    const int sum = simd::SumI8(out[i].qs, kQK8_0);
 #else
     int sum = 0;
     for (int j = 0; j < kQK8_0; ++j) sum += out[i].qs[j];
-    out[i].corr = -offset * sum;
 #endif
+    out[i].corr = -offset * sum;
+    out[i].ds = out[i].d * static_cast<float>(sum);
   }
 }
 
 size_t QGemmPackBytes(int64_t k) { return static_cast<size_t>(k / kQK8_0) * sizeof(PackedBlock); }
 
 #if defined(TG_CPU_AVX512)
+namespace {
+
+// Where a block's fields are, and how its 32 quants become unsigned bytes.
+struct PackLayout {
+  size_t block_bytes;
+  int scale_at;   // f16 scale (Q5_1 also an f16 minimum right after it); -1: E8M0 byte at 0.
+  int high_at;    // 32-bit mask of fifth bits, -1 for none.
+  int quants_at;  // nibbles or (Q8_0) bytes.
+  bool nibbles;
+  const int8_t* levels;  // nibble -> level table, or nullptr (the nibble is the quant).
+};
+
+PackLayout LayoutOf(DType type) {
+  switch (type) {
+    case DType::kQ4_0:
+      return {sizeof(BlockQ4_0), 0, -1, 2, true, nullptr};
+    case DType::kQ5_0:
+      return {sizeof(BlockQ5_0), 0, 2, 6, true, nullptr};
+    case DType::kQ5_1:
+      return {sizeof(BlockQ5_1), 0, 4, 8, true, nullptr};
+    case DType::kIQ4_NL:
+      return {sizeof(BlockIQ4_NL), 0, -1, 2, true, kIQ4NLValues};
+    case DType::kMXFP4:
+      return {sizeof(BlockMXFP4), -1, -1, 1, true, kMXFP4Values};
+    default:
+      return {sizeof(BlockQ8_0), 0, -1, 2, false, nullptr};
+  }
+}
+
+// 2^(e - 128) for 16 E8M0 bytes (E8M0ToFloatHalf, vectorized).
+__m512 E8M0HalfScales(__m512i e) {
+  const __m512i small = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+  const __mmask16 is_small = _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2));
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(is_small, normal, small));
+}
+
+// Bits 4 g .. 4 g + 3 of each lane's 32-bit mask as bit 4 of the lane's 4 bytes.
+__m512i FifthBits(__m512i qh, int g) {
+  constexpr int32_t kSpread = 0x00204081;  // bit i -> bit 8 i + i.
+  const __m512i nib = _mm512_and_si512(_mm512_srli_epi32(qh, 4 * g), _mm512_set1_epi32(0xF));
+  const __m512i spread = _mm512_and_si512(_mm512_mullo_epi32(nib, _mm512_set1_epi32(kSpread)),
+                                          _mm512_set1_epi32(0x01010101));
+  return _mm512_slli_epi32(spread, 4);
+}
+
+}  // namespace
+
 // Gathers put the 16 rows across the lanes directly: one 4-byte gather per group of quants
-// (two groups per gather for Q4_0's nibbles) and one for the scales.
+// (two groups per gather for nibbles), one for the scales and one for Q5's fifth bits.
 void QGemmPack(DType type, int64_t k, const char* a, size_t a_stride, int rows, void* pack) {
   const int64_t nblocks = k / kQK8_0;
   PackedBlock* out = static_cast<PackedBlock*>(pack);
@@ -87,25 +158,52 @@ void QGemmPack(DType type, int64_t k, const char* a, size_t a_stride, int rows, 
                          _mm512_set1_epi32(static_cast<int32_t>(a_stride)));
   const __m512i zero = _mm512_setzero_si512();
   const __m512i low4 = _mm512_set1_epi8(0x0F);
-  const bool q4 = type == DType::kQ4_0;
-  const size_t block_bytes = q4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+  const PackLayout lay = LayoutOf(type);
+  const int offset = WeightOffset(type);
+  __m512i table = zero;
+  if (lay.levels != nullptr) {
+    alignas(16) int8_t t[16];
+    for (int i = 0; i < 16; ++i) t[i] = static_cast<int8_t>(lay.levels[i] + offset);
+    table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+  }
   for (int64_t b = 0; b < nblocks; ++b) {
-    const char* base = a + b * block_bytes;
-    const __m512i d = _mm512_mask_i32gather_epi32(zero, m, row_offsets, base, 1);
-    _mm512_store_ps(out[b].d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
-    if (q4) {
-      for (int g = 0; g < kGroups / 2; ++g) {
-        const __m512i v = _mm512_mask_i32gather_epi32(zero, m, row_offsets, base + 2 + 4 * g, 1);
-        _mm512_store_si512(out[b].q[g], _mm512_and_si512(v, low4));
-        _mm512_store_si512(out[b].q[g + kGroups / 2],
-                           _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
-      }
+    const char* base = a + b * lay.block_bytes;
+    const __m512i head = _mm512_mask_i32gather_epi32(zero, m, row_offsets, base, 1);
+    if (lay.scale_at < 0) {
+      _mm512_store_ps(out[b].d, E8M0HalfScales(_mm512_and_si512(head, _mm512_set1_epi32(0xFF))));
     } else {
+      _mm512_store_ps(out[b].d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head)));
+      // Q5_1's minimum is the second half of the same 32 bits.
+      _mm512_store_ps(out[b].m,
+                      _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16))));
+    }
+    if (!lay.nibbles) {
       const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
       for (int g = 0; g < kGroups; ++g) {
-        const __m512i v = _mm512_mask_i32gather_epi32(zero, m, row_offsets, base + 2 + 4 * g, 1);
+        const __m512i v =
+            _mm512_mask_i32gather_epi32(zero, m, row_offsets, base + lay.quants_at + 4 * g, 1);
         _mm512_store_si512(out[b].q[g], _mm512_xor_si512(v, flip));
       }
+      continue;
+    }
+    const __m512i qh =
+        lay.high_at < 0 ? zero
+                        : _mm512_mask_i32gather_epi32(zero, m, row_offsets, base + lay.high_at, 1);
+    for (int g = 0; g < kGroups / 2; ++g) {
+      const __m512i v =
+          _mm512_mask_i32gather_epi32(zero, m, row_offsets, base + lay.quants_at + 4 * g, 1);
+      __m512i lo = _mm512_and_si512(v, low4);
+      __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+      if (lay.levels != nullptr) {
+        lo = _mm512_shuffle_epi8(table, lo);
+        hi = _mm512_shuffle_epi8(table, hi);
+      }
+      if (lay.high_at >= 0) {
+        lo = _mm512_or_si512(lo, FifthBits(qh, g));
+        hi = _mm512_or_si512(hi, FifthBits(qh, g + kGroups / 2));
+      }
+      _mm512_store_si512(out[b].q[g], lo);
+      _mm512_store_si512(out[b].q[g + kGroups / 2], hi);
     }
   }
 }
@@ -116,7 +214,7 @@ void QGemmPack(DType, int64_t, const char*, size_t, int, void*) {}
 #if defined(TG_CPU_AVX512)
 namespace {
 
-template <int C>
+template <int C, bool kMin>
 void Tile(int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, __m512* acc) {
   for (int j = 0; j < C; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nblocks; ++b) {
@@ -137,50 +235,53 @@ void Tile(int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, __m51
       }
       const __m512 s = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
       acc[j] = _mm512_fmadd_ps(s, _mm512_mul_ps(dx, _mm512_set1_ps(yb.d)), acc[j]);
+      if (kMin) acc[j] = _mm512_fmadd_ps(_mm512_load_ps(w[b].m), _mm512_set1_ps(yb.ds), acc[j]);
     }
   }
 }
 
 }  // namespace
 
-void QGemmTile(int64_t k, const void* pack, int rows, const void* const* b, int cols,
+template <bool kMin>
+void RunTile(int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, int cols,
+             __m512* acc) {
+  switch (cols) {
+    case 1:
+      return Tile<1, kMin>(nblocks, w, y, acc);
+    case 2:
+      return Tile<2, kMin>(nblocks, w, y, acc);
+    case 3:
+      return Tile<3, kMin>(nblocks, w, y, acc);
+    case 4:
+      return Tile<4, kMin>(nblocks, w, y, acc);
+    case 5:
+      return Tile<5, kMin>(nblocks, w, y, acc);
+    case 6:
+      return Tile<6, kMin>(nblocks, w, y, acc);
+    case 7:
+      return Tile<7, kMin>(nblocks, w, y, acc);
+    default:
+      return Tile<8, kMin>(nblocks, w, y, acc);
+  }
+}
+
+void QGemmTile(DType type, int64_t k, const void* pack, int rows, const void* const* b, int cols,
                float* const* c) {
   const int64_t nblocks = k / kQK8_0;
   const PackedBlock* w = static_cast<const PackedBlock*>(pack);
   const ActBlock* y[kQGemmCols];
   for (int j = 0; j < cols; ++j) y[j] = static_cast<const ActBlock*>(b[j]);
   __m512 acc[kQGemmCols];
-  switch (cols) {
-    case 1:
-      Tile<1>(nblocks, w, y, acc);
-      break;
-    case 2:
-      Tile<2>(nblocks, w, y, acc);
-      break;
-    case 3:
-      Tile<3>(nblocks, w, y, acc);
-      break;
-    case 4:
-      Tile<4>(nblocks, w, y, acc);
-      break;
-    case 5:
-      Tile<5>(nblocks, w, y, acc);
-      break;
-    case 6:
-      Tile<6>(nblocks, w, y, acc);
-      break;
-    case 7:
-      Tile<7>(nblocks, w, y, acc);
-      break;
-    default:
-      Tile<8>(nblocks, w, y, acc);
-      break;
+  if (type == DType::kQ5_1) {
+    RunTile<true>(nblocks, w, y, cols, acc);
+  } else {
+    RunTile<false>(nblocks, w, y, cols, acc);
   }
   const __mmask16 m = static_cast<__mmask16>((1u << rows) - 1);
   for (int j = 0; j < cols; ++j) _mm512_mask_storeu_ps(c[j], m, acc[j]);
 }
 #else
-void QGemmTile(int64_t, const void*, int, const void* const*, int, float* const*) {}
+void QGemmTile(DType, int64_t, const void*, int, const void* const*, int, float* const*) {}
 #endif
 
 }  // namespace tg::cpu

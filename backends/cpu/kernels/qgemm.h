@@ -1,5 +1,6 @@
-// Prefill GEMM for Q8_0 and Q4_0 weights (AVX-512 VNNI): weight tiles of 16 rows are packed so
-// that each vector lane holds one row, which lets one scale multiply serve a whole block.
+// Prefill GEMM for the 32-element block types (Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4) on
+// AVX-512 VNNI: weight tiles of 16 rows are packed so that each vector lane holds one row,
+// which lets one scale multiply serve a whole block.
 #ifndef TENSORGRID_BACKENDS_CPU_KERNELS_QGEMM_H_
 #define TENSORGRID_BACKENDS_CPU_KERNELS_QGEMM_H_
 
@@ -30,8 +31,9 @@ size_t QGemmPackBytes(int64_t k);
 // missing rows read as zeros.
 void QGemmPack(DType type, int64_t k, const char* a, size_t a_stride, int rows, void* pack);
 
-// c[j][i] = packed row i . activation row b[j], for i < rows and j < cols <= kQGemmCols.
-void QGemmTile(int64_t k, const void* pack, int rows, const void* const* b, int cols,
+// c[j][i] = packed row i . activation row b[j], for i < rows and j < cols <= kQGemmCols;
+// `type` is the packed weights' type.
+void QGemmTile(DType type, int64_t k, const void* pack, int rows, const void* const* b, int cols,
                float* const* c);
 
 }  // namespace tg::cpu

@@ -150,6 +150,155 @@ float DotQ6_K(int64_t k, const void* a, const void* b) {
   return sum;
 }
 
+// Quant e (0..31) of a Q5_0 / Q5_1 block: nibble plus fifth bit, 0..31.
+int Q5Quant(const uint8_t* qh, const uint8_t* qs, int e) {
+  const int nib = e < 16 ? qs[e] & 0x0F : qs[e - 16] >> 4;
+  return nib | (((qh[e / 8] >> (e % 8)) & 1) << 4);
+}
+
+// Index e of a 32-element nibble block: element j in the low nibble of byte j, j + 16 high.
+int NibbleAt(const uint8_t* qs, int e) { return e < 16 ? qs[e] & 0x0F : qs[e - 16] >> 4; }
+
+constexpr int kQ5Offset = 16;  // Q5_0 quants are stored as q + 16.
+
+// The weight of element e (as an integer) and the block's scale and minimum, per type: the
+// block holds scale * value(e) + min.
+struct Q5_0Block {
+  using Block = BlockQ5_0;
+  static int Value(const Block& x, int e) { return Q5Quant(x.qh, x.qs, e) - kQ5Offset; }
+  static float Scale(const Block& x) { return HalfToFloat(x.d); }
+  static float Min(const Block&) { return 0.0f; }
+};
+struct Q5_1Block {
+  using Block = BlockQ5_1;
+  static int Value(const Block& x, int e) { return Q5Quant(x.qh, x.qs, e); }
+  static float Scale(const Block& x) { return HalfToFloat(x.d); }
+  static float Min(const Block& x) { return HalfToFloat(x.m); }
+};
+struct IQ4_NLBlock {
+  using Block = BlockIQ4_NL;
+  static int Value(const Block& x, int e) { return kIQ4NLValues[NibbleAt(x.qs, e)]; }
+  static float Scale(const Block& x) { return HalfToFloat(x.d); }
+  static float Min(const Block&) { return 0.0f; }
+};
+struct MXFP4Block {
+  using Block = BlockMXFP4;
+  static int Value(const Block& x, int e) { return kMXFP4Values[NibbleAt(x.qs, e)]; }
+  static float Scale(const Block& x) { return E8M0ToFloatHalf(x.e); }
+  static float Min(const Block&) { return 0.0f; }
+};
+
+// The 32-element block types against Q8_0 activations (Q5_1 too: ggml's Q8_1 holds the same
+// quants plus d times their sum, which is what its minimum needs).
+template <class T>
+float DotBlock32(int64_t k, const void* a, const void* b) {
+  const auto* x = static_cast<const typename T::Block*>(a);
+  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(b);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < k / kQK8_0; ++i) {
+    int isum = 0, ysum = 0;
+    for (int e = 0; e < kQK8_0; ++e) {
+      isum += T::Value(x[i], e) * y[i].qs[e];
+      ysum += y[i].qs[e];
+    }
+    const float dy = HalfToFloat(y[i].d);
+    sum += T::Scale(x[i]) * dy * static_cast<float>(isum) +
+           T::Min(x[i]) * dy * static_cast<float>(ysum);
+  }
+  return sum;
+}
+
+constexpr int kKGroup = 16;  // elements per scale in Q2_K and Q3_K.
+
+// 2-bit field of element e (Q2_K, Q3_K): byte 32 (e / 128) + e % 32, bits 2 ((e % 128) / 32).
+int TwoBitQuant(const uint8_t* qs, int e) {
+  return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+
+// The super-block types: element e's integer value, and the integer scale and min of group g
+// of kGroup elements under the f32 super-scales D and DMin, so that the block holds
+// D * scale(g) * value(e) - DMin * min(g).
+struct Q5_KBlock {
+  using Block = BlockQ5_K;
+  static constexpr int kGroup = kQ4KSub;
+  static int Value(const Block& x, int e) {
+    const int nib = (x.qs[(e / 64) * 32 + e % 32] >> (4 * ((e / 32) % 2))) & 0x0F;
+    return nib | (((x.qh[e % 32] >> (e / 32)) & 1) << 4);
+  }
+  static int Scale(const Block& x, int g) {
+    int scale, min;
+    Q4KScaleMin(g, x.scales, &scale, &min);
+    return scale;
+  }
+  static int Min(const Block& x, int g) {
+    int scale, min;
+    Q4KScaleMin(g, x.scales, &scale, &min);
+    return min;
+  }
+  static float D(const Block& x) { return HalfToFloat(x.d); }
+  static float DMin(const Block& x) { return HalfToFloat(x.dmin); }
+};
+struct Q3_KBlock {
+  using Block = BlockQ3_K;
+  static constexpr int kGroup = kKGroup;
+  static int Value(const Block& x, int e) {
+    return (TwoBitQuant(x.qs, e) | (((x.hmask[e % 32] >> (e / 32)) & 1) << 2)) - 4;
+  }
+  static int Scale(const Block& x, int g) {
+    const int low = g < 8 ? x.scales[g] & 0x0F : x.scales[g - 8] >> 4;
+    return (low | (((x.scales[8 + g % 4] >> (2 * (g / 4))) & 3) << 4)) - 32;
+  }
+  static int Min(const Block&, int) { return 0; }
+  static float D(const Block& x) { return HalfToFloat(x.d); }
+  static float DMin(const Block&) { return 0.0f; }
+};
+struct Q2_KBlock {
+  using Block = BlockQ2_K;
+  static constexpr int kGroup = kKGroup;
+  static int Value(const Block& x, int e) { return TwoBitQuant(x.qs, e); }
+  static int Scale(const Block& x, int g) { return x.scales[g] & 0x0F; }
+  static int Min(const Block& x, int g) { return x.scales[g] >> 4; }
+  static float D(const Block& x) { return HalfToFloat(x.d); }
+  static float DMin(const Block& x) { return HalfToFloat(x.dmin); }
+};
+struct IQ4_XSBlock {
+  using Block = BlockIQ4_XS;
+  static constexpr int kGroup = 32;
+  static int Value(const Block& x, int e) {
+    return kIQ4NLValues[NibbleAt(x.qs + 16 * (e / 32), e % 32)];
+  }
+  static int Scale(const Block& x, int g) {
+    return (((x.scales_l[g / 2] >> (4 * (g % 2))) & 0x0F) | (((x.scales_h >> (2 * g)) & 3) << 4)) -
+           32;
+  }
+  static int Min(const Block&, int) { return 0; }
+  static float D(const Block& x) { return HalfToFloat(x.d); }
+  static float DMin(const Block&) { return 0.0f; }
+};
+
+template <class T>
+float DotSuperBlock(int64_t k, const void* a, const void* b) {
+  const auto* x = static_cast<const typename T::Block*>(a);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(b);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < k / kQK_K; ++i) {
+    int sum_scaled = 0, sum_mins = 0;
+    for (int g = 0; g < kQK_K / T::kGroup; ++g) {
+      int isum = 0, ysum = 0;
+      for (int l = 0; l < T::kGroup; ++l) {
+        const int e = g * T::kGroup + l;
+        isum += T::Value(x[i], e) * y[i].qs[e];
+        ysum += y[i].qs[e];
+      }
+      sum_scaled += T::Scale(x[i], g) * isum;
+      sum_mins += T::Min(x[i], g) * ysum;
+    }
+    sum += y[i].d * (T::D(x[i]) * static_cast<float>(sum_scaled) -
+                     T::DMin(x[i]) * static_cast<float>(sum_mins));
+  }
+  return sum;
+}
+
 template <float (*kDot)(int64_t, const void*, const void*)>
 void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
           float* const* c) {
@@ -167,6 +316,14 @@ constexpr DotKernels kQ8_0{FromF32Q8_0, Q8_0RowBytes, Tile<DotQ8_0>, 1};
 constexpr DotKernels kQ4_0{FromF32Q8_0, Q8_0RowBytes, Tile<DotQ4_0>, 1};
 constexpr DotKernels kQ4_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ4_K>, 1};
 constexpr DotKernels kQ6_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ6_K>, 1};
+constexpr DotKernels kQ5_0{FromF32Q8_0, Q8_0RowBytes, Tile<DotBlock32<Q5_0Block>>, 1};
+constexpr DotKernels kQ5_1{FromF32Q8_0, Q8_0RowBytes, Tile<DotBlock32<Q5_1Block>>, 1};
+constexpr DotKernels kIQ4_NL{FromF32Q8_0, Q8_0RowBytes, Tile<DotBlock32<IQ4_NLBlock>>, 1};
+constexpr DotKernels kMXFP4{FromF32Q8_0, Q8_0RowBytes, Tile<DotBlock32<MXFP4Block>>, 1};
+constexpr DotKernels kQ5_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotSuperBlock<Q5_KBlock>>, 1};
+constexpr DotKernels kQ3_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotSuperBlock<Q3_KBlock>>, 1};
+constexpr DotKernels kQ2_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotSuperBlock<Q2_KBlock>>, 1};
+constexpr DotKernels kIQ4_XS{FromF32Q8_K, Q8_KRowBytes, Tile<DotSuperBlock<IQ4_XSBlock>>, 1};
 
 }  // namespace
 
@@ -184,6 +341,22 @@ const DotKernels& GetDotKernels(DType type) {
       return kQ4_K;
     case DType::kQ6_K:
       return kQ6_K;
+    case DType::kQ5_0:
+      return kQ5_0;
+    case DType::kQ5_1:
+      return kQ5_1;
+    case DType::kIQ4_NL:
+      return kIQ4_NL;
+    case DType::kMXFP4:
+      return kMXFP4;
+    case DType::kQ5_K:
+      return kQ5_K;
+    case DType::kQ3_K:
+      return kQ3_K;
+    case DType::kQ2_K:
+      return kQ2_K;
+    case DType::kIQ4_XS:
+      return kIQ4_XS;
     case DType::kF32:
     case DType::kI32:
       break;  // I32 weights are rejected by the graph builder.
@@ -226,6 +399,22 @@ const DotKernels& GetDotKernels(DType type) {
         return simd::kDotQ4_K;
       case DType::kQ6_K:
         return simd::kDotQ6_K;
+      case DType::kQ5_0:
+        return simd::kDotQ5_0;
+      case DType::kQ5_1:
+        return simd::kDotQ5_1;
+      case DType::kIQ4_NL:
+        return simd::kDotIQ4_NL;
+      case DType::kMXFP4:
+        return simd::kDotMXFP4;
+      case DType::kQ5_K:
+        return simd::kDotQ5_K;
+      case DType::kQ3_K:
+        return simd::kDotQ3_K;
+      case DType::kQ2_K:
+        return simd::kDotQ2_K;
+      case DType::kIQ4_XS:
+        return simd::kDotIQ4_XS;
       case DType::kF32:
       case DType::kI32:
         return simd::kDotF32;

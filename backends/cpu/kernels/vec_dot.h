@@ -71,8 +71,9 @@ void ForceScalarDotKernelsForTesting(bool on);
 bool ScalarDotKernelsForced();
 
 namespace scalar {
-// Portable kernels: activations are BlockQ8_0 for Q4_0/Q8_0 weights, BlockQ8_K for Q4_K/Q6_K,
-// f32 otherwise (exactly what ggml's reference quantizers produce).
+// Portable kernels: activations are BlockQ8_0 for the 32-element block types (Q4_0, Q5_0,
+// Q5_1, Q8_0, IQ4_NL, MXFP4), BlockQ8_K for the 256-element super-block types (Q2_K..Q6_K,
+// IQ4_XS), f32 otherwise (exactly what ggml's reference quantizers produce).
 const DotKernels& GetDotKernels(DType type);
 }  // namespace scalar
 

@@ -45,20 +45,6 @@ void FromF32(const float* x, void* y, int64_t k) {
   }
 }
 
-// The 8 six-bit scales and the 8 six-bit mins of a super-block as bytes (ggml's bit juggling
-// of get_scale_min_k4, 4 sub-blocks per 32-bit word).
-inline void UnpackScales(const uint8_t* packed, uint64_t* scales, uint64_t* mins) {
-  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
-  uint32_t u[3];
-  std::memcpy(u, packed, sizeof(u));
-  const uint32_t sc_lo = u[0] & kLow6;
-  const uint32_t sc_hi = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
-  const uint32_t mn_lo = u[1] & kLow6;
-  const uint32_t mn_hi = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
-  *scales = sc_lo | (uint64_t{sc_hi} << 32);
-  *mins = mn_lo | (uint64_t{mn_hi} << 32);
-}
-
 // dmin * (mins . y sums) for one super-block, as 4 int32 lanes to sum.
 inline __m128i MinTerms(uint64_t mins, const ActQ4K& y) {
   const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mins)));
@@ -97,7 +83,7 @@ void Q4KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, 
     for (int r = 0; r < R; ++r) {
       const BlockQ4_K* x = reinterpret_cast<const BlockQ4_K*>(a + r * a_stride) + i;
       uint64_t scales, mins;
-      UnpackScales(x->scales, &scales, &mins);
+      UnpackScalesK4(x->scales, &scales, &mins);
       const __m512i s16 = _mm512_castsi128_si512(
           _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(scales))));
       __m512i w[4], sc[4];
@@ -143,7 +129,7 @@ void Q4KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, 
     for (int r = 0; r < R; ++r) {
       const BlockQ4_K* x = reinterpret_cast<const BlockQ4_K*>(a + r * a_stride) + i;
       uint64_t scales, mins;
-      UnpackScales(x->scales, &scales, &mins);
+      UnpackScalesK4(x->scales, &scales, &mins);
       uint8_t sc[kSubBlocks];
       std::memcpy(sc, &scales, sizeof(sc));
       const float d = _cvtsh_ss(x->d), dmin = _cvtsh_ss(x->dmin);

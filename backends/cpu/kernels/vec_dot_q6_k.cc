@@ -5,8 +5,8 @@
 // is scaled per 16 in integers, and the -32 offset is applied once per super-block through
 // the activations' 16-element sums (bsums, as in BlockQ8_K).
 
-#include "backends/cpu/kernels/quantize_act.h"
 #include "backends/cpu/kernels/vec_dot_simd.h"
+#include "backends/cpu/kernels/vec_dot_superblock.h"
 
 #if defined(TG_CPU_SIMD)
 
@@ -16,43 +16,16 @@ namespace {
 constexpr int kQ6Offset = 32;    // Q6_K quants are stored as q + 32.
 constexpr int kOffsetShift = 5;  // multiplying by kQ6Offset.
 static_assert(1 << kOffsetShift == kQ6Offset);
-constexpr int kGroup = 16;  // weights per scale.
-constexpr int kGroups = kQK_K / kGroup;
-
-// Q8_K activations in natural order, padded to whole cache lines.
-struct alignas(64) ActQ6K {
-  int8_t qs[kQK_K];
-  int16_t bsums[kGroups];  // sum of each 16 quants.
-  float d;
-};
-static_assert(sizeof(ActQ6K) == 320);
-
-size_t ActRowBytes(int64_t k) { return static_cast<size_t>(k / kQK_K) * sizeof(ActQ6K); }
-
-void FromF32(const float* x, void* y, int64_t k) {
-  ActQ6K* out = static_cast<ActQ6K*>(y);
-  for (int64_t i = 0; i < k / kQK_K; ++i) {
-    out[i].d = QuantizeBlockQ8_K(x + i * kQK_K, out[i].qs);
-    for (int g = 0; g < kGroups; ++g) {
-      out[i].bsums[g] = static_cast<int16_t>(SumI8(out[i].qs + g * kGroup, kGroup));
-    }
-  }
-}
-
 #if defined(TG_CPU_AVX512)
 struct Q6Consts {
-  __m512i scale_idx[4];  // int16 lane -> scale of its group, per 64-quant register.
+  SuperIndex scale_idx;  // int16 lane -> scale of its group, per 64-quant register.
   __m512i shl_low;       // qh bits 0-1 / 2-3 up to bits 4-5.
   __m512i shr_high;      // qh bits 4-5 / 6-7 to bits 4-5.
 };
 
 Q6Consts MakeQ6Consts() {
   Q6Consts c;
-  for (int v = 0; v < 4; ++v) {
-    alignas(64) int16_t lanes[32];
-    for (int l = 0; l < 32; ++l) lanes[l] = static_cast<int16_t>(4 * v + l / 8);
-    c.scale_idx[v] = _mm512_load_si512(lanes);
-  }
+  c.scale_idx = MakeSuperIndex();
   alignas(64) int16_t shl[32], shr[32];
   for (int l = 0; l < 32; ++l) {
     shl[l] = l < 16 ? 4 : 2;
@@ -74,8 +47,8 @@ void Q6KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, 
   for (int r = 0; r < R; ++r) {
     for (int j = 0; j < C; ++j) acc[r][j] = _mm512_setzero_ps();
   }
-  const ActQ6K* y[C];
-  for (int j = 0; j < C; ++j) y[j] = static_cast<const ActQ6K*>(b[j]);
+  const ActQ8K* y[C];
+  for (int j = 0; j < C; ++j) y[j] = static_cast<const ActQ8K*>(b[j]);
   for (int64_t i = 0; i < nsb; ++i) {
     for (int r = 0; r < R; ++r) {
       const BlockQ6_K* x = reinterpret_cast<const BlockQ6_K*>(a + r * a_stride) + i;
@@ -93,11 +66,11 @@ void Q6KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, 
           _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x->scales)));
       __m512i sc[4];
       for (int v = 0; v < 4; ++v) {
-        sc[v] = _mm512_permutexvar_epi16(k.scale_idx[v], _mm512_castsi256_si512(s16));
+        sc[v] = _mm512_permutexvar_epi16(k.scale_idx.idx[v], _mm512_castsi256_si512(s16));
       }
       const float d = _cvtsh_ss(x->d);
       for (int j = 0; j < C; ++j) {
-        const ActQ6K& yj = y[j][i];
+        const ActQ8K& yj = y[j][i];
         // Start from -32 * (scales . bsums): the offset the unsigned quants over-count.
         const __m256i offset = _mm256_slli_epi32(
             _mm256_madd_epi16(s16, _mm256_load_si256(reinterpret_cast<const __m256i*>(yj.bsums))),
@@ -136,8 +109,8 @@ void Q6KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, 
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i low2 = _mm256_set1_epi8(0x03);
   float acc[R][C] = {};
-  const ActQ6K* y[C];
-  for (int j = 0; j < C; ++j) y[j] = static_cast<const ActQ6K*>(b[j]);
+  const ActQ8K* y[C];
+  for (int j = 0; j < C; ++j) y[j] = static_cast<const ActQ8K*>(b[j]);
   for (int64_t i = 0; i < nsb; ++i) {
     for (int r = 0; r < R; ++r) {
       const BlockQ6_K* x = reinterpret_cast<const BlockQ6_K*>(a + r * a_stride) + i;
@@ -152,7 +125,7 @@ void Q6KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, 
                                          : _mm256_and_si256(_mm256_srli_epi16(ql, 4), low4);
           const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * quarter), low2);
           const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-          const int g = (128 * h + 32 * quarter) / kGroup;
+          const int g = (128 * h + 32 * quarter) / kSuperGroup;
           const __m256i sc =
               _mm256_set_m128i(_mm_set1_epi16(x->scales[g + 1]), _mm_set1_epi16(x->scales[g]));
           for (int j = 0; j < C; ++j) {
@@ -218,7 +191,7 @@ void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const
 
 }  // namespace
 
-const DotKernels kDotQ6_K{FromF32, ActRowBytes, Tile, 1};
+const DotKernels kDotQ6_K{ActQ8KFromF32, ActQ8KRowBytes, Tile, 1};
 
 }  // namespace tg::cpu::simd
 

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "backends/cpu/kernels/vec_dot.h"
 #include "core/quant_blocks.h"
@@ -24,6 +26,14 @@ extern const DotKernels kDotQ8_0;
 extern const DotKernels kDotQ4_0;
 extern const DotKernels kDotQ4_K;
 extern const DotKernels kDotQ6_K;
+extern const DotKernels kDotQ5_0;
+extern const DotKernels kDotQ5_1;
+extern const DotKernels kDotIQ4_NL;
+extern const DotKernels kDotMXFP4;
+extern const DotKernels kDotQ5_K;
+extern const DotKernels kDotQ3_K;
+extern const DotKernels kDotQ2_K;
+extern const DotKernels kDotIQ4_XS;
 #endif
 
 // A tile kernel for a fixed number of rows (1 to 4), given k.
@@ -40,6 +50,27 @@ inline void TileInGroupsOf4(const RowsFn (&kRows)[4], int64_t k, const void* a, 
     for (int j = 0; j < cols; ++j) shifted[j] = c[j] + r0;
     const int n = rows - r0 < 4 ? rows - r0 : 4;
     kRows[n - 1](k, base + r0 * a_stride, a_stride, b, cols, shifted);
+  }
+}
+
+// Calls fn(std::integral_constant<int, C>{}, j) for the activation columns j .. j + C - 1, in
+// passes of kColsPerPass (<= 4) columns and one shorter pass at the end: a kernel templated
+// on its column count C keeps C columns' accumulators in registers.
+template <int kColsPerPass, class Fn>
+void ByColumnPasses(int cols, Fn&& fn) {
+  static_assert(kColsPerPass >= 1 && kColsPerPass <= 4);
+  for (int j = 0; j < cols; j += kColsPerPass) {
+    const int n = cols - j < kColsPerPass ? cols - j : kColsPerPass;
+    if (n == 1) fn(std::integral_constant<int, 1>{}, j);
+    if constexpr (kColsPerPass >= 2) {
+      if (n == 2) fn(std::integral_constant<int, 2>{}, j);
+    }
+    if constexpr (kColsPerPass >= 3) {
+      if (n == 3) fn(std::integral_constant<int, 3>{}, j);
+    }
+    if constexpr (kColsPerPass >= 4) {
+      if (n == 4) fn(std::integral_constant<int, 4>{}, j);
+    }
   }
 }
 
@@ -86,6 +117,20 @@ inline int SumI8(const int8_t* q, int n) {
   }
   s = _mm_add_epi64(s, _mm_unpackhi_epi64(s, s));
   return _mm_cvtsi128_si32(s) - kBias * n;
+}
+
+// The 8 six-bit scales and the 8 six-bit mins of a Q4_K / Q5_K super-block as bytes (ggml's
+// bit juggling of get_scale_min_k4, 4 sub-blocks per 32-bit word).
+inline void UnpackScalesK4(const uint8_t* packed, uint64_t* scales, uint64_t* mins) {
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  uint32_t u[3];
+  std::memcpy(u, packed, sizeof(u));
+  const uint32_t sc_lo = u[0] & kLow6;
+  const uint32_t sc_hi = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
+  const uint32_t mn_lo = u[1] & kLow6;
+  const uint32_t mn_hi = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
+  *scales = sc_lo | (uint64_t{sc_hi} << 32);
+  *mins = mn_lo | (uint64_t{mn_hi} << 32);
 }
 
 // 32 nibbles of 16 bytes as 32 bytes: low nibbles first, then high nibbles (Q4_0's order).
