@@ -1,0 +1,214 @@
+// Buffer::SetTensor2D/GetTensor2D: the default loop over the 1D calls (core/backend.h) and
+// the CPU buffer's strided memcpy both move exactly the bytes a hand-written per-byte loop
+// does, for every edge (no rows, packed rows, a host stride, the last row ending at the
+// tensor's end), and refuse what lies outside the tensor before touching a byte.
+#include "core/strided_range.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/context.h"
+#include "tests/lib/test_util.h"
+
+namespace tg {
+namespace {
+
+// A buffer with only the 1D calls: its 2D calls are core/backend.h's default loop. It
+// forwards to a CPU buffer and counts the 1D calls.
+class RowByRowBuffer : public Buffer {
+ public:
+  explicit RowByRowBuffer(std::unique_ptr<Buffer> inner) : inner_(std::move(inner)) {}
+  BufferType* type() const override { return inner_->type(); }
+  void* base() const override { return inner_->base(); }
+  size_t size() const override { return inner_->size(); }
+  absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override {
+    ++calls;
+    return inner_->SetTensor(t, data, offset, size);
+  }
+  absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override {
+    ++calls;
+    return inner_->GetTensor(t, data, offset, size);
+  }
+  absl::Status MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) override {
+    return inner_->MemsetTensor(t, value, offset, size);
+  }
+  absl::Status Clear(uint8_t value) override { return inner_->Clear(value); }
+  int calls = 0;
+
+ private:
+  std::unique_ptr<Buffer> inner_;
+};
+
+constexpr size_t kTensorBytes = 256;  // a 16 x 4 f32 tensor.
+constexpr uint8_t kUntouched = 0xEE;
+
+struct Placed {
+  Context ctx;
+  std::unique_ptr<Buffer> buffer;
+  Tensor* t = nullptr;
+};
+
+// A 16 x 4 f32 tensor placed at byte 64 of a 384-byte buffer filled with kUntouched;
+// `row_by_row` wraps the CPU buffer so that its 2D calls are the default loop.
+std::unique_ptr<Placed> Place(bool row_by_row) {
+  auto p = std::make_unique<Placed>();
+  BufferType* type = testing::CpuDevice()->default_buffer_type();
+  std::unique_ptr<Buffer> cpu = *type->Allocate(384);
+  if (row_by_row) cpu = std::make_unique<RowByRowBuffer>(std::move(cpu));
+  p->buffer = std::move(cpu);
+  EXPECT_TRUE(p->buffer->Clear(kUntouched).ok());
+  p->t = *p->ctx.NewTensor(DType::kF32, {16, 4});
+  p->t->SetName("t");
+  EXPECT_TRUE(PlaceTensor(p->buffer.get(), p->t, 64).ok());
+  return p;
+}
+
+std::vector<uint8_t> Pattern(size_t n, int seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 13 + seed * 29 + 1);
+  return v;
+}
+
+// The reference: the tensor's bytes after writing `host` through r, byte by byte.
+std::vector<uint8_t> ReferenceSet(const StridedRange& r, const std::vector<uint8_t>& host) {
+  std::vector<uint8_t> out(kTensorBytes, kUntouched);
+  const size_t host_stride = r.host_stride == 0 ? r.row_size : r.host_stride;
+  for (size_t i = 0; i < r.n_rows; ++i) {
+    for (size_t b = 0; b < r.row_size; ++b) out[r.offset + i * r.stride + b] = host[i * host_stride + b];
+  }
+  return out;
+}
+
+// The reference: `host` after reading r out of `tensor`, byte by byte.
+std::vector<uint8_t> ReferenceGet(const StridedRange& r, const std::vector<uint8_t>& tensor,
+                                  size_t host_bytes) {
+  std::vector<uint8_t> out(host_bytes, kUntouched);
+  const size_t host_stride = r.host_stride == 0 ? r.row_size : r.host_stride;
+  for (size_t i = 0; i < r.n_rows; ++i) {
+    for (size_t b = 0; b < r.row_size; ++b) out[i * host_stride + b] = tensor[r.offset + i * r.stride + b];
+  }
+  return out;
+}
+
+std::vector<uint8_t> ReadAll(const Placed& p) {
+  std::vector<uint8_t> bytes(kTensorBytes);
+  EXPECT_TRUE(p.buffer->GetTensor(p.t, bytes.data(), 0, bytes.size()).ok());
+  return bytes;
+}
+
+struct Case {
+  const char* what;
+  StridedRange r;
+};
+
+const Case kCases[] = {
+    {"no rows", {0, 16, 0, 64, 0}},
+    {"empty rows", {8, 0, 4, 64, 0}},
+    {"one row", {12, 20, 1, 0, 0}},
+    {"packed rows (stride == row size)", {16, 32, 5, 32, 0}},
+    {"a column slice of every row", {8, 24, 4, 64, 0}},
+    {"a column slice to a host stride", {4, 12, 4, 64, 40}},
+    {"the last row ends at the tensor's end", {40, 24, 4, 64, 0}},
+    {"the whole tensor as one row", {0, 256, 1, 256, 0}},
+};
+
+class StridedBufferTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(StridedBufferTest, SetMovesTheBytesOfAByteLoop) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.what);
+    auto p = Place(GetParam());
+    const std::vector<uint8_t> host = Pattern(512, 1);
+    ASSERT_TRUE(p->buffer->SetTensor2D(p->t, host.data(), c.r).ok());
+    EXPECT_EQ(ReadAll(*p), ReferenceSet(c.r, host));
+  }
+}
+
+TEST_P(StridedBufferTest, GetMovesTheBytesOfAByteLoop) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.what);
+    auto p = Place(GetParam());
+    const std::vector<uint8_t> tensor = Pattern(kTensorBytes, 2);
+    ASSERT_TRUE(p->buffer->SetTensor(p->t, tensor.data(), 0, tensor.size()).ok());
+    std::vector<uint8_t> host(512, kUntouched);
+    ASSERT_TRUE(p->buffer->GetTensor2D(p->t, host.data(), c.r).ok());
+    EXPECT_EQ(host, ReferenceGet(c.r, tensor, host.size()));
+  }
+}
+
+TEST_P(StridedBufferTest, TheStreamFormsMoveTheSameBytes) {
+  const StridedRange r{4, 12, 4, 64, 40};
+  auto p = Place(GetParam());
+  std::unique_ptr<Stream> stream = *testing::CpuDevice()->CreateStream();
+  const std::vector<uint8_t> host = Pattern(512, 3);
+  ASSERT_TRUE(stream->SetTensor2DAsync(p->t, host.data(), r).ok());
+  std::vector<uint8_t> back(512, kUntouched);
+  ASSERT_TRUE(stream->GetTensor2DAsync(p->t, back.data(), r).ok());
+  ASSERT_TRUE(stream->Synchronize().ok());
+  const std::vector<uint8_t> want = ReferenceSet(r, host);
+  EXPECT_EQ(ReadAll(*p), want);
+  EXPECT_EQ(back, ReferenceGet(r, want, back.size()));
+}
+
+TEST_P(StridedBufferTest, RangesOutsideTheTensorAreRefusedBeforeAnyByteMoves) {
+  struct Bad {
+    const char* what;
+    StridedRange r;
+    absl::StatusCode code;
+    const char* names;  // a value the message must name.
+  };
+  const Bad bad[] = {
+      {"the last row one byte past the end", {41, 24, 4, 64, 0}, absl::StatusCode::kOutOfRange,
+       "257"},
+      {"an offset past the end", {300, 4, 0, 8, 0}, absl::StatusCode::kOutOfRange, "300"},
+      {"overlapping rows", {0, 32, 3, 16, 0}, absl::StatusCode::kInvalidArgument, "stride of 16"},
+      {"overlapping host rows", {0, 32, 3, 64, 16}, absl::StatusCode::kInvalidArgument,
+       "host stride of 16"},
+      {"a span that overflows", {0, 8, SIZE_MAX / 2, 16, 0}, absl::StatusCode::kInvalidArgument,
+       "overflow"},
+  };
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.what);
+    auto p = Place(GetParam());
+    const std::vector<uint8_t> host = Pattern(512, 4);
+    const absl::Status set = p->buffer->SetTensor2D(p->t, host.data(), b.r);
+    EXPECT_EQ(set.code(), b.code) << set;
+    EXPECT_NE(std::string(set.message()).find(b.names), std::string::npos) << set;
+    EXPECT_EQ(ReadAll(*p), std::vector<uint8_t>(kTensorBytes, kUntouched));
+    std::vector<uint8_t> out(512, kUntouched);
+    EXPECT_EQ(p->buffer->GetTensor2D(p->t, out.data(), b.r).code(), b.code);
+    EXPECT_EQ(out, std::vector<uint8_t>(512, kUntouched));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DefaultLoopAndCpu, StridedBufferTest, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("DefaultLoop") : std::string("Cpu");
+                         });
+
+TEST(StridedBufferTest, TheDefaultIsOneOneDimensionalCallPerRow) {
+  auto p = Place(/*row_by_row=*/true);
+  auto* loop = static_cast<RowByRowBuffer*>(p->buffer.get());
+  const std::vector<uint8_t> host = Pattern(512, 5);
+  ASSERT_TRUE(p->buffer->SetTensor2D(p->t, host.data(), {8, 24, 4, 64, 0}).ok());
+  EXPECT_EQ(loop->calls, 4);
+}
+
+TEST(StridedRangeTest, SpansAndPackedBytes) {
+  EXPECT_EQ(*TensorSpan({0, 24, 4, 64, 0}), 3u * 64 + 24);
+  EXPECT_EQ(*HostSpan({0, 24, 4, 64, 0}), 4u * 24);
+  EXPECT_EQ(*HostSpan({0, 24, 4, 64, 30}), 3u * 30 + 24);
+  EXPECT_EQ(*TensorSpan({0, 24, 0, 64, 0}), 0u);
+  EXPECT_EQ(*TensorSpan({0, 24, 1, 0, 0}), 24u);  // one row: the stride does not matter.
+  EXPECT_EQ(*PackedBytes({0, 24, 4, 64, 0}), 96u);
+  EXPECT_FALSE(PackedBytes({0, SIZE_MAX / 2, 3, SIZE_MAX, 0}).ok());
+  EXPECT_FALSE(TensorSpan({0, 1, SIZE_MAX, 2, 0}).ok());
+}
+
+}  // namespace
+}  // namespace tg
