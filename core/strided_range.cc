@@ -44,6 +44,26 @@ absl::StatusOr<size_t> PackedBytes(const StridedRange& r) {
   return r.n_rows * r.row_size;
 }
 
+std::optional<StridedRange> TensorRows(const Tensor& t) {
+  if (t.NumBytes() == 0 || t.nb[0] != BlockBytes(t.type)) return std::nullopt;
+  StridedRange r;
+  r.row_size = RowBytes(t.type, t.ne[0]);
+  r.n_rows = 1;
+  r.stride = r.row_size;
+  for (int i = 1; i < kMaxDims; ++i) {
+    if (t.ne[i] == 1) continue;
+    const size_t n = static_cast<size_t>(t.ne[i]);
+    if (r.n_rows == 1) {
+      r.stride = t.nb[i];
+    } else if (t.nb[i] != r.stride * r.n_rows) {
+      return std::nullopt;
+    }
+    r.n_rows *= n;
+  }
+  if (r.n_rows > 1 && r.stride < r.row_size) return std::nullopt;
+  return r;
+}
+
 void CopyRows(void* dst, size_t dst_stride, const void* src, size_t src_stride, size_t row_size,
               size_t n_rows) {
   if (row_size == 0 || n_rows == 0) return;

@@ -10,8 +10,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/statusor.h"
+#include "core/tensor.h"
 
 namespace tg {
 
@@ -39,6 +41,11 @@ absl::StatusOr<size_t> PackedBytes(const StridedRange& r);
 // dst_stride apart); one memcpy when both sides are packed. The ranges must not overlap.
 void CopyRows(void* dst, size_t dst_stride, const void* src, size_t src_stride, size_t row_size,
               size_t n_rows);
+
+// t's bytes as one 2D range from t->data (offset 0): rows of ne[0] elements stored back to
+// back, evenly spaced (dims 1..3 fold into one). nullopt when they do not fold (a permuted
+// or broadcast view), and then the whole byte span is what a copy moves.
+std::optional<StridedRange> TensorRows(const Tensor& t);
 
 // Host address of row i of `data` in r's host layout.
 inline const uint8_t* HostRow(const void* data, const StridedRange& r, size_t i) {

@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -209,6 +211,60 @@ TEST(StridedRangeTest, SpansAndPackedBytes) {
   EXPECT_EQ(*PackedBytes({0, 24, 4, 64, 0}), 96u);
   EXPECT_FALSE(PackedBytes({0, SIZE_MAX / 2, 3, SIZE_MAX, 0}).ok());
   EXPECT_FALSE(TensorSpan({0, 1, SIZE_MAX, 2, 0}).ok());
+}
+
+// The byte offsets of every element of t, walked through its four strides.
+std::vector<size_t> ElementBytes(const Tensor& t) {
+  std::vector<size_t> out;
+  for (int64_t i3 = 0; i3 < t.ne[3]; ++i3)
+    for (int64_t i2 = 0; i2 < t.ne[2]; ++i2)
+      for (int64_t i1 = 0; i1 < t.ne[1]; ++i1)
+        for (int64_t i0 = 0; i0 < t.ne[0]; ++i0)
+          for (size_t b = 0; b < 4; ++b) {
+            out.push_back(i0 * t.nb[0] + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3] + b);
+          }
+  return out;
+}
+
+std::vector<size_t> RowBytesOf(const StridedRange& r) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < r.n_rows; ++i)
+    for (size_t b = 0; b < r.row_size; ++b) out.push_back(r.offset + i * r.stride + b);
+  return out;
+}
+
+Tensor F32(std::array<int64_t, 4> ne, std::array<size_t, 4> nb) {
+  Tensor t;
+  t.type = DType::kF32;
+  for (int i = 0; i < 4; ++i) {
+    t.ne[i] = ne[i];
+    t.nb[i] = nb[i];
+  }
+  return t;
+}
+
+TEST(StridedRangeTest, TensorRowsCoverExactlyTheElementsOfAView) {
+  const Tensor folds[] = {
+      F32({16, 4, 1, 1}, {4, 64, 256, 256}),   // contiguous.
+      F32({6, 3, 1, 1}, {4, 64, 192, 192}),    // a column slice.
+      F32({6, 3, 2, 1}, {4, 64, 192, 384}),    // dims 1 and 2 fold: 6 rows 64 bytes apart.
+      F32({6, 1, 5, 1}, {4, 64, 100, 500}),    // dim 1 of one: dim 2 gives the stride.
+      F32({5, 1, 1, 1}, {4, 0, 0, 0}),         // one row.
+  };
+  for (const Tensor& t : folds) {
+    SCOPED_TRACE(DescribeTensor(t));
+    std::optional<StridedRange> r = TensorRows(t);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(RowBytesOf(*r), ElementBytes(t));
+  }
+  EXPECT_TRUE(TensorRows(folds[0])->TensorContiguous());
+  EXPECT_FALSE(TensorRows(folds[1])->TensorContiguous());
+  const Tensor no_fold[] = {
+      F32({6, 3, 2, 1}, {4, 64, 256, 512}),  // a gap between dim-2 blocks.
+      F32({4, 4, 1, 1}, {16, 4, 64, 64}),    // transposed: elements not back to back.
+      F32({8, 3, 1, 1}, {4, 0, 0, 0}),       // broadcast rows overlap.
+  };
+  for (const Tensor& t : no_fold) EXPECT_FALSE(TensorRows(t).has_value()) << DescribeTensor(t);
 }
 
 }  // namespace
