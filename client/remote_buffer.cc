@@ -174,8 +174,8 @@ absl::Status RemoteBuffer::GetTensor2D(const Tensor* t, void* data, const Stride
   return s;
 }
 
-absl::Status RemoteBuffer::PostReadRows(uint64_t at, const StridedRange& r, size_t first,
-                                        size_t n, void* data) {
+absl::Status RemoteBuffer::PostReadRows(uint64_t at, const StridedRange& r, size_t first, size_t n,
+                                        void* data) {
   pb::SessionRequest request;
   pb::Rows* rows = request.mutable_read_rows()->mutable_rows();
   rows->set_buffer(handle_);

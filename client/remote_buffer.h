@@ -67,8 +67,7 @@ class RemoteBuffer : public Buffer {
   bool ServerHasRows() const;
   // Posts ReadRows for rows [first, first + n) of r, whose row 0 is at byte `at` of this
   // buffer; the reply fills them in `data` (r's host layout).
-  absl::Status PostReadRows(uint64_t at, const StridedRange& r, size_t first, size_t n,
-                            void* data);
+  absl::Status PostReadRows(uint64_t at, const StridedRange& r, size_t first, size_t n, void* data);
 
   RemoteBufferType* type_;
   Connection* connection_;

@@ -36,14 +36,14 @@ class OlderMinorService final : public pb::TensorGrid::Service {
     reply->clear_protocol_minor();
     return s;
   }
-  grpc::Status Session(grpc::ServerContext* context,
-                       grpc::ServerReaderWriter<pb::SessionReply, pb::SessionRequest>* stream)
-      override {
+  grpc::Status Session(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<pb::SessionReply, pb::SessionRequest>* stream) override {
     return inner_.Session(context, stream);
   }
-  grpc::Status Upload(grpc::ServerContext* context,
-                      grpc::ServerReaderWriter<pb::UploadReply, pb::UploadMessage>* stream)
-      override {
+  grpc::Status Upload(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<pb::UploadReply, pb::UploadMessage>* stream) override {
     return inner_.Upload(context, stream);
   }
   grpc::Status Download(grpc::ServerContext* context, const pb::DownloadRequest* request,
@@ -64,7 +64,8 @@ constexpr uint8_t kUntouched = 0xEE;
 std::vector<uint8_t> Pattern(size_t n, int seed) {
   std::vector<uint8_t> v(n);
   // Not periodic: a byte from the wrong place differs.
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>((i * 2654435761u + seed * 40503u) >> 13);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<uint8_t>((i * 2654435761u + seed * 40503u) >> 13);
   return v;
 }
 

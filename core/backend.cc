@@ -6,11 +6,16 @@ namespace tg {
 
 absl::string_view DeviceTypeName(DeviceType type) {
   switch (type) {
-    case DeviceType::kCpu: return "CPU";
-    case DeviceType::kGpu: return "GPU";
-    case DeviceType::kIgpu: return "IGPU";
-    case DeviceType::kAccel: return "ACCEL";
-    case DeviceType::kRemote: return "REMOTE";
+    case DeviceType::kCpu:
+      return "CPU";
+    case DeviceType::kGpu:
+      return "GPU";
+    case DeviceType::kIgpu:
+      return "IGPU";
+    case DeviceType::kAccel:
+      return "ACCEL";
+    case DeviceType::kRemote:
+      return "REMOTE";
   }
   return "UNKNOWN";
 }
@@ -26,9 +31,9 @@ absl::Status CheckTensorRange(const Tensor& t, size_t offset, size_t size) {
   }
   const auto base = reinterpret_cast<uintptr_t>(t.buffer->base());
   const auto start = reinterpret_cast<uintptr_t>(t.data);
-  if (start < base || start - base > t.buffer->size() || bytes > t.buffer->size() - (start - base)) {
-    return absl::OutOfRangeError(
-        absl::StrFormat("tensor '%s' lies outside its buffer", t.name));
+  if (start < base || start - base > t.buffer->size() ||
+      bytes > t.buffer->size() - (start - base)) {
+    return absl::OutOfRangeError(absl::StrFormat("tensor '%s' lies outside its buffer", t.name));
   }
   return absl::OkStatus();
 }
@@ -47,8 +52,8 @@ absl::Status CheckTensorRange2D(const Tensor& t, const StridedRange& r) {
     return absl::OutOfRangeError(absl::StrFormat(
         "%d rows of %d bytes at offset %d, %d bytes apart, end at byte %d, past the %d bytes of "
         "tensor '%s'",
-        r.n_rows, r.row_size, r.offset, r.stride,
-        r.offset > bytes ? r.offset : r.offset + *span, bytes, t.name));
+        r.n_rows, r.row_size, r.offset, r.stride, r.offset > bytes ? r.offset : r.offset + *span,
+        bytes, t.name));
   }
   return CheckTensorRange(t, r.offset, *span);
 }

@@ -91,7 +91,8 @@ class NonHostDevice : public cpu::CpuDevice {
     using cpu::CpuBufferType::CpuBufferType;
     bool is_host() const override { return false; }
     absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t size) override {
-      const size_t rounded = (size + cpu::kCpuAlignment - 1) / cpu::kCpuAlignment * cpu::kCpuAlignment;
+      const size_t rounded =
+          (size + cpu::kCpuAlignment - 1) / cpu::kCpuAlignment * cpu::kCpuAlignment;
       void* data = std::aligned_alloc(cpu::kCpuAlignment, std::max(rounded, cpu::kCpuAlignment));
       if (data == nullptr) return absl::ResourceExhaustedError("test: out of memory");
       return std::unique_ptr<Buffer>(new Counting(this, data, size, &bytes_read));

@@ -38,8 +38,8 @@ absl::StatusOr<size_t> HostSpan(const StridedRange& r) {
 
 absl::StatusOr<size_t> PackedBytes(const StridedRange& r) {
   if (r.row_size != 0 && r.n_rows > SIZE_MAX / r.row_size) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%d rows of %d bytes overflow the address space", r.n_rows, r.row_size));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d rows of %d bytes overflow the address space", r.n_rows, r.row_size));
   }
   return r.n_rows * r.row_size;
 }

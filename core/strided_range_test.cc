@@ -8,8 +8,8 @@
 
 #include <array>
 #include <cstdint>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,7 +73,8 @@ std::unique_ptr<Placed> Place(bool row_by_row) {
 std::vector<uint8_t> Pattern(size_t n, int seed) {
   std::vector<uint8_t> v(n);
   // Not periodic: a byte from the wrong place differs.
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>((i * 2654435761u + seed * 40503u) >> 13);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<uint8_t>((i * 2654435761u + seed * 40503u) >> 13);
   return v;
 }
 
@@ -82,7 +83,8 @@ std::vector<uint8_t> ReferenceSet(const StridedRange& r, const std::vector<uint8
   std::vector<uint8_t> out(kTensorBytes, kUntouched);
   const size_t host_stride = r.host_stride == 0 ? r.row_size : r.host_stride;
   for (size_t i = 0; i < r.n_rows; ++i) {
-    for (size_t b = 0; b < r.row_size; ++b) out[r.offset + i * r.stride + b] = host[i * host_stride + b];
+    for (size_t b = 0; b < r.row_size; ++b)
+      out[r.offset + i * r.stride + b] = host[i * host_stride + b];
   }
   return out;
 }
@@ -93,7 +95,8 @@ std::vector<uint8_t> ReferenceGet(const StridedRange& r, const std::vector<uint8
   std::vector<uint8_t> out(host_bytes, kUntouched);
   const size_t host_stride = r.host_stride == 0 ? r.row_size : r.host_stride;
   for (size_t i = 0; i < r.n_rows; ++i) {
-    for (size_t b = 0; b < r.row_size; ++b) out[i * host_stride + b] = tensor[r.offset + i * r.stride + b];
+    for (size_t b = 0; b < r.row_size; ++b)
+      out[i * host_stride + b] = tensor[r.offset + i * r.stride + b];
   }
   return out;
 }
@@ -166,13 +169,19 @@ TEST_P(StridedBufferTest, RangesOutsideTheTensorAreRefusedBeforeAnyByteMoves) {
     const char* names;  // a value the message must name.
   };
   const Bad bad[] = {
-      {"the last row one byte past the end", {41, 24, 4, 64, 0}, absl::StatusCode::kOutOfRange,
+      {"the last row one byte past the end",
+       {41, 24, 4, 64, 0},
+       absl::StatusCode::kOutOfRange,
        "257"},
       {"an offset past the end", {300, 4, 0, 8, 0}, absl::StatusCode::kOutOfRange, "300"},
       {"overlapping rows", {0, 32, 3, 16, 0}, absl::StatusCode::kInvalidArgument, "stride of 16"},
-      {"overlapping host rows", {0, 32, 3, 64, 16}, absl::StatusCode::kInvalidArgument,
+      {"overlapping host rows",
+       {0, 32, 3, 64, 16},
+       absl::StatusCode::kInvalidArgument,
        "host stride of 16"},
-      {"a span that overflows", {0, 8, SIZE_MAX / 2, 16, 0}, absl::StatusCode::kInvalidArgument,
+      {"a span that overflows",
+       {0, 8, SIZE_MAX / 2, 16, 0},
+       absl::StatusCode::kInvalidArgument,
        "overflow"},
   };
   for (const Bad& b : bad) {
@@ -245,11 +254,11 @@ Tensor F32(std::array<int64_t, 4> ne, std::array<size_t, 4> nb) {
 
 TEST(StridedRangeTest, TensorRowsCoverExactlyTheElementsOfAView) {
   const Tensor folds[] = {
-      F32({16, 4, 1, 1}, {4, 64, 256, 256}),   // contiguous.
-      F32({6, 3, 1, 1}, {4, 64, 192, 192}),    // a column slice.
-      F32({6, 3, 2, 1}, {4, 64, 192, 384}),    // dims 1 and 2 fold: 6 rows 64 bytes apart.
-      F32({6, 1, 5, 1}, {4, 64, 100, 500}),    // dim 1 of one: dim 2 gives the stride.
-      F32({5, 1, 1, 1}, {4, 0, 0, 0}),         // one row.
+      F32({16, 4, 1, 1}, {4, 64, 256, 256}),  // contiguous.
+      F32({6, 3, 1, 1}, {4, 64, 192, 192}),   // a column slice.
+      F32({6, 3, 2, 1}, {4, 64, 192, 384}),   // dims 1 and 2 fold: 6 rows 64 bytes apart.
+      F32({6, 1, 5, 1}, {4, 64, 100, 500}),   // dim 1 of one: dim 2 gives the stride.
+      F32({5, 1, 1, 1}, {4, 0, 0, 0}),        // one row.
   };
   for (const Tensor& t : folds) {
     SCOPED_TRACE(DescribeTensor(t));

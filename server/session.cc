@@ -251,9 +251,9 @@ absl::Status Session::DoCommand(const pb::SessionRequest& req, pb::SessionReply*
   // A command of a later protocol minor arrives as an unknown field: the client may fall
   // back to what older servers understand.
   if (!req.GetReflection()->GetUnknownFields(req).empty()) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "command unknown to this server (protocol %d.%d)", rpc::kProtocolVersion,
-        rpc::kProtocolMinor));
+    return absl::UnimplementedError(
+        absl::StrFormat("command unknown to this server (protocol %d.%d)", rpc::kProtocolVersion,
+                        rpc::kProtocolMinor));
   }
   return absl::InvalidArgumentError("request carries no command");
 }

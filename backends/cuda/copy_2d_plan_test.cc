@@ -14,12 +14,14 @@ using Kind = Copy2DPlan::Kind;
 // Runs a plan for a host-to-device copy on two host byte arrays the way the CUDA calls it
 // names would (cudaMemcpy, cudaMemcpy2D, or a memcpy per row), refusing what cudaMemcpy2D
 // refuses (a pitch below the width).
-void RunSet(const Copy2DPlan& plan, const StridedRange& r, uint8_t* device,
-            const uint8_t* host) {
+void RunSet(const Copy2DPlan& plan, const StridedRange& r, uint8_t* device, const uint8_t* host) {
   uint8_t* dst = device + r.offset;
   switch (plan.kind) {
-    case Kind::kNone: return;
-    case Kind::kLinear: std::memcpy(dst, host, plan.bytes); return;
+    case Kind::kNone:
+      return;
+    case Kind::kLinear:
+      std::memcpy(dst, host, plan.bytes);
+      return;
     case Kind::kPitched:
       ASSERT_GE(plan.device_pitch, plan.width);
       ASSERT_GE(plan.host_pitch, plan.width);
@@ -50,19 +52,19 @@ std::vector<uint8_t> Expected(const StridedRange& r, const std::vector<uint8_t>&
 
 TEST(Copy2DPlanTest, EveryShapeMovesTheBytesOfAHandWrittenLoop) {
   const StridedRange cases[] = {
-      {0, 4, 0, 8, 0},    // no rows.
-      {0, 0, 5, 8, 0},    // empty rows.
-      {3, 5, 1, 0, 0},    // one row: any stride.
-      {0, 6, 4, 6, 0},    // back to back on both sides.
-      {0, 6, 4, 6, 10},   // packed in the tensor, strided on the host.
-      {1, 3, 5, 7, 0},    // a column slice: strided in the tensor.
-      {0, 3, 5, 7, 11},   // strided on both sides.
-      {10, 4, 3, 9, 4},   // last row ends at the end (10 + 2*9 + 4 = 32).
+      {0, 4, 0, 8, 0},   // no rows.
+      {0, 0, 5, 8, 0},   // empty rows.
+      {3, 5, 1, 0, 0},   // one row: any stride.
+      {0, 6, 4, 6, 0},   // back to back on both sides.
+      {0, 6, 4, 6, 10},  // packed in the tensor, strided on the host.
+      {1, 3, 5, 7, 0},   // a column slice: strided in the tensor.
+      {0, 3, 5, 7, 11},  // strided on both sides.
+      {10, 4, 3, 9, 4},  // last row ends at the end (10 + 2*9 + 4 = 32).
   };
   for (const StridedRange& r : cases) {
-    SCOPED_TRACE(testing::Message() << "offset " << r.offset << " row " << r.row_size << " rows "
-                                    << r.n_rows << " stride " << r.stride << " host "
-                                    << r.host_stride);
+    SCOPED_TRACE(testing::Message()
+                 << "offset " << r.offset << " row " << r.row_size << " rows " << r.n_rows
+                 << " stride " << r.stride << " host " << r.host_stride);
     const size_t device_bytes = 32;
     std::vector<uint8_t> host(64);
     for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint8_t>(i * 7 + 1);
@@ -79,7 +81,8 @@ TEST(Copy2DPlanTest, PicksTheCheapestCall) {
   const Copy2DPlan linear = PlanCopy2D({0, 16, 4, 16, 0});
   EXPECT_EQ(linear.kind, Kind::kLinear);
   EXPECT_EQ(linear.bytes, 64u);
-  EXPECT_EQ(PlanCopy2D({0, 16, 1, 0, 0}).kind, Kind::kLinear);  // cudaMemcpy2D wants pitch >= width.
+  EXPECT_EQ(PlanCopy2D({0, 16, 1, 0, 0}).kind,
+            Kind::kLinear);  // cudaMemcpy2D wants pitch >= width.
   const Copy2DPlan pitched = PlanCopy2D({0, 16, 4, 64, 0});
   EXPECT_EQ(pitched.kind, Kind::kPitched);
   EXPECT_EQ(pitched.width, 16u);

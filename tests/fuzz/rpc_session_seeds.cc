@@ -25,8 +25,8 @@ using tg::server::testing::FreeRequest;
 using tg::server::testing::MatMulAdd;
 using tg::server::testing::ReadRequest;
 using tg::server::testing::ReadRowsRequest;
-using tg::server::testing::RowsOf;
 using tg::server::testing::RowsCompute;
+using tg::server::testing::RowsOf;
 using tg::server::testing::Sha256Bytes;
 using tg::server::testing::UploadChunk;
 using tg::server::testing::UploadHeaderMessage;
@@ -219,16 +219,16 @@ int main(int argc, char** argv) {
   }
   // 2D rows: a view written and read back on both devices, then rows past the end,
   // overlapping rows, a byte count that does not match and a span that overflows.
-  ok &= WriteSeed(dir, "rows",
-                  {AllocRequest(1, 0, 256), AllocRequest(2, 1, 256),
-                   WriteRowsRequest(3, RowsOf(1, 8, 24, 4, 64), std::string(96, 'r')),
-                   ReadRowsRequest(4, RowsOf(1, 8, 24, 4, 64)),
-                   WriteRowsRequest(5, RowsOf(2, 40, 24, 4, 64), std::string(96, 's')),
-                   ReadRowsRequest(6, RowsOf(2, 0, 16, 16, 16)),
-                   ReadRowsRequest(7, RowsOf(1, 41, 24, 4, 64)),
-                   WriteRowsRequest(8, RowsOf(1, 0, 32, 3, 16), std::string(96, 't')),
-                   WriteRowsRequest(9, RowsOf(1, 0, 8, 2, 16), std::string(15, 'u')),
-                   ReadRowsRequest(10, RowsOf(1, 8, 2, 3, UINT64_MAX / 2)), FreeRequest(11, 2)});
+  ok &= WriteSeed(
+      dir, "rows",
+      {AllocRequest(1, 0, 256), AllocRequest(2, 1, 256),
+       WriteRowsRequest(3, RowsOf(1, 8, 24, 4, 64), std::string(96, 'r')),
+       ReadRowsRequest(4, RowsOf(1, 8, 24, 4, 64)),
+       WriteRowsRequest(5, RowsOf(2, 40, 24, 4, 64), std::string(96, 's')),
+       ReadRowsRequest(6, RowsOf(2, 0, 16, 16, 16)), ReadRowsRequest(7, RowsOf(1, 41, 24, 4, 64)),
+       WriteRowsRequest(8, RowsOf(1, 0, 32, 3, 16), std::string(96, 't')),
+       WriteRowsRequest(9, RowsOf(1, 0, 8, 2, 16), std::string(15, 'u')),
+       ReadRowsRequest(10, RowsOf(1, 8, 2, 3, UINT64_MAX / 2)), FreeRequest(11, 2)});
   ok &= WriteUploadCacheSeed(dir);
   ok &= WriteUploadPlainSeed(dir);
   ok &= WriteUploadErrorsSeed(dir);
