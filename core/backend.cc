@@ -6,16 +6,11 @@ namespace tg {
 
 absl::string_view DeviceTypeName(DeviceType type) {
   switch (type) {
-    case DeviceType::kCpu:
-      return "CPU";
-    case DeviceType::kGpu:
-      return "GPU";
-    case DeviceType::kIgpu:
-      return "IGPU";
-    case DeviceType::kAccel:
-      return "ACCEL";
-    case DeviceType::kRemote:
-      return "REMOTE";
+    case DeviceType::kCpu: return "CPU";
+    case DeviceType::kGpu: return "GPU";
+    case DeviceType::kIgpu: return "IGPU";
+    case DeviceType::kAccel: return "ACCEL";
+    case DeviceType::kRemote: return "REMOTE";
   }
   return "UNKNOWN";
 }
@@ -31,9 +26,9 @@ absl::Status CheckTensorRange(const Tensor& t, size_t offset, size_t size) {
   }
   const auto base = reinterpret_cast<uintptr_t>(t.buffer->base());
   const auto start = reinterpret_cast<uintptr_t>(t.data);
-  if (start < base || start - base > t.buffer->size() ||
-      bytes > t.buffer->size() - (start - base)) {
-    return absl::OutOfRangeError(absl::StrFormat("tensor '%s' lies outside its buffer", t.name));
+  if (start < base || start - base > t.buffer->size() || bytes > t.buffer->size() - (start - base)) {
+    return absl::OutOfRangeError(
+        absl::StrFormat("tensor '%s' lies outside its buffer", t.name));
   }
   return absl::OkStatus();
 }

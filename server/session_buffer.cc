@@ -96,8 +96,9 @@ absl::Status SessionBuffer::WriteRows(const StridedRange& r, const void* data) {
     CopyRows(p, r.stride, data, r.HostStride(), r.row_size, r.n_rows);
     return absl::OkStatus();
   }
-  if (r.TensorContiguous() && r.HostStride() == r.row_size)
+  if (r.TensorContiguous() && r.HostStride() == r.row_size) {
     return Write(r.offset, data, r.row_size * r.n_rows);
+  }
   // Device memory: the backend's 2D copy into a window over the rows' span (>= 2 bytes:
   // two rows that do not overlap).
   Tensor w = Window(r.offset, *TensorSpan(r));
@@ -113,8 +114,9 @@ absl::Status SessionBuffer::ReadRows(const StridedRange& r, void* data) const {
     CopyRows(data, r.HostStride(), p, r.stride, r.row_size, r.n_rows);
     return absl::OkStatus();
   }
-  if (r.TensorContiguous() && r.HostStride() == r.row_size)
+  if (r.TensorContiguous() && r.HostStride() == r.row_size) {
     return Read(r.offset, data, r.row_size * r.n_rows);
+  }
   Tensor w = Window(r.offset, *TensorSpan(r));
   StridedRange rows = r;
   rows.offset = 0;
