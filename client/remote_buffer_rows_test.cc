@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "proto/protocol.h"
 #include "server/service.h"
+#include "tests/lib/strided_reference.h"
 
 namespace tg::rpc {
 namespace {
@@ -60,38 +61,6 @@ class OlderMinorService final : public pb::TensorGrid::Service {
 };
 
 constexpr uint8_t kUntouched = 0xEE;
-
-std::vector<uint8_t> Pattern(size_t n, int seed) {
-  std::vector<uint8_t> v(n);
-  // Not periodic: a byte from the wrong place differs.
-  for (size_t i = 0; i < n; ++i)
-    v[i] = static_cast<uint8_t>((i * 2654435761u + seed * 40503u) >> 13);
-  return v;
-}
-
-// The tensor's bytes after writing `host` through r into `before`, byte by byte.
-std::vector<uint8_t> ReferenceSet(const StridedRange& r, std::vector<uint8_t> before,
-                                  const std::vector<uint8_t>& host) {
-  const size_t host_stride = r.host_stride == 0 ? r.row_size : r.host_stride;
-  for (size_t i = 0; i < r.n_rows; ++i) {
-    for (size_t b = 0; b < r.row_size; ++b) {
-      before[r.offset + i * r.stride + b] = host[i * host_stride + b];
-    }
-  }
-  return before;
-}
-
-std::vector<uint8_t> ReferenceGet(const StridedRange& r, const std::vector<uint8_t>& tensor,
-                                  size_t host_bytes) {
-  std::vector<uint8_t> out(host_bytes, kUntouched);
-  const size_t host_stride = r.host_stride == 0 ? r.row_size : r.host_stride;
-  for (size_t i = 0; i < r.n_rows; ++i) {
-    for (size_t b = 0; b < r.row_size; ++b) {
-      out[i * host_stride + b] = tensor[r.offset + i * r.stride + b];
-    }
-  }
-  return out;
-}
 
 struct Case {
   const char* what;
@@ -150,14 +119,14 @@ class RemoteRowsTest : public ::testing::TestWithParam<bool> {
     if (server_ != nullptr) server_->Shutdown();
   }
 
-  // A ne0 x ne1 f32 tensor in a remote buffer of its own, filled with Pattern(.., seed).
+  // A ne0 x ne1 f32 tensor in a remote buffer of its own, filled with BytePattern(.., seed).
   Tensor* Remote(int64_t ne0, int64_t ne1, int seed) {
     Tensor* t = *ctx_.NewTensor(DType::kF32, {ne0, ne1});
     t->SetName("remote");
     auto buffer = device_->default_buffer_type()->Allocate(t->NumBytes());
     EXPECT_TRUE(buffer.ok()) << buffer.status();
     EXPECT_TRUE(PlaceTensor(buffer->get(), t, 0).ok());
-    const std::vector<uint8_t> bytes = Pattern(t->NumBytes(), seed);
+    const std::vector<uint8_t> bytes = testing::BytePattern(t->NumBytes(), seed);
     EXPECT_TRUE(t->buffer->SetTensor(t, bytes.data(), 0, bytes.size()).ok());
     buffers_.push_back(std::move(*buffer));
     return t;
@@ -193,9 +162,9 @@ TEST_P(RemoteRowsTest, SetTensor2DMatchesAByteLoop) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.what);
     Tensor* t = Remote(64, 16, 1);
-    const std::vector<uint8_t> host = Pattern(4096, 2);
+    const std::vector<uint8_t> host = testing::BytePattern(4096, 2);
     ASSERT_TRUE(t->buffer->SetTensor2D(t, host.data(), c.r).ok());
-    EXPECT_EQ(ReadAll(t), ReferenceSet(c.r, Pattern(4096, 1), host));
+    EXPECT_EQ(ReadAll(t), testing::ReferenceSetRows(c.r, testing::BytePattern(4096, 1), host));
   }
 }
 
@@ -208,7 +177,8 @@ TEST_P(RemoteRowsTest, GetTensor2DMatchesAByteLoopInOneCommand) {
       const absl::Status s = t->buffer->GetTensor2D(t, host.data(), c.r);
       EXPECT_TRUE(s.ok()) << s;
     });
-    EXPECT_EQ(host, ReferenceGet(c.r, Pattern(4096, 3), host.size()));
+    EXPECT_EQ(host, testing::ReferenceGetRows(c.r, testing::BytePattern(4096, 3), host.size(),
+                                              kUntouched));
     if (c.r.n_rows == 0 || c.r.row_size == 0) {
       EXPECT_EQ(commands, 0u);
     } else if (GetParam() && !c.r.TensorContiguous()) {
@@ -229,11 +199,12 @@ TEST_P(RemoteRowsTest, ManyRowsGoInOneCommandPerInlineWriteBytes) {
     const absl::Status s = t->buffer->GetTensor2D(t, host.data(), r);
     EXPECT_TRUE(s.ok()) << s;
   });
-  EXPECT_EQ(host, ReferenceGet(r, Pattern(t->NumBytes(), 4), host.size()));
+  EXPECT_EQ(host, testing::ReferenceGetRows(r, testing::BytePattern(t->NumBytes(), 4), host.size(),
+                                            kUntouched));
   EXPECT_EQ(commands, GetParam() ? kRows : 3u);
-  const std::vector<uint8_t> in = Pattern(kRow * kRows, 5);
+  const std::vector<uint8_t> in = testing::BytePattern(kRow * kRows, 5);
   ASSERT_TRUE(t->buffer->SetTensor2D(t, in.data(), r).ok());
-  EXPECT_EQ(ReadAll(t), ReferenceSet(r, Pattern(t->NumBytes(), 4), in));
+  EXPECT_EQ(ReadAll(t), testing::ReferenceSetRows(r, testing::BytePattern(t->NumBytes(), 4), in));
 }
 
 TEST_P(RemoteRowsTest, RangesOutsideTheTensorAreRefusedBeforeAnythingIsSent) {
@@ -249,7 +220,7 @@ TEST_P(RemoteRowsTest, RangesOutsideTheTensorAreRefusedBeforeAnythingIsSent) {
   });
   EXPECT_EQ(commands, 0u);
   EXPECT_EQ(host, std::vector<uint8_t>(4096, kUntouched));
-  EXPECT_EQ(ReadAll(t), Pattern(4096, 6));
+  EXPECT_EQ(ReadAll(t), testing::BytePattern(4096, 6));
 }
 
 INSTANTIATE_TEST_SUITE_P(NewAndOlderServer, RemoteRowsTest, ::testing::Values(false, true),

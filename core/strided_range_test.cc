@@ -15,36 +15,11 @@
 
 #include "core/backend.h"
 #include "core/context.h"
+#include "tests/lib/strided_reference.h"
 #include "tests/lib/test_util.h"
 
 namespace tg {
 namespace {
-
-// A buffer with only the 1D calls: its 2D calls are core/backend.h's default loop. It
-// forwards to a CPU buffer and counts the 1D calls.
-class RowByRowBuffer : public Buffer {
- public:
-  explicit RowByRowBuffer(std::unique_ptr<Buffer> inner) : inner_(std::move(inner)) {}
-  BufferType* type() const override { return inner_->type(); }
-  void* base() const override { return inner_->base(); }
-  size_t size() const override { return inner_->size(); }
-  absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override {
-    ++calls;
-    return inner_->SetTensor(t, data, offset, size);
-  }
-  absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override {
-    ++calls;
-    return inner_->GetTensor(t, data, offset, size);
-  }
-  absl::Status MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) override {
-    return inner_->MemsetTensor(t, value, offset, size);
-  }
-  absl::Status Clear(uint8_t value) override { return inner_->Clear(value); }
-  int calls = 0;
-
- private:
-  std::unique_ptr<Buffer> inner_;
-};
 
 constexpr size_t kTensorBytes = 256;  // a 16 x 4 f32 tensor.
 constexpr uint8_t kUntouched = 0xEE;
@@ -61,7 +36,10 @@ std::unique_ptr<Placed> Place(bool row_by_row) {
   auto p = std::make_unique<Placed>();
   BufferType* type = testing::CpuDevice()->default_buffer_type();
   std::unique_ptr<Buffer> cpu = *type->Allocate(384);
-  if (row_by_row) cpu = std::make_unique<RowByRowBuffer>(std::move(cpu));
+  if (row_by_row) {
+    cpu = std::make_unique<testing::ForwardingBuffer>(std::move(cpu), nullptr,
+                                                      /*native_2d=*/false);
+  }
   p->buffer = std::move(cpu);
   EXPECT_TRUE(p->buffer->Clear(kUntouched).ok());
   p->t = *p->ctx.NewTensor(DType::kF32, {16, 4});
@@ -70,36 +48,7 @@ std::unique_ptr<Placed> Place(bool row_by_row) {
   return p;
 }
 
-std::vector<uint8_t> Pattern(size_t n, int seed) {
-  std::vector<uint8_t> v(n);
-  // Not periodic: a byte from the wrong place differs.
-  for (size_t i = 0; i < n; ++i)
-    v[i] = static_cast<uint8_t>((i * 2654435761u + seed * 40503u) >> 13);
-  return v;
-}
-
-// The reference: the tensor's bytes after writing `host` through r, byte by byte.
-std::vector<uint8_t> ReferenceSet(const StridedRange& r, const std::vector<uint8_t>& host) {
-  std::vector<uint8_t> out(kTensorBytes, kUntouched);
-  const size_t host_stride = r.host_stride == 0 ? r.row_size : r.host_stride;
-  for (size_t i = 0; i < r.n_rows; ++i) {
-    for (size_t b = 0; b < r.row_size; ++b)
-      out[r.offset + i * r.stride + b] = host[i * host_stride + b];
-  }
-  return out;
-}
-
-// The reference: `host` after reading r out of `tensor`, byte by byte.
-std::vector<uint8_t> ReferenceGet(const StridedRange& r, const std::vector<uint8_t>& tensor,
-                                  size_t host_bytes) {
-  std::vector<uint8_t> out(host_bytes, kUntouched);
-  const size_t host_stride = r.host_stride == 0 ? r.row_size : r.host_stride;
-  for (size_t i = 0; i < r.n_rows; ++i) {
-    for (size_t b = 0; b < r.row_size; ++b)
-      out[i * host_stride + b] = tensor[r.offset + i * r.stride + b];
-  }
-  return out;
-}
+std::vector<uint8_t> Untouched() { return std::vector<uint8_t>(kTensorBytes, kUntouched); }
 
 std::vector<uint8_t> ReadAll(const Placed& p) {
   std::vector<uint8_t> bytes(kTensorBytes);
@@ -129,9 +78,9 @@ TEST_P(StridedBufferTest, SetMovesTheBytesOfAByteLoop) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.what);
     auto p = Place(GetParam());
-    const std::vector<uint8_t> host = Pattern(512, 1);
+    const std::vector<uint8_t> host = testing::BytePattern(512, 1);
     ASSERT_TRUE(p->buffer->SetTensor2D(p->t, host.data(), c.r).ok());
-    EXPECT_EQ(ReadAll(*p), ReferenceSet(c.r, host));
+    EXPECT_EQ(ReadAll(*p), testing::ReferenceSetRows(c.r, Untouched(), host));
   }
 }
 
@@ -139,11 +88,11 @@ TEST_P(StridedBufferTest, GetMovesTheBytesOfAByteLoop) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.what);
     auto p = Place(GetParam());
-    const std::vector<uint8_t> tensor = Pattern(kTensorBytes, 2);
+    const std::vector<uint8_t> tensor = testing::BytePattern(kTensorBytes, 2);
     ASSERT_TRUE(p->buffer->SetTensor(p->t, tensor.data(), 0, tensor.size()).ok());
     std::vector<uint8_t> host(512, kUntouched);
     ASSERT_TRUE(p->buffer->GetTensor2D(p->t, host.data(), c.r).ok());
-    EXPECT_EQ(host, ReferenceGet(c.r, tensor, host.size()));
+    EXPECT_EQ(host, testing::ReferenceGetRows(c.r, tensor, host.size(), kUntouched));
   }
 }
 
@@ -151,14 +100,14 @@ TEST_P(StridedBufferTest, TheStreamFormsMoveTheSameBytes) {
   const StridedRange r{4, 12, 4, 64, 40};
   auto p = Place(GetParam());
   std::unique_ptr<Stream> stream = *testing::CpuDevice()->CreateStream();
-  const std::vector<uint8_t> host = Pattern(512, 3);
+  const std::vector<uint8_t> host = testing::BytePattern(512, 3);
   ASSERT_TRUE(stream->SetTensor2DAsync(p->t, host.data(), r).ok());
   std::vector<uint8_t> back(512, kUntouched);
   ASSERT_TRUE(stream->GetTensor2DAsync(p->t, back.data(), r).ok());
   ASSERT_TRUE(stream->Synchronize().ok());
-  const std::vector<uint8_t> want = ReferenceSet(r, host);
+  const std::vector<uint8_t> want = testing::ReferenceSetRows(r, Untouched(), host);
   EXPECT_EQ(ReadAll(*p), want);
-  EXPECT_EQ(back, ReferenceGet(r, want, back.size()));
+  EXPECT_EQ(back, testing::ReferenceGetRows(r, want, back.size(), kUntouched));
 }
 
 TEST_P(StridedBufferTest, RangesOutsideTheTensorAreRefusedBeforeAnyByteMoves) {
@@ -187,7 +136,7 @@ TEST_P(StridedBufferTest, RangesOutsideTheTensorAreRefusedBeforeAnyByteMoves) {
   for (const Bad& b : bad) {
     SCOPED_TRACE(b.what);
     auto p = Place(GetParam());
-    const std::vector<uint8_t> host = Pattern(512, 4);
+    const std::vector<uint8_t> host = testing::BytePattern(512, 4);
     const absl::Status set = p->buffer->SetTensor2D(p->t, host.data(), b.r);
     EXPECT_EQ(set.code(), b.code) << set;
     EXPECT_NE(std::string(set.message()).find(b.names), std::string::npos) << set;
@@ -205,10 +154,10 @@ INSTANTIATE_TEST_SUITE_P(DefaultLoopAndCpu, StridedBufferTest, ::testing::Values
 
 TEST(StridedBufferTest, TheDefaultIsOneOneDimensionalCallPerRow) {
   auto p = Place(/*row_by_row=*/true);
-  auto* loop = static_cast<RowByRowBuffer*>(p->buffer.get());
-  const std::vector<uint8_t> host = Pattern(512, 5);
+  auto* loop = static_cast<testing::ForwardingBuffer*>(p->buffer.get());
+  const std::vector<uint8_t> host = testing::BytePattern(512, 5);
   ASSERT_TRUE(p->buffer->SetTensor2D(p->t, host.data(), {8, 24, 4, 64, 0}).ok());
-  EXPECT_EQ(loop->calls, 4);
+  EXPECT_EQ(loop->calls_1d, 4);
 }
 
 TEST(StridedRangeTest, SpansAndPackedBytes) {

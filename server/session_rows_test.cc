@@ -3,6 +3,7 @@
 // them, on host memory and on device memory (through the backend's 2D call or its default
 // row loop); every malformed request is refused before a byte moves and the session keeps
 // working; a command this server does not know is UNIMPLEMENTED.
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "server/server_test_util.h"
 #include "server/session.h"
 #include "server/session_buffer.h"
+#include "tests/lib/strided_reference.h"
 
 namespace tg::server {
 namespace {
@@ -32,11 +34,13 @@ constexpr int kNotFound = static_cast<int>(absl::StatusCode::kNotFound);
 constexpr int kUnimplemented = static_cast<int>(absl::StatusCode::kUnimplemented);
 constexpr size_t kBufferBytes = 256;
 
-std::string Pattern(size_t n, int seed) {
-  std::string s(n, '\0');
-  // Not periodic: a byte from the wrong place differs.
-  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 2654435761u + seed * 40503u) >> 13);
-  return s;
+std::string Pattern(size_t n, uint32_t seed) {
+  const std::vector<uint8_t> v = tg::testing::BytePattern(n, seed);
+  return std::string(v.begin(), v.end());
+}
+
+std::vector<uint8_t> Bytes(const std::string& s) {
+  return std::vector<uint8_t>(s.begin(), s.end());
 }
 
 struct Shape {
@@ -52,22 +56,19 @@ const Shape kShapes[] = {
     {"the last row ends at the buffer's end", 40, 24, 4, 64},  // 40 + 3 * 64 + 24 = 256.
 };
 
+StridedRange RangeOf(const Shape& s) { return {s.offset, s.row_size, s.n_rows, s.stride, 0}; }
+
 // The buffer after writing `packed` into `before` through the rows, byte by byte.
-std::string ReferenceWrite(const Shape& s, std::string before, const std::string& packed) {
-  for (uint64_t i = 0; i < s.n_rows; ++i) {
-    for (uint64_t b = 0; b < s.row_size; ++b) {
-      before[s.offset + i * s.stride + b] = packed[i * s.row_size + b];
-    }
-  }
-  return before;
+std::string ReferenceWrite(const Shape& s, const std::string& before, const std::string& packed) {
+  const std::vector<uint8_t> v =
+      tg::testing::ReferenceSetRows(RangeOf(s), Bytes(before), Bytes(packed));
+  return std::string(v.begin(), v.end());
 }
 
 std::string ReferenceRead(const Shape& s, const std::string& buffer) {
-  std::string out;
-  for (uint64_t i = 0; i < s.n_rows; ++i) {
-    for (uint64_t b = 0; b < s.row_size; ++b) out += buffer[s.offset + i * s.stride + b];
-  }
-  return out;
+  const std::vector<uint8_t> v =
+      tg::testing::ReferenceGetRows(RangeOf(s), Bytes(buffer), s.n_rows * s.row_size, 0);
+  return std::string(v.begin(), v.end());
 }
 
 class SessionRowsTest : public ::testing::Test {
@@ -177,8 +178,8 @@ TEST_F(SessionRowsTest, ACommandThisServerDoesNotKnowIsUnimplemented) {
   EXPECT_EQ(session_->Handle(empty).code(), kInvalid);
 }
 
-// Device memory (not host-addressable) for SessionBuffer: a CPU buffer that says it is not
-// host memory, with or without its own 2D calls (without: core/backend.h's row loop).
+// Device memory (not host-addressable) for SessionBuffer: CPU buffers under this type, with
+// or without their own 2D calls (without: core/backend.h's row loop).
 class FakeDeviceType : public BufferType {
  public:
   explicit FakeDeviceType(BufferType* cpu) : cpu_(cpu) {}
@@ -194,59 +195,24 @@ class FakeDeviceType : public BufferType {
   BufferType* cpu_;
 };
 
-class FakeDeviceBuffer : public Buffer {
- public:
-  FakeDeviceBuffer(BufferType* type, std::unique_ptr<Buffer> inner, bool native_2d)
-      : type_(type), inner_(std::move(inner)), native_2d_(native_2d) {}
-  BufferType* type() const override { return type_; }
-  void* base() const override { return inner_->base(); }
-  size_t size() const override { return inner_->size(); }
-  absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override {
-    ++calls;
-    return inner_->SetTensor(t, data, offset, size);
-  }
-  absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override {
-    ++calls;
-    return inner_->GetTensor(t, data, offset, size);
-  }
-  absl::Status SetTensor2D(Tensor* t, const void* data, const StridedRange& r) override {
-    if (!native_2d_) return Buffer::SetTensor2D(t, data, r);
-    ++calls;
-    return inner_->SetTensor2D(t, data, r);
-  }
-  absl::Status GetTensor2D(const Tensor* t, void* data, const StridedRange& r) override {
-    if (!native_2d_) return Buffer::GetTensor2D(t, data, r);
-    ++calls;
-    return inner_->GetTensor2D(t, data, r);
-  }
-  absl::Status MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) override {
-    return inner_->MemsetTensor(t, value, offset, size);
-  }
-  absl::Status Clear(uint8_t value) override { return inner_->Clear(value); }
-  int calls = 0;
-
- private:
-  BufferType* type_;
-  std::unique_ptr<Buffer> inner_;
-  bool native_2d_;
-};
-
 TEST_F(SessionRowsTest, DeviceMemoryGoesThroughTheBackendsTwoDimensionalCall) {
   BufferType* cpu = env_.devices[0]->default_buffer_type();
   FakeDeviceType type(cpu);
   const Shape s{"a column slice", 8, 24, 4, 64};
   for (bool native : {true, false}) {
     SCOPED_TRACE(native ? "native 2D" : "default row loop");
-    auto fake = std::make_unique<FakeDeviceBuffer>(&type, *cpu->Allocate(kBufferBytes), native);
-    FakeDeviceBuffer* raw = fake.get();
+    auto fake = std::make_unique<tg::testing::ForwardingBuffer>(*cpu->Allocate(kBufferBytes), &type,
+                                                                native);
+    tg::testing::ForwardingBuffer* raw = fake.get();
     SessionBuffer buf(std::move(fake), 0, kBufferBytes, nullptr);
     const std::string before = Pattern(kBufferBytes, 5);
     ASSERT_TRUE(buf.Write(0, before.data(), before.size()).ok());
-    raw->calls = 0;
+    raw->calls_1d = raw->calls_2d = 0;
     const std::string packed = Pattern(s.row_size * s.n_rows, 6);
     const StridedRange r{s.offset, s.row_size, s.n_rows, s.stride, 0};
     ASSERT_TRUE(buf.WriteRows(r, packed.data()).ok());
-    EXPECT_EQ(raw->calls, native ? 1 : 4);
+    EXPECT_EQ(raw->calls_2d, native ? 1 : 0);
+    EXPECT_EQ(raw->calls_1d, native ? 0 : 4);
     std::string after(kBufferBytes, '\0');
     ASSERT_TRUE(buf.Read(0, after.data(), after.size()).ok());
     EXPECT_EQ(after, ReferenceWrite(s, before, packed));
