@@ -7,8 +7,8 @@
 namespace tg::rpc {
 
 bool CommandMayWrite(const tensorgrid::v1::SessionRequest& request) {
-  return !request.has_read() && !request.has_alloc_buffer() && !request.has_free_buffer() &&
-         !request.has_grant_peer_read() && !request.has_cache_stats();
+  return !request.has_read() && !request.has_read_rows() && !request.has_alloc_buffer() &&
+         !request.has_free_buffer() && !request.has_grant_peer_read() && !request.has_cache_stats();
 }
 
 void InlineOutputs::Add(uint64_t command_id, uint64_t buffer, uint64_t offset, std::string bytes) {

@@ -1,12 +1,15 @@
 #include "client/remote_buffer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/remote_device.h"
 #include "core/status_macros.h"
+#include "proto/protocol.h"
 
 namespace tg::rpc {
 namespace {
@@ -98,6 +101,102 @@ absl::Status RemoteBuffer::PostRead(uint64_t at, void* data, size_t size) {
     std::memcpy(data, reply.read().data().data(), size);
     return absl::OkStatus();
   });
+}
+
+bool RemoteBuffer::ServerHasRows() const {
+  return connection_->hello().protocol_minor() >= kMinorRows;
+}
+
+absl::Status RemoteBuffer::SetTensor2D(Tensor* t, const void* data, const StridedRange& r) {
+  TG_RETURN_IF_ERROR(CheckTensorRange2D(*t, r));
+  const size_t packed = r.n_rows * r.row_size;  // <= the span just checked.
+  if (packed == 0) return absl::OkStatus();
+  const bool host_packed = r.n_rows == 1 || r.HostStride() == r.row_size;
+  if (r.TensorContiguous()) {
+    // One plain write: weights keep their hashed upload, small writes their queue.
+    if (host_packed) return SetTensor(t, data, r.offset, packed);
+    std::vector<uint8_t> staging(packed);
+    CopyRows(staging.data(), r.row_size, data, r.HostStride(), r.row_size, r.n_rows);
+    return SetTensor(t, staging.data(), r.offset, packed);
+  }
+  if (!ServerHasRows() || r.row_size > kInlineWriteBytes) return Buffer::SetTensor2D(t, data, r);
+  const size_t per_message = kInlineWriteBytes / r.row_size;
+  for (size_t first = 0; first < r.n_rows; first += per_message) {
+    const size_t n = std::min(per_message, r.n_rows - first);
+    pb::SessionRequest request;
+    pb::WriteRows* w = request.mutable_write_rows();
+    pb::Rows* rows = w->mutable_rows();
+    rows->set_buffer(handle_);
+    rows->set_offset(OffsetOf(*t, r.offset + first * r.stride));
+    rows->set_row_size(r.row_size);
+    rows->set_n_rows(n);
+    rows->set_stride(r.stride);
+    std::string* bytes = w->mutable_data();
+    bytes->resize(n * r.row_size);
+    CopyRows(bytes->data(), r.row_size, HostRow(data, r, first), r.HostStride(), r.row_size, n);
+    TG_RETURN_IF_ERROR(connection_->Post(std::move(request)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoteBuffer::GetTensor2D(const Tensor* t, void* data, const StridedRange& r) {
+  TG_RETURN_IF_ERROR(CheckTensorRange2D(*t, r));
+  const size_t packed = r.n_rows * r.row_size;
+  if (packed == 0) return absl::OkStatus();
+  if (r.TensorContiguous()) {
+    // One plain read (a Compute's inline outputs, a Download when large).
+    if (r.n_rows == 1 || r.HostStride() == r.row_size) return GetTensor(t, data, r.offset, packed);
+    std::vector<uint8_t> staging(packed);
+    TG_RETURN_IF_ERROR(GetTensor(t, staging.data(), r.offset, packed));
+    CopyRows(data, r.HostStride(), staging.data(), r.row_size, r.row_size, r.n_rows);
+    return absl::OkStatus();
+  }
+  TG_RETURN_IF_ERROR(connection_->Drain());
+  const size_t span = *TensorSpan(r);
+  if (span <= kInlineWriteBytes) {
+    // A Compute's inline outputs may hold the whole span already.
+    std::vector<uint8_t> staging(span);
+    if (connection_->inline_outputs().Read(handle_, OffsetOf(*t, r.offset), staging.data(), span)) {
+      CopyRows(data, r.HostStride(), staging.data(), r.stride, r.row_size, r.n_rows);
+      return absl::OkStatus();
+    }
+  }
+  if (!ServerHasRows() || r.row_size > kInlineWriteBytes) return Buffer::GetTensor2D(t, data, r);
+  const size_t per_message = kInlineWriteBytes / r.row_size;
+  for (size_t first = 0; first < r.n_rows; first += per_message) {
+    const size_t n = std::min(per_message, r.n_rows - first);
+    TG_RETURN_IF_ERROR(PostReadRows(OffsetOf(*t, r.offset), r, first, n, data));
+  }
+  // Every piece in one round trip; a server that turns out not to know ReadRows after all
+  // gets the row loop.
+  absl::Status s = connection_->Drain();
+  if (absl::IsUnimplemented(s)) return Buffer::GetTensor2D(t, data, r);
+  return s;
+}
+
+absl::Status RemoteBuffer::PostReadRows(uint64_t at, const StridedRange& r, size_t first, size_t n,
+                                        void* data) {
+  pb::SessionRequest request;
+  pb::Rows* rows = request.mutable_read_rows()->mutable_rows();
+  rows->set_buffer(handle_);
+  rows->set_offset(at + first * r.stride);
+  rows->set_row_size(r.row_size);
+  rows->set_n_rows(n);
+  rows->set_stride(r.stride);
+  uint8_t* out = HostRow(data, r, first);
+  const size_t row_size = r.row_size, host_stride = r.HostStride();
+  Connection* connection = connection_;
+  return connection_->Post(
+      std::move(request), [connection, out, n, row_size, host_stride](pb::SessionReply& reply) {
+        if (reply.code() != 0) return absl::OkStatus();  // the reply's own error is what is seen.
+        if (reply.read().data().size() != n * row_size) {
+          return absl::DataLossError(
+              absl::StrFormat("rpc-server %s: a read of %d rows of %d bytes returned %d bytes",
+                              connection->endpoint(), n, row_size, reply.read().data().size()));
+        }
+        CopyRows(out, host_stride, reply.read().data().data(), row_size, row_size, n);
+        return absl::OkStatus();
+      });
 }
 
 absl::Status RemoteBuffer::MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) {

@@ -45,6 +45,11 @@ class RemoteBuffer : public Buffer {
   absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override;
   absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override;
   absl::Status MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) override;
+  // A view in one message per kInlineWriteBytes of rows (WriteRows/ReadRows), when the
+  // server speaks them (HelloReply.protocol_minor); rows back to back in the tensor go as
+  // one plain write/read; otherwise Buffer's row loop.
+  absl::Status SetTensor2D(Tensor* t, const void* data, const StridedRange& r) override;
+  absl::Status GetTensor2D(const Tensor* t, void* data, const StridedRange& r) override;
   absl::Status CopyFrom(const Tensor* src, Tensor* dst) override;
   absl::Status Clear(uint8_t value) override;
 
@@ -58,6 +63,12 @@ class RemoteBuffer : public Buffer {
   absl::Status PostRead(uint64_t at, void* data, size_t size);
 
  private:
+  // True when the server takes WriteRows/ReadRows.
+  bool ServerHasRows() const;
+  // Posts ReadRows for rows [first, first + n) of r, whose row 0 is at byte `at` of this
+  // buffer; the reply fills them in `data` (r's host layout).
+  absl::Status PostReadRows(uint64_t at, const StridedRange& r, size_t first, size_t n, void* data);
+
   RemoteBufferType* type_;
   Connection* connection_;
   uint64_t handle_;

@@ -33,6 +33,40 @@ absl::Status CheckTensorRange(const Tensor& t, size_t offset, size_t size) {
   return absl::OkStatus();
 }
 
+absl::Status CheckTensorRange2D(const Tensor& t, const StridedRange& r) {
+  absl::StatusOr<size_t> span = TensorSpan(r);
+  if (!span.ok()) {
+    return absl::Status(span.status().code(),
+                        absl::StrFormat("tensor '%s': %s", t.name, span.status().message()));
+  }
+  if (absl::Status s = HostSpan(r).status(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrFormat("tensor '%s': %s", t.name, s.message()));
+  }
+  const size_t bytes = t.NumBytes();
+  if (t.data != nullptr && (r.offset > bytes || *span > bytes - r.offset)) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "%d rows of %d bytes at offset %d, %d bytes apart, end at byte %d, past the %d bytes of "
+        "tensor '%s'",
+        r.n_rows, r.row_size, r.offset, r.stride, r.offset > bytes ? r.offset : r.offset + *span,
+        bytes, t.name));
+  }
+  return CheckTensorRange(t, r.offset, *span);
+}
+
+absl::Status HostSetTensor2D(Tensor* t, const void* data, const StridedRange& r) {
+  if (absl::Status s = CheckTensorRange2D(*t, r); !s.ok()) return s;
+  CopyRows(static_cast<uint8_t*>(t->data) + r.offset, r.stride, data, r.HostStride(), r.row_size,
+           r.n_rows);
+  return absl::OkStatus();
+}
+
+absl::Status HostGetTensor2D(const Tensor* t, void* data, const StridedRange& r) {
+  if (absl::Status s = CheckTensorRange2D(*t, r); !s.ok()) return s;
+  CopyRows(data, r.HostStride(), static_cast<const uint8_t*>(t->data) + r.offset, r.stride,
+           r.row_size, r.n_rows);
+  return absl::OkStatus();
+}
+
 absl::Status PlaceTensor(Buffer* buffer, Tensor* t, size_t offset) {
   const size_t align = buffer->type()->alignment();
   const size_t bytes = buffer->type()->AllocSize(*t);

@@ -17,6 +17,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/graph.h"
+#include "core/strided_range.h"
 #include "core/tensor.h"
 
 namespace tg {
@@ -44,6 +45,14 @@ class BufferType {
   virtual bool is_host() const = 0;  // true when data is addressable by the CPU.
 };
 
+// Checks r's shape (core/strided_range.h) and that its rows lie inside t and t inside its
+// buffer; OUT_OF_RANGE or INVALID_ARGUMENT naming the values otherwise.
+absl::Status CheckTensorRange2D(const Tensor& t, const StridedRange& r);
+// SetTensor2D/GetTensor2D of buffers whose memory the host addresses (CPU, pinned): the
+// checks, then a strided memcpy.
+absl::Status HostSetTensor2D(Tensor* t, const void* data, const StridedRange& r);
+absl::Status HostGetTensor2D(const Tensor* t, void* data, const StridedRange& r);
+
 // What a buffer is used for (lets a scheduler prefer weight-holding devices).
 enum class BufferUsage { kAny, kWeights, kCompute };
 
@@ -60,6 +69,22 @@ class Buffer {
   virtual absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) = 0;
   virtual absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) = 0;
   virtual absl::Status MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) = 0;
+  // Writes/reads the rows of r (a view: core/strided_range.h) in one call; ranges are
+  // checked. Default: one SetTensor/GetTensor per row.
+  virtual absl::Status SetTensor2D(Tensor* t, const void* data, const StridedRange& r) {
+    absl::Status s = CheckTensorRange2D(*t, r);
+    for (size_t i = 0; s.ok() && i < r.n_rows; ++i) {
+      s = SetTensor(t, HostRow(data, r, i), r.offset + i * r.stride, r.row_size);
+    }
+    return s;
+  }
+  virtual absl::Status GetTensor2D(const Tensor* t, void* data, const StridedRange& r) {
+    absl::Status s = CheckTensorRange2D(*t, r);
+    for (size_t i = 0; s.ok() && i < r.n_rows; ++i) {
+      s = GetTensor(t, HostRow(data, r, i), r.offset + i * r.stride, r.row_size);
+    }
+    return s;
+  }
   // Copies src (in another buffer, maybe of another device) into dst of this buffer when the
   // backend can do it directly. Default: UNIMPLEMENTED (callers go through host memory).
   virtual absl::Status CopyFrom(const Tensor* src, Tensor* dst) {
@@ -103,6 +128,13 @@ class Stream {
   // Asynchronous transfers; defaults are synchronous through the tensor's buffer.
   virtual absl::Status SetTensorAsync(Tensor* t, const void* data, size_t offset, size_t size);
   virtual absl::Status GetTensorAsync(const Tensor* t, void* data, size_t offset, size_t size);
+  // The 2D forms (core/strided_range.h). Default: synchronous through the buffer's 2D call.
+  virtual absl::Status SetTensor2DAsync(Tensor* t, const void* data, const StridedRange& r) {
+    return t->buffer == nullptr ? CheckTensorRange2D(*t, r) : t->buffer->SetTensor2D(t, data, r);
+  }
+  virtual absl::Status GetTensor2DAsync(const Tensor* t, void* data, const StridedRange& r) {
+    return t->buffer == nullptr ? CheckTensorRange2D(*t, r) : t->buffer->GetTensor2D(t, data, r);
+  }
   // Copies src (any device) into dst (this device) without a host round trip when possible.
   // Default: UNIMPLEMENTED.
   virtual absl::Status CopyTensorAsync(const Tensor* src, Tensor* dst) {

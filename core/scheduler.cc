@@ -1,6 +1,7 @@
 #include "core/scheduler.h"
 
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,9 +17,17 @@ double MicrosSince(Clock::time_point start) {
 }
 
 // dst's buffer copies directly when it can; otherwise the bytes bounce through host memory.
+// dst has src's layout (a split input's copy), so a strided view moves only its rows, in one
+// 2D call each way (one message each to a remote device), not the gaps between them.
 absl::Status HostCopy(const Tensor* src, Tensor* dst, std::vector<uint8_t>* staging) {
   absl::Status s = dst->buffer->CopyFrom(src, dst);
   if (!absl::IsUnimplemented(s)) return s;
+  if (std::optional<StridedRange> rows = TensorRows(*src); rows && !rows->TensorContiguous()) {
+    const size_t n = rows->n_rows * rows->row_size;
+    if (staging->size() < n) staging->resize(n);
+    TG_RETURN_IF_ERROR(src->buffer->GetTensor2D(src, staging->data(), *rows));
+    return dst->buffer->SetTensor2D(dst, staging->data(), *rows);
+  }
   const size_t n = src->NumBytes();
   if (staging->size() < n) staging->resize(n);
   TG_RETURN_IF_ERROR(src->buffer->GetTensor(src, staging->data(), 0, n));

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -59,18 +60,44 @@ class TestDevice : public cpu::CpuDevice {
 
 bool AllOps(Op) { return true; }
 
-// A CPU device whose memory passes for device memory (is_host() false), as a GPU's.
+// A CPU device whose memory passes for device memory (is_host() false), as a GPU's. It
+// counts the bytes read out of it through Buffer::GetTensor and GetTensor2D.
 class NonHostDevice : public cpu::CpuDevice {
  public:
   NonHostDevice() : cpu::CpuDevice("DEV", "dev", 1) {}
   BufferType* default_buffer_type() override { return &type_; }
   bool SupportsBufferType(const BufferType* type) const override { return type == &type_; }
+  size_t bytes_read() const { return type_.bytes_read; }
 
  private:
+  class Counting : public cpu::CpuBuffer {
+   public:
+    Counting(BufferType* type, void* data, size_t size, size_t* bytes_read)
+        : cpu::CpuBuffer(type, data, size), bytes_read_(bytes_read) {}
+    absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override {
+      *bytes_read_ += size;
+      return cpu::CpuBuffer::GetTensor(t, data, offset, size);
+    }
+    absl::Status GetTensor2D(const Tensor* t, void* data, const StridedRange& r) override {
+      *bytes_read_ += r.n_rows * r.row_size;
+      return cpu::CpuBuffer::GetTensor2D(t, data, r);
+    }
+
+   private:
+    size_t* bytes_read_;
+  };
   class NotHost : public cpu::CpuBufferType {
    public:
     using cpu::CpuBufferType::CpuBufferType;
     bool is_host() const override { return false; }
+    absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t size) override {
+      const size_t rounded =
+          (size + cpu::kCpuAlignment - 1) / cpu::kCpuAlignment * cpu::kCpuAlignment;
+      void* data = std::aligned_alloc(cpu::kCpuAlignment, std::max(rounded, cpu::kCpuAlignment));
+      if (data == nullptr) return absl::ResourceExhaustedError("test: out of memory");
+      return std::unique_ptr<Buffer>(new Counting(this, data, size, &bytes_read));
+    }
+    size_t bytes_read = 0;
   };
   NotHost type_{this};
 };
@@ -179,6 +206,47 @@ TEST_F(SchedulerTest, WeightsPinTheirNodesAndResultsMatchOneDevice) {
   EXPECT_EQ(stats.copies, 1);
   EXPECT_EQ(stats.copy_bytes, static_cast<int64_t>(m->slice->NumBytes()));
   EXPECT_EQ(stats.graphs, 1);
+}
+
+// A column slice (a strided view) of a result in device memory crosses to the CPU through
+// host memory as its rows only, in one 2D read, and gives the one-device result.
+TEST_F(SchedulerTest, AStridedViewCrossesThroughTheHostAsItsRowsOnly) {
+  NonHostDevice dev;
+  auto build = [](Context& ctx, Tensor* w0, Tensor* w1, Tensor** x, Tensor** slice) {
+    *x = *ctx.NewTensor(DType::kF32, {8, 3});
+    (*x)->flags |= kFlagInput;
+    Tensor* act = *Silu(ctx, *MulMat(ctx, w0, *x));  // [16, 3]
+    // Elements 4..9 of each of the 3 rows: 24 bytes per row, 64 bytes apart.
+    *slice = *View(ctx, act, {6, 3}, {act->nb[1]}, 4 * sizeof(float));
+    return *Scale(ctx, *MulMat(ctx, w1, *slice), 2.0f);
+  };
+  const std::vector<float> xv = RandomFloats(8 * 3, 3);
+  std::vector<float> want;
+  {
+    Context ctx;
+    Tensor *x, *slice;
+    Tensor* out = build(ctx, Weight(dev0_, 8, 16, 1), Weight(dev0_, 6, 4, 2), &x, &slice);
+    Graph graph = *BuildGraph({out});
+    auto s = MakeScheduler({&dev0_});
+    auto g = *s->Schedule(graph);
+    ASSERT_TRUE(g->SetInput(x, xv.data(), xv.size() * sizeof(float)).ok());
+    ASSERT_TRUE(s->Compute(*g).ok());
+    want = ReadF32(*out);
+  }
+  Context ctx;
+  Tensor *x, *slice;
+  Tensor* out = build(ctx, Weight(dev, 8, 16, 1), Weight(dev0_, 6, 4, 2), &x, &slice);
+  Graph graph = *BuildGraph({out});
+  auto s = MakeScheduler({&dev, &dev0_});
+  auto g = *s->Schedule(graph);
+  ASSERT_EQ(g->splits().size(), 2u);
+  ASSERT_EQ(g->splits()[1].inputs.size(), 1u);
+  EXPECT_EQ(g->splits()[1].inputs[0].src, slice);
+  ASSERT_TRUE(g->SetInput(x, xv.data(), xv.size() * sizeof(float)).ok());
+  const size_t before = dev.bytes_read();
+  ASSERT_TRUE(s->Compute(*g).ok());
+  EXPECT_EQ(dev.bytes_read() - before, 3 * 6 * sizeof(float));  // not the 152-byte span.
+  EXPECT_THAT(ReadF32(*out), ElementsAreArray(want));
 }
 
 // x0 is last read on its own device long before another device copies it: its memory must

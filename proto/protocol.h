@@ -10,6 +10,13 @@ namespace tg::rpc {
 // Bumped on any incompatible change of tensorgrid.proto; checked by Hello together with
 // tg::OpTableFingerprint().
 inline constexpr uint32_t kProtocolVersion = 2;
+// Compatible additions since kProtocolVersion, sent in HelloReply.protocol_minor (an older
+// server sends 0): a client uses an addition only when the server's minor has it, and
+// otherwise does what it did before (a server also answers a command it does not know
+// UNIMPLEMENTED). Reset to 0 when kProtocolVersion is bumped.
+inline constexpr uint32_t kProtocolMinor = 1;
+// The minor that brought WriteRows/ReadRows (2D reads and writes of a buffer's rows).
+inline constexpr uint32_t kMinorRows = 1;
 // Default port of rpc-server.
 inline constexpr int kDefaultPort = 50052;
 // Bulk streams carry at most this much per message.

@@ -191,6 +191,33 @@ inline pb::SessionRequest ReadRequest(uint64_t id, uint64_t buffer, uint64_t off
   return r;
 }
 
+// A WriteRows/ReadRows of `n_rows` rows of `row_size` bytes at `offset`, `stride` apart.
+inline pb::Rows RowsOf(uint64_t buffer, uint64_t offset, uint64_t row_size, uint64_t n_rows,
+                       uint64_t stride) {
+  pb::Rows rows;
+  rows.set_buffer(buffer);
+  rows.set_offset(offset);
+  rows.set_row_size(row_size);
+  rows.set_n_rows(n_rows);
+  rows.set_stride(stride);
+  return rows;
+}
+
+inline pb::SessionRequest WriteRowsRequest(uint64_t id, const pb::Rows& rows, std::string data) {
+  pb::SessionRequest r;
+  r.set_id(id);
+  *r.mutable_write_rows()->mutable_rows() = rows;
+  r.mutable_write_rows()->set_data(std::move(data));
+  return r;
+}
+
+inline pb::SessionRequest ReadRowsRequest(uint64_t id, const pb::Rows& rows) {
+  pb::SessionRequest r;
+  r.set_id(id);
+  *r.mutable_read_rows()->mutable_rows() = rows;
+  return r;
+}
+
 // The first message of an Upload stream; `sha256` is the raw digest or empty.
 inline pb::UploadMessage UploadHeaderMessage(std::string session_id, uint64_t buffer,
                                              uint64_t offset, uint64_t size,

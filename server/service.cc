@@ -144,6 +144,7 @@ grpc::Status TensorGridService::Hello(grpc::ServerContext* context, const pb::He
   reply->set_server_id(server_id_);
   reply->set_max_message_bytes(rpc::kMaxMessageBytes);
   reply->set_max_inline_bytes(rpc::kMaxInlineBytes);
+  reply->set_protocol_minor(rpc::kProtocolMinor);
   for (size_t i = 0; i < options_.devices.size(); ++i) {
     Device* d = options_.devices[i];
     pb::DeviceInfo* info = reply->add_devices();

@@ -30,6 +30,19 @@ absl::Status CheckInline(uint64_t size, const char* what) {
   return absl::OkStatus();
 }
 
+// The rows a WriteRows/ReadRows names, packed on the wire; the packed size checked against
+// the inline limit (and, for a write, against the bytes that came).
+absl::StatusOr<StridedRange> WireRows(const pb::Rows& rows, const char* what) {
+  StridedRange r;
+  r.offset = rows.offset();
+  r.row_size = rows.row_size();
+  r.n_rows = rows.n_rows();
+  r.stride = rows.stride();
+  TG_ASSIGN_OR_RETURN(const size_t packed, PackedBytes(r));
+  TG_RETURN_IF_ERROR(CheckInline(packed, what));
+  return r;
+}
+
 absl::StatusOr<uint8_t> ByteValue(uint32_t value) {
   if (value > 255) {
     return absl::InvalidArgumentError(absl::StrFormat("byte value %d is not in 0..255", value));
@@ -181,6 +194,26 @@ absl::Status Session::DoCommand(const pb::SessionRequest& req, pb::SessionReply*
       data->resize(r.size());
       return buf->Read(r.offset(), data->data(), r.size());
     }
+    case pb::SessionRequest::kWriteRows: {
+      const pb::WriteRows& w = req.write_rows();
+      TG_RETURN_IF_ERROR(CheckInline(w.data().size(), "write_rows"));
+      TG_ASSIGN_OR_RETURN(const StridedRange r, WireRows(w.rows(), "write_rows"));
+      if (w.data().size() != r.n_rows * r.row_size) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("write_rows carries %d bytes for %d rows of %d bytes (%d packed)",
+                            w.data().size(), r.n_rows, r.row_size, r.n_rows * r.row_size));
+      }
+      TG_ASSIGN_OR_RETURN(auto buf, FindBuffer(w.rows().buffer()));
+      return buf->WriteRows(r, w.data().data());
+    }
+    case pb::SessionRequest::kReadRows: {
+      TG_ASSIGN_OR_RETURN(const StridedRange r, WireRows(req.read_rows().rows(), "read_rows"));
+      TG_ASSIGN_OR_RETURN(auto buf, FindBuffer(req.read_rows().rows().buffer()));
+      TG_RETURN_IF_ERROR(buf->CheckRows(r));
+      std::string* data = reply->mutable_read()->mutable_data();
+      data->resize(r.n_rows * r.row_size);
+      return buf->ReadRows(r, data->data());
+    }
     case pb::SessionRequest::kMemset: {
       const pb::Range& r = req.memset().range();
       TG_ASSIGN_OR_RETURN(uint8_t value, ByteValue(req.memset().value()));
@@ -214,6 +247,13 @@ absl::Status Session::DoCommand(const pb::SessionRequest& req, pb::SessionReply*
       return absl::InvalidArgumentError("a batch may not hold a batch");
     case pb::SessionRequest::COMMAND_NOT_SET:
       break;
+  }
+  // A command of a later protocol minor arrives as an unknown field: the client may fall
+  // back to what older servers understand.
+  if (!req.GetReflection()->GetUnknownFields(req).empty()) {
+    return absl::UnimplementedError(
+        absl::StrFormat("command unknown to this server (protocol %d.%d)", rpc::kProtocolVersion,
+                        rpc::kProtocolMinor));
   }
   return absl::InvalidArgumentError("request carries no command");
 }

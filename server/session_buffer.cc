@@ -78,6 +78,51 @@ absl::Status SessionBuffer::Read(uint64_t offset, void* data, uint64_t size) con
   return buffer_->GetTensor(&w, data, 0, size);
 }
 
+absl::Status SessionBuffer::CheckRows(const StridedRange& r) const {
+  TG_RETURN_IF_ERROR(HostSpan(r).status());
+  TG_ASSIGN_OR_RETURN(const size_t span, TensorSpan(r));
+  if (r.offset > size_ || span > size_ - r.offset) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d rows of %d bytes at offset %d, %d bytes apart, end past the buffer of %d bytes",
+        r.n_rows, r.row_size, r.offset, r.stride, size_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SessionBuffer::WriteRows(const StridedRange& r, const void* data) {
+  TG_RETURN_IF_ERROR(CheckRows(r));
+  if (r.n_rows == 0 || r.row_size == 0) return absl::OkStatus();
+  if (uint8_t* p = HostPointer(r.offset); p != nullptr) {
+    CopyRows(p, r.stride, data, r.HostStride(), r.row_size, r.n_rows);
+    return absl::OkStatus();
+  }
+  if (r.TensorContiguous() && r.HostStride() == r.row_size) {
+    return Write(r.offset, data, r.row_size * r.n_rows);
+  }
+  // Device memory: the backend's 2D copy into a window over the rows' span (>= 2 bytes:
+  // two rows that do not overlap).
+  Tensor w = Window(r.offset, *TensorSpan(r));
+  StridedRange rows = r;
+  rows.offset = 0;
+  return buffer_->SetTensor2D(&w, data, rows);
+}
+
+absl::Status SessionBuffer::ReadRows(const StridedRange& r, void* data) const {
+  TG_RETURN_IF_ERROR(CheckRows(r));
+  if (r.n_rows == 0 || r.row_size == 0) return absl::OkStatus();
+  if (const uint8_t* p = HostPointer(r.offset); p != nullptr) {
+    CopyRows(data, r.HostStride(), p, r.stride, r.row_size, r.n_rows);
+    return absl::OkStatus();
+  }
+  if (r.TensorContiguous() && r.HostStride() == r.row_size) {
+    return Read(r.offset, data, r.row_size * r.n_rows);
+  }
+  Tensor w = Window(r.offset, *TensorSpan(r));
+  StridedRange rows = r;
+  rows.offset = 0;
+  return buffer_->GetTensor2D(&w, data, rows);
+}
+
 absl::Status SessionBuffer::Memset(uint64_t offset, uint8_t value, uint64_t size) {
   TG_RETURN_IF_ERROR(CheckRange(offset, size));
   if (size == 0) return absl::OkStatus();

@@ -32,6 +32,12 @@ class SessionBuffer {
   absl::Status Write(uint64_t offset, const void* data, uint64_t size);
   absl::Status Read(uint64_t offset, void* data, uint64_t size) const;
   absl::Status Memset(uint64_t offset, uint8_t value, uint64_t size);
+  // Rows r (host side packed or r.host_stride apart) into / out of the buffer. Every check
+  // first: rows that overlap, overflow or end past the buffer are INVALID_ARGUMENT naming
+  // the values, and nothing is written.
+  absl::Status CheckRows(const StridedRange& r) const;
+  absl::Status WriteRows(const StridedRange& r, const void* data);
+  absl::Status ReadRows(const StridedRange& r, void* data) const;
   // Host address of byte `offset`, or nullptr when the memory is not host memory.
   uint8_t* HostPointer(uint64_t offset) const;
 

@@ -35,6 +35,13 @@ class CpuBuffer : public Buffer {
   absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override;
   absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override;
   absl::Status MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) override;
+  // A strided memcpy.
+  absl::Status SetTensor2D(Tensor* t, const void* data, const StridedRange& r) override {
+    return HostSetTensor2D(t, data, r);
+  }
+  absl::Status GetTensor2D(const Tensor* t, void* data, const StridedRange& r) override {
+    return HostGetTensor2D(t, data, r);
+  }
   absl::Status CopyFrom(const Tensor* src, Tensor* dst) override;
   absl::Status Clear(uint8_t value) override;
 

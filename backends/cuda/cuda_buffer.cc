@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "backends/cuda/copy_2d_plan.h"
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/cuda_status.h"
 #include "core/registry.h"
@@ -40,6 +41,12 @@ class CudaHostBuffer : public Buffer {
     TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
     std::memset(static_cast<uint8_t*>(t->data) + offset, value, size);
     return absl::OkStatus();
+  }
+  absl::Status SetTensor2D(Tensor* t, const void* data, const StridedRange& r) override {
+    return HostSetTensor2D(t, data, r);
+  }
+  absl::Status GetTensor2D(const Tensor* t, void* data, const StridedRange& r) override {
+    return HostGetTensor2D(t, data, r);
   }
   absl::Status Clear(uint8_t value) override {
     if (base_ != nullptr) std::memset(base_, value, size_);
@@ -107,6 +114,38 @@ absl::Status CudaBuffer::GetTensor(const Tensor* t, void* data, size_t offset, s
   TG_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_index_));
   TG_CUDA_RETURN_IF_ERROR(cudaMemcpy(data, static_cast<const uint8_t*>(t->data) + offset, size,
                                      cudaMemcpyDeviceToHost));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBuffer::SetTensor2D(Tensor* t, const void* data, const StridedRange& r) {
+  TG_RETURN_IF_ERROR(CheckTensorRange2D(*t, r));
+  const Copy2DPlan plan = PlanCopy2D(r);
+  if (plan.kind == Copy2DPlan::Kind::kNone) return absl::OkStatus();
+  if (plan.kind == Copy2DPlan::Kind::kRows) return Buffer::SetTensor2D(t, data, r);
+  TG_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_index_));
+  uint8_t* dst = static_cast<uint8_t*>(t->data) + r.offset;
+  if (plan.kind == Copy2DPlan::Kind::kLinear) {
+    TG_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, data, plan.bytes, cudaMemcpyHostToDevice));
+    return absl::OkStatus();
+  }
+  TG_CUDA_RETURN_IF_ERROR(cudaMemcpy2D(dst, plan.device_pitch, data, plan.host_pitch, plan.width,
+                                       plan.height, cudaMemcpyHostToDevice));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBuffer::GetTensor2D(const Tensor* t, void* data, const StridedRange& r) {
+  TG_RETURN_IF_ERROR(CheckTensorRange2D(*t, r));
+  const Copy2DPlan plan = PlanCopy2D(r);
+  if (plan.kind == Copy2DPlan::Kind::kNone) return absl::OkStatus();
+  if (plan.kind == Copy2DPlan::Kind::kRows) return Buffer::GetTensor2D(t, data, r);
+  TG_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_index_));
+  const uint8_t* src = static_cast<const uint8_t*>(t->data) + r.offset;
+  if (plan.kind == Copy2DPlan::Kind::kLinear) {
+    TG_CUDA_RETURN_IF_ERROR(cudaMemcpy(data, src, plan.bytes, cudaMemcpyDeviceToHost));
+    return absl::OkStatus();
+  }
+  TG_CUDA_RETURN_IF_ERROR(cudaMemcpy2D(data, plan.host_pitch, src, plan.device_pitch, plan.width,
+                                       plan.height, cudaMemcpyDeviceToHost));
   return absl::OkStatus();
 }
 

@@ -50,6 +50,9 @@ class CudaBuffer : public Buffer {
   absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override;
   absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override;
   absl::Status MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) override;
+  // One cudaMemcpy2D (copy_2d_plan.h says when it is a linear copy or row by row instead).
+  absl::Status SetTensor2D(Tensor* t, const void* data, const StridedRange& r) override;
+  absl::Status GetTensor2D(const Tensor* t, void* data, const StridedRange& r) override;
   // From host memory, this GPU or another GPU (peer copy); else UNIMPLEMENTED.
   absl::Status CopyFrom(const Tensor* src, Tensor* dst) override;
   absl::Status Clear(uint8_t value) override;

@@ -8,6 +8,7 @@
 #include "absl/base/call_once.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "backends/cuda/copy_2d_plan.h"
 #include "backends/cuda/cuda_buffer.h"
 #include "backends/cuda/cuda_event.h"
 #include "backends/cuda/cuda_ops.h"
@@ -247,6 +248,44 @@ absl::Status CudaStream::GetTensorAsync(const Tensor* t, void* data, size_t offs
   TG_RETURN_IF_ERROR(Select());
   TG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(data, static_cast<const char*>(t->data) + offset, size,
                                           cudaMemcpyDeviceToHost, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaStream::SetTensor2DAsync(Tensor* t, const void* data, const StridedRange& r) {
+  if (!InThisDevice(t)) return Stream::SetTensor2DAsync(t, data, r);
+  TG_RETURN_IF_ERROR(CheckTensorRange2D(*t, r));
+  const Copy2DPlan plan = PlanCopy2D(r);
+  if (plan.kind == Copy2DPlan::Kind::kNone) return absl::OkStatus();
+  if (plan.kind == Copy2DPlan::Kind::kRows) return Stream::SetTensor2DAsync(t, data, r);
+  TG_RETURN_IF_ERROR(Select());
+  char* dst = static_cast<char*>(t->data) + r.offset;
+  if (plan.kind == Copy2DPlan::Kind::kLinear) {
+    TG_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst, data, plan.bytes, cudaMemcpyHostToDevice, stream_));
+    return absl::OkStatus();
+  }
+  TG_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst, plan.device_pitch, data, plan.host_pitch,
+                                            plan.width, plan.height, cudaMemcpyHostToDevice,
+                                            stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaStream::GetTensor2DAsync(const Tensor* t, void* data, const StridedRange& r) {
+  if (!InThisDevice(t)) return Stream::GetTensor2DAsync(t, data, r);
+  TG_RETURN_IF_ERROR(CheckTensorRange2D(*t, r));
+  const Copy2DPlan plan = PlanCopy2D(r);
+  if (plan.kind == Copy2DPlan::Kind::kNone) return absl::OkStatus();
+  if (plan.kind == Copy2DPlan::Kind::kRows) return Stream::GetTensor2DAsync(t, data, r);
+  TG_RETURN_IF_ERROR(Select());
+  const char* src = static_cast<const char*>(t->data) + r.offset;
+  if (plan.kind == Copy2DPlan::Kind::kLinear) {
+    TG_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(data, src, plan.bytes, cudaMemcpyDeviceToHost, stream_));
+    return absl::OkStatus();
+  }
+  TG_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(data, plan.host_pitch, src, plan.device_pitch,
+                                            plan.width, plan.height, cudaMemcpyDeviceToHost,
+                                            stream_));
   return absl::OkStatus();
 }
 

@@ -39,6 +39,9 @@ class CudaStream : public Stream {
   Device* device() const override { return device_; }
   absl::Status SetTensorAsync(Tensor* t, const void* data, size_t offset, size_t size) override;
   absl::Status GetTensorAsync(const Tensor* t, void* data, size_t offset, size_t size) override;
+  // cudaMemcpy2DAsync on this stream (copy_2d_plan.h); other memory: the buffer's 2D call.
+  absl::Status SetTensor2DAsync(Tensor* t, const void* data, const StridedRange& r) override;
+  absl::Status GetTensor2DAsync(const Tensor* t, void* data, const StridedRange& r) override;
   absl::Status CopyTensorAsync(const Tensor* src, Tensor* dst) override;
   absl::Status Synchronize() override;
   absl::Status Compute(Graph& graph) override;

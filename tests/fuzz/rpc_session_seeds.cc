@@ -2,7 +2,8 @@
 // sequences in its record format (see rpc_session_fuzz.cc; handles are 1, 2, ... as the fuzz
 // session uses predictable handles): alloc/write/read/free, a MUL_MAT + ADD compute run twice
 // through the graph cache, GET_ROWS and SET_ROWS graphs with bad indices, and copies,
-// memsets, grants and cache stats between two devices, and batches; and Upload streams: with
+// memsets, grants and cache stats between two devices, batches, and 2D rows (WriteRows,
+// ReadRows, good and malformed); and Upload streams: with
 // a hash (stored, then served from the cache on both devices, and one too large to keep),
 // without one (with session commands and a free in the middle), and refused ones (truncated,
 // oversized, bad or malformed hash, out of range, unknown buffer or session, a chunk first,
@@ -23,11 +24,14 @@ using tg::server::testing::AllocRequest;
 using tg::server::testing::FreeRequest;
 using tg::server::testing::MatMulAdd;
 using tg::server::testing::ReadRequest;
+using tg::server::testing::ReadRowsRequest;
 using tg::server::testing::RowsCompute;
+using tg::server::testing::RowsOf;
 using tg::server::testing::Sha256Bytes;
 using tg::server::testing::UploadChunk;
 using tg::server::testing::UploadHeaderMessage;
 using tg::server::testing::WriteRequest;
+using tg::server::testing::WriteRowsRequest;
 
 // rpc_session_fuzz.cc's record kinds: the top bit of the length word marks an upload record.
 constexpr uint32_t kUploadRecord = 0x80000000u;
@@ -213,6 +217,18 @@ int main(int argc, char** argv) {
         dir, "batch",
         {AllocRequest(1, 0, MatMulAdd::kBufferBytes), WriteRequest(2, 1, 0, "x"), batch, nested});
   }
+  // 2D rows: a view written and read back on both devices, then rows past the end,
+  // overlapping rows, a byte count that does not match and a span that overflows.
+  ok &= WriteSeed(
+      dir, "rows",
+      {AllocRequest(1, 0, 256), AllocRequest(2, 1, 256),
+       WriteRowsRequest(3, RowsOf(1, 8, 24, 4, 64), std::string(96, 'r')),
+       ReadRowsRequest(4, RowsOf(1, 8, 24, 4, 64)),
+       WriteRowsRequest(5, RowsOf(2, 40, 24, 4, 64), std::string(96, 's')),
+       ReadRowsRequest(6, RowsOf(2, 0, 16, 16, 16)), ReadRowsRequest(7, RowsOf(1, 41, 24, 4, 64)),
+       WriteRowsRequest(8, RowsOf(1, 0, 32, 3, 16), std::string(96, 't')),
+       WriteRowsRequest(9, RowsOf(1, 0, 8, 2, 16), std::string(15, 'u')),
+       ReadRowsRequest(10, RowsOf(1, 8, 2, 3, UINT64_MAX / 2)), FreeRequest(11, 2)});
   ok &= WriteUploadCacheSeed(dir);
   ok &= WriteUploadPlainSeed(dir);
   ok &= WriteUploadErrorsSeed(dir);

@@ -1,7 +1,7 @@
 // The CUDA backend on a real GPU (label gpu): what tg-ops cannot show — out of memory, index
 // errors reported at Synchronize, events between streams, copies between memories, pinned
-// host memory, the scratch pool, and the scheduler falling back to the CPU. Every test
-// skips, saying why, where no CUDA device is registered (no driver, no GPU).
+// host memory, strided (2D) copies, the scratch pool, and the scheduler falling back to the
+// CPU. Every test skips, saying why, where no CUDA device is registered (no driver, no GPU).
 #include <algorithm>
 #include <memory>
 #include <vector>
@@ -170,6 +170,50 @@ TEST_F(CudaGpuTest, CopiesFromHostAndPinnedMemoryServeTheCpu) {
   ASSERT_TRUE(stream_->GetTensorAsync(dev, back.data(), 0, 1024).ok());
   ASSERT_TRUE(stream_->Synchronize().ok());
   EXPECT_EQ(back, v);
+}
+
+// Buffer::Set/GetTensor2D and the stream's async forms (cudaMemcpy2D[Async]) move the bytes
+// of a hand-written byte loop: a column slice of every row, to and from a host stride.
+TEST_F(CudaGpuTest, StridedCopiesMatchAByteLoop) {
+  Context ctx;
+  Tensor* t = *ctx.NewTensor(DType::kF32, {64, 16});  // 16 rows of 256 bytes.
+  std::unique_ptr<Buffer> buffer = *gpu_->default_buffer_type()->Allocate(t->NumBytes());
+  ASSERT_TRUE(PlaceTensor(buffer.get(), t, 0).ok());
+  const size_t n = t->NumBytes();
+  auto pattern = [](size_t size, uint32_t seed) {
+    std::vector<uint8_t> v(size);
+    for (size_t i = 0; i < size; ++i) v[i] = static_cast<uint8_t>((i * 2654435761u + seed) >> 13);
+    return v;
+  };
+  const StridedRange r{32, 64, 16, 256, 80};  // bytes 32..95 of every row, 80 apart on the host.
+  for (bool async : {false, true}) {
+    SCOPED_TRACE(async ? "stream" : "buffer");
+    const std::vector<uint8_t> before = pattern(n, 1), host = pattern(16 * 80, 2);
+    ASSERT_TRUE(buffer->SetTensor(t, before.data(), 0, n).ok());
+    std::vector<uint8_t> got(16 * 80, 0xEE), want(16 * 80, 0xEE), after(n);
+    std::vector<uint8_t> want_after = before;
+    for (size_t i = 0; i < r.n_rows; ++i) {
+      for (size_t b = 0; b < r.row_size; ++b) {
+        want[i * 80 + b] = before[r.offset + i * r.stride + b];
+        want_after[r.offset + i * r.stride + b] = host[i * 80 + b];
+      }
+    }
+    if (async) {
+      ASSERT_TRUE(stream_->GetTensor2DAsync(t, got.data(), r).ok());
+      ASSERT_TRUE(stream_->SetTensor2DAsync(t, host.data(), r).ok());
+      ASSERT_TRUE(stream_->Synchronize().ok());
+    } else {
+      ASSERT_TRUE(buffer->GetTensor2D(t, got.data(), r).ok());
+      ASSERT_TRUE(buffer->SetTensor2D(t, host.data(), r).ok());
+    }
+    EXPECT_EQ(got, want);
+    ASSERT_TRUE(buffer->GetTensor(t, after.data(), 0, n).ok());
+    EXPECT_EQ(after, want_after);
+  }
+  const StridedRange past{33, 224, 16, 256, 0};  // the last row one byte past the end.
+  std::vector<uint8_t> out(16 * 224);
+  EXPECT_TRUE(absl::IsOutOfRange(buffer->GetTensor2D(t, out.data(), past)));
+  EXPECT_TRUE(absl::IsOutOfRange(stream_->SetTensor2DAsync(t, out.data(), past)));
 }
 
 TEST_F(CudaGpuTest, ScratchIsReusedAcrossNodes) {

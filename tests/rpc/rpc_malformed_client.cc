@@ -27,7 +27,10 @@ using tg::server::testing::AllocRequest;
 using tg::server::testing::DescBuilder;
 using tg::server::testing::FreeRequest;
 using tg::server::testing::ReadRequest;
+using tg::server::testing::ReadRowsRequest;
+using tg::server::testing::RowsOf;
 using tg::server::testing::WriteRequest;
+using tg::server::testing::WriteRowsRequest;
 
 int failures = 0;
 
@@ -100,6 +103,14 @@ int main(int argc, char** argv) {
          Status(s.Call(WriteRequest(0, h, UINT64_MAX - 1, "01"))));
   Expect("read size past the end", absl::StatusCode::kInvalidArgument,
          Status(s.Call(ReadRequest(0, h, 8, 4096))));
+  Expect("rows past the end", absl::StatusCode::kInvalidArgument,
+         Status(s.Call(ReadRowsRequest(0, RowsOf(h, 200, 64, 16, 256)))));  // ends at 4104.
+  Expect("overlapping rows", absl::StatusCode::kInvalidArgument,
+         Status(s.Call(WriteRowsRequest(0, RowsOf(h, 0, 32, 2, 16), std::string(64, 'x')))));
+  Expect("rows with the wrong byte count", absl::StatusCode::kInvalidArgument,
+         Status(s.Call(WriteRowsRequest(0, RowsOf(h, 0, 32, 2, 64), std::string(63, 'x')))));
+  Expect("rows whose span overflows", absl::StatusCode::kInvalidArgument,
+         Status(s.Call(ReadRowsRequest(0, RowsOf(h, 8, 2, 3, UINT64_MAX / 2)))));
 
   // Tensors and graphs.
   {
