@@ -230,6 +230,10 @@ absl::Status Session::Alloc(const pb::AllocBuffer& cmd, pb::AllocBufferReply* re
   // Counted against the session limit first; every early return below gives the bytes back.
   TG_ASSIGN_OR_RETURN(MemoryReservation reservation,
                       MemoryReservation::Reserve(&bytes_held_, env_.mem_limit, size));
+  // Then the server-wide reserve, so that no set of sessions takes the host's last memory.
+  if (const uint64_t reserve = HostMemoryReserve(); reserve != 0 && type->is_host()) {
+    TG_RETURN_IF_ERROR(CheckHostMemoryReserve(size, HostMemoryAvailable(), reserve));
+  }
   const DeviceMemory mem = device->memory();
   if (size > mem.free) {
     return absl::ResourceExhaustedError(absl::StrFormat(
