@@ -1,6 +1,9 @@
 #include "server/memory_reservation.h"
 
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <fstream>
@@ -90,6 +93,12 @@ absl::Status CheckHostMemoryReserve(uint64_t size, uint64_t available, uint64_t 
       "%d bytes asked would leave less than the host memory reserve of %d bytes (%.1f GiB) "
       "free: %d available; the server's --mem-reserve lowers it (0 = none)",
       size, reserve, GiB(reserve), available));
+}
+
+void ReleaseFreedHostMemory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
 }
 
 uint64_t DefaultHostMemoryReserve(uint64_t host_total) {

@@ -61,7 +61,8 @@ Session::~Session() {
     absl::MutexLock table_lock(&table_mu_);
     buffers.swap(buffers_);
   }
-  buffers.clear();  // outside the lock: destructors report to metrics.
+  buffers.clear();           // outside the lock: destructors report to metrics.
+  ReleaseFreedHostMemory();  // what the session freed (also by Free before) goes back now.
 }
 
 std::string Session::log_id() const { return id_.substr(0, kLoggedIdChars); }

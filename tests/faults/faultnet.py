@@ -91,6 +91,19 @@ def unavailable():
     return None
 
 
+def nft_missing():
+    """None when nftables' bridge family works (the link faults without netem); else why."""
+    if shutil.which("nft") is None:
+        return "nft is not installed"
+    name = f"tgfprobe{os.getpid()}"
+    try:
+        sh("ip", "netns", "add", name)
+        r = sh("ip", "netns", "exec", name, "nft", "add", "table", "bridge", "probe", check=False)
+        return None if r.returncode == 0 else f"nftables bridge family: {r.stderr.strip()}"
+    finally:
+        sh("ip", "netns", "del", name, check=False)
+
+
 def netem_missing():
     """None when tc's netem qdisc works (kernel sch_netem); else why not."""
     name = f"tgfprobe{os.getpid()}"
@@ -467,8 +480,8 @@ class Net:
         sh("nsenter", "-t", str(self.pid(i)), "-m", "--", "umount", d)
 
     # -- observations --
-    def metrics(self, i):
-        return self.servers[i].metrics()
+    def metrics(self, i, timeout=10):
+        return self.servers[i].metrics(timeout)
 
     def rss(self, i):
         """Resident bytes of server i (VmRSS)."""
@@ -478,11 +491,34 @@ class Net:
                     return int(line.split()[1]) * 1024
         return 0
 
+    def thread_count(self, i):
+        with open(f"/proc/{self.pid(i)}/status") as f:
+            for line in f:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+        return 0
+
     def fds(self, i):
         return len(os.listdir(f"/proc/{self.pid(i)}/fd"))
 
     def log(self, i):
         return self.servers[i].read_log()
+
+    def log_size(self, i):
+        return os.path.getsize(self.servers[i].log_path)
+
+    def wait_log(self, i, text, timeout, since=0):
+        """Seconds until server i's log (from byte `since`) holds text; None at timeout."""
+        start = time.time()
+        while True:
+            self.servers[i].log.flush()
+            with open(self.servers[i].log_path, errors="replace") as f:
+                f.seek(since)
+                if text in f.read():
+                    return time.time() - start
+            if time.time() - start >= timeout:
+                return None
+            time.sleep(0.05)
 
 
 # --- clients -------------------------------------------------------------------------------
@@ -561,8 +597,10 @@ class Generation:
 
 
 def tg_run_cmd(tg_run, model, n, extra=(), json_out=True):
-    """The greedy tg-run command every fault test runs (f32 KV cache: logits comparable)."""
-    cmd = [tg_run, "-m", model, "-n", str(n), "--temp", "0", "--kv-type", "f32", "-t", "1"]
+    """The greedy tg-run command every fault test runs (f32 KV cache: logits comparable).
+    model None: tg-run's synthetic demo model; n None: give -n in extra."""
+    cmd = [tg_run] + (["-m", model] if model else []) + (["-n", str(n)] if n else [])
+    cmd += ["--temp", "0", "--kv-type", "f32", "-t", "1"]
     return cmd + (["--json"] if json_out else []) + list(extra)
 
 
