@@ -92,10 +92,10 @@ class Server:
         self.log.flush()
         return open(self.log_path).read()[-4000:]
 
-    def metrics(self):
+    def metrics(self, timeout=10):
         """The server's Prometheus gauges and counters, summed over labels."""
         text = urllib.request.urlopen(f"http://{self.host}:{self.metrics_port}/metrics",
-                                      timeout=10).read().decode()
+                                      timeout=timeout).read().decode()
         values = {}
         for line in text.splitlines():
             m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
