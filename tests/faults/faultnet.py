@@ -5,7 +5,7 @@
         net.endpoints                         # ["10.77.K.10:50052", ...]
         net.client_flags                      # --rpc-tls-ca/--rpc-token-file for tg-run
         net.remote_devices(i)                 # ["RPC[10.77.K.10:50052]/0", ...]
-        net.link(i).netem(delay_ms=50, jitter_ms=10, loss_pct=1)   # needs sch_netem
+        net.link(i).netem(delay_ms=50, jitter_ms=10, loss_pct=1)   # sch_netem, else delayq.py
         net.link(i).loss(1)                   # netem, else nftables (random drop)
         net.link(i).down(); net.link(i).up()  # every packet dropped, and back
         net.link(i).clear()
@@ -56,6 +56,8 @@ PORT = 50052         # every server uses it: each has its own namespace.
 METRICS_PORT = 9464  # likewise.
 FIRST_HOST = 10      # server I is 10.77.K.(FIRST_HOST + I); the client is 10.77.K.1.
 MAX_SERVERS = 200
+DELAYQ = os.path.join(os.path.dirname(os.path.abspath(__file__)), "delayq.py")
+NFQUEUE_NUM = 0      # one queue per server namespace: each namespace has its own queues.
 
 
 def sh(*cmd, check=True):
@@ -102,6 +104,34 @@ def nft_missing():
         return None if r.returncode == 0 else f"nftables bridge family: {r.stderr.strip()}"
     finally:
         sh("ip", "netns", "del", name, check=False)
+
+
+def nfqueue_missing():
+    """None when iptables' NFQUEUE target and nfnetlink_queue work (delayq.py's delay and
+    loss, where netem is missing); else why not."""
+    if shutil.which("iptables") is None:
+        return "iptables is not installed"
+    name = f"tgfprobe{os.getpid()}"
+    try:
+        sh("ip", "netns", "add", name)
+        r = sh("ip", "netns", "exec", name, "iptables", "-A", "OUTPUT", "-o", "lo", "-j", "NFQUEUE",
+               "--queue-num", "0", "--queue-bypass", check=False)
+        if r.returncode != 0:
+            return f"iptables NFQUEUE target: {r.stderr.strip()}"
+        r = sh("ip", "netns", "exec", name, sys.executable, DELAYQ, "--queue", "0", "--probe",
+               check=False)
+        return None if r.returncode == 0 else f"nfnetlink_queue: {r.stderr.strip()[-300:]}"
+    finally:
+        sh("ip", "netns", "del", name, check=False)
+
+
+def delay_missing():
+    """None when links can be delayed here (tc netem, else delayq.py on NFQUEUE); else why."""
+    netem = netem_missing()
+    if netem is None:
+        return None
+    nfq = nfqueue_missing()
+    return None if nfq is None else f"{netem}; and no NFQUEUE fallback: {nfq}"
 
 
 def netem_missing():
@@ -202,8 +232,10 @@ class Link:
     sees every frame to and from the port, the client's and the peers' alike). One fault at
     a time: each call replaces the last."""
 
-    def __init__(self, tc_ends, hub, port, netem_ok):
+    def __init__(self, tc_ends, hub, port, netem_ok, nfq_ok=False):
         self.tc_ends, self.hub, self.port, self.netem_ok = tc_ends, hub, port, netem_ok
+        self.nfq_ok = nfq_ok
+        self.delayq = None  # the delayq.py process while its fault is on.
         self.state = "clear"
 
     @staticmethod
@@ -231,6 +263,17 @@ class Link:
     def clear(self):
         for ns, dev in self.tc_ends:
             sh("tc", *self._ns_args(ns), "qdisc", "del", "dev", dev, "root", check=False)
+        if self.delayq is not None:
+            ns = self.tc_ends[0][0]
+            for chain in ["INPUT", "OUTPUT"]:
+                sh("ip", "netns", "exec", ns, "iptables", "-F", chain, check=False)
+            self.delayq.terminate()
+            try:
+                self.delayq.wait(5)
+            except subprocess.TimeoutExpired:
+                self.delayq.kill()
+                self.delayq.wait()
+            self.delayq = None
         if shutil.which("nft"):
             sh("ip", "netns", "exec", self.hub, "nft", "delete", "table", "bridge", self._table(),
                check=False)
@@ -239,7 +282,8 @@ class Link:
     def netem(self, delay_ms=0, jitter_ms=0, loss_pct=0.0):
         """netem on both ends: each direction gets delay_ms (+- jitter_ms, normal) and loss."""
         if not self.netem_ok:
-            raise NetemMissing("tc netem is not available on this host (kernel sch_netem)")
+            self._nfqueue(delay_ms, jitter_ms, loss_pct)
+            return
         self.clear()
         args = ["netem"]
         if delay_ms:
@@ -250,6 +294,29 @@ class Link:
             args += ["loss", f"{loss_pct}%"]
         self._tc(*args)
         self.state = " ".join(args)
+
+    def _nfqueue(self, delay_ms, jitter_ms, loss_pct):
+        """netem's delay and loss where the kernel has no netem: delayq.py in the server's
+        namespace, fed every packet of its eth0 both ways by iptables NFQUEUE. The rules
+        come after delayq is bound, and --queue-bypass lets packets through should it die."""
+        ns, dev = self.tc_ends[0]
+        if not self.nfq_ok or not ns:
+            raise NetemMissing("neither tc netem (kernel sch_netem) nor iptables NFQUEUE on a "
+                               "server link is available here")
+        self.clear()
+        args = ["--queue", str(NFQUEUE_NUM), "--delay-ms", str(delay_ms), "--jitter-ms",
+                str(jitter_ms), "--loss-pct", str(loss_pct)]
+        self.delayq = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, DELAYQ] + args,
+                                       stdout=subprocess.PIPE, text=True)
+        if self.delayq.stdout.readline().strip() != "ready":
+            self.delayq.wait()
+            self.delayq = None
+            raise RuntimeError(f"delayq.py did not start in {ns}")
+        for chain, way in [("INPUT", "-i"), ("OUTPUT", "-o")]:
+            sh("ip", "netns", "exec", ns, "iptables", "-A", chain, way, dev, "-j", "NFQUEUE",
+               "--queue-num", str(NFQUEUE_NUM), "--queue-bypass")
+        self.state = (f"nfqueue delay {delay_ms}ms +-{jitter_ms}ms loss {loss_pct}% "
+                      "(delayq.py: no netem here)")
 
     def loss(self, pct):
         """Random loss of pct percent each way: netem where it exists, else nftables."""
@@ -347,6 +414,8 @@ class Net:
         self.ips = [f"{SUBNET}.{self.k}.{FIRST_HOST + i}" for i in range(self.n)]
         make_pki(self.tmp, self.ips)
         self.netem_ok = netem_missing() is None
+        self.nfq_ok = not self.netem_ok and nfqueue_missing() is None
+        self.delay_ok = self.netem_ok or self.nfq_ok
         sh("ip", "netns", "add", self.hub)
         sh("ip", "-n", self.hub, "link", "set", "lo", "up")
         sh("ip", "-n", self.hub, "link", "add", "name", "br0", "type", "bridge")
@@ -369,7 +438,7 @@ class Net:
             sh("ip", "-n", ns, "addr", "add", f"{self.ips[i]}/24", "dev", "eth0")
             sh("ip", "-n", ns, "link", "set", "eth0", "up")
             self.links.append(Link([(ns, "eth0"), (self.hub, f"s{i}")], self.hub, f"s{i}",
-                                   self.netem_ok))
+                                   self.netem_ok, self.nfq_ok))
         self.caches = []
         for i in range(self.n):
             cache = os.path.join(self.tmp, f"cache{i}")
@@ -396,6 +465,9 @@ class Net:
     def close(self):
         if self.k is None:
             return
+        for link in getattr(self, "links", []):
+            if link.delayq is not None:
+                link.clear()
         for s in self.servers:
             if s is None:
                 continue
@@ -618,6 +690,7 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--sweep"]:
         print(f"swept runs: {sweep()}")
     elif sys.argv[1:] == ["--check"]:
-        print(unavailable() or "namespaces: ok", "|", netem_missing() or "netem: ok")
+        print(unavailable() or "namespaces: ok", "|", netem_missing() or "netem: ok", "|",
+              nfqueue_missing() or "NFQUEUE (delayq.py): ok")
     else:
         print("usage: faultnet.py --sweep | --check")

@@ -8,7 +8,8 @@ prints RESULT lines with what the system did and how long it took (docs/reliabil
 
   slow_link       50 ms +- 10 ms delay and 1% loss each way on both servers' links (netem),
                   -sm layer across the two servers (client and PeerCopy traffic): the 64
-                  tokens are right. Skips where tc netem is missing.
+                  tokens are right. Where tc netem is missing, delayq.py on iptables
+                  NFQUEUE delays and drops instead; skips where neither exists.
   lossy_link      1% random loss each way on both links (netem, else nftables), -sm layer
                   across the two servers: the 64 tokens are right.
   link_down       the server's link drops every packet for 30 s mid-generation: tg-run exits
@@ -139,7 +140,7 @@ def slow_or_lossy(c, want, shape):
 
 
 def case_slow_link(c, want):
-    reason = faultnet.netem_missing()
+    reason = faultnet.delay_missing()
     if reason:
         print(f"skipped: {reason}")
         return SKIP

@@ -10,7 +10,7 @@ server, -sm tensor over one server's two devices, or -sm layer across two server
 greedy tokens from one of three prompts, every token checked against local -sm none.
 Meanwhile one fault at a time, at random: kill -9 and a restart (not server 0, so that one
 process lives through the whole run), SIGSTOP then SIGCONT, a link that drops every packet,
-packet loss, netem delay (where tc netem exists), a read-only cache.
+packet loss, delay (tc netem, else delayq.py on NFQUEUE), a read-only cache.
 
 Every --sample seconds a line: runs so far (right, wrong, failed during a fault, failed
 otherwise) and each server's RSS, open descriptors, threads, buffers and sessions held.
@@ -148,7 +148,7 @@ class Soak:
     # -- faults --
     def fault_kinds(self):
         kinds = ["kill", "stop", "down", "loss", "readonly"]
-        if self.net.netem_ok:
+        if self.net.delay_ok:
             kinds.append("delay")
         if self.a.faults is not None:
             kinds = [k for k in kinds if k in self.a.faults.split(",")]
@@ -312,7 +312,7 @@ def main():
     with Net(a.rpc_server, n=a.servers, devices=2, cache=True) as net:
         soak = Soak(a, net, refs)
         print(f"soak: {a.seconds:.0f} s, {a.clients} clients, {a.servers} servers "
-              f"{net.endpoints}, faults {soak.fault_kinds()} (netem: {net.netem_ok}), "
+              f"{net.endpoints}, faults {soak.fault_kinds()} (netem: {net.netem_ok}, delayq: {net.nfq_ok}), "
               f"warm-up {a.warmup:.0f} s, seed {a.seed}", flush=True)
         threads = [threading.Thread(target=soak.client, args=(i,), daemon=True) for i in range(a.clients)]
         for t in threads:
