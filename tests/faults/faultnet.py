@@ -563,6 +563,16 @@ class Net:
                     return int(line.split()[1]) * 1024
         return 0
 
+    def rss_anon(self, i):
+        """Anonymous resident bytes of server i (RssAnon: heap, stacks; what a leak grows).
+        VmRSS also counts file pages (the binary, libraries), which come and go with the
+        host's page cache."""
+        with open(f"/proc/{self.pid(i)}/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
     def thread_count(self, i):
         with open(f"/proc/{self.pid(i)}/status") as f:
             for line in f:

@@ -21,14 +21,15 @@ recorded.
 Fails on: a wrong token, a server that died without being killed, a client run that hung
 (ran past its deadline), buffers held at a quiet point, a run failing with no fault on its
 servers, or a server process whose RSS or descriptors grow more than --growth percent after
-its warm-up (--warmup s of its life): the floor (least value) of the first third of its quiet
-points against that of the last third, since single readings swing with what the allocator
-keeps. Length: --seconds, default TG_SOAK_SECONDS or 1200.
+its warm-up (--warmup s of its life, default a quarter of the run): the median of the first
+third of its quiet points against that of the last third, since single readings swing with
+what the allocator keeps. Length: --seconds, default TG_SOAK_SECONDS or 1200.
 Exit 0 pass, 1 fail, 77 skipped (no namespaces, model missing).
 """
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import threading
@@ -46,6 +47,10 @@ GRACE_S = 6           # a run failing this long after a fault ended still counts
                       # (detection takes up to 4 s, a connection attempt into a fault longer).
 MIB = 1 << 20
 MIN_QUIET = 6         # quiet points past warm-up needed to judge a process's growth.
+
+
+def median(values):
+    return statistics.median(list(values))
 
 
 class Stats:
@@ -78,7 +83,7 @@ class Soak:
         self.fault_lock = threading.Lock()
         self.killed_pids = set()
         self.crashes = []
-        self.quiet = []   # (t, [(pid, rss, fds, buffers, sessions, threads)] per server)
+        self.quiet = []   # (t, [(pid, rss, fds, buffers, sessions, threads, anon)] per server)
         self.t0 = time.time()
         self.started = {net.pid(i): 0.0 for i in range(net.n)}  # pid -> start, s since t0.
 
@@ -202,18 +207,19 @@ class Soak:
 
     # -- observation --
     def server_row(self, i, timeout=2):
-        """(rss, fds, buffers, buffer bytes, sessions, threads); metrics None when the server
-        does not answer (stopped, link down); None when the process is gone."""
+        """(rss, fds, buffers, buffer bytes, sessions, threads, anon); metrics None when the
+        server does not answer (stopped, link down); None when the process is gone."""
         try:
             rss, fds, threads = self.net.rss(i), self.net.fds(i), self.net.thread_count(i)
+            anon = self.net.rss_anon(i)
         except OSError:
             return None
         try:
             m = self.net.metrics(i, timeout)
             return (rss, fds, m.get("tg_buffers"), m.get("tg_buffer_bytes"),
-                    m.get("tg_sessions_active"), threads)
+                    m.get("tg_sessions_active"), threads, anon)
         except OSError:
-            return rss, fds, None, None, None, threads
+            return rss, fds, None, None, None, threads, anon
 
     def sample_line(self, tag="sample"):
         right, wrong, ferr, oerr, hangs = self.stats.row()
@@ -224,9 +230,10 @@ class Soak:
             if row is None:
                 parts.append(f"s{i} down")
                 continue
-            rss, fds, bufs, bbytes, sess, threads = row
+            rss, fds, bufs, bbytes, sess, threads, anon = row
             fmt = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
-            parts.append(f"s{i} pid {self.net.pid(i)} rss {rss / MIB:.1f}M fd {fds} thr {threads} "
+            parts.append(f"s{i} pid {self.net.pid(i)} rss {rss / MIB:.1f}M (anon {anon / MIB:.1f}M) "
+                         f"fd {fds} thr {threads} "
                          f"buffers {fmt(bufs)} ({'-' if bbytes is None else f'{bbytes / MIB:.1f}M'}) "
                          f"sessions {fmt(sess)}")
         line = " | ".join(parts)
@@ -258,7 +265,8 @@ class Soak:
                 print(f"FAIL: quiet point: server {i} still holds {held}")
                 ok = False
             row = self.server_row(i, timeout=5)
-            rows.append((self.net.pid(i), row[0], row[1], row[2], row[4], row[5]) if row else None)
+            rows.append((self.net.pid(i), row[0], row[1], row[2], row[4], row[5], row[6])
+                        if row else None)
         self.quiet.append((time.time() - self.t0, rows))
         self.sample_line("quiet ")
         self.pause.clear()
@@ -266,10 +274,11 @@ class Soak:
 
     def growth(self):
         """Per server process with at least MIN_QUIET quiet points past its own warm-up:
-        (server, pid, points, rss floor first, rss floor last, fds floor first, fds floor
-        last). A floor is the least value over a third of the points: what the process holds
-        for good. Single readings swing by +-10 MiB with what the allocator happens to keep
-        (see docs/reliability.md); a leak lifts the floor."""
+        (server, pid, points, rss first, rss last, fds first, fds last, anon first, anon
+        last), each the median over the first or the last third of those points. Single
+        readings swing by +-10 MiB with what glibc's arenas happen to keep (RssAnon moves,
+        RssFile does not; see docs/reliability.md): a median sees through that, while a leak,
+        which grows with the sessions served, moves the whole last third up."""
         out = []
         for i in range(self.net.n):
             by_pid = {}
@@ -282,8 +291,10 @@ class Soak:
                     continue
                 third = len(rows) // 3
                 first, last = rows[:third], rows[-third:]
-                out.append((i, pid, len(rows), min(r[1] for r in first), min(r[1] for r in last),
-                            min(r[2] for r in first), min(r[2] for r in last)))
+                out.append((i, pid, len(rows), median(r[1] for r in first),
+                             median(r[1] for r in last), median(r[2] for r in first),
+                             median(r[2] for r in last), median(r[6] for r in first),
+                             median(r[6] for r in last)))
         return out
 
 
@@ -293,13 +304,13 @@ def main():
         ("--clients", dict(type=int, default=16)), ("--servers", dict(type=int, default=3)),
         ("--sample", dict(type=float, default=10)), ("--quiet-every", dict(type=float, default=None, help="default: --seconds / 10, at most 30")),
         ("--fault-gap", dict(type=float, default=6, help="mean seconds between faults")),
-        ("--warmup", dict(type=float, default=None, help="default: a fifth of --seconds")),
+        ("--warmup", dict(type=float, default=None, help="default: a quarter of --seconds")),
         ("--growth", dict(type=float, default=5)), ("--seed", dict(type=int, default=20)),
         ("--csv", dict(default=None)),
         ("--faults", dict(default=None, help="comma-separated subset of kill,stop,down,loss,"
                           "delay,readonly; 'none' for none"))])
     if a.warmup is None:
-        a.warmup = a.seconds / 5
+        a.warmup = a.seconds / 4
     if a.quiet_every is None:
         a.quiet_every = min(30.0, a.seconds / 10)
     if model_missing(a.model):
@@ -367,11 +378,12 @@ def report(a, soak, ok):
         print(f"CRASH: {c}")
     growth_ok = True
     judged = soak.growth()
-    for i, pid, points, rss0, rss1, fd0, fd1 in judged:
+    for i, pid, points, rss0, rss1, fd0, fd1, anon0, anon1 in judged:
         g_rss, g_fd = (rss1 - rss0) / rss0 * 100, (fd1 - fd0) / fd0 * 100
         verdict = "ok" if g_rss <= a.growth and g_fd <= a.growth else "GROWS"
-        print(f"server {i} pid {pid}, {points} quiet points after warm-up: RSS floor "
-              f"{rss0 / MIB:.1f} -> {rss1 / MIB:.1f} MiB ({g_rss:+.1f}%), fd floor {fd0} -> {fd1} "
+        print(f"server {i} pid {pid}, {points} quiet points after warm-up, median of the first "
+              f"third -> of the last: RSS {rss0 / MIB:.1f} -> {rss1 / MIB:.1f} MiB ({g_rss:+.1f}%; "
+              f"anon {anon0 / MIB:.1f} -> {anon1 / MIB:.1f}), fds {fd0:.0f} -> {fd1:.0f} "
               f"({g_fd:+.1f}%): {verdict}")
         growth_ok = growth_ok and verdict == "ok"
     last = soak.quiet[-1][1] if soak.quiet else []
