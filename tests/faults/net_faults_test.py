@@ -15,6 +15,11 @@ prints RESULT lines with what the system did and how long it took (docs/reliabil
   link_down       the server's link drops every packet for 30 s mid-generation: tg-run exits
                   non-zero within 5 s naming the server; once the link is back the server
                   has closed the session, holds no buffer and serves the next client.
+  link_down_failover
+                  -sm layer over two servers with --rpc-failover; server 1's link drops
+                  every packet (for 30 s) once generation is under way: tg-run reports it
+                  lost (one line, within the keepalive deadline) and finishes on server 0
+                  with the greedy text of local -sm none.
   sigstop         SIGSTOP mid-generation: tg-run exits non-zero within 5 s naming the
                   server; after SIGCONT the server frees the session and serves again.
   kill            kill -9 of the second of two servers (-sm layer) mid-generation: tg-run
@@ -39,6 +44,7 @@ from rpc_cluster import SKIP, model_missing, model_test_args  # noqa: E402
 
 DETECT_S = 5.0       # the issue's bound for noticing a dead or stalled server.
 LINK_DOWN_S = 30.0   # the issue's outage.
+RECOVERY_S = 5.0     # reloading a 1 MiB model and rebuilding its KV cache, on a loaded host.
 LONG = ["-n", "4000", "-c", "4096"]  # a generation that outlasts the fault's detection.
 STARTED_CHARS = 200  # stdout bytes that show generation is under way (prompt + a few tokens).
 
@@ -184,6 +190,46 @@ def case_link_down(c, want):
         c.check_serves(net, ["--rpc", ep], want, "next client after the outage")
 
 
+def case_link_down_failover(c, want):
+    if faultnet.netem_missing() and faultnet.nft_missing():
+        print(f"skipped: neither tc netem nor nftables: {faultnet.nft_missing()}")
+        return SKIP
+    n, kill_after = 400, 20
+    _, want_text = local_tokens(c.a.tg_run, c.a.model, n, ["-c", "4096"])
+    _, head = local_tokens(c.a.tg_run, c.a.model, kill_after, ["-c", "4096"])
+    prompt = "Once upon a time"  # tg-run's default, echoed first on stdout.
+    with Net(c.a.rpc_server, n=2) as net:
+        g = Generation(tg_run_cmd(c.a.tg_run, c.a.model, n, ["-c", "4096", "--rpc-failover"]
+                                  + layer_over(net) + net.client_flags, json_out=False))
+        if not g.wait_output(len(prompt) + len(head), 60):
+            g.finish(5)
+            c.fail(f"generation did not start: {g.error_line()}")
+            return
+        t0 = time.time()
+        net.link(1).down()
+        while (" lost at token " not in g.stderr and g.proc.poll() is None
+               and time.time() - t0 < LINK_DOWN_S):
+            time.sleep(0.02)
+        reported = time.time() - t0
+        rc, _ = g.finish(LINK_DOWN_S + 60)
+        took = g.end - t0
+        lines = [l for l in g.stderr.splitlines() if " lost at token " in l]
+        c.result(f"{net.link(1).state} on server 1's link, -sm layer over 2 servers with "
+                 f"--rpc-failover: recovered {reported:.2f} s after the fault, tg-run exit {rc} "
+                 f"{took:.2f} s after it; {lines[:1]}")
+        if reported > DETECT_S + RECOVERY_S:
+            c.fail(f"want the loss reported and recovered within {DETECT_S + RECOVERY_S} s")
+        net.link(1).up()
+        if rc != 0:
+            c.fail(f"tg-run failed: {g.error_line()}")
+        if len(lines) != 1 or net.endpoints[1] not in lines[0]:
+            c.fail("want one line reporting server 1 lost")
+        if g.stdout != prompt + want_text:
+            c.fail("the text differs from local -sm none's")
+        else:
+            c.result("the greedy text equals local -sm none's")
+
+
 def case_sigstop(c, want):
     with Net(c.a.rpc_server, n=1) as net:
         ep = net.endpoints[0]
@@ -279,6 +325,7 @@ def case_readonly_cache(c, want):
 
 
 CASES = {"slow_link": case_slow_link, "lossy_link": case_lossy_link, "link_down": case_link_down,
+         "link_down_failover": case_link_down_failover,
          "sigstop": case_sigstop, "kill": case_kill, "readonly_cache": case_readonly_cache}
 
 
