@@ -555,30 +555,27 @@ class Net:
     def metrics(self, i, timeout=10):
         return self.servers[i].metrics(timeout)
 
-    def rss(self, i):
-        """Resident bytes of server i (VmRSS)."""
+    def _status(self, i, field):
+        """A number from server i's /proc/PID/status (kB fields in bytes)."""
         with open(f"/proc/{self.pid(i)}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
+                if line.startswith(field + ":"):
+                    parts = line.split()
+                    return int(parts[1]) * (1024 if parts[2:] == ["kB"] else 1)
         return 0
+
+    def rss(self, i):
+        """Resident bytes of server i (VmRSS)."""
+        return self._status(i, "VmRSS")
 
     def rss_anon(self, i):
         """Anonymous resident bytes of server i (RssAnon: heap, stacks; what a leak grows).
         VmRSS also counts file pages (the binary, libraries), which come and go with the
         host's page cache."""
-        with open(f"/proc/{self.pid(i)}/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) * 1024
-        return 0
+        return self._status(i, "RssAnon")
 
     def thread_count(self, i):
-        with open(f"/proc/{self.pid(i)}/status") as f:
-            for line in f:
-                if line.startswith("Threads:"):
-                    return int(line.split()[1])
-        return 0
+        return self._status(i, "Threads")
 
     def fds(self, i):
         return len(os.listdir(f"/proc/{self.pid(i)}/fd"))
@@ -604,6 +601,18 @@ class Net:
 
 
 # --- clients -------------------------------------------------------------------------------
+
+def cannot_run(model):
+    """A reason to skip (printed) when the model is missing or namespaces are not allowed
+    here; None when the fault tests can run."""
+    if not os.path.exists(model):
+        reason = f"model {model} not found"
+    else:
+        reason = unavailable()
+    if reason:
+        print(f"skipped: {reason}")
+    return reason
+
 
 def client_env():
     """A client run's environment: one local CPU device whatever the caller set."""

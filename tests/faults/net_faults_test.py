@@ -40,7 +40,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import faultnet  # noqa: E402
 from faultnet import Generation, Net, client_env, local_tokens, tg_run_cmd  # noqa: E402
-from rpc_cluster import SKIP, model_missing, model_test_args  # noqa: E402
+from rpc_cluster import SKIP, model_test_args  # noqa: E402
 
 DETECT_S = 5.0       # the bound for noticing a dead or stalled server.
 LINK_DOWN_S = 30.0   # the outage.
@@ -331,11 +331,7 @@ CASES = {"slow_link": case_slow_link, "lossy_link": case_lossy_link, "link_down"
 
 def main():
     a = model_test_args([("--case", dict(choices=sorted(CASES), required=True))])
-    if model_missing(a.model):
-        return SKIP
-    reason = faultnet.unavailable()
-    if reason:
-        print(f"skipped: {reason}")
+    if faultnet.cannot_run(a.model):
         return SKIP
     want, _ = local_tokens(a.tg_run, a.model, 64)
     c = Case(a)

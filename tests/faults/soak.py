@@ -38,7 +38,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import faultnet  # noqa: E402
 from faultnet import Net, client_env, local_tokens, tg_run_cmd  # noqa: E402
-from rpc_cluster import SKIP, model_missing, model_test_args  # noqa: E402
+from rpc_cluster import SKIP, model_test_args  # noqa: E402
 
 PROMPTS = ["Once upon a time", "The little dog", "Lily and Ben went to the park"]
 N_CHOICES = [16, 32, 64]
@@ -313,11 +313,7 @@ def main():
         a.warmup = a.seconds / 4
     if a.quiet_every is None:
         a.quiet_every = min(30.0, a.seconds / 10)
-    if model_missing(a.model):
-        return SKIP
-    reason = faultnet.unavailable()
-    if reason:
-        print(f"skipped: {reason}")
+    if faultnet.cannot_run(a.model):
         return SKIP
     refs = {p: local_tokens(a.tg_run, a.model, max(N_CHOICES), ["-p", p])[0] for p in PROMPTS}
     with Net(a.rpc_server, n=a.servers, devices=2, cache=True) as net:
