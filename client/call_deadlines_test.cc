@@ -88,6 +88,11 @@ class StuckServerTest : public ::testing::Test {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(&service_);
+    // Keepalive pings answered as rpc-server answers them (server/rpc_server.cc): the
+    // connection stays up, so only the deadline can end the wait.
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
     endpoint_ = absl::StrCat("127.0.0.1:", port_);
