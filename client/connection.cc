@@ -33,7 +33,9 @@ absl::Status FromGrpc(const grpc::Status& s, absl::string_view endpoint, absl::s
 }  // namespace
 
 Connection::Connection(std::string endpoint, ClientOptions options)
-    : endpoint_(std::move(endpoint)), options_(std::move(options)) {}
+    : endpoint_(std::move(endpoint)),
+      options_(std::move(options)),
+      deadlines_(options_.deadlines) {}
 
 Connection::~Connection() {
   if (uploads_ != nullptr) uploads_->Wait().IgnoreError();
@@ -62,7 +64,8 @@ absl::Status Connection::Start() {
   TG_RETURN_IF_ERROR(Hello());
   auto context = std::make_unique<grpc::ClientContext>();
   AddAuth(context.get());
-  TG_ASSIGN_OR_RETURN(session_, SessionChannel::Open(*stub_, std::move(context), endpoint_));
+  TG_ASSIGN_OR_RETURN(session_,
+                      SessionChannel::Open(*stub_, std::move(context), endpoint_, &deadlines_));
   uploads_ = std::make_unique<UploadPool>(
       options_.upload_streams, [this](const UploadJob& job) { return UploadOne(job); }, endpoint_,
       options_.progress);
@@ -152,6 +155,12 @@ absl::Status Connection::WaitUploads() {
 absl::StatusOr<UploadResult> Connection::UploadOne(const UploadJob& job) {
   grpc::ClientContext context;
   AddAuth(&context);
+  const absl::Time start = absl::Now();
+  const absl::Duration limit = deadlines_.ForTransfer(job.bytes.size());
+  context.set_deadline(absl::ToChronoTime(start + limit));
+  const std::string what =
+      absl::StrFormat("upload of %d bytes (deadline %s at %.1f MB/s)", job.bytes.size(),
+                      absl::FormatDuration(limit), deadlines_.bytes_per_second() / 1e6);
   auto stream = stub_->Upload(&context);
   pb::UploadMessage header;
   pb::UploadHeader* h = header.mutable_header();
@@ -166,7 +175,7 @@ absl::StatusOr<UploadResult> Connection::UploadOne(const UploadJob& job) {
   UploadResult result;
   pb::UploadReply reply;
   if (!stream->Write(header) || !stream->Read(&reply)) {
-    return FromGrpc(stream->Finish(), endpoint_, "upload");
+    return FromGrpc(stream->Finish(), endpoint_, what);
   }
   if (reply.have_it()) {
     result.skipped = job.bytes.size();
@@ -183,8 +192,9 @@ absl::StatusOr<UploadResult> Connection::UploadOne(const UploadJob& job) {
   }
   grpc::Status s = stream->Finish();
   if (!s.ok()) {
-    return FromGrpc(s, endpoint_, absl::StrFormat("upload of %d bytes", job.bytes.size()));
+    return FromGrpc(s, endpoint_, what);
   }
+  deadlines_.RecordTransfer(result.sent, absl::Now() - start);
   return result;
 }
 
@@ -192,6 +202,9 @@ absl::Status Connection::Download(uint64_t buffer, uint64_t offset, void* data, 
   TG_RETURN_IF_ERROR(Drain());
   grpc::ClientContext context;
   AddAuth(&context);
+  const absl::Time start = absl::Now();
+  const absl::Duration limit = deadlines_.ForTransfer(size);
+  context.set_deadline(absl::ToChronoTime(start + limit));
   pb::DownloadRequest request;
   request.set_session_id(session_->session_id());
   request.mutable_range()->set_buffer(buffer);
@@ -210,11 +223,14 @@ absl::Status Connection::Download(uint64_t buffer, uint64_t offset, void* data, 
     std::memcpy(static_cast<char*>(data) + got, chunk.data().data(), chunk.data().size());
     got += chunk.data().size();
   }
-  TG_RETURN_IF_ERROR(FromGrpc(stream->Finish(), endpoint_, "download"));
+  TG_RETURN_IF_ERROR(FromGrpc(
+      stream->Finish(), endpoint_,
+      absl::StrFormat("download of %d bytes (deadline %s)", size, absl::FormatDuration(limit))));
   if (got != size) {
     return absl::DataLossError(
         absl::StrFormat("rpc-server %s: download of %d bytes returned %d", endpoint_, size, got));
   }
+  deadlines_.RecordTransfer(size, absl::Now() - start);
   return absl::OkStatus();
 }
 

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/call_deadlines.h"
 #include "client/inline_outputs.h"
 #include "client/peer_grants.h"
 #include "client/sent_graphs.h"
@@ -28,8 +29,9 @@ struct ClientOptions {
   std::string tls_ca_pem;    // trust these roots (TLS on); empty = plaintext.
   std::string tls_cert_pem;  // client certificate for servers that require mTLS.
   std::string tls_key_pem;
-  int upload_streams = 4;  // parallel Upload streams.
-  bool progress = true;    // a progress line on stderr while uploading (terminals only).
+  int upload_streams = 4;        // parallel Upload streams.
+  bool progress = true;          // a progress line on stderr while uploading (terminals only).
+  DeadlineAllowances deadlines;  // how long any call may wait (CallDeadlines).
 };
 
 class Connection {
@@ -74,6 +76,9 @@ class Connection {
   // Reads a range over a Download stream.
   absl::Status Download(uint64_t buffer, uint64_t offset, void* data, size_t size);
 
+  // The link speed measured on this connection and the deadlines it gives.
+  const CallDeadlines& deadlines() const { return deadlines_; }
+
   // Output bytes returned inline by Computes; commands sent through this Connection mark
   // them stale themselves.
   InlineOutputs& inline_outputs() { return inline_outputs_; }
@@ -97,6 +102,7 @@ class Connection {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<tensorgrid::v1::TensorGrid::Stub> stub_;
   tensorgrid::v1::HelloReply hello_;
+  CallDeadlines deadlines_;  // session_ and the uploads use it: goes after them.
   InlineOutputs inline_outputs_;
   SentGraphs sent_graphs_;
   PeerGrants grants_;

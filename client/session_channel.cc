@@ -11,13 +11,33 @@
 
 namespace tg::rpc {
 
-SessionChannel::SessionChannel(std::unique_ptr<grpc::ClientContext> context, std::string endpoint)
-    : endpoint_(std::move(endpoint)), context_(std::move(context)) {}
+namespace {
+
+// Reply bytes a command asks for (a read's range; a batch's reads).
+size_t AskedBytes(const SessionChannel::Request& request) {
+  if (request.has_read()) return request.read().range().size();
+  size_t bytes = 0;
+  if (request.has_batch()) {
+    for (const auto& command : request.batch().commands()) bytes += AskedBytes(command);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+SessionChannel::SessionChannel(std::unique_ptr<grpc::ClientContext> context, std::string endpoint,
+                               const CallDeadlines* deadlines)
+    : endpoint_(std::move(endpoint)),
+      own_deadlines_(deadlines == nullptr ? std::make_unique<CallDeadlines>() : nullptr),
+      deadlines_(deadlines == nullptr ? own_deadlines_.get() : deadlines),
+      context_(std::move(context)),
+      watchdog_([this] { context_->TryCancel(); }) {}
 
 absl::StatusOr<std::unique_ptr<SessionChannel>> SessionChannel::Open(
     tensorgrid::v1::TensorGrid::Stub& stub, std::unique_ptr<grpc::ClientContext> context,
-    std::string endpoint) {
-  std::unique_ptr<SessionChannel> c(new SessionChannel(std::move(context), std::move(endpoint)));
+    std::string endpoint, const CallDeadlines* deadlines) {
+  std::unique_ptr<SessionChannel> c(
+      new SessionChannel(std::move(context), std::move(endpoint), deadlines));
   absl::MutexLock lock(&c->mu_);
   c->stream_ = stub.Session(c->context_.get());
   Reply started;
@@ -37,8 +57,11 @@ SessionChannel::~SessionChannel() {
   absl::MutexLock lock(&mu_);
   if (stream_ == nullptr || !broken_.ok()) return;
   DrainLocked().IgnoreError();
+  if (!broken_.ok()) return;
+  watchdog_.Arm(deadlines_->ForTransfer(0));  // a stalled server never sends its status.
   stream_->WritesDone();
   stream_->Finish().ok();
+  watchdog_.Disarm();
 }
 
 absl::Status SessionChannel::ReplyStatus(const Reply& reply) const {
@@ -50,6 +73,14 @@ absl::Status SessionChannel::ReplyStatus(const Reply& reply) const {
 absl::Status SessionChannel::BrokenLocked(absl::string_view what) {
   if (!broken_.ok()) return broken_;
   grpc::Status s = stream_->Finish();
+  if (stalled_after_ > absl::ZeroDuration()) {
+    broken_ = absl::DeadlineExceededError(absl::StrFormat(
+        "rpc-server %s is stalled (%s): nothing for %s, the most this client allows (%s); "
+        "the server is treated as lost",
+        endpoint_, what, absl::FormatDuration(stalled_after_),
+        deadlines_->ExplainCommands(in_flight_bytes_)));
+    return broken_;
+  }
   std::string detail = s.ok() ? "the stream ended" : s.error_message();
   const auto code = s.ok() || s.error_code() == grpc::StatusCode::UNAVAILABLE ||
                             s.error_code() == grpc::StatusCode::CANCELLED
@@ -84,7 +115,7 @@ absl::StatusOr<uint64_t> SessionChannel::WriteLocked(Request request, bool may_b
     }
   }
   TG_RETURN_IF_ERROR(SendBatchLocked());
-  if (!stream_->Write(request)) return BrokenLocked("write failed");
+  if (!WriteStreamLocked(request)) return BrokenLocked("write failed");
   return id;
 }
 
@@ -92,8 +123,8 @@ absl::Status SessionChannel::SendBatchLocked() {
   if (!batch_.has_batch() || batch_.batch().commands_size() == 0) return absl::OkStatus();
   // One held command goes as itself: the server need not unpack a batch of one.
   const bool written = batch_.batch().commands_size() == 1
-                           ? stream_->Write(batch_.batch().commands(0))
-                           : stream_->Write(batch_);
+                           ? WriteStreamLocked(batch_.batch().commands(0))
+                           : WriteStreamLocked(batch_);
   batch_.Clear();
   batch_bytes_ = 0;
   if (!written) return BrokenLocked("write failed");
@@ -142,9 +173,28 @@ absl::Status SessionChannel::QueueWrite(uint64_t buffer, uint64_t offset, const 
 
 // ---- Replies ----
 
+bool SessionChannel::WriteStreamLocked(const Request& message) {
+  in_flight_bytes_ += message.ByteSizeLong() + AskedBytes(message);
+  const absl::Duration limit = deadlines_->ForCommands(in_flight_bytes_);
+  watchdog_.Arm(limit);
+  const bool written = stream_->Write(message);
+  if (watchdog_.Disarm()) {
+    stalled_after_ = limit;
+    return false;
+  }
+  return written;
+}
+
 absl::Status SessionChannel::ReadOneLocked(Reply* reply) {
   if (!broken_.ok()) return broken_;
-  if (!stream_->Read(reply)) return BrokenLocked("read failed");
+  const absl::Duration limit = deadlines_->ForCommands(in_flight_bytes_);
+  watchdog_.Arm(limit);
+  const bool read = stream_->Read(reply);
+  if (watchdog_.Disarm()) {
+    stalled_after_ = limit;
+    return BrokenLocked("waiting for a reply");
+  }
+  if (!read) return BrokenLocked("read failed");
   return absl::OkStatus();
 }
 
@@ -165,6 +215,7 @@ absl::Status SessionChannel::HandleOneReplyLocked(Reply& reply) {
   }
   Pending p = std::move(pending_.front());
   pending_.pop_front();
+  if (pending_.empty()) in_flight_bytes_ = 0;
   absl::Status s = ReplyStatus(reply);
   if (p.on_reply) {
     absl::Status handled = p.on_reply(reply);
@@ -206,6 +257,7 @@ absl::StatusOr<SessionChannel::Reply> SessionChannel::Call(Request request, uint
   if (reply.id() != sent || reply.has_batch()) {
     return OutOfOrderLocked(reply.id(), absl::StrCat(sent));
   }
+  in_flight_bytes_ = 0;
   TG_RETURN_IF_ERROR(earlier);
   TG_RETURN_IF_ERROR(ReplyStatus(reply));
   return reply;

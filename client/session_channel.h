@@ -4,8 +4,10 @@
 // An error reply is kept until a wait at or after its command returns it. Commands posted
 // between BeginBatch and EndBatch go out together as one Batch message, and small writes
 // queued with QueueWrite ride along with the next command. After a transport failure the
-// channel is broken: every later call returns the same status. Thread-safe; one lock guards
-// the stream and everything that must change in step with it.
+// channel is broken: every later call returns the same status. No read or write of the stream
+// waits longer than CallDeadlines::ForCommands of the bytes in flight: past it a watchdog
+// cancels the stream and the channel is broken with DEADLINE_EXCEEDED ("stalled"). Thread-safe;
+// one lock guards the stream and everything that must change in step with it.
 #ifndef TENSORGRID_CLIENT_SESSION_CHANNEL_H_
 #define TENSORGRID_CLIENT_SESSION_CHANNEL_H_
 
@@ -21,7 +23,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "client/call_deadlines.h"
 #include "client/queued_writes.h"
+#include "client/stall_watchdog.h"
 #include "tensorgrid/v1/tensorgrid.grpc.pb.h"
 
 namespace tg::rpc {
@@ -41,10 +45,11 @@ class SessionChannel {
   static constexpr size_t kMaxPendingReplies = 256;
 
   // Opens the Session stream on `stub` under `context` (which carries the auth metadata)
-  // and reads the server's Started reply. Errors name `endpoint`.
+  // and reads the server's Started reply. Errors name `endpoint`. `deadlines` (which must
+  // outlive the channel) bounds every wait; null: a default CallDeadlines of its own.
   static absl::StatusOr<std::unique_ptr<SessionChannel>> Open(
       tensorgrid::v1::TensorGrid::Stub& stub, std::unique_ptr<grpc::ClientContext> context,
-      std::string endpoint);
+      std::string endpoint, const CallDeadlines* deadlines = nullptr);
   // Waits for the posted commands, then closes the stream.
   ~SessionChannel();
 
@@ -97,7 +102,8 @@ class SessionChannel {
     ReplyHandler on_reply;
   };
 
-  SessionChannel(std::unique_ptr<grpc::ClientContext> context, std::string endpoint);
+  SessionChannel(std::unique_ptr<grpc::ClientContext> context, std::string endpoint,
+                 const CallDeadlines* deadlines);
 
   // Sends (or, in a batch and when may_batch, holds) a command after the queued writes;
   // returns its request id.
@@ -111,6 +117,9 @@ class SessionChannel {
   // Posts the queued writes as Write commands.
   absl::Status FlushWritesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReadOneLocked(Reply* reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // stream_->Write under the watchdog; counts the message's bytes (and those it asks back)
+  // as in flight.
+  bool WriteStreamLocked(const Request& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status DrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads one reply message and handles the pending commands it answers (one, or several
   // when it is a BatchReply).
@@ -119,7 +128,8 @@ class SessionChannel {
   // The first error reply not yet returned, when its command's id is <= up_to.
   absl::Status TakeDeferredErrorLocked(uint64_t up_to = UINT64_MAX)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Marks the channel broken by a failed read or write (the stream's final status says why).
+  // Marks the channel broken by a failed read or write (the stream's final status says why,
+  // or the watchdog when it cancelled the stream).
   absl::Status BrokenLocked(absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks the channel broken by a reply that does not answer the command it should.
   absl::Status OutOfOrderLocked(uint64_t got, absl::string_view want)
@@ -127,7 +137,9 @@ class SessionChannel {
   absl::Status ReplyStatus(const Reply& reply) const;
 
   const std::string endpoint_;
-  std::string session_id_;  // set by Open.
+  std::string session_id_;                        // set by Open.
+  std::unique_ptr<CallDeadlines> own_deadlines_;  // when Open was given none.
+  const CallDeadlines* const deadlines_;
 
   mutable absl::Mutex mu_;
   const std::unique_ptr<grpc::ClientContext> context_;  // outlives stream_.
@@ -141,6 +153,11 @@ class SessionChannel {
   uint64_t deferred_error_id_ ABSL_GUARDED_BY(mu_) = 0;  // the command it answered.
   QueuedWrites queued_ ABSL_GUARDED_BY(mu_);
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  // Request bytes sent and reply bytes asked for since no command was pending.
+  size_t in_flight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // The limit the watchdog enforced when it cancelled the stream; zero: it did not.
+  absl::Duration stalled_after_ ABSL_GUARDED_BY(mu_);
+  StallWatchdog watchdog_;  // last: its thread cancels context_, and it stops first.
 };
 
 }  // namespace tg::rpc

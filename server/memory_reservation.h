@@ -1,3 +1,7 @@
+// rpc-server's memory quotas: what one session may hold (MemoryReservation, against
+// --session-mem-limit) and the host memory the whole server leaves free (the host reserve,
+// --mem-reserve), with the defaults of both flags.
+//
 // MemoryReservation: bytes counted against a session's memory limit while an allocation is
 // being made. Reserve() adds them to the session's counter (refusing what would pass the
 // limit); the destructor takes them off again unless Commit() said that a buffer now holds
@@ -40,6 +44,40 @@ class MemoryReservation {
   std::atomic<uint64_t>* held_;  // nullptr once committed or moved from.
   uint64_t size_;
 };
+
+// The host reserve: an allocation of host memory (a buffer whose type is_host) that would
+// leave less than this many bytes available on the host is refused, so the operating system
+// and the host's other processes keep room whatever the sessions do. One value per process,
+// like the memory it guards; 0 (the default, what tests and the fuzzer see) = no reserve.
+// Two allocations at the same moment may both pass against the same reading: the reserve is
+// a margin, not an exact quota. Thread-safe.
+void SetHostMemoryReserve(uint64_t bytes);
+uint64_t HostMemoryReserve();
+
+// The host's physical memory, and what the kernel can still hand out without swapping
+// (/proc/meminfo's MemAvailable: free pages plus reclaimable page cache; the free pages
+// where that file cannot be read).
+uint64_t HostMemoryTotal();
+uint64_t HostMemoryAvailable();
+
+// OK when `size` more bytes leave at least `reserve` of `available` (always for reserve 0);
+// RESOURCE_EXHAUSTED naming the reserve, the numbers and --mem-reserve otherwise.
+absl::Status CheckHostMemoryReserve(uint64_t size, uint64_t available, uint64_t reserve);
+
+// Hands the heap memory freed so far back to the operating system. glibc keeps freed chunks
+// in its per-thread arenas (on a 2-core host, 100 MiB of them after a few hundred sessions
+// of a 1 MiB model), where neither the host reserve's MemAvailable nor another process sees
+// them; a session that ends calls this so that its memory is really given back.
+void ReleaseFreedHostMemory();
+
+// The defaults ("auto") of --mem-reserve and --session-mem-limit; docs/reliability.md gives
+// the reasons. The reserve: a tenth of the host's memory, within [1 GiB, 8 GiB], at most half
+// of it. A session: half of what sessions may use, i.e. half of the host memory above the
+// reserve (when a served device keeps its buffers in host memory) plus half of every other
+// served device's memory (`device_bytes`, e.g. the GPUs'); never 0, which means no limit.
+uint64_t DefaultHostMemoryReserve(uint64_t host_total);
+uint64_t DefaultSessionMemLimit(uint64_t host_total, bool serves_host_memory, uint64_t reserve,
+                                uint64_t device_bytes);
 
 }  // namespace tg::server
 

@@ -1,5 +1,6 @@
 // Tests of server/memory_reservation: the limit check, release on destruction, Commit, moves,
-// and that concurrent reservations never pass the limit together.
+// that concurrent reservations never pass the limit together; the host reserve check and
+// the defaults of --mem-reserve and --session-mem-limit.
 #include "server/memory_reservation.h"
 
 #include <atomic>
@@ -90,6 +91,50 @@ TEST(MemoryReservationTest, ConcurrentReservationsStayWithinTheLimit) {
   EXPECT_LE(most.load(), kLimit);
   EXPECT_GT(granted.load(), 0);
   EXPECT_EQ(held.load(), 0u);
+}
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+TEST(HostMemoryReserveTest, RefusesWhatWouldLeaveLessThanTheReserve) {
+  EXPECT_TRUE(CheckHostMemoryReserve(6 * kGiB, 8 * kGiB, 2 * kGiB).ok());  // exactly fits.
+  absl::Status s = CheckHostMemoryReserve(6 * kGiB + 1, 8 * kGiB, 2 * kGiB);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  for (const char* part : {"6442450945 bytes asked", "reserve of 2147483648 bytes", "2.0 GiB",
+                           "8589934592 available", "--mem-reserve"}) {
+    EXPECT_NE(s.message().find(part), std::string::npos) << s;
+  }
+  // Less available than the reserve already: even one byte is refused.
+  EXPECT_FALSE(CheckHostMemoryReserve(1, kGiB, 2 * kGiB).ok());
+  // No reserve: anything goes (the device's own free-memory check still applies).
+  EXPECT_TRUE(CheckHostMemoryReserve(UINT64_MAX, 0, 0).ok());
+}
+
+TEST(HostMemoryReserveTest, ReadsTheHost) {
+  const uint64_t total = HostMemoryTotal();
+  const uint64_t available = HostMemoryAvailable();
+  EXPECT_GT(total, 0u);
+  EXPECT_GT(available, 0u);
+  EXPECT_LE(available, total);
+}
+
+TEST(MemoryDefaultsTest, ReserveIsATenthWithinOneToEightGiB) {
+  EXPECT_EQ(DefaultHostMemoryReserve(24 * kGiB), 24 * kGiB / 10);
+  EXPECT_EQ(DefaultHostMemoryReserve(4 * kGiB), kGiB);        // a tenth would be 0.4 GiB.
+  EXPECT_EQ(DefaultHostMemoryReserve(512 * kGiB), 8 * kGiB);  // a tenth would be 51 GiB.
+  EXPECT_EQ(DefaultHostMemoryReserve(kGiB), kGiB / 2);        // at most half the host.
+}
+
+TEST(MemoryDefaultsTest, SessionGetsHalfOfWhatSessionsMayUse) {
+  // The host: 24 GiB, CPU devices only. Reserve 2.4 GiB; a session 10.8 GiB, so a
+  // second session always finds as much again.
+  const uint64_t reserve = DefaultHostMemoryReserve(24 * kGiB);
+  EXPECT_EQ(DefaultSessionMemLimit(24 * kGiB, true, reserve, 0), (24 * kGiB - reserve) / 2);
+  // A GPU host serving only its 80 GiB GPU: half of the GPU; the host memory is not served.
+  EXPECT_EQ(DefaultSessionMemLimit(128 * kGiB, false, 8 * kGiB, 80 * kGiB), 40 * kGiB);
+  // Both: the halves add up (one counter covers all of a session's devices).
+  EXPECT_EQ(DefaultSessionMemLimit(128 * kGiB, true, 8 * kGiB, 80 * kGiB), 60 * kGiB + 40 * kGiB);
+  // Never 0, which would mean no limit.
+  EXPECT_EQ(DefaultSessionMemLimit(kGiB, true, 2 * kGiB, 0), 1u);
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "proto/protocol.h"
 #include "server/byte_size.h"
 #include "server/log.h"
+#include "server/memory_reservation.h"
 #include "server/metrics.h"
 #include "server/rpc_server.h"
 
@@ -48,7 +49,8 @@ struct Flags {
   std::string peer_tls_ca;
   int64_t metrics_port = 0;
   int64_t max_sessions = 64;
-  std::string session_mem_limit = "0";
+  std::string session_mem_limit = "auto";
+  std::string mem_reserve = "auto";
   std::string port_file;
   std::string log_level = "info";
 };
@@ -86,7 +88,35 @@ absl::Status WritePortFile(const std::string& path, int port) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ServerConfig> MakeConfig(const Flags& f) {
+// A byte size flag whose "auto" means `automatic`.
+absl::StatusOr<uint64_t> ByteSizeOrAuto(const std::string& text, const char* flag,
+                                        uint64_t automatic) {
+  if (text == "auto") return automatic;
+  absl::StatusOr<uint64_t> bytes = ParseByteSize(text);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", bytes.status().message()));
+  }
+  return *bytes;
+}
+
+// --session-mem-limit auto: from the host's memory above the reserve when a served device
+// keeps its buffers there (CPU devices share it: counted once), plus the other devices' own.
+uint64_t AutoSessionMemLimit(const std::vector<Device*>& devices, uint64_t reserve) {
+  bool serves_host_memory = false;
+  uint64_t device_bytes = 0;
+  for (Device* d : devices) {
+    if (d->default_buffer_type()->is_host()) {
+      serves_host_memory = true;
+    } else {
+      device_bytes += d->memory().total;
+    }
+  }
+  return DefaultSessionMemLimit(HostMemoryTotal(), serves_host_memory, reserve, device_bytes);
+}
+
+// The server's configuration, and the host memory reserve (process-wide: see
+// memory_reservation.h) in *host_reserve.
+absl::StatusOr<ServerConfig> MakeConfig(const Flags& f, uint64_t* host_reserve) {
   ServerConfig c;
   c.host = f.host;
   if (f.port < 0 || f.port > 65535) {
@@ -98,11 +128,6 @@ absl::StatusOr<ServerConfig> MakeConfig(const Flags& f) {
         absl::StrCat("--max-sessions ", f.max_sessions, " is not in 1..100000"));
   }
   c.max_sessions = static_cast<int>(f.max_sessions);
-  absl::StatusOr<uint64_t> limit = ParseByteSize(f.session_mem_limit);
-  if (!limit.ok())
-    return absl::InvalidArgumentError(
-        absl::StrCat("--session-mem-limit: ", limit.status().message()));
-  c.session_mem_limit = *limit;
   if (f.metrics_port < 0 || f.metrics_port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--metrics-port ", f.metrics_port, " is not in 0..65535"));
@@ -143,6 +168,11 @@ absl::StatusOr<ServerConfig> MakeConfig(const Flags& f) {
   }
   TG_RETURN_IF_ERROR(RegisterBuiltinBackends());
   TG_ASSIGN_OR_RETURN(c.devices, PickServedDevices(f));
+  TG_ASSIGN_OR_RETURN(*host_reserve, ByteSizeOrAuto(f.mem_reserve, "--mem-reserve",
+                                                    DefaultHostMemoryReserve(HostMemoryTotal())));
+  TG_ASSIGN_OR_RETURN(c.session_mem_limit,
+                      ByteSizeOrAuto(f.session_mem_limit, "--session-mem-limit",
+                                     AutoSessionMemLimit(c.devices, *host_reserve)));
   if (f.threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
   if (f.threads > 0) SetThreads(c.devices, f.threads);
   return c;
@@ -164,7 +194,8 @@ void LogListening(const ServerConfig& config, RpcServer& server) {
        {"metrics_port",
         config.metrics_port.has_value() ? absl::StrCat(server.metrics().exposer_port()) : "off"},
        {"max_sessions", config.max_sessions},
-       {"session_mem_limit", config.session_mem_limit}});
+       {"session_mem_limit", config.session_mem_limit},
+       {"mem_reserve", HostMemoryReserve()}});
 }
 
 int Main(int argc, char** argv) {
@@ -193,7 +224,11 @@ int Main(int argc, char** argv) {
            "serve Prometheus /metrics on this port (0 = off)");
   p.AddInt(nullptr, "--max-sessions", &f.max_sessions, "most concurrent sessions (default 64)");
   p.AddString(nullptr, "--session-mem-limit", &f.session_mem_limit,
-              "memory per session, e.g. 512M, 4G (default 0 = no limit)");
+              "memory per session, e.g. 512M, 4G; 0 = no limit (default auto: half of the "
+              "host memory above --mem-reserve, plus half of each GPU's)");
+  p.AddString(nullptr, "--mem-reserve", &f.mem_reserve,
+              "host memory no allocation may take, left to the OS and other processes; "
+              "0 = none (default auto: a tenth of the host's, within 1G..8G)");
   p.AddString(nullptr, "--port-file", &f.port_file, "write the bound port to this file");
   p.AddString(nullptr, "--log-level", &f.log_level,
               "least severe log lines written: error, warn, info or debug (default info)");
@@ -215,11 +250,13 @@ int Main(int argc, char** argv) {
     return 1;
   }
   SetLogLevel(*level);
-  absl::StatusOr<ServerConfig> config = MakeConfig(f);
+  uint64_t host_reserve = 0;
+  absl::StatusOr<ServerConfig> config = MakeConfig(f, &host_reserve);
   if (!config.ok()) {
     kServerLog.Error(config.status().message());
     return 1;
   }
+  SetHostMemoryReserve(host_reserve);
   // Signals go to the thread waiting below, not to gRPC's threads (which inherit the mask).
   sigset_t signals;
   sigemptyset(&signals);

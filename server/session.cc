@@ -74,7 +74,8 @@ Session::~Session() {
     absl::MutexLock table_lock(&table_mu_);
     buffers.swap(buffers_);
   }
-  buffers.clear();  // outside the lock: destructors report to metrics.
+  buffers.clear();           // outside the lock: destructors report to metrics.
+  ReleaseFreedHostMemory();  // what the session freed (also by Free before) goes back now.
 }
 
 std::string Session::log_id() const { return id_.substr(0, kLoggedIdChars); }
@@ -270,6 +271,10 @@ absl::Status Session::Alloc(const pb::AllocBuffer& cmd, pb::AllocBufferReply* re
   // Counted against the session limit first; every early return below gives the bytes back.
   TG_ASSIGN_OR_RETURN(MemoryReservation reservation,
                       MemoryReservation::Reserve(&bytes_held_, env_.mem_limit, size));
+  // Then the server-wide reserve, so that no set of sessions takes the host's last memory.
+  if (const uint64_t reserve = HostMemoryReserve(); reserve != 0 && type->is_host()) {
+    TG_RETURN_IF_ERROR(CheckHostMemoryReserve(size, HostMemoryAvailable(), reserve));
+  }
   const DeviceMemory mem = device->memory();
   if (size > mem.free) {
     return absl::ResourceExhaustedError(absl::StrFormat(

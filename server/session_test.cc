@@ -9,6 +9,7 @@
 #include "proto/protocol.h"
 #include "server/byte_size.h"
 #include "server/grant_table.h"
+#include "server/memory_reservation.h"
 #include "server/metrics.h"
 #include "server/server_test_util.h"
 
@@ -316,6 +317,19 @@ TEST_F(SessionTest, MemoryQuota) {
   EXPECT_EQ(s->Handle(FreeRequest(4, a)).code(), kOk);
   Alloc(*s, 600 << 10);  // fits again after the free.
   EXPECT_EQ(s->bytes_held(), 600u << 10);
+  ExpectValidCompute(*s);
+}
+
+TEST_F(SessionTest, HostMemoryReserve) {
+  auto s = NewSession();
+  // A reserve larger than the host: every host-memory allocation would breach it.
+  SetHostMemoryReserve(HostMemoryTotal() + 1);
+  pb::SessionReply r = s->Handle(AllocRequest(2, 0, 4096));
+  SetHostMemoryReserve(0);
+  EXPECT_EQ(r.code(), kExhausted) << r.message();
+  EXPECT_NE(r.message().find("--mem-reserve"), std::string::npos) << r.message();
+  EXPECT_EQ(s->bytes_held(), 0u);  // the session's reservation went back too.
+  Alloc(*s, 4096);                 // without the reserve it fits.
   ExpectValidCompute(*s);
 }
 

@@ -55,17 +55,24 @@ def free_port():
 
 
 class Server:
-    def __init__(self, binary, devices, extra, workdir, index, threads=1):
+    """One rpc-server process. host, port, metrics_port and prefix serve tests/faults: a
+    server bound to its network namespace's address (prefix ["ip", "netns", "exec", NS]),
+    restarted on the same port and metrics port. The log is appended to across restarts."""
+
+    def __init__(self, binary, devices, extra, workdir, index, threads=1, host="127.0.0.1",
+                 port=0, metrics_port=None, prefix=()):
+        self.host = host
         self.port_file = os.path.join(workdir, f"port{index}")
         self.log_path = os.path.join(workdir, f"server{index}.log")
-        self.metrics_port = free_port()
+        self.metrics_port = metrics_port or free_port()
         if os.path.exists(self.port_file):
             os.remove(self.port_file)
         env = dict(os.environ, TG_CPU_DEVICES=str(devices))
-        cmd = [binary, "-p", "0", "--port-file", self.port_file, "-d",
+        cmd = list(prefix) + [binary] + ([] if host == "127.0.0.1" else ["-H", host]) + [
+               "-p", str(port), "--port-file", self.port_file, "-d",
                "CPU" if devices == 1 else ",".join(f"CPU{i}" for i in range(devices)), "-t", str(threads),
                "--metrics-port", str(self.metrics_port)] + list(extra)
-        self.log = open(self.log_path, "w")
+        self.log = open(self.log_path, "a")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.time() + 30
         while time.time() < deadline:
@@ -75,7 +82,7 @@ class Server:
                 text = open(self.port_file).read().strip()
                 if text:
                     self.port = int(text)
-                    self.endpoint = f"127.0.0.1:{self.port}"
+                    self.endpoint = f"{host}:{self.port}"
                     return
             time.sleep(0.05)
         self.proc.kill()
@@ -85,10 +92,10 @@ class Server:
         self.log.flush()
         return open(self.log_path).read()[-4000:]
 
-    def metrics(self):
+    def metrics(self, timeout=10):
         """The server's Prometheus gauges and counters, summed over labels."""
-        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
-                                      timeout=10).read().decode()
+        text = urllib.request.urlopen(f"http://{self.host}:{self.metrics_port}/metrics",
+                                      timeout=timeout).read().decode()
         values = {}
         for line in text.splitlines():
             m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)

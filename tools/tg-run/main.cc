@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "models/llama_session.h"
 #include "models/sampler.h"
 #include "tools/common/demo_model.h"
+#include "tools/common/failover.h"
 #include "tools/common/json_writer.h"
 
 namespace tg {
@@ -36,6 +39,7 @@ struct RunFlags {
   std::string kv_type = "f16";
   bool json = false;
   int64_t top_logits = 5;
+  bool rpc_failover = false;
 };
 
 // Set once text has gone to stdout, so that an error starts on a line of its own.
@@ -70,11 +74,7 @@ struct Result {
   double GenTps() const { return tokens.size() > 1 ? (tokens.size() - 1) * 1000.0 / gen_ms : 0.0; }
 };
 
-absl::Status Generate(const RunFlags& f, const LlamaModel& model, LlamaSession& session,
-                      Result* r) {
-  const Tokenizer& tok = model.tokenizer();
-  r->prompt_tokens = tok.Encode(f.prompt, /*add_special=*/true);
-  if (r->prompt_tokens.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
+Sampler MakeSampler(const RunFlags& f) {
   SamplerOptions so;
   so.temperature = f.temp;
   so.top_k = static_cast<int32_t>(f.top_k);
@@ -83,19 +83,17 @@ absl::Status Generate(const RunFlags& f, const LlamaModel& model, LlamaSession& 
       f.seed >= 0
           ? static_cast<uint64_t>(f.seed)
           : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  Sampler sampler(so);
-  if (!f.json) {
-    std::fputs(f.prompt.c_str(), stdout);
-    g_streamed = true;
-  }
-  auto t0 = std::chrono::steady_clock::now();
-  TG_ASSIGN_OR_RETURN(absl::Span<const float> logits, session.Decode(r->prompt_tokens));
-  auto t1 = std::chrono::steady_clock::now();
-  r->prompt_ms = Ms(t0, t1);
-  r->top = TopK(logits, static_cast<int32_t>(f.top_logits));
-  const auto [lo, hi] = std::minmax_element(logits.begin(), logits.end());
-  r->logit_min = *lo;
-  r->logit_max = *hi;
+  return Sampler(so);
+}
+
+// Decodes the prompt, picks the first token, then generates the rest. When r already holds
+// tokens (a failover resumes on a new session), it first rebuilds the KV cache instead: the
+// prompt and every token but the last (whose pick is known) in one pass, then calls
+// on_resumed.
+absl::Status Generate(const RunFlags& f, const LlamaModel& model, LlamaSession& session,
+                      Sampler& sampler, Result* r,
+                      const std::function<void()>& on_resumed = nullptr) {
+  const Tokenizer& tok = model.tokenizer();
   // Hands a token over; false once generation must stop.
   auto emit = [&](int32_t token) {
     r->tokens.push_back(token);
@@ -107,18 +105,44 @@ absl::Status Generate(const RunFlags& f, const LlamaModel& model, LlamaSession& 
     }
     return !tok.IsEog(token) && static_cast<int64_t>(r->tokens.size()) < f.n_predict;
   };
-  if (f.n_predict > 0 && emit(sampler.Sample(logits))) {
-    if (f.temp <= 0.0f) {
-      // Greedy steps after the prompt pick on the device (ARGMAX): only the token id comes
-      // back, and the next step is on its way before it does.
-      TG_RETURN_IF_ERROR(session.GenerateGreedy(r->tokens.back(), f.n_predict - 1, emit));
-    } else {
-      do {
-        TG_ASSIGN_OR_RETURN(logits, session.Decode({&r->tokens.back(), 1}));
-      } while (emit(sampler.Sample(logits)));
+  auto t1 = std::chrono::steady_clock::now();
+  if (r->tokens.empty()) {
+    r->prompt_tokens = tok.Encode(f.prompt, /*add_special=*/true);
+    if (r->prompt_tokens.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
+    if (!f.json && !g_streamed) {
+      std::fputs(f.prompt.c_str(), stdout);
+      g_streamed = true;
     }
+    auto t0 = std::chrono::steady_clock::now();
+    TG_ASSIGN_OR_RETURN(absl::Span<const float> logits, session.Decode(r->prompt_tokens));
+    t1 = std::chrono::steady_clock::now();
+    r->prompt_ms = Ms(t0, t1);
+    r->top = TopK(logits, static_cast<int32_t>(f.top_logits));
+    const auto [lo, hi] = std::minmax_element(logits.begin(), logits.end());
+    r->logit_min = *lo;
+    r->logit_max = *hi;
+    if (f.n_predict <= 0 || !emit(sampler.Sample(logits))) return absl::OkStatus();
+  } else {
+    if (tok.IsEog(r->tokens.back()) || static_cast<int64_t>(r->tokens.size()) >= f.n_predict) {
+      return absl::OkStatus();
+    }
+    std::vector<int32_t> history = r->prompt_tokens;
+    history.insert(history.end(), r->tokens.begin(), r->tokens.end() - 1);
+    TG_RETURN_IF_ERROR(session.Decode(history).status());
+    if (on_resumed) on_resumed();
   }
-  r->gen_ms = Ms(t1, std::chrono::steady_clock::now());
+  if (f.temp <= 0.0f) {
+    // Greedy steps after the prompt pick on the device (ARGMAX): only the token id comes
+    // back, and the next step is on its way before it does.
+    TG_RETURN_IF_ERROR(session.GenerateGreedy(
+        r->tokens.back(), f.n_predict - static_cast<int64_t>(r->tokens.size()), emit));
+  } else {
+    absl::Span<const float> logits;
+    do {
+      TG_ASSIGN_OR_RETURN(logits, session.Decode({&r->tokens.back(), 1}));
+    } while (emit(sampler.Sample(logits)));
+  }
+  r->gen_ms += Ms(t1, std::chrono::steady_clock::now());
   return absl::OkStatus();
 }
 
@@ -156,18 +180,48 @@ absl::Status Run(const RunFlags& f) {
                  "of France is\" -n 32\n",
                  path.c_str());
   }
-  LoadOptions lo;
-  lo.plan = plan;
-  lo.progress = ProgressBar;
-  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::Load(path, lo));
   TG_ASSIGN_OR_RETURN(DType kv_type, ParseDType(f.kv_type));
-  SessionOptions so;
-  so.n_ctx = f.ctx > 0 ? f.ctx : std::min<int64_t>(model->hparams().n_ctx_train, 4096);
-  so.n_batch = f.batch;
-  so.kv_type = kv_type;
-  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaSession> session, LlamaSession::Create(*model, so));
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<LlamaSession> session;
+  auto start = [&](const DevicePlan& on) -> absl::Status {
+    session.reset();  // before the model it uses.
+    LoadOptions lo;
+    lo.plan = on;
+    lo.progress = ProgressBar;
+    TG_ASSIGN_OR_RETURN(model, LlamaModel::Load(path, lo));
+    SessionOptions so;
+    so.n_ctx = f.ctx > 0 ? f.ctx : std::min<int64_t>(model->hparams().n_ctx_train, 4096);
+    so.n_batch = f.batch;
+    so.kv_type = kv_type;
+    TG_ASSIGN_OR_RETURN(session, LlamaSession::Create(*model, so));
+    return absl::OkStatus();
+  };
+  TG_RETURN_IF_ERROR(start(plan));
+  Sampler sampler = MakeSampler(f);
   Result r;
-  TG_RETURN_IF_ERROR(Generate(f, *model, *session, &r));
+  absl::Status s = Generate(f, *model, *session, sampler, &r);
+  // --rpc-failover: a lost server's devices leave the plan, and generation resumes on the
+  // rest (the model reloaded, the KV cache rebuilt from the tokens so far).
+  while (!s.ok() && f.rpc_failover) {
+    const std::optional<std::string> lost = LostServer(s, plan);
+    if (!lost.has_value()) break;
+    const auto t0 = std::chrono::steady_clock::now();
+    TG_ASSIGN_OR_RETURN(plan, PlanWithout(plan, *lost, s));
+    const size_t at = r.tokens.size();
+    const std::string why(s.message());
+    // One line once the KV cache is rebuilt: what was lost, how long recovery took, where
+    // the work runs now.
+    auto report = [&] {
+      std::fprintf(stderr,
+                   "%stg-run: rpc-server %s lost at token %zu (%s); recovered in %.2f s, "
+                   "now on %s\n",
+                   g_streamed ? "\n" : "", lost->c_str(), at, why.c_str(),
+                   Ms(t0, std::chrono::steady_clock::now()) / 1000.0, DescribePlan(plan).c_str());
+    };
+    s = start(plan);
+    if (s.ok()) s = Generate(f, *model, *session, sampler, &r, report);
+  }
+  TG_RETURN_IF_ERROR(s);
   if (f.json) {
     PrintJson(r);
   } else {
@@ -200,6 +254,9 @@ int main(int argc, char** argv) {
   p.AddString(nullptr, "--kv-type", &f.kv_type, "KV cache type: f16 (default) or f32");
   p.AddBool(nullptr, "--json", &f.json, "print one JSON object instead of streaming text");
   p.AddInt(nullptr, "--top-logits", &f.top_logits, "top logits in the JSON output (default 5)");
+  p.AddBool(nullptr, "--rpc-failover", &f.rpc_failover,
+            "when an rpc-server is lost, go on with the remaining devices (the same split, -ts "
+            "renormalised; the KV cache rebuilt from the tokens so far)");
   if (absl::Status s = p.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "tg-run: %s\n", std::string(s.message()).c_str());
     return 2;

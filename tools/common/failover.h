@@ -1,0 +1,34 @@
+// Failover: when a remote device's server is lost mid-generation (--rpc-failover), the tool
+// goes on with the devices that remain. These helpers say which server an error names and
+// what plan is left without it: the same split mode over the remaining devices, their -ts
+// proportions renormalised. The tool then reloads the model on that plan (weights re-placed
+// from the local file; servers with the weights in their cache skip the upload) and rebuilds
+// the KV cache by decoding the prompt and the tokens generated so far. Stateless.
+#ifndef TENSORGRID_TOOLS_COMMON_FAILOVER_H_
+#define TENSORGRID_TOOLS_COMMON_FAILOVER_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/split_mode.h"
+
+namespace tg {
+
+// The endpoint (host:port) of a remote device in `plan` that `error` reports lost (the
+// client's errors name the server: "rpc-server H:P is gone ...", "... is stalled ..."), or
+// nullopt when the error is not a lost server's (a bad argument, a full context).
+std::optional<std::string> LostServer(const absl::Status& error, const DevicePlan& plan);
+
+// `plan` without the devices of the server at `endpoint`; -ts renormalised over the rest.
+// FAILED_PRECONDITION (naming the server and `error`) when no device is left.
+absl::StatusOr<DevicePlan> PlanWithout(const DevicePlan& plan, const std::string& endpoint,
+                                       const absl::Status& error);
+
+// "RPC[a]/0,RPC[b]/0 (-sm layer -ts 0.50,0.50)": where a plan runs, for the recovery line.
+std::string DescribePlan(const DevicePlan& plan);
+
+}  // namespace tg
+
+#endif  // TENSORGRID_TOOLS_COMMON_FAILOVER_H_
