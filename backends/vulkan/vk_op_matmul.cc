@@ -1,0 +1,235 @@
+// Recording of MUL_MAT and MUL_MAT_ID. The activations are first made contiguous f32 rows
+// rounded through the weight type's activation format (mul_mat_act.comp) when the weights are
+// quantized or the activations strided; the result is kept for the next node that multiplies
+// the same activations (a layer's q, k and v projections). Few activation columns go to the
+// matrix-vector kernel, many to the tiled one.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "backends/vulkan/vk_device.h"
+#include "backends/vulkan/vk_ops.h"
+#include "core/status_macros.h"
+
+namespace tg::vulkan {
+namespace {
+
+// mul_mat_act.comp formats.
+enum ActFormat : uint32_t { kActPlain = 0, kActQ8_0 = 1, kActQ8_K = 2, kActNone = 99 };
+
+// Up to this many activation columns the matrix-vector kernel wins: every weight is read
+// once per column either way, and the tiled kernel's shared-memory staging costs more.
+constexpr int64_t kMatVecMaxCols = 8;
+constexpr uint32_t kMatVecGroup = 64;
+constexpr uint32_t kMatVecRows = 4;
+// Tiled kernel: 64 x 64 outputs per workgroup of 256 invocations, 4 x 4 each. Its two f32
+// tiles of 64 x 33 take kTileShared bytes of shared memory, more than Vulkan's minimum of
+// 16 KiB: a device with less multiplies every column with the matrix-vector kernel.
+constexpr uint32_t kTileGroup = 256;
+constexpr uint32_t kTileShared = 2 * 64 * 33 * sizeof(float);
+constexpr uint32_t kTileM = 64;
+constexpr uint32_t kTileN = 64;
+constexpr uint32_t kThreadM = 4;
+constexpr uint32_t kThreadN = 4;
+
+ActFormat FormatFor(DType weight, const Tensor* b) {
+  switch (weight) {
+    case DType::kQ4_0:
+    case DType::kQ8_0:
+      return kActQ8_0;
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      return kActQ8_K;
+    default:
+      return b->nb[0] == sizeof(float) ? kActNone : kActPlain;
+  }
+}
+
+// mul_mat_act.comp
+struct ActPC {
+  uint64_t b, d;
+  uint32_t K, ne1, ne2, ne3;
+  uint32_t b_nb[4];
+  uint32_t format, n;
+};
+
+// mul_mat_vec.comp
+struct MatVecPC {
+  uint64_t a, b, d;
+  uint32_t K, M, a_nb1, a_nb2;
+  uint32_t a_nb3, b_nb1, b_nb2, b_nb3;
+  uint32_t d_nb1, d_nb2, d_nb3, ne12;
+  uint32_t r2, r3;
+};
+
+// mul_mat.comp
+struct MatMulPC {
+  uint64_t a, b, d;
+  uint32_t K, M, N, a_nb1;
+  uint32_t a_nb2, a_nb3, b_nb1, b_nb2;
+  uint32_t b_nb3, d_nb1, d_nb2, d_nb3;
+  uint32_t ne12, r2, r3;
+};
+
+// mul_mat_id.comp
+struct MatIdPC {
+  uint64_t a, b, d, ids, err;
+  uint32_t K, M, n_used, b_ne1;
+  uint32_t a_nb1, a_nb2, b_nb1, b_nb2;
+  uint32_t d_nb1, d_nb2, ids_nb0, ids_nb1;
+  uint32_t E, tag;
+};
+static_assert(sizeof(MatIdPC) <= kPushConstantBytes);
+
+uint32_t Ceil(uint64_t n, uint64_t d) { return static_cast<uint32_t>((n + d - 1) / d); }
+
+// Where the kernels read the activations: b itself or its converted copy.
+struct Activations {
+  uint64_t address;
+  uint32_t nb1, nb2, nb3;
+  AddressRange range;
+};
+
+absl::StatusOr<Activations> PrepareActivations(Recorder& rec, DType weight, const Tensor* b) {
+  const ActFormat format = FormatFor(weight, b);
+  if (format == kActNone) {
+    return Activations{rec.Address(b), U32(b->nb[1]), U32(b->nb[2]), U32(b->nb[3]), rec.Range(b)};
+  }
+  const uint64_t k = static_cast<uint64_t>(b->ne[0]);
+  const uint64_t row_bytes = k * sizeof(float);
+  Activations out;
+  out.nb1 = U32(row_bytes);
+  out.nb2 = U32(row_bytes * b->ne[1]);
+  out.nb3 = U32(row_bytes * b->ne[1] * b->ne[2]);
+  Recorder::ConvertedActivations& cache = rec.converted();
+  if (cache.valid && cache.src == b && cache.format == format) {
+    out.address = cache.converted.begin;
+    out.range = cache.converted;
+    return out;
+  }
+  const int slot = cache.valid ? 1 - cache.slot : 0;
+  TG_ASSIGN_OR_RETURN(const AddressRange scratch,
+                      rec.Scratch(slot, row_bytes * static_cast<uint64_t>(b->NumRows())));
+  ActPC pc{};
+  pc.b = rec.Address(b);
+  pc.d = scratch.begin;
+  pc.K = U32(k);
+  pc.ne1 = U32(b->ne[1]);
+  pc.ne2 = U32(b->ne[2]);
+  pc.ne3 = U32(b->ne[3]);
+  for (int i = 0; i < 4; ++i) pc.b_nb[i] = U32(b->nb[i]);
+  pc.format = format;
+  const uint64_t block = format == kActPlain ? 1 : (format == kActQ8_0 ? 32 : 256);
+  pc.n = U32(static_cast<uint64_t>(b->NumElements()) / block);
+  const uint32_t spec[] = {kElementwiseGroup};
+  const AddressRange reads[] = {rec.Range(b)};
+  const AddressRange writes[] = {scratch};
+  TG_RETURN_IF_ERROR(rec.Dispatch1D("mul_mat_act", spec, &pc, sizeof(pc),
+                                    Ceil(pc.n, kElementwiseGroup), reads, writes));
+  cache.valid = true;
+  cache.src = b;
+  cache.format = format;
+  cache.slot = slot;
+  cache.source = rec.Range(b);
+  cache.converted = scratch;
+  out.address = scratch.begin;
+  out.range = scratch;
+  return out;
+}
+
+}  // namespace
+
+uint64_t MulMatScratchBytes(const Tensor& node) {
+  const Tensor* a = node.src[0];
+  const Tensor* b = node.src[1];
+  if (FormatFor(a->type, b) == kActNone) return 0;
+  return static_cast<uint64_t>(b->NumElements()) * sizeof(float);
+}
+
+absl::Status RecordMulMat(Recorder& rec, const Tensor* node) {
+  const Tensor* a = node->src[0];
+  const Tensor* b = node->src[1];
+  TG_ASSIGN_OR_RETURN(const Activations act, PrepareActivations(rec, a->type, b));
+  const AddressRange reads[] = {rec.Range(a), act.range};
+  const AddressRange writes[] = {rec.Range(node)};
+  const uint32_t batches = U32(b->ne[2] * b->ne[3]);
+  const uint32_t type = static_cast<uint32_t>(a->type);
+  if (b->ne[1] <= kMatVecMaxCols || rec.device()->info().max_shared_memory < kTileShared) {
+    MatVecPC pc{};
+    pc.a = rec.Address(a);
+    pc.b = act.address;
+    pc.d = rec.Address(node);
+    pc.K = U32(a->ne[0]);
+    pc.M = U32(a->ne[1]);
+    pc.a_nb1 = U32(a->nb[1]);
+    pc.a_nb2 = U32(a->nb[2]);
+    pc.a_nb3 = U32(a->nb[3]);
+    pc.b_nb1 = act.nb1;
+    pc.b_nb2 = act.nb2;
+    pc.b_nb3 = act.nb3;
+    pc.d_nb1 = U32(node->nb[1]);
+    pc.d_nb2 = U32(node->nb[2]);
+    pc.d_nb3 = U32(node->nb[3]);
+    pc.ne12 = U32(b->ne[2]);
+    pc.r2 = U32(b->ne[2] / a->ne[2]);
+    pc.r3 = U32(b->ne[3] / a->ne[3]);
+    const uint32_t spec[] = {kMatVecGroup, type, kMatVecRows};
+    const uint32_t groups[3] = {Ceil(pc.M, kMatVecRows), U32(b->ne[1]), batches};
+    return rec.Dispatch("mul_mat_vec", spec, &pc, sizeof(pc), groups, reads, writes);
+  }
+  MatMulPC pc{};
+  pc.a = rec.Address(a);
+  pc.b = act.address;
+  pc.d = rec.Address(node);
+  pc.K = U32(a->ne[0]);
+  pc.M = U32(a->ne[1]);
+  pc.N = U32(b->ne[1]);
+  pc.a_nb1 = U32(a->nb[1]);
+  pc.a_nb2 = U32(a->nb[2]);
+  pc.a_nb3 = U32(a->nb[3]);
+  pc.b_nb1 = act.nb1;
+  pc.b_nb2 = act.nb2;
+  pc.b_nb3 = act.nb3;
+  pc.d_nb1 = U32(node->nb[1]);
+  pc.d_nb2 = U32(node->nb[2]);
+  pc.d_nb3 = U32(node->nb[3]);
+  pc.ne12 = U32(b->ne[2]);
+  pc.r2 = U32(b->ne[2] / a->ne[2]);
+  pc.r3 = U32(b->ne[3] / a->ne[3]);
+  const uint32_t spec[] = {kTileGroup, type, kTileM, kTileN, kThreadM, kThreadN};
+  const uint32_t groups[3] = {Ceil(pc.M, kTileM), Ceil(pc.N, kTileN), batches};
+  return rec.Dispatch("mul_mat", spec, &pc, sizeof(pc), groups, reads, writes);
+}
+
+absl::Status RecordMulMatId(Recorder& rec, const Tensor* node) {
+  const Tensor* as = node->src[0];
+  const Tensor* b = node->src[1];
+  const Tensor* ids = node->src[2];
+  TG_ASSIGN_OR_RETURN(const Activations act, PrepareActivations(rec, as->type, b));
+  MatIdPC pc{};
+  pc.a = rec.Address(as);
+  pc.b = act.address;
+  pc.d = rec.Address(node);
+  pc.ids = rec.Address(ids);
+  pc.err = rec.error_address();
+  pc.K = U32(as->ne[0]);
+  pc.M = U32(as->ne[1]);
+  pc.n_used = U32(ids->ne[0]);
+  pc.b_ne1 = U32(b->ne[1]);
+  pc.a_nb1 = U32(as->nb[1]);
+  pc.a_nb2 = U32(as->nb[2]);
+  pc.b_nb1 = act.nb1;
+  pc.b_nb2 = act.nb2;
+  pc.d_nb1 = U32(node->nb[1]);
+  pc.d_nb2 = U32(node->nb[2]);
+  pc.ids_nb0 = U32(ids->nb[0]);
+  pc.ids_nb1 = U32(ids->nb[1]);
+  pc.E = U32(as->ne[2]);
+  pc.tag = rec.ErrorTag(node);
+  const uint32_t spec[] = {kMatVecGroup, static_cast<uint32_t>(as->type), kMatVecRows};
+  const uint32_t groups[3] = {Ceil(pc.M, kMatVecRows), U32(ids->ne[0] * ids->ne[1]), 1};
+  const AddressRange reads[] = {rec.Range(as), act.range, rec.Range(ids)};
+  const AddressRange writes[] = {rec.Range(node)};
+  return rec.Dispatch("mul_mat_id", spec, &pc, sizeof(pc), groups, reads, writes);
+}
+
+}  // namespace tg::vulkan
