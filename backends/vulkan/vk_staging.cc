@@ -15,7 +15,7 @@ void StagingRing::Release(uint64_t retired) {
   if (used_.empty()) head_ = 0;
 }
 
-absl::StatusOr<MemoryRange> StagingRing::Reserve(uint64_t size, uint64_t value) {
+absl::StatusOr<MemoryRange> StagingRing::Reserve(uint64_t size) {
   const uint64_t cap = memory_.size;
   size = (std::max<uint64_t>(size, 1) + kAlign - 1) / kAlign * kAlign;
   if (size > cap) return absl::InternalError("staging request larger than the ring");
@@ -40,7 +40,7 @@ absl::StatusOr<MemoryRange> StagingRing::Reserve(uint64_t size, uint64_t value) 
       }
     }
     if (fits) {
-      used_.push_back({start, size, value});
+      used_.push_back({start, size, open_()});
       head_ = start + size;
       MemoryRange r = memory_;
       r.offset = memory_.offset + start;

@@ -23,13 +23,17 @@ class StagingRing {
   static constexpr uint64_t kMaxChunk = kCapacity / 2;
 
   // `wait(value)` blocks until the owner's submission `value` has retired, submitting the
-  // work being recorded first when `value` is that one.
+  // work being recorded first when `value` is that one; `open()` is the value the work being
+  // recorded will signal (it changes when a wait submits it).
   using WaitFn = std::function<absl::Status(uint64_t value)>;
+  using OpenFn = std::function<uint64_t()>;
 
-  StagingRing(MemoryRange memory, WaitFn wait) : memory_(memory), wait_(std::move(wait)) {}
+  StagingRing(MemoryRange memory, WaitFn wait, OpenFn open)
+      : memory_(memory), wait_(std::move(wait)), open_(std::move(open)) {}
 
-  // `size` (<= kMaxChunk) bytes free until submission `value` retires.
-  absl::StatusOr<MemoryRange> Reserve(uint64_t size, uint64_t value);
+  // `size` (<= kMaxChunk) bytes, free until the submission being recorded (after any wait
+  // this call does) retires.
+  absl::StatusOr<MemoryRange> Reserve(uint64_t size);
   // Forgets ranges of submissions up to `retired`.
   void Release(uint64_t retired);
   const MemoryRange& memory() const { return memory_; }
@@ -40,6 +44,7 @@ class StagingRing {
   };
   MemoryRange memory_;
   WaitFn wait_;
+  OpenFn open_;
   std::deque<Used> used_;  // in ring order, oldest first.
   uint64_t head_ = 0;      // where the next range starts.
 };

@@ -37,7 +37,8 @@ absl::Status VulkanStream::Init() {
   TG_ASSIGN_OR_RETURN(ring_memory_,
                       device_->host_memory().Allocate(StagingRing::kCapacity, kDeviceAlignment));
   ring_ = std::make_unique<StagingRing>(
-      ring_memory_, [this](uint64_t value) { return WaitFor(value, /*take_error=*/false); });
+      ring_memory_, [this](uint64_t value) { return WaitFor(value, /*take_error=*/false); },
+      [this] { return open_value(); });
   TG_ASSIGN_OR_RETURN(error_slot_,
                       device_->host_memory().Allocate(sizeof(ErrorSlot), kDeviceAlignment));
   std::memset(error_slot_.mapped(), 0, sizeof(ErrorSlot));
@@ -166,6 +167,7 @@ absl::Status VulkanStream::CheckValidation() {
 }
 
 absl::Status VulkanStream::Synchronize() {
+  TG_RETURN_IF_ERROR(device_->CheckLost());
   TG_RETURN_IF_ERROR(Flush());
   absl::Status s = timeline_->Wait(timeline_->last_submitted());
   ring_->Release(timeline_->retired());
@@ -192,7 +194,7 @@ absl::Status VulkanStream::SetTensorAsync(Tensor* t, const void* data, size_t of
   const auto* bytes = static_cast<const uint8_t*>(data);
   for (size_t done = 0; done < size;) {
     const size_t n = std::min<size_t>(StagingRing::kMaxChunk, size - done);
-    TG_ASSIGN_OR_RETURN(MemoryRange stage, ring_->Reserve(n, open_value()));
+    TG_ASSIGN_OR_RETURN(MemoryRange stage, ring_->Reserve(n));
     std::memcpy(stage.mapped(), bytes + done, n);
     TG_ASSIGN_OR_RETURN(VkCommandBuffer cb, OpenForTransfer());
     VkBufferCopy copy{stage.offset, dst_offset + offset + done, n};
@@ -210,7 +212,7 @@ absl::Status VulkanStream::GetTensorAsync(const Tensor* t, void* data, size_t of
   auto* out = static_cast<uint8_t*>(data);
   for (size_t done = 0; done < size;) {
     const size_t n = std::min<size_t>(StagingRing::kMaxChunk, size - done);
-    TG_ASSIGN_OR_RETURN(MemoryRange stage, ring_->Reserve(n, open_value()));
+    TG_ASSIGN_OR_RETURN(MemoryRange stage, ring_->Reserve(n));
     TG_ASSIGN_OR_RETURN(VkCommandBuffer cb, OpenForTransfer());
     VkBufferCopy copy{src_offset + offset + done, stage.offset, n};
     vkCmdCopyBuffer(cb, src, stage.buffer(), 1, &copy);
