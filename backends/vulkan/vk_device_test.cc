@@ -3,6 +3,8 @@
 // events, copies between devices, pinned host memory, kernel run-time errors, a lost device,
 // and an op the device cannot run falling back to the CPU in the scheduler. Skips, with the
 // reason, where there is no Vulkan device.
+#include "backends/vulkan/vk_device.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -12,7 +14,6 @@
 
 #include "absl/strings/match.h"
 #include "backends/register_builtin.h"
-#include "backends/vulkan/vk_device.h"
 #include "backends/vulkan/vk_family.h"
 #include "backends/vulkan/vk_stream.h"
 #include "core/context.h"
@@ -302,6 +303,67 @@ TEST(VulkanDeviceTest, KernelRunTimeErrorsComeBackAsInvalidArgument) {
   }
   // The error was reported once; the stream goes on.
   EXPECT_TRUE((*stream)->Synchronize().ok());
+}
+
+// FLASH_ATTN with a head larger than the kernel keeps on chip is not supported: the
+// scheduler runs it on the CPU and the nodes around it on the Vulkan device, and the result is
+// the CPU's.
+TEST(VulkanDeviceTest, AnOpTheDeviceCannotRunFallsBackToTheCpu) {
+  ASSERT_TRUE(RegisterBuiltinBackends().ok());
+  absl::StatusOr<Device*> vk = Registry::Get().FindDevice("Vulkan0");
+  if (!vk.ok()) GTEST_SKIP() << kNoDevice;
+  Device* cpu = Registry::Get().CpuDevice();
+  constexpr int64_t kHead = 640, kKv = 7;
+  auto build = [&](Context& ctx, Tensor** inputs, Tensor** scaled, Tensor** attn) -> Tensor* {
+    for (int i = 0; i < 3; ++i) {
+      inputs[i] = *ctx.NewTensor(DType::kF32, {kHead, i == 0 ? 2 : kKv, 1, 1});
+      inputs[i]->flags |= kFlagInput;
+    }
+    *scaled = *Scale(ctx, inputs[0], 0.5f);
+    *attn = *FlashAttn(ctx, *scaled, inputs[1], inputs[2], nullptr, 0.125f);
+    Tensor* out = *Silu(ctx, *attn);
+    out->flags |= kFlagOutput;
+    return out;
+  };
+  std::vector<float> data[3];
+  for (int i = 0; i < 3; ++i) data[i] = testing::RandomFloats(kHead * (i == 0 ? 2 : kKv), 11 + i);
+
+  Context ctx;
+  Tensor *in[3], *scaled, *attn;
+  Tensor* out = build(ctx, in, &scaled, &attn);
+  ASSERT_FALSE((*vk)->SupportsOp(*attn));
+  absl::StatusOr<Graph> graph = BuildGraph({out});
+  ASSERT_TRUE(graph.ok());
+  auto vk_stream = (*vk)->CreateStream();
+  auto cpu_stream = cpu->CreateStream();
+  ASSERT_TRUE(vk_stream.ok() && cpu_stream.ok());
+  auto sched = Scheduler::Create({{*vk, vk_stream->get()}, {cpu, cpu_stream->get()}});
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  auto scheduled = (*sched)->Schedule(*graph);
+  ASSERT_TRUE(scheduled.ok()) << scheduled.status();
+  EXPECT_EQ((*scheduled)->DeviceOf(scaled), *vk);
+  EXPECT_EQ((*scheduled)->DeviceOf(attn), cpu);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE((*scheduled)->SetInput(in[i], data[i].data(), data[i].size() * 4).ok());
+  }
+  ASSERT_TRUE((*sched)->Compute(**scheduled).ok());
+  std::vector<float> got(out->NumElements());
+  ASSERT_TRUE(out->buffer->GetTensor(out, got.data(), 0, got.size() * 4).ok());
+
+  // The same graph on the CPU alone.
+  Context ref_ctx;
+  Tensor *ref_in[3], *ref_scaled, *ref_attn;
+  Tensor* ref_out = build(ref_ctx, ref_in, &ref_scaled, &ref_attn);
+  absl::StatusOr<Graph> ref_graph = BuildGraph({ref_out});
+  ASSERT_TRUE(ref_graph.ok());
+  testing::GraphRun run;
+  ASSERT_TRUE(testing::AllocateAndCompute(
+                  cpu, cpu_stream->get(), *ref_graph,
+                  {{ref_in[0], data[0]}, {ref_in[1], data[1]}, {ref_in[2], data[2]}}, &run)
+                  .ok());
+  const std::vector<float> want = testing::ReadF32(*ref_out);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
 }
 
 TEST(VulkanDeviceTest, ALostDeviceFailsEveryCallWithoutAborting) {

@@ -56,7 +56,7 @@ TEST(GraphOrderTest, IndependentNodesShareABarrierInterval) {
   const std::vector<Tensor*> order = OrderForFewerBarriers(built, RangeOfFake);
   const int after = CountBarriers(order, RangeOfFake);
   EXPECT_EQ(before, 3);  // norm | q | q2 k | k2 v.
-  EXPECT_EQ(after, 2);  // norm | q k v | ropes.
+  EXPECT_EQ(after, 2);   // norm | q k v | ropes.
   ASSERT_EQ(order.size(), built.size());
   for (Tensor* n : built) {
     for (const Tensor* s : n->src) {
@@ -83,12 +83,10 @@ TEST(GraphOrderTest, ReusedMemoryKeepsItsOrder) {
   Place(n0, 0x7000);
   Place(n1, 0x9000);
   Place(n2, 0x5000);
-  EXPECT_EQ(OrderForFewerBarriers({n0, n1, n2}, RangeOfFake),
-            (std::vector<Tensor*>{n0, n1, n2}));
+  EXPECT_EQ(OrderForFewerBarriers({n0, n1, n2}, RangeOfFake), (std::vector<Tensor*>{n0, n1, n2}));
   // With memory of its own, n2 joins n0's interval.
   Place(n2, 0xb000);
-  EXPECT_EQ(OrderForFewerBarriers({n0, n1, n2}, RangeOfFake),
-            (std::vector<Tensor*>{n0, n2, n1}));
+  EXPECT_EQ(OrderForFewerBarriers({n0, n1, n2}, RangeOfFake), (std::vector<Tensor*>{n0, n2, n1}));
 }
 
 }  // namespace

@@ -79,6 +79,20 @@ uint f32_to_bf16(float f) {
   return ((u + (0x7fffu + ((u >> 16) & 1u))) >> 16) & 0xffffu;
 }
 
+// a / b correctly rounded. OpFDiv may be evaluated through an approximate reciprocal (Vulkan
+// allows 2.5 ulp), enough to move a quantizer's values across rounding boundaries and away
+// from the CPU's; one FMA refinement of the reciprocal and one of the quotient (Markstein)
+// give the rounded quotient. b must be finite and nonzero.
+float div_rn(float a, float b) {
+  precise float r = 1.0 / b;
+  precise float e = fma(-b, r, 1.0);
+  precise float r1 = fma(r, e, r);
+  precise float q = a * r1;
+  precise float rem = fma(-b, q, a);
+  precise float q1 = fma(rem, r1, q);
+  return q1;
+}
+
 // Loads of single elements at a byte address.
 float load_f32(uint64_t a) { return F32s(a).v[0]; }
 float load_f16(uint64_t a) { return f16_to_f32(uint(U16s(a).v[0])); }

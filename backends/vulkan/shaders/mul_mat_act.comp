@@ -45,8 +45,8 @@ void main() {
       const float x = load_f32(src + uint64_t(k0 + j) * pc.b_nb0);
       amax = amax > abs(x) ? amax : abs(x);
     }
-    precise float d = amax / 127.0;
-    precise float id = d != 0.0 ? 1.0 / d : 0.0;
+    const float d = div_rn(amax, 127.0);
+    const float id = d != 0.0 ? div_rn(1.0, d) : 0.0;
     const float dh = f16_to_f32(f32_to_f16(d));
     for (uint j = 0u; j < 32u; ++j) {
       precise float v = load_f32(src + uint64_t(k0 + j) * pc.b_nb0) * id;
@@ -68,8 +68,8 @@ void main() {
     for (uint j = 0u; j < 256u; ++j) F32s(dst).v[j] = 0.0;
     return;
   }
-  precise float iscale = -127.0 / mx;
-  precise float d = 1.0 / iscale;
+  const float iscale = div_rn(-127.0, mx);
+  const float d = div_rn(1.0, iscale);
   for (uint j = 0u; j < 256u; ++j) {
     precise float v = iscale * load_f32(src + uint64_t(k0 + j) * pc.b_nb0);
     F32s(dst).v[j] = d * float(min(127, nearest_int(v)));

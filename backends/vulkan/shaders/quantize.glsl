@@ -29,8 +29,8 @@ float round_away(float v) {
 void quantize_q8_0(uint64_t b) {
   float amax = 0.0;
   for (uint j = 0u; j < 32u; ++j) amax = amax > abs(qx[j]) ? amax : abs(qx[j]);
-  precise float d = amax / 127.0;
-  precise float id = d != 0.0 ? 1.0 / d : 0.0;
+  const float d = div_rn(amax, 127.0);
+  const float id = d != 0.0 ? div_rn(1.0, d) : 0.0;
   store_f16(b, d);
   for (uint j = 0u; j < 32u; ++j) {
     precise float v = qx[j] * id;
@@ -46,8 +46,8 @@ void quantize_q4_0(uint64_t b) {
       mx = qx[j];
     }
   }
-  precise float d = mx / -8.0;
-  precise float id = d != 0.0 ? 1.0 / d : 0.0;
+  const float d = div_rn(mx, -8.0);
+  const float id = d != 0.0 ? div_rn(1.0, d) : 0.0;
   store_f16(b, d);
   for (uint j = 0u; j < 16u; ++j) {
     precise float v0 = qx[j] * id + 8.5;
@@ -80,8 +80,8 @@ float make_qkx2_quants(uint off, in float w[32], out float neg_min) {
     neg_min = -mn;
     return 0.0;
   }
-  precise float iscale = float(nmax) / (mx - mn);
-  precise float scale = 1.0 / iscale;
+  precise float iscale = div_rn(float(nmax), mx - mn);
+  precise float scale = div_rn(1.0, iscale);
   precise float best_error = 0.0;
   for (uint i = 0u; i < 32u; ++i) {
     const int l = clamp(nearest_int(iscale * (qx[off + i] - mn)), 0, nmax);
@@ -92,7 +92,8 @@ float make_qkx2_quants(uint off, in float w[32], out float neg_min) {
   }
   uint cand[32];
   for (int is = 0; is <= 20; ++is) {
-    iscale = (-1.0 + 0.1 * float(is) + float(nmax)) / (mx - mn);
+    precise float step = -1.0 + 0.1 * float(is) + float(nmax);
+    iscale = div_rn(step, mx - mn);
     precise float sum_l = 0.0, sum_l2 = 0.0, sum_xl = 0.0;
     for (uint i = 0u; i < 32u; ++i) {
       const int l = clamp(nearest_int(iscale * (qx[off + i] - mn)), 0, nmax);
@@ -103,11 +104,13 @@ float make_qkx2_quants(uint off, in float w[32], out float neg_min) {
     }
     precise float det = sum_w * sum_l2 - sum_l * sum_l;
     if (!(det > 0.0)) continue;
-    precise float this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
-    precise float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
+    precise float num_scale = sum_w * sum_xl - sum_x * sum_l;
+    precise float num_min = sum_l2 * sum_x - sum_l * sum_xl;
+    precise float this_scale = div_rn(num_scale, det);
+    precise float this_min = div_rn(num_min, det);
     if (this_min > 0.0) {
       this_min = 0.0;
-      this_scale = sum_xl / sum_l2;
+      this_scale = div_rn(sum_xl, sum_l2);
     }
     precise float error = 0.0;
     for (uint i = 0u; i < 32u; ++i) {
@@ -133,7 +136,7 @@ void quantize_q4_k(uint64_t b) {
   for (uint j = 0u; j < 8u; ++j) {
     precise float sum_x2 = 0.0;
     for (uint i = 0u; i < 32u; ++i) sum_x2 += qx[32u * j + i] * qx[32u * j + i];
-    precise float av_x = sqrt(sum_x2 / 32.0);
+    precise float av_x = sqrt(div_rn(sum_x2, 32.0));
     float w[32];
     for (uint i = 0u; i < 32u; ++i) w[i] = av_x + abs(qx[32u * j + i]);
     scales[j] = make_qkx2_quants(32u * j, w, mins[j]);
@@ -143,8 +146,8 @@ void quantize_q4_k(uint64_t b) {
     if (scales[j] > max_scale) max_scale = scales[j];
     if (mins[j] > max_min) max_min = mins[j];
   }
-  precise float inv_scale = max_scale > 0.0 ? 63.0 / max_scale : 0.0;
-  precise float inv_min = max_min > 0.0 ? 63.0 / max_min : 0.0;
+  const float inv_scale = max_scale > 0.0 ? div_rn(63.0, max_scale) : 0.0;
+  const float inv_min = max_min > 0.0 ? div_rn(63.0, max_min) : 0.0;
   uint packed[12];
   for (uint j = 0u; j < 12u; ++j) packed[j] = 0u;
   uint sc6[8], m6[8];
@@ -162,8 +165,8 @@ void quantize_q4_k(uint64_t b) {
       packed[j] |= (m6[j] >> 4) << 6;
     }
   }
-  precise float dq = max_scale / 63.0;
-  precise float dmq = max_min / 63.0;
+  const float dq = div_rn(max_scale, 63.0);
+  const float dmq = div_rn(max_min, 63.0);
   const uint d_bits = f32_to_f16(dq), dmin_bits = f32_to_f16(dmq);
   U16s(b).v[0] = uint16_t(d_bits);
   U16s(b + 2u).v[0] = uint16_t(dmin_bits);
@@ -182,7 +185,8 @@ void quantize_q4_k(uint64_t b) {
     if (d == 0.0) continue;
     precise float dm = dmin_all * float(m);
     for (uint i = 0u; i < 32u; ++i) {
-      precise float v = (qx[32u * j + i] + dm) / d;
+      precise float num = qx[32u * j + i] + dm;
+      const float v = div_rn(num, d);
       ql[32u * j + i] = uint(clamp(nearest_int(v), 0, 15));
     }
   }
@@ -209,7 +213,7 @@ float make_qx_quants16(uint off) {
     for (uint i = 0u; i < 16u; ++i) ql[off + i] = 0u;
     return 0.0;
   }
-  precise float iscale = -float(nmax) / mx;
+  precise float iscale = div_rn(-float(nmax), mx);
   precise float sumlx = 0.0, suml2 = 0.0;
   for (uint i = 0u; i < 16u; ++i) {
     const int l = clamp(nearest_int(iscale * qx[off + i]), -nmax, nmax - 1);
@@ -218,11 +222,12 @@ float make_qx_quants16(uint off) {
     suml2 += w * float(l) * float(l);
     ql[off + i] = uint(nmax + l);
   }
-  precise float scale = suml2 != 0.0 ? sumlx / suml2 : 0.0;
+  precise float scale = suml2 != 0.0 ? div_rn(sumlx, suml2) : 0.0;
   precise float best = scale * sumlx;
   for (int is = -9; is <= 9; ++is) {
     if (is == 0) continue;
-    iscale = -(float(nmax) + 0.1 * float(is)) / mx;
+    precise float step = -(float(nmax) + 0.1 * float(is));
+    iscale = div_rn(step, mx);
     sumlx = 0.0;
     suml2 = 0.0;
     for (uint i = 0u; i < 16u; ++i) {
@@ -235,7 +240,7 @@ float make_qx_quants16(uint off) {
       for (uint i = 0u; i < 16u; ++i) {
         ql[off + i] = uint(nmax + clamp(nearest_int(iscale * qx[off + i]), -nmax, nmax - 1));
       }
-      scale = sumlx / suml2;
+      scale = div_rn(sumlx, suml2);
       best = scale * sumlx;
     }
   }
@@ -256,8 +261,8 @@ void quantize_q6_k(uint64_t b) {
     for (uint i = 0u; i < 210u; ++i) store_u8(b + i, 0u);
     return;
   }
-  precise float iscale = -128.0 / max_scale;
-  precise float dq = 1.0 / iscale;
+  const float iscale = div_rn(-128.0, max_scale);
+  const float dq = div_rn(1.0, iscale);
   const uint d_bits = f32_to_f16(dq);
   U16s(b + 208u).v[0] = uint16_t(d_bits);
   int sc[16];
@@ -271,7 +276,7 @@ void quantize_q6_k(uint64_t b) {
     precise float d = d_all * float((sc[g] << 24) >> 24);
     if (d == 0.0) continue;
     for (uint i = 0u; i < 16u; ++i) {
-      precise float v = qx[16u * g + i] / d;
+      const float v = div_rn(qx[16u * g + i], d);
       ql[16u * g + i] = uint(clamp(nearest_int(v), -32, 31) + 32);
     }
   }
