@@ -28,10 +28,16 @@ namespace tg::vulkan {
 
 class Timeline;
 
+// Which MUL_MAT kernels a device runs: register-blocked ones for CPU-like devices (lavapipe:
+// no shared-memory tiles, barriers or subgroup reductions), tiled and subgroup ones for GPUs.
+enum class KernelStyle { kAuto, kCpu, kGpu };
+
 struct DeviceOptions {
   // Never map device memory, even where the driver could (lavapipe, integrated GPUs): every
   // transfer then takes the staging path of a discrete GPU. For tests (TG_VULKAN_STAGING=1).
   bool force_staging = false;
+  // kAuto: by device type. TG_VULKAN_KERNELS=cpu|gpu forces one (tests of both on lavapipe).
+  KernelStyle kernels = KernelStyle::kAuto;
 };
 
 class VulkanDevice : public Device {
@@ -60,6 +66,11 @@ class VulkanDevice : public Device {
   MemoryPool& host_memory() { return *host_pool_; }
   // True when device buffers are host-mapped (unified memory, not forced to stage).
   bool device_memory_mapped() const { return device_pool_ && device_pool_->mapped(); }
+  // True when MUL_MAT takes the register-blocked kernels (see KernelStyle).
+  bool register_kernels() const {
+    return options_.kernels == KernelStyle::kCpu ||
+           (options_.kernels == KernelStyle::kAuto && info_.cpu_type());
+  }
   Pipelines& pipelines() { return *pipelines_; }
   TransferContext& transfers() { return *transfers_; }
 

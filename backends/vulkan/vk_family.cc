@@ -36,6 +36,10 @@ absl::StatusOr<std::vector<std::unique_ptr<VulkanDevice>>> DiscoverDevices() {
   const bool with_cpu = EnvIsOne("TG_VULKAN_CPU");
   DeviceOptions options;
   options.force_staging = EnvIsOne("TG_VULKAN_STAGING");
+  if (const char* k = std::getenv("TG_VULKAN_KERNELS"); k != nullptr) {
+    if (std::strcmp(k, "cpu") == 0) options.kernels = KernelStyle::kCpu;
+    if (std::strcmp(k, "gpu") == 0) options.kernels = KernelStyle::kGpu;
+  }
   for (VkPhysicalDevice handle : EnumeratePhysical((*instance)->handle())) {
     PhysicalInfo info = QueryPhysical(handle);
     if (info.cpu_type() && !with_cpu) continue;

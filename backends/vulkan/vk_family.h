@@ -1,7 +1,8 @@
 // The Vulkan device family: every usable Vulkan physical device as Vulkan0..N, in the
 // driver's order. CPU-type devices (Mesa lavapipe) join only with TG_VULKAN_CPU=1, so users get
 // real GPUs while tests can run on any machine; TG_VULKAN_STAGING=1 makes the devices stage
-// every transfer as a discrete GPU would. Thread-safe.
+// every transfer as a discrete GPU would, TG_VULKAN_KERNELS=cpu|gpu picks the MUL_MAT kernels
+// of either kind of device (KernelStyle). Thread-safe.
 #ifndef TENSORGRID_BACKENDS_VULKAN_VK_FAMILY_H_
 #define TENSORGRID_BACKENDS_VULKAN_VK_FAMILY_H_
 

@@ -1,4 +1,5 @@
 // Recording of FLASH_ATTN (flash_attn.comp), one variant per K/V type.
+#include "backends/vulkan/vk_device.h"
 #include "backends/vulkan/vk_ops.h"
 
 namespace tg::vulkan {
@@ -9,15 +10,10 @@ struct FlashAttnPC {
   uint32_t q_nb1, q_nb2, q_nb3, m_nb1;
   uint32_t k_nb1, k_nb2, k_nb3, m_type;
   uint32_t v_nb1, v_nb2, v_nb3, n_kv;
-  uint32_t D, Dv, n_q, H;
-  uint32_t H_kv;
+  uint32_t n_q, H, H_kv, B;
   float scale;
 };
 static_assert(sizeof(FlashAttnPC) <= kPushConstantBytes);
-
-// One key per invocation per block; 64 covers a decode step's keys in few blocks while
-// leaving room for several workgroups per core.
-constexpr uint32_t kAttnGroup = 64;
 
 }  // namespace
 
@@ -41,11 +37,10 @@ absl::Status RecordFlashAttn(Recorder& rec, const Tensor* node) {
   pc.v_nb2 = U32(v->nb[2]);
   pc.v_nb3 = U32(v->nb[3]);
   pc.n_kv = U32(k->ne[1]);
-  pc.D = U32(q->ne[0]);
-  pc.Dv = U32(v->ne[0]);
   pc.n_q = U32(q->ne[1]);
   pc.H = U32(q->ne[2]);
   pc.H_kv = U32(k->ne[2]);
+  pc.B = U32(q->ne[3]);
   pc.scale = node->ParamF32(0);
   std::vector<AddressRange> reads = {rec.Range(q), rec.Range(k), rec.Range(v)};
   if (mask != nullptr) {
@@ -54,11 +49,17 @@ absl::Status RecordFlashAttn(Recorder& rec, const Tensor* node) {
     pc.m_type = static_cast<uint32_t>(mask->type);
     reads.push_back(rec.Range(mask));
   }
-  const uint32_t spec[] = {kAttnGroup, k->type == DType::kF16 ? 1u : 0u,
-                           v->type == DType::kF16 ? 1u : 0u};
+  // One subgroup per workgroup, one query position per invocation (flash_attn.comp).
+  const uint32_t sg = rec.device()->info().subgroup_size;
+  const uint32_t spec[] = {sg,
+                           k->type == DType::kF16 ? 1u : 0u,
+                           v->type == DType::kF16 ? 1u : 0u,
+                           U32(q->ne[0]),
+                           U32(v->ne[0]),
+                           sg};
   const AddressRange writes[] = {rec.Range(node)};
-  return rec.Dispatch1D("flash_attn", spec, &pc, sizeof(pc),
-                        static_cast<uint64_t>(q->ne[1]) * q->ne[2] * q->ne[3], reads, writes);
+  const uint32_t groups[3] = {U32((q->ne[1] + sg - 1) / sg), U32(q->ne[2]), U32(q->ne[3])};
+  return rec.Dispatch("flash_attn", spec, &pc, sizeof(pc), groups, reads, writes);
 }
 
 }  // namespace tg::vulkan

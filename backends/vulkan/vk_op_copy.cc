@@ -143,10 +143,12 @@ absl::Status RecordSetRows(Recorder& rec, const Tensor* node) {
   pc.d_type = static_cast<uint32_t>(dst->type);
   pc.tag = rec.ErrorTag(node);
   // Quantized rows take one invocation per block: fewer invocations do more work each.
-  const uint32_t spec[] = {IsQuantized(dst->type) ? kBlockGroup : kRowGroup};
+  const bool quant = IsQuantized(dst->type);
+  const uint32_t spec[] = {quant ? kBlockGroup : kRowGroup};
   const AddressRange reads[] = {rec.Range(b), rec.Range(idx)};
   const AddressRange writes[] = {rec.Range(dst)};
-  return rec.Dispatch1D("set_rows", spec, &pc, sizeof(pc), b->NumRows(), reads, writes);
+  return rec.Dispatch1D(quant ? "set_rows_quant" : "set_rows", spec, &pc, sizeof(pc), b->NumRows(),
+                        reads, writes);
 }
 
 }  // namespace tg::vulkan

@@ -1,8 +1,10 @@
-// Recording of MUL_MAT and MUL_MAT_ID. The activations are first made contiguous f32 rows
-// rounded through the weight type's activation format (mul_mat_act.comp) when the weights are
-// quantized or the activations strided; the result is kept for the next node that multiplies
-// the same activations (a layer's q, k and v projections). Few activation columns go to the
-// matrix-vector kernel, many to the tiled one.
+// Recording of MUL_MAT and MUL_MAT_ID. Quantized weights get their activations quantized
+// first, as the CPU does (Q8_0 or Q8_K, packed in 32-value units: mul_mat_act.comp); float
+// weights read f32 activations, copied contiguous first when strided. The prepared
+// activations are kept for the next node that multiplies the same ones (a layer's q, k and v
+// projections). On CPU-like devices (lavapipe) every MUL_MAT runs the register-blocked kernel
+// (mul_mat_reg.comp); on GPUs few activation columns go to the matrix-vector kernel and many
+// to the shared-memory tiled one. TG_VULKAN_KERNELS=gpu|cpu overrides the choice (tests).
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +17,10 @@ namespace {
 
 // mul_mat_act.comp formats.
 enum ActFormat : uint32_t { kActPlain = 0, kActQ8_0 = 1, kActQ8_K = 2, kActNone = 99 };
+// Bytes of 32 quantized activations (act_unit.glsl): 32 int8, the f32 scale, the int sum.
+constexpr uint64_t kActUnitBytes = 40;
+// mul_mat_reg.comp: one weight row per invocation.
+constexpr uint32_t kRegGroup = 64;
 
 // Up to this many activation columns the matrix-vector kernel wins: every weight is read
 // once per column either way, and the tiled kernel's shared-memory staging costs more.
@@ -22,10 +28,10 @@ constexpr int64_t kMatVecMaxCols = 8;
 constexpr uint32_t kMatVecGroup = 64;
 constexpr uint32_t kMatVecRows = 4;
 // Tiled kernel: 64 x 64 outputs per workgroup of 256 invocations, 4 x 4 each. Its two f32
-// tiles of 64 x 33 take kTileShared bytes of shared memory, more than Vulkan's minimum of
-// 16 KiB: a device with less multiplies every column with the matrix-vector kernel.
+// tiles of 32 x 64 take kTileShared bytes of shared memory, Vulkan's minimum: a device with
+// less (none known) multiplies every column with the matrix-vector kernel.
 constexpr uint32_t kTileGroup = 256;
-constexpr uint32_t kTileShared = 2 * 64 * 33 * sizeof(float);
+constexpr uint32_t kTileShared = 2 * 64 * 32 * sizeof(float);
 constexpr uint32_t kTileM = 64;
 constexpr uint32_t kTileN = 64;
 constexpr uint32_t kThreadM = 4;
@@ -89,13 +95,18 @@ struct Activations {
   AddressRange range;
 };
 
+// Bytes of one prepared activation row of K values.
+uint64_t ActRowBytes(ActFormat format, uint64_t k) {
+  return format == kActPlain ? k * sizeof(float) : k / 32 * kActUnitBytes;
+}
+
 absl::StatusOr<Activations> PrepareActivations(Recorder& rec, DType weight, const Tensor* b) {
   const ActFormat format = FormatFor(weight, b);
   if (format == kActNone) {
     return Activations{rec.Address(b), U32(b->nb[1]), U32(b->nb[2]), U32(b->nb[3]), rec.Range(b)};
   }
   const uint64_t k = static_cast<uint64_t>(b->ne[0]);
-  const uint64_t row_bytes = k * sizeof(float);
+  const uint64_t row_bytes = ActRowBytes(format, k);
   Activations out;
   out.nb1 = U32(row_bytes);
   out.nb2 = U32(row_bytes * b->ne[1]);
@@ -141,9 +152,18 @@ absl::StatusOr<Activations> PrepareActivations(Recorder& rec, DType weight, cons
 uint64_t MulMatScratchBytes(const Tensor& node) {
   const Tensor* a = node.src[0];
   const Tensor* b = node.src[1];
-  if (FormatFor(a->type, b) == kActNone) return 0;
-  return static_cast<uint64_t>(b->NumElements()) * sizeof(float);
+  const ActFormat format = FormatFor(a->type, b);
+  if (format == kActNone) return 0;
+  return static_cast<uint64_t>(b->NumRows()) * ActRowBytes(format, b->ne[0]);
 }
+
+namespace {
+
+// Activation columns per invocation of mul_mat_reg.comp: enough to reuse each loaded weight
+// unit, few enough to stay in registers.
+uint32_t RegColumns(int64_t n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8; }
+
+}  // namespace
 
 absl::Status RecordMulMat(Recorder& rec, const Tensor* node) {
   const Tensor* a = node->src[0];
@@ -153,6 +173,31 @@ absl::Status RecordMulMat(Recorder& rec, const Tensor* node) {
   const AddressRange writes[] = {rec.Range(node)};
   const uint32_t batches = U32(b->ne[2] * b->ne[3]);
   const uint32_t type = static_cast<uint32_t>(a->type);
+  if (rec.device()->register_kernels()) {
+    MatMulPC pc{};
+    pc.a = rec.Address(a);
+    pc.b = act.address;
+    pc.d = rec.Address(node);
+    pc.K = U32(a->ne[0]);
+    pc.M = U32(a->ne[1]);
+    pc.N = U32(b->ne[1]);
+    pc.a_nb1 = U32(a->nb[1]);
+    pc.a_nb2 = U32(a->nb[2]);
+    pc.a_nb3 = U32(a->nb[3]);
+    pc.b_nb1 = act.nb1;
+    pc.b_nb2 = act.nb2;
+    pc.b_nb3 = act.nb3;
+    pc.d_nb1 = U32(node->nb[1]);
+    pc.d_nb2 = U32(node->nb[2]);
+    pc.d_nb3 = U32(node->nb[3]);
+    pc.ne12 = U32(b->ne[2]);
+    pc.r2 = U32(b->ne[2] / a->ne[2]);
+    pc.r3 = U32(b->ne[3] / a->ne[3]);
+    const uint32_t tn = RegColumns(b->ne[1]);
+    const uint32_t spec[] = {kRegGroup, type, tn, rec.device()->info().subgroup_size};
+    const uint32_t groups[3] = {Ceil(pc.M, kRegGroup), Ceil(pc.N, tn), batches};
+    return rec.Dispatch("mul_mat_reg", spec, &pc, sizeof(pc), groups, reads, writes);
+  }
   if (b->ne[1] <= kMatVecMaxCols || rec.device()->info().max_shared_memory < kTileShared) {
     MatVecPC pc{};
     pc.a = rec.Address(a);

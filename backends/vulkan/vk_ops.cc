@@ -9,8 +9,8 @@ namespace {
 
 // Sizes, strides and element counts travel as 32-bit push constants.
 constexpr uint64_t kMaxU32 = 0xffffffffull;
-// FLASH_ATTN keeps q and each invocation's output columns on chip (flash_attn.comp).
-constexpr int64_t kMaxHeadSize = 512;
+// FLASH_ATTN keeps q and the output row of an invocation in registers (flash_attn.comp).
+constexpr int64_t kMaxHeadSize = 256;
 
 bool Fits32(const Tensor& t) {
   if (t.NumBytes() >= kMaxU32 || static_cast<uint64_t>(t.NumElements()) >= kMaxU32) return false;
@@ -26,12 +26,27 @@ bool IsPlain(DType t) {
 
 bool RowsContiguous(const Tensor& t) { return t.nb[0] == BlockBytes(t.type); }
 
+// Bytes from the start of t's allocation (aligned to at least 64) to t's first element.
+size_t ViewOffset(const Tensor& t) {
+  size_t offset = 0;
+  for (const Tensor* v = &t; v->view_src != nullptr; v = v->view_src) offset += v->view_offs;
+  return offset;
+}
+
+// flash_attn.comp reads K and V rows as 32-bit words.
+bool WordAligned(const Tensor& t) {
+  return ViewOffset(t) % 4 == 0 && t.nb[1] % 4 == 0 && t.nb[2] % 4 == 0 && t.nb[3] % 4 == 0 &&
+         (t.type != DType::kF16 || t.ne[0] % 2 == 0);
+}
+
 bool SupportsFlashAttn(const Tensor& node) {
   const Tensor* q = node.src[0];
   const Tensor* k = node.src[1];
   const Tensor* v = node.src[2];
   const Tensor* mask = node.src[3];
   if (!RowsContiguous(*q) || !RowsContiguous(*k) || !RowsContiguous(*v)) return false;
+  if (!WordAligned(*k) || !WordAligned(*v)) return false;
+  if (q->ne[2] > 65535 || q->ne[3] > 65535) return false;  // workgroup grid y and z.
   if (mask != nullptr && (!RowsContiguous(*mask) || mask->ne[2] != 1 || mask->ne[3] != 1)) {
     return false;
   }

@@ -120,10 +120,11 @@ PhysicalInfo QueryPhysical(VkPhysicalDevice device) {
   if (!f11.storageBuffer16BitAccess) missing.push_back("storageBuffer16BitAccess");
   if (!features.features.shaderInt64) missing.push_back("shaderInt64");
   constexpr VkSubgroupFeatureFlags kSubgroupOps =
-      VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
+      VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT |
+      VK_SUBGROUP_FEATURE_VOTE_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_BIT;
   if ((p11.subgroupSupportedOperations & kSubgroupOps) != kSubgroupOps ||
       (p11.subgroupSupportedStages & VK_SHADER_STAGE_COMPUTE_BIT) == 0) {
-    missing.push_back("subgroup arithmetic in compute shaders");
+    missing.push_back("subgroup arithmetic, vote and shuffle in compute shaders");
   }
   if (limits.maxPushConstantsSize < 128) missing.push_back("128 bytes of push constants");
   if (!FindComputeQueue(device, &info.queue_family)) missing.push_back("a compute queue");

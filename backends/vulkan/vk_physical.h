@@ -1,8 +1,8 @@
 // What a Vulkan physical device is and offers, read once at registration: its name, type, a
 // stable id ("pci:dddd:bb:dd.f" from VK_EXT_pci_bus_info, else "uuid:<32 hex digits>"), its
 // limits, and whether it has what the backend needs (Vulkan 1.2, buffer device addresses,
-// 64-bit integers, 8/16-bit storage, timeline semaphores, subgroup arithmetic, a compute
-// queue); when it lacks something, `missing` says what. Immutable after Query.
+// 64-bit integers, 8/16-bit storage, timeline semaphores, subgroup arithmetic, vote and
+// shuffle, a compute queue); when it lacks something, `missing` says what. Immutable after Query.
 #ifndef TENSORGRID_BACKENDS_VULKAN_VK_PHYSICAL_H_
 #define TENSORGRID_BACKENDS_VULKAN_VK_PHYSICAL_H_
 

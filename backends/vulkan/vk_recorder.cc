@@ -3,8 +3,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "backends/vulkan/vk_buffer.h"
 #include "backends/vulkan/vk_device.h"
+#include "backends/vulkan/vk_profile.h"
 #include "core/status_macros.h"
 
 namespace tg::vulkan {
@@ -83,7 +85,12 @@ absl::Status Recorder::Dispatch(absl::string_view shader, absl::Span<const uint3
     vkCmdPushConstants(cb_, device_->pipelines().layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
                        static_cast<uint32_t>(pc_bytes), pc);
   }
+  if (profiler_ != nullptr) {
+    profiler_->Before(
+        cb_, absl::StrCat(shader, spec.size() > 1 ? "/" : "", absl::StrJoin(spec.subspan(1), ",")));
+  }
   vkCmdDispatch(cb_, groups[0], groups[1], groups[2]);
+  if (profiler_ != nullptr) profiler_->After(cb_);
   ++dispatches_;
   return absl::OkStatus();
 }

@@ -19,6 +19,7 @@
 
 namespace tg::vulkan {
 
+class Profiler;
 class VulkanDevice;
 
 // Device addresses [begin, end).
@@ -77,6 +78,9 @@ class Recorder {
   uint32_t ErrorTag(const Tensor* node);
   const std::vector<std::string>& error_nodes() const { return error_nodes_; }
 
+  // Timestamps around each dispatch (TG_VULKAN_PROFILE=1).
+  void set_profiler(Profiler* p) { profiler_ = p; }
+
   int barriers() const { return barriers_; }
   int dispatches() const { return dispatches_; }
 
@@ -92,6 +96,7 @@ class Recorder {
   std::vector<AddressRange> read_;
   ConvertedActivations converted_;
   VkPipeline bound_ = VK_NULL_HANDLE;
+  Profiler* profiler_ = nullptr;
   int barriers_ = 0;
   int dispatches_ = 0;
 };

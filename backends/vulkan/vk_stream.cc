@@ -42,6 +42,7 @@ absl::Status VulkanStream::Init() {
   TG_ASSIGN_OR_RETURN(error_slot_,
                       device_->host_memory().Allocate(sizeof(ErrorSlot), kDeviceAlignment));
   std::memset(error_slot_.mapped(), 0, sizeof(ErrorSlot));
+  profiler_ = Profiler::CreateIfEnabled(device_);
   if (absl::StatusOr<Instance*> instance = Instance::Get(); instance.ok()) {
     validation_seen_ = (*instance)->validation_errors();
   }
@@ -49,6 +50,7 @@ absl::Status VulkanStream::Init() {
 }
 
 VulkanStream::~VulkanStream() {
+  profiler_.reset();  // prints its summary.
   if (timeline_ != nullptr) {
     Flush().IgnoreError();
     timeline_->Wait(timeline_->last_submitted()).IgnoreError();
@@ -296,6 +298,10 @@ absl::Status VulkanStream::Compute(Graph& graph) {
   last_ = Last::kCompute;
   const uint64_t scratch_address = scratch_.block != nullptr ? scratch_.address() : 0;
   Recorder rec(device_, cb, scratch_address, scratch_.size, error_slot_.address(), next_error_tag_);
+  if (profiler_ != nullptr) {
+    profiler_->Begin(cb);
+    rec.set_profiler(profiler_.get());
+  }
   absl::Status status;
   for (const Tensor* node : order) {
     if (IsViewOp(node->op) || node->op == Op::kNone || node->NumElements() == 0) continue;
@@ -314,7 +320,10 @@ absl::Status VulkanStream::Compute(Graph& graph) {
   // Even a graph that failed to record goes out: transfers queued before it are kept.
   absl::Status flushed = Flush();
   TG_RETURN_IF_ERROR(status);
-  return flushed;
+  TG_RETURN_IF_ERROR(flushed);
+  if (profiler_ == nullptr) return absl::OkStatus();
+  TG_RETURN_IF_ERROR(WaitFor(timeline_->last_submitted(), /*take_error=*/false));
+  return profiler_->Collect();
 }
 
 absl::Status VulkanStream::RecordEvent(Event* event) {

@@ -23,6 +23,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "backends/vulkan/vk_memory.h"
+#include "backends/vulkan/vk_profile.h"
 #include "backends/vulkan/vk_staging.h"
 #include "backends/vulkan/vk_timeline.h"
 #include "core/backend.h"
@@ -108,6 +109,7 @@ class VulkanStream : public Stream {
   std::shared_ptr<ErrorNames> error_names_ = std::make_shared<ErrorNames>();
   uint32_t next_error_tag_ = 1;
   int64_t validation_seen_ = 0;
+  std::unique_ptr<Profiler> profiler_;  // TG_VULKAN_PROFILE=1 only.
   int last_barriers_ = 0;
   int last_dispatches_ = 0;
 };

@@ -3,6 +3,8 @@
 // ROWS rows of one (i, t) pair as mul_mat_vec does; an expert id outside [0, E) is reported
 // to the error slot and its rows written as zeros.
 #include "common.glsl"
+#extension GL_EXT_control_flow_attributes : require
+#include "act_unit.glsl"
 #include "mul_mat_common.glsl"
 
 layout(local_size_x_id = 0) in;
@@ -37,7 +39,9 @@ void main() {
   for (uint r = 0u; r < ROWS; ++r) acc[r] = 0.0;
   for (uint item = gl_LocalInvocationID.x; item < rows * units; item += gl_WorkGroupSize.x) {
     const uint r = item / units, u = item % units;
-    const float p = unit_dot(TYPE, arow0 + uint64_t(m0 + r) * pc.a_nb1, u, brow + uint64_t(u) * 128u, pc.K);
+    const uint64_t arow = arow0 + uint64_t(m0 + r) * pc.a_nb1;
+    const float p = is_quant(TYPE) ? unit_dot_q(TYPE, arow, u, brow + uint64_t(u) * kActUnitBytes)
+                                   : unit_dot_f(TYPE, arow, u, brow + uint64_t(u) * 128u, pc.K);
     for (uint rr = 0u; rr < ROWS; ++rr) {
       if (rr == r) acc[rr] += p;
     }

@@ -1,8 +1,10 @@
 #version 460
-// MUL_MAT with few activation columns (decode): a workgroup computes ROWS weight rows for one
-// activation column; its invocations share the rows' 32-weight units, and the partial sums
-// are reduced with subgroup arithmetic, then across subgroups in shared memory.
+// MUL_MAT with few activation columns (decode) on GPUs: a workgroup computes ROWS weight rows
+// for one activation column; its invocations share the rows' 32-weight units, and the partial
+// sums are reduced with subgroup arithmetic, then across subgroups in shared memory.
 #include "common.glsl"
+#extension GL_EXT_control_flow_attributes : require
+#include "act_unit.glsl"
 #include "mul_mat_common.glsl"
 
 layout(local_size_x_id = 0) in;
@@ -28,26 +30,27 @@ void main() {
   const uint units = (pc.K + 31u) / 32u;
   const uint rows = min(ROWS, pc.M - m0);
   float acc[ROWS];
-  for (uint r = 0u; r < ROWS; ++r) acc[r] = 0.0;
-  for (uint item = gl_LocalInvocationID.x; item < rows * units; item += gl_WorkGroupSize.x) {
-    const uint r = item / units, u = item % units;
-    const float p = unit_dot(TYPE, arow0 + uint64_t(m0 + r) * pc.a_nb1, u, brow + uint64_t(u) * 128u, pc.K);
-    for (uint rr = 0u; rr < ROWS; ++rr) {
-      if (rr == r) acc[rr] += p;
+  [[unroll]] for (uint r = 0u; r < ROWS; ++r) acc[r] = 0.0;
+  [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
+    if (r >= rows) break;
+    const uint64_t arow = arow0 + uint64_t(m0 + r) * pc.a_nb1;
+    for (uint u = gl_LocalInvocationID.x; u < units; u += gl_WorkGroupSize.x) {
+      acc[r] += is_quant(TYPE) ? unit_dot_q(TYPE, arow, u, brow + uint64_t(u) * kActUnitBytes)
+                               : unit_dot_f(TYPE, arow, u, brow + uint64_t(u) * 128u, pc.K);
     }
   }
-  for (uint r = 0u; r < ROWS; ++r) acc[r] = subgroupAdd(acc[r]);
+  [[unroll]] for (uint r = 0u; r < ROWS; ++r) acc[r] = subgroupAdd(acc[r]);
   const uint64_t dst_row = pc.d + uint64_t(n) * pc.d_nb1 + uint64_t(i2) * pc.d_nb2 + uint64_t(i3) * pc.d_nb3;
   if (gl_NumSubgroups == 1u) {
-    if (gl_LocalInvocationID.x < rows) {
-      for (uint r = 0u; r < ROWS; ++r) {
-        if (r == gl_LocalInvocationID.x) F32s(dst_row).v[m0 + r] = acc[r];
+    if (gl_LocalInvocationID.x == 0u) {
+      [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
+        if (r < rows) F32s(dst_row).v[m0 + r] = acc[r];
       }
     }
     return;
   }
   if (subgroupElect()) {
-    for (uint r = 0u; r < ROWS; ++r) partial_s[r * 32u + gl_SubgroupID] = acc[r];
+    [[unroll]] for (uint r = 0u; r < ROWS; ++r) partial_s[r * 32u + gl_SubgroupID] = acc[r];
   }
   barrier();
   const uint r = gl_LocalInvocationID.x;

@@ -1,10 +1,9 @@
 #version 460
-// SET_ROWS: one workgroup per source row b[:, i, j2, j3], written converted into
-// d[:, idx[i, j2 % c1, j3 % c2], j2, j3]: plain types element by element, quantized types
-// block by block with the reference quantizer. An index outside [0, d_ne1) is reported to the
-// error slot and the row skipped.
+// SET_ROWS into a plain type (F32, F16, BF16): one workgroup per source row b[:, i, j2, j3],
+// written converted into d[:, idx[i, j2 % c1, j3 % c2], j2, j3] element by element. An index
+// outside [0, d_ne1) is reported to the error slot and the row skipped. Quantized targets
+// are set_rows_quant.comp: its quantizers' private arrays would slow this one down.
 #include "common.glsl"
-#include "quantize.glsl"
 
 layout(local_size_x_id = 0) in;
 
@@ -33,15 +32,7 @@ void main() {
       pc.b + uint64_t(i) * pc.b_nb1 + uint64_t(j2) * pc.b_nb2 + uint64_t(j3) * pc.b_nb3;
   const uint64_t dst =
       pc.d + uint64_t(r) * pc.d_nb1 + uint64_t(j2) * pc.d_nb2 + uint64_t(j3) * pc.d_nb3;
-  if (!is_quant(pc.d_type)) {
-    for (uint k = gl_LocalInvocationID.x; k < pc.ne0; k += gl_WorkGroupSize.x) {
-      store_plain(pc.d_type, dst + uint64_t(k) * pc.d_nb0, load_f32(src + uint64_t(k) * pc.b_nb0));
-    }
-    return;
-  }
-  const uint bs = block_size(pc.d_type);
-  for (uint blk = gl_LocalInvocationID.x; blk < pc.ne0 / bs; blk += gl_WorkGroupSize.x) {
-    for (uint k = 0u; k < bs; ++k) qx[k] = load_f32(src + uint64_t(blk * bs + k) * pc.b_nb0);
-    quantize_block(pc.d_type, dst + uint64_t(blk) * block_bytes(pc.d_type));
+  for (uint k = gl_LocalInvocationID.x; k < pc.ne0; k += gl_WorkGroupSize.x) {
+    store_plain(pc.d_type, dst + uint64_t(k) * pc.d_nb0, load_f32(src + uint64_t(k) * pc.b_nb0));
   }
 }
