@@ -369,7 +369,7 @@ TEST(VulkanDeviceTest, AnOpTheDeviceCannotRunFallsBackToTheCpu) {
 
 // `node` built by `make` in two contexts, computed on Vulkan0 and on the CPU, compared.
 using MakeGraph = std::function<Tensor*(Context&, std::vector<Tensor*>*)>;
-double VulkanVsCpuNmse(Device* vk, const MakeGraph& make) {
+double VulkanVsCpuNmse(Device* vk, const MakeGraph& make, int* vk_dispatches = nullptr) {
   Device* cpu = Registry::Get().CpuDevice();
   std::vector<float> results[2];
   for (int run = 0; run < 2; ++run) {
@@ -392,6 +392,9 @@ double VulkanVsCpuNmse(Device* vk, const MakeGraph& make) {
       return 1e30;
     }
     results[run] = testing::ReadF32(*out);
+    if (run == 0 && vk_dispatches != nullptr) {
+      *vk_dispatches = static_cast<VulkanStream*>(stream->get())->last_dispatches();
+    }
   }
   std::vector<double> want(results[1].begin(), results[1].end());
   return testing::Nmse(results[0], want);
@@ -419,6 +422,36 @@ TEST(VulkanDeviceTest, LongRowsAndContextsComputeCompletely) {
     return *MulMat(ctx, a, b);
   });
   EXPECT_LT(matmul, 1e-5);  // activations rounded to Q8_0 on both, summed in other orders.
+}
+
+// The fused kernels (norm times weight, two matrices of one input in one dispatch,
+// gate/up/swiglu) give the CPU's results, and they do fuse: fewer dispatches than nodes.
+TEST(VulkanDeviceTest, FusedKernelsMatchTheCpu) {
+  ASSERT_TRUE(RegisterBuiltinBackends().ok());
+  absl::StatusOr<Device*> vk = Registry::Get().FindDevice("Vulkan0");
+  if (!vk.ok()) GTEST_SKIP() << kNoDevice;
+  for (DType type : {DType::kQ4_K, DType::kF16}) {
+    int dispatches = 0;
+    auto make = [type](Context& ctx, std::vector<Tensor*>* in) {
+      Tensor* x = *ctx.NewTensor(DType::kF32, {256, 5});
+      Tensor* y = *ctx.NewTensor(DType::kF32, {256, 5});
+      Tensor* w = *ctx.NewTensor(DType::kF32, {256});
+      Tensor* wq = *ctx.NewTensor(type, {256, 64});
+      Tensor* wk = *ctx.NewTensor(type, {256, 64});
+      Tensor* wg = *ctx.NewTensor(type, {256, 64});
+      Tensor* wu = *ctx.NewTensor(type, {256, 64});
+      *in = {x, y, w, wq, wk, wg, wu};
+      Tensor* normed = *Mul(ctx, *RmsNorm(ctx, x, 1e-5f), w);
+      Tensor* q = *MulMat(ctx, wq, normed);
+      Tensor* k = *MulMat(ctx, wk, normed);
+      Tensor* act = *Swiglu(ctx, *MulMat(ctx, wg, y), *MulMat(ctx, wu, y));
+      return *Add(ctx, *Add(ctx, q, k), act);
+    };
+    EXPECT_LT(VulkanVsCpuNmse(*vk, make, &dispatches), type == DType::kF16 ? 1e-9 : 1e-5)
+        << DTypeName(type);
+    // norm*w | q,k | gate,up,swiglu | add | add (and activation preparation for Q4_K).
+    EXPECT_LE(dispatches, type == DType::kF16 ? 5 : 7) << DTypeName(type);
+  }
 }
 
 TEST(VulkanDeviceTest, ALostDeviceFailsEveryCallWithoutAborting) {

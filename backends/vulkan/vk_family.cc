@@ -61,7 +61,10 @@ absl::Status RegisterVulkanFamily() {
   if (done || Registry::Get().HasFamily("Vulkan")) return absl::OkStatus();
   done = true;
   TG_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<VulkanDevice>> devices, DiscoverDevices());
-  if (devices.empty()) return absl::OkStatus();
+  if (devices.empty()) {
+    Instance::Release();  // nothing uses the driver: unload it.
+    return absl::OkStatus();
+  }
   return Registry::Get().Register(std::make_unique<VulkanFamily>(std::move(devices)));
 }
 

@@ -3,12 +3,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/base/call_once.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "backends/vulkan/vk_check.h"
 #include "core/status_macros.h"
 
@@ -59,21 +60,42 @@ void ExitOnValidationErrors() {
 
 }  // namespace
 
+namespace {
+
+absl::Mutex g_instance_mu(absl::kConstInit);
+Instance* g_instance = nullptr;  // never destroyed while devices may use it.
+
+}  // namespace
+
 absl::StatusOr<Instance*> Instance::Get() {
-  static Instance* instance = nullptr;
-  static absl::Status* status = nullptr;
-  static absl::once_flag once;
-  absl::call_once(once, [] {
-    auto* created = new Instance();  // never destroyed: devices live until the process ends.
-    absl::Status s = created->Init();
-    if (s.ok()) {
-      instance = created;
-    } else {
-      status = new absl::Status(std::move(s));
-    }
-  });
-  if (instance == nullptr) return *status;
-  return instance;
+  absl::MutexLock lock(&g_instance_mu);
+  if (g_instance != nullptr) return g_instance;
+  auto created = std::unique_ptr<Instance>(new Instance());
+  if (absl::Status s = created->Init(); !s.ok()) {
+    created->Destroy();
+    return s;
+  }
+  g_instance = created.release();
+  return g_instance;
+}
+
+void Instance::Release() {
+  absl::MutexLock lock(&g_instance_mu);
+  if (g_instance == nullptr || g_instance->strict_) return;  // strict: counted until exit.
+  g_instance->Destroy();
+  delete g_instance;
+  g_instance = nullptr;
+}
+
+void Instance::Destroy() {
+  if (messenger_ != VK_NULL_HANDLE) {
+    auto destroy = reinterpret_cast<PFN_vkDestroyDebugUtilsMessengerEXT>(
+        vkGetInstanceProcAddr(instance_, "vkDestroyDebugUtilsMessengerEXT"));
+    if (destroy != nullptr) destroy(instance_, messenger_, nullptr);
+    messenger_ = VK_NULL_HANDLE;
+  }
+  if (instance_ != VK_NULL_HANDLE) vkDestroyInstance(instance_, nullptr);
+  instance_ = VK_NULL_HANDLE;
 }
 
 absl::Status Instance::Init() {

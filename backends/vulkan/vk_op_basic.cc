@@ -77,7 +77,7 @@ namespace {
 
 // rms_norm.comp
 struct RmsNormPC {
-  uint64_t a, d;
+  uint64_t a, d, w, dw;
   uint32_t a_nb[4];
   uint32_t ne[4];
   float eps;
@@ -114,18 +114,28 @@ static_assert(sizeof(SoftMaxPC) <= kPushConstantBytes && sizeof(RopePC) <= kPush
 }  // namespace
 
 absl::Status RecordRmsNorm(Recorder& rec, const Tensor* node) {
+  return RecordRmsNormMul(rec, node, nullptr);
+}
+
+absl::Status RecordRmsNormMul(Recorder& rec, const Tensor* node, const Tensor* mul) {
   const Tensor* a = node->src[0];
   RmsNormPC pc{};
   pc.a = rec.Address(a);
   pc.d = rec.Address(node);
+  std::vector<AddressRange> reads = {rec.Range(a)};
+  std::vector<AddressRange> writes = {rec.Range(node)};
+  if (mul != nullptr) {
+    pc.w = rec.Address(mul->src[1]);
+    pc.dw = rec.Address(mul);
+    reads.push_back(rec.Range(mul->src[1]));
+    writes.push_back(rec.Range(mul));
+  }
   for (int i = 0; i < 4; ++i) {
     pc.a_nb[i] = U32(a->nb[i]);
     pc.ne[i] = U32(a->ne[i]);
   }
   pc.eps = node->ParamF32(0);
   const uint32_t spec[] = {kRowGroup};
-  const AddressRange reads[] = {rec.Range(a)};
-  const AddressRange writes[] = {rec.Range(node)};
   return rec.Dispatch1D("rms_norm", spec, &pc, sizeof(pc), a->NumRows(), reads, writes);
 }
 

@@ -163,6 +163,25 @@ namespace {
 // unit, few enough to stay in registers.
 uint32_t RegColumns(int64_t n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8; }
 
+// mul_mat_reg.comp's push constants: pointer and word slots whose meaning depends on MODE.
+struct MulMatRegPC {
+  uint64_t p[7];
+  uint32_t u[15];
+};
+static_assert(sizeof(MulMatRegPC) <= kPushConstantBytes);
+
+enum RegMode : uint32_t { kRegSingle = 0, kRegMulti = 1, kRegSwiglu = 2 };
+
+absl::Status DispatchReg(Recorder& rec, RegMode mode, uint32_t type, int64_t rows, int64_t n,
+                         uint32_t batches, const MulMatRegPC& pc,
+                         absl::Span<const AddressRange> reads,
+                         absl::Span<const AddressRange> writes) {
+  const uint32_t tn = RegColumns(n);
+  const uint32_t spec[] = {kRegGroup, type, tn, rec.device()->info().subgroup_size, mode};
+  const uint32_t groups[3] = {Ceil(rows, kRegGroup), Ceil(n, tn), batches};
+  return rec.Dispatch("mul_mat_reg", spec, &pc, sizeof(pc), groups, reads, writes);
+}
+
 }  // namespace
 
 absl::Status RecordMulMat(Recorder& rec, const Tensor* node) {
@@ -174,29 +193,26 @@ absl::Status RecordMulMat(Recorder& rec, const Tensor* node) {
   const uint32_t batches = U32(b->ne[2] * b->ne[3]);
   const uint32_t type = static_cast<uint32_t>(a->type);
   if (rec.device()->register_kernels()) {
-    MatMulPC pc{};
-    pc.a = rec.Address(a);
-    pc.b = act.address;
-    pc.d = rec.Address(node);
-    pc.K = U32(a->ne[0]);
-    pc.M = U32(a->ne[1]);
-    pc.N = U32(b->ne[1]);
-    pc.a_nb1 = U32(a->nb[1]);
-    pc.a_nb2 = U32(a->nb[2]);
-    pc.a_nb3 = U32(a->nb[3]);
-    pc.b_nb1 = act.nb1;
-    pc.b_nb2 = act.nb2;
-    pc.b_nb3 = act.nb3;
-    pc.d_nb1 = U32(node->nb[1]);
-    pc.d_nb2 = U32(node->nb[2]);
-    pc.d_nb3 = U32(node->nb[3]);
-    pc.ne12 = U32(b->ne[2]);
-    pc.r2 = U32(b->ne[2] / a->ne[2]);
-    pc.r3 = U32(b->ne[3] / a->ne[3]);
-    const uint32_t tn = RegColumns(b->ne[1]);
-    const uint32_t spec[] = {kRegGroup, type, tn, rec.device()->info().subgroup_size};
-    const uint32_t groups[3] = {Ceil(pc.M, kRegGroup), Ceil(pc.N, tn), batches};
-    return rec.Dispatch("mul_mat_reg", spec, &pc, sizeof(pc), groups, reads, writes);
+    MulMatRegPC pc{};
+    pc.p[0] = rec.Address(a);
+    pc.p[1] = act.address;
+    pc.p[2] = rec.Address(node);
+    pc.u[0] = U32(a->ne[0]);
+    pc.u[1] = U32(b->ne[1]);
+    pc.u[2] = U32(a->ne[1]);
+    pc.u[3] = U32(a->nb[1]);
+    pc.u[4] = act.nb1;
+    pc.u[5] = U32(node->nb[1]);
+    pc.u[6] = U32(a->nb[2]);
+    pc.u[7] = U32(a->nb[3]);
+    pc.u[8] = act.nb2;
+    pc.u[9] = act.nb3;
+    pc.u[10] = U32(node->nb[2]);
+    pc.u[11] = U32(node->nb[3]);
+    pc.u[12] = U32(b->ne[2]);
+    pc.u[13] = U32(b->ne[2] / a->ne[2]);
+    pc.u[14] = U32(b->ne[3] / a->ne[3]);
+    return DispatchReg(rec, kRegSingle, type, a->ne[1], b->ne[1], batches, pc, reads, writes);
   }
   if (b->ne[1] <= kMatVecMaxCols || rec.device()->info().max_shared_memory < kTileShared) {
     MatVecPC pc{};
@@ -243,6 +259,68 @@ absl::Status RecordMulMat(Recorder& rec, const Tensor* node) {
   const uint32_t spec[] = {kTileGroup, type, kTileM, kTileN, kThreadM, kThreadN};
   const uint32_t groups[3] = {Ceil(pc.M, kTileM), Ceil(pc.N, kTileN), batches};
   return rec.Dispatch("mul_mat", spec, &pc, sizeof(pc), groups, reads, writes);
+}
+
+bool CanMultiplyTogether(const Tensor& x, const Tensor& y) {
+  const Tensor* a = x.src[0];
+  const Tensor* b = x.src[1];
+  const Tensor* a2 = y.src[0];
+  return x.op == Op::kMulMat && y.op == Op::kMulMat && y.src[1] == b && a2->type == a->type &&
+         a2->ne[0] == a->ne[0] && a->ne[2] * a->ne[3] == 1 && a2->ne[2] * a2->ne[3] == 1 &&
+         b->ne[2] * b->ne[3] == 1 && x.IsContiguous() && y.IsContiguous();
+}
+
+absl::Status RecordMulMatMulti(Recorder& rec, absl::Span<const Tensor* const> nodes) {
+  const Tensor* b = nodes[0]->src[1];
+  const DType type = nodes[0]->src[0]->type;
+  TG_ASSIGN_OR_RETURN(const Activations act, PrepareActivations(rec, type, b));
+  MulMatRegPC pc{};
+  pc.p[0] = act.address;
+  pc.u[0] = U32(b->ne[0]);
+  pc.u[1] = U32(b->ne[1]);
+  pc.u[4] = act.nb1;
+  std::vector<AddressRange> reads = {act.range};
+  std::vector<AddressRange> writes;
+  int64_t rows = 0;
+  const int m_slot[3] = {2, 5, 6};
+  const int nb_slot[3] = {3, 7, 8};
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Tensor* a = nodes[i]->src[0];
+    pc.p[1 + i] = rec.Address(a);
+    pc.p[4 + i] = rec.Address(nodes[i]);
+    pc.u[m_slot[i]] = U32(a->ne[1]);
+    pc.u[nb_slot[i]] = U32(a->nb[1]);
+    rows += a->ne[1];
+    reads.push_back(rec.Range(a));
+    writes.push_back(rec.Range(nodes[i]));
+  }
+  return DispatchReg(rec, kRegMulti, static_cast<uint32_t>(type), rows, b->ne[1], 1, pc, reads,
+                     writes);
+}
+
+absl::Status RecordGateUpSwiglu(Recorder& rec, const Tensor* gate, const Tensor* up,
+                                const Tensor* swiglu) {
+  const Tensor* b = gate->src[1];
+  const DType type = gate->src[0]->type;
+  TG_ASSIGN_OR_RETURN(const Activations act, PrepareActivations(rec, type, b));
+  MulMatRegPC pc{};
+  pc.p[0] = act.address;
+  pc.p[1] = rec.Address(gate->src[0]);
+  pc.p[2] = rec.Address(up->src[0]);
+  pc.p[3] = rec.Address(swiglu);
+  pc.p[4] = rec.Address(gate);
+  pc.p[5] = rec.Address(up);
+  pc.u[0] = U32(b->ne[0]);
+  pc.u[1] = U32(b->ne[1]);
+  pc.u[2] = U32(gate->src[0]->ne[1]);
+  pc.u[3] = U32(gate->src[0]->nb[1]);
+  pc.u[4] = act.nb1;
+  pc.u[5] = U32(swiglu->nb[1]);
+  pc.u[6] = U32(up->src[0]->nb[1]);
+  const AddressRange reads[] = {act.range, rec.Range(gate->src[0]), rec.Range(up->src[0])};
+  const AddressRange writes[] = {rec.Range(swiglu), rec.Range(gate), rec.Range(up)};
+  return DispatchReg(rec, kRegSwiglu, static_cast<uint32_t>(type), gate->src[0]->ne[1], b->ne[1], 1,
+                     pc, reads, writes);
 }
 
 absl::Status RecordMulMatId(Recorder& rec, const Tensor* node) {

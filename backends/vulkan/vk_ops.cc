@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "backends/vulkan/vk_buffer.h"
 #include "backends/vulkan/vk_device.h"
+#include "backends/vulkan/vk_fusion.h"
 
 namespace tg::vulkan {
 namespace {
@@ -117,6 +118,21 @@ absl::Status CheckNodePlacement(const VulkanDevice& device, const Tensor& node) 
 uint64_t NodeScratchBytes(const Tensor& node) {
   if (node.op == Op::kMulMat || node.op == Op::kMulMatId) return MulMatScratchBytes(node);
   return 0;
+}
+
+absl::Status RecordGroup(Recorder& rec, const FusedGroup& group) {
+  const std::vector<const Tensor*>& n = group.nodes;
+  switch (group.kind) {
+    case FusionKind::kRmsNormMul:
+      return RecordRmsNormMul(rec, n[0], n[1]);
+    case FusionKind::kMulMatMulti:
+      return RecordMulMatMulti(rec, n);
+    case FusionKind::kGateUpSwiglu:
+      return RecordGateUpSwiglu(rec, n[0], n[1], n[2]);
+    case FusionKind::kSingle:
+      break;
+  }
+  return RecordNode(rec, n[0]);
 }
 
 absl::Status RecordNode(Recorder& rec, const Tensor* node) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "backends/vulkan/vk_physical.h"
 #include "backends/vulkan/vk_pipelines.h"
 #include "backends/vulkan/vk_recorder.h"
@@ -24,6 +25,9 @@ absl::Status CheckNodePlacement(const VulkanDevice& device, const Tensor& node);
 // Scratch bytes the node needs (converted activations of MUL_MAT / MUL_MAT_ID).
 uint64_t NodeScratchBytes(const Tensor& node);
 absl::Status RecordNode(Recorder& rec, const Tensor* node);
+// A group of PlanFusion: its fused kernel, or the single node.
+struct FusedGroup;
+absl::Status RecordGroup(Recorder& rec, const FusedGroup& group);
 
 // Workgroup sizes of the kernels (multiples of every subgroup size in use: 8 .. 64).
 inline constexpr uint32_t kElementwiseGroup = 256;
@@ -40,6 +44,13 @@ absl::Status RecordGetRows(Recorder& rec, const Tensor* node);
 absl::Status RecordSetRows(Recorder& rec, const Tensor* node);
 absl::Status RecordMulMat(Recorder& rec, const Tensor* node);
 absl::Status RecordMulMatId(Recorder& rec, const Tensor* node);
+// Fused kernels (vk_fusion.h decides when): several MUL_MATs of the same activations in one
+// dispatch; SWIGLU(gate x, up x) straight from the two products; RMS_NORM times a weight row.
+bool CanMultiplyTogether(const Tensor& x, const Tensor& y);
+absl::Status RecordMulMatMulti(Recorder& rec, absl::Span<const Tensor* const> nodes);
+absl::Status RecordGateUpSwiglu(Recorder& rec, const Tensor* gate, const Tensor* up,
+                                const Tensor* swiglu);
+absl::Status RecordRmsNormMul(Recorder& rec, const Tensor* norm, const Tensor* mul);
 absl::Status RecordFlashAttn(Recorder& rec, const Tensor* node);
 uint64_t MulMatScratchBytes(const Tensor& node);
 
