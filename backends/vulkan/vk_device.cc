@@ -201,6 +201,16 @@ absl::Status VulkanDevice::QueueSubmit(const VkSubmitInfo& submit, VkFence fence
   return Check(vkQueueSubmit(queue_, 1, &submit, fence), "vkQueueSubmit");
 }
 
+absl::StatusOr<VkCommandPool> VulkanDevice::CreateCommandPool() {
+  VkCommandPoolCreateInfo info{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  info.queueFamilyIndex = info_.queue_family;
+  VkCommandPool pool = VK_NULL_HANDLE;
+  TG_RETURN_IF_ERROR(
+      Check(vkCreateCommandPool(device_, &info, nullptr, &pool), "vkCreateCommandPool"));
+  return pool;
+}
+
 absl::Status VulkanDevice::Check(VkResult result, absl::string_view call) {
   if (result == VK_SUCCESS) return absl::OkStatus();
   if (result == VK_ERROR_DEVICE_LOST) lost_.store(true);

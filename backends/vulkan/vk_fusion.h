@@ -8,8 +8,9 @@
 // Every member's result is still written: a graph may be one split of a larger one, whose
 // other splits read what this one cannot see. A fused kernel must not write memory it still
 // reads: the graph allocator may give the SWIGLU the activations' memory (their last reader
-// was the products), or the MUL the norm's input, so those groups need the two apart. Members of a group are consecutive in the
-// order, so fusing never moves work across a barrier. Pure logic over the graph.
+// was the products), or the MUL the norm's input, so those groups need the two apart. Members of a
+// group are consecutive in the order, so fusing never moves work across a barrier. Pure logic over
+// the graph.
 #ifndef TENSORGRID_BACKENDS_VULKAN_VK_FUSION_H_
 #define TENSORGRID_BACKENDS_VULKAN_VK_FUSION_H_
 

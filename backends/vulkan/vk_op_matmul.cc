@@ -58,23 +58,17 @@ struct ActPC {
   uint32_t format, n;
 };
 
-// mul_mat_vec.comp
-struct MatVecPC {
-  uint64_t a, b, d;
-  uint32_t K, M, a_nb1, a_nb2;
-  uint32_t a_nb3, b_nb1, b_nb2, b_nb3;
-  uint32_t d_nb1, d_nb2, d_nb3, ne12;
-  uint32_t r2, r3;
-};
-
-// mul_mat.comp
+// mul_mat_vec.comp, mul_mat.comp and mul_mat_reg.comp: addresses and sizes of one product;
+// mul_mat_reg.comp's fused modes give some slots other meanings and use q (see the shader).
 struct MatMulPC {
   uint64_t a, b, d;
   uint32_t K, M, N, a_nb1;
   uint32_t a_nb2, a_nb3, b_nb1, b_nb2;
   uint32_t b_nb3, d_nb1, d_nb2, d_nb3;
   uint32_t ne12, r2, r3;
+  uint64_t q[4];
 };
+static_assert(sizeof(MatMulPC) <= kPushConstantBytes);
 
 // mul_mat_id.comp
 struct MatIdPC {
@@ -147,96 +141,10 @@ absl::StatusOr<Activations> PrepareActivations(Recorder& rec, DType weight, cons
   return out;
 }
 
-}  // namespace
-
-uint64_t MulMatScratchBytes(const Tensor& node) {
-  const Tensor* a = node.src[0];
-  const Tensor* b = node.src[1];
-  const ActFormat format = FormatFor(a->type, b);
-  if (format == kActNone) return 0;
-  return static_cast<uint64_t>(b->NumRows()) * ActRowBytes(format, b->ne[0]);
-}
-
-namespace {
-
-// Activation columns per invocation of mul_mat_reg.comp: enough to reuse each loaded weight
-// unit, few enough to stay in registers.
-uint32_t RegColumns(int64_t n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8; }
-
-// mul_mat_reg.comp's push constants: pointer and word slots whose meaning depends on MODE.
-struct MulMatRegPC {
-  uint64_t p[7];
-  uint32_t u[15];
-};
-static_assert(sizeof(MulMatRegPC) <= kPushConstantBytes);
-
-enum RegMode : uint32_t { kRegSingle = 0, kRegMulti = 1, kRegSwiglu = 2 };
-
-absl::Status DispatchReg(Recorder& rec, RegMode mode, uint32_t type, int64_t rows, int64_t n,
-                         uint32_t batches, const MulMatRegPC& pc,
-                         absl::Span<const AddressRange> reads,
-                         absl::Span<const AddressRange> writes) {
-  const uint32_t tn = RegColumns(n);
-  const uint32_t spec[] = {kRegGroup, type, tn, rec.device()->info().subgroup_size, mode};
-  const uint32_t groups[3] = {Ceil(rows, kRegGroup), Ceil(n, tn), batches};
-  return rec.Dispatch("mul_mat_reg", spec, &pc, sizeof(pc), groups, reads, writes);
-}
-
-}  // namespace
-
-absl::Status RecordMulMat(Recorder& rec, const Tensor* node) {
+// The push constants of `node` = src0 x src1 with the activations at `act`.
+MatMulPC ProductPC(Recorder& rec, const Tensor* node, const Activations& act) {
   const Tensor* a = node->src[0];
   const Tensor* b = node->src[1];
-  TG_ASSIGN_OR_RETURN(const Activations act, PrepareActivations(rec, a->type, b));
-  const AddressRange reads[] = {rec.Range(a), act.range};
-  const AddressRange writes[] = {rec.Range(node)};
-  const uint32_t batches = U32(b->ne[2] * b->ne[3]);
-  const uint32_t type = static_cast<uint32_t>(a->type);
-  if (rec.device()->register_kernels()) {
-    MulMatRegPC pc{};
-    pc.p[0] = rec.Address(a);
-    pc.p[1] = act.address;
-    pc.p[2] = rec.Address(node);
-    pc.u[0] = U32(a->ne[0]);
-    pc.u[1] = U32(b->ne[1]);
-    pc.u[2] = U32(a->ne[1]);
-    pc.u[3] = U32(a->nb[1]);
-    pc.u[4] = act.nb1;
-    pc.u[5] = U32(node->nb[1]);
-    pc.u[6] = U32(a->nb[2]);
-    pc.u[7] = U32(a->nb[3]);
-    pc.u[8] = act.nb2;
-    pc.u[9] = act.nb3;
-    pc.u[10] = U32(node->nb[2]);
-    pc.u[11] = U32(node->nb[3]);
-    pc.u[12] = U32(b->ne[2]);
-    pc.u[13] = U32(b->ne[2] / a->ne[2]);
-    pc.u[14] = U32(b->ne[3] / a->ne[3]);
-    return DispatchReg(rec, kRegSingle, type, a->ne[1], b->ne[1], batches, pc, reads, writes);
-  }
-  if (b->ne[1] <= kMatVecMaxCols || rec.device()->info().max_shared_memory < kTileShared) {
-    MatVecPC pc{};
-    pc.a = rec.Address(a);
-    pc.b = act.address;
-    pc.d = rec.Address(node);
-    pc.K = U32(a->ne[0]);
-    pc.M = U32(a->ne[1]);
-    pc.a_nb1 = U32(a->nb[1]);
-    pc.a_nb2 = U32(a->nb[2]);
-    pc.a_nb3 = U32(a->nb[3]);
-    pc.b_nb1 = act.nb1;
-    pc.b_nb2 = act.nb2;
-    pc.b_nb3 = act.nb3;
-    pc.d_nb1 = U32(node->nb[1]);
-    pc.d_nb2 = U32(node->nb[2]);
-    pc.d_nb3 = U32(node->nb[3]);
-    pc.ne12 = U32(b->ne[2]);
-    pc.r2 = U32(b->ne[2] / a->ne[2]);
-    pc.r3 = U32(b->ne[3] / a->ne[3]);
-    const uint32_t spec[] = {kMatVecGroup, type, kMatVecRows};
-    const uint32_t groups[3] = {Ceil(pc.M, kMatVecRows), U32(b->ne[1]), batches};
-    return rec.Dispatch("mul_mat_vec", spec, &pc, sizeof(pc), groups, reads, writes);
-  }
   MatMulPC pc{};
   pc.a = rec.Address(a);
   pc.b = act.address;
@@ -256,6 +164,55 @@ absl::Status RecordMulMat(Recorder& rec, const Tensor* node) {
   pc.ne12 = U32(b->ne[2]);
   pc.r2 = U32(b->ne[2] / a->ne[2]);
   pc.r3 = U32(b->ne[3] / a->ne[3]);
+  return pc;
+}
+
+}  // namespace
+
+uint64_t MulMatScratchBytes(const Tensor& node) {
+  const Tensor* a = node.src[0];
+  const Tensor* b = node.src[1];
+  const ActFormat format = FormatFor(a->type, b);
+  if (format == kActNone) return 0;
+  return static_cast<uint64_t>(b->NumRows()) * ActRowBytes(format, b->ne[0]);
+}
+
+namespace {
+
+// Activation columns per invocation of mul_mat_reg.comp: enough to reuse each loaded weight
+// unit, few enough to stay in registers.
+uint32_t RegColumns(int64_t n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8; }
+
+enum RegMode : uint32_t { kRegSingle = 0, kRegMulti = 1, kRegSwiglu = 2 };
+
+absl::Status DispatchReg(Recorder& rec, RegMode mode, uint32_t type, int64_t rows, int64_t n,
+                         uint32_t batches, const MatMulPC& pc, absl::Span<const AddressRange> reads,
+                         absl::Span<const AddressRange> writes) {
+  const uint32_t tn = RegColumns(n);
+  const uint32_t spec[] = {kRegGroup, type, tn, rec.device()->info().subgroup_size, mode};
+  const uint32_t groups[3] = {Ceil(rows, kRegGroup), Ceil(n, tn), batches};
+  return rec.Dispatch("mul_mat_reg", spec, &pc, sizeof(pc), groups, reads, writes);
+}
+
+}  // namespace
+
+absl::Status RecordMulMat(Recorder& rec, const Tensor* node) {
+  const Tensor* a = node->src[0];
+  const Tensor* b = node->src[1];
+  TG_ASSIGN_OR_RETURN(const Activations act, PrepareActivations(rec, a->type, b));
+  const AddressRange reads[] = {rec.Range(a), act.range};
+  const AddressRange writes[] = {rec.Range(node)};
+  const uint32_t batches = U32(b->ne[2] * b->ne[3]);
+  const uint32_t type = static_cast<uint32_t>(a->type);
+  const MatMulPC pc = ProductPC(rec, node, act);
+  if (rec.device()->register_kernels()) {
+    return DispatchReg(rec, kRegSingle, type, a->ne[1], b->ne[1], batches, pc, reads, writes);
+  }
+  if (b->ne[1] <= kMatVecMaxCols || rec.device()->info().max_shared_memory < kTileShared) {
+    const uint32_t spec[] = {kMatVecGroup, type, kMatVecRows};
+    const uint32_t groups[3] = {Ceil(pc.M, kMatVecRows), U32(b->ne[1]), batches};
+    return rec.Dispatch("mul_mat_vec", spec, &pc, sizeof(pc), groups, reads, writes);
+  }
   const uint32_t spec[] = {kTileGroup, type, kTileM, kTileN, kThreadM, kThreadN};
   const uint32_t groups[3] = {Ceil(pc.M, kTileM), Ceil(pc.N, kTileN), batches};
   return rec.Dispatch("mul_mat", spec, &pc, sizeof(pc), groups, reads, writes);
@@ -274,26 +231,27 @@ absl::Status RecordMulMatMulti(Recorder& rec, absl::Span<const Tensor* const> no
   const Tensor* b = nodes[0]->src[1];
   const DType type = nodes[0]->src[0]->type;
   TG_ASSIGN_OR_RETURN(const Activations act, PrepareActivations(rec, type, b));
-  MulMatRegPC pc{};
-  pc.p[0] = act.address;
-  pc.u[0] = U32(b->ne[0]);
-  pc.u[1] = U32(b->ne[1]);
-  pc.u[4] = act.nb1;
+  // Slots of mul_mat_reg.comp's mode 1: b, the matrices, their results, rows, row strides.
+  MatMulPC pc = ProductPC(rec, nodes[0], act);
+  pc.a = act.address;
+  uint64_t* const matrices[3] = {&pc.b, &pc.d, &pc.q[0]};
+  uint32_t* const rows_of[3] = {&pc.M, &pc.a_nb2, &pc.a_nb3};
+  uint32_t* const nb1_of[3] = {&pc.a_nb1, &pc.b_nb2, &pc.b_nb3};
   std::vector<AddressRange> reads = {act.range};
   std::vector<AddressRange> writes;
   int64_t rows = 0;
-  const int m_slot[3] = {2, 5, 6};
-  const int nb_slot[3] = {3, 7, 8};
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Tensor* a = nodes[i]->src[0];
-    pc.p[1 + i] = rec.Address(a);
-    pc.p[4 + i] = rec.Address(nodes[i]);
-    pc.u[m_slot[i]] = U32(a->ne[1]);
-    pc.u[nb_slot[i]] = U32(a->nb[1]);
+    *matrices[i] = rec.Address(a);
+    pc.q[1 + i] = rec.Address(nodes[i]);
+    *rows_of[i] = U32(a->ne[1]);
+    *nb1_of[i] = U32(a->nb[1]);
     rows += a->ne[1];
     reads.push_back(rec.Range(a));
     writes.push_back(rec.Range(nodes[i]));
   }
+  if (nodes.size() < 3) pc.a_nb3 = 0;  // no third matrix: M2 = 0.
+  if (nodes.size() < 2) pc.a_nb2 = 0;
   return DispatchReg(rec, kRegMulti, static_cast<uint32_t>(type), rows, b->ne[1], 1, pc, reads,
                      writes);
 }
@@ -303,20 +261,16 @@ absl::Status RecordGateUpSwiglu(Recorder& rec, const Tensor* gate, const Tensor*
   const Tensor* b = gate->src[1];
   const DType type = gate->src[0]->type;
   TG_ASSIGN_OR_RETURN(const Activations act, PrepareActivations(rec, type, b));
-  MulMatRegPC pc{};
-  pc.p[0] = act.address;
-  pc.p[1] = rec.Address(gate->src[0]);
-  pc.p[2] = rec.Address(up->src[0]);
-  pc.p[3] = rec.Address(swiglu);
-  pc.p[4] = rec.Address(gate);
-  pc.p[5] = rec.Address(up);
-  pc.u[0] = U32(b->ne[0]);
-  pc.u[1] = U32(b->ne[1]);
-  pc.u[2] = U32(gate->src[0]->ne[1]);
-  pc.u[3] = U32(gate->src[0]->nb[1]);
-  pc.u[4] = act.nb1;
-  pc.u[5] = U32(swiglu->nb[1]);
-  pc.u[6] = U32(up->src[0]->nb[1]);
+  // Slots of mul_mat_reg.comp's mode 2: b, the two matrices, the three results.
+  MatMulPC pc = ProductPC(rec, gate, act);
+  pc.a = act.address;
+  pc.b = rec.Address(gate->src[0]);
+  pc.d = rec.Address(up->src[0]);
+  pc.b_nb2 = U32(up->src[0]->nb[1]);
+  pc.d_nb1 = U32(swiglu->nb[1]);
+  pc.q[0] = rec.Address(swiglu);
+  pc.q[1] = rec.Address(gate);
+  pc.q[2] = rec.Address(up);
   const AddressRange reads[] = {act.range, rec.Range(gate->src[0]), rec.Range(up->src[0])};
   const AddressRange writes[] = {rec.Range(swiglu), rec.Range(gate), rec.Range(up)};
   return DispatchReg(rec, kRegSwiglu, static_cast<uint32_t>(type), gate->src[0]->ne[1], b->ne[1], 1,

@@ -30,11 +30,7 @@ absl::StatusOr<std::unique_ptr<VulkanStream>> VulkanStream::Create(VulkanDevice*
 absl::Status VulkanStream::Init() {
   TG_ASSIGN_OR_RETURN(timeline_, Timeline::Create(device_));
   device_->AddTimeline(timeline_.get());
-  VkCommandPoolCreateInfo pool{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
-  pool.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
-  pool.queueFamilyIndex = device_->info().queue_family;
-  TG_RETURN_IF_ERROR(device_->Check(vkCreateCommandPool(device_->vk(), &pool, nullptr, &pool_),
-                                    "vkCreateCommandPool"));
+  TG_ASSIGN_OR_RETURN(pool_, device_->CreateCommandPool());
   TG_ASSIGN_OR_RETURN(ring_memory_,
                       device_->host_memory().Allocate(StagingRing::kCapacity, kDeviceAlignment));
   ring_ = std::make_unique<StagingRing>(

@@ -36,11 +36,7 @@ TransferContext::~TransferContext() {
 }
 
 absl::Status TransferContext::Init() {
-  VkCommandPoolCreateInfo pool{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
-  pool.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
-  pool.queueFamilyIndex = device_->info().queue_family;
-  TG_RETURN_IF_ERROR(device_->Check(vkCreateCommandPool(device_->vk(), &pool, nullptr, &pool_),
-                                    "vkCreateCommandPool"));
+  TG_ASSIGN_OR_RETURN(pool_, device_->CreateCommandPool());
   VkCommandBufferAllocateInfo alloc{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
   alloc.commandPool = pool_;
   alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;

@@ -21,7 +21,7 @@ const uint BK = 32;
 layout(constant_id = 4) const uint TM = 4;
 layout(constant_id = 5) const uint TN = 4;
 
-layout(push_constant) uniform PC {
+layout(push_constant) uniform PC {  // MatMulPC in vk_op_matmul.cc.
   uint64_t a, b, d;
   uint K, M, N, a_nb1;
   uint a_nb2, a_nb3, b_nb1, b_nb2;

@@ -11,12 +11,12 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint TYPE = 0;
 layout(constant_id = 2) const uint ROWS = 4;
 
-layout(push_constant) uniform PC {
+layout(push_constant) uniform PC {  // MatMulPC in vk_op_matmul.cc.
   uint64_t a, b, d;
-  uint K, M, a_nb1, a_nb2;
-  uint a_nb3, b_nb1, b_nb2, b_nb3;
-  uint d_nb1, d_nb2, d_nb3, ne12;
-  uint r2, r3;
+  uint K, M, N, a_nb1;
+  uint a_nb2, a_nb3, b_nb1, b_nb2;
+  uint b_nb3, d_nb1, d_nb2, d_nb3;
+  uint ne12, r2, r3;
 } pc;
 
 shared float partial_s[32 * 8];
