@@ -54,7 +54,7 @@ def main():
     if remote is None or local is None:
         print(log)
         return 1
-    if "devices Vulkan0" not in log:
+    if "devices=Vulkan0" not in log:  # rpc-server's "listening" log line.
         print(f"FAIL: the server does not serve Vulkan0:\n{log}")
         return 1
     base = {int(i): v for i, v in local["top_logits"]}
