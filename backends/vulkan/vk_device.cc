@@ -211,6 +211,17 @@ absl::StatusOr<VkCommandPool> VulkanDevice::CreateCommandPool() {
   return pool;
 }
 
+absl::StatusOr<VkCommandBuffer> VulkanDevice::AllocateCommandBuffer(VkCommandPool pool) {
+  VkCommandBufferAllocateInfo alloc{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  alloc.commandPool = pool;
+  alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  alloc.commandBufferCount = 1;
+  VkCommandBuffer cb = VK_NULL_HANDLE;
+  TG_RETURN_IF_ERROR(
+      Check(vkAllocateCommandBuffers(device_, &alloc, &cb), "vkAllocateCommandBuffers"));
+  return cb;
+}
+
 absl::Status VulkanDevice::Check(VkResult result, absl::string_view call) {
   if (result == VK_SUCCESS) return absl::OkStatus();
   if (result == VK_ERROR_DEVICE_LOST) lost_.store(true);

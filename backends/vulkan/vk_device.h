@@ -77,6 +77,8 @@ class VulkanDevice : public Device {
   absl::Status QueueSubmit(const VkSubmitInfo& submit, VkFence fence = VK_NULL_HANDLE);
   // A pool of resettable command buffers for the device's queue (the caller destroys it).
   absl::StatusOr<VkCommandPool> CreateCommandPool();
+  // One primary command buffer from `pool`.
+  absl::StatusOr<VkCommandBuffer> AllocateCommandBuffer(VkCommandPool pool);
   // OK for VK_SUCCESS, else the call's error; VK_ERROR_DEVICE_LOST marks the device lost.
   absl::Status Check(VkResult result, absl::string_view call);
   // UNAVAILABLE once the device is lost.

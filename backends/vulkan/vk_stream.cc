@@ -71,12 +71,7 @@ absl::StatusOr<VkCommandBuffer> VulkanStream::Open() {
     cb = free_cbs_.back();
     free_cbs_.pop_back();
   } else {
-    VkCommandBufferAllocateInfo alloc{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-    alloc.commandPool = pool_;
-    alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    alloc.commandBufferCount = 1;
-    TG_RETURN_IF_ERROR(device_->Check(vkAllocateCommandBuffers(device_->vk(), &alloc, &cb),
-                                      "vkAllocateCommandBuffers"));
+    TG_ASSIGN_OR_RETURN(cb, device_->AllocateCommandBuffer(pool_));
   }
   VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;

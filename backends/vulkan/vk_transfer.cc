@@ -37,12 +37,7 @@ TransferContext::~TransferContext() {
 
 absl::Status TransferContext::Init() {
   TG_ASSIGN_OR_RETURN(pool_, device_->CreateCommandPool());
-  VkCommandBufferAllocateInfo alloc{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-  alloc.commandPool = pool_;
-  alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-  alloc.commandBufferCount = 1;
-  TG_RETURN_IF_ERROR(device_->Check(vkAllocateCommandBuffers(device_->vk(), &alloc, &cb_),
-                                    "vkAllocateCommandBuffers"));
+  TG_ASSIGN_OR_RETURN(cb_, device_->AllocateCommandBuffer(pool_));
   VkFenceCreateInfo fence{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
   TG_RETURN_IF_ERROR(
       device_->Check(vkCreateFence(device_->vk(), &fence, nullptr, &fence_), "vkCreateFence"));
