@@ -1,5 +1,6 @@
 #include "core/registry.h"
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -15,8 +16,8 @@ absl::Status Registry::Register(std::unique_ptr<DeviceFamily> family) {
   absl::MutexLock lock(&mu_);
   for (const auto& f : families_) {
     if (f->name() == family->name()) {
-      return absl::AlreadyExistsError(absl::StrCat("device family ", family->name(),
-                                                   " is already registered"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("device family ", family->name(), " is already registered"));
     }
     for (Device* existing : f->devices()) {
       for (Device* d : family->devices()) {
@@ -38,24 +39,38 @@ bool Registry::HasFamily(absl::string_view name) const {
   return false;
 }
 
-std::vector<Device*> Registry::devices() const {
+std::vector<std::pair<Device*, bool>> Registry::AllDevices() const {
   absl::MutexLock lock(&mu_);
-  std::vector<Device*> out;
+  std::vector<std::pair<Device*, bool>> out;
+  std::vector<absl::string_view> earlier_ids;  // ids of the families before the current one.
   for (const auto& f : families_) {
-    for (Device* d : f->devices()) out.push_back(d);
+    const std::vector<Device*> family_devices = f->devices();
+    for (Device* d : family_devices) {
+      const bool duplicate = !d->id().empty() && absl::c_linear_search(earlier_ids, d->id());
+      out.emplace_back(d, duplicate);
+    }
+    for (Device* d : family_devices) earlier_ids.push_back(d->id());
+  }
+  return out;
+}
+
+std::vector<Device*> Registry::devices() const {
+  std::vector<Device*> out;
+  for (const auto& [d, duplicate] : AllDevices()) {
+    if (!duplicate) out.push_back(d);
   }
   return out;
 }
 
 absl::StatusOr<Device*> Registry::FindDevice(absl::string_view name) const {
-  std::vector<Device*> all = devices();
-  for (Device* d : all) {
+  const std::vector<std::pair<Device*, bool>> all = AllDevices();
+  for (const auto& [d, duplicate] : all) {
     if (absl::EqualsIgnoreCase(d->name(), name)) return d;
   }
   std::vector<std::string> names;
-  for (Device* d : all) names.emplace_back(d->name());
-  return absl::NotFoundError(absl::StrCat("no device named '", name, "' (devices: ",
-                                          absl::StrJoin(names, ", "), ")"));
+  for (const auto& [d, duplicate] : all) names.emplace_back(d->name());
+  return absl::NotFoundError(
+      absl::StrCat("no device named '", name, "' (devices: ", absl::StrJoin(names, ", "), ")"));
 }
 
 std::vector<Device*> Registry::DefaultDevices() const {

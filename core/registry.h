@@ -1,10 +1,15 @@
 // Registry: the process-wide list of device families (CPU, CUDA, Vulkan, RPC) and their
 // devices. Backends register themselves; the scheduler, the meta backend and the tools look
-// devices up here and never care whether a device is local or remote. Thread-safe.
+// devices up here and never care whether a device is local or remote. Families registered
+// first have priority: a device whose id() equals that of a device of an earlier family (the
+// same GPU seen through CUDA and Vulkan, "pci:0000:01:00.0") is hidden from devices() and
+// DefaultDevices(), so it is used once, through the earlier family; FindDevice still finds it
+// by name. Thread-safe.
 #ifndef TENSORGRID_CORE_REGISTRY_H_
 #define TENSORGRID_CORE_REGISTRY_H_
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -33,8 +38,10 @@ class Registry {
   absl::Status Register(std::unique_ptr<DeviceFamily> family);
   bool HasFamily(absl::string_view name) const;
 
-  std::vector<Device*> devices() const;  // all devices, in registration order.
-  // Case-insensitive lookup; NOT_FOUND lists the devices there are.
+  // All devices but hidden duplicates (see above), in registration order.
+  std::vector<Device*> devices() const;
+  // Case-insensitive lookup among all devices, hidden duplicates included; NOT_FOUND lists
+  // the devices there are.
   absl::StatusOr<Device*> FindDevice(absl::string_view name) const;
   // Devices to use when the user names none: discrete GPUs (and remote devices); iGPUs only
   // when there is no discrete GPU (ggml's rule); the first CPU device when nothing else.
@@ -43,6 +50,9 @@ class Registry {
   Device* CpuDevice() const;
 
  private:
+  // Every device with whether it duplicates an earlier family's device.
+  std::vector<std::pair<Device*, bool>> AllDevices() const;
+
   mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<DeviceFamily>> families_ ABSL_GUARDED_BY(mu_);
 };

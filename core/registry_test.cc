@@ -39,6 +39,94 @@ TEST(RegistryTest, DuplicateFamilyIsRejected) {
   EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists);
 }
 
+// A device of a given name, type and id; everything else is unused by the registry.
+class FakeDevice : public Device {
+ public:
+  FakeDevice(std::string name, DeviceType type, std::string id)
+      : name_(std::move(name)), type_(type), id_(std::move(id)) {}
+  absl::string_view name() const override { return name_; }
+  absl::string_view description() const override { return "fake"; }
+  DeviceType type() const override { return type_; }
+  absl::string_view id() const override { return id_; }
+  DeviceMemory memory() const override { return {}; }
+  absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
+    return absl::UnimplementedError("fake");
+  }
+  BufferType* default_buffer_type() override { return nullptr; }
+  bool SupportsOp(const Tensor&) const override { return false; }
+  bool SupportsBufferType(const BufferType*) const override { return false; }
+
+ private:
+  std::string name_;
+  DeviceType type_;
+  std::string id_;
+};
+
+class FakeFamily : public DeviceFamily {
+ public:
+  explicit FakeFamily(std::string name) : name_(std::move(name)) {}
+  FakeFamily* Add(std::string device, DeviceType type, std::string id) {
+    devices_.push_back(std::make_unique<FakeDevice>(std::move(device), type, std::move(id)));
+    return this;
+  }
+  absl::string_view name() const override { return name_; }
+  std::vector<Device*> devices() override {
+    std::vector<Device*> out;
+    for (auto& d : devices_) out.push_back(d.get());
+    return out;
+  }
+
+ private:
+  std::string name_;
+  std::vector<std::unique_ptr<FakeDevice>> devices_;
+};
+
+std::vector<std::string> Names(const std::vector<Device*>& devices) {
+  std::vector<std::string> out;
+  for (Device* d : devices) out.emplace_back(d->name());
+  return out;
+}
+
+// The same GPU seen by two families (CUDA first, then Vulkan) is used once, through the
+// family registered first; naming it still finds the later family's device.
+TEST(RegistryTest, DeviceWithAnEarlierFamilysIdIsHiddenButFoundByName) {
+  Registry registry;
+  auto cuda = std::make_unique<FakeFamily>("CUDA");
+  cuda->Add("CUDA0", DeviceType::kGpu, "pci:0000:01:00.0")
+      ->Add("CUDA1", DeviceType::kGpu, "pci:0000:02:00.0");
+  auto vulkan = std::make_unique<FakeFamily>("Vulkan");
+  vulkan->Add("Vulkan0", DeviceType::kGpu, "pci:0000:02:00.0")
+      ->Add("Vulkan1", DeviceType::kGpu, "pci:0000:03:00.0")
+      ->Add("Vulkan2", DeviceType::kIgpu, "");
+  auto cpu = std::make_unique<FakeFamily>("CPU");
+  cpu->Add("CPU", DeviceType::kCpu, "");
+  ASSERT_TRUE(registry.Register(std::move(cuda)).ok());
+  ASSERT_TRUE(registry.Register(std::move(vulkan)).ok());
+  ASSERT_TRUE(registry.Register(std::move(cpu)).ok());
+  EXPECT_THAT(Names(registry.devices()),
+              ::testing::ElementsAre("CUDA0", "CUDA1", "Vulkan1", "Vulkan2", "CPU"));
+  EXPECT_THAT(Names(registry.DefaultDevices()),
+              ::testing::ElementsAre("CUDA0", "CUDA1", "Vulkan1"));
+  absl::StatusOr<Device*> hidden = registry.FindDevice("vulkan0");
+  ASSERT_TRUE(hidden.ok()) << hidden.status();
+  EXPECT_EQ((*hidden)->name(), "Vulkan0");
+  EXPECT_THAT(registry.FindDevice("Vulkan9").status().message(), HasSubstr("Vulkan0"));
+}
+
+// Within one family equal ids do not hide each other, and empty ids never match.
+TEST(RegistryTest, OnlyEarlierFamiliesHideDevices) {
+  Registry registry;
+  auto a = std::make_unique<FakeFamily>("A");
+  a->Add("A0", DeviceType::kGpu, "uuid:1")
+      ->Add("A1", DeviceType::kGpu, "uuid:1")
+      ->Add("A2", DeviceType::kGpu, "");
+  auto b = std::make_unique<FakeFamily>("B");
+  b->Add("B0", DeviceType::kGpu, "")->Add("B1", DeviceType::kGpu, "uuid:1");
+  ASSERT_TRUE(registry.Register(std::move(a)).ok());
+  ASSERT_TRUE(registry.Register(std::move(b)).ok());
+  EXPECT_THAT(Names(registry.devices()), ::testing::ElementsAre("A0", "A1", "A2", "B0"));
+}
+
 TEST(CpuFamilyTest, VirtualDevicesSplitThreads) {
   cpu::CpuFamily family(3, 8);
   std::vector<Device*> devices = family.devices();

@@ -48,6 +48,12 @@ absl::StatusOr<LlamaGraph*> SingleDeviceExecutor::GraphFor(Batch& batch, BatchPi
   last_graph_.reset();
   TG_ASSIGN_OR_RETURN(last_graph_, batch.Build(piece));
   last_key_ = key;
+  // The device may reorder the nodes (Vulkan: independent ones between the same barriers),
+  // which only helps before memory is shared out in node order.
+  if (absl::Status s = stream_->OptimizeGraph(last_graph_->graph); !s.ok()) {
+    last_graph_.reset();
+    return s;
+  }
   if (absl::Status s = allocator_->Allocate(last_graph_->graph); !s.ok()) {
     last_graph_.reset();
     return s;

@@ -6,11 +6,15 @@ set -euo pipefail
 # python3-torch/numpy: the independent F32 reference the model tests compare tg-run with.
 # gRPC/protobuf: the RPC service; prometheus-cpp: rpc-server's /metrics; libssl: SHA-256 of
 # the weight cache; openssl/curl: the TLS and metrics tests make certificates and scrape.
+# Vulkan backend: the loader and headers, glslc (shaders are compiled at build time), Mesa's
+# lavapipe (a Vulkan driver on the CPU, what the "vulkan" tests run on without a GPU) and the
+# Khronos validation layer (docs/vulkan.md).
 pkgs=(cmake ninja-build g++ ccache git pkg-config
       libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
       python3 python3-numpy python3-torch
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-      prometheus-cpp-dev libssl-dev openssl curl)
+      prometheus-cpp-dev libssl-dev openssl curl
+      libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

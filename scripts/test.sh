@@ -9,6 +9,10 @@ bash scripts/install-deps.sh
 if [ -x ../shared/peer/llama-cpp-peer.sh ] && command -v npm >/dev/null && command -v gcc >/dev/null; then
   bash ../shared/peer/llama-cpp-peer.sh setup >/dev/null 2>&1 || echo "test.sh: peer setup failed; ggml parity tests will skip"
 fi
+# Mesa keeps the Vulkan kernels it compiled for lavapipe here across runs (CMake points the
+# "vulkan" tests at the same directory): a cold cache costs minutes of shader compiles.
+export MESA_SHADER_CACHE_DIR="${MESA_SHADER_CACHE_DIR:-$HOME/.cache/tensorgrid/mesa-shader-cache}"
+mkdir -p "$MESA_SHADER_CACHE_DIR"
 jobs=$(nproc)
 for preset in release asan; do
   echo "=== $preset: configure + build"

@@ -2,10 +2,10 @@
 """Runs tg-run once with -sm none and once with split arguments, and compares.
 
   compare_split.py --tg-run PATH --model MODEL --devices N [--n 64] [--tol 1e-4]
-                   -- -sm layer -ts 3,1
+                   [--kv-type f32] -- -sm layer -ts 3,1
 
-Both runs use TG_CPU_DEVICES=N, greedy decoding, --kv-type f32 and --json. Passes when the
-greedy tokens are identical and every top-K logit is within --tol. Exit 0 pass, 1 mismatch,
+Both runs use TG_CPU_DEVICES=N, greedy decoding, --kv-type (default f32) and --json. Passes
+when the greedy tokens are identical and every top-K logit is within --tol. Exit 0 pass, 1 mismatch,
 77 skipped (model missing).
 """
 import argparse
@@ -15,10 +15,10 @@ import subprocess
 import sys
 
 
-def run(tg_run, model, n, top, devices, extra):
+def run(tg_run, model, n, top, devices, kv_type, extra):
     env = dict(os.environ, TG_CPU_DEVICES=str(devices))
     cmd = [tg_run, "-m", model, "-n", str(n), "--temp", "0", "--json", "--top-logits", str(top),
-           "--kv-type", "f32"] + extra
+           "--kv-type", kv_type] + extra
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         print(f"FAIL: {' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()}")
@@ -34,15 +34,16 @@ def main():
     ap.add_argument("--n", type=int, default=64)
     ap.add_argument("--top", type=int, default=5)
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--kv-type", default="f32")
     ap.add_argument("split_args", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     extra = [x for x in a.split_args if x != "--"]
     if not os.path.exists(a.model):
         print(f"skipped: model {a.model} not found")
         return 77
-    base = run(a.tg_run, a.model, a.n, a.top, a.devices, ["-sm", "none", "--device", "CPU0"]
-               if a.devices > 1 else ["-sm", "none"])
-    split = run(a.tg_run, a.model, a.n, a.top, a.devices, extra)
+    base = run(a.tg_run, a.model, a.n, a.top, a.devices, a.kv_type,
+               ["-sm", "none", "--device", "CPU0"] if a.devices > 1 else ["-sm", "none"])
+    split = run(a.tg_run, a.model, a.n, a.top, a.devices, a.kv_type, extra)
     if base is None or split is None:
         return 1
     ok = True

@@ -1,0 +1,478 @@
+// The Vulkan family on whatever Vulkan device there is (lavapipe in CI): buffers and their
+// sub-allocation, synchronous and asynchronous transfers on the mapped and the staging path,
+// events, copies between devices, pinned host memory, kernel run-time errors, a lost device,
+// and an op the device cannot run falling back to the CPU in the scheduler. Skips, with the
+// reason, where there is no Vulkan device.
+#include "backends/vulkan/vk_device.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <numeric>
+
+#include "absl/strings/match.h"
+#include "backends/register_builtin.h"
+#include "backends/vulkan/vk_family.h"
+#include "backends/vulkan/vk_stream.h"
+#include "core/context.h"
+#include "core/graph_allocator.h"
+#include "core/ops.h"
+#include "core/registry.h"
+#include "core/scheduler.h"
+#include "tests/lib/test_util.h"
+
+namespace tg::vulkan {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kNoDevice[] =
+    "no Vulkan device (install mesa-vulkan-drivers for lavapipe and set TG_VULKAN_CPU=1)";
+
+// Fresh devices of their own (not the registry's), optionally staging every transfer.
+std::vector<std::unique_ptr<VulkanDevice>> FreshDevices(bool staging) {
+  if (staging) setenv("TG_VULKAN_STAGING", "1", 1);
+  absl::StatusOr<std::vector<std::unique_ptr<VulkanDevice>>> d = DiscoverDevices();
+  unsetenv("TG_VULKAN_STAGING");
+  if (!d.ok()) return {};
+  return std::move(*d);
+}
+
+// A contiguous F32 tensor of n elements in its own context, placed at `offset` of `buffer`.
+Tensor* PlacedF32(Context& ctx, Buffer* buffer, int64_t n, size_t offset = 0) {
+  absl::StatusOr<Tensor*> t = ctx.NewTensor(DType::kF32, {n});
+  if (!t.ok() || !PlaceTensor(buffer, *t, offset).ok()) return nullptr;
+  return *t;
+}
+
+std::vector<float> Iota(size_t n, float start) {
+  std::vector<float> v(n);
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+// Both paths: device memory mapped where the driver allows it, and forced staging.
+class VulkanBufferTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    devices_ = FreshDevices(GetParam());
+    if (devices_.empty()) GTEST_SKIP() << kNoDevice;
+    device_ = devices_[0].get();
+    ASSERT_TRUE(device_->Ready().ok());
+    ASSERT_EQ(device_->device_memory_mapped() && GetParam(), false);
+  }
+  std::vector<std::unique_ptr<VulkanDevice>> devices_;
+  VulkanDevice* device_ = nullptr;
+};
+
+TEST_P(VulkanBufferTest, SetGetMemsetClearRoundTrip) {
+  absl::StatusOr<std::unique_ptr<Buffer>> buffer = device_->default_buffer_type()->Allocate(4096);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  Context ctx;
+  Tensor* t = PlacedF32(ctx, buffer->get(), 100, 256);
+  ASSERT_NE(t, nullptr);
+  EXPECT_FALSE((*buffer)->type()->is_host());
+  const std::vector<float> data = Iota(100, 1.0f);
+  ASSERT_TRUE((*buffer)->SetTensor(t, data.data(), 0, 400).ok());
+  ASSERT_TRUE((*buffer)->MemsetTensor(t, 0, 40, 8).ok());  // elements 10, 11.
+  std::vector<float> back(100, -1.0f);
+  ASSERT_TRUE((*buffer)->GetTensor(t, back.data(), 0, 400).ok());
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(back[i], (i == 10 || i == 11) ? 0.0f : data[i]) << i;
+  float part[3];
+  ASSERT_TRUE((*buffer)->GetTensor(t, part, 4 * 50, sizeof(part)).ok());
+  EXPECT_EQ(part[2], 53.0f);
+  EXPECT_EQ((*buffer)->GetTensor(t, part, 399, 4).code(), absl::StatusCode::kOutOfRange);
+  ASSERT_TRUE((*buffer)->Clear(0xff).ok());
+  ASSERT_TRUE((*buffer)->GetTensor(t, back.data(), 0, 400).ok());
+  uint32_t bits;
+  std::memcpy(&bits, &back[7], 4);
+  EXPECT_EQ(bits, 0xffffffffu);
+}
+
+TEST_P(VulkanBufferTest, AsyncTransfersKeepStreamOrder) {
+  absl::StatusOr<std::unique_ptr<Buffer>> buffer = device_->default_buffer_type()->Allocate(1024);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  Context ctx;
+  Tensor* t = PlacedF32(ctx, buffer->get(), 64);
+  absl::StatusOr<std::unique_ptr<Stream>> stream = device_->CreateStream();
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  std::vector<float> first = Iota(64, 0.0f), second = Iota(64, 1000.0f);
+  std::vector<float> got_first(64), got_second(64);
+  // The caller's memory is free as soon as a set returns: overwrite it at once.
+  ASSERT_TRUE((*stream)->SetTensorAsync(t, first.data(), 0, 256).ok());
+  std::fill(first.begin(), first.end(), -7.0f);
+  ASSERT_TRUE((*stream)->GetTensorAsync(t, got_first.data(), 0, 256).ok());
+  ASSERT_TRUE((*stream)->SetTensorAsync(t, second.data(), 0, 256).ok());
+  ASSERT_TRUE((*stream)->GetTensorAsync(t, got_second.data(), 0, 256).ok());
+  absl::StatusOr<std::unique_ptr<Event>> event = device_->CreateEvent();
+  ASSERT_TRUE(event.ok());
+  ASSERT_TRUE((*stream)->RecordEvent(event->get()).ok());
+  ASSERT_TRUE((*event)->Synchronize().ok());  // the read-backs have landed.
+  EXPECT_EQ(got_first, Iota(64, 0.0f));
+  EXPECT_EQ(got_second, Iota(64, 1000.0f));
+  ASSERT_TRUE((*stream)->Synchronize().ok());
+}
+
+// Transfers larger than the staging ring go in chunks, waiting for the ring to free up.
+TEST_P(VulkanBufferTest, LargeAsyncTransfersGoInChunks) {
+  const int64_t n = (StagingRing::kCapacity * 3 / 2) / sizeof(float) + 17;
+  absl::StatusOr<std::unique_ptr<Buffer>> buffer =
+      device_->default_buffer_type()->Allocate(n * sizeof(float));
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  Context ctx;
+  Tensor* t = PlacedF32(ctx, buffer->get(), n);
+  absl::StatusOr<std::unique_ptr<Stream>> stream = device_->CreateStream();
+  ASSERT_TRUE(stream.ok());
+  const std::vector<float> data = Iota(n, 3.0f);
+  std::vector<float> back(n, 0.0f);
+  ASSERT_TRUE((*stream)->SetTensorAsync(t, data.data(), 0, n * sizeof(float)).ok());
+  ASSERT_TRUE((*stream)->GetTensorAsync(t, back.data(), 0, n * sizeof(float)).ok());
+  ASSERT_TRUE((*stream)->Synchronize().ok());
+  int64_t bad = 0;
+  while (bad < n && back[bad] == data[bad]) ++bad;
+  EXPECT_EQ(bad, n) << "first difference at " << bad << ": " << back[bad] << " vs " << data[bad];
+}
+
+INSTANTIATE_TEST_SUITE_P(MappedAndStaged, VulkanBufferTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "staged" : "mapped"; });
+
+TEST(VulkanDeviceTest, SmallBuffersShareBlocksAndGiveThemBack) {
+  auto devices = FreshDevices(false);
+  if (devices.empty()) GTEST_SKIP() << kNoDevice;
+  VulkanDevice* device = devices[0].get();
+  ASSERT_TRUE(device->Ready().ok());
+  std::vector<std::unique_ptr<Buffer>> buffers;
+  for (int i = 0; i < 64; ++i) {
+    absl::StatusOr<std::unique_ptr<Buffer>> b = device->default_buffer_type()->Allocate(1 << 20);
+    ASSERT_TRUE(b.ok()) << b.status();
+    buffers.push_back(std::move(*b));
+  }
+  EXPECT_EQ(device->device_memory().allocated_bytes(), MemoryPool::kBlockBytes);
+  for (size_t i = 1; i < buffers.size(); ++i) {
+    EXPECT_GE(reinterpret_cast<uintptr_t>(buffers[i]->base()),
+              reinterpret_cast<uintptr_t>(buffers[i - 1]->base()) + (1 << 20));
+  }
+  buffers.clear();
+  EXPECT_EQ(device->device_memory().allocated_bytes(), 0u);
+}
+
+TEST(VulkanDeviceTest, AllocationBeyondTheDeviceLimitIsResourceExhausted) {
+  auto devices = FreshDevices(false);
+  if (devices.empty()) GTEST_SKIP() << kNoDevice;
+  BufferType* type = devices[0]->default_buffer_type();
+  absl::StatusOr<std::unique_ptr<Buffer>> b = type->Allocate(type->max_size() + 1);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(b.status().message(), HasSubstr("maxMemoryAllocationSize"));
+  EXPECT_THAT(b.status().message(), HasSubstr("MiB"));
+}
+
+TEST(VulkanDeviceTest, RegisteredAsVulkan0WithAStableId) {
+  ASSERT_TRUE(RegisterBuiltinBackends().ok());
+  absl::StatusOr<Device*> d = Registry::Get().FindDevice("Vulkan0");
+  if (!d.ok()) GTEST_SKIP() << kNoDevice;
+  EXPECT_TRUE(absl::StartsWith((*d)->id(), "pci:") || absl::StartsWith((*d)->id(), "uuid:"))
+      << (*d)->id();
+  EXPECT_GT((*d)->memory().total, 0u);
+  EXPECT_TRUE((*d)->SupportsBufferType((*d)->default_buffer_type()));
+  EXPECT_FALSE((*d)->SupportsBufferType(Registry::Get().CpuDevice()->default_buffer_type()));
+}
+
+TEST(VulkanDeviceTest, PinnedHostMemoryIsHostAddressableAndCopiesToTheDevice) {
+  auto devices = FreshDevices(true);
+  if (devices.empty()) GTEST_SKIP() << kNoDevice;
+  VulkanDevice* device = devices[0].get();
+  BufferType* host = device->host_buffer_type();
+  ASSERT_NE(host, nullptr);
+  EXPECT_TRUE(host->is_host());
+  absl::StatusOr<std::unique_ptr<Buffer>> pinned = host->Allocate(1024);
+  absl::StatusOr<std::unique_ptr<Buffer>> local = device->default_buffer_type()->Allocate(1024);
+  ASSERT_TRUE(pinned.ok() && local.ok());
+  Context ctx;
+  Tensor* src = PlacedF32(ctx, pinned->get(), 32);
+  Tensor* dst = PlacedF32(ctx, local->get(), 32);
+  const std::vector<float> data = Iota(32, 5.0f);
+  std::memcpy(src->data, data.data(), 128);  // the CPU writes it directly.
+  absl::StatusOr<std::unique_ptr<Stream>> stream = device->CreateStream();
+  ASSERT_TRUE(stream.ok());
+  ASSERT_TRUE((*stream)->CopyTensorAsync(src, dst).ok());
+  ASSERT_TRUE((*stream)->Synchronize().ok());
+  std::vector<float> back(32);
+  ASSERT_TRUE((*local)->GetTensor(dst, back.data(), 0, 128).ok());
+  EXPECT_EQ(back, data);
+}
+
+// Between two Vulkan devices (two logical devices here, one of them staging), from the host
+// and into CPU memory through the scheduler's fallbacks.
+TEST(VulkanDeviceTest, CopiesBetweenDevicesAndTheHost) {
+  auto mapped = FreshDevices(false);
+  auto staged = FreshDevices(true);
+  if (mapped.empty() || staged.empty()) GTEST_SKIP() << kNoDevice;
+  VulkanDevice* a = mapped[0].get();
+  VulkanDevice* b = staged[0].get();
+  Device* cpu = testing::CpuDevice();
+  auto buf_a = a->default_buffer_type()->Allocate(1024);
+  auto buf_b = b->default_buffer_type()->Allocate(1024);
+  auto buf_c = cpu->default_buffer_type()->Allocate(1024);
+  ASSERT_TRUE(buf_a.ok() && buf_b.ok() && buf_c.ok());
+  Context ctx;
+  Tensor* ta = PlacedF32(ctx, buf_a->get(), 40);
+  Tensor* ta2 = PlacedF32(ctx, buf_a->get(), 40, 512);
+  Tensor* tb = PlacedF32(ctx, buf_b->get(), 40);
+  Tensor* tc = PlacedF32(ctx, buf_c->get(), 40);
+  const std::vector<float> data = Iota(40, -20.0f);
+  std::memcpy(tc->data, data.data(), 160);
+  ASSERT_TRUE((*buf_a)->CopyFrom(tc, ta).ok());   // host -> a.
+  ASSERT_TRUE((*buf_a)->CopyFrom(ta, ta2).ok());  // a -> a.
+  ASSERT_TRUE((*buf_b)->CopyFrom(ta2, tb).ok());  // a -> b (another device).
+  std::vector<float> back(40);
+  ASSERT_TRUE((*buf_b)->GetTensor(tb, back.data(), 0, 160).ok());
+  EXPECT_EQ(back, data);
+  // b -> a asynchronously on a's stream.
+  ASSERT_TRUE((*buf_a)->Clear(0).ok());
+  auto stream = a->CreateStream();
+  ASSERT_TRUE(stream.ok());
+  ASSERT_TRUE((*stream)->CopyTensorAsync(tb, ta).ok());
+  ASSERT_TRUE((*stream)->Synchronize().ok());
+  ASSERT_TRUE((*buf_a)->GetTensor(ta, back.data(), 0, 160).ok());
+  EXPECT_EQ(back, data);
+  // The CPU cannot read device memory directly: it says so, and the scheduler goes through
+  // the host instead.
+  EXPECT_EQ((*buf_c)->CopyFrom(ta, tc).code(), absl::StatusCode::kUnimplemented);
+}
+
+// Events order two streams of one device on the device itself.
+TEST(VulkanDeviceTest, AStreamWaitsForAnotherStreamsEvent) {
+  auto devices = FreshDevices(false);
+  if (devices.empty()) GTEST_SKIP() << kNoDevice;
+  VulkanDevice* device = devices[0].get();
+  auto buffer = device->default_buffer_type()->Allocate(1 << 16);
+  ASSERT_TRUE(buffer.ok());
+  Context ctx;
+  Tensor* x = PlacedF32(ctx, buffer->get(), 4096);
+  Tensor* y = PlacedF32(ctx, buffer->get(), 4096, 1 << 15);
+  auto s1 = device->CreateStream();
+  auto s2 = device->CreateStream();
+  auto event = device->CreateEvent();
+  ASSERT_TRUE(s1.ok() && s2.ok() && event.ok());
+  const std::vector<float> data = Iota(4096, 1.0f);
+  ASSERT_TRUE((*s1)->SetTensorAsync(x, data.data(), 0, data.size() * 4).ok());
+  ASSERT_TRUE((*s1)->RecordEvent(event->get()).ok());
+  ASSERT_TRUE((*s2)->WaitEvent(event->get()).ok());
+  ASSERT_TRUE((*s2)->CopyTensorAsync(x, y).ok());
+  std::vector<float> back(4096);
+  ASSERT_TRUE((*s2)->GetTensorAsync(y, back.data(), 0, back.size() * 4).ok());
+  ASSERT_TRUE((*s2)->Synchronize().ok());
+  EXPECT_EQ(back, data);
+}
+
+// GET_ROWS with an index out of range: the kernel writes zeros and Synchronize names the node.
+TEST(VulkanDeviceTest, KernelRunTimeErrorsComeBackAsInvalidArgument) {
+  ASSERT_TRUE(RegisterBuiltinBackends().ok());
+  absl::StatusOr<Device*> device = Registry::Get().FindDevice("Vulkan0");
+  if (!device.ok()) GTEST_SKIP() << kNoDevice;
+  Context ctx;
+  Tensor* table = *ctx.NewTensor(DType::kF16, {8, 4});
+  Tensor* idx = *ctx.NewTensor(DType::kI32, {3});
+  table->flags |= kFlagInput;
+  idx->flags |= kFlagInput;
+  absl::StatusOr<Tensor*> rows = GetRows(ctx, table, idx);
+  ASSERT_TRUE(rows.ok());
+  (*rows)->SetName("picked");
+  (*rows)->flags |= kFlagOutput;
+  absl::StatusOr<Graph> graph = BuildGraph({*rows});
+  ASSERT_TRUE(graph.ok());
+  auto stream = (*device)->CreateStream();
+  ASSERT_TRUE(stream.ok());
+  testing::GraphRun run;
+  std::vector<float> table_data = Iota(32, 1.0f);
+  ASSERT_TRUE(testing::AllocateAndCompute(*device, stream->get(), *graph,
+                                          {{table, table_data}, {idx, {2.0f, 7.0f, 1.0f}}}, &run)
+                  .ok());
+  absl::Status s = (*stream)->Synchronize();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("picked"));
+  EXPECT_THAT(s.message(), HasSubstr("index 7 out of range [0, 4)"));
+  const std::vector<float> got = testing::ReadF32(**rows);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(got[i], table_data[16 + i]);  // row 2.
+    EXPECT_EQ(got[8 + i], 0.0f);            // the bad row.
+    EXPECT_EQ(got[16 + i], table_data[8 + i]);
+  }
+  // The error was reported once; the stream goes on.
+  EXPECT_TRUE((*stream)->Synchronize().ok());
+}
+
+// FLASH_ATTN with a head larger than the kernel keeps on chip is not supported: the
+// scheduler runs it on the CPU and the nodes around it on the Vulkan device, and the result is
+// the CPU's.
+TEST(VulkanDeviceTest, AnOpTheDeviceCannotRunFallsBackToTheCpu) {
+  ASSERT_TRUE(RegisterBuiltinBackends().ok());
+  absl::StatusOr<Device*> vk = Registry::Get().FindDevice("Vulkan0");
+  if (!vk.ok()) GTEST_SKIP() << kNoDevice;
+  Device* cpu = Registry::Get().CpuDevice();
+  constexpr int64_t kHead = 640, kKv = 7;
+  auto build = [&](Context& ctx, Tensor** inputs, Tensor** scaled, Tensor** attn) -> Tensor* {
+    for (int i = 0; i < 3; ++i) {
+      inputs[i] = *ctx.NewTensor(DType::kF32, {kHead, i == 0 ? 2 : kKv, 1, 1});
+      inputs[i]->flags |= kFlagInput;
+    }
+    *scaled = *Scale(ctx, inputs[0], 0.5f);
+    *attn = *FlashAttn(ctx, *scaled, inputs[1], inputs[2], nullptr, 0.125f);
+    Tensor* out = *Silu(ctx, *attn);
+    out->flags |= kFlagOutput;
+    return out;
+  };
+  std::vector<float> data[3];
+  for (int i = 0; i < 3; ++i) data[i] = testing::RandomFloats(kHead * (i == 0 ? 2 : kKv), 11 + i);
+
+  Context ctx;
+  Tensor *in[3], *scaled, *attn;
+  Tensor* out = build(ctx, in, &scaled, &attn);
+  ASSERT_FALSE((*vk)->SupportsOp(*attn));
+  absl::StatusOr<Graph> graph = BuildGraph({out});
+  ASSERT_TRUE(graph.ok());
+  auto vk_stream = (*vk)->CreateStream();
+  auto cpu_stream = cpu->CreateStream();
+  ASSERT_TRUE(vk_stream.ok() && cpu_stream.ok());
+  auto sched = Scheduler::Create({{*vk, vk_stream->get()}, {cpu, cpu_stream->get()}});
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  auto scheduled = (*sched)->Schedule(*graph);
+  ASSERT_TRUE(scheduled.ok()) << scheduled.status();
+  EXPECT_EQ((*scheduled)->DeviceOf(scaled), *vk);
+  EXPECT_EQ((*scheduled)->DeviceOf(attn), cpu);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE((*scheduled)->SetInput(in[i], data[i].data(), data[i].size() * 4).ok());
+  }
+  ASSERT_TRUE((*sched)->Compute(**scheduled).ok());
+  std::vector<float> got(out->NumElements());
+  ASSERT_TRUE(out->buffer->GetTensor(out, got.data(), 0, got.size() * 4).ok());
+
+  // The same graph on the CPU alone.
+  Context ref_ctx;
+  Tensor *ref_in[3], *ref_scaled, *ref_attn;
+  Tensor* ref_out = build(ref_ctx, ref_in, &ref_scaled, &ref_attn);
+  absl::StatusOr<Graph> ref_graph = BuildGraph({ref_out});
+  ASSERT_TRUE(ref_graph.ok());
+  testing::GraphRun run;
+  ASSERT_TRUE(testing::AllocateAndCompute(
+                  cpu, cpu_stream->get(), *ref_graph,
+                  {{ref_in[0], data[0]}, {ref_in[1], data[1]}, {ref_in[2], data[2]}}, &run)
+                  .ok());
+  const std::vector<float> want = testing::ReadF32(*ref_out);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+}
+
+// `node` built by `make` in two contexts, computed on Vulkan0 and on the CPU, compared.
+using MakeGraph = std::function<Tensor*(Context&, std::vector<Tensor*>*)>;
+double VulkanVsCpuNmse(Device* vk, const MakeGraph& make, int* vk_dispatches = nullptr) {
+  Device* cpu = Registry::Get().CpuDevice();
+  std::vector<float> results[2];
+  for (int run = 0; run < 2; ++run) {
+    Device* device = run == 0 ? vk : cpu;
+    Context ctx;
+    std::vector<Tensor*> inputs;
+    Tensor* out = make(ctx, &inputs);
+    out->flags |= kFlagOutput;
+    absl::StatusOr<Graph> graph = BuildGraph({out});
+    auto stream = device->CreateStream();
+    if (!graph.ok() || !stream.ok()) return 1e30;
+    std::vector<std::pair<Tensor*, std::vector<float>>> data;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      inputs[i]->flags |= kFlagInput;
+      data.emplace_back(inputs[i], testing::RandomFloats(inputs[i]->NumElements(), 100 + i));
+    }
+    testing::GraphRun graph_run;
+    if (!testing::AllocateAndCompute(device, stream->get(), *graph, data, &graph_run).ok() ||
+        !(*stream)->Synchronize().ok()) {
+      return 1e30;
+    }
+    results[run] = testing::ReadF32(*out);
+    if (run == 0 && vk_dispatches != nullptr) {
+      *vk_dispatches = static_cast<VulkanStream*>(stream->get())->last_dispatches();
+    }
+  }
+  std::vector<double> want(results[1].begin(), results[1].end());
+  return testing::Nmse(results[0], want);
+}
+
+// Kernels whose invocations loop long: lavapipe ends an invocation after 65535 loop
+// iterations, so these shapes (a long context, a long dot product) pass only if the
+// kernels keep their inner loops unrolled.
+TEST(VulkanDeviceTest, LongRowsAndContextsComputeCompletely) {
+  ASSERT_TRUE(RegisterBuiltinBackends().ok());
+  absl::StatusOr<Device*> vk = Registry::Get().FindDevice("Vulkan0");
+  if (!vk.ok()) GTEST_SKIP() << kNoDevice;
+  const double attn = VulkanVsCpuNmse(*vk, [](Context& ctx, std::vector<Tensor*>* in) {
+    Tensor* q = *ctx.NewTensor(DType::kF32, {128, 2, 2, 1});
+    Tensor* k = *ctx.NewTensor(DType::kF16, {128, 4096, 1, 1});
+    Tensor* v = *ctx.NewTensor(DType::kF16, {128, 4096, 1, 1});
+    *in = {q, k, v};
+    return *FlashAttn(ctx, q, k, v, nullptr, 0.088f);
+  });
+  EXPECT_LT(attn, 1e-9);
+  const double matmul = VulkanVsCpuNmse(*vk, [](Context& ctx, std::vector<Tensor*>* in) {
+    Tensor* a = *ctx.NewTensor(DType::kQ8_0, {8192, 70});
+    Tensor* b = *ctx.NewTensor(DType::kF32, {8192, 33});
+    *in = {a, b};
+    return *MulMat(ctx, a, b);
+  });
+  EXPECT_LT(matmul, 1e-5);  // activations rounded to Q8_0 on both, summed in other orders.
+}
+
+// The fused kernels (norm times weight, two matrices of one input in one dispatch,
+// gate/up/swiglu) give the CPU's results, and they do fuse: fewer dispatches than nodes.
+TEST(VulkanDeviceTest, FusedKernelsMatchTheCpu) {
+  ASSERT_TRUE(RegisterBuiltinBackends().ok());
+  absl::StatusOr<Device*> vk = Registry::Get().FindDevice("Vulkan0");
+  if (!vk.ok()) GTEST_SKIP() << kNoDevice;
+  for (DType type : {DType::kQ4_K, DType::kF16}) {
+    int dispatches = 0;
+    auto make = [type](Context& ctx, std::vector<Tensor*>* in) {
+      Tensor* x = *ctx.NewTensor(DType::kF32, {256, 5});
+      Tensor* y = *ctx.NewTensor(DType::kF32, {256, 5});
+      Tensor* w = *ctx.NewTensor(DType::kF32, {256});
+      Tensor* wq = *ctx.NewTensor(type, {256, 64});
+      Tensor* wk = *ctx.NewTensor(type, {256, 64});
+      Tensor* wg = *ctx.NewTensor(type, {256, 64});
+      Tensor* wu = *ctx.NewTensor(type, {256, 64});
+      *in = {x, y, w, wq, wk, wg, wu};
+      Tensor* normed = *Mul(ctx, *RmsNorm(ctx, x, 1e-5f), w);
+      Tensor* q = *MulMat(ctx, wq, normed);
+      Tensor* k = *MulMat(ctx, wk, normed);
+      Tensor* act = *Swiglu(ctx, *MulMat(ctx, wg, y), *MulMat(ctx, wu, y));
+      return *Add(ctx, *Add(ctx, q, k), act);
+    };
+    EXPECT_LT(VulkanVsCpuNmse(*vk, make, &dispatches), type == DType::kF16 ? 1e-9 : 1e-5)
+        << DTypeName(type);
+    // norm*w | q,k | gate,up,swiglu | add | add (and activation preparation for Q4_K).
+    EXPECT_LE(dispatches, type == DType::kF16 ? 5 : 7) << DTypeName(type);
+  }
+}
+
+TEST(VulkanDeviceTest, ALostDeviceFailsEveryCallWithoutAborting) {
+  auto devices = FreshDevices(false);
+  if (devices.empty()) GTEST_SKIP() << kNoDevice;
+  VulkanDevice* device = devices[0].get();
+  auto buffer = device->default_buffer_type()->Allocate(1024);
+  auto stream = device->CreateStream();
+  ASSERT_TRUE(buffer.ok() && stream.ok());
+  Context ctx;
+  Tensor* t = PlacedF32(ctx, buffer->get(), 16);
+  device->SimulateLossForTesting();
+  float x[16] = {};
+  EXPECT_EQ((*buffer)->SetTensor(t, x, 0, sizeof(x)).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ((*stream)->SetTensorAsync(t, x, 0, sizeof(x)).code(), absl::StatusCode::kUnavailable);
+  Graph empty;
+  EXPECT_EQ((*stream)->Compute(empty).code(), absl::StatusCode::kUnavailable);
+  absl::Status s = (*stream)->Synchronize();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(s.message(), HasSubstr("lost"));
+}
+
+}  // namespace
+}  // namespace tg::vulkan

@@ -1,0 +1,99 @@
+// PlanFusion on llama-layer-shaped graphs: what it fuses, and what it must leave alone.
+#include "backends/vulkan/vk_fusion.h"
+
+#include <gtest/gtest.h>
+
+#include "core/context.h"
+#include "core/ops.h"
+
+namespace tg::vulkan {
+namespace {
+
+// Every tensor apart: a fresh range per base tensor.
+AddressRange Apart(const Tensor* t) {
+  while (t->view_src != nullptr) t = t->view_src;
+  const uint64_t a = reinterpret_cast<uintptr_t>(t) << 8;
+  return {a, a + 1};
+}
+
+std::vector<FusionKind> Kinds(const std::vector<FusedGroup>& groups) {
+  std::vector<FusionKind> out;
+  for (const FusedGroup& g : groups) out.push_back(g.kind);
+  return out;
+}
+
+struct Layer {
+  Context ctx;
+  Tensor *x, *norm, *normed, *q, *k, *v, *gate, *up, *act;
+  Graph graph;
+};
+
+// norm(x) * w, then q/k/v of it, then swiglu(gate(v), up(v)); `extra_norm_reader` also feeds
+// the raw norm into an ADD.
+void BuildLayer(Layer* l, bool extra_norm_reader) {
+  Context& c = l->ctx;
+  l->x = *c.NewTensor(DType::kF32, {64, 3});
+  Tensor* w = *c.NewTensor(DType::kF32, {64});
+  Tensor* wq = *c.NewTensor(DType::kQ8_0, {64, 64});
+  Tensor* wk = *c.NewTensor(DType::kQ8_0, {64, 32});
+  Tensor* wv = *c.NewTensor(DType::kQ8_0, {64, 64});
+  Tensor* wg = *c.NewTensor(DType::kQ8_0, {64, 96});
+  Tensor* wu = *c.NewTensor(DType::kQ8_0, {64, 96});
+  l->norm = *RmsNorm(c, l->x, 1e-5f);
+  l->normed = *Mul(c, l->norm, w);
+  l->q = *MulMat(c, wq, l->normed);
+  l->k = *MulMat(c, wk, l->normed);
+  l->v = *MulMat(c, wv, l->normed);
+  l->gate = *MulMat(c, wg, l->v);
+  l->up = *MulMat(c, wu, l->v);
+  l->act = *Swiglu(c, l->gate, l->up);
+  std::vector<Tensor*> outs = {l->q, l->k, l->act};
+  if (extra_norm_reader) outs.push_back(*Add(c, l->norm, l->x));
+  for (Tensor* o : outs) o->flags |= kFlagOutput;
+  l->graph = *BuildGraph(outs);
+}
+
+TEST(FusionTest, FusesNormMulQkvAndGateUpSwiglu) {
+  Layer l;
+  BuildLayer(&l, false);
+  const std::vector<FusedGroup> groups = PlanFusion(l.graph.nodes, Apart, true);
+  EXPECT_EQ(Kinds(groups),
+            (std::vector<FusionKind>{FusionKind::kRmsNormMul, FusionKind::kMulMatMulti,
+                                     FusionKind::kGateUpSwiglu}));
+  EXPECT_EQ(groups[1].nodes, (std::vector<const Tensor*>{l.q, l.k, l.v}));
+  EXPECT_EQ(groups[2].nodes, (std::vector<const Tensor*>{l.gate, l.up, l.act}));
+  // The SWIGLU placed over the activations (the allocator reused them): not fused.
+  const std::vector<FusedGroup> reused = PlanFusion(
+      l.graph.nodes, [&](const Tensor* t) { return t == l.act ? Apart(l.v) : Apart(t); }, true);
+  EXPECT_EQ(reused.back().kind, FusionKind::kSingle);
+  EXPECT_EQ(reused.back().nodes[0], l.act);
+}
+
+// Devices without the register-blocked kernels fuse only the norm.
+TEST(FusionTest, OnlyTheNormFusesWithoutRegisterKernels) {
+  Layer l;
+  BuildLayer(&l, true);
+  const std::vector<FusedGroup> groups = PlanFusion(l.graph.nodes, Apart, false);
+  ASSERT_FALSE(groups.empty());
+  EXPECT_EQ(groups[0].kind, FusionKind::kRmsNormMul);
+  for (size_t i = 1; i < groups.size(); ++i) EXPECT_EQ(groups[i].kind, FusionKind::kSingle);
+}
+
+// Products of different activations, or a SWIGLU of other operands, stay apart.
+TEST(FusionTest, UnrelatedNeighboursStayApart) {
+  Context c;
+  Tensor* x = *c.NewTensor(DType::kF32, {64, 2});
+  Tensor* y = *c.NewTensor(DType::kF32, {64, 2});
+  Tensor* w1 = *c.NewTensor(DType::kF16, {64, 16});
+  Tensor* w2 = *c.NewTensor(DType::kF16, {64, 16});
+  Tensor* p1 = *MulMat(c, w1, x);
+  Tensor* p2 = *MulMat(c, w2, y);
+  Tensor* s = *Swiglu(c, p2, p1);  // operands swapped: not gate x, up x of one input.
+  Graph g = *BuildGraph({s});
+  for (const FusedGroup& grp : PlanFusion(g.nodes, Apart, true)) {
+    EXPECT_EQ(grp.kind, FusionKind::kSingle);
+  }
+}
+
+}  // namespace
+}  // namespace tg::vulkan

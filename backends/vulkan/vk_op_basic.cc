@@ -1,0 +1,235 @@
+// Recording of the element-wise and row-wise ops: ADD, MUL, SCALE, SILU, SWIGLU, RMS_NORM,
+// SOFT_MAX, ROPE, ARGMAX. Push-constant structs mirror the shaders' blocks.
+#include <cmath>
+#include <numbers>
+
+#include "backends/vulkan/vk_ops.h"
+#include "core/ops.h"
+
+namespace tg::vulkan {
+namespace {
+
+// elementwise.comp
+struct ElementwisePC {
+  uint64_t a, b, d;
+  uint32_t ne[4];
+  uint32_t a_nb[4];
+  uint32_t b_ne[4];
+  uint32_t b_nb[4];
+  uint32_t op;
+  float p0, p1;
+  uint32_t n;
+};
+static_assert(sizeof(ElementwisePC) <= kPushConstantBytes);
+
+enum ElementwiseOp : uint32_t { kOpAdd = 0, kOpMul = 1, kOpScale = 2, kOpSilu = 3, kOpSwiglu = 4 };
+
+uint64_t GroupsFor(uint64_t n, uint32_t group) { return (n + group - 1) / group; }
+
+}  // namespace
+
+absl::Status RecordElementwise(Recorder& rec, const Tensor* node) {
+  const Tensor* a = node->src[0];
+  const Tensor* b = node->src[1];
+  ElementwisePC pc{};
+  pc.a = rec.Address(a);
+  pc.d = rec.Address(node);
+  for (int i = 0; i < 4; ++i) {
+    pc.ne[i] = U32(node->ne[i]);
+    pc.a_nb[i] = U32(a->nb[i]);
+  }
+  switch (node->op) {
+    case Op::kAdd:
+      pc.op = kOpAdd;
+      break;
+    case Op::kMul:
+      pc.op = kOpMul;
+      break;
+    case Op::kScale:
+      pc.op = kOpScale;
+      pc.p0 = node->ParamF32(0);
+      pc.p1 = node->ParamF32(1);
+      break;
+    case Op::kSilu:
+      pc.op = kOpSilu;
+      break;
+    default:
+      pc.op = kOpSwiglu;
+      break;
+  }
+  std::vector<AddressRange> reads = {rec.Range(a)};
+  if (b != nullptr) {
+    pc.b = rec.Address(b);
+    for (int i = 0; i < 4; ++i) {
+      pc.b_ne[i] = U32(b->ne[i]);
+      pc.b_nb[i] = U32(b->nb[i]);
+    }
+    reads.push_back(rec.Range(b));
+  }
+  pc.n = U32(node->NumElements());
+  const uint32_t spec[] = {kElementwiseGroup};
+  const AddressRange writes[] = {rec.Range(node)};
+  return rec.Dispatch1D("elementwise", spec, &pc, sizeof(pc), GroupsFor(pc.n, kElementwiseGroup),
+                        reads, writes);
+}
+
+namespace {
+
+// rms_norm.comp
+struct RmsNormPC {
+  uint64_t a, d, w, dw;
+  uint32_t a_nb[4];
+  uint32_t ne[4];
+  float eps;
+};
+
+// softmax.comp
+struct SoftMaxPC {
+  uint64_t a, m, d;
+  uint32_t a_nb[4];
+  uint32_t ne[4];
+  uint32_t m_nb[4];
+  uint32_t m_ne2, m_ne3, m_type;
+  float scale;
+};
+
+// argmax.comp
+struct ArgmaxPC {
+  uint64_t a, d;
+  uint32_t a_nb1, a_nb2, a_nb3, ne0;
+  uint32_t ne1, ne2, ne3;
+};
+
+// rope.comp
+struct RopePC {
+  uint64_t a, pos, ff, d;
+  uint32_t a_nb[4];
+  uint32_t ne[4];
+  uint32_t n_dims, neox, n;
+  float log2_base, freq_scale, ext_factor, attn_factor;
+  float corr_lo, corr_hi, mscale_yarn;
+};
+static_assert(sizeof(SoftMaxPC) <= kPushConstantBytes && sizeof(RopePC) <= kPushConstantBytes);
+
+}  // namespace
+
+absl::Status RecordRmsNorm(Recorder& rec, const Tensor* node) {
+  return RecordRmsNormMul(rec, node, nullptr);
+}
+
+absl::Status RecordRmsNormMul(Recorder& rec, const Tensor* node, const Tensor* mul) {
+  const Tensor* a = node->src[0];
+  RmsNormPC pc{};
+  pc.a = rec.Address(a);
+  pc.d = rec.Address(node);
+  std::vector<AddressRange> reads = {rec.Range(a)};
+  std::vector<AddressRange> writes = {rec.Range(node)};
+  if (mul != nullptr) {
+    pc.w = rec.Address(mul->src[1]);
+    pc.dw = rec.Address(mul);
+    reads.push_back(rec.Range(mul->src[1]));
+    writes.push_back(rec.Range(mul));
+  }
+  for (int i = 0; i < 4; ++i) {
+    pc.a_nb[i] = U32(a->nb[i]);
+    pc.ne[i] = U32(a->ne[i]);
+  }
+  pc.eps = node->ParamF32(0);
+  const uint32_t spec[] = {kRowGroup};
+  return rec.Dispatch1D("rms_norm", spec, &pc, sizeof(pc), a->NumRows(), reads, writes);
+}
+
+absl::Status RecordSoftMax(Recorder& rec, const Tensor* node) {
+  const Tensor* a = node->src[0];
+  const Tensor* mask = node->src[1];
+  SoftMaxPC pc{};
+  pc.a = rec.Address(a);
+  pc.d = rec.Address(node);
+  for (int i = 0; i < 4; ++i) {
+    pc.a_nb[i] = U32(a->nb[i]);
+    pc.ne[i] = U32(a->ne[i]);
+  }
+  std::vector<AddressRange> reads = {rec.Range(a)};
+  if (mask != nullptr) {
+    pc.m = rec.Address(mask);
+    for (int i = 0; i < 4; ++i) pc.m_nb[i] = U32(mask->nb[i]);
+    pc.m_ne2 = U32(mask->ne[2]);
+    pc.m_ne3 = U32(mask->ne[3]);
+    pc.m_type = static_cast<uint32_t>(mask->type);
+    reads.push_back(rec.Range(mask));
+  }
+  pc.scale = node->ParamF32(0);
+  const uint32_t spec[] = {kRowGroup};
+  const AddressRange writes[] = {rec.Range(node)};
+  return rec.Dispatch1D("softmax", spec, &pc, sizeof(pc), a->NumRows(), reads, writes);
+}
+
+absl::Status RecordArgmax(Recorder& rec, const Tensor* node) {
+  const Tensor* a = node->src[0];
+  ArgmaxPC pc{};
+  pc.a = rec.Address(a);
+  pc.d = rec.Address(node);
+  pc.a_nb1 = U32(a->nb[1]);
+  pc.a_nb2 = U32(a->nb[2]);
+  pc.a_nb3 = U32(a->nb[3]);
+  pc.ne0 = U32(a->ne[0]);
+  pc.ne1 = U32(a->ne[1]);
+  pc.ne2 = U32(a->ne[2]);
+  pc.ne3 = U32(a->ne[3]);
+  const uint32_t spec[] = {kRowGroup};
+  const AddressRange reads[] = {rec.Range(a)};
+  const AddressRange writes[] = {rec.Range(node)};
+  return rec.Dispatch1D("argmax", spec, &pc, sizeof(pc), a->NumRows(), reads, writes);
+}
+
+namespace {
+
+// ggml_rope_yarn_corr_dim, in double as the CPU computes it.
+double YarnCorrDim(int n_dims, int n_ctx_orig, double n_rot, double base) {
+  return n_dims * std::log(n_ctx_orig / (n_rot * 2.0 * std::numbers::pi)) / (2.0 * std::log(base));
+}
+
+}  // namespace
+
+absl::Status RecordRope(Recorder& rec, const Tensor* node) {
+  const Tensor* a = node->src[0];
+  const Tensor* pos = node->src[1];
+  const Tensor* ff = node->src[2];
+  RopePC pc{};
+  pc.a = rec.Address(a);
+  pc.pos = rec.Address(pos);
+  pc.d = rec.Address(node);
+  for (int i = 0; i < 4; ++i) {
+    pc.a_nb[i] = U32(a->nb[i]);
+    pc.ne[i] = U32(a->ne[i]);
+  }
+  const int n_dims = node->op_params[0];
+  const int n_ctx_orig = node->op_params[2];
+  const double base = node->ParamF32(3);
+  pc.n_dims = static_cast<uint32_t>(n_dims);
+  pc.neox = (node->op_params[1] & kRopeNeox) != 0 ? 1 : 0;
+  pc.log2_base = static_cast<float>(std::log2(base));
+  pc.freq_scale = node->ParamF32(4);
+  pc.ext_factor = node->ParamF32(5);
+  pc.attn_factor = node->ParamF32(6);
+  const double lo =
+      std::max(0.0, std::floor(YarnCorrDim(n_dims, n_ctx_orig, node->ParamF32(7), base)));
+  const double hi =
+      std::min(n_dims - 1.0, std::ceil(YarnCorrDim(n_dims, n_ctx_orig, node->ParamF32(8), base)));
+  pc.corr_lo = static_cast<float>(lo);
+  pc.corr_hi = static_cast<float>(hi);
+  pc.mscale_yarn = static_cast<float>(
+      pc.attn_factor * (1.0 + 0.1 * std::log(1.0 / static_cast<double>(pc.freq_scale))));
+  std::vector<AddressRange> reads = {rec.Range(a), rec.Range(pos)};
+  if (ff != nullptr) {
+    pc.ff = rec.Address(ff);
+    reads.push_back(rec.Range(ff));
+  }
+  pc.n = U32(node->NumElements() / 2);
+  const uint32_t spec[] = {kElementwiseGroup};
+  const AddressRange writes[] = {rec.Range(node)};
+  return rec.Dispatch1D("rope", spec, &pc, sizeof(pc), GroupsFor(pc.n, kElementwiseGroup), reads,
+                        writes);
+}
+
+}  // namespace tg::vulkan

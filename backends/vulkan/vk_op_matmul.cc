@@ -1,0 +1,312 @@
+// Recording of MUL_MAT and MUL_MAT_ID. Quantized weights get their activations quantized
+// first, as the CPU does (Q8_0 or Q8_K, packed in 32-value units: mul_mat_act.comp); float
+// weights read f32 activations, copied contiguous first when strided. The prepared
+// activations are kept for the next node that multiplies the same ones (a layer's q, k and v
+// projections). On CPU-like devices (lavapipe) every MUL_MAT runs the register-blocked kernel
+// (mul_mat_reg.comp); on GPUs few activation columns go to the matrix-vector kernel and many
+// to the shared-memory tiled one. TG_VULKAN_KERNELS=gpu|cpu overrides the choice (tests).
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "backends/vulkan/vk_device.h"
+#include "backends/vulkan/vk_ops.h"
+#include "core/status_macros.h"
+
+namespace tg::vulkan {
+namespace {
+
+// mul_mat_act.comp formats.
+enum ActFormat : uint32_t { kActPlain = 0, kActQ8_0 = 1, kActQ8_K = 2, kActNone = 99 };
+// Bytes of 32 quantized activations (act_unit.glsl): 32 int8, the f32 scale, the int sum.
+constexpr uint64_t kActUnitBytes = 40;
+// mul_mat_reg.comp: one weight row per invocation.
+constexpr uint32_t kRegGroup = 64;
+
+// Up to this many activation columns the matrix-vector kernel wins: every weight is read
+// once per column either way, and the tiled kernel's shared-memory staging costs more.
+constexpr int64_t kMatVecMaxCols = 8;
+constexpr uint32_t kMatVecGroup = 64;
+constexpr uint32_t kMatVecRows = 4;
+// Tiled kernel: 64 x 64 outputs per workgroup of 256 invocations, 4 x 4 each. Its two f32
+// tiles of 32 x 64 take kTileShared bytes of shared memory, Vulkan's minimum: a device with
+// less (none known) multiplies every column with the matrix-vector kernel.
+constexpr uint32_t kTileGroup = 256;
+constexpr uint32_t kTileShared = 2 * 64 * 32 * sizeof(float);
+constexpr uint32_t kTileM = 64;
+constexpr uint32_t kTileN = 64;
+constexpr uint32_t kThreadM = 4;
+constexpr uint32_t kThreadN = 4;
+
+ActFormat FormatFor(DType weight, const Tensor* b) {
+  switch (weight) {
+    case DType::kQ4_0:
+    case DType::kQ8_0:
+      return kActQ8_0;
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      return kActQ8_K;
+    default:
+      return b->nb[0] == sizeof(float) ? kActNone : kActPlain;
+  }
+}
+
+// mul_mat_act.comp
+struct ActPC {
+  uint64_t b, d;
+  uint32_t K, ne1, ne2, ne3;
+  uint32_t b_nb[4];
+  uint32_t format, n;
+};
+
+// mul_mat_vec.comp, mul_mat.comp and mul_mat_reg.comp: addresses and sizes of one product;
+// mul_mat_reg.comp's fused modes give some slots other meanings and use q (see the shader).
+struct MatMulPC {
+  uint64_t a, b, d;
+  uint32_t K, M, N, a_nb1;
+  uint32_t a_nb2, a_nb3, b_nb1, b_nb2;
+  uint32_t b_nb3, d_nb1, d_nb2, d_nb3;
+  uint32_t ne12, r2, r3;
+  uint64_t q[4];
+};
+static_assert(sizeof(MatMulPC) <= kPushConstantBytes);
+
+// mul_mat_id.comp
+struct MatIdPC {
+  uint64_t a, b, d, ids, err;
+  uint32_t K, M, n_used, b_ne1;
+  uint32_t a_nb1, a_nb2, b_nb1, b_nb2;
+  uint32_t d_nb1, d_nb2, ids_nb0, ids_nb1;
+  uint32_t E, tag;
+};
+static_assert(sizeof(MatIdPC) <= kPushConstantBytes);
+
+uint32_t Ceil(uint64_t n, uint64_t d) { return static_cast<uint32_t>((n + d - 1) / d); }
+
+// Where the kernels read the activations: b itself or its converted copy.
+struct Activations {
+  uint64_t address;
+  uint32_t nb1, nb2, nb3;
+  AddressRange range;
+};
+
+// Bytes of one prepared activation row of K values.
+uint64_t ActRowBytes(ActFormat format, uint64_t k) {
+  return format == kActPlain ? k * sizeof(float) : k / 32 * kActUnitBytes;
+}
+
+absl::StatusOr<Activations> PrepareActivations(Recorder& rec, DType weight, const Tensor* b) {
+  const ActFormat format = FormatFor(weight, b);
+  if (format == kActNone) {
+    return Activations{rec.Address(b), U32(b->nb[1]), U32(b->nb[2]), U32(b->nb[3]), rec.Range(b)};
+  }
+  const uint64_t k = static_cast<uint64_t>(b->ne[0]);
+  const uint64_t row_bytes = ActRowBytes(format, k);
+  Activations out;
+  out.nb1 = U32(row_bytes);
+  out.nb2 = U32(row_bytes * b->ne[1]);
+  out.nb3 = U32(row_bytes * b->ne[1] * b->ne[2]);
+  Recorder::ConvertedActivations& cache = rec.converted();
+  if (cache.valid && cache.src == b && cache.format == format) {
+    out.address = cache.converted.begin;
+    out.range = cache.converted;
+    return out;
+  }
+  const int slot = cache.valid ? 1 - cache.slot : 0;
+  TG_ASSIGN_OR_RETURN(const AddressRange scratch,
+                      rec.Scratch(slot, row_bytes * static_cast<uint64_t>(b->NumRows())));
+  ActPC pc{};
+  pc.b = rec.Address(b);
+  pc.d = scratch.begin;
+  pc.K = U32(k);
+  pc.ne1 = U32(b->ne[1]);
+  pc.ne2 = U32(b->ne[2]);
+  pc.ne3 = U32(b->ne[3]);
+  for (int i = 0; i < 4; ++i) pc.b_nb[i] = U32(b->nb[i]);
+  pc.format = format;
+  const uint64_t block = format == kActPlain ? 1 : (format == kActQ8_0 ? 32 : 256);
+  pc.n = U32(static_cast<uint64_t>(b->NumElements()) / block);
+  const uint32_t spec[] = {kElementwiseGroup};
+  const AddressRange reads[] = {rec.Range(b)};
+  const AddressRange writes[] = {scratch};
+  TG_RETURN_IF_ERROR(rec.Dispatch1D("mul_mat_act", spec, &pc, sizeof(pc),
+                                    Ceil(pc.n, kElementwiseGroup), reads, writes));
+  cache.valid = true;
+  cache.src = b;
+  cache.format = format;
+  cache.slot = slot;
+  cache.source = rec.Range(b);
+  cache.converted = scratch;
+  out.address = scratch.begin;
+  out.range = scratch;
+  return out;
+}
+
+// The push constants of `node` = src0 x src1 with the activations at `act`.
+MatMulPC ProductPC(Recorder& rec, const Tensor* node, const Activations& act) {
+  const Tensor* a = node->src[0];
+  const Tensor* b = node->src[1];
+  MatMulPC pc{};
+  pc.a = rec.Address(a);
+  pc.b = act.address;
+  pc.d = rec.Address(node);
+  pc.K = U32(a->ne[0]);
+  pc.M = U32(a->ne[1]);
+  pc.N = U32(b->ne[1]);
+  pc.a_nb1 = U32(a->nb[1]);
+  pc.a_nb2 = U32(a->nb[2]);
+  pc.a_nb3 = U32(a->nb[3]);
+  pc.b_nb1 = act.nb1;
+  pc.b_nb2 = act.nb2;
+  pc.b_nb3 = act.nb3;
+  pc.d_nb1 = U32(node->nb[1]);
+  pc.d_nb2 = U32(node->nb[2]);
+  pc.d_nb3 = U32(node->nb[3]);
+  pc.ne12 = U32(b->ne[2]);
+  pc.r2 = U32(b->ne[2] / a->ne[2]);
+  pc.r3 = U32(b->ne[3] / a->ne[3]);
+  return pc;
+}
+
+}  // namespace
+
+uint64_t MulMatScratchBytes(const Tensor& node) {
+  const Tensor* a = node.src[0];
+  const Tensor* b = node.src[1];
+  const ActFormat format = FormatFor(a->type, b);
+  if (format == kActNone) return 0;
+  return static_cast<uint64_t>(b->NumRows()) * ActRowBytes(format, b->ne[0]);
+}
+
+namespace {
+
+// Activation columns per invocation of mul_mat_reg.comp: enough to reuse each loaded weight
+// unit, few enough to stay in registers.
+uint32_t RegColumns(int64_t n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8; }
+
+enum RegMode : uint32_t { kRegSingle = 0, kRegMulti = 1, kRegSwiglu = 2 };
+
+absl::Status DispatchReg(Recorder& rec, RegMode mode, uint32_t type, int64_t rows, int64_t n,
+                         uint32_t batches, const MatMulPC& pc, absl::Span<const AddressRange> reads,
+                         absl::Span<const AddressRange> writes) {
+  const uint32_t tn = RegColumns(n);
+  const uint32_t spec[] = {kRegGroup, type, tn, rec.device()->info().subgroup_size, mode};
+  const uint32_t groups[3] = {Ceil(rows, kRegGroup), Ceil(n, tn), batches};
+  return rec.Dispatch("mul_mat_reg", spec, &pc, sizeof(pc), groups, reads, writes);
+}
+
+}  // namespace
+
+absl::Status RecordMulMat(Recorder& rec, const Tensor* node) {
+  const Tensor* a = node->src[0];
+  const Tensor* b = node->src[1];
+  TG_ASSIGN_OR_RETURN(const Activations act, PrepareActivations(rec, a->type, b));
+  const AddressRange reads[] = {rec.Range(a), act.range};
+  const AddressRange writes[] = {rec.Range(node)};
+  const uint32_t batches = U32(b->ne[2] * b->ne[3]);
+  const uint32_t type = static_cast<uint32_t>(a->type);
+  const MatMulPC pc = ProductPC(rec, node, act);
+  if (rec.device()->register_kernels()) {
+    return DispatchReg(rec, kRegSingle, type, a->ne[1], b->ne[1], batches, pc, reads, writes);
+  }
+  if (b->ne[1] <= kMatVecMaxCols || rec.device()->info().max_shared_memory < kTileShared) {
+    const uint32_t spec[] = {kMatVecGroup, type, kMatVecRows};
+    const uint32_t groups[3] = {Ceil(pc.M, kMatVecRows), U32(b->ne[1]), batches};
+    return rec.Dispatch("mul_mat_vec", spec, &pc, sizeof(pc), groups, reads, writes);
+  }
+  const uint32_t spec[] = {kTileGroup, type, kTileM, kTileN, kThreadM, kThreadN};
+  const uint32_t groups[3] = {Ceil(pc.M, kTileM), Ceil(pc.N, kTileN), batches};
+  return rec.Dispatch("mul_mat", spec, &pc, sizeof(pc), groups, reads, writes);
+}
+
+bool CanMultiplyTogether(const Tensor& x, const Tensor& y) {
+  const Tensor* a = x.src[0];
+  const Tensor* b = x.src[1];
+  const Tensor* a2 = y.src[0];
+  return x.op == Op::kMulMat && y.op == Op::kMulMat && y.src[1] == b && a2->type == a->type &&
+         a2->ne[0] == a->ne[0] && a->ne[2] * a->ne[3] == 1 && a2->ne[2] * a2->ne[3] == 1 &&
+         b->ne[2] * b->ne[3] == 1 && x.IsContiguous() && y.IsContiguous();
+}
+
+absl::Status RecordMulMatMulti(Recorder& rec, absl::Span<const Tensor* const> nodes) {
+  const Tensor* b = nodes[0]->src[1];
+  const DType type = nodes[0]->src[0]->type;
+  TG_ASSIGN_OR_RETURN(const Activations act, PrepareActivations(rec, type, b));
+  // Slots of mul_mat_reg.comp's mode 1: b, the matrices, their results, rows, row strides.
+  MatMulPC pc = ProductPC(rec, nodes[0], act);
+  pc.a = act.address;
+  uint64_t* const matrices[3] = {&pc.b, &pc.d, &pc.q[0]};
+  uint32_t* const rows_of[3] = {&pc.M, &pc.a_nb2, &pc.a_nb3};
+  uint32_t* const nb1_of[3] = {&pc.a_nb1, &pc.b_nb2, &pc.b_nb3};
+  std::vector<AddressRange> reads = {act.range};
+  std::vector<AddressRange> writes;
+  int64_t rows = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Tensor* a = nodes[i]->src[0];
+    *matrices[i] = rec.Address(a);
+    pc.q[1 + i] = rec.Address(nodes[i]);
+    *rows_of[i] = U32(a->ne[1]);
+    *nb1_of[i] = U32(a->nb[1]);
+    rows += a->ne[1];
+    reads.push_back(rec.Range(a));
+    writes.push_back(rec.Range(nodes[i]));
+  }
+  if (nodes.size() < 3) pc.a_nb3 = 0;  // no third matrix: M2 = 0.
+  if (nodes.size() < 2) pc.a_nb2 = 0;
+  return DispatchReg(rec, kRegMulti, static_cast<uint32_t>(type), rows, b->ne[1], 1, pc, reads,
+                     writes);
+}
+
+absl::Status RecordGateUpSwiglu(Recorder& rec, const Tensor* gate, const Tensor* up,
+                                const Tensor* swiglu) {
+  const Tensor* b = gate->src[1];
+  const DType type = gate->src[0]->type;
+  TG_ASSIGN_OR_RETURN(const Activations act, PrepareActivations(rec, type, b));
+  // Slots of mul_mat_reg.comp's mode 2: b, the two matrices, the three results.
+  MatMulPC pc = ProductPC(rec, gate, act);
+  pc.a = act.address;
+  pc.b = rec.Address(gate->src[0]);
+  pc.d = rec.Address(up->src[0]);
+  pc.b_nb2 = U32(up->src[0]->nb[1]);
+  pc.d_nb1 = U32(swiglu->nb[1]);
+  pc.q[0] = rec.Address(swiglu);
+  pc.q[1] = rec.Address(gate);
+  pc.q[2] = rec.Address(up);
+  const AddressRange reads[] = {act.range, rec.Range(gate->src[0]), rec.Range(up->src[0])};
+  const AddressRange writes[] = {rec.Range(swiglu), rec.Range(gate), rec.Range(up)};
+  return DispatchReg(rec, kRegSwiglu, static_cast<uint32_t>(type), gate->src[0]->ne[1], b->ne[1], 1,
+                     pc, reads, writes);
+}
+
+absl::Status RecordMulMatId(Recorder& rec, const Tensor* node) {
+  const Tensor* as = node->src[0];
+  const Tensor* b = node->src[1];
+  const Tensor* ids = node->src[2];
+  TG_ASSIGN_OR_RETURN(const Activations act, PrepareActivations(rec, as->type, b));
+  MatIdPC pc{};
+  pc.a = rec.Address(as);
+  pc.b = act.address;
+  pc.d = rec.Address(node);
+  pc.ids = rec.Address(ids);
+  pc.err = rec.error_address();
+  pc.K = U32(as->ne[0]);
+  pc.M = U32(as->ne[1]);
+  pc.n_used = U32(ids->ne[0]);
+  pc.b_ne1 = U32(b->ne[1]);
+  pc.a_nb1 = U32(as->nb[1]);
+  pc.a_nb2 = U32(as->nb[2]);
+  pc.b_nb1 = act.nb1;
+  pc.b_nb2 = act.nb2;
+  pc.d_nb1 = U32(node->nb[1]);
+  pc.d_nb2 = U32(node->nb[2]);
+  pc.ids_nb0 = U32(ids->nb[0]);
+  pc.ids_nb1 = U32(ids->nb[1]);
+  pc.E = U32(as->ne[2]);
+  pc.tag = rec.ErrorTag(node);
+  const uint32_t spec[] = {kMatVecGroup, static_cast<uint32_t>(as->type), kMatVecRows};
+  const uint32_t groups[3] = {Ceil(pc.M, kMatVecRows), U32(ids->ne[0] * ids->ne[1]), 1};
+  const AddressRange reads[] = {rec.Range(as), act.range, rec.Range(ids)};
+  const AddressRange writes[] = {rec.Range(node)};
+  return rec.Dispatch("mul_mat_id", spec, &pc, sizeof(pc), groups, reads, writes);
+}
+
+}  // namespace tg::vulkan

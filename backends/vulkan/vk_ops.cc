@@ -1,0 +1,172 @@
+#include "backends/vulkan/vk_ops.h"
+
+#include "absl/strings/str_cat.h"
+#include "backends/vulkan/vk_buffer.h"
+#include "backends/vulkan/vk_device.h"
+#include "backends/vulkan/vk_fusion.h"
+
+namespace tg::vulkan {
+namespace {
+
+// Sizes, strides and element counts travel as 32-bit push constants.
+constexpr uint64_t kMaxU32 = 0xffffffffull;
+// FLASH_ATTN keeps q and the output row of an invocation in registers (flash_attn.comp).
+constexpr int64_t kMaxHeadSize = 256;
+
+bool Fits32(const Tensor& t) {
+  if (t.NumBytes() >= kMaxU32 || static_cast<uint64_t>(t.NumElements()) >= kMaxU32) return false;
+  for (int i = 0; i < kMaxDims; ++i) {
+    if (t.nb[i] >= kMaxU32 || static_cast<uint64_t>(t.ne[i]) >= kMaxU32) return false;
+  }
+  return true;
+}
+
+bool IsPlain(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kI32;
+}
+
+bool RowsContiguous(const Tensor& t) { return t.nb[0] == BlockBytes(t.type); }
+
+// Bytes from the start of t's allocation (aligned to at least 64) to t's first element.
+size_t ViewOffset(const Tensor& t) {
+  size_t offset = 0;
+  for (const Tensor* v = &t; v->view_src != nullptr; v = v->view_src) offset += v->view_offs;
+  return offset;
+}
+
+// flash_attn.comp reads K and V rows as 32-bit words.
+bool WordAligned(const Tensor& t) {
+  return ViewOffset(t) % 4 == 0 && t.nb[1] % 4 == 0 && t.nb[2] % 4 == 0 && t.nb[3] % 4 == 0 &&
+         (t.type != DType::kF16 || t.ne[0] % 2 == 0);
+}
+
+bool SupportsFlashAttn(const Tensor& node) {
+  const Tensor* q = node.src[0];
+  const Tensor* k = node.src[1];
+  const Tensor* v = node.src[2];
+  const Tensor* mask = node.src[3];
+  if (!RowsContiguous(*q) || !RowsContiguous(*k) || !RowsContiguous(*v)) return false;
+  if (!WordAligned(*k) || !WordAligned(*v)) return false;
+  if (q->ne[2] > 65535 || q->ne[3] > 65535) return false;  // workgroup grid y and z.
+  if (mask != nullptr && (!RowsContiguous(*mask) || mask->ne[2] != 1 || mask->ne[3] != 1)) {
+    return false;
+  }
+  return q->ne[0] <= kMaxHeadSize && v->ne[0] <= kMaxHeadSize;
+}
+
+}  // namespace
+
+bool SupportsNode(const PhysicalInfo& info, const Tensor& node) {
+  if (!Fits32(node)) return false;
+  for (const Tensor* s : node.src) {
+    if (s != nullptr && !Fits32(*s)) return false;
+  }
+  const Tensor* a = node.src[0];
+  switch (node.op) {
+    case Op::kNone:
+    case Op::kView:
+    case Op::kReshape:
+    case Op::kPermute:
+    case Op::kTranspose:
+      return true;
+    case Op::kAdd:
+    case Op::kMul:
+    case Op::kScale:
+    case Op::kSilu:
+    case Op::kSwiglu:
+    case Op::kRmsNorm:
+    case Op::kArgmax:
+      return a->type == DType::kF32;
+    case Op::kSoftMax:
+      return a->type == DType::kF32 && node.ParamF32(1) == 0.0f;
+    case Op::kRope:
+      return a->type == DType::kF32 && a->ne[0] % 2 == 0;
+    case Op::kGetRows:
+    case Op::kSetRows:
+      return true;
+    case Op::kCpy:
+    case Op::kCont: {
+      const Tensor* dst = node.op == Op::kCpy ? node.src[1] : &node;
+      if (IsPlain(dst->type)) return true;
+      return RowsContiguous(*dst);
+    }
+    case Op::kMulMat:
+    case Op::kMulMatId:
+      return a->type != DType::kI32 && RowsContiguous(*a);
+    case Op::kFlashAttn:
+      return SupportsFlashAttn(node) && node.ParamF32(1) == 0.0f && node.ParamF32(2) == 0.0f;
+    case Op::kCount:
+      return false;
+  }
+  return false;
+}
+
+absl::Status CheckNodePlacement(const VulkanDevice& device, const Tensor& node) {
+  auto check = [&](const Tensor* t) -> absl::Status {
+    if (t == nullptr || BufferOn(&device, *t) != nullptr) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(device.name(), ": ", DescribeTensor(*t),
+                                                      " (of node ", DescribeTensor(node),
+                                                      ") is not in this device's memory"));
+  };
+  if (absl::Status s = check(&node); !s.ok()) return s;
+  for (const Tensor* s : node.src) {
+    if (absl::Status st = check(s); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+uint64_t NodeScratchBytes(const Tensor& node) {
+  if (node.op == Op::kMulMat || node.op == Op::kMulMatId) return MulMatScratchBytes(node);
+  return 0;
+}
+
+absl::Status RecordGroup(Recorder& rec, const FusedGroup& group) {
+  const std::vector<const Tensor*>& n = group.nodes;
+  switch (group.kind) {
+    case FusionKind::kRmsNormMul:
+      return RecordRmsNormMul(rec, n[0], n[1]);
+    case FusionKind::kMulMatMulti:
+      return RecordMulMatMulti(rec, n);
+    case FusionKind::kGateUpSwiglu:
+      return RecordGateUpSwiglu(rec, n[0], n[1], n[2]);
+    case FusionKind::kSingle:
+      break;
+  }
+  return RecordNode(rec, n[0]);
+}
+
+absl::Status RecordNode(Recorder& rec, const Tensor* node) {
+  switch (node->op) {
+    case Op::kAdd:
+    case Op::kMul:
+    case Op::kScale:
+    case Op::kSilu:
+    case Op::kSwiglu:
+      return RecordElementwise(rec, node);
+    case Op::kRmsNorm:
+      return RecordRmsNorm(rec, node);
+    case Op::kSoftMax:
+      return RecordSoftMax(rec, node);
+    case Op::kRope:
+      return RecordRope(rec, node);
+    case Op::kArgmax:
+      return RecordArgmax(rec, node);
+    case Op::kCpy:
+    case Op::kCont:
+      return RecordCpy(rec, node);
+    case Op::kGetRows:
+      return RecordGetRows(rec, node);
+    case Op::kSetRows:
+      return RecordSetRows(rec, node);
+    case Op::kMulMat:
+      return RecordMulMat(rec, node);
+    case Op::kMulMatId:
+      return RecordMulMatId(rec, node);
+    case Op::kFlashAttn:
+      return RecordFlashAttn(rec, node);
+    default:
+      return absl::OkStatus();  // views and leafs compute nothing.
+  }
+}
+
+}  // namespace tg::vulkan

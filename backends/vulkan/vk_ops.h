@@ -1,0 +1,62 @@
+// What the Vulkan kernels can run and how a node is recorded: the entry points the device
+// (SupportsOp) and the stream (Compute) use. One Record* function per op family, in
+// vk_op_*.cc.
+#ifndef TENSORGRID_BACKENDS_VULKAN_VK_OPS_H_
+#define TENSORGRID_BACKENDS_VULKAN_VK_OPS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "backends/vulkan/vk_physical.h"
+#include "backends/vulkan/vk_pipelines.h"
+#include "backends/vulkan/vk_recorder.h"
+#include "core/tensor.h"
+
+namespace tg::vulkan {
+
+class VulkanDevice;
+
+// True when the kernels handle `node` (op, types, layout, sizes). Anything else is left to
+// another device by the scheduler.
+bool SupportsNode(const PhysicalInfo& info, const Tensor& node);
+// FAILED_PRECONDITION unless the node and its sources are placed in `device`'s memory.
+absl::Status CheckNodePlacement(const VulkanDevice& device, const Tensor& node);
+// Scratch bytes the node needs (converted activations of MUL_MAT / MUL_MAT_ID).
+uint64_t NodeScratchBytes(const Tensor& node);
+absl::Status RecordNode(Recorder& rec, const Tensor* node);
+// A group of PlanFusion: its fused kernel, or the single node.
+struct FusedGroup;
+absl::Status RecordGroup(Recorder& rec, const FusedGroup& group);
+
+// Workgroup sizes of the kernels (multiples of every subgroup size in use: 8 .. 64).
+inline constexpr uint32_t kElementwiseGroup = 256;
+inline constexpr uint32_t kRowGroup = 128;
+
+// Per op family (vk_op_*.cc).
+absl::Status RecordElementwise(Recorder& rec, const Tensor* node);
+absl::Status RecordRmsNorm(Recorder& rec, const Tensor* node);
+absl::Status RecordSoftMax(Recorder& rec, const Tensor* node);
+absl::Status RecordRope(Recorder& rec, const Tensor* node);
+absl::Status RecordArgmax(Recorder& rec, const Tensor* node);
+absl::Status RecordCpy(Recorder& rec, const Tensor* node);
+absl::Status RecordGetRows(Recorder& rec, const Tensor* node);
+absl::Status RecordSetRows(Recorder& rec, const Tensor* node);
+absl::Status RecordMulMat(Recorder& rec, const Tensor* node);
+absl::Status RecordMulMatId(Recorder& rec, const Tensor* node);
+// Fused kernels (vk_fusion.h decides when): several MUL_MATs of the same activations in one
+// dispatch; SWIGLU(gate x, up x) straight from the two products; RMS_NORM times a weight row.
+bool CanMultiplyTogether(const Tensor& x, const Tensor& y);
+absl::Status RecordMulMatMulti(Recorder& rec, absl::Span<const Tensor* const> nodes);
+absl::Status RecordGateUpSwiglu(Recorder& rec, const Tensor* gate, const Tensor* up,
+                                const Tensor* swiglu);
+absl::Status RecordRmsNormMul(Recorder& rec, const Tensor* norm, const Tensor* mul);
+absl::Status RecordFlashAttn(Recorder& rec, const Tensor* node);
+uint64_t MulMatScratchBytes(const Tensor& node);
+
+// Narrowing for push constants: SupportsNode keeps every size and stride below 2^32.
+inline uint32_t U32(uint64_t v) { return static_cast<uint32_t>(v); }
+
+}  // namespace tg::vulkan
+
+#endif  // TENSORGRID_BACKENDS_VULKAN_VK_OPS_H_

@@ -1,0 +1,130 @@
+// The synthetic 15M-shape llama (tg-gguf synth --dims 288,768,6,6,6,32000) in Q8_0, Q4_0 and
+// Q4_K (and F32 as a control) on Vulkan0 against the CPU device. The CPU generates 64 greedy
+// tokens; Vulkan0 decodes the same tokens (teacher forcing) and must pick the CPU's token at
+// every step, except where the CPU's own choice was a near tie: the logit of Vulkan0's pick
+// within tie_tol (a share of the logit range) of the CPU's best. Every logit must agree to
+// logit_tol of the range. With quantized weights the activations are rounded to Q8_0/Q8_K as
+// on the CPU; a value that float summation order puts on the other side of a rounding
+// boundary moves by a whole quantum, which is what sets the tolerances of the quantized types
+// (the CPU itself is compared with ggml at 2% of the range for them). Skips where no Vulkan
+// device is present.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "backends/register_builtin.h"
+#include "core/registry.h"
+#include "models/llama_model.h"
+#include "models/llama_session.h"
+#include "models/synth/synth.h"
+#include "models/synth/synth_options.h"
+
+namespace tg {
+namespace {
+
+constexpr int kSteps = 64;
+
+struct Case {
+  const char* type;
+  double logit_tol;  // largest |logit difference| / range (observed: f32 2.3e-7; quantized
+                     // types up to 6.8e-3, from activation values rounded to another quantum).
+  double tie_tol;    // largest CPU gap / range a different pick may have (observed <= 4.2e-4).
+};
+
+struct Decoded {
+  std::vector<int32_t> tokens;             // the CPU's greedy picks.
+  std::vector<std::vector<float>> logits;  // per step.
+};
+
+std::string SynthModel(const std::string& type) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / absl::StrCat("tg_vk_synth15m_", type, ".gguf"))
+          .string();
+  std::vector<std::string> args = {path, "--dims", "288,768,6,6,6,32000", "--type", type};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  absl::StatusOr<synth::SynthOptions> opts = synth::ParseSynthOptions(argv);
+  if (!opts.ok()) return "";
+  if (!synth::RunSynth(*opts, stderr).ok()) return "";
+  return path;
+}
+
+// Decodes `prompt`, then `forced` (when given) or its own greedy picks, one token a step.
+absl::StatusOr<Decoded> Decode(const std::string& path, Device* device,
+                               const std::vector<int32_t>& prompt,
+                               const std::vector<int32_t>* forced) {
+  LoadOptions lo;
+  lo.device = device;
+  absl::StatusOr<std::unique_ptr<LlamaModel>> model = LlamaModel::Load(path, lo);
+  if (!model.ok()) return model.status();
+  SessionOptions so;
+  so.n_ctx = 256;
+  so.kv_type = DType::kF32;
+  absl::StatusOr<std::unique_ptr<LlamaSession>> session = LlamaSession::Create(**model, so);
+  if (!session.ok()) return session.status();
+  Decoded run;
+  std::vector<int32_t> next = prompt;
+  for (int step = 0; step < kSteps; ++step) {
+    absl::StatusOr<absl::Span<const float>> logits = (*session)->Decode(next);
+    if (!logits.ok()) return logits.status();
+    run.logits.emplace_back(logits->begin(), logits->end());
+    const int32_t pick =
+        static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) - logits->begin());
+    run.tokens.push_back(pick);
+    next = {forced != nullptr ? (*forced)[step] : pick};
+  }
+  return run;
+}
+
+class VulkanModelTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(VulkanModelTest, TokensMatchTheCpuUpToNearTies) {
+  ASSERT_TRUE(RegisterBuiltinBackends().ok());
+  absl::StatusOr<Device*> vk = Registry::Get().FindDevice("Vulkan0");
+  if (!vk.ok()) GTEST_SKIP() << "no Vulkan device (lavapipe needs TG_VULKAN_CPU=1)";
+  const Case& c = GetParam();
+  const std::string path = SynthModel(c.type);
+  ASSERT_FALSE(path.empty());
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
+  absl::StatusOr<Decoded> cpu = Decode(path, Registry::Get().CpuDevice(), prompt, nullptr);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  absl::StatusOr<Decoded> gpu = Decode(path, *vk, prompt, &cpu->tokens);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  std::filesystem::remove(path);
+  int ties = 0;
+  double worst = 0;
+  for (int s = 0; s < kSteps; ++s) {
+    const std::vector<float>& want = cpu->logits[s];
+    const std::vector<float>& got = gpu->logits[s];
+    const auto [lo, hi] = std::minmax_element(want.begin(), want.end());
+    const double range = *hi - *lo;
+    double diff = 0;
+    for (size_t i = 0; i < want.size(); ++i)
+      diff = std::max(diff, std::fabs(got[i] - want[i]) * 1.0);
+    worst = std::max(worst, diff / range);
+    EXPECT_LE(diff, c.logit_tol * range) << "step " << s;
+    const int32_t pick = gpu->tokens[s];
+    if (pick != cpu->tokens[s]) {
+      const double gap = want[cpu->tokens[s]] - want[pick];
+      EXPECT_LE(gap, c.tie_tol * range) << "step " << s << ": Vulkan0 picks " << pick
+                                        << ", the CPU " << cpu->tokens[s] << " by " << gap;
+      ++ties;
+    }
+  }
+  std::printf("%s: %d steps, logits within %.1e of the range, %d near tie(s) picked otherwise\n",
+              c.type, kSteps, worst, ties);
+}
+
+INSTANTIATE_TEST_SUITE_P(Synth15m, VulkanModelTest,
+                         ::testing::Values(Case{"f32", 1e-5, 1e-5}, Case{"q8_0", 1e-2, 2e-3},
+                                           Case{"q4_0", 1e-2, 2e-3}, Case{"q4_k", 1e-2, 2e-3}),
+                         [](const auto& info) { return std::string(info.param.type); });
+
+}  // namespace
+}  // namespace tg

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""rpc-server -d Vulkan0 on loopback serves its Vulkan device; tg-run on that remote device
+must give the local CPU's greedy tokens and top-K logits within --tol.
+
+  vulkan_rpc_test.py --tg-run PATH --rpc-server PATH --model MODEL [--n 64] [--tol 1e-4]
+                     [--kv-type f32]
+
+Exit 0 pass, 1 mismatch, 77 skipped (model missing, or no Vulkan device on the server).
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "rpc"))
+from rpc_cluster import SKIP, Server, model_missing, model_test_args  # noqa: E402
+
+
+def run(tg_run, model, n, kv_type, extra):
+    cmd = [tg_run, "-m", model, "-n", str(n), "--temp", "0", "--json", "--top-logits", "5",
+           "--kv-type", kv_type] + extra
+    # One local CPU device, and no local Vulkan device: the remote one is the one under test.
+    env = {k: v for k, v in os.environ.items() if k not in ("TG_CPU_DEVICES", "TG_VULKAN_CPU")}
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        print(f"FAIL: {' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()}")
+        return None
+    return json.loads(p.stdout)
+
+
+def main():
+    a = model_test_args([("--n", {"type": int, "default": 64}),
+                         ("--tol", {"type": float, "default": 1e-4}),
+                         ("--kv-type", {"default": "f32"})])
+    if model_missing(a.model):
+        return SKIP
+    with tempfile.TemporaryDirectory(prefix="tg-vk-rpc-") as workdir:
+        try:
+            # devices=1 serves "-d 0"; the later -d names the Vulkan device instead.
+            server = Server(a.rpc_server, 1, ["-d", "Vulkan0"], workdir, 0)
+        except RuntimeError as e:
+            if "no device named 'Vulkan0'" in str(e):
+                print("skipped: the server has no Vulkan device")
+                return SKIP
+            raise
+        try:
+            remote = run(a.tg_run, a.model, a.n, a.kv_type,
+                         ["--rpc", server.endpoint, "--device", f"RPC[{server.endpoint}]/0"])
+        finally:
+            log = server.read_log()
+            server.stop()
+    local = run(a.tg_run, a.model, a.n, a.kv_type, ["--device", "CPU"])
+    if remote is None or local is None:
+        print(log)
+        return 1
+    if "devices=Vulkan0" not in log:  # rpc-server's "listening" log line.
+        print(f"FAIL: the server does not serve Vulkan0:\n{log}")
+        return 1
+    base = {int(i): v for i, v in local["top_logits"]}
+    worst = 0.0
+    ok = True
+    for i, v in remote["top_logits"]:
+        if int(i) not in base:
+            print(f"FAIL: id {i} in the remote top-5 but not in the CPU's")
+            ok = False
+            continue
+        worst = max(worst, abs(v - base[int(i)]))
+    if worst > a.tol:
+        print(f"FAIL: top-5 logits differ by {worst:.3e} > {a.tol:.1e}")
+        ok = False
+    same = local["tokens"] == remote["tokens"]
+    if not same:
+        print(f"FAIL: tokens differ: CPU {local['tokens'][:8]}... remote {remote['tokens'][:8]}...")
+        ok = False
+    print(f"rpc-server -d Vulkan0: max top-5 |diff| {worst:.2e}, {len(remote['tokens'])} tokens "
+          f"{'identical' if same else 'DIFFER'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
