@@ -128,9 +128,9 @@ absl::Status AddTensors(const SynthOptions& o, GgufWriter* w, SynthStats* stats)
     const DType type = mt.stored;
     if (!s.norm) stats->matrices.emplace_back(s.name, mt);
     const uint64_t seed = TensorSeed(o.seed, s.name);
-    std::vector<uint8_t> data = s.norm
-                                    ? RandomTensor(type, s.ne0, 1, 1.0f, kNormStddev, seed)
-                                    : RandomTensor(type, s.ne0, s.ne1, 0.0f, kWeightStddev, seed);
+    std::vector<uint8_t> data =
+        s.norm ? RandomTensor(type, s.ne0, 1, 1.0f, kNormStddev, seed, o.threads)
+               : RandomTensor(type, s.ne0, s.ne1, 0.0f, kWeightStddev, seed, o.threads);
     stats->params += s.ne0 * s.ne1;
     const std::vector<int64_t> ne =
         s.norm ? std::vector<int64_t>{s.ne0} : std::vector<int64_t>{s.ne0, s.ne1};

@@ -18,6 +18,8 @@ constexpr int kNumDims = 6;
 constexpr int64_t kMaxDim = int64_t{1} << 20;  // far above real models; keeps sizes in int64.
 constexpr int64_t kMaxLayers = 1024;
 constexpr int64_t kMaxCtx = int64_t{1} << 24;
+// More generator threads than any machine has cores is a typo.
+constexpr int kMaxThreads = 1024;
 constexpr int64_t kSpecialTokens = 3;  // <unk>, <s>, </s>.
 constexpr int64_t kByteTokens = 256;
 constexpr int64_t kMinPieces = 8;  // a few real pieces ("▁", common words) after the bytes.
@@ -129,6 +131,14 @@ absl::Status ApplyFlag(absl::string_view flag, absl::string_view value, SynthOpt
     if (absl::SimpleAtoi(value, &opts->seed)) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat("bad --seed '", value, "'"));
   }
+  if (flag == "--threads") {
+    if (absl::SimpleAtoi(value, &opts->threads) && opts->threads >= 0 &&
+        opts->threads <= kMaxThreads) {
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad --threads '", value, "' (need 0 for every core, or 1 to ", kMaxThreads, ")"));
+  }
   if (absl::SimpleAtoi(value, &opts->ctx) && opts->ctx >= 1 && opts->ctx <= kMaxCtx) {
     return absl::OkStatus();
   }
@@ -153,9 +163,11 @@ absl::StatusOr<SynthOptions> ParseSynthOptions(absl::Span<char* const> args) {
       opts.out = std::string(arg);
       continue;
     }
-    if (arg != "--dims" && arg != "--type" && arg != "--seed" && arg != "--ctx") {
+    if (arg != "--dims" && arg != "--type" && arg != "--seed" && arg != "--ctx" &&
+        arg != "--threads") {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag '", arg, "' (flags: --dims ",
-                                                     kUsageDims, " --type T --seed S --ctx N)"));
+                                                     kUsageDims,
+                                                     " --type T --seed S --ctx N --threads N)"));
     }
     if (i + 1 >= args.size()) {
       return absl::InvalidArgumentError(absl::StrCat("flag ", arg, " needs a value"));

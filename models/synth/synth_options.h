@@ -35,6 +35,7 @@ struct SynthOptions {
   uint32_t file_type = 0;  // llama.cpp's LLAMA_FTYPE for general.file_type.
   uint64_t seed = 42;
   int64_t ctx = 2048;
+  int threads = 0;  // generating the weights; 0 = every core. The file does not depend on it.
 };
 
 // Parses the arguments after "synth"; INVALID_ARGUMENT (a usage error) with a one-line message.

@@ -1,8 +1,12 @@
 // Random weight generation for `tg-gguf synth` (see synth_weights.h).
 #include "models/synth/synth_weights.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numbers>
+#include <thread>
+#include <vector>
 
 #include "core/quants.h"
 
@@ -17,6 +21,16 @@ uint64_t SplitMix64(uint64_t* state) {
 }
 
 uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+// An odd constant with well-mixed bits (from a multiplicative hash), so chunk indices land far
+// apart in seed space before SplitMix64 scrambles them.
+constexpr uint64_t kChunkSeedStep = 0xD1B54A32D192ED03ull;
+
+// The seed of rows [c * kRowsPerChunk, (c + 1) * kRowsPerChunk) of a tensor.
+uint64_t ChunkSeed(uint64_t tensor_seed, int64_t c) {
+  uint64_t state = tensor_seed ^ (static_cast<uint64_t>(c) * kChunkSeedStep);
+  return SplitMix64(&state);
+}
 
 }  // namespace
 
@@ -60,15 +74,29 @@ uint64_t TensorSeed(uint64_t seed, absl::string_view name) {
 }
 
 std::vector<uint8_t> RandomTensor(DType type, int64_t ne0, int64_t rows, float mean, float stddev,
-                                  uint64_t seed) {
-  NormalRng rng(seed);
+                                  uint64_t seed, int threads) {
   const size_t row_bytes = RowBytes(type, ne0);
   std::vector<uint8_t> out(row_bytes * static_cast<size_t>(rows));
-  std::vector<float> row(static_cast<size_t>(ne0));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (float& x : row) x = mean + stddev * rng.Next();
-    QuantizeRow(type, row.data(), out.data() + static_cast<size_t>(r) * row_bytes, ne0);
-  }
+  const int64_t n_chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
+  std::atomic<int64_t> next_chunk{0};
+  auto work = [&] {
+    std::vector<float> row(static_cast<size_t>(ne0));
+    for (int64_t c = next_chunk++; c < n_chunks; c = next_chunk++) {
+      // Each chunk draws from its own stream, so the values do not depend on the threads.
+      NormalRng rng(ChunkSeed(seed, c));
+      const int64_t end = std::min(rows, (c + 1) * kRowsPerChunk);
+      for (int64_t r = c * kRowsPerChunk; r < end; ++r) {
+        for (float& x : row) x = mean + stddev * rng.Next();
+        QuantizeRow(type, row.data(), out.data() + static_cast<size_t>(r) * row_bytes, ne0);
+      }
+    }
+  };
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t n_threads = std::min<int64_t>(threads, n_chunks);
+  std::vector<std::thread> helpers;
+  for (int64_t t = 1; t < n_threads; ++t) helpers.emplace_back(work);
+  work();
+  for (std::thread& h : helpers) h.join();
   return out;
 }
 

@@ -29,9 +29,12 @@ class NormalRng {
 uint64_t TensorSeed(uint64_t seed, absl::string_view name);
 
 // `rows` rows of `ne0` values drawn from N(mean, stddev^2), stored as `type` (ne0 must be a
-// multiple of BlockSize(type)).
+// multiple of BlockSize(type)). Generated on `threads` threads (<= 0: every core) in chunks of
+// kRowsPerChunk rows, each from its own stream seeded by (seed, chunk): the bytes depend on the
+// seed only, never on the thread count.
+inline constexpr int64_t kRowsPerChunk = 32;
 std::vector<uint8_t> RandomTensor(DType type, int64_t ne0, int64_t rows, float mean, float stddev,
-                                  uint64_t seed);
+                                  uint64_t seed, int threads);
 
 }  // namespace tg::synth
 

@@ -20,7 +20,7 @@ constexpr int kExitUsage = 2;
 constexpr char kUsage[] =
     "usage: tg-gguf info FILE\n"
     "       tg-gguf synth OUT --dims n_embd,n_ff,n_layer,n_head,n_head_kv,n_vocab\n"
-    "                     --type T [--seed S (42)] [--ctx N (2048)]\n"
+    "                     --type T [--seed S (42)] [--ctx N (2048)] [--threads N (0: all)]\n"
     "       T: f32 f16 q8_0 q4_0 q5_0 q5_1 q2_k q3_k q4_k q5_k iq4_nl iq4_xs mxfp4 (every matrix)\n"
     "          or q4_k_m q5_k_m (llama-quantize's mixes; docs/gguf.md)\n"
     "\n"

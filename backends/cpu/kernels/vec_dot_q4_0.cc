@@ -270,13 +270,8 @@ constexpr int kColsPerPass = 2;
 template <int R>
 void TileRows(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
               float* const* c) {
-  for (int j = 0; j < cols; j += kColsPerPass) {
-    if (cols - j == 1) {
-      Q4Tile<R, 1>(k, a, a_stride, b + j, c + j);
-    } else {
-      Q4Tile<R, 2>(k, a, a_stride, b + j, c + j);
-    }
-  }
+  ByColumnPasses<kColsPerPass>(
+      cols, [&](auto n, int j) { Q4Tile<R, decltype(n)::value>(k, a, a_stride, b + j, c + j); });
 }
 
 void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,

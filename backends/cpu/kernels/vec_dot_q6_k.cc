@@ -159,28 +159,8 @@ template <int R>
 void TileRows(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
               float* const* c) {
   const int64_t nsb = k / kQK_K;
-  for (int j = 0; j < cols; j += kColsPerPass) {
-    switch (cols - j) {
-      case 1:
-        Q6KTile<R, 1>(nsb, a, a_stride, b + j, c + j);
-        break;
-#if defined(TG_CPU_AVX512)
-      case 2:
-        Q6KTile<R, 2>(nsb, a, a_stride, b + j, c + j);
-        break;
-      case 3:
-        Q6KTile<R, 3>(nsb, a, a_stride, b + j, c + j);
-        break;
-      default:
-        Q6KTile<R, 4>(nsb, a, a_stride, b + j, c + j);
-        break;
-#else
-      default:
-        Q6KTile<R, 2>(nsb, a, a_stride, b + j, c + j);
-        break;
-#endif
-    }
-  }
+  ByColumnPasses<kColsPerPass>(
+      cols, [&](auto n, int j) { Q6KTile<R, decltype(n)::value>(nsb, a, a_stride, b + j, c + j); });
 }
 
 void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,

@@ -58,28 +58,9 @@ template <int R>
 void TileRows(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
               float* const* c) {
   const int64_t nblocks = k / kQK8_0;
-  for (int j = 0; j < cols; j += kColsPerPass) {
-    switch (cols - j) {
-      case 1:
-        Q8Tile<R, 1>(nblocks, a, a_stride, b + j, c + j);
-        break;
-#if defined(TG_CPU_AVX512)
-      case 2:
-        Q8Tile<R, 2>(nblocks, a, a_stride, b + j, c + j);
-        break;
-      case 3:
-        Q8Tile<R, 3>(nblocks, a, a_stride, b + j, c + j);
-        break;
-      default:
-        Q8Tile<R, 4>(nblocks, a, a_stride, b + j, c + j);
-        break;
-#else
-      default:
-        Q8Tile<R, 2>(nblocks, a, a_stride, b + j, c + j);
-        break;
-#endif
-    }
-  }
+  ByColumnPasses<kColsPerPass>(cols, [&](auto n, int j) {
+    Q8Tile<R, decltype(n)::value>(nblocks, a, a_stride, b + j, c + j);
+  });
 }
 
 void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
