@@ -54,12 +54,30 @@ bool SupportsFlashAttn(const Tensor& node) {
   return q->ne[0] <= kMaxHeadSize && v->ne[0] <= kMaxHeadSize;
 }
 
+// The types the shaders decode. Q5_0, Q5_1, Q5_K, Q3_K, Q2_K, IQ4_NL, IQ4_XS and MXFP4 have
+// no Vulkan kernels yet: nodes touching them go to another device (the scheduler's fallback).
+bool HasKernels(DType type) {
+  switch (type) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kI32:
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 bool SupportsNode(const PhysicalInfo& info, const Tensor& node) {
-  if (!Fits32(node)) return false;
+  if (!Fits32(node) || !HasKernels(node.type)) return false;
   for (const Tensor* s : node.src) {
-    if (s != nullptr && !Fits32(*s)) return false;
+    if (s != nullptr && (!Fits32(*s) || !HasKernels(s->type))) return false;
   }
   const Tensor* a = node.src[0];
   switch (node.op) {
