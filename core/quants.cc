@@ -44,17 +44,22 @@ int8_t TruncToInt8(float v) {
 // ---------------------------------------------------------------------------------------------
 // Q4_0 / Q8_0
 
-void QuantizeBlockQ4_0(const float* x, BlockQ4_0* y) {
-  // The signed value of largest magnitude (first one on ties) maps to -8, so d may be negative.
+// The value of largest magnitude, the first one on ties (ggml's Q4_0 / Q5_0 scale source).
+float SignedAbsMax(const float* x, int n) {
   float amax = 0.0f;
   float max = 0.0f;
-  for (int j = 0; j < kQK4_0; ++j) {
+  for (int j = 0; j < n; ++j) {
     if (amax < std::fabs(x[j])) {
       amax = std::fabs(x[j]);
       max = x[j];
     }
   }
-  const float d = max / -8;
+  return max;
+}
+
+void QuantizeBlockQ4_0(const float* x, BlockQ4_0* y) {
+  // The signed value of largest magnitude (first one on ties) maps to -8, so d may be negative.
+  const float d = SignedAbsMax(x, kQK4_0) / -8;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   y->d = FloatToHalf(d);
   constexpr int kHalf = kQK4_0 / 2;
@@ -94,15 +99,7 @@ void PackQ5(const uint8_t* q, uint8_t* qs, uint8_t* qh_bytes) {
 
 void QuantizeBlockQ5_0(const float* x, BlockQ5_0* y) {
   // As Q4_0: the signed extreme maps to -16 (quant 0), so d may be negative.
-  float amax = 0.0f;
-  float max = 0.0f;
-  for (int j = 0; j < kQK5_0; ++j) {
-    if (amax < std::fabs(x[j])) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
-  const float d = max / -16;
+  const float d = SignedAbsMax(x, kQK5_0) / -16;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   y->d = FloatToHalf(d);
   uint8_t q[kQK5_0];
