@@ -99,6 +99,16 @@ class SessionSampleTest : public ::testing::Test {
   cpu::CpuDevice dev1_{"CPU1", "cpu:1", 1};
 };
 
+// DecodeSample on the prompt, then Generate of n more: every pick.
+std::vector<int32_t> DeviceGeneration(LlamaSession& s, const SamplingParams& p, int n) {
+  std::vector<int32_t> got = {*s.DecodeSample(kPrompt, p)};
+  EXPECT_TRUE(s.Generate(got.back(), n, p, [&](int32_t t) {
+                 got.push_back(t);
+                 return true;
+               }).ok());
+  return got;
+}
+
 SamplingParams Defaults(uint64_t seed) { return {.sample = {.seed = seed}}; }
 SamplingParams Penalized(uint64_t seed) {
   return {.sample = {.temperature = 1.0f,
@@ -125,12 +135,7 @@ TEST_F(SessionSampleTest, GenerateDrawsWhatTheHostDraws) {
       for (LlamaModel* model : {queued.get(), plain.get()}) {
         events.batch_computes.clear();
         auto s = *LlamaSession::Create(*model, so_);
-        std::vector<int32_t> got = {*s->DecodeSample(kPrompt, p)};
-        ASSERT_TRUE(s->Generate(got.back(), 40, p, [&](int32_t t) {
-                       got.push_back(t);
-                       return true;
-                     }).ok());
-        EXPECT_EQ(got, want);
+        EXPECT_EQ(DeviceGeneration(*s, p, 40), want);
         EXPECT_EQ(s->n_past(), static_cast<int64_t>(kPrompt.size()) + 40);
         // The prompt's graph, then one per KV block the steps touch: n_kv 16, 32, 48.
         EXPECT_EQ(s->graphs_built(), 4);
@@ -193,12 +198,8 @@ TEST_F(SessionSampleTest, LayerSplitDrawsWhatTheHostDraws) {
   ASSERT_TRUE(model->multi_device());
   for (const SamplingParams& p : {Defaults(7), Penalized(5)}) {
     auto s = *LlamaSession::Create(*model, so_);
-    std::vector<int32_t> got = {*s->DecodeSample(kPrompt, p)};
-    ASSERT_TRUE(s->Generate(got.back(), 24, p, [&](int32_t t) {
-                   got.push_back(t);
-                   return true;
-                 }).ok());
-    EXPECT_EQ(got, HostGeneration(p, 24)) << "penalty window " << p.penalty_last_n;
+    EXPECT_EQ(DeviceGeneration(*s, p, 24), HostGeneration(p, 24))
+        << "penalty window " << p.penalty_last_n;
   }
 }
 
