@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -176,8 +177,10 @@ absl::StatusOr<NodeLayout> SampleRule(const Tensor& n) {
                      absl::StrCat("recent tokens ", Shape(*recent), " must be 1-d and contiguous"));
     }
   }
-  for (int slot : {0, 2, 3, 4}) {
-    if (auto s = CheckFinite(n, slot, "sampling parameter"); !s.ok()) return s;
+  constexpr std::pair<int, const char*> kFloats[] = {
+      {0, "temperature"}, {2, "top_p"}, {3, "min_p"}, {4, "repeat_penalty"}};
+  for (const auto& [slot, name] : kFloats) {
+    if (auto s = CheckFinite(n, slot, name); !s.ok()) return s;
   }
   const float top_p = n.ParamF32(2);
   const float min_p = n.ParamF32(3);

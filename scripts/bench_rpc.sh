@@ -10,12 +10,14 @@
 #      of its own (taskset, -t 1);
 #   2. rpc_bench: session round trip, upload MB/s against a plain gRPC byte stream;
 #   3. model load time: local, over RPC with a cold cache, over RPC with a warm cache.
-# Usage: bash scripts/bench_rpc.sh [THREADS] [REPS] [ROUNDS]   (build/release must be built)
+# Usage: bash scripts/bench_rpc.sh [THREADS] [REPS] [ROUNDS] [rounds]   (build/release must be
+# built; a fourth argument "rounds" runs only the interleaved rounds of 1.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-2}
 reps=${2:-5}
 rounds=${3:-12}
+only=${4:-all}
 bin=build/release
 model=${TG_BENCH_MODEL:-/tmp/tg-bench-15m-q8_0.gguf}
 [ -f "$model" ] || $bin/tools/tg-gguf/tg-gguf synth "$model" --dims 288,768,6,6,6,32000 --type q8_0 >/dev/null
@@ -34,7 +36,7 @@ stop_server() { kill "$(cat "$work/pid")"; wait "$(cat "$work/pid")" 2>/dev/null
 
 echo "## tg-bench, local vs one rpc-server on loopback ($threads threads each)"
 start_server
-for run in 1 2; do  # local and remote interleaved, twice: the machine's speed drifts.
+for run in $([ "$only" = rounds ] || echo 1 2); do  # local and remote interleaved, twice: the machine's speed drifts.
   $bin/tools/tg-bench/tg-bench -m "$model" -p 512 -n 128 -r "$reps" -t "$threads" |
     tail -n $([ $run = 1 ] && echo 4 || echo 2)  # the table's header once.
   $bin/tools/tg-bench/tg-bench -m "$model" -p 512 -n 128 -r "$reps" -t "$threads" --rpc "$endpoint" | tail -n 2
@@ -62,6 +64,7 @@ done | tee "$work/rounds"
 median() { sort -n | awk '{ v[NR] = $1 } END { printf "%.3fx", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 echo "median ratio: pp512 $(awk '{ print $4 + 0 }' "$work/rounds" | median), tg128 greedy $(awk '{ print $9 + 0 }' "$work/rounds" | median), tg128 temp 0.8 $(awk '{ print $15 + 0 }' "$work/rounds" | median)"
 stop_server
+[ "$only" = rounds ] && exit 0
 
 # The same greedy tg with the server on a core the client does not use (as on a GPU host):
 # -t 1 on both sides, the server and the local run on CPU 1, the client on CPU 0.
