@@ -10,7 +10,7 @@ constexpr absl::string_view kNames[] = {
     "NONE",    "GET_ROWS", "SET_ROWS", "MUL_MAT", "ADD",     "MUL",        "SCALE",
     "RMS_NORM", "ROPE",    "SOFT_MAX", "SILU",    "SWIGLU",  "CPY",        "CONT",
     "VIEW",    "RESHAPE",  "PERMUTE",  "TRANSPOSE", "FLASH_ATTN", "MUL_MAT_ID",
-    "ARGMAX",
+    "ARGMAX",  "SAMPLE",
 };
 static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Op::kCount));
 

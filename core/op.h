@@ -34,7 +34,11 @@ enum class Op : uint8_t {
   kMulMatId = 19,   // MoE: src0 experts [K,M,E], src1 [K,n_used|1,T], src2 ids I32 [n_used,T].
   kArgmax = 20,     // dst I32 [1, ne1, ..]: index of each F32 row's largest value (the first
                     // on ties; NaN never wins; a row of NaN only gives 0).
-  kCount = 21,
+  kSample = 21,     // dst I32 [1, ne1, ..]: a token id drawn from each F32 row of logits with
+                    // a counter-based generator of (seed, position); sources: logits,
+                    // positions I32 [rows], recent tokens I32 [W] (optional, the repetition
+                    // penalty's window)   params: see SampleParams in ops.h.
+  kCount = 22,
 };
 
 absl::string_view OpName(Op op);           // "MUL_MAT"

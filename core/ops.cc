@@ -87,6 +87,16 @@ TensorOr Swiglu(Context& ctx, Tensor* gate, Tensor* up) {
   return MakeNode(ctx, Op::kSwiglu, {gate, up});
 }
 TensorOr Argmax(Context& ctx, Tensor* a) { return MakeNode(ctx, Op::kArgmax, {a}); }
+TensorOr Sample(Context& ctx, Tensor* logits, Tensor* pos, Tensor* recent, const SampleParams& p) {
+  const int32_t params[] = {F32Slot(p.temperature),
+                            p.top_k,
+                            F32Slot(p.top_p),
+                            F32Slot(p.min_p),
+                            F32Slot(p.repeat_penalty),
+                            static_cast<int32_t>(static_cast<uint32_t>(p.seed)),
+                            static_cast<int32_t>(static_cast<uint32_t>(p.seed >> 32))};
+  return MakeNode(ctx, Op::kSample, {logits, pos, recent}, params);
+}
 TensorOr Cpy(Context& ctx, Tensor* a, Tensor* b) { return MakeNode(ctx, Op::kCpy, {a, b}); }
 TensorOr Cont(Context& ctx, Tensor* a) { return MakeNode(ctx, Op::kCont, {a}); }
 

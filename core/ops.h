@@ -30,6 +30,20 @@ struct RopeParams {
 inline constexpr int32_t kRopeNormal = 0;
 inline constexpr int32_t kRopeNeox = 2;
 
+// SAMPLE parameters (op_params: 0 f32 temperature, 1 top_k, 2 f32 top_p, 3 f32 min_p,
+// 4 f32 repeat_penalty, 5 and 6 the seed's low and high 32 bits; see docs/ops.md).
+// Defaults are llama.cpp's.
+struct SampleParams {
+  float temperature = 0.8f;     // <= 0: the largest logit (ARGMAX's pick), no draw.
+  int32_t top_k = 40;           // 0: every id.
+  float top_p = 0.95f;          // 1: no nucleus cut.
+  float min_p = 0.05f;          // 0: no cut.
+  float repeat_penalty = 1.0f;  // 1: no penalty.
+  uint64_t seed = 0;
+
+  friend bool operator==(const SampleParams&, const SampleParams&) = default;
+};
+
 TensorOr GetRows(Context& ctx, Tensor* a, Tensor* idx);
 TensorOr SetRows(Context& ctx, Tensor* dst, Tensor* rows, Tensor* idx);
 TensorOr MulMat(Context& ctx, Tensor* a, Tensor* b);
@@ -44,6 +58,10 @@ TensorOr Silu(Context& ctx, Tensor* a);
 TensorOr Swiglu(Context& ctx, Tensor* gate, Tensor* up);
 // I32 [1, ne1, ne2, ne3]: per row of F32 `a`, the index of its largest value (greedy pick).
 TensorOr Argmax(Context& ctx, Tensor* a);
+// I32 [1, ne1, ne2, ne3]: per row of F32 `logits`, a token id drawn as docs/ops.md says,
+// with the generator's counter at that row's position (`pos`: I32, one per row). `recent`
+// (optional, I32 [W]) holds the tokens the repetition penalty applies to.
+TensorOr Sample(Context& ctx, Tensor* logits, Tensor* pos, Tensor* recent, const SampleParams& p);
 TensorOr Cpy(Context& ctx, Tensor* a, Tensor* b);
 TensorOr Cont(Context& ctx, Tensor* a);
 // A view of `a` with shape ne (1 to 4 dims), strides nb for dims 1.. (nb[0] is the element

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "core/context.h"
 #include "core/shape_rules.h"
 
@@ -146,6 +148,38 @@ TEST_F(BuilderTest, RopeSoftMaxFlashAttnRules) {
   Tensor* k3 = T(DType::kF16, {64, 10, 3});
   EXPECT_THAT(FlashAttn(ctx_, q, k3, k3, nullptr, 1.0f).status().message(),
               HasSubstr("do not match"));
+}
+
+TEST_F(BuilderTest, SampleRule) {
+  Tensor* logits = T(DType::kF32, {100, 3});
+  Tensor* pos = T(DType::kI32, {3});
+  Tensor* recent = T(DType::kI32, {16});
+  auto s = Sample(ctx_, logits, pos, recent, {.top_k = 5, .seed = 0x1234'5678'9abc'def0ull});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->type, DType::kI32);
+  EXPECT_THAT(Ne(*s), ElementsAre(1, 3, 1, 1));
+  EXPECT_EQ(static_cast<uint32_t>((*s)->op_params[5]), 0x9abcdef0u);
+  EXPECT_EQ(static_cast<uint32_t>((*s)->op_params[6]), 0x12345678u);
+  EXPECT_TRUE(Sample(ctx_, logits, pos, nullptr, {}).ok());  // the window is optional.
+  EXPECT_THAT(Sample(ctx_, logits, T(DType::kI32, {2}), nullptr, {}).status().message(),
+              HasSubstr("one per row"));
+  EXPECT_THAT(Sample(ctx_, logits, T(DType::kF32, {3}), nullptr, {}).status().message(),
+              HasSubstr("must be i32"));
+  EXPECT_THAT(Sample(ctx_, logits, pos, T(DType::kI32, {4, 4}), {}).status().message(),
+              HasSubstr("1-d"));
+  EXPECT_THAT(Sample(ctx_, T(DType::kF16, {100, 3}), pos, nullptr, {}).status().message(),
+              HasSubstr("must be f32"));
+  EXPECT_THAT(Sample(ctx_, logits, pos, nullptr, {.top_k = -1}).status().message(),
+              HasSubstr("top_k -1"));
+  EXPECT_THAT(Sample(ctx_, logits, pos, nullptr, {.top_p = 1.5f}).status().message(),
+              HasSubstr("top_p 1.5"));
+  EXPECT_THAT(Sample(ctx_, logits, pos, nullptr, {.min_p = -0.1f}).status().message(),
+              HasSubstr("min_p"));
+  EXPECT_THAT(Sample(ctx_, logits, pos, nullptr, {.repeat_penalty = 0}).status().message(),
+              HasSubstr("repeat_penalty"));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THAT(Sample(ctx_, logits, pos, nullptr, {.temperature = nan}).status().message(),
+              HasSubstr("not finite"));
 }
 
 TEST_F(BuilderTest, CpyConversions) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -158,6 +159,40 @@ absl::StatusOr<NodeLayout> ArgmaxRule(const Tensor& n) {
   if (a.ne[0] < 1) return Invalid(n, "source rows are empty");
   const int64_t ne[kMaxDims] = {1, a.ne[1], a.ne[2], a.ne[3]};
   return Contiguous(DType::kI32, ne);
+}
+
+// Logits rows as ARGMAX takes them, one I32 position per row, an optional 1-d I32 window of
+// recent tokens, and parameters in their documented ranges (docs/ops.md, SAMPLE).
+absl::StatusOr<NodeLayout> SampleRule(const Tensor& n) {
+  const Tensor& pos = *n.src[1];
+  if (auto s = RequireType(n, pos, DType::kI32, "positions"); !s.ok()) return s;
+  if (!pos.IsContiguous() || pos.NumElements() != n.src[0]->NumRows()) {
+    return Invalid(n, absl::StrCat("positions ", Shape(pos),
+                                   " must be contiguous with one per row of ", Shape(*n.src[0])));
+  }
+  if (const Tensor* recent = n.src[2]; recent != nullptr) {
+    if (auto s = RequireType(n, *recent, DType::kI32, "recent tokens"); !s.ok()) return s;
+    if (!recent->IsContiguous() || recent->NumElements() != recent->ne[0]) {
+      return Invalid(n,
+                     absl::StrCat("recent tokens ", Shape(*recent), " must be 1-d and contiguous"));
+    }
+  }
+  constexpr std::pair<int, const char*> kFloats[] = {
+      {0, "temperature"}, {2, "top_p"}, {3, "min_p"}, {4, "repeat_penalty"}};
+  for (const auto& [slot, name] : kFloats) {
+    if (auto s = CheckFinite(n, slot, name); !s.ok()) return s;
+  }
+  const float top_p = n.ParamF32(2);
+  const float min_p = n.ParamF32(3);
+  if (n.op_params[1] < 0) {
+    return Invalid(n, absl::StrFormat("top_k %d is negative (0: off)", n.op_params[1]));
+  }
+  if (top_p < 0 || top_p > 1) return Invalid(n, absl::StrCat("top_p ", top_p, " outside [0, 1]"));
+  if (min_p < 0 || min_p > 1) return Invalid(n, absl::StrCat("min_p ", min_p, " outside [0, 1]"));
+  if (n.ParamF32(4) <= 0) {
+    return Invalid(n, absl::StrCat("repeat_penalty ", n.ParamF32(4), " must be positive"));
+  }
+  return ArgmaxRule(n);
 }
 
 absl::StatusOr<NodeLayout> ScaleRule(const Tensor& n) {
@@ -388,6 +423,7 @@ Arity OpArity(Op op) {
     case Op::kRope: return {3, 2};
     case Op::kSoftMax: return {2, 1};
     case Op::kFlashAttn: return {4, 3};
+    case Op::kSample: return {3, 2};
     case Op::kScale:
     case Op::kRmsNorm:
     case Op::kSilu:
@@ -433,6 +469,7 @@ absl::StatusOr<NodeLayout> ApplyShapeRule(const Tensor& node) {
     case Op::kTranspose: return PermuteRule(node);
     case Op::kFlashAttn: return FlashAttnRule(node);
     case Op::kArgmax: return ArgmaxRule(node);
+    case Op::kSample: return SampleRule(node);
     case Op::kCount: break;
   }
   return absl::InternalError("unreachable: op checked above");

@@ -6,8 +6,8 @@
 
 namespace tg {
 
-absl::Status Executor::GenerateGreedy(GreedySteps& steps, int32_t token, int64_t max_tokens,
-                                      absl::FunctionRef<bool(int32_t)> on_token) {
+absl::Status Executor::Generate(PickSteps& steps, int32_t token, int64_t max_tokens,
+                                absl::FunctionRef<bool(int32_t)> on_token) {
   for (int64_t i = 0; i < max_tokens; ++i) {
     TG_ASSIGN_OR_RETURN(token, steps.DecodeOne(token));
     if (!on_token(token)) break;

@@ -1,8 +1,9 @@
 // Executor: how a LlamaSession's graphs run. The session describes the work in its own
 // terms — a Batch (how to build the graph of a piece of it, fill that graph's inputs and
-// read its results) and GreedySteps (how to queue one greedy step) — and the executor
-// decides where and how it runs: on one device (models/single_device_executor.h: a graph
-// reused by the next batch of the same shape, greedy steps queued ahead with events), or
+// read its results) and PickSteps (how to queue one step of generation that picks its token
+// on the device, greedy or sampled) — and the executor decides where and how it runs: on
+// one device (models/single_device_executor.h: a graph reused by the next batch of the same
+// shape, generation steps queued ahead with events), or
 // scheduled over the devices of a layer split (models/scheduled_executor.h: a prompt batch
 // pipelined in micro-batches). The session does not know which one it has.
 // Not thread-safe: an executor is used by its session's thread.
@@ -32,8 +33,8 @@ struct DecodeTimings {
   int64_t splits = 0;  // graph pieces run (scheduler splits; 1 per graph on one device).
 };
 
-// Most greedy decode steps submitted together (SessionOptions::greedy_batch), and the
-// decoding time a batch covers when its size is left to the executor.
+// Most generation steps submitted together (SessionOptions::greedy_batch), and the decoding
+// time a batch covers when its size is left to the executor.
 inline constexpr int kMaxGreedyBatch = 32;
 inline constexpr int64_t kGreedyBatchUs = 3000;
 
@@ -55,6 +56,7 @@ struct GraphKey {
   int64_t n_kv = 0;
   bool all_logits = false;
   GraphOutput output = GraphOutput::kLogits;
+  PickOptions pick;  // the op parameters and window a picking graph was built with.
 
   friend bool operator==(const GraphKey&, const GraphKey&) = default;
 };
@@ -80,22 +82,23 @@ class Batch {
 
 inline BatchPiece WholeBatch(const Batch& batch) { return {0, batch.n_tokens()}; }
 
-// Greedy decoding as the model describes it: steps of one token at consecutive positions
-// from the model's next one, each picking the next token on the device. A step `ahead` is
-// that many positions after the model's (steps queued whose picks are not handed over).
-class GreedySteps {
+// Generation as the model describes it: steps of one token at consecutive positions from
+// the model's next one, each picking the next token on the device (ARGMAX or SAMPLE). A step
+// `ahead` is that many positions after the model's (steps queued whose picks are not handed
+// over).
+class PickSteps {
  public:
-  virtual ~GreedySteps() = default;
-  // A step run on its own and read back (LlamaSession::DecodeGreedy): the pick after
-  // `token`; the model's position moves on.
+  virtual ~PickSteps() = default;
+  // A step run on its own and read back (LlamaSession::DecodeGreedy, DecodeSample): the
+  // pick after `token`; the model's position moves on.
   virtual absl::StatusOr<int32_t> DecodeOne(int32_t token) = 0;
   // OK when the step `ahead` can run: the context has room and `token` (nullptr: fed back
   // on the device) is in the vocabulary; otherwise Decode's OUT_OF_RANGE or
   // INVALID_ARGUMENT.
   virtual absl::Status Check(const int32_t* token, int64_t ahead) const = 0;
-  // The step `ahead` as a batch of one token whose graph ends in an ARGMAX fed back into
-  // its token input (GraphOutput::kArgmaxFedBack); its token from the host, or (nullptr)
-  // the pick the last run of that graph left there. Valid until the next call.
+  // The step `ahead` as a batch of one token whose graph ends in a pick fed back into its
+  // token input (GraphOutput::kArgmaxFedBack, kSampleFedBack); its token from the host, or
+  // (nullptr) the pick the last run of that graph left there. Valid until the next call.
   virtual Batch& Step(const int32_t* token, int64_t ahead) = 0;
   // The oldest queued step's pick is handed over: the model's position moves on by one.
   virtual void Advance() = 0;
@@ -106,11 +109,11 @@ class Executor {
   virtual ~Executor() = default;
   // Runs every piece of `batch` and reads its results.
   virtual absl::Status Run(Batch& batch) = 0;
-  // Greedy generation with LlamaSession::GenerateGreedy's contract: from `token`, hands
-  // each pick to `on_token` until it returns false or max_tokens picks were handed over.
-  // Default: one step at a time (DecodeOne), each read before the next is sent.
-  virtual absl::Status GenerateGreedy(GreedySteps& steps, int32_t token, int64_t max_tokens,
-                                      absl::FunctionRef<bool(int32_t)> on_token);
+  // Generation with LlamaSession::GenerateGreedy's contract: from `token`, hands each pick
+  // to `on_token` until it returns false or max_tokens picks were handed over. Default: one
+  // step at a time (DecodeOne), each read before the next is sent.
+  virtual absl::Status Generate(PickSteps& steps, int32_t token, int64_t max_tokens,
+                                absl::FunctionRef<bool(int32_t)> on_token);
   const DecodeTimings& timings() const { return timings_; }
 
  protected:

@@ -132,14 +132,14 @@ class ToyBatch : public Batch {
       TG_ASSIGN_OR_RETURN(g->graph, BuildGraph({g->logits}));
       return g;
     }
-    TG_ASSIGN_OR_RETURN(g->argmax, Argmax(g->ctx, g->logits));
+    TG_ASSIGN_OR_RETURN(g->pick, Argmax(g->ctx, g->logits));
     if (output_ == GraphOutput::kArgmax) {
-      TG_ASSIGN_OR_RETURN(g->graph, BuildGraph({g->argmax}));
+      TG_ASSIGN_OR_RETURN(g->graph, BuildGraph({g->pick}));
       return g;
     }
-    TG_ASSIGN_OR_RETURN(Tensor * feed, Cpy(g->ctx, g->argmax, g->tokens));
+    TG_ASSIGN_OR_RETURN(Tensor * feed, Cpy(g->ctx, g->pick, g->tokens));
     TG_ASSIGN_OR_RETURN(g->graph, BuildGraph({feed}));
-    g->argmax->flags |= kFlagOutput;
+    g->pick->flags |= kFlagOutput;
     return g;
   }
   absl::Status FillInputs(const LlamaGraph& g, BatchPiece piece, InputWriter write) override {
@@ -154,8 +154,7 @@ class ToyBatch : public Batch {
                                          g.logits->NumBytes());
     }
     if (output_ == GraphOutput::kArgmax) {
-      return g.argmax->buffer->GetTensor(g.argmax, argmax.data() + piece.offset, 0,
-                                         g.argmax->NumBytes());
+      return g.pick->buffer->GetTensor(g.pick, argmax.data() + piece.offset, 0, g.pick->NumBytes());
     }
     return absl::OkStatus();  // the executor reads a fed-back step's pick.
   }
@@ -179,7 +178,7 @@ class ToyBatch : public Batch {
 // Greedy decoding of the toy model as a session does it: a position that advances with each
 // pick, a context of n_ctx positions, steps in graphs of `block` positions. DecodeOne runs
 // its step through `executor` as a batch of its own.
-class ToyGreedy : public GreedySteps {
+class ToyGreedy : public PickSteps {
  public:
   ToyGreedy(const ToyModel& model, Executor& executor, int64_t n_ctx, int64_t block = 4)
       : model_(model), executor_(executor), n_ctx_(n_ctx), block_(block) {}
@@ -221,11 +220,11 @@ class ToyGreedy : public GreedySteps {
   std::unique_ptr<ToyBatch> step_;
 };
 
-// GenerateGreedy from got.back(), appending every pick to `got`; stops once `got` holds
+// Executor::Generate from got.back(), appending every pick to `got`; stops once `got` holds
 // `stop_at` tokens.
-inline absl::Status Generate(Executor& e, GreedySteps& steps, int64_t max_tokens,
+inline absl::Status Generate(Executor& e, PickSteps& steps, int64_t max_tokens,
                              std::vector<int32_t>& got, size_t stop_at = SIZE_MAX) {
-  return e.GenerateGreedy(steps, got.back(), max_tokens, [&](int32_t t) {
+  return e.Generate(steps, got.back(), max_tokens, [&](int32_t t) {
     got.push_back(t);
     return got.size() < stop_at;
   });

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/ops.h"
@@ -130,12 +131,49 @@ class GraphBuilder {
   Context& ctx_;
 };
 
+// SAMPLE of the logits, each output row drawn at its token's position.
+absl::StatusOr<Tensor*> SamplePick(LlamaGraph& g, const PickOptions& pick) {
+  Tensor* pos = g.pos;
+  if (g.logits->ne[1] != g.n_tokens) {  // the last row only.
+    TG_ASSIGN_OR_RETURN(pos, View(g.ctx, g.pos, {1}, {}, (g.n_tokens - 1) * sizeof(int32_t)));
+  }
+  Tensor* window = nullptr;
+  if (pick.penalty_window > 0) {
+    if (pick.recent == nullptr || pick.recent->NumElements() <= pick.penalty_window) {
+      return absl::InvalidArgumentError(absl::StrCat("a penalty window of ", pick.penalty_window,
+                                                     " needs a recent-token tensor of at least ",
+                                                     pick.penalty_window + 1, " elements"));
+    }
+    TG_ASSIGN_OR_RETURN(window,
+                        View(g.ctx, pick.recent, {pick.penalty_window}, {}, sizeof(int32_t)));
+  }
+  return Sample(g.ctx, g.logits, pos, window, pick.sample);
+}
+
+// Pushes the last row's pick in front of the penalty window (PickOptions::recent): staged
+// in element 0, then elements 0..W-1 copied to 1..W through a contiguous copy. Each write
+// depends on the one before, and the first on the SAMPLE that reads the window.
+absl::StatusOr<Tensor*> PushPick(LlamaGraph& g, const PickOptions& pick) {
+  const int64_t w = pick.penalty_window;
+  const size_t last = (g.pick->NumElements() - 1) * sizeof(int32_t);
+  TG_ASSIGN_OR_RETURN(Tensor * newest, View(g.ctx, g.pick, {1}, {}, last));
+  TG_ASSIGN_OR_RETURN(Tensor * slot0, View(g.ctx, pick.recent, {1}, {}, 0));
+  TG_ASSIGN_OR_RETURN(Tensor * staged, Cpy(g.ctx, newest, slot0));
+  TG_ASSIGN_OR_RETURN(Tensor * front, View(g.ctx, staged, {w}, {}, 0));
+  TG_ASSIGN_OR_RETURN(Tensor * shifted, Cont(g.ctx, front));
+  TG_ASSIGN_OR_RETURN(Tensor * window, View(g.ctx, pick.recent, {w}, {}, sizeof(int32_t)));
+  TG_ASSIGN_OR_RETURN(Tensor * pushed, Cpy(g.ctx, shifted, window));
+  pushed->SetName("recent_pushed");
+  return pushed;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& model,
                                                             const KvCache& cache, int64_t n_tokens,
                                                             int64_t n_past, int64_t n_outputs,
-                                                            int64_t kv_pad, GraphOutput output) {
+                                                            int64_t kv_pad, GraphOutput output,
+                                                            const PickOptions& pick) {
   if (n_tokens <= 0 || n_past < 0 || n_past + n_tokens > cache.n_ctx()) {
     return absl::OutOfRangeError(absl::StrCat("batch of ", n_tokens, " tokens at position ", n_past,
                                               " does not fit the context of ", cache.n_ctx()));
@@ -143,7 +181,7 @@ absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& mo
   if (n_outputs != 1 && n_outputs != n_tokens) {
     return absl::InvalidArgumentError("n_outputs must be 1 or the batch size");
   }
-  if (output == GraphOutput::kArgmaxFedBack && n_tokens != 1) {
+  if (FeedsBack(output) && n_tokens != 1) {
     return absl::InvalidArgumentError("a graph that feeds its pick back takes one token");
   }
   auto g = std::make_unique<LlamaGraph>();
@@ -158,18 +196,30 @@ absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& mo
     TG_ASSIGN_OR_RETURN(g->graph, BuildGraph({g->logits}));
     return g;
   }
-  TG_ASSIGN_OR_RETURN(g->argmax, Argmax(g->ctx, g->logits));
-  g->argmax->SetName("argmax");
-  if (output == GraphOutput::kArgmax) {
-    TG_ASSIGN_OR_RETURN(g->graph, BuildGraph({g->argmax}));
+  std::vector<Tensor*> outputs;
+  if (Samples(output)) {
+    TG_ASSIGN_OR_RETURN(g->pick, SamplePick(*g, pick));
+    if (pick.penalty_window > 0) {
+      TG_ASSIGN_OR_RETURN(Tensor * pushed, PushPick(*g, pick));
+      outputs.push_back(pushed);
+    }
+  } else {
+    TG_ASSIGN_OR_RETURN(g->pick, Argmax(g->ctx, g->logits));
+  }
+  g->pick->SetName("pick");
+  if (pick.keep_logits) g->logits->flags |= kFlagOutput;
+  if (!FeedsBack(output)) {
+    outputs.insert(outputs.begin(), g->pick);
+    TG_ASSIGN_OR_RETURN(g->graph, BuildGraph(outputs));
     return g;
   }
   // The token input is kept whole through the graph (inputs are never reused), so writing
   // it last cannot disturb the GET_ROWS that read it first.
-  TG_ASSIGN_OR_RETURN(Tensor * feed, Cpy(g->ctx, g->argmax, g->tokens));
+  TG_ASSIGN_OR_RETURN(Tensor * feed, Cpy(g->ctx, g->pick, g->tokens));
   feed->SetName("next_token");
-  TG_ASSIGN_OR_RETURN(g->graph, BuildGraph({feed}));
-  g->argmax->flags |= kFlagOutput;  // read back as well.
+  outputs.push_back(feed);
+  TG_ASSIGN_OR_RETURN(g->graph, BuildGraph(outputs));
+  g->pick->flags |= kFlagOutput;  // read back as well.
   return g;
 }
 

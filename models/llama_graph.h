@@ -9,17 +9,43 @@
 #include "absl/status/statusor.h"
 #include "core/context.h"
 #include "core/graph.h"
+#include "core/ops.h"
 #include "models/kv_cache.h"
 #include "models/llama_model.h"
 
 namespace tg {
 
-// What a graph hands back: the logits, or only the argmax of each output row (greedy decoding
-// on the device; a remote device then returns 4 bytes a row instead of n_vocab floats).
-// kArgmaxFedBack (one token, one output): the argmax is also copied into the token input as
-// the graph's last node, so the graph can run again for the next step without the host
-// writing the token: greedy steps queued ahead of their picks.
-enum class GraphOutput { kLogits, kArgmax, kArgmaxFedBack };
+// What a graph hands back: the logits, or only a pick per output row made on the device —
+// its argmax (greedy decoding) or a token drawn by SAMPLE (docs/ops.md) — so that a remote
+// device returns 4 bytes a row instead of n_vocab floats. The fed-back kinds (one token,
+// one output) also copy the pick into the token input as the graph's last node, so the
+// graph can run again for the next step without the host writing the token: steps queued
+// ahead of their picks.
+enum class GraphOutput { kLogits, kArgmax, kArgmaxFedBack, kSample, kSampleFedBack };
+
+inline bool FeedsBack(GraphOutput o) {
+  return o == GraphOutput::kArgmaxFedBack || o == GraphOutput::kSampleFedBack;
+}
+inline bool Samples(GraphOutput o) {
+  return o == GraphOutput::kSample || o == GraphOutput::kSampleFedBack;
+}
+
+// How a graph that picks (any output but kLogits) does it, beyond its GraphOutput.
+struct PickOptions {
+  // The logits are read back as well (flagged as an output; a remote device then sends
+  // them with the pick).
+  bool keep_logits = false;
+  SampleParams sample;  // kSample, kSampleFedBack.
+  // The repetition penalty's window (kSample, kSampleFedBack; 0: none): the last
+  // `penalty_window` tokens through the one whose logits are sampled, in `recent`, a
+  // tensor the graph keeps up to date: I32 [>= penalty_window + 1] on the output device,
+  // element 0 where the graph stages its pick, elements 1.. the window, newest first. The
+  // graph pushes its (last row's) pick in front, so the next step finds its own token there.
+  int64_t penalty_window = 0;
+  Tensor* recent = nullptr;
+
+  friend bool operator==(const PickOptions&, const PickOptions&) = default;
+};
 
 struct LlamaGraph {
   Context ctx;
@@ -30,7 +56,7 @@ struct LlamaGraph {
   Tensor* mask = nullptr;     // F32 [n_kv, n_tokens]: 0 or -inf
   Tensor* out_ids = nullptr;  // I32 [n_outputs], or nullptr when every row is an output.
   Tensor* logits = nullptr;   // F32 [n_vocab, n_outputs]
-  Tensor* argmax = nullptr;   // I32 [1, n_outputs] of the logits (kArgmax, kArgmaxFedBack)
+  Tensor* pick = nullptr;     // I32 [1, n_outputs]: ARGMAX or SAMPLE of the logits.
   GraphOutput output = GraphOutput::kLogits;
   int64_t n_tokens = 0;
   int64_t n_past = 0;
@@ -49,7 +75,8 @@ inline int64_t AttendedCells(int64_t n_ctx, int64_t n_past, int64_t n_tokens, in
 // consecutive decode graphs are identical and a remote device can reuse the one it has.
 absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(
     const LlamaModel& model, const KvCache& cache, int64_t n_tokens, int64_t n_past,
-    int64_t n_outputs, int64_t kv_pad = 1, GraphOutput output = GraphOutput::kLogits);
+    int64_t n_outputs, int64_t kv_pad = 1, GraphOutput output = GraphOutput::kLogits,
+    const PickOptions& pick = {});
 
 }  // namespace tg
 

@@ -44,6 +44,16 @@ struct SessionOptions {
 // llama.cpp's padding of n_kv: one decode graph serves 256 consecutive positions.
 inline constexpr int64_t kDefaultKvPad = 256;
 
+// Sampling on the model's device (LlamaSession::DecodeSample, Generate): SAMPLE's parameters
+// (docs/ops.md; temperature <= 0 picks the largest penalized logit) and the repetition
+// penalty's window.
+struct SamplingParams {
+  SampleParams sample;
+  // Tokens the repetition penalty looks back over, through the one being decoded
+  // (llama.cpp's repeat_last_n; 64 is its default). 0, or a repeat_penalty of 1: none.
+  int64_t penalty_last_n = 64;
+};
+
 class LlamaSession {
  public:
   static absl::StatusOr<std::unique_ptr<LlamaSession>> Create(const LlamaModel& model,
@@ -69,9 +79,26 @@ class LlamaSession {
   // them). OUT_OF_RANGE when the context fills before the end.
   absl::Status GenerateGreedy(int32_t token, int64_t max_tokens,
                               absl::FunctionRef<bool(int32_t)> on_token);
+  // Like DecodeGreedy, but the token is drawn on the device by SAMPLE with `params`, at the
+  // last token's position (the generator's counter), so that the same seed gives the same
+  // token on any device and in any batch. With `logits`, the last token's logits are read
+  // back as well (valid until the next call).
+  absl::StatusOr<int32_t> DecodeSample(absl::Span<const int32_t> tokens,
+                                       const SamplingParams& params,
+                                       absl::Span<const float>* logits = nullptr);
+  // Sampled generation with GenerateGreedy's contract and queueing: each step draws its
+  // token on the device as DecodeSample does, and on a device with events the next steps
+  // are queued before the picks are read, each step's token copied from the previous
+  // step's SAMPLE (its repetition-penalty window kept up to date on the device too). The
+  // same as calling DecodeSample in a loop.
+  absl::Status Generate(int32_t token, int64_t max_tokens, const SamplingParams& params,
+                        absl::FunctionRef<bool(int32_t)> on_token);
   int64_t n_past() const { return n_past_; }
   int64_t n_ctx() const { return cache_->n_ctx(); }
-  void Reset() { n_past_ = 0; }
+  void Reset() {
+    n_past_ = 0;
+    history_.clear();
+  }
   const DecodeTimings& timings() const { return executor_->timings(); }
   const KvCache& cache() const { return *cache_; }
   // Graphs built so far (a batch that reuses the previous graph builds none).
@@ -80,20 +107,29 @@ class LlamaSession {
  private:
   // Where a batch's results go; nullptr: not read.
   struct Readback {
-    float* logits = nullptr;    // [n_vocab] or, with all_logits, [n_tokens * n_vocab].
-    int32_t* argmax = nullptr;  // the last row's argmax, computed on the device.
+    float* logits = nullptr;  // [n_vocab] or, with all_logits, [n_tokens * n_vocab].
+    int32_t* pick = nullptr;  // the last row's pick (ARGMAX or SAMPLE), made on the device.
   };
-  class TokenBatch;      // a batch of this session's tokens, as its executor sees it.
-  class GreedyDecoding;  // GenerateGreedy's steps, as its executor sees them.
+  class TokenBatch;   // a batch of this session's tokens, as its executor sees it.
+  class DeviceSteps;  // GenerateGreedy's and Generate's steps, as its executor sees them.
 
   explicit LlamaSession(const LlamaModel& model) : model_(model) {}
   absl::Status CheckBatch(absl::Span<const int32_t> tokens) const;
   absl::Status CheckTokens(absl::Span<const int32_t> tokens) const;
   absl::Status CheckRoom(int64_t n_past, int64_t n_tokens) const;
-  absl::Status RunBatches(absl::Span<const int32_t> tokens, bool all_logits, Readback out);
+  // `sample` (nullptr: ARGMAX) is how a pick asked for in `out` is made.
+  absl::Status RunBatches(absl::Span<const int32_t> tokens, bool all_logits, Readback out,
+                          const PickOptions* sample = nullptr);
   // The graph of one batch at n_past, with this session's logits choice and KV padding.
   absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildBatchGraph(int64_t n_tokens, int64_t n_past,
-                                                              bool all_logits, GraphOutput output);
+                                                              bool all_logits, GraphOutput output,
+                                                              const PickOptions& pick);
+  // The graph options of `params`; the penalty window's tensor is allocated on first use.
+  absl::StatusOr<PickOptions> SamplingPick(const SamplingParams& params);
+  // Writes the penalty window as it is after `tokens` (decoded after history_): the last
+  // pick.penalty_window tokens, newest first, -1 where there are fewer.
+  absl::Status FillPenaltyWindow(const PickOptions& pick, absl::Span<const int32_t> tokens,
+                                 InputWriter write);
   // Writes tokens, positions, the causal mask and the output row of a batch at n_past.
   // Tokens may be empty when the graph's token input is on the device already.
   absl::Status FillInputs(const LlamaGraph& g, absl::Span<const int32_t> tokens, int64_t n,
@@ -102,9 +138,15 @@ class LlamaSession {
   const LlamaModel& model_;
   SessionOptions options_;
   std::unique_ptr<KvCache> cache_;
-  std::unique_ptr<Executor> executor_;  // declared after cache_: destroyed first.
+  // The repetition penalty's window on the output device (PickOptions::recent), I32
+  // [n_ctx + 1]; allocated by the first sampling call that needs it.
+  Context recent_ctx_;
+  std::unique_ptr<Buffer> recent_buffer_;
+  Tensor* recent_ = nullptr;
+  std::unique_ptr<Executor> executor_;  // declared after cache_ and recent_: destroyed first.
   int64_t graphs_built_ = 0;
   int64_t n_past_ = 0;
+  std::vector<int32_t> history_;  // the tokens at positions [0, n_past_).
   std::vector<float> logits_;
   std::vector<int32_t> scratch_i32_;
   std::vector<float> scratch_mask_;

@@ -89,10 +89,9 @@ absl::Status SingleDeviceExecutor::Run(Batch& batch) {
   return batch.ReadResults(*g, WholeBatch(batch));
 }
 
-absl::Status SingleDeviceExecutor::GenerateGreedy(GreedySteps& steps, int32_t token,
-                                                  int64_t max_tokens,
-                                                  absl::FunctionRef<bool(int32_t)> on_token) {
-  if (!queues_greedy_ahead()) return Executor::GenerateGreedy(steps, token, max_tokens, on_token);
+absl::Status SingleDeviceExecutor::Generate(PickSteps& steps, int32_t token, int64_t max_tokens,
+                                            absl::FunctionRef<bool(int32_t)> on_token) {
+  if (!queues_greedy_ahead()) return Executor::Generate(steps, token, max_tokens, on_token);
   if (max_tokens <= 0) return absl::OkStatus();
   TG_RETURN_IF_ERROR(steps.Check(&token, 0));
   const int64_t ring = static_cast<int64_t>(ring_.size());
@@ -131,13 +130,13 @@ absl::Status SingleDeviceExecutor::GenerateGreedy(GreedySteps& steps, int32_t to
   return status.ok() ? drained : status;
 }
 
-absl::Status SingleDeviceExecutor::QueueGreedyBatch(GreedySteps& steps, GreedyRun& run) {
+absl::Status SingleDeviceExecutor::QueueGreedyBatch(PickSteps& steps, GreedyRun& run) {
   const int64_t ring = static_cast<int64_t>(ring_.size());
   absl::Status status;
   stream_->BeginBatch();
   for (int64_t k = 0; k < run.batch && run.queued < run.max_tokens && status.ok(); ++k) {
     const int64_t ahead = run.queued - run.done;
-    // A step takes its token from the step before it (the ARGMAX its graph copied into its
+    // A step takes its token from the step before it (the pick its graph copied into its
     // token input) while it runs in the same graph and the context has room.
     if (run.host_token == nullptr && (!steps.Check(nullptr, ahead).ok() ||
                                       !LastGraphFits(steps.Step(nullptr, ahead).Key({0, 1})))) {
@@ -156,7 +155,7 @@ absl::Status SingleDeviceExecutor::QueueGreedyStep(Batch& step, GreedyStep& slot
   DecodeTimings& timings = mutable_timings();
   const auto t1 = std::chrono::steady_clock::now();
   TG_RETURN_IF_ERROR(stream_->Compute(g->graph));
-  TG_RETURN_IF_ERROR(stream_->GetTensorAsync(g->argmax, &slot.pick, 0, sizeof(int32_t)));
+  TG_RETURN_IF_ERROR(stream_->GetTensorAsync(g->pick, &slot.pick, 0, sizeof(int32_t)));
   TG_RETURN_IF_ERROR(stream_->RecordEvent(slot.event.get()));
   timings.compute_us += MicrosSince(t1);
   ++timings.graphs;

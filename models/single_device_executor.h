@@ -1,9 +1,9 @@
 // SingleDeviceExecutor: runs a session's graphs on one device (which may itself be a meta
 // device of a tensor split, or a remote one) through one stream and one compute allocator.
 // The last graph stays allocated for the next batch of the same GraphKey (the decode steps
-// of one kv_pad block), so such a batch builds and allocates nothing. Greedy generation on
-// a device with events queues steps ahead of their picks: each step's token is copied on
-// the device from the previous step's ARGMAX, steps go out in batches (Stream::BeginBatch:
+// of one kv_pad block), so such a batch builds and allocates nothing. Generation on a device
+// with events queues steps ahead of their picks: each step's token is copied on the device
+// from the previous step's pick (ARGMAX or SAMPLE), steps go out in batches (Stream::BeginBatch:
 // one message each way on a remote device) with up to two batches in flight, so the device
 // never waits for the host's round trip. Without events, one step at a time.
 // Not thread-safe: used by one session's thread.
@@ -32,9 +32,9 @@ class SingleDeviceExecutor : public Executor {
                                                                       int greedy_batch);
 
   absl::Status Run(Batch& batch) override;
-  absl::Status GenerateGreedy(GreedySteps& steps, int32_t token, int64_t max_tokens,
-                              absl::FunctionRef<bool(int32_t)> on_token) override;
-  // True when greedy steps are queued ahead (the device has events).
+  absl::Status Generate(PickSteps& steps, int32_t token, int64_t max_tokens,
+                        absl::FunctionRef<bool(int32_t)> on_token) override;
+  // True when generation steps are queued ahead (the device has events).
   bool queues_greedy_ahead() const { return !ring_.empty(); }
 
  private:
@@ -43,7 +43,7 @@ class SingleDeviceExecutor : public Executor {
     int32_t pick = -1;
     std::unique_ptr<Event> event;
   };
-  // Where a GenerateGreedy call is: steps queued and picks handed over (step i runs
+  // Where a Generate call is: steps queued and picks handed over (step i runs
   // i - done positions ahead of the model), and the next step's token when it comes from
   // the host (nullptr: from the step before it, on the device).
   struct GreedyRun {
@@ -63,7 +63,7 @@ class SingleDeviceExecutor : public Executor {
   // The graph of the whole batch with its inputs queued on the stream (build time counted).
   absl::StatusOr<LlamaGraph*> Prepare(Batch& batch);
   // Queues up to run.batch steps as one Stream batch.
-  absl::Status QueueGreedyBatch(GreedySteps& steps, GreedyRun& run);
+  absl::Status QueueGreedyBatch(PickSteps& steps, GreedyRun& run);
   absl::Status QueueGreedyStep(Batch& step, GreedyStep& slot);
   absl::Status WaitGreedyStep(GreedyStep& slot);
 

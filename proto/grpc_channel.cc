@@ -18,6 +18,9 @@ std::shared_ptr<grpc::Channel> NewChannel(const std::string& endpoint, const Cha
     credentials = grpc::SslCredentials(ssl);
   }
   grpc::ChannelArguments args;
+  if (!tls.ca_pem.empty() && !tls.target_name.empty()) {
+    args.SetSslTargetNameOverride(tls.target_name);
+  }
   args.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
   args.SetMaxSendMessageSize(static_cast<int>(kMaxMessageBytes));
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);

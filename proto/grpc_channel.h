@@ -18,6 +18,9 @@ struct ChannelTls {
   std::string ca_pem;    // trust these roots (TLS on); empty = plaintext.
   std::string cert_pem;  // client certificate for servers that require mTLS; optional.
   std::string key_pem;   // its private key.
+  // The name the server's certificate must carry when it is not the endpoint's host (a
+  // server dials a peer by the address it checked; see server/peer_allow_list.h).
+  std::string target_name;
 };
 
 // A stream with no traffic is pinged every kKeepaliveTimeMs and declared dead when the ping

@@ -3,6 +3,7 @@
 #ifndef TENSORGRID_REFERENCE_REFERENCE_INTERNAL_H_
 #define TENSORGRID_REFERENCE_REFERENCE_INTERNAL_H_
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -56,6 +57,12 @@ absl::Status MulMatId(Tensor* dst);
 absl::Status Rope(Tensor* dst);
 absl::Status SoftMax(Tensor* dst);
 absl::Status FlashAttn(Tensor* dst);
+absl::Status Sample(Tensor* dst);
+
+// SAMPLE's generator (docs/ops.md): Philox4x32-10 of a counter and a key, and the uniform
+// number in [0, 1) it makes for a row at `position`.
+std::array<uint32_t, 4> Philox4x32_10(std::array<uint32_t, 4> ctr, std::array<uint32_t, 2> key);
+double SampleUniform(uint64_t seed, int32_t position);
 
 }  // namespace tg::ref::internal
 

@@ -152,6 +152,8 @@ absl::Status Compute(Tensor* dst) {
       return FlashAttn(dst);
     case Op::kArgmax:
       return Argmax(dst);
+    case Op::kSample:
+      return Sample(dst);
     case Op::kCount:
       break;
   }

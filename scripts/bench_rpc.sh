@@ -4,16 +4,20 @@
 #      rpc-server on loopback (same thread count on both sides); tg128 three ways: reading the
 #      logits every step (llama-bench's way), greedy on the device (--greedy, tg-run --temp 0:
 #      steps queued ahead in batches sized by the session) and greedy one step per message
-#      (--greedy-batch 1); pp512 and greedy tg128 again in ROUNDS short interleaved rounds,
-#      with the median ratios; then greedy tg128 with the server on a core of its own (taskset, -t 1);
+#      (--greedy-batch 1); tg128 sampled on the device (--temp 0.8, tg-run --temp 0.8: SAMPLE,
+#      queued ahead like greedy); pp512, greedy and sampled tg128 again in ROUNDS short
+#      interleaved rounds, with the median ratios; then greedy tg128 with the server on a core
+#      of its own (taskset, -t 1);
 #   2. rpc_bench: session round trip, upload MB/s against a plain gRPC byte stream;
 #   3. model load time: local, over RPC with a cold cache, over RPC with a warm cache.
-# Usage: bash scripts/bench_rpc.sh [THREADS] [REPS] [ROUNDS]   (build/release must be built)
+# Usage: bash scripts/bench_rpc.sh [THREADS] [REPS] [ROUNDS] [rounds]   (build/release must be
+# built; a fourth argument "rounds" runs only the interleaved rounds of 1.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-2}
 reps=${2:-5}
 rounds=${3:-12}
+only=${4:-all}
 bin=build/release
 model=${TG_BENCH_MODEL:-/tmp/tg-bench-15m-q8_0.gguf}
 [ -f "$model" ] || $bin/tools/tg-gguf/tg-gguf synth "$model" --dims 288,768,6,6,6,32000 --type q8_0 >/dev/null
@@ -32,7 +36,7 @@ stop_server() { kill "$(cat "$work/pid")"; wait "$(cat "$work/pid")" 2>/dev/null
 
 echo "## tg-bench, local vs one rpc-server on loopback ($threads threads each)"
 start_server
-for run in 1 2; do  # local and remote interleaved, twice: the machine's speed drifts.
+for run in $([ "$only" = rounds ] || echo 1 2); do  # local and remote interleaved, twice: the machine's speed drifts.
   $bin/tools/tg-bench/tg-bench -m "$model" -p 512 -n 128 -r "$reps" -t "$threads" |
     tail -n $([ $run = 1 ] && echo 4 || echo 2)  # the table's header once.
   $bin/tools/tg-bench/tg-bench -m "$model" -p 512 -n 128 -r "$reps" -t "$threads" --rpc "$endpoint" | tail -n 2
@@ -40,21 +44,27 @@ for run in 1 2; do  # local and remote interleaved, twice: the machine's speed d
   $bin/tools/tg-bench/tg-bench -m "$model" -p 0 -n 128 -r "$reps" -t "$threads" --greedy --rpc "$endpoint" | tail -n 1
   $bin/tools/tg-bench/tg-bench -m "$model" -p 0 -n 128 -r "$reps" -t "$threads" --greedy --greedy-batch 1 \
       --rpc "$endpoint" | tail -n 1 | sed 's/greedy/greedy, --greedy-batch 1/'
+  $bin/tools/tg-bench/tg-bench -m "$model" -p 0 -n 128 -r "$reps" -t "$threads" --temp 0.8 | tail -n 1
+  $bin/tools/tg-bench/tg-bench -m "$model" -p 0 -n 128 -r "$reps" -t "$threads" --temp 0.8 --rpc "$endpoint" | tail -n 1
 done
 
-# pp512 and greedy tg128 again, in many short interleaved rounds: the VM's speed changes
-# within seconds, so the ratio of two neighbouring runs is noisy; the median over rounds is not.
-echo; echo "## pp512 and tg128 greedy, $rounds interleaved rounds (-r 3): local, rpc-server, ratio"
+# pp512, greedy and sampled tg128 again, in many short interleaved rounds: the VM's speed
+# changes within seconds, so the ratio of two neighbouring runs is noisy; the median over
+# rounds is not.
+echo; echo "## pp512, tg128 greedy and tg128 --temp 0.8, $rounds interleaved rounds (-r 3): local, rpc-server, ratio"
 ts() { $bin/tools/tg-bench/tg-bench -m "$model" -r 3 -t "$threads" -o csv "$@" | tail -n 1 | cut -d, -f13; }
 for run in $(seq "$rounds"); do
   pl=$(ts -p 512 -n 0) pr=$(ts -p 512 -n 0 --rpc "$endpoint")
   tl=$(ts -p 0 -n 128 --greedy) tr=$(ts -p 0 -n 128 --greedy --rpc "$endpoint")
-  awk -v pl="$pl" -v pr="$pr" -v tl="$tl" -v tr="$tr" 'BEGIN {
-    printf "pp512 %.0f %.0f %.3fx   tg128 greedy %.0f %.0f %.3fx\n", pl, pr, pr / pl, tl, tr, tr / tl }'
+  sl=$(ts -p 0 -n 128 --temp 0.8) sr=$(ts -p 0 -n 128 --temp 0.8 --rpc "$endpoint")
+  awk -v pl="$pl" -v pr="$pr" -v tl="$tl" -v tr="$tr" -v sl="$sl" -v sr="$sr" 'BEGIN {
+    printf "pp512 %.0f %.0f %.3fx   tg128 greedy %.0f %.0f %.3fx   tg128 temp 0.8 %.0f %.0f %.3fx\n",
+      pl, pr, pr / pl, tl, tr, tr / tl, sl, sr, sr / sl }'
 done | tee "$work/rounds"
 median() { sort -n | awk '{ v[NR] = $1 } END { printf "%.3fx", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-echo "median ratio: pp512 $(awk '{ print $4 + 0 }' "$work/rounds" | median), tg128 greedy $(awk '{ print $9 + 0 }' "$work/rounds" | median)"
+echo "median ratio: pp512 $(awk '{ print $4 + 0 }' "$work/rounds" | median), tg128 greedy $(awk '{ print $9 + 0 }' "$work/rounds" | median), tg128 temp 0.8 $(awk '{ print $15 + 0 }' "$work/rounds" | median)"
 stop_server
+[ "$only" = rounds ] && exit 0
 
 # The same greedy tg with the server on a core the client does not use (as on a GPU host):
 # -t 1 on both sides, the server and the local run on CPU 1, the client on CPU 0.

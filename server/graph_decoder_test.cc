@@ -2,9 +2,13 @@
 // malformed graph is rejected with the right status code and nothing runs.
 #include "server/graph_decoder.h"
 
+#include <array>
+#include <cmath>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 
 #include "gtest/gtest.h"
 #include "proto/protocol.h"
@@ -15,7 +19,10 @@ namespace {
 
 using tensorgrid::v1::GraphDesc;
 using testing::DescBuilder;
+using testing::F32Bits;
 using testing::MatMulAdd;
+using testing::SampleGraph;
+using testing::SampleSlots;
 
 class GraphDecoderTest : public ::testing::Test {
  protected:
@@ -277,6 +284,72 @@ TEST_F(GraphDecoderTest, TooManyTensors) {
   tensorgrid::v1::GraphDesc desc;
   const size_t n = rpc::kMaxGraphTensors + 1;
   for (size_t i = 0; i < n; ++i) desc.add_tensors()->set_id(static_cast<uint32_t>(i + 1));
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+}
+
+// Temperature 0 makes SAMPLE the argmax of the penalized rows, which the test computes itself:
+// the server accepts the op and runs it with the penalty window it was given.
+TEST_F(GraphDecoderTest, SampleDecodesAndRuns) {
+  auto decoded = DecodeGraph(SampleGraph(1, SampleSlots(0.0f, 4.0f)), devices_[0], resolve_);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  const std::vector<float> logits = testing::Floats(16, 3);
+  const int32_t pos[2] = {5, 6};
+  auto* base = static_cast<uint8_t*>(buffers_[1]->base());
+  const auto top = [&](int row, float rp, int32_t penalized) {
+    int best = 0;
+    float best_v = -INFINITY;
+    for (int i = 0; i < 8; ++i) {
+      float v = logits[row * 8 + i];
+      if (i == penalized) v = v > 0 ? v / rp : v * rp;
+      if (v > best_v) best = i, best_v = v;
+    }
+    return best;
+  };
+  const int32_t recent[3] = {top(0, 1.0f, -1), -1, 99};  // -1 and 99: not ids, ignored.
+  std::memcpy(base, logits.data(), logits.size() * 4);
+  std::memcpy(base + 64, pos, sizeof(pos));
+  std::memcpy(base + 128, recent, sizeof(recent));
+  auto stream = devices_[0]->CreateStream();
+  ASSERT_TRUE(stream.ok());
+  ASSERT_TRUE((*stream)->Compute((*decoded)->graph).ok());
+  int32_t got[2];
+  std::memcpy(got, base + 256, sizeof(got));
+  EXPECT_EQ(got[0], top(0, 4.0f, recent[0]));
+  EXPECT_EQ(got[1], top(1, 4.0f, recent[0]));
+  EXPECT_NE(got[0], recent[0]) << "the penalty did not move row 0's pick";
+}
+
+TEST_F(GraphDecoderTest, SampleParametersOutOfRangeAreRejected) {
+  struct Case {
+    int slot;
+    int32_t value;
+    const char* names;
+  };
+  const Case cases[] = {
+      {0, F32Bits(NAN), "temperature is not finite"},
+      {1, -3, "top_k -3"},
+      {2, F32Bits(1.5f), "top_p 1.5"},
+      {3, F32Bits(-0.1f), "min_p -0.1"},
+      {4, F32Bits(0.0f), "repeat_penalty 0"},
+      {4, F32Bits(INFINITY), "repeat_penalty is not finite"},
+  };
+  for (const Case& c : cases) {
+    std::array<int32_t, 7> params = SampleSlots(0.8f, 1.1f);
+    params[c.slot] = c.value;
+    auto decoded = DecodeGraph(SampleGraph(1, params), devices_[0], resolve_);
+    ASSERT_FALSE(decoded.ok()) << "slot " << c.slot;
+    EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(decoded.status().message().find(c.names), std::string::npos)
+        << decoded.status().message();
+  }
+  auto desc = SampleGraph(1, SampleSlots(0.8f, 1.0f));
+  desc.mutable_tensors(1)->set_type(static_cast<uint32_t>(DType::kF32));  // positions: F32.
+  EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
+  desc = SampleGraph(1, SampleSlots(0.8f, 1.0f));
+  desc.mutable_tensors(1)->set_ne(0, 3);  // three positions for two rows.
+  desc.mutable_tensors(1)->set_nb(1, 12);
+  desc.mutable_tensors(1)->set_nb(2, 12);
+  desc.mutable_tensors(1)->set_nb(3, 12);
   EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
 #include "proto/grpc_channel.h"
+#include "server/log.h"
 #include "tensorgrid/v1/tensorgrid.grpc.pb.h"
 
 namespace tg::server {
@@ -18,17 +19,40 @@ namespace pb = ::tensorgrid::v1;
 constexpr size_t kMaxChannels = 64;
 constexpr size_t kMaxEndpointChars = 256;
 constexpr auto kPullDeadline = std::chrono::minutes(10);
+// A checked endpoint is checked (and its name resolved) again after this long, so that a
+// peer moving to a new address is followed; not on every pull, which runs once per token.
+constexpr absl::Duration kRecheckAfter = absl::Seconds(30);
+
+// The codes a failed connection, a TLS handshake or a peer that does not speak gRPC produce;
+// a real peer's PeerCopy answers with others (NOT_FOUND for a revoked grant, ...).
+bool TransportFailure(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::UNKNOWN ||
+         code == grpc::StatusCode::INTERNAL || code == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
 
 }  // namespace
 
-std::shared_ptr<grpc::Channel> PeerClient::ChannelFor(const std::string& endpoint) {
+absl::StatusOr<std::shared_ptr<grpc::Channel>> PeerClient::ChannelFor(const std::string& endpoint) {
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = peers_.find(endpoint);
+    if (it != peers_.end() && now - it->second.checked < kRecheckAfter) return it->second.channel;
+  }
+  // Resolving may block: outside the lock.
+  TG_ASSIGN_OR_RETURN(PeerTarget target, options_.allowed.Check(endpoint));
   absl::MutexLock lock(&mu_);
-  auto it = channels_.find(endpoint);
-  if (it != channels_.end()) return it->second;
-  if (channels_.size() >= kMaxChannels) channels_.erase(channels_.begin());
-  auto channel = rpc::NewChannel(endpoint, {.ca_pem = tls_ca_pem_});
-  channels_[endpoint] = channel;
-  return channel;
+  auto it = peers_.find(endpoint);
+  if (it != peers_.end() && it->second.address == target.address) {
+    it->second.checked = now;
+    return it->second.channel;
+  }
+  if (it == peers_.end() && peers_.size() >= kMaxChannels) peers_.erase(peers_.begin());
+  rpc::ChannelTls tls = options_.tls;
+  tls.target_name = target.server_name;
+  Peer& peer = peers_[endpoint];
+  peer = {target.address, rpc::NewChannel(target.address, tls), now};
+  return peer.channel;
 }
 
 absl::Status PeerClient::Pull(const std::string& endpoint, const std::string& grant,
@@ -42,7 +66,8 @@ absl::Status PeerClient::Pull(const std::string& endpoint, const std::string& gr
   if (src_offset > UINT64_MAX - size) {
     return absl::InvalidArgumentError("peer_pull: source range overflows");
   }
-  auto stub = pb::TensorGrid::NewStub(ChannelFor(endpoint));
+  TG_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, ChannelFor(endpoint));
+  auto stub = pb::TensorGrid::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + kPullDeadline);
   pb::PeerCopyRequest req;
@@ -70,6 +95,12 @@ absl::Status PeerClient::Pull(const std::string& endpoint, const std::string& gr
   }
   const grpc::Status st = reader->Finish();
   TG_RETURN_IF_ERROR(write_status);
+  if (!st.ok() && TransportFailure(st.error_code())) {
+    kServerLog.Warn("peer unreachable", {{"endpoint", endpoint},
+                                         {"code", static_cast<int>(st.error_code())},
+                                         {"error", st.error_message()}});
+    return absl::UnavailableError(absl::StrCat("peer unreachable: ", endpoint));
+  }
   if (!st.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
                         absl::StrCat("peer_pull from ", endpoint, ": ", st.error_message()));

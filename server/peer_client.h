@@ -1,6 +1,8 @@
-// PeerClient: rpc-server's side of server-to-server copies (PeerPull): opens and caches one
-// gRPC channel per peer endpoint and streams a granted range from the peer's PeerCopy into a
-// local buffer. Insecure channels unless a CA bundle (--peer-tls-ca) is given. Thread-safe.
+// PeerClient: rpc-server's side of server-to-server copies (PeerPull): checks the endpoint
+// against the allow-list (--peers) before anything is sent, opens and caches one gRPC channel
+// per peer, and streams a granted range from the peer's PeerCopy into a local buffer.
+// Plaintext unless a CA bundle (--peer-tls-ca) is given; with --peer-tls-cert/--peer-tls-key
+// it presents a client certificate to peers that require mutual TLS. Thread-safe.
 #ifndef TENSORGRID_SERVER_PEER_CLIENT_H_
 #define TENSORGRID_SERVER_PEER_CLIENT_H_
 
@@ -11,7 +13,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/grpc_channel.h"
+#include "server/peer_allow_list.h"
 #include "server/session_buffer.h"
 
 namespace grpc {
@@ -20,24 +26,39 @@ class Channel;
 
 namespace tg::server {
 
+struct PeerClientOptions {
+  PeerAllowList allowed = PeerAllowList::Default();
+  // ca_pem empty: plaintext; cert_pem/key_pem: this server's client certificate (mTLS).
+  // target_name is set per peer.
+  rpc::ChannelTls tls;
+};
+
 class PeerClient {
  public:
-  // tls_ca_pem empty: plaintext channels.
-  explicit PeerClient(std::string tls_ca_pem = "") : tls_ca_pem_(std::move(tls_ca_pem)) {}
+  explicit PeerClient(PeerClientOptions options) : options_(std::move(options)) {}
 
   // Reads [src_offset, +size) of the buffer behind `grant` on `endpoint` into
   // [dst_offset, +size) of dst. The destination range is checked before anything is
   // requested and every chunk is checked against it; a short or long stream is an error.
+  // PERMISSION_DENIED when the endpoint is not an allowed peer (no connection is made);
+  // UNAVAILABLE "peer unreachable: ENDPOINT" when it cannot be reached or does not speak the
+  // protocol (the transport's details go to the server's log, not to the client).
   absl::Status Pull(const std::string& endpoint, const std::string& grant, uint64_t src_offset,
                     uint64_t size, SessionBuffer& dst, uint64_t dst_offset)
       ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  std::shared_ptr<grpc::Channel> ChannelFor(const std::string& endpoint) ABSL_LOCKS_EXCLUDED(mu_);
+  struct Peer {
+    std::string address;  // PeerTarget::address the channel dials.
+    std::shared_ptr<grpc::Channel> channel;
+    absl::Time checked;
+  };
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> ChannelFor(const std::string& endpoint)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
-  const std::string tls_ca_pem_;
+  const PeerClientOptions options_;
   absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tg::server

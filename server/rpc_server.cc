@@ -54,7 +54,7 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const ServerConfig& 
   options.session_mem_limit = config.session_mem_limit;
   options.cache = s->cache_.get();
   options.metrics = s->metrics_.get();
-  options.peer_tls_ca_pem = config.peer_tls_ca_pem;
+  options.peer = config.peer;
   s->service_ = std::make_unique<TensorGridService>(std::move(options));
 
   std::shared_ptr<grpc::ServerCredentials> creds;

@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "core/backend.h"
 #include "proto/protocol.h"
+#include "server/peer_client.h"
 
 namespace grpc {
 class Server;
@@ -34,8 +35,8 @@ struct ServerConfig {
   std::string tls_cert_pem;
   std::string tls_key_pem;
   std::string tls_client_ca_pem;
-  std::string auth_token;       // empty: no token.
-  std::string peer_tls_ca_pem;  // for PeerPull channels; empty: plaintext.
+  std::string auth_token;  // empty: no token.
+  PeerClientOptions peer;  // PeerPull: --peers, --peer-tls-ca/-cert/-key.
   int max_sessions = 64;
   uint64_t session_mem_limit = 0;
   std::string cache_dir;            // empty: no cache.

@@ -47,6 +47,9 @@ struct Flags {
   std::string auth_token_file;
   bool insecure = false;
   std::string peer_tls_ca;
+  std::string peer_tls_cert;
+  std::string peer_tls_key;
+  std::string peers;  // empty: PeerAllowList::Default().
   int64_t metrics_port = 0;
   int64_t max_sessions = 64;
   std::string session_mem_limit = "auto";
@@ -114,6 +117,28 @@ uint64_t AutoSessionMemLimit(const std::vector<Device*>& devices, uint64_t reser
   return DefaultSessionMemLimit(HostMemoryTotal(), serves_host_memory, reserve, device_bytes);
 }
 
+// --peers and --peer-tls-*: where PeerPull may connect, and how.
+absl::Status ReadPeerOptions(const Flags& f, PeerClientOptions& peer) {
+  if (!f.peers.empty()) {
+    TG_ASSIGN_OR_RETURN(peer.allowed, PeerAllowList::Parse(f.peers));
+  }
+  if (f.peer_tls_cert.empty() != f.peer_tls_key.empty()) {
+    return absl::InvalidArgumentError("--peer-tls-cert and --peer-tls-key go together");
+  }
+  if (!f.peer_tls_cert.empty() && f.peer_tls_ca.empty()) {
+    return absl::InvalidArgumentError(
+        "--peer-tls-cert needs --peer-tls-ca (a client certificate is only sent over TLS)");
+  }
+  if (!f.peer_tls_ca.empty()) {
+    TG_ASSIGN_OR_RETURN(peer.tls.ca_pem, ReadFile(f.peer_tls_ca, "--peer-tls-ca"));
+  }
+  if (!f.peer_tls_cert.empty()) {
+    TG_ASSIGN_OR_RETURN(peer.tls.cert_pem, ReadFile(f.peer_tls_cert, "--peer-tls-cert"));
+    TG_ASSIGN_OR_RETURN(peer.tls.key_pem, ReadFile(f.peer_tls_key, "--peer-tls-key"));
+  }
+  return absl::OkStatus();
+}
+
 // The server's configuration, and the host memory reserve (process-wide: see
 // memory_reservation.h) in *host_reserve.
 absl::StatusOr<ServerConfig> MakeConfig(const Flags& f, uint64_t* host_reserve) {
@@ -149,9 +174,7 @@ absl::StatusOr<ServerConfig> MakeConfig(const Flags& f, uint64_t* host_reserve) 
   if (!f.tls_client_ca.empty()) {
     TG_ASSIGN_OR_RETURN(c.tls_client_ca_pem, ReadFile(f.tls_client_ca, "--tls-client-ca"));
   }
-  if (!f.peer_tls_ca.empty()) {
-    TG_ASSIGN_OR_RETURN(c.peer_tls_ca_pem, ReadFile(f.peer_tls_ca, "--peer-tls-ca"));
-  }
+  TG_RETURN_IF_ERROR(ReadPeerOptions(f, c.peer));
   if (!f.auth_token_file.empty()) {
     TG_ASSIGN_OR_RETURN(std::string token, ReadFile(f.auth_token_file, "--auth-token-file"));
     c.auth_token = std::string(absl::StripAsciiWhitespace(token));
@@ -191,6 +214,10 @@ void LogListening(const ServerConfig& config, RpcServer& server) {
        {"cache", config.cache_dir.empty() ? "off" : config.cache_dir},
        {"tls", tls},
        {"token", config.auth_token.empty() ? "off" : "on"},
+       {"peers", config.peer.allowed.ToString()},
+       {"peer_tls", config.peer.tls.ca_pem.empty()     ? "off"
+                    : config.peer.tls.cert_pem.empty() ? "tls"
+                                                       : "mtls"},
        {"metrics_port",
         config.metrics_port.has_value() ? absl::StrCat(server.metrics().exposer_port()) : "off"},
        {"max_sessions", config.max_sessions},
@@ -220,6 +247,12 @@ int Main(int argc, char** argv) {
             "allow a non-loopback address without TLS and a token");
   p.AddString(nullptr, "--peer-tls-ca", &f.peer_tls_ca,
               "CA (PEM) to verify other servers with for peer copies (default: plaintext)");
+  p.AddString(nullptr, "--peer-tls-cert", &f.peer_tls_cert,
+              "client certificate (PEM) shown to peers that require mTLS (with --peer-tls-ca)");
+  p.AddString(nullptr, "--peer-tls-key", &f.peer_tls_key, "its private key (PEM)");
+  p.AddString(nullptr, "--peers", &f.peers,
+              "servers this one may copy from: hosts, host:port, CIDR ranges, comma-separated, "
+              "or none (default: loopback and this host's subnets)");
   p.AddInt(nullptr, "--metrics-port", &f.metrics_port,
            "serve Prometheus /metrics on this port (0 = off)");
   p.AddInt(nullptr, "--max-sessions", &f.max_sessions, "most concurrent sessions (default 64)");

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -273,6 +274,57 @@ inline pb::SessionRequest RowsCompute(uint64_t id, uint64_t buffer, bool set_row
   pb::Range* out = c->add_outputs();
   out->set_buffer(buffer);
   out->set_size(64);
+  return r;
+}
+
+// SAMPLE over logits [8, 2] at offset 0 of `buffer` (512 bytes at least), positions I32 [2]
+// at 64, a window of 3 recent tokens at 128 and the two ids at 256; op_params as given
+// (SampleParams' slots, see core/ops.h).
+inline pb::GraphDesc SampleGraph(uint64_t buffer, const std::array<int32_t, 7>& params) {
+  DescBuilder g;
+  const uint32_t logits = g.Add(DType::kF32, {8, 2, 1, 1}, Op::kNone, {}, buffer, 0);
+  const uint32_t pos = g.Add(DType::kI32, {2, 1, 1, 1}, Op::kNone, {}, buffer, 64);
+  const uint32_t recent = g.Add(DType::kI32, {3, 1, 1, 1}, Op::kNone, {}, buffer, 128);
+  const uint32_t out =
+      g.Add(DType::kI32, {1, 2, 1, 1}, Op::kSample, {logits, pos, recent}, buffer, 256);
+  g.At(out).set_op_params(params.data(), params.size() * sizeof(int32_t));
+  return g.desc();
+}
+
+inline int32_t F32Bits(float f) {
+  int32_t i;
+  std::memcpy(&i, &f, 4);
+  return i;
+}
+
+// temperature, top_k 40, top_p 0.95, min_p 0.05, repeat_penalty `rp`, seed 7.
+inline std::array<int32_t, 7> SampleSlots(float temperature, float rp) {
+  return {F32Bits(temperature), 40, F32Bits(0.95f), F32Bits(0.05f), F32Bits(rp), 7, 0};
+}
+
+// A Compute of SampleGraph whose inputs are the logits (Floats(16, 3)), positions 5 and 6 and
+// the window {2, -1, 99}; the two drawn ids come back as its output.
+inline pb::SessionRequest SampleCompute(uint64_t id, uint64_t buffer,
+                                        const std::array<int32_t, 7>& params) {
+  pb::SessionRequest r;
+  r.set_id(id);
+  pb::Compute* c = r.mutable_compute();
+  c->set_graph_key(10);
+  *c->mutable_graph() = SampleGraph(buffer, params);
+  const std::vector<float> logits = Floats(16, 3);
+  const int32_t ints[5] = {5, 6, 2, -1, 99};
+  for (auto [off, bytes, n] : {std::tuple{0, static_cast<const void*>(logits.data()), 64},
+                               std::tuple{64, static_cast<const void*>(ints), 8},
+                               std::tuple{128, static_cast<const void*>(ints + 2), 12}}) {
+    pb::WriteRange* w = c->add_inputs();
+    w->set_buffer(buffer);
+    w->set_offset(off);
+    w->set_data(std::string(static_cast<const char*>(bytes), n));
+  }
+  pb::Range* out = c->add_outputs();
+  out->set_buffer(buffer);
+  out->set_offset(256);
+  out->set_size(8);
   return r;
 }
 

@@ -93,7 +93,7 @@ grpc::Status CheckBearerToken(const grpc::ServerContext& context, const std::str
 }  // namespace
 
 TensorGridService::TensorGridService(ServiceOptions options)
-    : options_(std::move(options)), server_id_(RandomHex(16)), peers_(options_.peer_tls_ca_pem) {
+    : options_(std::move(options)), server_id_(RandomHex(16)), peers_(options_.peer) {
   for (Device* d : options_.devices) supported_ops_.push_back(SupportedOps(d));
 }
 

@@ -31,7 +31,7 @@ struct ServiceOptions {
   uint64_t session_mem_limit = 0;  // bytes; 0 = no limit.
   BlobCache* cache = nullptr;      // --cache; may be null.
   Metrics* metrics = nullptr;      // may be null.
-  std::string peer_tls_ca_pem;     // CA for PeerPull channels; empty = plaintext.
+  PeerClientOptions peer;          // PeerPull: allowed peers, TLS.
 };
 
 class TensorGridService final : public ::tensorgrid::v1::TensorGrid::Service {

@@ -27,6 +27,7 @@ void RunNode(const ComputeParams& p, Tensor* node) {
     case Op::kSilu: return ComputeSilu(p, node);
     case Op::kSwiglu: return ComputeSwiglu(p, node);
     case Op::kArgmax: return ComputeArgmax(p, node);
+    case Op::kSample: return ComputeSample(p, node);
     case Op::kCpy:
     case Op::kCont: return ComputeCpy(p, node);
     case Op::kFlashAttn: return ComputeFlashAttn(p, node);
@@ -44,6 +45,7 @@ size_t NodeWorkSize(const Tensor* node, int nth) {
     case Op::kMulMat: return MulMatWorkSize(node, nth);
     case Op::kMulMatId: return MulMatIdWorkSize(node, nth);
     case Op::kFlashAttn: return FlashAttnWorkSize(node, nth);
+    case Op::kSample: return SampleWorkSize(node, nth);
     default: return 0;
   }
 }

@@ -73,6 +73,16 @@ TEST(CudaSupportTest, MisalignedViewsGoElsewhere) {
   EXPECT_TRUE(CudaSupportsOp(*odd));  // a view itself computes nothing.
 }
 
+// RunNode has no SAMPLE kernel: claiming it would fail the graph instead of letting the
+// scheduler place the draw on the CPU.
+TEST(CudaSupportTest, SampleIsLeftToTheCpu) {
+  Context ctx;
+  Tensor* logits = New(ctx, DType::kF32, {32, 2});
+  Tensor* pos = New(ctx, DType::kI32, {2});
+  EXPECT_TRUE(CudaSupportsOp(**Argmax(ctx, logits)));
+  EXPECT_FALSE(CudaSupportsOp(**Sample(ctx, logits, pos, nullptr, SampleParams{})));
+}
+
 TEST(CudaSupportTest, FlashAttentionHeadsUpTo512) {
   Context ctx;
   for (int64_t d : {64, 128, 512, 576}) {

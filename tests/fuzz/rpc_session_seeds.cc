@@ -1,13 +1,14 @@
 // rpc_session_fuzz_seeds DIR: writes the seed corpus of rpc_session_fuzz, a few command
 // sequences in its record format (see rpc_session_fuzz.cc; handles are 1, 2, ... as the fuzz
 // session uses predictable handles): alloc/write/read/free, a MUL_MAT + ADD compute run twice
-// through the graph cache, GET_ROWS and SET_ROWS graphs with bad indices, and copies,
-// memsets, grants and cache stats between two devices, batches, and 2D rows (WriteRows,
-// ReadRows, good and malformed); and Upload streams: with
+// through the graph cache, GET_ROWS and SET_ROWS graphs with bad indices, SAMPLE with good
+// and out-of-range parameters, and copies, memsets, grants and cache stats between two
+// devices, batches, and 2D rows (WriteRows, ReadRows, good and malformed); and Upload streams: with
 // a hash (stored, then served from the cache on both devices, and one too large to keep),
 // without one (with session commands and a free in the middle), and refused ones (truncated,
 // oversized, bad or malformed hash, out of range, unknown buffer or session, a chunk first,
 // a header where a chunk belongs).
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -27,6 +28,8 @@ using tg::server::testing::ReadRequest;
 using tg::server::testing::ReadRowsRequest;
 using tg::server::testing::RowsCompute;
 using tg::server::testing::RowsOf;
+using tg::server::testing::SampleCompute;
+using tg::server::testing::SampleSlots;
 using tg::server::testing::Sha256Bytes;
 using tg::server::testing::UploadChunk;
 using tg::server::testing::UploadHeaderMessage;
@@ -229,6 +232,14 @@ int main(int argc, char** argv) {
        WriteRowsRequest(8, RowsOf(1, 0, 32, 3, 16), std::string(96, 't')),
        WriteRowsRequest(9, RowsOf(1, 0, 8, 2, 16), std::string(15, 'u')),
        ReadRowsRequest(10, RowsOf(1, 8, 2, 3, UINT64_MAX / 2)), FreeRequest(11, 2)});
+  {
+    // A draw with a repetition penalty, the greedy case, and a top_p outside [0, 1].
+    std::array<int32_t, 7> bad = SampleSlots(0.8f, 1.0f);
+    bad[2] = tg::server::testing::F32Bits(2.0f);
+    ok &= WriteSeed(dir, "sample",
+                    {AllocRequest(1, 0, 512), SampleCompute(2, 1, SampleSlots(0.8f, 1.3f)),
+                     SampleCompute(3, 1, SampleSlots(0.0f, 1.0f)), SampleCompute(4, 1, bad)});
+  }
   ok &= WriteUploadCacheSeed(dir);
   ok &= WriteUploadPlainSeed(dir);
   ok &= WriteUploadErrorsSeed(dir);
@@ -236,6 +247,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rpc_session_fuzz_seeds: cannot write into %s\n", dir.c_str());
     return 1;
   }
-  std::printf("rpc_session_fuzz_seeds: 9 seeds in %s\n", dir.c_str());
+  std::printf("rpc_session_fuzz_seeds: 11 seeds in %s\n", dir.c_str());
   return 0;
 }

@@ -6,6 +6,7 @@
 //   rpc_malformed_client HOST:PORT TOKEN_FILE
 #include <grpcpp/grpcpp.h>
 
+#include <array>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -165,6 +166,18 @@ int main(int argc, char** argv) {
     w->set_offset(64);
     w->set_data(std::string(reinterpret_cast<const char*>(ids), sizeof(ids)));
     Expect("GET_ROWS index out of range", absl::StatusCode::kInvalidArgument, Status(s.Call(r)));
+  }
+
+  {
+    // SAMPLE is in the op table; parameters outside their ranges are refused by name.
+    std::array<int32_t, 7> params = tg::server::testing::SampleSlots(0.8f, 1.0f);
+    params[2] = tg::server::testing::F32Bits(1.5f);
+    Expect("SAMPLE top_p 1.5", absl::StatusCode::kInvalidArgument,
+           Status(s.Call(ComputeOf(tg::server::testing::SampleGraph(h, params), 17))));
+    pb::SessionRequest good =
+        tg::server::testing::SampleCompute(0, h, tg::server::testing::SampleSlots(0.8f, 1.3f));
+    good.mutable_compute()->set_graph_key(18);
+    Expect("SAMPLE with good parameters", absl::StatusCode::kOk, Status(s.Call(good)));
   }
 
   // Handles.

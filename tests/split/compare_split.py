@@ -2,15 +2,17 @@
 """Runs tg-run once with -sm none and once with split arguments, and compares.
 
   compare_split.py --tg-run PATH --model MODEL --devices N [--n 64] [--tol 1e-4]
-                   [--kv-type f32] -- -sm layer -ts 3,1
+                   [--kv-type f32] [--sample "--temp 0.8 --seed 7"] -- -sm layer -ts 3,1
 
 Both runs use TG_CPU_DEVICES=N, greedy decoding, --kv-type (default f32) and --json. Passes
-when the greedy tokens are identical and every top-K logit is within --tol. Exit 0 pass, 1 mismatch,
-77 skipped (model missing).
+when the greedy tokens are identical and every top-K logit is within --tol. With --sample,
+both runs draw their tokens on the device with those flags instead (SAMPLE), and the drawn
+tokens must be identical. Exit 0 pass, 1 mismatch, 77 skipped (model missing).
 """
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -35,14 +37,17 @@ def main():
     ap.add_argument("--top", type=int, default=5)
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--kv-type", default="f32")
+    ap.add_argument("--sample", default="", help="sampling flags for both runs")
     ap.add_argument("split_args", nargs=argparse.REMAINDER)
     a = ap.parse_args()
-    extra = [x for x in a.split_args if x != "--"]
+    sample = shlex.split(a.sample)  # after --temp 0, so they win.
+    extra = [x for x in a.split_args if x != "--"] + sample
     if not os.path.exists(a.model):
         print(f"skipped: model {a.model} not found")
         return 77
     base = run(a.tg_run, a.model, a.n, a.top, a.devices, a.kv_type,
-               ["-sm", "none", "--device", "CPU0"] if a.devices > 1 else ["-sm", "none"])
+               (["-sm", "none", "--device", "CPU0"] if a.devices > 1 else ["-sm", "none"])
+               + sample)
     split = run(a.tg_run, a.model, a.n, a.top, a.devices, a.kv_type, extra)
     if base is None or split is None:
         return 1

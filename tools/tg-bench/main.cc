@@ -6,7 +6,7 @@
 // exceed 100%), splits per graph and the scheduler's own time per split; for a model on
 // several devices, the cost of one more split measured on a trivial graph. With --greedy, tg
 // steps feed back the device's ARGMAX pick (greedy generation, as tg-run --temp 0 does) instead
-// of reading the logits.
+// of reading the logits; with --temp T, the token SAMPLE draws on the device (tg-run --temp T).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -46,6 +46,7 @@ struct BenchFlags {
   int64_t batch = 512;
   std::string output = "md";
   bool greedy = false;  // tg: ARGMAX on the device, only the token id read back.
+  float temp = 0.0f;    // > 0, tg: SAMPLE on the device at this temperature, fed back.
   int64_t greedy_batch = SessionOptions{}.greedy_batch;
 };
 
@@ -55,6 +56,7 @@ struct TestResult {
   int64_t n_threads = 0;
   int64_t n_copies = 0;  // pipeline micro-batches (0: the session's default).
   bool greedy = false;
+  float temp = 0.0f;  // sampled on the device (> 0).
   std::vector<double> samples_ns;
   DecodeTimings timings;      // of the timed repetitions.
   double compute_share = 0;   // device time in Stream::Compute / wall time.
@@ -98,10 +100,17 @@ absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& s, const char*
   return out;
 }
 
+// The draws tg-bench --temp makes: llama.cpp's default chain, a fixed seed, no penalty.
+SamplingParams BenchSampling(float temp) {
+  constexpr uint64_t kSeed = 42;
+  return {.sample = {.temperature = temp, .seed = kSeed}};
+}
+
 // One timed repetition: fresh cache, then n_prompt tokens in batches or n_gen single steps.
-// With greedy, each generated token is the device's ARGMAX pick of the step before.
+// With greedy, each generated token is the device's ARGMAX pick of the step before; with a
+// temperature, its SAMPLE draw.
 absl::StatusOr<double> RunOnce(LlamaSession& session, int64_t n_prompt, int64_t n_gen, int32_t bos,
-                               int64_t n_vocab, bool greedy, std::mt19937& rng) {
+                               int64_t n_vocab, bool greedy, float temp, std::mt19937& rng) {
   session.Reset();
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(n_vocab - 1));
   std::vector<int32_t> prompt(n_prompt);
@@ -109,7 +118,10 @@ absl::StatusOr<double> RunOnce(LlamaSession& session, int64_t n_prompt, int64_t 
   const auto t0 = std::chrono::steady_clock::now();
   if (n_prompt > 0) TG_RETURN_IF_ERROR(session.Decode(prompt).status());
   int32_t next = bos >= 0 ? bos : 0;
-  if (greedy) {
+  if (temp > 0) {
+    TG_RETURN_IF_ERROR(
+        session.Generate(next, n_gen, BenchSampling(temp), [](int32_t) { return true; }));
+  } else if (greedy) {
     TG_RETURN_IF_ERROR(session.GenerateGreedy(next, n_gen, [](int32_t) { return true; }));
   } else {
     for (int64_t i = 0; i < n_gen; ++i) {
@@ -140,15 +152,17 @@ absl::StatusOr<TestResult> RunTest(const LlamaModel& model, int64_t n_prompt, in
   r.n_gen = n_gen;
   r.n_threads = threads;
   r.greedy = f.greedy && n_gen > 0;
+  r.temp = n_gen > 0 ? f.temp : 0.0f;
   r.n_copies = model.multi_device() ? (n_copies > 0 ? n_copies : kDefaultPipelineCopies) : 1;
   const int32_t bos = model.tokenizer().bos();
   TG_RETURN_IF_ERROR(
-      RunOnce(*session, n_prompt, n_gen, bos, model.hparams().n_vocab, f.greedy, rng).status());
+      RunOnce(*session, n_prompt, n_gen, bos, model.hparams().n_vocab, r.greedy, r.temp, rng)
+          .status());
   const DecodeTimings before = session->timings();
   double total_ns = 0;
   for (int64_t rep = 0; rep < f.reps; ++rep) {
-    TG_ASSIGN_OR_RETURN(
-        double ns, RunOnce(*session, n_prompt, n_gen, bos, model.hparams().n_vocab, f.greedy, rng));
+    TG_ASSIGN_OR_RETURN(double ns, RunOnce(*session, n_prompt, n_gen, bos, model.hparams().n_vocab,
+                                           r.greedy, r.temp, rng));
     r.samples_ns.push_back(ns);
     total_ns += ns;
   }
@@ -181,7 +195,8 @@ absl::StatusOr<std::optional<SplitOverhead>> ProbeSplits(const LlamaModel& m) {
 
 std::string TestName(const TestResult& r) {
   if (r.n_gen == 0) return absl::StrCat("pp", r.n_prompt);
-  const char* greedy = r.greedy ? " greedy" : "";
+  const std::string greedy =
+      r.temp > 0 ? absl::StrFormat(" temp %g", r.temp) : (r.greedy ? " greedy" : "");
   if (r.n_prompt == 0) return absl::StrCat("tg", r.n_gen, greedy);
   return absl::StrCat("pp", r.n_prompt, "+tg", r.n_gen, greedy);
 }
@@ -228,20 +243,20 @@ void PrintCsv(const Report& rep) {
   std::printf(
       "model_filename,model_type,model_size,model_n_params,devices,split_mode,n_threads,"
       "n_copies,n_prompt,n_gen,avg_ns,stddev_ns,avg_ts,stddev_ts,compute_us,transfer_us,"
-      "splits_per_graph,overhead_us_per_split,split_overhead_us,greedy\n");
+      "splits_per_graph,overhead_us_per_split,split_overhead_us,greedy,temp\n");
   const double probe_us = rep.probe.has_value() ? rep.probe->per_split_us : 0;
   for (const TestResult& r : rep.results) {
     const std::vector<double> ts = r.SamplesTs();
     std::printf(
         "\"%s\",\"%s\",%zu,%lld,\"%s\",%s,%lld,%lld,%lld,%lld,%.0f,%.0f,%.6f,%.6f,%.0f,"
-        "%.0f,%.3f,%.3f,%.3f,%d\n",
+        "%.0f,%.3f,%.3f,%.3f,%d,%g\n",
         rep.path.c_str(), m.Describe().c_str(), m.weight_bytes(),
         static_cast<long long>(m.n_params()), rep.devices.c_str(), rep.split_mode.c_str(),
         static_cast<long long>(r.n_threads), static_cast<long long>(r.n_copies),
         static_cast<long long>(r.n_prompt), static_cast<long long>(r.n_gen), r.Mean(r.samples_ns),
         r.Stddev(r.samples_ns), r.Mean(ts), r.Stddev(ts), r.timings.compute_us,
         r.timings.transfer_us, r.SplitsPerGraph(), r.OverheadPerSplitUs(), probe_us,
-        r.greedy ? 1 : 0);
+        r.greedy ? 1 : 0, r.temp);
   }
 }
 
@@ -259,7 +274,7 @@ void PrintJson(const Report& rep) {
     j.Key("devices").String(rep.devices).Key("cpu_info").String(m.device()->description());
     j.Key("split_mode").String(rep.split_mode).Key("n_copies").Int(r.n_copies);
     j.Key("n_threads").Int(r.n_threads).Key("n_prompt").Int(r.n_prompt).Key("n_gen").Int(r.n_gen);
-    j.Key("greedy").Bool(r.greedy);
+    j.Key("greedy").Bool(r.greedy).Key("temp").Double(r.temp);
     j.Key("avg_ns").Double(r.Mean(r.samples_ns)).Key("stddev_ns").Double(r.Stddev(r.samples_ns));
     j.Key("avg_ts").Double(r.Mean(ts)).Key("stddev_ts").Double(r.Stddev(ts));
     j.Key("compute_share").Double(r.compute_share).Key("transfer_share").Double(r.transfer_share);
@@ -315,6 +330,10 @@ absl::Status Run(const BenchFlags& f) {
         absl::StrCat("-o must be md, csv or json, not '", f.output, "'"));
   }
   if (f.reps < 1) return absl::InvalidArgumentError("-r must be at least 1");
+  if (f.temp < 0 || (f.temp > 0 && f.greedy)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--temp ", f.temp, " must be positive and cannot go with --greedy"));
+  }
   TG_ASSIGN_OR_RETURN(std::vector<int64_t> pps, ParseList(f.n_prompt, "-p"));
   TG_ASSIGN_OR_RETURN(std::vector<int64_t> tgs, ParseList(f.n_gen, "-n"));
   TG_ASSIGN_OR_RETURN(std::vector<int64_t> copies, ParseList(f.n_copies, "--n-copies"));
@@ -364,9 +383,12 @@ int main(int argc, char** argv) {
   p.AddBool(nullptr, "--greedy", &f.greedy,
             "tg: feed back the device's ARGMAX pick (greedy generation, only the token id is "
             "read) instead of reading the logits and feeding random tokens like llama-bench");
+  p.AddFloat(nullptr, "--temp", &f.temp,
+             "tg: draw each token on the device with SAMPLE at this temperature (top-k 40, "
+             "top-p 0.95, min-p 0.05, a fixed seed) and feed it back, as tg-run --temp does");
   p.AddInt(
       nullptr, "--greedy-batch", &f.greedy_batch,
-      absl::StrCat("--greedy on an rpc-server: decode steps sent in one message, 1..",
+      absl::StrCat("--greedy or --temp on an rpc-server: decode steps sent in one message, 1..",
                    tg::kMaxGreedyBatch, " (default 0: as many as take ", tg::kGreedyBatchUs, " us)")
           .c_str());
   if (absl::Status s = p.Parse(argc, argv); !s.ok()) {

@@ -35,6 +35,7 @@ void AddCopyCases(std::vector<OpCase>* cases);         // CPY, CONT and the view
 void AddElementwiseCases(std::vector<OpCase>* cases);  // ADD .. SWIGLU, SOFT_MAX.
 void AddRopeCases(std::vector<OpCase>* cases);
 void AddAttentionCases(std::vector<OpCase>* cases);
+void AddSampleCases(std::vector<OpCase>* cases);
 
 }  // namespace tg::ops_tool
 

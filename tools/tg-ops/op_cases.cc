@@ -42,6 +42,7 @@ std::vector<OpCase> TestCases() {
   AddRopeCases(&cases);
   AddCopyCases(&cases);
   AddAttentionCases(&cases);
+  AddSampleCases(&cases);
   return cases;
 }
 
@@ -64,6 +65,8 @@ std::vector<const char*> SourceRoles(Op op) {
       return {"gate", "up"};
     case Op::kFlashAttn:
       return {"q", "k", "v", "mask"};
+    case Op::kSample:
+      return {"logits", "pos", "recent"};
     default:
       return {"a", "b", "c", "d"};
   }

@@ -32,6 +32,9 @@ struct RunFlags {
   float temp = 0.8f;
   int64_t top_k = 40;
   float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  int64_t repeat_last_n = 64;
   int64_t seed = -1;
   DeviceFlags devices;
   int64_t ctx = 0;
@@ -74,26 +77,33 @@ struct Result {
   double GenTps() const { return tokens.size() > 1 ? (tokens.size() - 1) * 1000.0 / gen_ms : 0.0; }
 };
 
-Sampler MakeSampler(const RunFlags& f) {
-  SamplerOptions so;
-  so.temperature = f.temp;
-  so.top_k = static_cast<int32_t>(f.top_k);
-  so.top_p = f.top_p;
-  so.seed =
+SamplingParams SamplingOf(const RunFlags& f) {
+  SamplingParams p;
+  p.sample.temperature = f.temp;
+  p.sample.top_k = static_cast<int32_t>(f.top_k);
+  p.sample.top_p = f.top_p;
+  p.sample.min_p = f.min_p;
+  p.sample.repeat_penalty = f.repeat_penalty;
+  p.sample.seed =
       f.seed >= 0
           ? static_cast<uint64_t>(f.seed)
           : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  return Sampler(so);
+  p.penalty_last_n = f.repeat_last_n;
+  return p;
 }
 
 // Decodes the prompt, picks the first token, then generates the rest. When r already holds
 // tokens (a failover resumes on a new session), it first rebuilds the KV cache instead: the
 // prompt and every token but the last (whose pick is known) in one pass, then calls
-// on_resumed.
+// on_resumed. Every pick is made on the device and only the token id comes back: ARGMAX
+// (greedy) or SAMPLE (a temperature, or a repetition penalty), whose draws depend on the seed
+// and each token's position only, so a device, a split or a resumed session gives the same
+// tokens.
 absl::Status Generate(const RunFlags& f, const LlamaModel& model, LlamaSession& session,
-                      Sampler& sampler, Result* r,
+                      const SamplingParams& sampling, Result* r,
                       const std::function<void()>& on_resumed = nullptr) {
   const Tokenizer& tok = model.tokenizer();
+  const bool greedy = f.temp <= 0.0f && f.repeat_penalty == 1.0f;
   // Hands a token over; false once generation must stop.
   auto emit = [&](int32_t token) {
     r->tokens.push_back(token);
@@ -114,14 +124,21 @@ absl::Status Generate(const RunFlags& f, const LlamaModel& model, LlamaSession& 
       g_streamed = true;
     }
     auto t0 = std::chrono::steady_clock::now();
-    TG_ASSIGN_OR_RETURN(absl::Span<const float> logits, session.Decode(r->prompt_tokens));
+    absl::Span<const float> logits;
+    int32_t first = -1;
+    if (greedy) {
+      TG_ASSIGN_OR_RETURN(logits, session.Decode(r->prompt_tokens));
+      first = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    } else {
+      TG_ASSIGN_OR_RETURN(first, session.DecodeSample(r->prompt_tokens, sampling, &logits));
+    }
     t1 = std::chrono::steady_clock::now();
     r->prompt_ms = Ms(t0, t1);
     r->top = TopK(logits, static_cast<int32_t>(f.top_logits));
     const auto [lo, hi] = std::minmax_element(logits.begin(), logits.end());
     r->logit_min = *lo;
     r->logit_max = *hi;
-    if (f.n_predict <= 0 || !emit(sampler.Sample(logits))) return absl::OkStatus();
+    if (f.n_predict <= 0 || !emit(first)) return absl::OkStatus();
   } else {
     if (tok.IsEog(r->tokens.back()) || static_cast<int64_t>(r->tokens.size()) >= f.n_predict) {
       return absl::OkStatus();
@@ -131,16 +148,12 @@ absl::Status Generate(const RunFlags& f, const LlamaModel& model, LlamaSession& 
     TG_RETURN_IF_ERROR(session.Decode(history).status());
     if (on_resumed) on_resumed();
   }
-  if (f.temp <= 0.0f) {
-    // Greedy steps after the prompt pick on the device (ARGMAX): only the token id comes
-    // back, and the next step is on its way before it does.
-    TG_RETURN_IF_ERROR(session.GenerateGreedy(
-        r->tokens.back(), f.n_predict - static_cast<int64_t>(r->tokens.size()), emit));
+  // The steps after the prompt are on their way before the previous pick is back.
+  const int64_t left = f.n_predict - static_cast<int64_t>(r->tokens.size());
+  if (greedy) {
+    TG_RETURN_IF_ERROR(session.GenerateGreedy(r->tokens.back(), left, emit));
   } else {
-    absl::Span<const float> logits;
-    do {
-      TG_ASSIGN_OR_RETURN(logits, session.Decode({&r->tokens.back(), 1}));
-    } while (emit(sampler.Sample(logits)));
+    TG_RETURN_IF_ERROR(session.Generate(r->tokens.back(), left, sampling, emit));
   }
   r->gen_ms += Ms(t1, std::chrono::steady_clock::now());
   return absl::OkStatus();
@@ -197,9 +210,9 @@ absl::Status Run(const RunFlags& f) {
     return absl::OkStatus();
   };
   TG_RETURN_IF_ERROR(start(plan));
-  Sampler sampler = MakeSampler(f);
+  const SamplingParams sampling = SamplingOf(f);
   Result r;
-  absl::Status s = Generate(f, *model, *session, sampler, &r);
+  absl::Status s = Generate(f, *model, *session, sampling, &r);
   // --rpc-failover: a lost server's devices leave the plan, and generation resumes on the
   // rest (the model reloaded, the KV cache rebuilt from the tokens so far).
   while (!s.ok() && f.rpc_failover) {
@@ -219,7 +232,7 @@ absl::Status Run(const RunFlags& f) {
                    Ms(t0, std::chrono::steady_clock::now()) / 1000.0, DescribePlan(plan).c_str());
     };
     s = start(plan);
-    if (s.ok()) s = Generate(f, *model, *session, sampler, &r, report);
+    if (s.ok()) s = Generate(f, *model, *session, sampling, &r, report);
   }
   TG_RETURN_IF_ERROR(s);
   if (f.json) {
@@ -244,10 +257,17 @@ int main(int argc, char** argv) {
   p.AddString("-m", "--model", &f.model, "GGUF model (default: a synthetic demo model)");
   p.AddString("-p", "--prompt", &f.prompt, "prompt text (default \"Once upon a time\")");
   p.AddInt("-n", "--n-predict", &f.n_predict, "tokens to generate (default 64)");
-  p.AddFloat(nullptr, "--temp", &f.temp, "temperature; 0 = greedy (default 0.8)");
+  p.AddFloat(nullptr, "--temp", &f.temp,
+             "temperature; 0 = greedy (default 0.8); tokens are drawn on the device (SAMPLE)");
   p.AddInt(nullptr, "--top-k", &f.top_k, "top-k (default 40; 0 = off)");
   p.AddFloat(nullptr, "--top-p", &f.top_p, "top-p (default 0.95; 1 = off)");
-  p.AddInt("-s", "--seed", &f.seed, "sampling seed (default: random)");
+  p.AddFloat(nullptr, "--min-p", &f.min_p, "min-p (default 0.05; 0 = off)");
+  p.AddFloat(nullptr, "--repeat-penalty", &f.repeat_penalty,
+             "penalty on the last --repeat-last-n tokens (default 1 = off)");
+  p.AddInt(nullptr, "--repeat-last-n", &f.repeat_last_n,
+           "tokens the repeat penalty looks back over (default 64)");
+  p.AddInt("-s", "--seed", &f.seed,
+           "sampling seed (default: random); the same seed gives the same tokens on any device");
   tg::AddDeviceFlags(p, &f.devices);
   p.AddInt("-c", "--ctx-size", &f.ctx, "context size (default: the model's, at most 4096)");
   p.AddInt("-b", "--batch-size", &f.batch, "prompt tokens per graph (default 512)");

@@ -1,0 +1,140 @@
+// Tests of server/peer_allow_list: --peers parsing, which endpoints it lets a server connect
+// to (and the address it dials), and the default of loopback plus the host's own subnets.
+#include "server/peer_allow_list.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace tg::server {
+namespace {
+
+constexpr char kList[] = "10.1.2.3/16, 192.168.5.7:9000,DB,cache:50052,[::1]:7000,fd00::/8";
+
+PeerAllowList List(const char* text) {
+  absl::StatusOr<PeerAllowList> l = PeerAllowList::Parse(text);
+  EXPECT_TRUE(l.ok()) << l.status();
+  return l.ok() ? *l : PeerAllowList();
+}
+
+// The address Check dials for `endpoint`, or the status code's name when refused.
+std::string Dial(const PeerAllowList& l, const char* endpoint) {
+  absl::StatusOr<PeerTarget> t = l.Check(endpoint);
+  if (!t.ok()) return absl::StatusCodeToString(t.status().code());
+  return t->address;
+}
+
+TEST(PeerAllowListTest, ParsesAndNormalizes) {
+  EXPECT_EQ(List(kList).ToString(),
+            "10.1.0.0/16,192.168.5.7:9000,[::1]:7000,fd00::/8,db,cache:50052");
+  EXPECT_EQ(List("none").ToString(), "none");
+  EXPECT_EQ(List("::1,0.0.0.0/0").ToString(), "::1,0.0.0.0/0");
+}
+
+TEST(PeerAllowListTest, MalformedEntriesNameThemselves) {
+  for (const char* bad : {"", "a,,b", "10.0.0.0/33", "::1/129", "1.2.3.4/x", "host:0", "host:65536",
+                          "host:", "bad host", "h@st", "[::1", "[::1]x", "[::1]:"}) {
+    absl::StatusOr<PeerAllowList> l = PeerAllowList::Parse(bad);
+    ASSERT_FALSE(l.ok()) << "'" << bad << "' parsed as " << l->ToString();
+    EXPECT_EQ(l.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(l.status().message().find("--peers"), std::string::npos) << l.status();
+  }
+}
+
+TEST(PeerAllowListTest, AddressesInsideRangesAndPortsThatMatch) {
+  const PeerAllowList l = List(kList);
+  EXPECT_EQ(Dial(l, "10.1.255.3:80"), "10.1.255.3:80");
+  EXPECT_EQ(Dial(l, "10.2.0.1:80"), "PERMISSION_DENIED");
+  EXPECT_EQ(Dial(l, "10.0.255.255:80"), "PERMISSION_DENIED");
+  EXPECT_EQ(Dial(l, "192.168.5.7:9000"), "192.168.5.7:9000");
+  EXPECT_EQ(Dial(l, "192.168.5.7:9001"), "PERMISSION_DENIED");
+  EXPECT_EQ(Dial(l, "192.168.5.8:9000"), "PERMISSION_DENIED");
+  EXPECT_EQ(Dial(l, "[::1]:7000"), "[::1]:7000");
+  EXPECT_EQ(Dial(l, "[::1]:7001"), "PERMISSION_DENIED");
+  EXPECT_EQ(Dial(l, "[fdff:1::5]:1"), "[fdff:1::5]:1");
+  EXPECT_EQ(Dial(l, "[fe00::5]:1"), "PERMISSION_DENIED");
+  // An IPv4 address spelled as IPv6 is the IPv4 address.
+  EXPECT_EQ(Dial(l, "[::ffff:10.1.9.9]:80"), "10.1.9.9:80");
+  EXPECT_EQ(Dial(l, "[::ffff:10.9.9.9]:80"), "PERMISSION_DENIED");
+  EXPECT_EQ(Dial(l, "127.0.0.1:7000"), "PERMISSION_DENIED");
+}
+
+TEST(PeerAllowListTest, NamesMatchAsGivenWithTheirPort) {
+  const PeerAllowList l = List(kList);
+  EXPECT_EQ(Dial(l, "db:1234"), "db:1234");
+  EXPECT_EQ(Dial(l, "Db:1"), "Db:1");
+  EXPECT_EQ(Dial(l, "cache:50052"), "cache:50052");
+  EXPECT_EQ(Dial(l, "cache:50053"), "PERMISSION_DENIED");
+  EXPECT_EQ(Dial(l, "db.evil.example:1234"), "PERMISSION_DENIED");
+  absl::StatusOr<PeerTarget> t = l.Check("db:1234");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->server_name, "");
+}
+
+TEST(PeerAllowListTest, NamesResolveIntoRangesAndKeepTheirNameForTls) {
+  const PeerAllowList l = List("127.0.0.0/8,::1");
+  absl::StatusOr<PeerTarget> t = l.Check("localhost:5");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->address == "127.0.0.1:5" || t->address == "[::1]:5") << t->address;
+  EXPECT_EQ(t->server_name, "localhost");
+  EXPECT_EQ(Dial(l, "no-such-host.invalid:5"), "PERMISSION_DENIED");
+  EXPECT_EQ(Dial(List("10.0.0.0/8"), "localhost:5"), "PERMISSION_DENIED");
+}
+
+TEST(PeerAllowListTest, RefusalsSayWhyAndMalformedEndpointsAreInvalid) {
+  const PeerAllowList l = List("none");
+  absl::StatusOr<PeerTarget> t = l.Check("127.0.0.1:80");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(t.status().message().find("127.0.0.1:80"), std::string::npos) << t.status();
+  EXPECT_NE(t.status().message().find("--peers"), std::string::npos) << t.status();
+  for (const char* bad : {"127.0.0.1", "127.0.0.1:x", ":80", "[::1]", "a:b:c"}) {
+    EXPECT_EQ(List("0.0.0.0/0,::/0").Check(bad).status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+}
+
+// The first IPv4 address of an interface that is up and not loopback, with its prefix.
+bool OwnIpv4(in_addr* addr, int* prefix) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return false;
+  bool found = false;
+  for (ifaddrs* i = list; i != nullptr && !found; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_netmask == nullptr || i->ifa_addr->sa_family != AF_INET ||
+        (i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) {
+      continue;
+    }
+    *addr = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr;
+    *prefix = __builtin_popcount(reinterpret_cast<sockaddr_in*>(i->ifa_netmask)->sin_addr.s_addr);
+    found = *prefix > 0 && *prefix < 32;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+TEST(PeerAllowListTest, DefaultIsLoopbackAndOwnSubnets) {
+  const PeerAllowList l = PeerAllowList::Default();
+  EXPECT_EQ(Dial(l, "127.0.0.1:50052"), "127.0.0.1:50052");
+  EXPECT_EQ(Dial(l, "127.9.9.9:1"), "127.9.9.9:1");
+  EXPECT_EQ(Dial(l, "[::1]:50052"), "[::1]:50052");
+  // TEST-NET-3 (RFC 5737): documentation only, never a real subnet of a test machine.
+  EXPECT_EQ(Dial(l, "203.0.113.9:50052"), "PERMISSION_DENIED");
+  in_addr own;
+  int prefix = 0;
+  if (!OwnIpv4(&own, &prefix)) GTEST_SKIP() << "no IPv4 interface besides loopback";
+  // Another host of the same subnet: the last host bit flipped.
+  const uint32_t host = ntohl(own.s_addr) ^ 1u;
+  char text[INET_ADDRSTRLEN];
+  in_addr neighbour = {htonl(host)};
+  inet_ntop(AF_INET, &neighbour, text, sizeof(text));
+  const std::string endpoint = std::string(text) + ":50052";
+  EXPECT_EQ(Dial(l, endpoint.c_str()), endpoint) << l.ToString();
+}
+
+}  // namespace
+}  // namespace tg::server
