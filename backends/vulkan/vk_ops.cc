@@ -113,6 +113,7 @@ bool SupportsNode(const PhysicalInfo& info, const Tensor& node) {
       return a->type != DType::kI32 && RowsContiguous(*a);
     case Op::kFlashAttn:
       return SupportsFlashAttn(node) && node.ParamF32(1) == 0.0f && node.ParamF32(2) == 0.0f;
+    case Op::kSample:  // no Vulkan kernel yet: the scheduler runs it on the CPU.
     case Op::kCount:
       return false;
   }
