@@ -25,6 +25,7 @@
 #include "core/status_macros.h"
 #include "proto/protocol.h"
 #include "server/byte_size.h"
+#include "server/health_probe.h"
 #include "server/metrics.h"
 #include "server/rpc_server.h"
 
@@ -49,6 +50,8 @@ struct Flags {
   int64_t max_sessions = 64;
   std::string session_mem_limit = "0";
   std::string port_file;
+  std::string health_probe;
+  int64_t health_port = 0;
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
@@ -174,6 +177,12 @@ int Main(int argc, char** argv) {
   p.AddString(nullptr, "--session-mem-limit", &f.session_mem_limit,
               "memory per session, e.g. 512M, 4G (default 0 = no limit)");
   p.AddString(nullptr, "--port-file", &f.port_file, "write the bound port to this file");
+  p.AddString(nullptr, "--health-probe", &f.health_probe,
+              "[HOST:]PORT: ask that server's grpc.health.v1 and exit 0 when SERVING (with "
+              "--tls-cert to pin its certificate or --peer-tls-ca, and --auth-token-file)");
+  p.AddInt(nullptr, "--health-port", &f.health_port,
+           "also serve grpc.health.v1 in plaintext on this port, for probes without TLS "
+           "(0 = off)");
   if (absl::Status s = p.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "rpc-server: %s\n", std::string(s.message()).c_str());
     return 1;
@@ -185,6 +194,9 @@ int Main(int argc, char** argv) {
   if (!p.positional().empty()) {
     std::fprintf(stderr, "rpc-server: unexpected argument '%s'\n", p.positional()[0].c_str());
     return 1;
+  }
+  if (!f.health_probe.empty()) {
+    return RunHealthProbe(f.health_probe, f.tls_cert, f.peer_tls_ca, f.auth_token_file);
   }
   absl::StatusOr<ServerConfig> config = MakeConfig(f);
   if (!config.ok()) {
@@ -210,6 +222,16 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
+  std::unique_ptr<HealthPort> health_port;
+  if (f.health_port != 0) {
+    absl::StatusOr<std::unique_ptr<HealthPort>> hp = HealthPort::Start(
+        config->host, static_cast<int>(f.health_port), ProbeOptionsFor(*config, (*server)->port()));
+    if (!hp.ok()) {
+      std::fprintf(stderr, "rpc-server: %s\n", std::string(hp.status().message()).c_str());
+      return 1;
+    }
+    health_port = std::move(*hp);
+  }
   std::vector<std::string> names;
   for (Device* d : config->devices) names.emplace_back(d->name());
   std::string line = absl::StrCat("rpc-server: listening on ", (*server)->address(), ", devices ",
@@ -222,12 +244,14 @@ int Main(int argc, char** argv) {
   if (config->metrics_port.has_value()) {
     absl::StrAppend(&line, ", metrics :", (*server)->metrics().exposer_port());
   }
+  if (health_port != nullptr) absl::StrAppend(&line, ", health :", health_port->port());
   std::fprintf(stderr, "%s\n", line.c_str());
   std::fflush(stderr);
 
   int sig = 0;
   sigwait(&signals, &sig);
   std::fprintf(stderr, "rpc-server: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  health_port.reset();
   (*server)->Shutdown(2000);
   server->reset();
   return 0;
