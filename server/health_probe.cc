@@ -2,6 +2,7 @@
 
 #include <grpcpp/ext/health_check_service_server_builder_option.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_certificate_verifier.h>
 #include <grpcpp/security/tls_credentials_options.h>
 #include <openssl/bio.h>
@@ -84,6 +85,11 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ProbeCredentials(
     return absl::InvalidArgumentError(absl::StrCat("pinned certificate: ", der.status().message()));
   }
   grpc::experimental::TlsChannelCredentialsOptions tls;
+  // Roots are never consulted (the pin decides), but without any gRPC loads the system's,
+  // which a minimal image does not have.
+  tls.set_certificate_provider(
+      std::make_shared<grpc::experimental::StaticDataCertificateProvider>(o.pinned_cert_pem));
+  tls.watch_root_certs();
   tls.set_verify_server_certs(false);  // the pin below replaces chain and host name checks.
   tls.set_check_call_host(false);
   tls.set_certificate_verifier(
