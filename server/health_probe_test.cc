@@ -86,14 +86,34 @@ class HealthProbeTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(*s) : nullptr;
   }
+  // A TLS server with the certificate and key `leaf` of `certs`.
+  std::unique_ptr<RpcServer> StartTlsServer(const CertDir& certs, const std::string& leaf,
+                                            const std::string& token = "") {
+    return StartServer(certs.Pem(leaf + ".crt"), certs.Pem(leaf + ".key"), token);
+  }
   ServerConfig config_;
 };
+
+// The TLS cases: a scratch CA "ca" made with the openssl tool (skipped without it).
+class TlsHealthProbeTest : public HealthProbeTest {
+ protected:
+  void SetUp() override {
+    if (!HaveOpenssl()) GTEST_SKIP() << "openssl not installed";
+    ASSERT_TRUE(certs_.MakeCa("ca"));
+  }
+  CertDir certs_;
+};
+
+HealthProbeOptions ProbeOf(const RpcServer& server) {
+  HealthProbeOptions o;
+  o.target = server.address();
+  return o;
+}
 
 TEST_F(HealthProbeTest, PlaintextServerIsServingUntilItStops) {
   std::unique_ptr<RpcServer> server = StartServer();
   ASSERT_NE(server, nullptr);
-  HealthProbeOptions o;
-  o.target = server->address();
+  HealthProbeOptions o = ProbeOf(*server);
   EXPECT_TRUE(ProbeHealth(o).ok()) << ProbeHealth(o);
   server->Shutdown(0);
   const absl::Status gone = ProbeHealth(o);
@@ -101,56 +121,43 @@ TEST_F(HealthProbeTest, PlaintextServerIsServingUntilItStops) {
   EXPECT_NE(gone.message().find(o.target), std::string::npos) << gone;
 }
 
-TEST_F(HealthProbeTest, TlsProbePinsTheServersOwnCertificate) {
-  if (!HaveOpenssl()) GTEST_SKIP() << "openssl not installed";
-  CertDir certs;
-  ASSERT_TRUE(certs.MakeCa("ca"));
+TEST_F(TlsHealthProbeTest, TlsProbePinsTheServersOwnCertificate) {
   // No name the probe could check: only the pin can accept it.
-  ASSERT_TRUE(certs.MakeLeaf("mine", "DNS:rpc-server-1", "ca"));
-  ASSERT_TRUE(certs.MakeLeaf("other", "DNS:rpc-server-2", "ca"));
-  std::unique_ptr<RpcServer> server = StartServer(certs.Pem("mine.crt"), certs.Pem("mine.key"));
+  ASSERT_TRUE(certs_.MakeLeaf("mine", "DNS:rpc-server-1", "ca"));
+  ASSERT_TRUE(certs_.MakeLeaf("other", "DNS:rpc-server-2", "ca"));
+  std::unique_ptr<RpcServer> server = StartTlsServer(certs_, "mine");
   ASSERT_NE(server, nullptr);
-  HealthProbeOptions o;
-  o.target = server->address();
-  o.pinned_cert_pem = certs.Pem("mine.crt");
+  HealthProbeOptions o = ProbeOf(*server);
+  o.pinned_cert_pem = certs_.Pem("mine.crt");
   EXPECT_TRUE(ProbeHealth(o).ok()) << ProbeHealth(o);
   // The same CA's certificate for another server is not this server.
-  o.pinned_cert_pem = certs.Pem("other.crt");
+  o.pinned_cert_pem = certs_.Pem("other.crt");
   EXPECT_TRUE(absl::IsUnavailable(ProbeHealth(o))) << ProbeHealth(o);
   // Plaintext against TLS fails; so does the CA when the target's name is not in the cert.
   o.pinned_cert_pem.clear();
   EXPECT_TRUE(absl::IsUnavailable(ProbeHealth(o))) << ProbeHealth(o);
-  o.ca_pem = certs.Pem("ca.crt");
+  o.ca_pem = certs_.Pem("ca.crt");
   EXPECT_TRUE(absl::IsUnavailable(ProbeHealth(o))) << ProbeHealth(o);
   o.pinned_cert_pem = "not a certificate";
   o.ca_pem.clear();
   EXPECT_TRUE(absl::IsInvalidArgument(ProbeHealth(o))) << ProbeHealth(o);
 }
 
-TEST_F(HealthProbeTest, TlsProbeVerifiesAgainstTheCa) {
-  if (!HaveOpenssl()) GTEST_SKIP() << "openssl not installed";
-  CertDir certs;
-  ASSERT_TRUE(certs.MakeCa("ca"));
-  ASSERT_TRUE(certs.MakeCa("stranger"));
-  ASSERT_TRUE(certs.MakeLeaf("loopback", "IP:127.0.0.1", "ca"));
-  std::unique_ptr<RpcServer> server =
-      StartServer(certs.Pem("loopback.crt"), certs.Pem("loopback.key"));
+TEST_F(TlsHealthProbeTest, TlsProbeVerifiesAgainstTheCa) {
+  ASSERT_TRUE(certs_.MakeCa("stranger"));
+  ASSERT_TRUE(certs_.MakeLeaf("loopback", "IP:127.0.0.1", "ca"));
+  std::unique_ptr<RpcServer> server = StartTlsServer(certs_, "loopback");
   ASSERT_NE(server, nullptr);
-  HealthProbeOptions o;
-  o.target = server->address();
-  o.ca_pem = certs.Pem("ca.crt");
+  HealthProbeOptions o = ProbeOf(*server);
+  o.ca_pem = certs_.Pem("ca.crt");
   EXPECT_TRUE(ProbeHealth(o).ok()) << ProbeHealth(o);
-  o.ca_pem = certs.Pem("stranger.crt");
+  o.ca_pem = certs_.Pem("stranger.crt");
   EXPECT_TRUE(absl::IsUnavailable(ProbeHealth(o))) << ProbeHealth(o);
 }
 
-TEST_F(HealthProbeTest, HealthPortAnswersForTheTlsMainPortInPlaintext) {
-  if (!HaveOpenssl()) GTEST_SKIP() << "openssl not installed";
-  CertDir certs;
-  ASSERT_TRUE(certs.MakeCa("ca"));
-  ASSERT_TRUE(certs.MakeLeaf("mine", "DNS:rpc-server-0.rpc-server", "ca"));
-  std::unique_ptr<RpcServer> server =
-      StartServer(certs.Pem("mine.crt"), certs.Pem("mine.key"), "s3cret");
+TEST_F(TlsHealthProbeTest, HealthPortAnswersForTheTlsMainPortInPlaintext) {
+  ASSERT_TRUE(certs_.MakeLeaf("mine", "DNS:rpc-server-0.rpc-server", "ca"));
+  std::unique_ptr<RpcServer> server = StartTlsServer(certs_, "mine", "s3cret");
   ASSERT_NE(server, nullptr);
   absl::StatusOr<std::unique_ptr<HealthPort>> port =
       HealthPort::Start("127.0.0.1", 0, ProbeOptionsFor(config_, server->port()));
@@ -207,20 +214,17 @@ TEST(ProbeTargetTest, ParsesHostAndPort) {
   }
 }
 
-TEST_F(HealthProbeTest, RunHealthProbeExitCodes) {
-  if (!HaveOpenssl()) GTEST_SKIP() << "openssl not installed";
-  CertDir certs;
-  ASSERT_TRUE(certs.MakeCa("ca"));
-  ASSERT_TRUE(certs.MakeLeaf("mine", "DNS:rpc-server-1", "ca"));
-  std::unique_ptr<RpcServer> server = StartServer(certs.Pem("mine.crt"), certs.Pem("mine.key"));
+TEST_F(TlsHealthProbeTest, RunHealthProbeExitCodes) {
+  ASSERT_TRUE(certs_.MakeLeaf("mine", "DNS:rpc-server-1", "ca"));
+  std::unique_ptr<RpcServer> server = StartTlsServer(certs_, "mine");
   ASSERT_NE(server, nullptr);
   const std::string port = std::to_string(server->port());
-  EXPECT_EQ(RunHealthProbe(port, certs.Path("mine.crt"), "", ""), 0);
+  EXPECT_EQ(RunHealthProbe(port, certs_.Path("mine.crt"), "", ""), 0);
   EXPECT_EQ(RunHealthProbe(port, "", "", ""), 1);  // plaintext against TLS.
-  EXPECT_EQ(RunHealthProbe(port, certs.Path("missing.crt"), "", ""), 1);
-  EXPECT_EQ(RunHealthProbe("nonsense", certs.Path("mine.crt"), "", ""), 1);
+  EXPECT_EQ(RunHealthProbe(port, certs_.Path("missing.crt"), "", ""), 1);
+  EXPECT_EQ(RunHealthProbe("nonsense", certs_.Path("mine.crt"), "", ""), 1);
   server->Shutdown(0);
-  EXPECT_EQ(RunHealthProbe(port, certs.Path("mine.crt"), "", ""), 1);
+  EXPECT_EQ(RunHealthProbe(port, certs_.Path("mine.crt"), "", ""), 1);
 }
 
 }  // namespace

@@ -4,10 +4,12 @@
 #
 #   gen-secrets.sh [-n SERVERS] [-o DIR] [-p PROJECT] [-s SERVICE]            # compose
 #   gen-secrets.sh --k8s [-n REPLICAS] [-o DIR] [--namespace NS] [-s SERVICE] # Kubernetes
+#   gen-secrets.sh --host NAME [-o DIR]     one more server, e.g. a GPU host, by DNS name or IP
 #
 # Writes DIR (default: deploy/compose/secrets beside this script):
 #   tls/ca.crt                the CA clients and servers verify servers with
-#   tls/<server>.crt, .key    per server: compose rpc-server-1..N, Kubernetes rpc-server-0..N-1
+#   tls/<server>.crt, .key    per server: compose rpc-server-1..N, Kubernetes rpc-server-0..N-1,
+#                             --host NAME: NAME
 #   token                     the bearer token (64 hex digits)
 #   ca.key                    the CA's key, outside tls/ so no container ever mounts it; keep
 #                             it to add servers later (an existing CA and token are reused)
@@ -23,6 +25,7 @@ out=$here/secrets
 project=tensorgrid
 service=rpc-server
 k8s=0
+hosts=()
 namespace=default
 days=${TG_CERT_DAYS:-365}
 while [ $# -gt 0 ]; do
@@ -32,8 +35,9 @@ while [ $# -gt 0 ]; do
     -p) project=$2; shift ;;
     -s) service=$2; shift ;;
     --k8s) k8s=1 ;;
+    --host) hosts+=("$2"); shift ;;
     --namespace) namespace=$2; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "gen-secrets: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -74,7 +78,13 @@ issue() {  # NAME SAN
 }
 
 local_names="DNS:localhost,IP:127.0.0.1"
-if [ "$k8s" = 1 ]; then
+if [ ${#hosts[@]} -gt 0 ]; then
+  for h in "${hosts[@]}"; do
+    if [[ "$h" =~ ^[0-9.]+$|: ]]; then kind=IP; else kind=DNS; fi
+    issue "$h" "$kind:$h,$local_names"
+  done
+  n=${#hosts[@]}
+elif [ "$k8s" = 1 ]; then
   for ((i = 0; i < n; i++)); do
     pod=$service-$i
     issue "$pod" "DNS:$pod.$service,DNS:$pod.$service.$namespace.svc,DNS:$pod.$service.$namespace.svc.cluster.local,$local_names"

@@ -8,7 +8,8 @@
 # CUDA_BUILD_IMAGE / CUDA_RUNTIME_IMAGE: the bases (Ubuntu 24.04 has the same gRPC, protobuf
 # and Abseil as Debian 12). Without Docker Hub, make-base-images.sh --cuda makes local ones
 # from this host's toolkit: tensorgrid/cuda-local:devel and :runtime.
-# CUDA_ARCHITECTURES: the GPUs to compile for (Ampere, Ada, Hopper by default).
+# TG_CUDA_ARCHS: the GPUs to compile for (CMAKE_CUDA_ARCHITECTURES syntax; empty: the
+# project's default list, Turing to Hopper; one architecture, e.g. 90, builds much faster).
 ARG CUDA_BUILD_IMAGE=nvidia/cuda:12.8.1-devel-ubuntu24.04
 ARG CUDA_RUNTIME_IMAGE=nvidia/cuda:12.8.1-runtime-ubuntu24.04
 
@@ -19,14 +20,14 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     tg-docker-build deps
 COPY . /src
 ARG TG_CUDA=OFF
-ARG CUDA_ARCHITECTURES="80;86;89;90"
+ARG TG_CUDA_ARCHS=""
 ARG TG_CPU_FLAGS="-mavx2;-mfma;-mf16c"
 # The CUDA libraries come with the runtime base (and libcuda with the host's driver): the
 # image must not carry copies of its own.
 ENV CCACHE_DIR=/root/.cache/ccache TG_CPU_FLAGS=${TG_CPU_FLAGS} \
     TG_COLLECT_EXCLUDE="libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvrtc|libnvJitLink"
 RUN --mount=type=cache,target=/root/.cache/ccache \
-    tg-docker-build build -DTG_CUDA=${TG_CUDA} -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
+    tg-docker-build build -DTG_CUDA=${TG_CUDA} ${TG_CUDA_ARCHS:+"-DTG_CUDA_ARCHS=${TG_CUDA_ARCHS}"} \
         -DTG_VULKAN=OFF && \
     tg-docker-build collect /out
 

@@ -135,6 +135,14 @@ if [ -n "$cuda_home" ]; then
       [ -d "$libdir/stubs" ] && cp -a "$libdir/stubs" "$ctx/cuda/lib64/"
       [ -d "$cuda_real/lib/cmake" ] && mkdir -p "$ctx/cuda/lib" && cp -a "$cuda_real/lib/cmake" "$ctx/cuda/lib/"
       cp -a "$cuda_real/version.json" "$ctx/cuda/" 2>/dev/null || true
+      # CUDA 13 has no libnvToolsExt (nvtx3 is header-only), and Debian 12's CMake 3.25
+      # FindCUDAToolkit then fails on the missing target; an empty stub (never linked by
+      # tensorgrid) lets it through. Newer CMake (the nvidia/cuda images) needs none.
+      if ! ls "$libdir"/libnvToolsExt.so* >/dev/null 2>&1; then
+        mkdir -p "$ctx/cuda/lib64/stubs"
+        gcc -shared -x c /dev/null -o "$ctx/cuda/lib64/stubs/libnvToolsExt.so" ||
+          { log "--cuda: gcc is needed for the libnvToolsExt stub of CUDA 13"; exit 1; }
+      fi
     fi
     cat > "$ctx/Dockerfile" <<EOF
 FROM $base_tag

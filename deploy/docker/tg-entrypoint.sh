@@ -21,7 +21,8 @@
 #   headless Service TG_RPC_SERVICE) the names are <set>-0.<service> .. <set>-(N-1).<service>;
 #   without it, the replicas of a compose service, found through DNS (all its addresses, then
 #   each address's container name). TG_RPC_WAIT: seconds to wait until every server answers
-#   health checks (default 60; 0: do not wait). TG_CA_FILE and TG_TOKEN_FILE authenticate.
+#   health checks (default 60; 0: do not wait). TG_RPC_EXTRA: more host:port,... appended
+#   (servers outside the cluster, e.g. a GPU host). TG_CA_FILE and TG_TOKEN_FILE authenticate.
 #   TG_REMOTE_ONLY=1 runs on the servers' devices only (--device), not the client's CPU.
 # TG_ENTRYPOINT_DRY_RUN=1 prints the command instead of running it.
 set -euo pipefail
@@ -97,6 +98,13 @@ compose_replicas() {
 }
 
 rpc_list() {
+  local found
+  found=$(cluster_list)
+  if [ -n "${TG_RPC_EXTRA:-}" ]; then found=${found:+$found,}$TG_RPC_EXTRA; fi
+  echo "$found"
+}
+
+cluster_list() {
   if [ -n "${TG_RPC:-}" ]; then echo "$TG_RPC"; return; fi
   [ -n "${TG_RPC_SERVICE:-}" ] || return 0
   local p=${TG_RPC_PORT:-50052} names=()

@@ -13,140 +13,33 @@ each, one token) and checks that:
   - scaled to three replicas, the client finds all three by name and runs on them;
   - stopping one server container makes a running client fail, naming that server, within 5 s.
 Then it tears everything down: compose down -v, the containers, networks and volumes left in
-its daemon, the dockerd (by pid), its exec root and socket.
-
-The daemon's data root (images and the BuildKit cache, ccache included) is kept between runs
-in TG_DEPLOY_CACHE (default ~/.cache/tensorgrid-deploy), so a second run builds from cache.
-Without Docker Hub the base image is made with deploy/docker/make-base-images.sh.
+its daemon, the dockerd (by pid), its exec root and socket (docker_env.py: the daemon's data
+root with the image and build cache is kept for the next run).
 
 Exit 0 pass, 1 fail, 77 skipped with the reason printed (not root, no docker.io/
 docker-compose, a dockerd that cannot start, no base image, no model).
 """
 
 import argparse
-import fcntl
 import json
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
 
-SKIP = 77
-DOCKER = "/usr/bin/docker"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from docker_env import (SKIP, Fail, Phase, Skip, build_image, check_prerequisites,  # noqa: E402
+                        check_runtime_image, ensure_base_image, log, session)
+
 PROJECT = "tgdeploytest"
 IMAGE = "tensorgrid/cpu:deploy-test"
-BASE_IMAGE = "debian:bookworm-slim"
 MAX_IMAGE_BYTES = 150_000_000
 FAIL_WITHIN_S = 5.0
 PROMPT = "Once upon a time"
 N_TOKENS = 64
-# Addresses for the networks of this daemon (no default bridge: it would clash with another
-# dockerd's docker0).
-ADDRESS_POOL = os.environ.get("TG_DEPLOY_ADDRESS_POOL", "10.213.0.0/16")
-
-
-class Skip(Exception):
-    pass
-
-
-class Fail(Exception):
-    pass
-
-
-def log(msg):
-    print(f"deploy: {msg}", flush=True)
-
-
-class Phase:
-    """Prints how long a step took (the figures in docs/deployment.md come from these lines)."""
-
-    def __init__(self, name):
-        self.name = name
-
-    def __enter__(self):
-        self.t0 = time.monotonic()
-        log(f"{self.name} ...")
-
-    def __exit__(self, *exc):
-        log(f"{self.name}: {time.monotonic() - self.t0:.1f} s")
-
-
-class Dockerd:
-    """A dockerd of this test's own: data root in the cache, the rest in a scratch folder."""
-
-    def __init__(self, cache, scratch):
-        self.data_root = os.path.join(cache, "docker")
-        self.exec_root = os.path.join(scratch, "exec")
-        self.sock = os.path.join(scratch, "docker.sock")
-        self.log_path = os.path.join(scratch, "dockerd.log")
-        self.stale_pid = os.path.join(cache, "dockerd.pid")
-        self.proc = None
-        self.env = dict(os.environ, DOCKER_HOST=f"unix://{self.sock}", DOCKER_BUILDKIT="1")
-
-    def stop_stale(self):
-        """A run killed by a timeout leaves its dockerd on the data root: stop it by its pid."""
-        try:
-            pid = int(open(self.stale_pid).read())
-            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
-        except (OSError, ValueError):
-            return
-        if "dockerd" in cmdline and self.data_root in cmdline:
-            log(f"stopping the dockerd (pid {pid}) an interrupted run left")
-            os.kill(pid, signal.SIGTERM)
-            for _ in range(100):
-                if not os.path.exists(f"/proc/{pid}"):
-                    break
-                time.sleep(0.2)
-
-    def start(self):
-        self.stop_stale()
-        os.makedirs(self.data_root, exist_ok=True)
-        cmd = [shutil.which("dockerd") or "/usr/sbin/dockerd", "--data-root", self.data_root,
-               "--exec-root", self.exec_root, "-H", f"unix://{self.sock}",
-               "--pidfile", os.path.join(os.path.dirname(self.sock), "dockerd.pid"),
-               "--bridge=none", "--default-address-pool", f"base={ADDRESS_POOL},size=24"]
-        self.proc = subprocess.Popen(cmd, stdout=open(self.log_path, "w"),
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-        with open(self.stale_pid, "w") as f:
-            f.write(str(self.proc.pid))
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                break
-            if self.run(["info"], check=False).returncode == 0:
-                log(f"dockerd pid {self.proc.pid}, data root {self.data_root}")
-                return
-            time.sleep(0.3)
-        tail = open(self.log_path).read()[-1500:]
-        raise Skip(f"dockerd does not start here (needs root, cgroups, overlayfs):\n{tail}")
-
-    def run(self, args, check=True, timeout=600, **kw):
-        p = subprocess.run([DOCKER] + args, env=self.env, capture_output=True, text=True,
-                           timeout=timeout, **kw)
-        if check and p.returncode != 0:
-            raise Fail(f"docker {' '.join(args)}: exit {p.returncode}\n{p.stdout}{p.stderr}")
-        return p
-
-    def stop(self):
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        log(f"dockerd pid {self.proc.pid} stopped (exit {self.proc.returncode})")
-        try:
-            os.unlink(self.stale_pid)
-        except OSError:
-            pass
 
 
 class Cluster:
@@ -205,58 +98,6 @@ def tokens(stdout, what):
         return json.loads(stdout)["tokens"]
     except (ValueError, KeyError) as e:
         raise Fail(f"{what}: no JSON tokens ({e}) in:\n{stdout[-2000:]}")
-
-
-def ensure_base_image(d, src):
-    if d.run(["image", "inspect", BASE_IMAGE], check=False).returncode == 0:
-        return
-    if d.run(["pull", BASE_IMAGE], check=False, timeout=300).returncode == 0:
-        return
-    if shutil.which("debootstrap") is None:
-        raise Skip(f"no {BASE_IMAGE}: Docker Hub unreachable and debootstrap missing")
-    with Phase(f"make {BASE_IMAGE} (Docker Hub unreachable)"):
-        p = subprocess.run(["bash", os.path.join(src, "deploy/docker/make-base-images.sh")],
-                           env=dict(d.env, DOCKER=DOCKER), capture_output=True, text=True)
-    if p.returncode != 0:
-        raise Skip(f"cannot make {BASE_IMAGE} (no registry, no mirror?):\n{p.stderr[-1500:]}")
-
-
-def build_image(d, src, scratch):
-    log_path = os.path.join(scratch, "build.log")
-    with Phase("docker build deploy/docker/cpu.Dockerfile"), open(log_path, "w") as out:
-        # --network host: this daemon has no default bridge for RUN steps.
-        p = subprocess.run([DOCKER, "build", "--network", "host", "--progress", "plain", "-f",
-                            os.path.join(src, "deploy/docker/cpu.Dockerfile"), "-t", IMAGE, src],
-                           env=d.env, stdout=out, stderr=subprocess.STDOUT, timeout=3600)
-    if p.returncode != 0:
-        raise Fail(f"image build failed:\n{open(log_path).read()[-4000:]}")
-    for line in open(log_path):
-        if "build.sh:" in line or re.search(r"cache (hits|misses)|Hits:|Misses:", line):
-            log(line.strip())
-
-
-def check_image(d):
-    info = json.loads(d.run(["image", "inspect", IMAGE]).stdout)[0]
-    size = info["Size"]
-    log(f"image {IMAGE}: {size / 1e6:.1f} MB")
-    if size >= MAX_IMAGE_BYTES:
-        raise Fail(f"the CPU runtime image is {size / 1e6:.1f} MB, the limit is "
-                   f"{MAX_IMAGE_BYTES / 1e6:.0f} MB")
-    user = info["Config"].get("User", "")
-    if user.split(":")[0] in ("", "0", "root"):
-        raise Fail(f"the image runs as '{user or 'root'}', not as a non-root user")
-    health = (info["Config"].get("Healthcheck") or {}).get("Test", [])
-    if "health" not in " ".join(health):
-        raise Fail(f"the image has no grpc.health HEALTHCHECK: {health}")
-    # No compiler, and no secret material baked in (keys, tokens, certificates).
-    probe = ("for c in cc gcc g++ c++ clang cpp as ld; do command -v $c && exit 3; done; "
-             "find / -xdev \\( -name '*.key' -o -name '*.pem' -o -name '*.crt' -o -name token "
-             "\\) -type f 2>/dev/null | grep -v '^/proc' || true")
-    p = d.run(["run", "--rm", "--entrypoint", "/bin/bash", IMAGE, "-c", probe], check=False)
-    if p.returncode == 3:
-        raise Fail(f"the runtime image holds a compiler: {p.stdout.strip()}")
-    if p.stdout.strip():
-        raise Fail(f"the runtime image holds key or certificate files:\n{p.stdout}")
 
 
 def local_tokens(tg_run, model):
@@ -362,67 +203,13 @@ def check_server_loss(c, d, servers, model_name):
     log(f"stopped {victim}: the client failed after {took:.1f} s: {line.strip()}")
 
 
-def teardown(c, d):
-    if d.proc is None or d.proc.poll() is not None:
-        return
-    try:
-        c.run("down", "-v", "--remove-orphans", "-t", "2", check=False, timeout=120)
-        # compose run --rm containers of a failed step, and anything else left in this
-        # private daemon: it holds nothing but this test's objects.
-        left = d.run(["ps", "-aq"], check=False).stdout.split()
-        if left:
-            d.run(["rm", "-f", "-v"] + left, check=False)
-        d.run(["volume", "prune", "-f"], check=False)
-        d.run(["network", "prune", "-f"], check=False)
-        containers = d.run(["ps", "-aq"], check=False).stdout.split()
-        volumes = d.run(["volume", "ls", "-q"], check=False).stdout.split()
-        networks = [n for n in d.run(["network", "ls", "--format", "{{.Name}}"],
-                                     check=False).stdout.split() if n not in ("host", "none")]
-        log(f"teardown: {len(containers)} containers, {len(volumes)} volumes, "
-            f"{len(networks)} networks left")
-    finally:
-        d.stop()
-
-
-def check_prerequisites(a):
-    if os.geteuid() != 0:
-        raise Skip("not root: this test starts its own dockerd")
-    for tool in ("dockerd", "docker-compose"):
-        if shutil.which(tool) is None and not os.path.exists(f"/usr/sbin/{tool}"):
-            raise Skip(f"{tool} not installed (apt-get install docker.io docker-compose)")
-    if not os.path.exists(DOCKER):
-        raise Skip(f"{DOCKER} not installed (apt-get install docker.io)")
-    if not os.path.exists(a.model):
-        raise Skip(f"model {a.model} missing")
-
-
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--src", required=True)
-    ap.add_argument("--tg-run", required=True)
-    ap.add_argument("--model", required=True)
-    a = ap.parse_args()
-    a.model = os.path.abspath(a.model)
-    t_start = time.monotonic()
-    try:
-        check_prerequisites(a)
-    except Skip as e:
-        print(f"skipped: {e}")
-        return SKIP
-    cache = os.environ.get("TG_DEPLOY_CACHE",
-                           os.path.join(os.path.expanduser("~"), ".cache", "tensorgrid-deploy"))
-    os.makedirs(cache, exist_ok=True)
-    lock = open(os.path.join(cache, "lock"), "w")
-    fcntl.flock(lock, fcntl.LOCK_EX)  # one run per data root
-    scratch = tempfile.mkdtemp(prefix="tgd.", dir="/tmp")  # short: unix socket paths
-    d = Dockerd(cache, scratch)
+def run(a, d, scratch):
     c = Cluster(d, a.src, os.path.join(scratch, "secrets"), os.path.dirname(a.model))
     model_name = os.path.basename(a.model)
     try:
-        d.start()
         ensure_base_image(d, a.src)
-        build_image(d, a.src, scratch)
-        check_image(d)
+        build_image(d, a.src, scratch, "deploy/docker/cpu.Dockerfile", IMAGE)
+        check_runtime_image(d, IMAGE, MAX_IMAGE_BYTES)
         subprocess.run(["bash", os.path.join(a.src, "deploy/compose/gen-secrets.sh"), "-n", "3",
                         "-p", PROJECT, "-o", os.path.join(scratch, "secrets")],
                        check=True, capture_output=True)
@@ -438,16 +225,31 @@ def main():
         with Phase("scaling"):
             servers = check_scaling(c, model_name, want)
         check_server_loss(c, d, servers, model_name)
+    finally:
+        c.run("down", "-v", "--remove-orphans", "-t", "2", check=False, timeout=120)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--src", required=True)
+    ap.add_argument("--tg-run", required=True)
+    ap.add_argument("--model", required=True)
+    a = ap.parse_args()
+    a.model = os.path.abspath(a.model)
+    t_start = time.monotonic()
+    try:
+        check_prerequisites("docker-compose")
+        if not os.path.exists(a.model):
+            raise Skip(f"model {a.model} missing")
+        with session() as (d, scratch):
+            run(a, d, scratch)
     except Skip as e:
         print(f"skipped: {e}")
         return SKIP
     except Fail as e:
         print(f"FAIL: {e}")
-        print(open(d.log_path).read()[-1500:] if os.path.exists(d.log_path) else "")
         return 1
     finally:
-        teardown(c, d)
-        shutil.rmtree(scratch, ignore_errors=True)
         log(f"total {time.monotonic() - t_start:.1f} s")
     print("PASS")
     return 0

@@ -245,7 +245,7 @@ def check_resized(src, kdir):
         gpus = check_gpus(src, server, "cuda (resized)")
         if len(listed) != 3 or gpus != 4:
             raise Fail(f"resized cuda overlay: {len(listed)} servers, {gpus} GPUs; want 3, 4")
-        print(f"k8s: cuda resized to 3 pods x 4 GPUs: client and -d follow")
+        print("k8s: cuda resized to 3 pods x 4 GPUs: client and -d follow")
 
 
 def validate_schemas(src, all_objs):
