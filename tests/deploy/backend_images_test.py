@@ -21,8 +21,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from docker_env import (SKIP, Fail, Skip, build_image, check_prerequisites,  # noqa: E402
-                        check_runtime_image, ensure_base_image, log, session)
+from docker_env import (Fail, build_image, check_prerequisites, check_runtime_image,  # noqa: E402
+                        ensure_base_image, log, run_test, session)
 
 VULKAN = "tensorgrid/vulkan:deploy-test"
 CUDA = "tensorgrid/cuda:deploy-test"
@@ -97,23 +97,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--src", required=True)
     a = ap.parse_args()
-    t_start = time.monotonic()
-    try:
+
+    def body():
         check_prerequisites()
         with session() as (d, scratch):
             ensure_base_image(d, a.src)
             check_vulkan(d, a.src, scratch)
             check_cuda(d, a.src, scratch)
-    except Skip as e:
-        print(f"skipped: {e}")
-        return SKIP
-    except Fail as e:
-        print(f"FAIL: {e}")
-        return 1
-    finally:
-        log(f"total {time.monotonic() - t_start:.1f} s")
-    print("PASS")
-    return 0
+
+    return run_test(body)
 
 
 if __name__ == "__main__":

@@ -31,8 +31,8 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from docker_env import (SKIP, Fail, Phase, Skip, build_image, check_prerequisites,  # noqa: E402
-                        check_runtime_image, ensure_base_image, log, session)
+from docker_env import (Fail, Phase, Skip, build_image, check_prerequisites,  # noqa: E402
+                        check_runtime_image, ensure_base_image, log, run_test, session)
 
 PROJECT = "tgdeploytest"
 IMAGE = "tensorgrid/cpu:deploy-test"
@@ -236,23 +236,15 @@ def main():
     ap.add_argument("--model", required=True)
     a = ap.parse_args()
     a.model = os.path.abspath(a.model)
-    t_start = time.monotonic()
-    try:
+
+    def body():
         check_prerequisites("docker-compose")
         if not os.path.exists(a.model):
             raise Skip(f"model {a.model} missing")
         with session() as (d, scratch):
             run(a, d, scratch)
-    except Skip as e:
-        print(f"skipped: {e}")
-        return SKIP
-    except Fail as e:
-        print(f"FAIL: {e}")
-        return 1
-    finally:
-        log(f"total {time.monotonic() - t_start:.1f} s")
-    print("PASS")
-    return 0
+
+    return run_test(body)
 
 
 if __name__ == "__main__":

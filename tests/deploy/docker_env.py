@@ -230,3 +230,21 @@ def check_runtime_image(d, image, max_bytes=None):
     if p.stdout.strip():
         raise Fail(f"{image} holds key or certificate files:\n{p.stdout}")
     return info
+
+
+def run_test(body):
+    """Runs body(), the whole test: the exit code ctest reads (0 pass, 1 fail, SKIP with the
+    reason printed), and the total time."""
+    t_start = time.monotonic()
+    try:
+        body()
+    except Skip as e:
+        print(f"skipped: {e}")
+        return SKIP
+    except Fail as e:
+        print(f"FAIL: {e}")
+        return 1
+    finally:
+        log(f"total {time.monotonic() - t_start:.1f} s")
+    print("PASS")
+    return 0
