@@ -75,7 +75,7 @@ absl::Status RemoteBuffer::GetTensor(const Tensor* t, void* data, size_t offset,
   if (size == 0) return absl::OkStatus();
   TG_RETURN_IF_ERROR(connection_->Drain());
   const uint64_t at = OffsetOf(*t, offset);
-  if (connection_->ReadInlineOutput(handle_, at, data, size)) return absl::OkStatus();
+  if (connection_->inline_outputs().Read(handle_, at, data, size)) return absl::OkStatus();
   if (size > kInlineWriteBytes) return connection_->Download(handle_, at, data, size);
   TG_RETURN_IF_ERROR(PostRead(at, data, size));
   return connection_->Drain();

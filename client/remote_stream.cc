@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/graph_encoder.h"
+#include "client/inline_outputs.h"
 #include "client/remote_buffer.h"
 #include "client/remote_device.h"
 #include "core/status_macros.h"
@@ -92,7 +93,7 @@ absl::Status RemoteStream::Compute(Graph& graph) {
   pb::Compute* c = request.mutable_compute();
   c->set_device(device_->index());
   c->set_graph_key(key);
-  if (!connection->MarkGraphSent(key)) {
+  if (!connection->sent_graphs().MarkSent(key)) {
     TG_ASSIGN_OR_RETURN(EncodedGraph encoded, EncodeGraph(graph, locate));
     *c->mutable_graph() = std::move(encoded.desc);
   }
@@ -122,7 +123,7 @@ absl::Status RemoteStream::Compute(Graph& graph) {
         absl::MutexLock lock(&pending->mu);
         pending->answered = true;
         if (reply.code() != 0) {
-          connection->ForgetGraph(key);
+          connection->sent_graphs().Forget(key);
           return absl::OkStatus();  // the reply's own error is what the caller sees.
         }
         pb::ComputeReply& r = *reply.mutable_compute();
@@ -134,8 +135,9 @@ absl::Status RemoteStream::Compute(Graph& graph) {
         }
         for (size_t i = 0; i < pending->ranges.size(); ++i) {
           pending->Deliver(i, r.outputs(i));
-          connection->AddInlineOutput(pending->ranges[i].buffer, pending->ranges[i].offset,
-                                      std::move(*r.mutable_outputs(i)));
+          connection->inline_outputs().Add(reply.id(), pending->ranges[i].buffer,
+                                           pending->ranges[i].offset,
+                                           std::move(*r.mutable_outputs(i)));
         }
         return absl::OkStatus();
       },
@@ -156,7 +158,7 @@ absl::Status RemoteStream::GetTensorAsync(const Tensor* t, void* data, size_t of
   if (last_outputs_ != nullptr && last_compute_id_ == connection->last_sent_id() &&
       !connection->has_queued_writes() &&
       (last_outputs_->Attach(buffer->handle(), at, size, data) ||
-       connection->ReadInlineOutput(buffer->handle(), at, data, size))) {
+       connection->inline_outputs().Read(buffer->handle(), at, data, size))) {
     return absl::OkStatus();
   }
   if (size > kInlineWriteBytes) return buffer->GetTensor(t, data, offset, size);  // a Download.

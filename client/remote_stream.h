@@ -47,7 +47,7 @@ class RemoteStream : public Stream {
   // Free for an event of the same server (its commands run in order); the host waits for
   // one of another server.
   absl::Status WaitEvent(Event* event) override;
-  // Commands in between go to the server as one message (Connection::BeginBatch).
+  // Commands in between go to the server as one message (SessionChannel::BeginBatch).
   void BeginBatch() override;
   absl::Status EndBatch() override;
   StreamStats stats() const override;

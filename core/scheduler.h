@@ -1,12 +1,13 @@
 // Scheduler: runs one graph over several devices (ggml_backend_sched, written for tensorgrid).
 // Given devices in priority order, each with a stream, Schedule() assigns every node to a
-// device (core/scheduler_assign.h), cuts the node sequence into splits of consecutive nodes on
-// one device with copies of their cross-device inputs (core/scheduler_split.h), and places
-// every tensor in its device's compute memory (one GraphAllocator per device). Compute() then
-// runs the splits in order: copy the split's inputs (Stream::CopyTensorAsync, else
-// Buffer::CopyFrom, else through host memory; after waiting for the producing devices with
-// events when they have them, else by synchronizing), optional Stream::OptimizeGraph, and
-// Stream::Compute.
+// device (core/scheduler_assign.h: where its weight is, or a higher-priority device that asks
+// for it through Device::OffloadOp when the weight is in host memory), cuts the node sequence into
+// splits of consecutive nodes on one device with copies of their cross-device inputs
+// (core/scheduler_split.h), and places every tensor in its device's compute memory (one
+// GraphAllocator per device). Compute() then runs the splits in order: copy the split's inputs
+// (Stream::CopyTensorAsync, else Buffer::CopyFrom, else through host memory; after waiting for the
+// producing devices with events when they have them, else by synchronizing), optional
+// Stream::OptimizeGraph, and Stream::Compute.
 //
 // Pipeline parallelism (n_copies > 1): each of n_copies memory "slots" has its own compute
 // memory on every device. Graphs scheduled in different slots may be in flight together

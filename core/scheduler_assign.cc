@@ -94,11 +94,27 @@ class Assigner {
       const Tensor* w = MemoryOwner(src);
       if (w->buffer == nullptr || !IsWeight(*w) || src->NumBytes() <= best_bytes) continue;
       TG_ASSIGN_OR_RETURN(int d, DeviceOfBuffer(w->buffer, *src));
+      const int off = OffloadTarget(node, *w->buffer->type(), d);
+      if (off >= 0) d = off;
       if (!Supports(d, node)) continue;  // another device may read it, or get a copy.
       best = d;
       best_bytes = src->NumBytes();
     }
     return best;
+  }
+
+  // ggml's op offload: a node whose weight lives in host memory on device `d` runs on the
+  // first higher-priority device that supports it and asks for it (Device::OffloadOp: a
+  // GPU for a large batch, where moving the weight costs less than computing on the host);
+  // the split copies the weight there. -1 when none does. Unlike ggml, which only offloads
+  // from the last device (assumed the CPU), any device holding host memory may be offloaded
+  // from: several virtual CPU devices are common here.
+  int OffloadTarget(const Tensor& node, const BufferType& weight_memory, int d) const {
+    if (!weight_memory.is_host()) return -1;
+    for (int b = 0; b < d; ++b) {
+      if (Supports(b, node) && devices_[b]->OffloadOp(node)) return b;
+    }
+    return -1;
   }
 
   // Pass 2: an unassigned node takes the device of the last assigned node before it.

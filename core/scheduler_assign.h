@@ -3,7 +3,10 @@
 // follow ggml_backend_sched:
 //   1. pin: tensors that already have memory live where that memory is; a node that writes
 //      into memory (a view, SET_ROWS, CPY: view_src) runs where that memory is; a node that
-//      reads a weight runs where its largest weight lives;
+//      reads a weight runs where its largest weight lives, unless that weight is in host
+//      memory and a higher-priority device that supports the node asks for it
+//      (Device::OffloadOp, ggml's op offload: a GPU for a large prompt batch), which then
+//      runs it and reads a copy of the weight made for its split;
 //   2. expand: unassigned nodes take the device of the previous (then the next) assigned node
 //      in graph order, first spreading only higher-priority devices, then all;
 //   3. upgrade: a node moves to a higher-priority device that shares its device's buffer type,

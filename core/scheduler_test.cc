@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "backends/cpu/cpu_buffer.h"
 #include "backends/cpu/cpu_device.h"
 #include "backends/cpu/cpu_stream.h"
 #include "core/ops.h"
@@ -25,15 +26,17 @@ using ::tg::testing::RandomFloats;
 using ::tg::testing::ReadF32;
 
 // A CPU device that runs only some ops, and optionally shares another device's memory type
-// (a BLAS-like accelerator) or refuses every memory but its own (a discrete GPU).
+// (a BLAS-like accelerator) or refuses every memory but its own (a discrete GPU), and asks
+// for the nodes `offload` accepts when their weights are in host memory (Device::OffloadOp).
 class TestDevice : public cpu::CpuDevice {
  public:
   TestDevice(std::string name, std::function<bool(Op)> supports, BufferType* shared = nullptr,
-             bool private_memory = false)
+             bool private_memory = false, std::function<bool(const Tensor&)> offload = nullptr)
       : cpu::CpuDevice(name, name, 1),
         supports_(std::move(supports)),
         shared_(shared),
-        private_memory_(private_memory) {}
+        private_memory_(private_memory),
+        offload_(std::move(offload)) {}
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
     return std::unique_ptr<Stream>(new cpu::CpuStream(this, 1));
   }
@@ -45,14 +48,32 @@ class TestDevice : public cpu::CpuDevice {
     if (!private_memory_) return cpu::CpuDevice::SupportsBufferType(type);
     return type == const_cast<TestDevice*>(this)->default_buffer_type();
   }
+  bool OffloadOp(const Tensor& node) const override { return offload_ && offload_(node); }
 
  private:
   std::function<bool(Op)> supports_;
   BufferType* shared_;
   bool private_memory_;
+  std::function<bool(const Tensor&)> offload_;
 };
 
 bool AllOps(Op) { return true; }
+
+// A CPU device whose memory passes for device memory (is_host() false), as a GPU's.
+class NonHostDevice : public cpu::CpuDevice {
+ public:
+  NonHostDevice() : cpu::CpuDevice("DEV", "dev", 1) {}
+  BufferType* default_buffer_type() override { return &type_; }
+  bool SupportsBufferType(const BufferType* type) const override { return type == &type_; }
+
+ private:
+  class NotHost : public cpu::CpuBufferType {
+   public:
+    using cpu::CpuBufferType::CpuBufferType;
+    bool is_host() const override { return false; }
+  };
+  NotHost type_{this};
+};
 
 class SchedulerTest : public ::testing::Test {
  protected:
@@ -342,6 +363,91 @@ TEST_F(SchedulerTest, WeightInMemoryTheDeviceCannotUseIsCopied) {
     results[run] = ReadF32(*out);
   }
   EXPECT_THAT(results[1], ElementsAreArray(results[0]));
+}
+
+// The CUDA backend's rule: a matrix product is worth moving to the GPU from a batch of 32.
+bool LargeMulMat(const Tensor& node) { return node.op == Op::kMulMat && node.src[1]->ne[1] >= 32; }
+
+// y = w x; out = y / 2 for a batch of `batch` columns.
+struct Product {
+  Context ctx;
+  Tensor* x = nullptr;
+  Tensor* y = nullptr;
+  Tensor* out = nullptr;
+  Graph graph;
+};
+
+std::unique_ptr<Product> BuildProduct(Tensor* w, int64_t batch) {
+  auto p = std::make_unique<Product>();
+  p->x = *p->ctx.NewTensor(DType::kF32, {w->ne[0], batch});
+  p->x->flags |= kFlagInput;
+  p->y = *MulMat(p->ctx, w, p->x);
+  p->out = *Scale(p->ctx, p->y, 0.5f);
+  p->graph = *BuildGraph({p->out});
+  return p;
+}
+
+// Op offload (ggml's): a prompt-sized batch runs on the higher-priority device that asks for
+// it, with the host weight copied there for the split; a decode-sized batch stays with the
+// weight. Either way the result is one device's.
+TEST_F(SchedulerTest, OffloadOpMovesALargeBatchToTheDeviceThatAsksForIt) {
+  TestDevice gpu("GPU", AllOps, nullptr, /*private_memory=*/true, LargeMulMat);
+  Tensor* w = Weight(dev0_, 64, 16, 1);
+  for (int64_t batch : {4, 31, 32, 40}) {
+    const std::vector<float> xv = RandomFloats(64 * batch, 11);
+    auto one = MakeScheduler({&dev0_});
+    auto ref = BuildProduct(w, batch);
+    auto gr = *one->Schedule(ref->graph);
+    ASSERT_TRUE(gr->SetInput(ref->x, xv.data(), xv.size() * sizeof(float)).ok());
+    ASSERT_TRUE(one->Compute(*gr).ok());
+
+    auto s = MakeScheduler({&gpu, &dev0_});
+    auto p = BuildProduct(w, batch);
+    auto g = *s->Schedule(p->graph);
+    const bool offloaded = batch >= 32;
+    EXPECT_EQ(g->DeviceOf(p->y), offloaded ? &gpu : &dev0_) << "batch " << batch;
+    EXPECT_EQ(g->DeviceOf(p->out), offloaded ? &gpu : &dev0_) << "batch " << batch;
+    EXPECT_EQ(g->DeviceOf(w), &dev0_);  // the weight stays where it is,
+    int weight_copies = 0;              // and the offloaded split reads a copy of it.
+    for (const Split& split : g->splits()) {
+      for (const SplitInput& in : split.inputs) {
+        if (in.src != w) continue;
+        ++weight_copies;
+        EXPECT_EQ(in.copy->buffer->type()->device(), &gpu);
+      }
+    }
+    EXPECT_EQ(weight_copies, offloaded ? 1 : 0) << "batch " << batch;
+    ASSERT_TRUE(g->SetInput(p->x, xv.data(), xv.size() * sizeof(float)).ok());
+    ASSERT_TRUE(s->Compute(*g).ok());
+    EXPECT_THAT(ReadF32(*p->out), ElementsAreArray(ReadF32(*ref->out))) << "batch " << batch;
+  }
+}
+
+// Offload needs a device that supports the node, ranks above the weight's device, and a
+// weight in host memory.
+TEST_F(SchedulerTest, OffloadOpOnlyMovesToAHigherPriorityDeviceThatRunsTheNode) {
+  TestDevice gpu("GPU", AllOps, nullptr, /*private_memory=*/true, LargeMulMat);
+  TestDevice no_mul_mat(
+      "NOMM", [](Op op) { return op != Op::kMulMat; }, nullptr, /*private_memory=*/true,
+      [](const Tensor&) { return true; });
+  Tensor* w = Weight(dev0_, 64, 16, 1);
+  {
+    auto s = MakeScheduler({&no_mul_mat, &dev0_});
+    auto p = BuildProduct(w, 64);
+    EXPECT_EQ((*s->Schedule(p->graph))->DeviceOf(p->y), &dev0_);
+  }
+  {
+    auto s = MakeScheduler({&dev0_, &gpu});  // the weight's device comes first.
+    auto p = BuildProduct(w, 64);
+    EXPECT_EQ((*s->Schedule(p->graph))->DeviceOf(p->y), &dev0_);
+  }
+  {
+    NonHostDevice dev;  // the weight in device memory stays with its device.
+    Tensor* wd = Weight(dev, 64, 16, 2);
+    auto s = MakeScheduler({&gpu, &dev});
+    auto p = BuildProduct(wd, 64);
+    EXPECT_EQ((*s->Schedule(p->graph))->DeviceOf(p->y), &dev);
+  }
 }
 
 TEST_F(SchedulerTest, PipelinedGraphsMatchSequentialOnes) {

@@ -8,8 +8,8 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "core/tensor.h"
 #include "core/spin_barrier.h"
+#include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "meta/split_state.h"
 

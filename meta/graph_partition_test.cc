@@ -2,6 +2,9 @@
 // plain CPU device and on a meta device over 2-4 CPU devices with the weights split as the
 // test says; the outputs must agree (up to the float reordering of partial sums), and the
 // plan must contain the collectives the design predicts.
+#include "meta/graph_partition.h"
+
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -19,6 +22,8 @@
 #include "gtest/gtest.h"
 #include "meta/meta_device.h"
 #include "meta/meta_stream.h"
+#include "meta/partition_testing.h"
+#include "meta/plan_memory.h"
 #include "tests/lib/test_util.h"
 
 namespace tg::meta {
@@ -334,6 +339,24 @@ TEST(MetaPartitionTest, AttentionByKvHeadOverDecodeSteps) { AttentionSteps(2, {0
 
 TEST(MetaPartitionTest, AttentionWithADeviceWithoutHeads) { AttentionSteps(3, {0.5f, 0.0f, 0.5f}); }
 
+// A meta device's plans do not depend on what other meta devices do: another device loading
+// weights leaves this one's cached plan valid (its resident generation is its own).
+TEST(MetaPartitionTest, AnotherDevicesWeightsKeepThePlan) {
+  const Ranges rows = R({{0, 6}, {6, 16}});
+  const std::vector<Spec> weights = {{"w", DType::kF32, {16, 16}, SplitState::Axis(1, rows)}};
+  Harness mine(2, weights);
+  Harness other(2, weights);
+  Builder build = [](Context& ctx, const Lookup& get) -> absl::StatusOr<Tensor*> {
+    TG_ASSIGN_OR_RETURN(Tensor * y, MulMat(ctx, get("w"), get("x")));
+    return Scale(ctx, y, 0.5f);
+  };
+  mine.Run(build, {Input("x", DType::kF32, {16, 2}, 8)}, 1e-6);
+  other.Run(build, {Input("x", DType::kF32, {16, 2}, 9)}, 1e-6);  // places its weights.
+  mine.Run(build, {Input("x", DType::kF32, {16, 2}, 10)}, 1e-6);
+  EXPECT_EQ(mine.meta_stream()->partitions(), 1);
+  EXPECT_EQ(mine.meta_stream()->replays(), 1);
+}
+
 // A fused weight (q|k|v style) cut in segments: each device holds a piece of every segment.
 TEST(MetaPartitionTest, SegmentedWeightScattersAndGathers) {
   const SplitState seg = SplitState::Segmented(1, {{{0, 4}, {8, 12}}, {{4, 8}, {12, 16}}});
@@ -376,6 +399,84 @@ TEST(MetaPartitionTest, WritingRowsOfARowSplitTensorIsRefused) {
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
   EXPECT_NE(s.message().find("SET_ROWS"), std::string::npos) << s;
   EXPECT_NE(s.message().find("dimension 1 cannot be cut"), std::string::npos) << s;
+}
+
+// The partition entry points need nothing of a meta device but its ShadowLookup: here a fake
+// one says which leaf is resident (and with which shadows), everything else is a graph tensor.
+class PartitionGraphTest : public ::testing::Test {
+ protected:
+  PartitionGraphTest() : a_("A", "a", 1), b_("B", "b", 1), lookup_({&a_, &b_}) {
+    w_ = *ctx_.NewTensor(DType::kF32, {8, 6});
+    w_->SetName("w");
+    const SplitState rows = SplitState::Axis(1, R({{0, 2}, {2, 6}}));
+    lookup_.SetResident(w_, ShadowSet{rows,
+                                      {*ctx_.NewTensor(DType::kF32, {8, 2}),
+                                       *ctx_.NewTensor(DType::kF32, {8, 4})}});
+    x_ = *ctx_.NewTensor(DType::kF32, {8, 3});
+    y_ = *MulMat(ctx_, w_, x_);
+    graph_ = *BuildGraph({y_});
+  }
+
+  size_t LeafIndex(const Tensor* t) const {
+    return std::find(graph_.leafs.begin(), graph_.leafs.end(), t) - graph_.leafs.begin();
+  }
+
+  cpu::CpuDevice a_;
+  cpu::CpuDevice b_;
+  FakeShadowLookup lookup_;
+  Context ctx_;
+  Tensor* w_;
+  Tensor* x_;
+  Tensor* y_;
+  Graph graph_;
+};
+
+TEST_F(PartitionGraphTest, RecordsWhatTheStreamNeeds) {
+  absl::StatusOr<std::shared_ptr<PartitionPlan>> plan = PartitionGraph(lookup_, graph_);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const PartitionPlan& p = **plan;
+  ASSERT_EQ(p.inputs.size(), 1u);  // x, scattered before each Compute.
+  EXPECT_TRUE(p.inputs[0].slot.leaf);
+  EXPECT_EQ(p.inputs[0].slot.index, LeafIndex(x_));
+  ASSERT_EQ(p.results.size(), 2u);  // x and the output y, registered for GetTensor.
+  EXPECT_FALSE(p.results[1].slot.leaf);
+  EXPECT_EQ(p.results[1].set.state, SplitState::Axis(0, R({{0, 2}, {2, 6}})));
+  // x and y have memory of their own on each device (their shadows are the plan's).
+  PlanMemory memory({a_.default_buffer_type(), b_.default_buffer_type()});
+  ASSERT_TRUE(memory.Place(**plan).ok());
+  for (int d = 0; d < 2; ++d) {
+    const Tensor* xs = p.inputs[0].set.shadows[d];
+    const Tensor* ys = p.results[1].set.shadows[d];
+    ASSERT_NE(xs->data, nullptr);
+    ASSERT_NE(ys->data, nullptr);
+    EXPECT_EQ(xs->buffer, ys->buffer);
+    EXPECT_EQ(xs->buffer->type()->device(), d == 0 ? &a_ : &b_);
+  }
+  EXPECT_EQ(p.bindings[LeafIndex(w_)], w_);
+  EXPECT_EQ(p.bindings[LeafIndex(x_)], nullptr);
+  EXPECT_EQ(p.comm_count, 0);
+  EXPECT_FALSE(p.writes_graph_tensors);
+}
+
+TEST_F(PartitionGraphTest, ReplaysOnlyUnderTheSameResidentGeneration) {
+  std::shared_ptr<PartitionPlan> plan = *PartitionGraph(lookup_, graph_);
+  const size_t tape = plan->tape.size();
+  EXPECT_TRUE(BindingsMatch(lookup_, *plan, graph_));
+  EXPECT_TRUE(ReplayPartition(lookup_, graph_, plan.get()));
+  EXPECT_EQ(plan->tape.size(), tape);
+  // Another resident tensor placed: the plan's bindings by address may be stale.
+  Tensor* other = *ctx_.NewTensor(DType::kF32, {4});
+  lookup_.SetResident(other, ShadowSet{SplitState::Mirrored(), {other, other}});
+  EXPECT_FALSE(BindingsMatch(lookup_, *plan, graph_));
+  EXPECT_FALSE(ReplayPartition(lookup_, graph_, plan.get()));
+}
+
+TEST_F(PartitionGraphTest, ALeafOutsideTheDevicesMemoryIsAnError) {
+  lookup_.SetHome(x_, ShadowLookup::Home::kElsewhere);
+  absl::StatusOr<std::shared_ptr<PartitionPlan>> plan = PartitionGraph(lookup_, graph_);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(plan.status().message().find("not in the memory of FAKE"), std::string::npos)
+      << plan.status();
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 #include "meta/meta_buffer.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -14,11 +13,10 @@ namespace tg::meta {
 namespace {
 
 // Meta buffers get addresses from a range no host code ever dereferences (is_host() is
-// false); the values only make tensor addresses unique and range checks meaningful.
+// false); the values only make a device's tensor addresses unique and range checks
+// meaningful.
 constexpr uintptr_t kFakeAddressStart = uintptr_t{1} << 46;
 constexpr uintptr_t kFakeAddressAlign = uintptr_t{1} << 16;
-std::atomic<uintptr_t> g_next_fake_address{kFakeAddressStart};
-std::atomic<uint64_t> g_resident_generation{1};
 
 // Per-device arena chunks for resident shadows: large enough to hold many weights in one
 // device allocation, small enough that the unused tail of the last chunk stays modest.
@@ -29,7 +27,8 @@ size_t AlignUp(size_t n, size_t align) { return (n + align - 1) / align * align;
 
 }  // namespace
 
-MetaBufferType::MetaBufferType(MetaDevice* device) : device_(device) {
+MetaBufferType::MetaBufferType(MetaDevice* device)
+    : device_(device), next_address_(kFakeAddressStart) {
   name_ = std::string(device->name());
   for (Device* d : device->devices()) {
     BufferType* bt = d->default_buffer_type();
@@ -50,14 +49,13 @@ size_t MetaBufferType::AllocSize(const Tensor& t) const {
 
 absl::StatusOr<std::unique_ptr<Buffer>> MetaBufferType::Allocate(size_t size) {
   const uintptr_t span = AlignUp(size, kFakeAddressAlign) + kFakeAddressAlign;
-  const uintptr_t base = g_next_fake_address.fetch_add(span);
+  const uintptr_t base = next_address_.fetch_add(span);
   return std::unique_ptr<Buffer>(new MetaBuffer(this, base, size));
 }
 
 MetaBuffer::MetaBuffer(MetaBufferType* type, uintptr_t base, size_t size)
     : type_(type), device_(type->meta_device()), base_(base), size_(size) {
   arenas_.resize(device_->n_devices());
-  mirrors_.resize(device_->n_devices());
 }
 
 absl::Status MetaBuffer::InitTensor(Tensor* t) {
@@ -69,10 +67,8 @@ absl::Status MetaBuffer::InitTensor(Tensor* t) {
   return CreateResidentShadows(t);
 }
 
-uint64_t MetaBuffer::ResidentGeneration() { return g_resident_generation.load(); }
-
 absl::Status MetaBuffer::CreateResidentShadows(Tensor* t) {
-  g_resident_generation.fetch_add(1);
+  type_->BumpResidentGeneration();
   TG_ASSIGN_OR_RETURN(SplitState state, device_->DecideSplit(*t));
   ShadowSet set;
   set.state = state;
@@ -117,8 +113,13 @@ absl::Status MetaBuffer::PlaceInArena(int d, Tensor* shadow) {
 std::optional<ShadowSet> MetaBuffer::Shadows(const Tensor* t) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = resident_.find(t); it != resident_.end()) return it->second;
-  if (auto it = graph_.find(t); it != graph_.end()) return it->second;
-  return std::nullopt;
+  return GraphShadows(t);
+}
+
+std::optional<ShadowSet> MetaBuffer::GraphShadows(const Tensor* t) const {
+  auto it = graph_.find(t);
+  if (it == graph_.end() || !it->second.valid()) return std::nullopt;
+  return it->second.set;
 }
 
 void MetaBuffer::ResetGraphTensors() {
@@ -126,9 +127,10 @@ void MetaBuffer::ResetGraphTensors() {
   graph_.clear();
 }
 
-void MetaBuffer::RegisterGraphTensor(const Tensor* t, ShadowSet set) {
+void MetaBuffer::RegisterGraphTensor(const Tensor* t, ShadowSet set,
+                                     std::shared_ptr<const PlanMemory> memory, uint64_t epoch) {
   std::lock_guard<std::mutex> lock(mu_);
-  graph_[t] = std::move(set);
+  graph_[t] = GraphTensor{std::move(set), std::move(memory), epoch};
 }
 
 std::optional<std::vector<uint8_t>> MetaBuffer::TakePending(const Tensor* t) {
@@ -138,16 +140,6 @@ std::optional<std::vector<uint8_t>> MetaBuffer::TakePending(const Tensor* t) {
   std::vector<uint8_t> bytes = std::move(it->second);
   pending_.erase(it);
   return bytes;
-}
-
-absl::StatusOr<Buffer*> MetaBuffer::Mirror(int d) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (mirrors_[d] == nullptr) {
-    TG_ASSIGN_OR_RETURN(mirrors_[d], device_->device(d)->default_buffer_type()->Allocate(
-                                         std::max<size_t>(size_, 1)));
-    mirrors_[d]->set_usage(BufferUsage::kCompute);
-  }
-  return mirrors_[d].get();
 }
 
 absl::Status MetaBuffer::SetPending(const Tensor* t, const void* data, size_t offset, size_t size,
@@ -202,13 +194,16 @@ absl::Status MetaBuffer::GetTensor(const Tensor* t, void* data, size_t offset, s
       std::memcpy(data, it->second.data() + offset, size);
       return absl::OkStatus();
     }
-    if (auto it = resident_.find(t); it != resident_.end()) set = it->second;
-    if (auto it = graph_.find(t); it != graph_.end()) set = it->second;
+    if (auto it = resident_.find(t); it != resident_.end()) {
+      set = it->second;
+    } else {
+      set = GraphShadows(t);
+    }
   }
   if (!set.has_value()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(type_->name(), ": ", DescribeTensor(*t),
-                     " holds no data (not written, and not an output of the last graph computed)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        type_->name(), ": ", DescribeTensor(*t),
+        " holds no data (not written, and not an output of the last graph its stream computed)"));
   }
   if (set->state.is_mirrored()) {
     for (Tensor* s : set->shadows) {
@@ -251,8 +246,8 @@ absl::Status MetaBuffer::Clear(uint8_t value) {
   for (Arena& arena : arenas_) {
     for (auto& chunk : arena.chunks) TG_RETURN_IF_ERROR(chunk->Clear(value));
   }
-  for (auto& mirror : mirrors_) {
-    if (mirror != nullptr) TG_RETURN_IF_ERROR(mirror->Clear(value));
+  for (auto& [t, g] : graph_) {
+    if (g.valid()) TG_RETURN_IF_ERROR(MemsetShadows(g.set, value));
   }
   for (auto& [t, bytes] : pending_) std::fill(bytes.begin(), bytes.end(), value);
   return absl::OkStatus();

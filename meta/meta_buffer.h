@@ -6,17 +6,18 @@
 //     split state from the device's SplitFn and per-device shadows in per-device arenas when
 //     placed (InitTensor); Set/GetTensor scatter and gather;
 //   - graph tensors (usage kCompute, placed by a GraphAllocator) get shadows from the
-//     stream's partition plan at Compute time, each at the same offset of a per-device
-//     "mirror" buffer as the tensor has here: a slice is never larger than its tensor, so
-//     the allocator's liveness-based layout is valid on every device. SetTensor before
-//     Compute (inputs) is kept on the host until Compute scatters it; GetTensor after Compute
-//     gathers the outputs the stream registered.
+//     stream's partition plan at Compute time, in the stream's per-device compute memory
+//     (plan_memory.h: each device holds its own share, laid out by its own liveness); a
+//     compute buffer holds nothing on the devices. SetTensor before Compute (inputs) is
+//     kept on the host until Compute scatters it; GetTensor after Compute gathers the
+//     outputs the stream registered, until that stream computes again.
 // Thread-safe: the per-tensor maps are guarded by a mutex (a plain std::mutex: it is taken
 // for every tensor a graph allocator places, each decode step); disjoint tensors may be
 // accessed from several threads.
 #ifndef TENSORGRID_META_META_BUFFER_H_
 #define TENSORGRID_META_META_BUFFER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -28,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "core/backend.h"
 #include "core/context.h"
+#include "meta/plan_memory.h"
 #include "meta/shadow_set.h"
 
 namespace tg::meta {
@@ -46,11 +48,21 @@ class MetaBufferType : public BufferType {
   bool is_host() const override { return false; }
   MetaDevice* meta_device() const { return device_; }
 
+  // Bumped whenever a buffer of this type places a resident tensor: a partition plan that
+  // bound resident leafs by address is valid only while this is unchanged.
+  uint64_t resident_generation() const { return resident_generation_.load(); }
+  void BumpResidentGeneration() { resident_generation_.fetch_add(1); }
+
  private:
   MetaDevice* device_;
   std::string name_;
   size_t alignment_ = 1;
   size_t max_size_ = SIZE_MAX;
+  // Per device, so that devices do not affect each other: tensors of two meta devices may
+  // share an address, but nothing compares addresses across buffers (range checks and
+  // offsets are per buffer, plans bind tensors of their own device only).
+  std::atomic<uintptr_t> next_address_;
+  std::atomic<uint64_t> resident_generation_{1};
 };
 
 class MetaBuffer : public Buffer {
@@ -65,22 +77,18 @@ class MetaBuffer : public Buffer {
   absl::Status MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) override;
   absl::Status Clear(uint8_t value) override;
 
-  // The shadows of a resident tensor, or of a graph tensor registered by the last Compute.
+  // The shadows of a resident tensor, or of a graph tensor registered by the last Compute
+  // (while its stream has not computed again).
   std::optional<ShadowSet> Shadows(const Tensor* t) const;
   // Called by the stream after a Compute: forgets the last graph's tensors, then records
-  // these (outputs and inputs, for GetTensor).
+  // these (outputs and inputs, for GetTensor). Their shadows live in `memory` and hold
+  // while its epoch is `epoch` (the registration keeps the memory alive).
   void ResetGraphTensors();
-  void RegisterGraphTensor(const Tensor* t, ShadowSet set);
+  void RegisterGraphTensor(const Tensor* t, ShadowSet set, std::shared_ptr<const PlanMemory> memory,
+                           uint64_t epoch);
   // Bytes SetTensor wrote to a graph tensor since it was placed; nullopt if none.
   std::optional<std::vector<uint8_t>> TakePending(const Tensor* t);
-  // Device d's mirror of this (compute) buffer, allocated on first use.
-  absl::StatusOr<Buffer*> Mirror(int d);
-  size_t OffsetOf(const Tensor& t) const { return reinterpret_cast<uintptr_t>(t.data) - base_; }
   bool holds_graph_tensors() const { return usage() == BufferUsage::kCompute; }
-
-  // Bumped whenever any meta buffer places a resident tensor: a partition plan that bound
-  // resident leafs by address is valid only while this is unchanged.
-  static uint64_t ResidentGeneration();
 
  private:
   absl::Status CreateResidentShadows(Tensor* t);
@@ -95,6 +103,14 @@ class MetaBuffer : public Buffer {
     std::vector<std::unique_ptr<Buffer>> chunks;
     size_t used = 0;  // bytes used in the last chunk.
   };
+  struct GraphTensor {
+    ShadowSet set;
+    std::shared_ptr<const PlanMemory> memory;
+    uint64_t epoch = 0;
+    bool valid() const { return memory->epoch() == epoch; }
+  };
+  // The registered shadows of graph tensor t, if still valid (mu_ held).
+  std::optional<ShadowSet> GraphShadows(const Tensor* t) const;
 
   MetaBufferType* type_;
   MetaDevice* device_;
@@ -105,9 +121,8 @@ class MetaBuffer : public Buffer {
   mutable std::mutex mu_;
   Context shadow_ctx_;  // resident shadows.
   std::vector<Arena> arenas_;
-  std::vector<std::unique_ptr<Buffer>> mirrors_;
   absl::flat_hash_map<const Tensor*, ShadowSet> resident_;
-  absl::flat_hash_map<const Tensor*, ShadowSet> graph_;
+  absl::flat_hash_map<const Tensor*, GraphTensor> graph_;
   absl::flat_hash_map<const Tensor*, std::vector<uint8_t>> pending_;
 };
 

@@ -66,6 +66,18 @@ bool MetaDevice::SupportsOp(const Tensor& node) const {
   return true;
 }
 
+ShadowLookup::Home MetaDevice::HomeOf(const Tensor& t) const {
+  const MetaBuffer* mb = AsOwnBuffer(t.buffer);
+  if (mb == nullptr) return Home::kElsewhere;
+  return mb->holds_graph_tensors() ? Home::kGraph : Home::kResident;
+}
+
+std::optional<ShadowSet> MetaDevice::ResidentShadows(const Tensor& t) const {
+  const MetaBuffer* mb = AsOwnBuffer(t.buffer);
+  if (mb == nullptr || mb->holds_graph_tensors()) return std::nullopt;
+  return mb->Shadows(&t);
+}
+
 absl::StatusOr<SplitState> MetaDevice::DecideSplit(const Tensor& t) const {
   if (!split_) return SplitState::Mirrored();
   TG_ASSIGN_OR_RETURN(SplitState state, split_(t));

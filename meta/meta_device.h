@@ -3,7 +3,9 @@
 // sliced, norms mirrored, ...); graphs computed on its stream run as one subgraph per device,
 // in parallel, with partial sums all-reduced and slices gathered where an op needs them
 // (see graph_partition.h). To the model code it is an ordinary Device: allocate, place,
-// Set/GetTensor, CreateStream()->Compute(graph). Thread-safe.
+// Set/GetTensor, CreateStream()->Compute(graph); to the partitioner, a ShadowLookup over its
+// buffers. Devices are independent of each other: each has its own address range counter
+// and resident generation (meta_buffer.h). Thread-safe.
 #ifndef TENSORGRID_META_META_DEVICE_H_
 #define TENSORGRID_META_META_DEVICE_H_
 
@@ -15,6 +17,7 @@
 #include "core/backend.h"
 #include "meta/allreduce.h"
 #include "meta/meta_buffer.h"
+#include "meta/shadow_lookup.h"
 #include "meta/split_state.h"
 
 namespace tg::meta {
@@ -24,7 +27,7 @@ struct MetaOptions {
   AllReduceOptions allreduce;
 };
 
-class MetaDevice : public Device {
+class MetaDevice : public Device, public ShadowLookup {
  public:
   // `split` decides every tensor's state (nullptr: everything mirrored). INVALID_ARGUMENT for
   // no devices, a device listed twice, or a meta device inside a meta device.
@@ -51,12 +54,18 @@ class MetaDevice : public Device {
     return type == buffer_type_.get();
   }
 
-  int n_devices() const { return static_cast<int>(devices_.size()); }
   Device* device(int d) const { return devices_[d]; }
   const std::vector<Device*>& devices() const { return devices_; }
   const MetaOptions& options() const { return options_; }
+
+  // ShadowLookup (name() is the Device's).
+  int n_devices() const override { return static_cast<int>(devices_.size()); }
+  Home HomeOf(const Tensor& t) const override;
+  std::optional<ShadowSet> ResidentShadows(const Tensor& t) const override;
+  uint64_t ResidentGeneration() const override { return buffer_type_->resident_generation(); }
   // The state of `t` from the SplitFn, checked against t's shape (MIRRORED without one).
-  absl::StatusOr<SplitState> DecideSplit(const Tensor& t) const;
+  absl::StatusOr<SplitState> DecideSplit(const Tensor& t) const override;
+  BufferType* DeviceBufferType(int d) const override { return devices_[d]->default_buffer_type(); }
 
  private:
   MetaDevice(std::vector<Device*> devices, SplitFn split, MetaOptions options);

@@ -28,6 +28,9 @@ absl::StatusOr<std::unique_ptr<MetaStream>> MetaStream::Create(MetaDevice* devic
   }
   TG_ASSIGN_OR_RETURN(s->reducer_,
                       AllReducer::Create(device->devices(), device->options().allreduce));
+  std::vector<BufferType*> memory;
+  for (int d = 0; d < device->n_devices(); ++d) memory.push_back(device->DeviceBufferType(d));
+  s->memory_ = std::make_shared<PlanMemory>(std::move(memory));
   return s;
 }
 
@@ -41,7 +44,7 @@ Device* MetaStream::device() const { return device_; }
 
 absl::Status MetaStream::Compute(Graph& graph) {
   TG_ASSIGN_OR_RETURN(std::shared_ptr<PartitionPlan> plan, PlanFor(graph));
-  TG_RETURN_IF_ERROR(Place(*plan, graph));
+  TG_RETURN_IF_ERROR(memory_->Place(*plan));
   TG_RETURN_IF_ERROR(Upload(*plan, graph));
   TG_RETURN_IF_ERROR(Execute(*plan));
   Register(plan, graph);
@@ -69,38 +72,14 @@ absl::StatusOr<std::shared_ptr<PartitionPlan>> MetaStream::PlanFor(Graph& graph)
   return plan;
 }
 
-absl::Status MetaStream::Place(PartitionPlan& plan, Graph& graph) {
-  MetaBuffer* last = nullptr;
-  std::vector<Buffer*> mirrors(plan.n_devices, nullptr);
-  for (const PartitionPlan::Mirrored& m : plan.mirrored) {
-    Tensor* orig = SlotTensor(graph, m.slot);
+absl::Status MetaStream::Upload(PartitionPlan& plan, Graph& graph) {
+  for (const PartitionPlan::Io& in : plan.inputs) {
+    Tensor* orig = SlotTensor(graph, in.slot);
     MetaBuffer* mb = device_->AsOwnBuffer(orig->buffer);
     if (mb == nullptr || !mb->holds_graph_tensors()) {
       return absl::FailedPreconditionError(
           absl::StrCat(DescribeTensor(*orig), " is not in a compute buffer of ", device_->name()));
     }
-    if (mb != last) {
-      for (int d = 0; d < plan.n_devices; ++d) {
-        TG_ASSIGN_OR_RETURN(mirrors[d], mb->Mirror(d));
-      }
-      last = mb;
-    }
-    const size_t offset = mb->OffsetOf(*orig);
-    for (int d = 0; d < plan.n_devices; ++d) {
-      if (m.shadows[d] == nullptr) continue;
-      TG_RETURN_IF_ERROR(PlaceTensor(mirrors[d], m.shadows[d], offset));
-    }
-  }
-  for (const auto& views : plan.views) {
-    for (Tensor* v : views) TG_RETURN_IF_ERROR(PlaceView(v));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status MetaStream::Upload(PartitionPlan& plan, Graph& graph) {
-  for (const PartitionPlan::Io& in : plan.inputs) {
-    Tensor* orig = SlotTensor(graph, in.slot);
-    auto* mb = static_cast<MetaBuffer*>(orig->buffer);  // checked by Place.
     std::optional<std::vector<uint8_t>> bytes = mb->TakePending(orig);
     if (bytes.has_value()) TG_RETURN_IF_ERROR(ScatterToShadows(*orig, in.set, bytes->data()));
   }
@@ -149,6 +128,10 @@ void MetaStream::RunRank(int rank, PartitionPlan& plan) {
       t0 = std::chrono::steady_clock::now();
     }
   }
+  // Compute returns when every device is done: a device whose Compute only queued the work
+  // (a remote one) must not still be writing, or answering, when the next Compute lays its
+  // tensors into the same memory.
+  if (absl::Status s = streams_[rank]->Synchronize(); !s.ok()) fail(std::move(s));
   if (rank == 0) stats_.compute_us += MicrosSince(t0);
 }
 
@@ -181,7 +164,7 @@ void MetaStream::Register(const std::shared_ptr<PartitionPlan>& plan, Graph& gra
     if (reset.insert(mb).second) mb->ResetGraphTensors();
     ShadowSet set = r.set;
     set.owner = plan;
-    mb->RegisterGraphTensor(orig, std::move(set));
+    mb->RegisterGraphTensor(orig, std::move(set), memory_, memory_->epoch());
   }
 }
 

@@ -1,7 +1,8 @@
 // MetaStream: computes graphs on a meta device. Per graph structure it builds (and caches) a
 // partition plan (graph_partition.h), replayed for later graphs of that structure; each
-// Compute then places the graph tensors' shadows,
-// scatters the inputs written since, and runs the plan with one host thread per device:
+// Compute then gives the plan's tensors memory in the stream's per-device compute memory
+// (plan_memory.h), scatters the inputs written since, and runs the plan with one host
+// thread per device:
 // every device's subgraph of a step on its own stream, then the step's collectives
 // (all-reduce, all-gather) among the threads. Outputs are registered with their buffers so
 // that Buffer::GetTensor gathers them. Synchronous: Compute returns when every device is
@@ -17,10 +18,11 @@
 
 #include "absl/status/statusor.h"
 #include "core/backend.h"
-#include "meta/allreduce.h"
-#include "meta/graph_partition.h"
 #include "core/spin_barrier.h"
 #include "core/thread_pool.h"
+#include "meta/allreduce.h"
+#include "meta/graph_partition.h"
+#include "meta/plan_memory.h"
 
 namespace tg::meta {
 
@@ -40,11 +42,12 @@ class MetaStream : public Stream {
   const PartitionPlan* last_plan() const { return last_plan_.get(); }
   int64_t partitions() const { return partitions_; }
   int64_t replays() const { return replays_; }
+  // Bytes of compute memory the stream holds on device d (for tools and tests).
+  size_t compute_bytes(int d) const { return memory_->bytes(d); }
 
  private:
   explicit MetaStream(MetaDevice* device);
   absl::StatusOr<std::shared_ptr<PartitionPlan>> PlanFor(Graph& graph);
-  absl::Status Place(PartitionPlan& plan, Graph& graph);
   absl::Status Upload(PartitionPlan& plan, Graph& graph);
   absl::Status Execute(PartitionPlan& plan);
   void RunRank(int rank, PartitionPlan& plan);
@@ -57,6 +60,8 @@ class MetaStream : public Stream {
   MetaDevice* device_;
   std::vector<std::unique_ptr<Stream>> streams_;  // one per device.
   std::unique_ptr<AllReducer> reducer_;
+  // Shared with the outputs registered for GetTensor, which may outlive the stream.
+  std::shared_ptr<PlanMemory> memory_;
   ThreadPool pool_;
   Barrier barrier_;
   struct Cached {

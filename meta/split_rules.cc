@@ -322,8 +322,7 @@ absl::StatusOr<OpSplit> DeriveOpSplit(const Tensor& node,
   absl::StatusOr<OpSplit> o = Dispatch(node, States(states, kMaxSrc));
   if (!o.ok()) return o;
   // Write destinations are never converted: the op writes into them where they are.
-  if (node.op == Op::kSetRows) o->src[0].reset();
-  if (node.op == Op::kCpy) o->src[1].reset();
+  if (const int dest = WriteDestination(node.op); dest >= 0) o->src[dest].reset();
   for (int i = 0; i < kMaxSrc; ++i) {
     if (node.src[i] == nullptr) o->src[i].reset();
   }

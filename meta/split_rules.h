@@ -29,6 +29,9 @@ struct OpSplit {
   std::array<std::optional<SplitState>, kMaxSrc> src;
 };
 
+// The source slot `op` writes into in place (SET_ROWS: 0, CPY: 1), or -1.
+inline int WriteDestination(Op op) { return op == Op::kSetRows ? 0 : op == Op::kCpy ? 1 : -1; }
+
 // `src_states[i]` is the state of node.src[i] (ignored where the source is absent).
 // UNIMPLEMENTED for a write into a tensor split in a way the op cannot write (SET_ROWS into
 // a tensor cut along its rows, any write into a PARTIAL tensor).

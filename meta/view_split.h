@@ -21,6 +21,9 @@
 
 namespace tg::meta {
 
+// The tensor whose memory t is (t itself unless t is a view).
+inline Tensor* ViewRoot(Tensor* t) { return t->view_src != nullptr ? t->view_src : t; }
+
 // The split of a tensor of shape `to` holding the elements of a `from`-shaped tensor in
 // `state` (AXIS, unsegmented) in the same logical order; nullopt when it is not an AXIS split.
 std::optional<SplitState> MapReshapeSplit(const int64_t from[kMaxDims], const SplitState& state,

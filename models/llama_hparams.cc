@@ -16,7 +16,8 @@ constexpr int64_t kMaxVocab = int64_t{1} << 24;
 
 absl::StatusOr<int64_t> ReadDim(const GgufFile& f, const std::string& key, int64_t max) {
   absl::StatusOr<int64_t> v = f.GetI64(key);
-  if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat(f.path(), ": ", v.status().message()));
+  if (!v.ok())
+    return absl::InvalidArgumentError(absl::StrCat(f.path(), ": ", v.status().message()));
   if (*v <= 0 || *v > max) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: %s = %d is out of range [1, %d]", f.path(), key, *v, max));
@@ -27,23 +28,26 @@ absl::StatusOr<int64_t> ReadDim(const GgufFile& f, const std::string& key, int64
 absl::StatusOr<float> ReadFloat(const GgufFile& f, const std::string& key, float fallback) {
   if (!f.Has(key)) return fallback;
   absl::StatusOr<float> v = f.GetF32(key);
-  if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat(f.path(), ": ", v.status().message()));
+  if (!v.ok())
+    return absl::InvalidArgumentError(absl::StrCat(f.path(), ": ", v.status().message()));
   if (!std::isfinite(*v) || *v <= 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: %s = %g must be positive", f.path(), key, *v));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %s = %g must be positive", f.path(), key, *v));
   }
   return *v;
 }
 
 absl::StatusOr<LlamaArch> ParseArch(const GgufFile& f, std::string* name) {
   absl::StatusOr<std::string> arch = f.GetString("general.architecture");
-  if (!arch.ok()) return absl::InvalidArgumentError(absl::StrCat(f.path(), ": ", arch.status().message()));
+  if (!arch.ok())
+    return absl::InvalidArgumentError(absl::StrCat(f.path(), ": ", arch.status().message()));
   *name = *arch;
   if (*arch == "llama") return LlamaArch::kLlama;
   if (*arch == "mistral") return LlamaArch::kMistral;
   if (*arch == "qwen2") return LlamaArch::kQwen2;
   if (*arch == "qwen3") return LlamaArch::kQwen3;
-  return absl::UnimplementedError(absl::StrCat(
-      f.path(), ": unsupported architecture '", *arch, "' (supported: llama, mistral, qwen2, qwen3)"));
+  return absl::UnimplementedError(absl::StrCat(f.path(), ": unsupported architecture '", *arch,
+                                               "' (supported: llama, mistral, qwen2, qwen3)"));
 }
 
 }  // namespace
@@ -68,15 +72,16 @@ absl::StatusOr<LlamaHParams> ReadLlamaHParams(const GgufFile& f) {
   if (f.Has(a + "attention.key_length")) {
     TG_ASSIGN_OR_RETURN(hp.head_dim, ReadDim(f, a + "attention.key_length", kMaxDim));
   } else if (hp.n_embd % hp.n_head != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: n_embd %d is not a multiple of %d heads", f.path(), hp.n_embd, hp.n_head));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: n_embd %d is not a multiple of %d heads",
+                                                      f.path(), hp.n_embd, hp.n_head));
   }
   hp.n_rot = hp.head_dim;
   if (f.Has(a + "rope.dimension_count")) {
     TG_ASSIGN_OR_RETURN(hp.n_rot, ReadDim(f, a + "rope.dimension_count", hp.head_dim));
   }
   if (hp.n_rot % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: odd rope dimension count %d", f.path(), hp.n_rot));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: odd rope dimension count %d", f.path(), hp.n_rot));
   }
   hp.n_ctx_train = 2048;
   if (f.Has(a + "context_length")) {
@@ -100,7 +105,8 @@ absl::StatusOr<LlamaHParams> ReadLlamaHParams(const GgufFile& f) {
   TG_ASSIGN_OR_RETURN(std::vector<std::string> tokens, f.GetStringArray("tokenizer.ggml.tokens"));
   hp.n_vocab = static_cast<int64_t>(tokens.size());
   if (hp.n_vocab == 0 || hp.n_vocab > kMaxVocab) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: vocabulary of %d tokens", f.path(), hp.n_vocab));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: vocabulary of %d tokens", f.path(), hp.n_vocab));
   }
   return hp;
 }

@@ -1,11 +1,9 @@
-// LlamaSession: one conversation with a model — its KV cache, a stream and a compute
-// allocator on the model's device, or, for a model split by layers over several devices,
-// a stream per device and the scheduler (core/scheduler.h) that runs each graph across them.
-// Decode() appends tokens (prompt batches or single tokens) and returns the logits of the
-// last token (or of every token). With several devices a prompt batch is pipelined: cut
-// into micro-batches that are in flight together, so that device d computes micro-batch m+1
-// while device d+1 computes micro-batch m. Not thread-safe; several sessions may share one
-// model.
+// LlamaSession: one conversation with a model — its KV cache and the positions filled so
+// far. Decode() appends tokens (prompt batches or single tokens) and returns the logits of
+// the last token (or of every token). The session cuts tokens into batches and describes
+// each one (its graph, inputs and results) to an Executor (models/executor.h), which runs it
+// on the model's one device or scheduled over the devices of a layer split; the session
+// does not know which. Not thread-safe; several sessions may share one model.
 #ifndef TENSORGRID_MODELS_LLAMA_SESSION_H_
 #define TENSORGRID_MODELS_LLAMA_SESSION_H_
 
@@ -16,9 +14,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/backend.h"
-#include "core/graph_allocator.h"
-#include "core/scheduler.h"
+#include "models/executor.h"
 #include "models/kv_cache.h"
 #include "models/llama_graph.h"
 #include "models/llama_model.h"
@@ -48,23 +44,6 @@ struct SessionOptions {
 // llama.cpp's padding of n_kv: one decode graph serves 256 consecutive positions.
 inline constexpr int64_t kDefaultKvPad = 256;
 
-// Most greedy decode steps submitted together (SessionOptions::greedy_batch), and the
-// decoding time a batch covers when its size is left to the session.
-inline constexpr int kMaxGreedyBatch = 32;
-inline constexpr int64_t kGreedyBatchUs = 3000;
-
-// llama.cpp's GGML_SCHED_MAX_COPIES: enough micro-batches to keep a few devices busy.
-inline constexpr int kDefaultPipelineCopies = 4;
-
-struct DecodeTimings {
-  double build_us = 0;     // graph construction, scheduling and allocation.
-  double compute_us = 0;   // Stream::Compute, summed over devices (device time).
-  double transfer_us = 0;  // copies between devices and all-reduce (device time).
-  double overhead_us = 0;  // the scheduler's own work around its splits.
-  int64_t graphs = 0;
-  int64_t splits = 0;  // graph pieces run (scheduler splits; 1 per graph on one device).
-};
-
 class LlamaSession {
  public:
   static absl::StatusOr<std::unique_ptr<LlamaSession>> Create(const LlamaModel& model,
@@ -93,7 +72,7 @@ class LlamaSession {
   int64_t n_past() const { return n_past_; }
   int64_t n_ctx() const { return cache_->n_ctx(); }
   void Reset() { n_past_ = 0; }
-  const DecodeTimings& timings() const { return timings_; }
+  const DecodeTimings& timings() const { return executor_->timings(); }
   const KvCache& cache() const { return *cache_; }
   // Graphs built so far (a batch that reuses the previous graph builds none).
   int64_t graphs_built() const { return graphs_built_; }
@@ -104,62 +83,31 @@ class LlamaSession {
     float* logits = nullptr;    // [n_vocab] or, with all_logits, [n_tokens * n_vocab].
     int32_t* argmax = nullptr;  // the last row's argmax, computed on the device.
   };
-
-  static GraphOutput OutputOf(const Readback& out);
+  class TokenBatch;      // a batch of this session's tokens, as its executor sees it.
+  class GreedyDecoding;  // GenerateGreedy's steps, as its executor sees them.
 
   explicit LlamaSession(const LlamaModel& model) : model_(model) {}
-  absl::Status CreateScheduler();
   absl::Status CheckBatch(absl::Span<const int32_t> tokens) const;
+  absl::Status CheckTokens(absl::Span<const int32_t> tokens) const;
+  absl::Status CheckRoom(int64_t n_past, int64_t n_tokens) const;
   absl::Status RunBatches(absl::Span<const int32_t> tokens, bool all_logits, Readback out);
-  absl::Status RunBatch(absl::Span<const int32_t> tokens, bool all_logits, Readback out);
-  absl::Status RunOnOneDevice(absl::Span<const int32_t> tokens, bool all_logits, Readback out);
-  // The graph for a batch of n tokens at n_past on one device: the last one when its shape
-  // fits, else a new one, allocated.
-  absl::StatusOr<LlamaGraph*> OneDeviceGraph(int64_t n, int64_t n_past, bool all_logits,
-                                             GraphOutput output);
-  bool LastGraphFits(int64_t n, int64_t n_past, bool all_logits, GraphOutput output) const;
-  // One greedy step queued on the one device at n_past, in a graph that feeds its pick back:
-  // its token from the host, or (token == nullptr) the pick the last run of that graph left
-  // in its token input. The pick lands in `step` when its event has happened.
-  struct GreedyStep {
-    int32_t pick = -1;
-    std::unique_ptr<Event> event;
-  };
-  bool QueuesGreedyAhead() const { return !greedy_steps_.empty(); }
-  absl::Status QueueGreedyStep(const int32_t* token, int64_t n_past, GreedyStep& step);
-  absl::Status WaitGreedyStep(GreedyStep& step);
-  absl::Status RunScheduled(absl::Span<const int32_t> tokens, bool all_logits, Readback out);
-  absl::Status RunPipelined(absl::Span<const int32_t> tokens, bool all_logits, Readback out);
   // The graph of one batch at n_past, with this session's logits choice and KV padding.
   absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildBatchGraph(int64_t n_tokens, int64_t n_past,
                                                               bool all_logits, GraphOutput output);
   // Writes tokens, positions, the causal mask and the output row of a batch at n_past.
-  // Tokens may be empty when the graph's token input is on the device already; with a
-  // stream the writes are queued on it.
+  // Tokens may be empty when the graph's token input is on the device already.
   absl::Status FillInputs(const LlamaGraph& g, absl::Span<const int32_t> tokens, int64_t n,
-                          int64_t n_past, Stream* stream = nullptr);
-  void AddSchedulerTimes(const SchedulerStats& before);
+                          int64_t n_past, InputWriter write);
 
   const LlamaModel& model_;
   SessionOptions options_;
   std::unique_ptr<KvCache> cache_;
-  std::unique_ptr<Stream> stream_;  // one device.
-  std::unique_ptr<GraphAllocator> allocator_;
-  // One device: the last graph, allocated, kept for the next batch of the same shape (the
-  // decode steps of one kv_pad block) instead of building and allocating an identical one.
-  std::unique_ptr<LlamaGraph> last_graph_;
-  bool last_all_logits_ = false;
-  // The ring of greedy steps in flight (GenerateGreedy), twice the largest batch; without events
-  // (several devices, or a device that has none) it is empty, and steps go one at a time.
-  std::vector<GreedyStep> greedy_steps_;
+  std::unique_ptr<Executor> executor_;  // declared after cache_: destroyed first.
   int64_t graphs_built_ = 0;
-  std::vector<std::unique_ptr<Stream>> streams_;  // several devices: one per device,
-  std::unique_ptr<Scheduler> scheduler_;          // used by the scheduler.
   int64_t n_past_ = 0;
   std::vector<float> logits_;
   std::vector<int32_t> scratch_i32_;
   std::vector<float> scratch_mask_;
-  DecodeTimings timings_;
 };
 
 }  // namespace tg

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_device.h"
+#include "models/executor_test_util.h"
 #include "models/gguf_file.h"
 #include "models/gguf_writer.h"
 #include "models/llama_model.h"
@@ -181,6 +182,66 @@ TEST_F(LayerSplitSessionTest, DecodeStepsReuseTheGraphOfTheirPadBlock) {
   // The prompt's graph, then one decode graph per block: n_kv 16, 32 and 48.
   EXPECT_EQ(padded->graphs_built(), 4);
   EXPECT_EQ(exact->graphs_built(), 41);
+}
+
+// A device whose CreateEvent fails for another reason than UNIMPLEMENTED fails Create (the
+// session would otherwise quietly lose greedy queue-ahead); UNIMPLEMENTED only turns it off.
+TEST_F(LayerSplitSessionTest, CreateFailsWhenTheDeviceFailsToCreateEvents) {
+  testing::EventCpuDevice broken("EVI", absl::InternalError("event pool exhausted"));
+  testing::EventCpuDevice without("EVU", absl::UnimplementedError("events not supported"));
+  SessionOptions so;
+  so.n_ctx = 64;
+  for (Device* device : std::vector<Device*>{&broken, &without}) {
+    LoadOptions lo;
+    lo.device = device;
+    auto model = LlamaModel::Load(path_, lo);
+    ASSERT_TRUE(model.ok()) << model.status();
+    absl::StatusOr<std::unique_ptr<LlamaSession>> s = LlamaSession::Create(**model, so);
+    if (device == &broken) {
+      EXPECT_TRUE(absl::IsInternal(s.status())) << s.status();
+      EXPECT_THAT(s.status().message(), ::testing::HasSubstr("event pool exhausted"));
+      continue;
+    }
+    ASSERT_TRUE(s.ok()) << s.status();
+    const std::vector<int32_t> prompt = {1, 403, 407};
+    EXPECT_TRUE((*s)->Decode(prompt).ok());
+  }
+}
+
+// On a local device with events, GenerateGreedy queues steps ahead (fed back on the device,
+// in Stream batches) and produces DecodeGreedy's tokens on a plain CPU, across KV blocks.
+TEST_F(LayerSplitSessionTest, GenerateGreedyQueuedAheadMatchesDecodeGreedy) {
+  testing::EventCpuDevice events("EV");
+  LoadOptions lo;
+  lo.device = &events;
+  auto model = *LlamaModel::Load(path_, lo);
+  LoadOptions plain;
+  plain.device = &dev0_;
+  auto ref_model = *LlamaModel::Load(path_, plain);
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
+  SessionOptions so;
+  so.n_ctx = 64;
+  so.kv_pad = 16;
+  so.kv_type = DType::kF32;
+  auto ref = *LlamaSession::Create(*ref_model, so);
+  std::vector<int32_t> want = {*ref->DecodeGreedy(prompt)};
+  for (int i = 0; i < 40; ++i) want.push_back(*ref->DecodeGreedy({&want.back(), 1}));
+  for (int greedy_batch : {1, 3, 16, 0}) {
+    SCOPED_TRACE(absl::StrCat("greedy_batch ", greedy_batch));
+    so.greedy_batch = greedy_batch;
+    events.batch_computes.clear();
+    auto s = *LlamaSession::Create(*model, so);
+    std::vector<int32_t> got = {*s->DecodeGreedy(prompt)};
+    ASSERT_TRUE(s->GenerateGreedy(got.back(), 40, [&](int32_t t) {
+                   got.push_back(t);
+                   return true;
+                 }).ok());
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(s->n_past(), static_cast<int64_t>(prompt.size()) + 40);
+    EXPECT_FALSE(events.batch_computes.empty());  // the steps went in Stream batches.
+    // The prompt's graph, then one per KV block the steps touch: n_kv 16, 32, 48.
+    EXPECT_EQ(s->graphs_built(), 4);
+  }
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/status_macros.h"
+#include "server/log.h"
 
 namespace tg::server {
 namespace {
@@ -125,6 +126,10 @@ absl::StatusOr<std::unique_ptr<BlobCache>> BlobCache::Open(std::string dir, uint
   }
   auto cache = absl::WrapUnique(new BlobCache(std::move(dir), max_bytes));
   TG_RETURN_IF_ERROR(cache->Scan());
+  kServerLog.Info("cache opened", {{"dir", cache->dir()},
+                                   {"blobs", cache->blob_count()},
+                                   {"bytes", cache->total_bytes()},
+                                   {"max_bytes", max_bytes}});
   return cache;
 }
 
@@ -211,6 +216,7 @@ void BlobCache::DropIfStaleLocked(const rpc::Sha256Digest& digest, bool corrupt,
   if (corrupt && static_cast<uint64_t>(st.st_dev) == dev &&
       static_cast<uint64_t>(st.st_ino) == ino) {
     // A failed unlink leaves the file unindexed; the next Open finds and re-verifies it.
+    kServerLog.Warn("cache blob corrupt, removed", {{"path", path}});
     RemoveLocked(digest).IgnoreError();
   }
 }
@@ -224,6 +230,12 @@ absl::Status BlobCache::EvictLocked(const rpc::Sha256Digest* keep) {
       victim = std::prev(victim);
     }
     const rpc::Sha256Digest digest = *victim;  // RemoveLocked erases the list node.
+    if (LogEnabled(LogLevel::kDebug)) {
+      kServerLog.Debug("cache evicted", {{"digest", rpc::DigestHex(digest)},
+                                         {"bytes", index_.at(digest).size},
+                                         {"total_bytes", total_bytes_},
+                                         {"max_bytes", max_bytes_}});
+    }
     absl::Status status = RemoveLocked(digest);
     if (first_error.ok()) first_error = std::move(status);
   }

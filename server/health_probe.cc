@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -24,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "core/status_macros.h"
 #include "health_probe.grpc.pb.h"
+#include "server/log.h"
 
 namespace tg::server {
 namespace {
@@ -138,6 +138,8 @@ class NoPluginsOption : public grpc::ServerBuilderOption {
 
 }  // namespace
 
+// Not proto/grpc_channel's NewChannel: the pin needs credentials it does not make, and a
+// probe's channel lives for one call (no keepalive to set).
 absl::Status ProbeHealth(const HealthProbeOptions& options) {
   TG_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> creds, ProbeCredentials(options));
   grpc::ChannelArguments args;
@@ -191,11 +193,11 @@ int RunHealthProbe(absl::string_view spec, const std::string& tls_cert_file,
       o.token = std::string(absl::StripAsciiWhitespace(token));
     }
     TG_RETURN_IF_ERROR(ProbeHealth(o));
-    std::printf("rpc-server: %s is SERVING\n", o.target.c_str());
+    kServerLog.Info("health probe: SERVING", {{"target", o.target}});
     return absl::OkStatus();
   };
   if (absl::Status s = probe(); !s.ok()) {
-    std::fprintf(stderr, "rpc-server: health probe: %s\n", std::string(s.message()).c_str());
+    kServerLog.Error(absl::StrCat("health probe: ", s.message()));
     return 1;
   }
   return 0;

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
-#include "proto/protocol.h"
+#include "proto/grpc_channel.h"
 #include "tensorgrid/v1/tensorgrid.grpc.pb.h"
 
 namespace tg::server {
@@ -26,18 +26,7 @@ std::shared_ptr<grpc::Channel> PeerClient::ChannelFor(const std::string& endpoin
   auto it = channels_.find(endpoint);
   if (it != channels_.end()) return it->second;
   if (channels_.size() >= kMaxChannels) channels_.erase(channels_.begin());
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(static_cast<int>(rpc::kMaxMessageBytes));
-  args.SetMaxSendMessageSize(static_cast<int>(rpc::kMaxMessageBytes));
-  std::shared_ptr<grpc::ChannelCredentials> creds;
-  if (tls_ca_pem_.empty()) {
-    creds = grpc::InsecureChannelCredentials();
-  } else {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = tls_ca_pem_;
-    creds = grpc::SslCredentials(ssl);
-  }
-  auto channel = grpc::CreateCustomChannel(endpoint, creds, args);
+  auto channel = rpc::NewChannel(endpoint, {.ca_pem = tls_ca_pem_});
   channels_[endpoint] = channel;
   return channel;
 }

@@ -26,6 +26,7 @@
 #include "proto/protocol.h"
 #include "server/byte_size.h"
 #include "server/health_probe.h"
+#include "server/log.h"
 #include "server/metrics.h"
 #include "server/rpc_server.h"
 
@@ -50,6 +51,7 @@ struct Flags {
   int64_t max_sessions = 64;
   std::string session_mem_limit = "0";
   std::string port_file;
+  std::string log_level = "info";
   std::string health_probe;
   int64_t health_port = 0;
 };
@@ -149,6 +151,25 @@ absl::StatusOr<ServerConfig> MakeConfig(const Flags& f) {
   return c;
 }
 
+// "rpc-server: listening on ADDRESS" and what is served, the line people wait for.
+void LogListening(const ServerConfig& config, RpcServer& server) {
+  std::vector<std::string> names;
+  for (Device* d : config.devices) names.emplace_back(d->name());
+  const char* tls = config.tls_cert_pem.empty()        ? "off"
+                    : config.tls_client_ca_pem.empty() ? "tls"
+                                                       : "mtls";
+  kServerLog.Info(
+      absl::StrCat("listening on ", server.address()),
+      {{"devices", absl::StrJoin(names, ",")},
+       {"cache", config.cache_dir.empty() ? "off" : config.cache_dir},
+       {"tls", tls},
+       {"token", config.auth_token.empty() ? "off" : "on"},
+       {"metrics_port",
+        config.metrics_port.has_value() ? absl::StrCat(server.metrics().exposer_port()) : "off"},
+       {"max_sessions", config.max_sessions},
+       {"session_mem_limit", config.session_mem_limit}});
+}
+
 int Main(int argc, char** argv) {
   Flags f;
   ArgParser p("rpc-server");
@@ -177,6 +198,8 @@ int Main(int argc, char** argv) {
   p.AddString(nullptr, "--session-mem-limit", &f.session_mem_limit,
               "memory per session, e.g. 512M, 4G (default 0 = no limit)");
   p.AddString(nullptr, "--port-file", &f.port_file, "write the bound port to this file");
+  p.AddString(nullptr, "--log-level", &f.log_level,
+              "least severe log lines written: error, warn, info or debug (default info)");
   p.AddString(nullptr, "--health-probe", &f.health_probe,
               "[HOST:]PORT: ask that server's grpc.health.v1 and exit 0 when SERVING (with "
               "--tls-cert to pin its certificate or --peer-tls-ca, and --auth-token-file)");
@@ -184,7 +207,7 @@ int Main(int argc, char** argv) {
            "also serve grpc.health.v1 in plaintext on this port, for probes without TLS "
            "(0 = off)");
   if (absl::Status s = p.Parse(argc, argv); !s.ok()) {
-    std::fprintf(stderr, "rpc-server: %s\n", std::string(s.message()).c_str());
+    kServerLog.Error(s.message());
     return 1;
   }
   if (p.help_requested()) {
@@ -192,15 +215,21 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (!p.positional().empty()) {
-    std::fprintf(stderr, "rpc-server: unexpected argument '%s'\n", p.positional()[0].c_str());
+    kServerLog.Error(absl::StrCat("unexpected argument '", p.positional()[0], "'"));
     return 1;
   }
+  absl::StatusOr<LogLevel> level = ParseLogLevel(f.log_level);
+  if (!level.ok()) {
+    kServerLog.Error(absl::StrCat("--log-level: ", level.status().message()));
+    return 1;
+  }
+  SetLogLevel(*level);
   if (!f.health_probe.empty()) {
     return RunHealthProbe(f.health_probe, f.tls_cert, f.peer_tls_ca, f.auth_token_file);
   }
   absl::StatusOr<ServerConfig> config = MakeConfig(f);
   if (!config.ok()) {
-    std::fprintf(stderr, "rpc-server: %s\n", std::string(config.status().message()).c_str());
+    kServerLog.Error(config.status().message());
     return 1;
   }
   // Signals go to the thread waiting below, not to gRPC's threads (which inherit the mask).
@@ -213,12 +242,12 @@ int Main(int argc, char** argv) {
 
   absl::StatusOr<std::unique_ptr<RpcServer>> server = RpcServer::Start(*config);
   if (!server.ok()) {
-    std::fprintf(stderr, "rpc-server: %s\n", std::string(server.status().message()).c_str());
+    kServerLog.Error(server.status().message());
     return 1;
   }
   if (!f.port_file.empty()) {
     if (absl::Status s = WritePortFile(f.port_file, (*server)->port()); !s.ok()) {
-      std::fprintf(stderr, "rpc-server: %s\n", std::string(s.message()).c_str());
+      kServerLog.Error(s.message());
       return 1;
     }
   }
@@ -227,30 +256,16 @@ int Main(int argc, char** argv) {
     absl::StatusOr<std::unique_ptr<HealthPort>> hp = HealthPort::Start(
         config->host, static_cast<int>(f.health_port), ProbeOptionsFor(*config, (*server)->port()));
     if (!hp.ok()) {
-      std::fprintf(stderr, "rpc-server: %s\n", std::string(hp.status().message()).c_str());
+      kServerLog.Error(hp.status().message());
       return 1;
     }
     health_port = std::move(*hp);
+    kServerLog.Info("health port listening", {{"port", health_port->port()}});
   }
-  std::vector<std::string> names;
-  for (Device* d : config->devices) names.emplace_back(d->name());
-  std::string line = absl::StrCat("rpc-server: listening on ", (*server)->address(), ", devices ",
-                                  absl::StrJoin(names, ", "), ", cache ",
-                                  config->cache_dir.empty() ? "off" : config->cache_dir);
-  if (!config->tls_cert_pem.empty()) {
-    absl::StrAppend(&line, config->tls_client_ca_pem.empty() ? ", tls" : ", mtls");
-  }
-  if (!config->auth_token.empty()) absl::StrAppend(&line, ", token");
-  if (config->metrics_port.has_value()) {
-    absl::StrAppend(&line, ", metrics :", (*server)->metrics().exposer_port());
-  }
-  if (health_port != nullptr) absl::StrAppend(&line, ", health :", health_port->port());
-  std::fprintf(stderr, "%s\n", line.c_str());
-  std::fflush(stderr);
-
+  LogListening(*config, **server);
   int sig = 0;
   sigwait(&signals, &sig);
-  std::fprintf(stderr, "rpc-server: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  kServerLog.Info("shutting down", {{"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}});
   health_port.reset();
   (*server)->Shutdown(2000);
   server->reset();

@@ -1,5 +1,6 @@
 // Helpers shared by the server tests: building GraphDesc messages by hand, session command
-// builders, and the small MUL_MAT + ADD graph whose result is checked against a naive loop.
+// and upload message builders, and the small MUL_MAT + ADD graph whose result is checked against a
+// naive loop.
 #ifndef TENSORGRID_SERVER_SERVER_TEST_UTIL_H_
 #define TENSORGRID_SERVER_SERVER_TEST_UTIL_H_
 
@@ -14,11 +15,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "backends/register_builtin.h"
 #include "core/dtype.h"
 #include "core/op.h"
 #include "core/registry.h"
 #include "core/tensor.h"
+#include "proto/content_hash.h"
 #include "tensorgrid/v1/tensorgrid.pb.h"
 
 namespace tg::server::testing {
@@ -186,6 +189,32 @@ inline pb::SessionRequest ReadRequest(uint64_t id, uint64_t buffer, uint64_t off
   range->set_offset(offset);
   range->set_size(size);
   return r;
+}
+
+// The first message of an Upload stream; `sha256` is the raw digest or empty.
+inline pb::UploadMessage UploadHeaderMessage(std::string session_id, uint64_t buffer,
+                                             uint64_t offset, uint64_t size,
+                                             std::string sha256 = "") {
+  pb::UploadMessage m;
+  pb::UploadHeader* h = m.mutable_header();
+  h->set_session_id(std::move(session_id));
+  h->set_buffer(buffer);
+  h->set_offset(offset);
+  h->set_size(size);
+  h->set_sha256(std::move(sha256));
+  return m;
+}
+
+inline pb::UploadMessage UploadChunk(std::string data) {
+  pb::UploadMessage m;
+  m.set_chunk(std::move(data));
+  return m;
+}
+
+// The raw SHA-256 of `data`, as UploadHeader.sha256 carries it.
+inline std::string Sha256Bytes(absl::string_view data) {
+  const rpc::Sha256Digest d = rpc::Sha256(data.data(), data.size());
+  return std::string(d.begin(), d.end());
 }
 
 // A Compute on `buffer` (256 bytes at least) of GET_ROWS (rows `row0`, `row1` of a 3x4 f32

@@ -2,20 +2,22 @@
 
 #include <openssl/crypto.h>
 
-#include <cstdio>
-#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 #include "core/op.h"
 #include "core/shape_rules.h"
 #include "proto/content_hash.h"
 #include "proto/protocol.h"
 #include "server/blob_cache.h"
+#include "server/log.h"
 #include "server/metrics.h"
 #include "server/random_id.h"
+#include "server/upload_sink.h"
 
 namespace tg::server {
 namespace {
@@ -29,6 +31,17 @@ grpc::Status ToGrpc(const absl::Status& s) {
 
 grpc::Status Error(grpc::StatusCode code, std::string message) {
   return grpc::Status(code, std::move(message));
+}
+
+// The client's address as people write it: "ipv4:127.0.0.1:5432" becomes 127.0.0.1:5432,
+// "ipv6:%5B::1%5D:5432" becomes [::1]:5432.
+std::string PeerAddress(const grpc::ServerContext& context) {
+  const std::string full = context.peer();
+  absl::string_view peer = full;
+  for (absl::string_view scheme : {"ipv4:", "ipv6:"}) {
+    if (absl::ConsumePrefix(&peer, scheme)) break;
+  }
+  return absl::StrReplaceAll(peer, {{"%5B", "["}, {"%5D", "]"}});
 }
 
 // Ops for which `device` accepts a representative node (f32 sources of a small shape).
@@ -53,6 +66,30 @@ std::vector<uint32_t> SupportedOps(Device* device) {
   return ops;
 }
 
+// OK when the call carries `authorization: Bearer <expected>`.
+grpc::Status CheckBearerToken(const grpc::ServerContext& context, const std::string& expected) {
+  const auto& md = context.client_metadata();
+  auto it = md.find(rpc::kAuthMetadataKey);
+  if (it == md.end()) {
+    return Error(grpc::StatusCode::UNAUTHENTICATED,
+                 "missing bearer token: send metadata 'authorization: Bearer <token>'");
+  }
+  const absl::string_view value(it->second.data(), it->second.size());
+  constexpr absl::string_view kBearer = "Bearer ";
+  if (!absl::StartsWith(value, kBearer)) {
+    return Error(grpc::StatusCode::UNAUTHENTICATED,
+                 "malformed authorization metadata: expected 'Bearer <token>'");
+  }
+  const absl::string_view token = value.substr(kBearer.size());
+  // Compare digests in constant time: neither the length nor a prefix of the token leaks.
+  const rpc::Sha256Digest got = rpc::Sha256(token.data(), token.size());
+  const rpc::Sha256Digest want = rpc::Sha256(expected.data(), expected.size());
+  if (CRYPTO_memcmp(got.data(), want.data(), got.size()) != 0) {
+    return Error(grpc::StatusCode::PERMISSION_DENIED, "wrong bearer token");
+  }
+  return grpc::Status::OK;
+}
+
 }  // namespace
 
 TensorGridService::TensorGridService(ServiceOptions options)
@@ -69,27 +106,12 @@ size_t TensorGridService::active_sessions() const {
 
 grpc::Status TensorGridService::CheckAuth(const grpc::ServerContext* context) const {
   if (options_.auth_token.empty()) return grpc::Status::OK;
-  const auto& md = context->client_metadata();
-  auto it = md.find(rpc::kAuthMetadataKey);
-  if (it == md.end()) {
-    return Error(grpc::StatusCode::UNAUTHENTICATED,
-                 "missing bearer token: send metadata 'authorization: Bearer <token>'");
+  grpc::Status status = CheckBearerToken(*context, options_.auth_token);
+  if (!status.ok()) {
+    kServerLog.Warn("call refused",
+                    {{"peer", PeerAddress(*context)}, {"error", status.error_message()}});
   }
-  const absl::string_view value(it->second.data(), it->second.size());
-  constexpr absl::string_view kBearer = "Bearer ";
-  if (!absl::StartsWith(value, kBearer)) {
-    return Error(grpc::StatusCode::UNAUTHENTICATED,
-                 "malformed authorization metadata: expected 'Bearer <token>'");
-  }
-  const absl::string_view token = value.substr(kBearer.size());
-  // Compare digests in constant time: neither the length nor a prefix of the token leaks.
-  const rpc::Sha256Digest got = rpc::Sha256(token.data(), token.size());
-  const rpc::Sha256Digest want =
-      rpc::Sha256(options_.auth_token.data(), options_.auth_token.size());
-  if (CRYPTO_memcmp(got.data(), want.data(), got.size()) != 0) {
-    return Error(grpc::StatusCode::PERMISSION_DENIED, "wrong bearer token");
-  }
-  return grpc::Status::OK;
+  return status;
 }
 
 std::shared_ptr<server::Session> TensorGridService::FindSession(const std::string& id) const {
@@ -104,6 +126,13 @@ grpc::Status TensorGridService::Hello(grpc::ServerContext* context, const pb::He
   const uint64_t fingerprint = OpTableFingerprint();
   if (request->protocol_version() != rpc::kProtocolVersion ||
       request->op_table_fingerprint() != fingerprint) {
+    kServerLog.Warn(
+        "client refused: protocol mismatch",
+        {{"peer", PeerAddress(*context)},
+         {"client_version", request->protocol_version()},
+         {"client_op_table", absl::Hex(request->op_table_fingerprint(), absl::kZeroPad16)},
+         {"version", rpc::kProtocolVersion},
+         {"op_table", absl::Hex(fingerprint, absl::kZeroPad16)}});
     return Error(grpc::StatusCode::FAILED_PRECONDITION,
                  absl::StrFormat("protocol mismatch: client speaks version %d with op table "
                                  "%016x, server speaks version %d with op table %016x",
@@ -148,15 +177,23 @@ grpc::Status TensorGridService::Session(
   env.grants = &grants_;
   env.peers = &peers_;
   auto session = std::make_shared<server::Session>(id, std::move(env));
+  size_t open_sessions;
   {
     absl::MutexLock lock(&mu_);
-    if (sessions_.size() >= static_cast<size_t>(options_.max_sessions)) {
-      return Error(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                   absl::StrFormat("server full: %d sessions open (--max-sessions %d)",
-                                   sessions_.size(), options_.max_sessions));
-    }
-    sessions_[id] = session;
+    open_sessions = sessions_.size();
+    if (open_sessions < static_cast<size_t>(options_.max_sessions)) sessions_[id] = session;
   }
+  if (open_sessions >= static_cast<size_t>(options_.max_sessions)) {
+    kServerLog.Warn("session refused: server full", {{"peer", PeerAddress(*context)},
+                                                     {"sessions", open_sessions},
+                                                     {"max_sessions", options_.max_sessions}});
+    return Error(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                 absl::StrFormat("server full: %d sessions open (--max-sessions %d)", open_sessions,
+                                 options_.max_sessions));
+  }
+  kServerLog.Info("session opened", {{"id", session->log_id()},
+                                     {"peer", PeerAddress(*context)},
+                                     {"sessions", open_sessions + 1}});
   if (options_.metrics != nullptr) options_.metrics->SessionOpened();
   pb::SessionReply started;
   started.set_id(0);
@@ -172,7 +209,12 @@ grpc::Status TensorGridService::Session(
   {
     absl::MutexLock lock(&mu_);
     sessions_.erase(id);
+    open_sessions = sessions_.size();
   }
+  kServerLog.Info("session closed", {{"id", session->log_id()},
+                                     {"buffers", session->buffer_count()},
+                                     {"bytes_held", session->bytes_held()},
+                                     {"sessions", open_sessions}});
   session.reset();  // frees everything unless an Upload/Download still holds it.
   if (options_.metrics != nullptr) options_.metrics->SessionClosed();
   return grpc::Status::OK;
@@ -186,102 +228,27 @@ grpc::Status TensorGridService::Upload(
   if (!stream->Read(&msg) || msg.part_case() != pb::UploadMessage::kHeader) {
     return Error(grpc::StatusCode::INVALID_ARGUMENT, "upload: the first message must be a header");
   }
-  const pb::UploadHeader header = msg.header();
-  std::shared_ptr<server::Session> session = FindSession(header.session_id());
-  if (session == nullptr) {
-    return Error(grpc::StatusCode::NOT_FOUND, "upload: no such session");
+  std::shared_ptr<server::Session> session = FindSession(msg.header().session_id());
+  if (session == nullptr) return Error(grpc::StatusCode::NOT_FOUND, "upload: no such session");
+  absl::StatusOr<std::unique_ptr<UploadSink>> sink =
+      UploadSink::Start(std::move(session), msg.header(), options_.cache, options_.metrics);
+  if (!sink.ok()) return ToGrpc(sink.status());
+  pb::UploadReply reply;
+  if ((*sink)->have_it()) {
+    reply.set_have_it(true);
+    reply.set_received((*sink)->size());
+    stream->Write(reply);
+    return grpc::Status::OK;
   }
-  absl::StatusOr<std::shared_ptr<SessionBuffer>> found = session->FindBuffer(header.buffer());
-  if (!found.ok()) return ToGrpc(found.status());
-  std::shared_ptr<SessionBuffer> buf = *found;
-  const uint64_t offset = header.offset();
-  const uint64_t size = header.size();
-  if (absl::Status s = buf->CheckRange(offset, size); !s.ok()) return ToGrpc(s);
-  std::optional<rpc::Sha256Digest> digest;
-  if (!header.sha256().empty()) {
-    absl::StatusOr<rpc::Sha256Digest> d = rpc::DigestFromBytes(header.sha256());
-    if (!d.ok()) return ToGrpc(d.status());
-    digest = *d;
-  }
-  BlobCache* cache = options_.cache;
-  if (digest.has_value() && cache != nullptr && cache->Contains(*digest)) {
-    absl::StatusOr<bool> hit;
-    if (uint8_t* host = buf->HostPointer(offset); host != nullptr) {
-      hit = cache->Read(*digest, host, size);
-    } else {
-      std::string stage(size, '\0');
-      hit = cache->Read(*digest, stage.data(), size);
-      if (hit.ok() && *hit) {
-        if (absl::Status s = buf->Write(offset, stage.data(), size); !s.ok()) return ToGrpc(s);
-      }
-    }
-    if (hit.ok() && *hit) {
-      session->AddCacheHitBytes(size);
-      if (options_.metrics != nullptr) options_.metrics->CacheHitBytes(size);
-      pb::UploadReply reply;
-      reply.set_have_it(true);
-      reply.set_received(size);
-      stream->Write(reply);
-      return grpc::Status::OK;
-    }
-    // A miss (or an unreadable blob): fall through and take the bytes from the client.
-  }
-  pb::UploadReply go;
-  go.set_send(true);
-  if (!stream->Write(go)) return Error(grpc::StatusCode::CANCELLED, "upload: client went away");
-  rpc::Sha256Stream hasher;
-  uint64_t received = 0;
+  reply.set_send(true);
+  if (!stream->Write(reply)) return Error(grpc::StatusCode::CANCELLED, "upload: client went away");
   while (stream->Read(&msg)) {
-    if (msg.part_case() != pb::UploadMessage::kChunk) {
-      return Error(grpc::StatusCode::INVALID_ARGUMENT, "upload: expected a chunk");
-    }
-    const std::string& chunk = msg.chunk();
-    if (chunk.size() > rpc::kChunkBytes) {
-      return Error(
-          grpc::StatusCode::INVALID_ARGUMENT,
-          absl::StrFormat("upload: chunk of %d bytes exceeds %d", chunk.size(), rpc::kChunkBytes));
-    }
-    if (chunk.size() > size - received) {
-      return Error(grpc::StatusCode::INVALID_ARGUMENT,
-                   absl::StrFormat("upload: more than the %d bytes the header announced", size));
-    }
-    if (absl::Status s = buf->Write(offset + received, chunk.data(), chunk.size()); !s.ok()) {
-      return ToGrpc(s);
-    }
-    if (digest.has_value()) hasher.Update(chunk.data(), chunk.size());
-    received += chunk.size();
-    if (options_.metrics != nullptr) options_.metrics->UploadBytes(chunk.size());
+    if (absl::Status s = (*sink)->Receive(msg); !s.ok()) return ToGrpc(s);
   }
-  session->AddUploadedBytes(received);
-  if (received != size) {
-    return Error(grpc::StatusCode::INVALID_ARGUMENT,
-                 absl::StrFormat("upload: received %d of %d bytes", received, size));
-  }
-  if (digest.has_value()) {
-    std::optional<rpc::Sha256Digest> got = hasher.Final();
-    if (!got.has_value() || *got != *digest) {
-      return Error(grpc::StatusCode::DATA_LOSS,
-                   absl::StrCat("upload: the bytes do not hash to the sha256 ",
-                                rpc::DigestHex(*digest), " given in the header"));
-    }
-    if (cache != nullptr) {
-      absl::Status stored;
-      if (const uint8_t* host = buf->HostPointer(offset); host != nullptr) {
-        stored = cache->Store(*digest, host, size);
-      } else {
-        std::string stage(size, '\0');
-        stored = buf->Read(offset, stage.data(), size);
-        if (stored.ok()) stored = cache->Store(*digest, stage.data(), size);
-      }
-      if (!stored.ok()) {
-        std::fprintf(stderr, "rpc-server: cache store failed: %s\n",
-                     std::string(stored.message()).c_str());
-      }
-      if (options_.metrics != nullptr) options_.metrics->SetCacheBytes(cache->total_bytes());
-    }
-  }
+  absl::StatusOr<uint64_t> received = (*sink)->Finish();
+  if (!received.ok()) return ToGrpc(received.status());
   pb::UploadReply done;
-  done.set_received(received);
+  done.set_received(*received);
   stream->Write(done);
   return grpc::Status::OK;
 }

@@ -14,11 +14,14 @@
 #include <filesystem>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/op.h"
 #include "gtest/gtest.h"
 #include "proto/content_hash.h"
 #include "proto/protocol.h"
+#include "server/log_capture.h"
 #include "server/metrics.h"
 #include "server/rpc_server.h"
 #include "server/server_test_util.h"
@@ -483,6 +486,49 @@ TEST_F(ServiceTest, BearerToken) {
   EXPECT_TRUE(reader->Finish().ok());
   EXPECT_EQ(got, "abcd");
   ExpectHealthy();
+}
+
+TEST_F(ServiceTest, SessionsAndRefusalsAreLogged) {
+  testing::LogCapture log;
+  ServerConfig config;
+  config.auth_token = "secret";
+  StartServer(config);
+  std::string id;
+  {
+    SessionStream s(stub_.get(), token_);
+    ASSERT_TRUE(s.ok());
+    id = s.id();
+    ASSERT_EQ(s.Call(AllocRequest(1, 0, 64)).code(), 0);
+    EXPECT_TRUE(s.Close().ok());
+  }
+  {
+    SessionStream s(stub_.get(), "nope");
+    EXPECT_EQ(s.Close().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  SetLogLevel(LogLevel::kWarn);  // drops the info lines of the next session.
+  {
+    SessionStream s(stub_.get(), token_);
+    ASSERT_TRUE(s.ok());
+  }
+  const std::string text = log.Text();
+  EXPECT_EQ(text.find(id), std::string::npos) << "a whole session id leaked: " << text;
+  const std::string opened =
+      absl::StrCat("rpc-server: session opened id=", id.substr(0, 8), " peer=127.0.0.1:");
+  std::vector<std::string> seen;
+  for (const std::string& line : log.Lines()) {
+    if (absl::StartsWith(line, opened) && absl::EndsWith(line, " sessions=1")) {
+      seen.push_back("opened");
+    } else if (line == absl::StrCat("rpc-server: session closed id=", id.substr(0, 8),
+                                    " buffers=1 bytes_held=64 sessions=0")) {
+      seen.push_back("closed");
+    } else if (absl::StartsWith(line, "rpc-server: warn: call refused peer=127.0.0.1:") &&
+               absl::EndsWith(line, " error=\"wrong bearer token\"")) {
+      seen.push_back("refused");
+    } else if (absl::StrContains(line, "session")) {
+      seen.push_back(line);
+    }
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"opened", "closed", "refused"})) << text;
 }
 
 TEST_F(ServiceTest, MaxSessions) {

@@ -10,6 +10,8 @@
 #include "core/status_macros.h"
 #include "proto/protocol.h"
 #include "server/grant_table.h"
+#include "server/log.h"
+#include "server/memory_reservation.h"
 #include "server/metrics.h"
 #include "server/peer_client.h"
 #include "server/random_id.h"
@@ -35,6 +37,9 @@ absl::StatusOr<uint8_t> ByteValue(uint32_t value) {
   return static_cast<uint8_t>(value);
 }
 
+// See log_id().
+constexpr size_t kLoggedIdChars = 8;
+
 }  // namespace
 
 Session::Session(std::string id, SessionEnv env)
@@ -58,6 +63,8 @@ Session::~Session() {
   }
   buffers.clear();  // outside the lock: destructors report to metrics.
 }
+
+std::string Session::log_id() const { return id_.substr(0, kLoggedIdChars); }
 
 uint64_t Session::NextHandle() {
   // A bijection of a counter keyed per session: unique, opaque, never an address.
@@ -112,6 +119,13 @@ pb::SessionReply Session::Handle(const pb::SessionRequest& request) {
     status = DoCommand(request, &reply);
   }
   if (!status.ok()) {
+    if (LogEnabled(LogLevel::kDebug)) {
+      kServerLog.Debug("command failed", {{"session", log_id()},
+                                          {"request", request.id()},
+                                          {"command", static_cast<int>(request.command_case())},
+                                          {"code", absl::StatusCodeToString(status.code())},
+                                          {"error", status.message()}});
+    }
     reply.clear_result();
     reply.set_code(static_cast<int32_t>(status.code()));
     reply.set_message(std::string(status.message()));
@@ -213,35 +227,23 @@ absl::Status Session::Alloc(const pb::AllocBuffer& cmd, pb::AllocBufferReply* re
         absl::StrFormat("%d bytes exceed the largest buffer of %s (%d bytes)", size, device->name(),
                         type->max_size()));
   }
-  // Reserve against the session limit first (atomically), so that a failure below undoes it.
-  uint64_t held = bytes_held_.load();
-  for (;;) {
-    if (env_.mem_limit != 0 && (size > env_.mem_limit || held > env_.mem_limit - size)) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "session memory limit of %d bytes (--session-mem-limit) exceeded: %d held, %d asked",
-          env_.mem_limit, held, size));
-    }
-    if (bytes_held_.compare_exchange_weak(held, held + size)) break;
-  }
-  auto unreserve = [&] { bytes_held_ -= size; };
+  // Counted against the session limit first; every early return below gives the bytes back.
+  TG_ASSIGN_OR_RETURN(MemoryReservation reservation,
+                      MemoryReservation::Reserve(&bytes_held_, env_.mem_limit, size));
   const DeviceMemory mem = device->memory();
   if (size > mem.free) {
-    unreserve();
     return absl::ResourceExhaustedError(absl::StrFormat(
         "%d bytes asked on %s, which has %d bytes free", size, device->name(), mem.free));
   }
   // At least one byte, so that every buffer has an address.
   absl::StatusOr<std::unique_ptr<Buffer>> buffer = type->Allocate(std::max<uint64_t>(size, 1));
   if (!buffer.ok()) {
-    unreserve();
     return absl::ResourceExhaustedError(
         absl::StrCat("allocation failed: ", buffer.status().message()));
   }
   // Fresh memory may hold another session's old data: never hand it out.
-  if (absl::Status s = (*buffer)->Clear(0); !s.ok()) {
-    unreserve();
-    return s;
-  }
+  TG_RETURN_IF_ERROR((*buffer)->Clear(0));
+  reservation.Commit();  // Free gives the bytes back.
   Metrics* metrics = env_.metrics;
   if (metrics != nullptr) metrics->BufferAllocated(size);
   auto entry = std::make_shared<SessionBuffer>(std::move(*buffer), static_cast<int>(cmd.device()),

@@ -56,6 +56,9 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   const std::string& id() const { return id_; }
+  // The id's first characters, for log lines: enough to tell sessions apart, not the whole
+  // id, which (with the bearer token) is what Upload and Download accept as the session.
+  std::string log_id() const;
 
   // Runs one command. Errors come back in the reply (code + message); the session stays
   // usable after any error. A batch is refused here (INVALID_ARGUMENT): see Serve.

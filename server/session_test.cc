@@ -324,7 +324,8 @@ TEST_F(SessionTest, AllocationAboveFreeMemory) {
   pb::SessionReply r = s->Handle(AllocRequest(2, 0, uint64_t{1} << 60));
   EXPECT_EQ(r.code(), kExhausted) << r.message();
   r = s->Handle(AllocRequest(3, 7, 16));
-  EXPECT_EQ(r.code(), kInvalid);  // no device 7.
+  EXPECT_EQ(r.code(), kInvalid);   // no device 7.
+  EXPECT_EQ(s->bytes_held(), 0u);  // the refused allocation's reservation went back.
   ExpectValidCompute(*s);
 }
 

@@ -1,32 +1,59 @@
-// libFuzzer entry point for rpc-server's Session: the input is a sequence of length-prefixed
-// (u32 little-endian) serialized SessionRequest messages, fed to one in-process Session on
-// the CPU devices with a 16 MiB memory limit, which is then destroyed. Any input must leave
-// the process intact and, once the session is gone, no buffer held. Built as a libFuzzer
-// binary (clang, TG_FUZZ=ON: rpc_session_fuzz) or linked into rpc_session_fuzz_replay.
+// libFuzzer entry point for rpc-server's Session and Upload logic. The input is a sequence of
+// records, each a u32 little-endian length word and that many bytes, fed to one in-process
+// Session on the CPU devices with a 16 MiB memory limit, which is then destroyed:
+//   - top bit clear: a serialized SessionRequest, run by Session::Serve;
+//   - top bit set (kUploadRecord): the low 31 bits give the length of a serialized
+//     UploadMessage, one message of an Upload stream as the service feeds it to an UploadSink
+//     (server/service.cc): with no stream open a header starts one (session id "fuzz"; any
+//     other is NOT_FOUND) and anything else is dropped, as the service refuses a stream that
+//     does not open with a header; with a stream open every message goes to Receive (an error
+//     ends the stream), and an empty record ends it (the client's WritesDone: Finish). The end
+//     of the input ends an open stream too. Uploads hit and fill a small on-disk BlobCache,
+//     fresh for each input, so that every input runs the same way on its own.
+// Any input must leave the process intact and, once the session is gone, no buffer held; an
+// upload that succeeded with a SHA-256 must have left bytes with that hash in the buffer.
+// Built as a libFuzzer binary (clang, TG_FUZZ=ON: rpc_session_fuzz) or linked into
+// rpc_session_fuzz_replay.
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
+#include <string>
 
 #include "backends/register_builtin.h"
 #include "core/registry.h"
 #include "google/protobuf/stubs/logging.h"
+#include "proto/content_hash.h"
+#include "server/blob_cache.h"
 #include "server/grant_table.h"
+#include "server/log.h"
 #include "server/metrics.h"
 #include "server/session.h"
+#include "server/upload_sink.h"
 #include "tensorgrid/v1/tensorgrid.pb.h"
 
 namespace {
 
+namespace fs = std::filesystem;
+namespace pb = ::tensorgrid::v1;
+
 constexpr uint64_t kMemLimit = uint64_t{16} << 20;
-constexpr int kMaxRequests = 64;
+constexpr int kMaxRecords = 64;
+constexpr uint32_t kUploadRecord = 0x80000000u;
+// Small, so that fuzzed uploads reach eviction and the too-large-to-keep path.
+constexpr uint64_t kCacheMaxBytes = 1024;
+constexpr char kSessionId[] = "fuzz";
 
 struct Env {
   tg::server::Metrics metrics;
   tg::server::GrantTable grants;
   tg::server::SessionEnv session_env;
+  fs::path cache_dir;
   bool verbose = false;
 
   Env() {
@@ -34,6 +61,8 @@ struct Env {
     google::protobuf::SetLogHandler(
         [](google::protobuf::LogLevel, const char*, int, const std::string&) {});
     verbose = std::getenv("TG_FUZZ_VERBOSE") != nullptr;
+    // Corrupt-cache and store warnings are expected here; only verbose runs want them.
+    tg::server::SetLogLevel(verbose ? tg::server::LogLevel::kDebug : tg::server::LogLevel::kError);
     setenv("TG_CPU_DEVICES", "2", 0);
     if (!tg::RegisterBuiltinBackends().ok()) std::abort();
     for (tg::Device* d : tg::Registry::Get().devices()) {
@@ -47,6 +76,11 @@ struct Env {
     session_env.grants = &grants;
     session_env.peers = nullptr;  // never reach out to the network while fuzzing.
     session_env.predictable_handles = true;
+    // Memory-backed when possible: the cache fsyncs every blob it stores.
+    std::error_code ec;
+    const fs::path base =
+        fs::is_directory("/dev/shm", ec) ? fs::path("/dev/shm") : fs::temp_directory_path();
+    cache_dir = base / ("tg_rpc_fuzz_cache_" + std::to_string(::getpid()));
   }
 };
 
@@ -55,45 +89,150 @@ Env& GetEnv() {
   return *env;
 }
 
+// Runs one SessionRequest record; every command gets one reply, in order (a batch's grouped).
+void RunSessionRequest(Env& env, tg::server::Session& session, const pb::SessionRequest& request) {
+  int answered = 0;
+  session.Serve(request, [&](const pb::SessionReply& reply) {
+    if (reply.id() != request.id()) std::abort();
+    if (!request.has_batch()) {
+      ++answered;
+    } else {
+      if (!reply.has_batch()) std::abort();
+      for (const pb::SessionReply& r : reply.batch().replies()) {
+        if (answered >= request.batch().commands_size() ||
+            r.id() != request.batch().commands(answered).id()) {
+          std::abort();
+        }
+        ++answered;
+      }
+    }
+    if (env.verbose) {
+      std::fprintf(stderr, "request %llu (command %d): code %d %s\n",
+                   static_cast<unsigned long long>(request.id()), request.command_case(),
+                   reply.code(), reply.message().c_str());
+    }
+    return true;
+  });
+  if (answered != (request.has_batch() ? request.batch().commands_size() : 1)) std::abort();
+  if (session.bytes_held() > kMemLimit) std::abort();  // the quota held.
+}
+
+// The Upload streams of one input, one at a time, as TensorGridService::Upload runs them.
+class UploadDriver {
+ public:
+  UploadDriver(Env& env, std::shared_ptr<tg::server::Session> session)
+      : env_(env), session_(std::move(session)) {}
+  ~UploadDriver() {
+    EndStream();
+    if (cache_ != nullptr) {
+      cache_.reset();
+      std::error_code ec;
+      fs::remove_all(env_.cache_dir, ec);
+    }
+  }
+
+  void Feed(const pb::UploadMessage& message) {
+    if (sink_ == nullptr) {
+      if (message.part_case() == pb::UploadMessage::kHeader) StartStream(message.header());
+      return;
+    }
+    if (message.part_case() == pb::UploadMessage::PART_NOT_SET) return EndStream();
+    if (absl::Status s = sink_->Receive(message); !s.ok()) {
+      Report("receive", s);
+      sink_.reset();
+    }
+  }
+  // Session commands ran while a stream was open: they may have changed its bytes.
+  void SessionCommandRan() {
+    if (sink_ != nullptr) interleaved_ = true;
+  }
+
+ private:
+  void StartStream(const pb::UploadHeader& header) {
+    if (header.session_id() != kSessionId) return Report("start", absl::NotFoundError("session"));
+    absl::StatusOr<std::unique_ptr<tg::server::UploadSink>> sink =
+        tg::server::UploadSink::Start(session_, header, Cache(), &env_.metrics);
+    if (!sink.ok()) return Report("start", sink.status());
+    header_ = header;
+    interleaved_ = false;
+    if ((*sink)->have_it()) {
+      Report("start (have it)", absl::OkStatus());
+      CheckLanded();
+      return;
+    }
+    sink_ = std::move(*sink);
+  }
+
+  void EndStream() {
+    if (sink_ == nullptr) return;
+    absl::StatusOr<uint64_t> received = sink_->Finish();
+    sink_.reset();
+    Report("finish", received.status());
+    if (!received.ok()) return;
+    if (*received != header_.size()) std::abort();
+    if (!interleaved_) CheckLanded();
+    if (cache_ != nullptr && cache_->total_bytes() > kCacheMaxBytes) std::abort();
+  }
+
+  // A successful hashed upload (or cache hit) left bytes with the header's hash.
+  void CheckLanded() {
+    if (header_.sha256().empty()) return;
+    absl::StatusOr<std::shared_ptr<tg::server::SessionBuffer>> buf =
+        session_->FindBuffer(header_.buffer());
+    if (!buf.ok()) std::abort();  // it was there at the start and nothing ran since.
+    std::string bytes(header_.size(), '\0');
+    if (!(*buf)->Read(header_.offset(), bytes.data(), bytes.size()).ok()) std::abort();
+    const tg::rpc::Sha256Digest got = tg::rpc::Sha256(bytes.data(), bytes.size());
+    if (header_.sha256() != std::string(got.begin(), got.end())) std::abort();
+  }
+
+  tg::server::BlobCache* Cache() {
+    if (cache_ == nullptr) {
+      std::error_code ec;
+      fs::remove_all(env_.cache_dir, ec);
+      absl::StatusOr<std::unique_ptr<tg::server::BlobCache>> cache =
+          tg::server::BlobCache::Open(env_.cache_dir.string(), kCacheMaxBytes);
+      if (!cache.ok()) std::abort();
+      cache_ = std::move(*cache);
+    }
+    return cache_.get();
+  }
+
+  void Report(const char* step, const absl::Status& status) {
+    if (env_.verbose) std::fprintf(stderr, "upload %s: %s\n", step, status.ToString().c_str());
+  }
+
+  Env& env_;
+  std::shared_ptr<tg::server::Session> session_;
+  std::unique_ptr<tg::server::BlobCache> cache_;  // opened by the first upload.
+  std::unique_ptr<tg::server::UploadSink> sink_;  // the open stream, if any.
+  pb::UploadHeader header_;                       // the last started stream's.
+  bool interleaved_ = false;
+};
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Env& env = GetEnv();
   {
-    tg::server::Session session("fuzz", env.session_env);
-    tensorgrid::v1::SessionRequest request;
+    auto session = std::make_shared<tg::server::Session>(kSessionId, env.session_env);
+    UploadDriver uploads(env, session);
+    pb::SessionRequest request;
+    pb::UploadMessage upload;
     size_t pos = 0;
-    for (int n = 0; n < kMaxRequests && size - pos >= 4; ++n) {
-      uint32_t len;
-      std::memcpy(&len, data + pos, 4);
+    for (int n = 0; n < kMaxRecords && size - pos >= 4; ++n) {
+      uint32_t word;
+      std::memcpy(&word, data + pos, 4);
       pos += 4;
+      const uint32_t len = word & ~kUploadRecord;
       if (len > size - pos) break;
-      if (request.ParseFromArray(data + pos, static_cast<int>(len))) {
-        // Every command gets one reply, in order; a batch's come grouped.
-        int answered = 0;
-        session.Serve(request, [&](const tensorgrid::v1::SessionReply& reply) {
-          if (reply.id() != request.id()) std::abort();
-          if (!request.has_batch()) {
-            ++answered;
-          } else {
-            if (!reply.has_batch()) std::abort();
-            for (const tensorgrid::v1::SessionReply& r : reply.batch().replies()) {
-              if (answered >= request.batch().commands_size() ||
-                  r.id() != request.batch().commands(answered).id()) {
-                std::abort();
-              }
-              ++answered;
-            }
-          }
-          if (env.verbose) {
-            std::fprintf(stderr, "request %llu (command %d): code %d %s\n",
-                         static_cast<unsigned long long>(request.id()), request.command_case(),
-                         reply.code(), reply.message().c_str());
-          }
-          return true;
-        });
-        if (answered != (request.has_batch() ? request.batch().commands_size() : 1)) std::abort();
-        if (session.bytes_held() > kMemLimit) std::abort();  // the quota held.
+      if ((word & kUploadRecord) == 0) {
+        if (request.ParseFromArray(data + pos, static_cast<int>(len))) {
+          RunSessionRequest(env, *session, request);
+          uploads.SessionCommandRan();
+        }
+      } else if (upload.ParseFromArray(data + pos, static_cast<int>(len))) {
+        uploads.Feed(upload);
       }
       pos += len;
     }

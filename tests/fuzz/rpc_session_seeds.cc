@@ -1,8 +1,12 @@
-// rpc_session_fuzz_seeds DIR: writes the seed corpus of rpc_session_fuzz, a few valid command
-// sequences (length-prefixed serialized SessionRequests; handles are 1, 2, ... as the fuzz
+// rpc_session_fuzz_seeds DIR: writes the seed corpus of rpc_session_fuzz, a few command
+// sequences in its record format (see rpc_session_fuzz.cc; handles are 1, 2, ... as the fuzz
 // session uses predictable handles): alloc/write/read/free, a MUL_MAT + ADD compute run twice
 // through the graph cache, GET_ROWS and SET_ROWS graphs with bad indices, and copies,
-// memsets, grants and cache stats between two devices, and batches.
+// memsets, grants and cache stats between two devices, and batches; and Upload streams: with
+// a hash (stored, then served from the cache on both devices, and one too large to keep),
+// without one (with session commands and a free in the middle), and refused ones (truncated,
+// oversized, bad or malformed hash, out of range, unknown buffer or session, a chunk first,
+// a header where a chunk belongs).
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -20,22 +24,120 @@ using tg::server::testing::FreeRequest;
 using tg::server::testing::MatMulAdd;
 using tg::server::testing::ReadRequest;
 using tg::server::testing::RowsCompute;
+using tg::server::testing::Sha256Bytes;
+using tg::server::testing::UploadChunk;
+using tg::server::testing::UploadHeaderMessage;
 using tg::server::testing::WriteRequest;
 
-void Append(std::string* out, const pb::SessionRequest& r) {
-  const std::string bytes = r.SerializeAsString();
-  const uint32_t len = static_cast<uint32_t>(bytes.size());
-  out->append(reinterpret_cast<const char*>(&len), 4);
-  out->append(bytes);
-}
+// rpc_session_fuzz.cc's record kinds: the top bit of the length word marks an upload record.
+constexpr uint32_t kUploadRecord = 0x80000000u;
+
+// A seed's bytes, record by record.
+class Seed {
+ public:
+  Seed& Add(const pb::SessionRequest& r) { return Record(0, r.SerializeAsString()); }
+  Seed& Upload(const pb::UploadMessage& m) { return Record(kUploadRecord, m.SerializeAsString()); }
+  // The end of the open Upload stream (the client's WritesDone).
+  Seed& EndUpload() { return Record(kUploadRecord, ""); }
+  bool Write(const std::filesystem::path& dir, const char* name) const {
+    std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
+    out.write(bytes_.data(), static_cast<std::streamsize>(bytes_.size()));
+    return static_cast<bool>(out);
+  }
+
+ private:
+  Seed& Record(uint32_t kind, const std::string& payload) {
+    const uint32_t word = kind | static_cast<uint32_t>(payload.size());
+    bytes_.append(reinterpret_cast<const char*>(&word), 4);
+    bytes_.append(payload);
+    return *this;
+  }
+  std::string bytes_;
+};
 
 bool WriteSeed(const std::filesystem::path& dir, const char* name,
                const std::vector<pb::SessionRequest>& requests) {
-  std::string data;
-  for (const auto& r : requests) Append(&data, r);
-  std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-  return static_cast<bool>(out);
+  Seed seed;
+  for (const auto& r : requests) seed.Add(r);
+  return seed.Write(dir, name);
+}
+
+std::string Pattern(size_t n, char first) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>(first + i % 23);
+  return s;
+}
+
+// Hashed uploads: a miss stored in the cache, then hits on both devices; a blob larger than
+// the fuzz cache is taken but not kept.
+bool WriteUploadCacheSeed(const std::filesystem::path& dir) {
+  const std::string d = Pattern(40, 'a');
+  const std::string big = Pattern(1500, 'A');
+  Seed seed;
+  seed.Add(AllocRequest(1, 0, 2048))
+      .Upload(UploadHeaderMessage("fuzz", 1, 16, d.size(), Sha256Bytes(d)))
+      .Upload(UploadChunk(d.substr(0, 25)))
+      .Upload(UploadChunk(d.substr(25)))
+      .EndUpload()
+      .Upload(UploadHeaderMessage("fuzz", 1, 100, d.size(), Sha256Bytes(d)))  // have it.
+      .Upload(UploadChunk("dropped: the stream is over"))
+      .Add(ReadRequest(2, 1, 0, 160))
+      .Add(AllocRequest(3, 1, 64))
+      .Upload(UploadHeaderMessage("fuzz", 2, 8, d.size(), Sha256Bytes(d)))
+      .Add(ReadRequest(4, 2, 0, 64))
+      .Upload(UploadHeaderMessage("fuzz", 1, 200, big.size(), Sha256Bytes(big)))
+      .Upload(UploadChunk(big.substr(0, 1000)))
+      .Upload(UploadChunk(big.substr(1000)))
+      .EndUpload()
+      .Add(ReadRequest(5, 1, 1690, 20));
+  return seed.Write(dir, "upload_cache");
+}
+
+// Uploads without a hash; session commands (a write into the range, a free) run in the
+// middle of the second, which the end of the input finishes.
+bool WriteUploadPlainSeed(const std::filesystem::path& dir) {
+  Seed seed;
+  seed.Add(AllocRequest(1, 0, 128))
+      .Upload(UploadHeaderMessage("fuzz", 1, 8, 12))
+      .Upload(UploadChunk("hello "))
+      .Upload(UploadChunk("upload"))
+      .EndUpload()
+      .Add(ReadRequest(2, 1, 0, 24))
+      .Upload(UploadHeaderMessage("fuzz", 1, 0, 64))
+      .Upload(UploadChunk(Pattern(32, '0')))
+      .Add(WriteRequest(3, 1, 40, "meanwhile"))
+      .Add(FreeRequest(4, 1))
+      .Upload(UploadChunk(Pattern(32, 'k')));
+  return seed.Write(dir, "upload_plain");
+}
+
+// Uploads the sink refuses, each followed by one it takes.
+bool WriteUploadErrorsSeed(const std::filesystem::path& dir) {
+  const std::string d = Pattern(32, 'q');
+  Seed seed;
+  seed.Upload(UploadChunk("a chunk before any header"))
+      .Add(AllocRequest(1, 0, 64))
+      .Upload(UploadHeaderMessage("fuzz", 1, 0, d.size(), Sha256Bytes(d)))  // truncated.
+      .Upload(UploadChunk(d.substr(0, 16)))
+      .EndUpload()
+      .Upload(UploadHeaderMessage("fuzz", 1, 0, 8))  // oversized.
+      .Upload(UploadChunk("123456"))
+      .Upload(UploadChunk("789abc"))
+      .Upload(UploadHeaderMessage("fuzz", 1, 0, 4, Sha256Bytes("abcd")))  // bad hash.
+      .Upload(UploadChunk("abce"))
+      .EndUpload()
+      .Upload(UploadHeaderMessage("fuzz", 1, 0, 4, "short"))  // not a SHA-256.
+      .Upload(UploadHeaderMessage("fuzz", 1, 60, 8))          // out of range.
+      .Upload(UploadHeaderMessage("fuzz", 1, UINT64_MAX - 2, 4))
+      .Upload(UploadHeaderMessage("fuzz", 99, 0, 4))  // no such buffer.
+      .Upload(UploadHeaderMessage("other", 1, 0, 4))  // no such session.
+      .Upload(UploadHeaderMessage("fuzz", 1, 0, 4))   // a header where a chunk belongs.
+      .Upload(UploadHeaderMessage("fuzz", 1, 0, 4))
+      .Upload(UploadHeaderMessage("fuzz", 1, 56, 8, Sha256Bytes("fits ok!")))
+      .Upload(UploadChunk("fits ok!"))
+      .EndUpload()
+      .Add(ReadRequest(2, 1, 0, 64));
+  return seed.Write(dir, "upload_errors");
 }
 
 }  // namespace
@@ -111,10 +213,13 @@ int main(int argc, char** argv) {
         dir, "batch",
         {AllocRequest(1, 0, MatMulAdd::kBufferBytes), WriteRequest(2, 1, 0, "x"), batch, nested});
   }
+  ok &= WriteUploadCacheSeed(dir);
+  ok &= WriteUploadPlainSeed(dir);
+  ok &= WriteUploadErrorsSeed(dir);
   if (!ok) {
     std::fprintf(stderr, "rpc_session_fuzz_seeds: cannot write into %s\n", dir.c_str());
     return 1;
   }
-  std::printf("rpc_session_fuzz_seeds: 6 seeds in %s\n", dir.c_str());
+  std::printf("rpc_session_fuzz_seeds: 9 seeds in %s\n", dir.c_str());
   return 0;
 }

@@ -214,7 +214,7 @@ TEST_F(RemotePipelineTest, BatchedStepsGetTheirOwnResults) {
   Graph& graph = p.graph;
   const std::vector<float>& values = p.values;
 
-  constexpr int kSteps = rpc::Connection::kMaxBatchCommands + 36;
+  constexpr int kSteps = rpc::SessionChannel::kMaxBatchCommands + 36;
   std::vector<std::vector<float>> out(kSteps, std::vector<float>(4, -1));
   std::vector<std::unique_ptr<Event>> events(kSteps);
   const int kBad = 50;  // this step's row is out of range.

@@ -5,7 +5,8 @@
         c.metrics(0)         # {"tg_buffers": 0.0, ...} scraped from server 0's /metrics
         c.kill(0)            # SIGKILL, for the failure tests
 
-Each server runs with TG_CPU_DEVICES=<devices> and -d 0,1,..., binds port 0 and reports the
+Each server runs with TG_CPU_DEVICES=<devices> and -d CPU0,CPU1,... (by name: on a GPU host
+index 0 is the first GPU), binds port 0 and reports the
 port through --port-file, so tests never collide on ports.
 """
 import argparse
@@ -62,7 +63,7 @@ class Server:
             os.remove(self.port_file)
         env = dict(os.environ, TG_CPU_DEVICES=str(devices))
         cmd = [binary, "-p", "0", "--port-file", self.port_file, "-d",
-               ",".join(str(i) for i in range(devices)), "-t", str(threads),
+               "CPU" if devices == 1 else ",".join(f"CPU{i}" for i in range(devices)), "-t", str(threads),
                "--metrics-port", str(self.metrics_port)] + list(extra)
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)

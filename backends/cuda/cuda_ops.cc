@@ -1,0 +1,114 @@
+#include "backends/cuda/cuda_ops.h"
+
+#include "absl/strings/str_cat.h"
+#include "backends/cuda/cuda_status.h"
+#include "core/dtype.h"
+
+namespace tg::cuda {
+
+// The kernels compare DType values through kernel_types.h's numbers.
+static_assert(static_cast<int>(DType::kF32) == kTypeF32);
+static_assert(static_cast<int>(DType::kF16) == kTypeF16);
+static_assert(static_cast<int>(DType::kBF16) == kTypeBF16);
+static_assert(static_cast<int>(DType::kI32) == kTypeI32);
+static_assert(static_cast<int>(DType::kQ4_0) == kTypeQ4_0);
+static_assert(static_cast<int>(DType::kQ8_0) == kTypeQ8_0);
+static_assert(static_cast<int>(DType::kQ4_K) == kTypeQ4_K);
+static_assert(static_cast<int>(DType::kQ6_K) == kTypeQ6_K);
+
+TensorView ViewOf(const Tensor& t) {
+  TensorView v;
+  v.data = static_cast<char*>(t.data);
+  v.type = static_cast<int>(t.type);
+  for (int d = 0; d < kMaxDims; ++d) {
+    v.ne[d] = t.ne[d];
+    v.nb[d] = static_cast<int64_t>(t.nb[d]);
+  }
+  return v;
+}
+
+bool ChecksIndices(const Tensor& node) {
+  return node.op == Op::kGetRows || node.op == Op::kSetRows || node.op == Op::kMulMatId;
+}
+
+namespace {
+
+RopeArgs ReadRopeArgs(const Tensor& node) {
+  RopeArgs r;
+  r.n_dims = node.op_params[0];
+  r.neox = (node.op_params[1] & kRopeModeNeox) != 0;
+  r.n_ctx_orig = node.op_params[2];
+  r.freq_base = node.ParamF32(3);
+  r.freq_scale = node.ParamF32(4);
+  r.ext_factor = node.ParamF32(5);
+  r.attn_factor = node.ParamF32(6);
+  r.beta_fast = node.ParamF32(7);
+  r.beta_slow = node.ParamF32(8);
+  return r;
+}
+
+cudaError_t Launch(NodeContext& ctx, Tensor* node) {
+  const TensorView dst = ViewOf(*node);
+  const TensorView a = ViewOf(*node->src[0]);
+  const cudaStream_t s = ctx.stream;
+  auto optional = [](const Tensor* t, TensorView* v) -> const TensorView* {
+    if (t == nullptr) return nullptr;
+    *v = ViewOf(*t);
+    return v;
+  };
+  TensorView extra;
+  switch (node->op) {
+    case Op::kGetRows:
+      return LaunchGetRows(dst, a, ViewOf(*node->src[1]), ctx.err, s);
+    case Op::kSetRows:
+      return LaunchSetRows(dst, ViewOf(*node->src[1]), ViewOf(*node->src[2]), ctx.err, s);
+    case Op::kAdd:
+      return LaunchBinary(BinaryOp::kAdd, dst, a, ViewOf(*node->src[1]), s);
+    case Op::kMul:
+      return LaunchBinary(BinaryOp::kMul, dst, a, ViewOf(*node->src[1]), s);
+    case Op::kScale:
+      return LaunchUnary(UnaryOp::kScale, node->ParamF32(0), node->ParamF32(1), dst, a, s);
+    case Op::kSilu:
+      return LaunchUnary(UnaryOp::kSilu, 0.0f, 0.0f, dst, a, s);
+    case Op::kSwiglu:
+      return LaunchSwiglu(dst, a, ViewOf(*node->src[1]), s);
+    case Op::kRmsNorm:
+      return LaunchRmsNorm(dst, a, node->ParamF32(0), s);
+    case Op::kSoftMax:
+      return LaunchSoftMax(dst, a, optional(node->src[1], &extra), node->ParamF32(0), s);
+    case Op::kRope:
+      return LaunchRope(dst, a, ViewOf(*node->src[1]), optional(node->src[2], &extra),
+                        ReadRopeArgs(*node), s);
+    case Op::kArgmax:
+      return LaunchArgmax(dst, a, s);
+    case Op::kCpy:
+    case Op::kCont:
+      return LaunchCopy(dst, a, s);
+    case Op::kFlashAttn:
+      return LaunchFlashAttn(dst, a, ViewOf(*node->src[1]), ViewOf(*node->src[2]),
+                             optional(node->src[3], &extra), node->ParamF32(0), s);
+    default:
+      return cudaErrorNotSupported;
+  }
+}
+
+}  // namespace
+
+absl::Status RunNode(NodeContext& ctx, Tensor* node) {
+  if (node->op == Op::kMulMat) return RunMulMat(ctx, node);
+  const Tensor* src = node->src[0];
+  if ((node->op == Op::kCpy || node->op == Op::kCont) && src->type == node->type &&
+      src->IsContiguous() && node->IsContiguous()) {
+    // A plain copy: the copy engine's bandwidth, no index math.
+    TG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(node->data, src->data, node->NumBytes(),
+                                            cudaMemcpyDeviceToDevice, ctx.stream));
+    return absl::OkStatus();
+  }
+  if (node->op == Op::kMulMatId) return RunMulMatId(ctx, node);
+  if (const cudaError_t err = Launch(ctx, node); err != cudaSuccess) {
+    return CudaError(err, absl::StrCat(OpName(node->op), " kernel launch"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tg::cuda

@@ -1,0 +1,40 @@
+// CUDA runtime and cuBLAS errors as absl::Status, naming the call that failed: a CUDA error
+// never ends the process. Out of memory is RESOURCE_EXHAUSTED; a missing driver or device,
+// or a device that fell off the bus, is UNAVAILABLE; anything else INTERNAL. Thread-safe.
+#ifndef TENSORGRID_BACKENDS_CUDA_CUDA_STATUS_H_
+#define TENSORGRID_BACKENDS_CUDA_CUDA_STATUS_H_
+
+#include <cublas_api.h>
+#include <cuda_runtime_api.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace tg::cuda {
+
+// The status code a CUDA runtime error maps to.
+absl::StatusCode CudaErrorCode(cudaError_t err);
+// "call: cudaErrorName (description)" with CudaErrorCode's code. Also clears the runtime's
+// last-error slot, so that a non-sticky error (a failed allocation) does not resurface at
+// the next kernel launch check.
+absl::Status CudaError(cudaError_t err, absl::string_view call);
+absl::Status CublasError(cublasStatus_t err, absl::string_view call);
+
+}  // namespace tg::cuda
+
+// Returns from the enclosing function with CudaError when `expr` (a cudaError_t) fails.
+#define TG_CUDA_RETURN_IF_ERROR(expr)                                           \
+  do {                                                                          \
+    if (const cudaError_t _tg_cuda_err = (expr); _tg_cuda_err != cudaSuccess) { \
+      return ::tg::cuda::CudaError(_tg_cuda_err, #expr);                        \
+    }                                                                           \
+  } while (0)
+
+#define TG_CUBLAS_RETURN_IF_ERROR(expr)                                                          \
+  do {                                                                                           \
+    if (const cublasStatus_t _tg_cublas_err = (expr); _tg_cublas_err != CUBLAS_STATUS_SUCCESS) { \
+      return ::tg::cuda::CublasError(_tg_cublas_err, #expr);                                     \
+    }                                                                                            \
+  } while (0)
+
+#endif  // TENSORGRID_BACKENDS_CUDA_CUDA_STATUS_H_

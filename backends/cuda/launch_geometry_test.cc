@@ -1,0 +1,120 @@
+#include "backends/cuda/launch_geometry.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace tg::cuda {
+namespace {
+
+// How many times a grid-stride loop over `l` visits each of n items (threads walk
+// item = thread, thread + total, ...).
+std::vector<uint8_t> GridStrideVisits(const Launch& l, int64_t n) {
+  std::vector<uint8_t> visits(n, 0);
+  const int64_t total = static_cast<int64_t>(l.grid.x) * l.block.x;
+  for (int64_t t = 0; t < total; ++t) {
+    for (int64_t k = t; k < n; k += total) ++visits[k];
+  }
+  return visits;
+}
+
+bool EveryItemOnce(const std::vector<uint8_t>& visits) {
+  for (uint8_t v : visits) {
+    if (v != 1) return false;
+  }
+  return true;
+}
+
+TEST(LaunchGeometryTest, ElementwiseCoversOddSizesOnce) {
+  for (int64_t n : {1, 2, 31, 255, 256, 257, 1000, 65537}) {
+    const Launch l = ElementwiseLaunch(n);
+    ASSERT_FALSE(l.empty()) << n;
+    EXPECT_EQ(l.block.x, static_cast<uint32_t>(kElementwiseThreads));
+    EXPECT_LE(l.grid.x, kMaxElementwiseBlocks);
+    EXPECT_TRUE(EveryItemOnce(GridStrideVisits(l, n))) << n;
+  }
+}
+
+TEST(LaunchGeometryTest, ElementwiseCapsHugeGridsAndSkipsEmptyOnes) {
+  EXPECT_TRUE(ElementwiseLaunch(0).empty());
+  EXPECT_TRUE(ElementwiseLaunch(-5).empty());
+  const Launch huge = ElementwiseLaunch(int64_t{1} << 40);
+  EXPECT_EQ(huge.grid.x, kMaxElementwiseBlocks);
+  // Past the cap, the grid-stride loop still reaches every item exactly once.
+  const int64_t n = kMaxElementwiseBlocks * kElementwiseThreads + 12345;
+  const Launch capped = ElementwiseLaunch(n);
+  EXPECT_EQ(capped.grid.x, kMaxElementwiseBlocks);
+  EXPECT_TRUE(EveryItemOnce(GridStrideVisits(capped, n)));
+}
+
+TEST(LaunchGeometryTest, RowThreadsArePowersOfTwoFittingTheRow) {
+  struct Case {
+    int64_t row_len;
+    uint32_t threads;
+  };
+  for (const Case& c : {Case{1, 32}, Case{31, 32}, Case{32, 32}, Case{33, 64}, Case{100, 128},
+                        Case{1024, 1024}, Case{1025, 1024}, Case{1 << 20, 1024}}) {
+    const Launch l = RowLaunch(7, c.row_len);
+    EXPECT_EQ(l.block.x, c.threads) << c.row_len;
+    EXPECT_EQ(l.block.x % kWarpSize, 0u);
+    EXPECT_EQ(l.grid.x, 7u);
+  }
+  EXPECT_TRUE(RowLaunch(0, 100).empty());
+  EXPECT_EQ(RowLaunch(int64_t{3} << 31, 8).grid.x, static_cast<uint32_t>(kMaxGridX));
+}
+
+TEST(LaunchGeometryTest, WarpLaunchRoundsUnitsUpToWholeBlocks) {
+  const Launch l = WarpLaunch(9, 4);
+  EXPECT_EQ(l.grid.x, 3u);
+  EXPECT_EQ(l.block.x, 128u);
+  EXPECT_TRUE(WarpLaunch(0, 4).empty());
+}
+
+// Every (row, batch) of a matrix-vector product is computed by exactly one warp, with the
+// kernel's own index functions, for odd row counts and batch counts past the y limit.
+TEST(LaunchGeometryTest, MatVecCoversEveryRowAndBatchOnce) {
+  struct Case {
+    int64_t m, n_batch;
+  };
+  for (const Case& c : {Case{1, 1}, Case{5, 3}, Case{7, 1}, Case{4097, 2}, Case{3, 70001}}) {
+    const Launch l = MatVecLaunch(c.m, c.n_batch);
+    ASSERT_FALSE(l.empty());
+    EXPECT_LE(l.grid.y, kMaxGridYZ);
+    EXPECT_LE(l.grid.z, kMaxGridYZ);
+    EXPECT_EQ(l.block.x, static_cast<uint32_t>(kMatVecWarps * kWarpSize));
+    std::vector<uint8_t> seen(c.m * c.n_batch, 0);
+    for (uint32_t z = 0; z < l.grid.z; ++z) {
+      for (uint32_t y = 0; y < l.grid.y; ++y) {
+        const int64_t bt = BatchIndex(y, z, l.grid.y);
+        for (uint32_t x = 0; x < l.grid.x; ++x) {
+          for (int w = 0; w < kMatVecWarps; ++w) {
+            const int64_t row = MatVecRow(x, w);
+            if (row >= c.m || bt >= c.n_batch) continue;  // the kernel's early exit.
+            ++seen[bt * c.m + row];
+          }
+        }
+      }
+    }
+    EXPECT_TRUE(EveryItemOnce(seen)) << c.m << "x" << c.n_batch;
+  }
+}
+
+TEST(LaunchGeometryTest, MatVecRefusesWhatTheGridCannotAddress) {
+  EXPECT_TRUE(MatVecLaunch(0, 5).empty());
+  EXPECT_TRUE(MatVecLaunch(5, 0).empty());
+  EXPECT_TRUE(MatVecLaunch(5, kMaxGridYZ * kMaxGridYZ + 1).empty());
+  const Launch edge = MatVecLaunch(5, kMaxGridYZ * kMaxGridYZ);
+  EXPECT_EQ(edge.grid.y, static_cast<uint32_t>(kMaxGridYZ));
+  EXPECT_EQ(edge.grid.z, static_cast<uint32_t>(kMaxGridYZ));
+}
+
+TEST(LaunchGeometryTest, FlashAttnHasOneBlockPerRow) {
+  EXPECT_EQ(FlashAttnLaunch(37).grid.x, 37u);
+  EXPECT_EQ(FlashAttnLaunch(37).block.x, static_cast<uint32_t>(kFlashAttnThreads));
+  EXPECT_TRUE(FlashAttnLaunch(0).empty());
+  EXPECT_EQ(FlashAttnLaunch(int64_t{1} << 40).grid.x, static_cast<uint32_t>(kMaxGridX));
+}
+
+}  // namespace
+}  // namespace tg::cuda

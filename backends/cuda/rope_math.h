@@ -1,0 +1,84 @@
+// ROPE's rotation angle per (pair, position), shared by the CUDA kernel and the host tests:
+// the CPU backend's numerics (backends/cpu/kernels/rope.cc): frequencies and angles in
+// double, reduced to [-pi, pi] before single-precision cos/sin, YaRN as ggml's rope_yarn.
+// Pure; thread-safe.
+#ifndef TENSORGRID_BACKENDS_CUDA_ROPE_MATH_H_
+#define TENSORGRID_BACKENDS_CUDA_ROPE_MATH_H_
+
+#include <cmath>
+#include <cstdint>
+
+#include "backends/cuda/host_device.h"
+
+namespace tg::cuda {
+
+inline constexpr int kRopeModeNeox = 2;
+
+struct RopeArgs {
+  int n_dims = 0;
+  bool neox = false;
+  int n_ctx_orig = 0;
+  float freq_base = 10000.0f, freq_scale = 1.0f, ext_factor = 0.0f, attn_factor = 1.0f;
+  float beta_fast = 32.0f, beta_slow = 1.0f;
+};
+
+// ggml_rope_yarn_corr_dim: the dimension whose wavelength fits n_rot times in n_ctx_orig.
+TG_HD double RopeYarnCorrDim(const RopeArgs& r, double n_rot) {
+  constexpr double kTwoPi = 6.283185307179586476925286766559;
+  return r.n_dims * log(r.n_ctx_orig / (n_rot * kTwoPi)) /
+         (2.0 * log(static_cast<double>(r.freq_base)));
+}
+
+// The output scale: attn_factor, times YaRN's 1 + 0.1 ln(1 / freq_scale) when YaRN is on.
+TG_HD float RopeMscale(const RopeArgs& r) {
+  constexpr double kYarnMscaleSlope = 0.1;
+  return static_cast<float>(
+      r.ext_factor != 0.0f
+          ? r.attn_factor * (1.0 + kYarnMscaleSlope * log(1.0 / static_cast<double>(r.freq_scale)))
+          : static_cast<double>(r.attn_factor));
+}
+
+// cos and sin (times mscale) of pair i's angle at position pos; factor: the pair's frequency
+// factor (1 when there are none).
+TG_HD void RopeCosSin(const RopeArgs& r, int i, float factor, int32_t pos, float mscale, float* c,
+                      float* s) {
+  constexpr double kTwoPi = 6.283185307179586476925286766559;
+  constexpr double kYarnMinRampWidth = 0.001;  // ggml's guard against a zero-width ramp.
+  double f = pow(static_cast<double>(r.freq_base), -2.0 * i / r.n_dims) / factor;
+  double ramp_mix = 0.0;
+  if (r.ext_factor != 0.0f) {
+    const double lo = fmax(0.0, floor(RopeYarnCorrDim(r, r.beta_fast)));
+    const double hi = fmin(r.n_dims - 1.0, ceil(RopeYarnCorrDim(r, r.beta_slow)));
+    const double y = (i - lo) / fmax(kYarnMinRampWidth, hi - lo);
+    ramp_mix = (1.0 - fmin(1.0, fmax(0.0, y))) * r.ext_factor;
+  }
+  f *= r.freq_scale * (1.0 - ramp_mix) + ramp_mix;
+  const double theta = pos * f;
+  const float t = static_cast<float>(theta - kTwoPi * rint(theta / kTwoPi));
+  *c = cosf(t) * mscale;
+  *s = sinf(t) * mscale;
+}
+
+// Element i0 (< n_dims) of a rotated row x (contiguous view through get(j)): its pair index,
+// whether it is the pair's first element, and the partner element's index.
+struct RopePair {
+  int pair;
+  bool first;
+  int partner;
+};
+TG_HD RopePair RopePairOf(const RopeArgs& r, int i0) {
+  if (r.neox) {
+    const int half = r.n_dims / 2;
+    return i0 < half ? RopePair{i0, true, i0 + half} : RopePair{i0 - half, false, i0 - half};
+  }
+  return (i0 % 2 == 0) ? RopePair{i0 / 2, true, i0 + 1} : RopePair{i0 / 2, false, i0 - 1};
+}
+
+// y for element i0 given its value x, its partner's value xp and the pair's cos/sin.
+TG_HD float RopeRotate(bool first, float x, float xp, float c, float s) {
+  return first ? x * c - xp * s : xp * s + x * c;
+}
+
+}  // namespace tg::cuda
+
+#endif  // TENSORGRID_BACKENDS_CUDA_ROPE_MATH_H_

@@ -1,0 +1,260 @@
+#include "client/session_channel.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+
+namespace tg::rpc {
+
+SessionChannel::SessionChannel(std::unique_ptr<grpc::ClientContext> context, std::string endpoint)
+    : endpoint_(std::move(endpoint)), context_(std::move(context)) {}
+
+absl::StatusOr<std::unique_ptr<SessionChannel>> SessionChannel::Open(
+    tensorgrid::v1::TensorGrid::Stub& stub, std::unique_ptr<grpc::ClientContext> context,
+    std::string endpoint) {
+  std::unique_ptr<SessionChannel> c(new SessionChannel(std::move(context), std::move(endpoint)));
+  absl::MutexLock lock(&c->mu_);
+  c->stream_ = stub.Session(c->context_.get());
+  Reply started;
+  TG_RETURN_IF_ERROR(c->ReadOneLocked(&started));
+  if (started.code() != 0 || !started.has_started()) {
+    const int code =
+        started.code() != 0 ? started.code() : static_cast<int>(absl::StatusCode::kInternal);
+    return absl::Status(
+        static_cast<absl::StatusCode>(code),
+        absl::StrCat("rpc-server ", c->endpoint_, ": session refused: ", started.message()));
+  }
+  c->session_id_ = started.started().session_id();
+  return c;
+}
+
+SessionChannel::~SessionChannel() {
+  absl::MutexLock lock(&mu_);
+  if (stream_ == nullptr || !broken_.ok()) return;
+  DrainLocked().IgnoreError();
+  stream_->WritesDone();
+  stream_->Finish().ok();
+}
+
+absl::Status SessionChannel::ReplyStatus(const Reply& reply) const {
+  if (reply.code() == 0) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(reply.code()),
+                      absl::StrCat("rpc-server ", endpoint_, ": ", reply.message()));
+}
+
+absl::Status SessionChannel::BrokenLocked(absl::string_view what) {
+  if (!broken_.ok()) return broken_;
+  grpc::Status s = stream_->Finish();
+  std::string detail = s.ok() ? "the stream ended" : s.error_message();
+  const auto code = s.ok() || s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                            s.error_code() == grpc::StatusCode::CANCELLED
+                        ? absl::StatusCode::kUnavailable
+                        : static_cast<absl::StatusCode>(s.error_code());
+  broken_ =
+      absl::Status(code, absl::StrCat("rpc-server ", endpoint_, " is gone (", what, "): ", detail));
+  return broken_;
+}
+
+absl::Status SessionChannel::OutOfOrderLocked(uint64_t got, absl::string_view want) {
+  broken_ = absl::InternalError(
+      absl::StrFormat("rpc-server %s: reply %d out of order (want %s)", endpoint_, got, want));
+  return broken_;
+}
+
+// ---- Sending ----
+
+absl::StatusOr<uint64_t> SessionChannel::WriteLocked(Request request, bool may_batch) {
+  const uint64_t id = next_id_++;
+  request.set_id(id);
+  if (batch_depth_ > 0 && may_batch) {
+    const size_t bytes = request.ByteSizeLong();
+    if (bytes <= kMaxBatchBytes) {
+      if (batch_bytes_ + bytes > kMaxBatchBytes) TG_RETURN_IF_ERROR(SendBatchLocked());
+      *batch_.mutable_batch()->add_commands() = std::move(request);
+      batch_bytes_ += bytes;
+      if (batch_.batch().commands_size() >= kMaxBatchCommands) {
+        TG_RETURN_IF_ERROR(SendBatchLocked());
+      }
+      return id;
+    }
+  }
+  TG_RETURN_IF_ERROR(SendBatchLocked());
+  if (!stream_->Write(request)) return BrokenLocked("write failed");
+  return id;
+}
+
+absl::Status SessionChannel::SendBatchLocked() {
+  if (!batch_.has_batch() || batch_.batch().commands_size() == 0) return absl::OkStatus();
+  // One held command goes as itself: the server need not unpack a batch of one.
+  const bool written = batch_.batch().commands_size() == 1
+                           ? stream_->Write(batch_.batch().commands(0))
+                           : stream_->Write(batch_);
+  batch_.Clear();
+  batch_bytes_ = 0;
+  if (!written) return BrokenLocked("write failed");
+  return absl::OkStatus();
+}
+
+absl::Status SessionChannel::FlushWritesLocked() {
+  for (Request& write : queued_.TakeAsCommands()) {
+    TG_ASSIGN_OR_RETURN(const uint64_t id, WriteLocked(std::move(write), true));
+    pending_.push_back({id, nullptr});
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> SessionChannel::SendLocked(Request request, bool may_batch) {
+  if (!broken_.ok()) return broken_;
+  if (request.has_compute()) {
+    // The queued writes are the graph's inputs: they travel in the same message.
+    queued_.MoveInto(*request.mutable_compute());
+  } else {
+    TG_RETURN_IF_ERROR(FlushWritesLocked());
+  }
+  return WriteLocked(std::move(request), may_batch);
+}
+
+void SessionChannel::BeginBatch() {
+  absl::MutexLock lock(&mu_);
+  ++batch_depth_;
+}
+
+absl::Status SessionChannel::EndBatch() {
+  absl::MutexLock lock(&mu_);
+  if (batch_depth_ > 0 && --batch_depth_ > 0) return absl::OkStatus();
+  if (!broken_.ok()) return broken_;
+  return SendBatchLocked();
+}
+
+absl::Status SessionChannel::QueueWrite(uint64_t buffer, uint64_t offset, const void* data,
+                                        size_t size) {
+  absl::MutexLock lock(&mu_);
+  if (!broken_.ok()) return broken_;
+  if (queued_.bytes() + size > QueuedWrites::kMaxBytes) TG_RETURN_IF_ERROR(FlushWritesLocked());
+  queued_.Add(buffer, offset, data, size);
+  return absl::OkStatus();
+}
+
+// ---- Replies ----
+
+absl::Status SessionChannel::ReadOneLocked(Reply* reply) {
+  if (!broken_.ok()) return broken_;
+  if (!stream_->Read(reply)) return BrokenLocked("read failed");
+  return absl::OkStatus();
+}
+
+absl::Status SessionChannel::HandleReplyLocked() {
+  Reply reply;
+  TG_RETURN_IF_ERROR(ReadOneLocked(&reply));
+  if (!reply.has_batch()) return HandleOneReplyLocked(reply);
+  for (Reply& one : *reply.mutable_batch()->mutable_replies()) {
+    TG_RETURN_IF_ERROR(HandleOneReplyLocked(one));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SessionChannel::HandleOneReplyLocked(Reply& reply) {
+  if (pending_.empty() || reply.id() != pending_.front().id) {
+    return OutOfOrderLocked(reply.id(),
+                            pending_.empty() ? "none" : absl::StrCat(pending_.front().id));
+  }
+  Pending p = std::move(pending_.front());
+  pending_.pop_front();
+  absl::Status s = ReplyStatus(reply);
+  if (p.on_reply) {
+    absl::Status handled = p.on_reply(reply);
+    if (s.ok()) s = handled;
+  }
+  if (!s.ok() && deferred_error_.ok()) {
+    deferred_error_ = s;
+    deferred_error_id_ = p.id;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SessionChannel::TakeDeferredErrorLocked(uint64_t up_to) {
+  if (deferred_error_id_ > up_to) return absl::OkStatus();
+  absl::Status error = std::move(deferred_error_);
+  deferred_error_ = absl::OkStatus();
+  deferred_error_id_ = 0;
+  return error;
+}
+
+absl::Status SessionChannel::DrainLocked() {
+  TG_RETURN_IF_ERROR(FlushWritesLocked());
+  TG_RETURN_IF_ERROR(SendBatchLocked());
+  while (!pending_.empty()) TG_RETURN_IF_ERROR(HandleReplyLocked());
+  return TakeDeferredErrorLocked();
+}
+
+// ---- Waiting ----
+
+absl::StatusOr<SessionChannel::Reply> SessionChannel::Call(Request request, uint64_t* id) {
+  absl::MutexLock lock(&mu_);
+  TG_ASSIGN_OR_RETURN(const uint64_t sent, SendLocked(std::move(request), false));
+  if (id != nullptr) *id = sent;
+  // An error of an earlier posted command wins, but this command's reply is still read so
+  // that the stream stays in step.
+  absl::Status earlier = DrainLocked();
+  Reply reply;
+  TG_RETURN_IF_ERROR(ReadOneLocked(&reply));
+  if (reply.id() != sent || reply.has_batch()) {
+    return OutOfOrderLocked(reply.id(), absl::StrCat(sent));
+  }
+  TG_RETURN_IF_ERROR(earlier);
+  TG_RETURN_IF_ERROR(ReplyStatus(reply));
+  return reply;
+}
+
+absl::Status SessionChannel::Post(Request request, ReplyHandler on_reply, uint64_t* id) {
+  absl::MutexLock lock(&mu_);
+  TG_ASSIGN_OR_RETURN(const uint64_t sent, SendLocked(std::move(request), true));
+  if (id != nullptr) *id = sent;
+  pending_.push_back({sent, std::move(on_reply)});
+  if (pending_.size() > kMaxPendingReplies) return DrainLocked();
+  return absl::OkStatus();
+}
+
+absl::Status SessionChannel::Drain() {
+  absl::MutexLock lock(&mu_);
+  return DrainLocked();
+}
+
+absl::Status SessionChannel::DrainIfBusy() {
+  absl::MutexLock lock(&mu_);
+  if (!broken_.ok()) return broken_;
+  if (pending_.empty() && queued_.empty()) return absl::OkStatus();
+  return DrainLocked();
+}
+
+absl::Status SessionChannel::WaitFor(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  if (batch_.has_batch() && batch_.batch().commands_size() > 0 &&
+      batch_.batch().commands(0).id() <= id) {
+    TG_RETURN_IF_ERROR(SendBatchLocked());
+  }
+  while (!pending_.empty() && pending_.front().id <= id) TG_RETURN_IF_ERROR(HandleReplyLocked());
+  return TakeDeferredErrorLocked(id);
+}
+
+uint64_t SessionChannel::last_sent_id() const {
+  absl::MutexLock lock(&mu_);
+  return next_id_ - 1;
+}
+
+bool SessionChannel::has_queued_writes() const {
+  absl::MutexLock lock(&mu_);
+  return !queued_.empty();
+}
+
+size_t SessionChannel::queued_write_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return queued_.bytes();
+}
+
+}  // namespace tg::rpc

@@ -1,0 +1,148 @@
+// SessionChannel: one client's ordered Session stream to one rpc-server. Commands get
+// increasing request ids and may be posted without waiting; the server runs them in order
+// and answers in order, and the replies are read when someone waits (Call, Drain, WaitFor).
+// An error reply is kept until a wait at or after its command returns it. Commands posted
+// between BeginBatch and EndBatch go out together as one Batch message, and small writes
+// queued with QueueWrite ride along with the next command. After a transport failure the
+// channel is broken: every later call returns the same status. Thread-safe; one lock guards
+// the stream and everything that must change in step with it.
+#ifndef TENSORGRID_CLIENT_SESSION_CHANNEL_H_
+#define TENSORGRID_CLIENT_SESSION_CHANNEL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "client/queued_writes.h"
+#include "tensorgrid/v1/tensorgrid.grpc.pb.h"
+
+namespace tg::rpc {
+
+class SessionChannel {
+ public:
+  using Reply = tensorgrid::v1::SessionReply;
+  using Request = tensorgrid::v1::SessionRequest;
+  using ReplyHandler = std::function<absl::Status(Reply&)>;  // may move data out.
+
+  // Commands held in one batch at most: a full batch goes out at once.
+  static constexpr int kMaxBatchCommands = 64;
+  // Bytes of commands held in one batch at most (a command larger than this goes alone).
+  static constexpr size_t kMaxBatchBytes = size_t{4} << 20;
+  // Commands posted and not yet answered at most; one more waits for all of them, since the
+  // server's send window for unread replies is finite.
+  static constexpr size_t kMaxPendingReplies = 256;
+
+  // Opens the Session stream on `stub` under `context` (which carries the auth metadata)
+  // and reads the server's Started reply. Errors name `endpoint`.
+  static absl::StatusOr<std::unique_ptr<SessionChannel>> Open(
+      tensorgrid::v1::TensorGrid::Stub& stub, std::unique_ptr<grpc::ClientContext> context,
+      std::string endpoint);
+  // Waits for the posted commands, then closes the stream.
+  ~SessionChannel();
+
+  const std::string& session_id() const { return session_id_; }
+
+  // Sends a command and waits for its reply (and for everything posted before it). A reply
+  // with an error code becomes that status, with the endpoint in the message; an error of an
+  // earlier posted command wins. `id` (optional) receives the command's request id, which is
+  // set once it is sent even when the call fails.
+  absl::StatusOr<Reply> Call(Request request, uint64_t* id = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
+  // Sends (or, in a batch, holds) a command without waiting; `on_reply` (optional) sees its
+  // reply later, error replies included, on whichever thread reads it and with this
+  // channel's lock held (it must not call back into this channel). An error reply is
+  // returned by the next wait that reaches it. `id` (optional) receives the request id.
+  absl::Status Post(Request request, ReplyHandler on_reply = nullptr, uint64_t* id = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits for every posted command (sending the held batch and the queued writes first).
+  absl::Status Drain() ABSL_LOCKS_EXCLUDED(mu_);
+  // Drain when commands are in flight or writes queued; otherwise only returns the broken
+  // state (an error kept for a later command stays kept).
+  absl::Status DrainIfBusy() ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits for the commands up to request `id` only: later ones stay in flight (or held),
+  // and queued writes stay queued. Returns an error reply among them, like Drain; an error
+  // of a later command that came in the same BatchReply waits for its own turn.
+  absl::Status WaitFor(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The request id of the last command sent or held (0: none yet).
+  uint64_t last_sent_id() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Commands posted between BeginBatch and EndBatch are held and sent together as one Batch
+  // message, so that the server reads one message and writes one (or a few) for a burst of
+  // decode steps instead of one each. Anything that waits for a held command sends the batch
+  // first, and a full batch (kMaxBatchCommands or kMaxBatchBytes) goes out at once. Nests;
+  // per channel: commands other threads post meanwhile join the batch.
+  void BeginBatch() ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status EndBatch() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A small write that rides along with the next command: inside the next Compute, or
+  // posted just before any other command. When QueuedWrites::kMaxBytes would be passed, the
+  // queued writes are posted first.
+  absl::Status QueueWrite(uint64_t buffer, uint64_t offset, const void* data, size_t size)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  bool has_queued_writes() const ABSL_LOCKS_EXCLUDED(mu_);
+  size_t queued_write_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  using Stream = grpc::ClientReaderWriter<Request, Reply>;
+  struct Pending {
+    uint64_t id;
+    ReplyHandler on_reply;
+  };
+
+  SessionChannel(std::unique_ptr<grpc::ClientContext> context, std::string endpoint);
+
+  // Sends (or, in a batch and when may_batch, holds) a command after the queued writes;
+  // returns its request id.
+  absl::StatusOr<uint64_t> SendLocked(Request request, bool may_batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives the command the next id and writes it, or holds it in the batch; a command written
+  // on its own sends the held batch first, so the order stays.
+  absl::StatusOr<uint64_t> WriteLocked(Request request, bool may_batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SendBatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Posts the queued writes as Write commands.
+  absl::Status FlushWritesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReadOneLocked(Reply* reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status DrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads one reply message and handles the pending commands it answers (one, or several
+  // when it is a BatchReply).
+  absl::Status HandleReplyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status HandleOneReplyLocked(Reply& reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The first error reply not yet returned, when its command's id is <= up_to.
+  absl::Status TakeDeferredErrorLocked(uint64_t up_to = UINT64_MAX)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks the channel broken by a failed read or write (the stream's final status says why).
+  absl::Status BrokenLocked(absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks the channel broken by a reply that does not answer the command it should.
+  absl::Status OutOfOrderLocked(uint64_t got, absl::string_view want)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReplyStatus(const Reply& reply) const;
+
+  const std::string endpoint_;
+  std::string session_id_;  // set by Open.
+
+  mutable absl::Mutex mu_;
+  const std::unique_ptr<grpc::ClientContext> context_;  // outlives stream_.
+  std::unique_ptr<Stream> stream_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);  // sent or held, oldest first.
+  int batch_depth_ ABSL_GUARDED_BY(mu_) = 0;
+  Request batch_ ABSL_GUARDED_BY(mu_);  // the held commands (batch_.batch().commands()).
+  size_t batch_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status deferred_error_ ABSL_GUARDED_BY(mu_);
+  uint64_t deferred_error_id_ ABSL_GUARDED_BY(mu_) = 0;  // the command it answered.
+  QueuedWrites queued_ ABSL_GUARDED_BY(mu_);
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tg::rpc
+
+#endif  // TENSORGRID_CLIENT_SESSION_CHANNEL_H_

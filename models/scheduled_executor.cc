@@ -1,0 +1,110 @@
+#include "models/scheduled_executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "core/status_macros.h"
+
+namespace tg {
+namespace {
+
+// Inputs are written synchronously through their buffers: no one stream runs the graph (the
+// scheduler runs each split on its device's stream).
+absl::Status WriteThroughBuffer(Tensor* t, const void* data, size_t bytes) {
+  return t->buffer->SetTensor(t, data, 0, bytes);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ScheduledExecutor>> ScheduledExecutor::Create(
+    absl::Span<Device* const> devices, int n_copies) {
+  std::unique_ptr<ScheduledExecutor> e(new ScheduledExecutor());
+  std::vector<SchedulerBackend> backends;
+  for (Device* d : devices) {
+    TG_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, d->CreateStream());
+    backends.push_back({d, stream.get()});
+    e->streams_.push_back(std::move(stream));
+  }
+  SchedulerOptions so;
+  so.n_copies = n_copies;
+  TG_ASSIGN_OR_RETURN(e->scheduler_, Scheduler::Create(std::move(backends), so));
+  return e;
+}
+
+absl::Status ScheduledExecutor::Run(Batch& batch) {
+  if (scheduler_->n_copies() > 1 && batch.n_tokens() > 1) return RunPipelined(batch);
+  return RunSequential(batch);
+}
+
+void ScheduledExecutor::AddSchedulerTimes(const SchedulerStats& before) {
+  DecodeTimings& timings = mutable_timings();
+  const SchedulerStats after = scheduler_->stats();
+  timings.compute_us += after.compute_us - before.compute_us;
+  timings.transfer_us += after.copy_us - before.copy_us;
+  timings.overhead_us += after.overhead_us - before.overhead_us;
+  timings.splits += after.splits - before.splits;
+  timings.graphs += after.graphs - before.graphs;
+}
+
+absl::Status ScheduledExecutor::RunSequential(Batch& batch) {
+  const BatchPiece whole = WholeBatch(batch);
+  const auto t0 = std::chrono::steady_clock::now();
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaGraph> g, batch.Build(whole));
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<ScheduledGraph> scheduled, scheduler_->Schedule(g->graph));
+  TG_RETURN_IF_ERROR(batch.FillInputs(*g, whole, WriteThroughBuffer));
+  mutable_timings().build_us += MicrosSince(t0);
+  const SchedulerStats before = scheduler_->stats();
+  absl::Status status = scheduler_->Compute(*scheduled);
+  AddSchedulerTimes(before);
+  TG_RETURN_IF_ERROR(status);
+  return batch.ReadResults(*g, whole);
+}
+
+// Each micro-batch in its own memory slot, all in flight together. The devices run each
+// micro-batch's splits in order, and a layer's micro-batches in order (one thread per
+// device), so each micro-batch sees the KV cells of the ones before it. The pipeline drains
+// at the end of the batch.
+absl::Status ScheduledExecutor::RunPipelined(Batch& batch) {
+  struct InFlight {
+    BatchPiece piece;
+    std::unique_ptr<LlamaGraph> graph;
+    std::unique_ptr<ScheduledGraph> scheduled;  // declared after graph: destroyed first.
+  };
+  const int64_t n = batch.n_tokens();
+  const int64_t n_micro = std::min<int64_t>(scheduler_->n_copies(), n);
+  std::vector<InFlight> slots(n_micro);
+  auto finish = [&](InFlight& f) {
+    absl::Status s = f.scheduled == nullptr ? absl::OkStatus() : scheduler_->Wait(*f.scheduled);
+    if (s.ok() && f.scheduled != nullptr) s = batch.ReadResults(*f.graph, f.piece);
+    f.scheduled.reset();
+    f.graph.reset();
+    return s;
+  };
+  auto submit = [&](InFlight& f, int slot) -> absl::Status {
+    const auto t0 = std::chrono::steady_clock::now();
+    TG_ASSIGN_OR_RETURN(f.graph, batch.Build(f.piece));
+    TG_ASSIGN_OR_RETURN(f.scheduled, scheduler_->Schedule(f.graph->graph, slot));
+    TG_RETURN_IF_ERROR(batch.FillInputs(*f.graph, f.piece, WriteThroughBuffer));
+    mutable_timings().build_us += MicrosSince(t0);
+    return scheduler_->Submit(*f.scheduled);
+  };
+  const SchedulerStats before = scheduler_->stats();
+  absl::Status status;
+  int64_t offset = 0;
+  for (int64_t m = 0; m < n_micro && status.ok(); ++m) {
+    slots[m].piece = {offset, n / n_micro + (m < n % n_micro ? 1 : 0)};
+    status = submit(slots[m], static_cast<int>(m));
+    offset += slots[m].piece.size;
+  }
+  // Every micro-batch in flight is waited for, even after an error: the device threads still
+  // read their graphs.
+  for (InFlight& f : slots) {
+    absl::Status s = finish(f);
+    if (status.ok()) status = s;
+  }
+  AddSchedulerTimes(before);
+  return status;
+}
+
+}  // namespace tg

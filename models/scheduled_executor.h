@@ -1,0 +1,44 @@
+// ScheduledExecutor: runs a session's graphs over the devices of a layer split through the
+// scheduler (core/scheduler.h), with a stream per device. A batch of one token runs its
+// splits one after another; a longer batch is pipelined: cut into up to n_copies
+// micro-batches of nearly equal size, each in its own memory slot and all in flight
+// together, so that device d computes micro-batch m+1 while device d+1 computes m. Every
+// batch builds its graphs anew (the scheduler places a graph once). Greedy generation runs
+// one step at a time (Executor's default).
+// Not thread-safe: used by one session's thread (the scheduler's device threads are its own).
+#ifndef TENSORGRID_MODELS_SCHEDULED_EXECUTOR_H_
+#define TENSORGRID_MODELS_SCHEDULED_EXECUTOR_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/backend.h"
+#include "core/scheduler.h"
+#include "models/executor.h"
+
+namespace tg {
+
+class ScheduledExecutor : public Executor {
+ public:
+  // `devices` in priority order (the model's layer order), each given a stream; n_copies
+  // memory slots (1: no pipelining), at most kMaxSchedulerCopies.
+  static absl::StatusOr<std::unique_ptr<ScheduledExecutor>> Create(
+      absl::Span<Device* const> devices, int n_copies);
+
+  absl::Status Run(Batch& batch) override;
+
+ private:
+  ScheduledExecutor() = default;
+  absl::Status RunSequential(Batch& batch);
+  absl::Status RunPipelined(Batch& batch);
+  void AddSchedulerTimes(const SchedulerStats& before);
+
+  std::vector<std::unique_ptr<Stream>> streams_;  // one per device, used by the scheduler.
+  std::unique_ptr<Scheduler> scheduler_;          // declared after streams_: destroyed first.
+};
+
+}  // namespace tg
+
+#endif  // TENSORGRID_MODELS_SCHEDULED_EXECUTOR_H_

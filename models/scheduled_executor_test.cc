@@ -1,0 +1,112 @@
+// ScheduledExecutor on the toy model (models/executor_test_util.h) split over two CPU devices
+// (table on one, bias on the other: two splits a graph), checked against logits computed on
+// the host: a batch is cut into up to n_copies micro-batches of nearly equal size, in order;
+// one token, or n_copies 1, runs whole; a failed micro-batch's error comes back after the
+// ones in flight finish; greedy steps go one at a time.
+#include "models/scheduled_executor.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "models/executor_test_util.h"
+
+namespace tg::testing {
+namespace {
+
+class ScheduledExecutorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto model = ToyModel::Create(&dev0_, &dev1_);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+  }
+
+  std::unique_ptr<ScheduledExecutor> NewExecutor(int n_copies) {
+    Device* devices[] = {&dev0_, &dev1_};
+    auto e = ScheduledExecutor::Create(devices, n_copies);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e.ok() ? std::move(*e) : nullptr;
+  }
+
+  static std::vector<int32_t> Tokens(int n) {
+    std::vector<int32_t> t;
+    for (int i = 0; i < n; ++i) t.push_back((i * 5 + 2) % kToyVocab);
+    return t;
+  }
+
+  void ExpectHostLogits(const ToyBatch& batch, const std::vector<int32_t>& tokens) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      for (int64_t j = 0; j < kToyVocab; ++j) {
+        ASSERT_EQ(batch.logits[i * kToyVocab + j], model_->Logit(tokens[i], j))
+            << "row " << i << " column " << j;
+      }
+    }
+  }
+
+  // Devices with events: greedy steps still go one at a time through the scheduler.
+  EventCpuDevice dev0_{"EV0"};
+  EventCpuDevice dev1_{"EV1"};
+  std::unique_ptr<ToyModel> model_;
+};
+
+TEST_F(ScheduledExecutorTest, ABatchIsPipelinedInNearlyEqualMicroBatches) {
+  auto e = NewExecutor(4);
+  const std::vector<int32_t> tokens = Tokens(10);
+  ToyBatch batch(*model_, tokens, 0);
+  ASSERT_TRUE(e->Run(batch).ok());
+  const std::vector<BatchPiece> want = {{0, 3}, {3, 3}, {6, 2}, {8, 2}};
+  EXPECT_EQ(batch.built, want);
+  EXPECT_EQ(batch.read, want);
+  EXPECT_EQ(batch.fills, 4);
+  ExpectHostLogits(batch, tokens);
+  EXPECT_EQ(e->timings().graphs, 4);
+  EXPECT_EQ(e->timings().splits, 8);
+  EXPECT_GT(e->timings().transfer_us, 0);
+}
+
+TEST_F(ScheduledExecutorTest, OneTokenOrOneCopyRunsTheBatchWhole) {
+  for (const auto& [n_copies, n] : {std::pair{4, 1}, {1, 10}, {1, 1}}) {
+    SCOPED_TRACE(absl::StrCat("n_copies ", n_copies, " n ", n));
+    auto e = NewExecutor(n_copies);
+    const std::vector<int32_t> tokens = Tokens(n);
+    for (int round = 0; round < 2; ++round) {  // the second builds again: graphs are not kept.
+      ToyBatch batch(*model_, tokens, 0);
+      ASSERT_TRUE(e->Run(batch).ok());
+      EXPECT_EQ(batch.built, (std::vector<BatchPiece>{{0, n}}));
+      ExpectHostLogits(batch, tokens);
+    }
+    EXPECT_EQ(e->timings().graphs, 2);
+    EXPECT_EQ(e->timings().splits, 4);
+  }
+}
+
+TEST_F(ScheduledExecutorTest, AFailedMicroBatchFailsTheBatchAfterTheOthersFinish) {
+  auto e = NewExecutor(4);
+  ToyBatch failing(*model_, Tokens(8), 0);
+  failing.fail_build = 3;
+  EXPECT_TRUE(absl::IsInternal(e->Run(failing)));
+  // The two submitted before it ran and were read; nothing after it was built.
+  EXPECT_EQ(failing.built.size(), 3u);
+  EXPECT_EQ(failing.read, (std::vector<BatchPiece>{{0, 2}, {2, 2}}));
+  // Every slot is free again.
+  const std::vector<int32_t> tokens = Tokens(8);
+  ToyBatch batch(*model_, tokens, 0);
+  ASSERT_TRUE(e->Run(batch).ok());
+  ExpectHostLogits(batch, tokens);
+}
+
+TEST_F(ScheduledExecutorTest, GreedyStepsGoOneAtATime) {
+  auto e = NewExecutor(4);
+  ToyGreedy steps(*model_, *e, /*n_ctx=*/64);
+  std::vector<int32_t> got = {3};
+  ASSERT_TRUE(Generate(*e, steps, 9, got, /*stop_at=*/7).ok());
+  EXPECT_EQ(std::vector<int32_t>(got.begin() + 1, got.end()), model_->HostChain(3, 6));
+  EXPECT_EQ(steps.decoded_one, 6);
+  EXPECT_EQ(steps.step_builds, 0);
+  EXPECT_EQ(steps.n_past, 6);
+}
+
+}  // namespace
+}  // namespace tg::testing

@@ -1,0 +1,182 @@
+// SingleDeviceExecutor on the toy model (models/executor_test_util.h), checked against logits
+// and argmax chains computed on the host: a batch of the key of the last graph runs it again
+// with its own inputs, any other builds anew; greedy steps are queued ahead in Stream batches
+// on a device with events and one at a time without; CreateEvent errors other than
+// UNIMPLEMENTED fail Create.
+#include "models/single_device_executor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "models/executor_test_util.h"
+
+namespace tg::testing {
+namespace {
+
+class SingleDeviceExecutorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto model = ToyModel::Create(&device_, &device_);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+  }
+
+  std::unique_ptr<SingleDeviceExecutor> NewExecutor(int greedy_batch = 1) {
+    auto e = SingleDeviceExecutor::Create(&device_, greedy_batch);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e.ok() ? std::move(*e) : nullptr;
+  }
+
+  // Runs `tokens` at n_past and checks every row's logits against the host's.
+  void RunAndCheck(Executor& e, const std::vector<int32_t>& tokens, int64_t n_past,
+                   int expected_builds) {
+    SCOPED_TRACE(absl::StrCat("batch of ", tokens.size(), " at ", n_past));
+    ToyBatch batch(*model_, tokens, n_past);
+    ASSERT_TRUE(e.Run(batch).ok());
+    EXPECT_EQ(static_cast<int>(batch.built.size()), expected_builds);
+    EXPECT_EQ(batch.fills, 1);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      for (int64_t j = 0; j < kToyVocab; ++j) {
+        ASSERT_EQ(batch.logits[i * kToyVocab + j], model_->Logit(tokens[i], j))
+            << "row " << i << " column " << j;
+      }
+    }
+  }
+
+  // `token`, then n picks computed on the host.
+  std::vector<int32_t> Chain(int32_t token, int n) const {
+    std::vector<int32_t> out = {token};
+    for (int32_t t : model_->HostChain(token, n)) out.push_back(t);
+    return out;
+  }
+
+  EventCpuDevice device_{"EV"};
+  std::unique_ptr<ToyModel> model_;
+};
+
+TEST_F(SingleDeviceExecutorTest, ABatchOfTheLastGraphsKeyRunsItWithItsOwnInputs) {
+  auto e = NewExecutor();
+  RunAndCheck(*e, {1, 2}, 0, 1);  // n_kv 4.
+  RunAndCheck(*e, {5, 6}, 2, 0);  // n_kv 4 again: the same graph, new tokens.
+  RunAndCheck(*e, {7}, 2, 1);     // one token: another shape.
+  RunAndCheck(*e, {3}, 3, 0);     // n_kv 4.
+  RunAndCheck(*e, {0}, 4, 1);     // n_kv 8: the next block.
+  RunAndCheck(*e, {4, 3}, 6, 1);  // two tokens, n_kv 8.
+  ToyBatch picks(*model_, {4, 3}, 6, GraphOutput::kArgmax);  // same size and n_kv: output differs.
+  ASSERT_TRUE(e->Run(picks).ok());
+  EXPECT_EQ(picks.built.size(), 1u);
+  EXPECT_EQ(picks.argmax, (std::vector<int32_t>{model_->HostArgmax(4), model_->HostArgmax(3)}));
+  EXPECT_EQ(e->timings().graphs, 7);
+  EXPECT_EQ(e->timings().splits, 7);
+}
+
+TEST_F(SingleDeviceExecutorTest, AFailedBuildLeavesNoGraphToRunAgain) {
+  auto e = NewExecutor();
+  RunAndCheck(*e, {1, 2}, 0, 1);
+  ToyBatch failing(*model_, {3}, 0);
+  failing.fail_build = 1;
+  EXPECT_TRUE(absl::IsInternal(e->Run(failing)));
+  EXPECT_TRUE(failing.read.empty());
+  RunAndCheck(*e, {5, 6}, 2, 1);  // the key of the first graph, which is gone.
+}
+
+TEST_F(SingleDeviceExecutorTest, CreateEventErrorsOtherThanUnimplementedFailCreate) {
+  EventCpuDevice internal("EVI", absl::InternalError("no event pool"));
+  absl::StatusOr<std::unique_ptr<SingleDeviceExecutor>> e =
+      SingleDeviceExecutor::Create(&internal, 1);
+  ASSERT_TRUE(absl::IsInternal(e.status())) << e.status();
+  EXPECT_THAT(e.status().message(), ::testing::HasSubstr("no event pool"));
+  EXPECT_THAT(e.status().message(), ::testing::HasSubstr("EVI"));
+
+  EventCpuDevice unimplemented("EVU", absl::UnimplementedError("events not supported"));
+  e = SingleDeviceExecutor::Create(&unimplemented, 1);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_FALSE((*e)->queues_greedy_ahead());
+
+  cpu::CpuDevice cpu("CPU", "cpu:0", 1);  // the default CreateEvent: UNIMPLEMENTED.
+  e = SingleDeviceExecutor::Create(&cpu, 0);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_FALSE((*e)->queues_greedy_ahead());
+
+  EXPECT_TRUE(NewExecutor()->queues_greedy_ahead());
+}
+
+// Steps fed back on the device, in Stream batches of at most greedy_batch steps (0: sized by
+// the measured step time), produce the host's chain; one graph per block of 4 positions.
+TEST_F(SingleDeviceExecutorTest, GreedyStepsQueuedAheadPickTheHostsChain) {
+  for (int greedy_batch : {1, 3, 16, 0}) {
+    SCOPED_TRACE(absl::StrCat("greedy_batch ", greedy_batch));
+    device_.batch_computes.clear();
+    auto e = NewExecutor(greedy_batch);
+    ToyGreedy steps(*model_, *e, /*n_ctx=*/64);
+    std::vector<int32_t> got = {2};
+    ASSERT_TRUE(Generate(*e, steps, 30, got).ok());
+    EXPECT_EQ(got, Chain(2, 30));
+    EXPECT_EQ(steps.n_past, 30);
+    EXPECT_EQ(steps.decoded_one, 0);
+    EXPECT_EQ(steps.step_builds, 8);  // positions 0..29: n_kv 4, 8, ..., 32.
+    int sent = 0;
+    for (int n : device_.batch_computes) {
+      EXPECT_LE(n, greedy_batch == 0 ? kMaxGreedyBatch : greedy_batch);
+      sent += n;
+    }
+    EXPECT_EQ(sent, 30);  // the last pick is not decoded, and nothing beyond max_tokens.
+    EXPECT_EQ(e->timings().graphs, 30);
+  }
+}
+
+TEST_F(SingleDeviceExecutorTest, StoppingEarlyAdvancesByThePicksHandedOver) {
+  auto e = NewExecutor(16);
+  ToyGreedy steps(*model_, *e, /*n_ctx=*/64);
+  std::vector<int32_t> got = {5};
+  ASSERT_TRUE(Generate(*e, steps, 40, got, /*stop_at=*/8).ok());
+  ASSERT_EQ(got.size(), 8u);
+  EXPECT_EQ(steps.n_past, 7);
+  // Going on continues the chain from the last pick: the discarded steps left nothing.
+  ASSERT_TRUE(Generate(*e, steps, 10, got).ok());
+  EXPECT_EQ(got, Chain(5, 17));
+  EXPECT_EQ(steps.n_past, 17);
+}
+
+TEST_F(SingleDeviceExecutorTest, AFullContextEndsWithOutOfRangeAfterEveryPositionIsUsed) {
+  for (int greedy_batch : {1, 3, 0}) {
+    SCOPED_TRACE(absl::StrCat("greedy_batch ", greedy_batch));
+    auto e = NewExecutor(greedy_batch);
+    ToyGreedy steps(*model_, *e, /*n_ctx=*/10);
+    std::vector<int32_t> got = {1};
+    const absl::Status end = Generate(*e, steps, 100, got);
+    EXPECT_TRUE(absl::IsOutOfRange(end)) << end;
+    EXPECT_EQ(got, Chain(1, 10));
+    EXPECT_EQ(steps.n_past, 10);
+  }
+}
+
+TEST_F(SingleDeviceExecutorTest, AWaitErrorIsReturnedAfterThePicksBeforeIt) {
+  auto e = NewExecutor(3);
+  device_.fail_wait = 5;
+  ToyGreedy steps(*model_, *e, /*n_ctx=*/64);
+  std::vector<int32_t> got = {6};
+  const absl::Status s = Generate(*e, steps, 20, got);
+  EXPECT_TRUE(absl::IsInternal(s)) << s;
+  EXPECT_EQ(got, Chain(6, 4));
+  EXPECT_EQ(steps.n_past, 4);
+}
+
+TEST_F(SingleDeviceExecutorTest, WithoutEventsGreedyStepsGoOneAtATime) {
+  cpu::CpuDevice cpu("CPU", "cpu:0", 1);
+  auto model = *ToyModel::Create(&cpu, &cpu);
+  auto e = *SingleDeviceExecutor::Create(&cpu, 0);
+  ToyGreedy steps(*model, *e, /*n_ctx=*/64);
+  std::vector<int32_t> got = {3};
+  ASSERT_TRUE(Generate(*e, steps, 12, got).ok());
+  EXPECT_EQ(got, Chain(3, 12));
+  EXPECT_EQ(steps.decoded_one, 12);
+  EXPECT_EQ(steps.step_builds, 0);
+  EXPECT_EQ(steps.n_past, 12);
+}
+
+}  // namespace
+}  // namespace tg::testing

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Builds the release tools with CUDA for one GPU architecture and collects into one folder
+# what a bare GPU machine needs to run the GPU check there (docs/gpu.md): the tools and the
+# gpu-labelled test programs (stripped), the shared libraries such a machine lacks (gRPC,
+# protobuf, Abseil, OpenBLAS, prometheus-cpp, ...; not the CUDA runtime, cuBLAS or NCCL, which
+# gpu-check.sh finds on the machine), the models the check needs, and the check's scripts.
+#
+#   bash scripts/gpu-bundle.sh ARCH [OUT]
+#
+# ARCH: the GPU's compute capability without the dot, e.g. 90 (H100/H200), 89 (L4, RTX 40xx),
+# 86 (A10, RTX 30xx), 80 (A100), 75 (T4). The kernels are compiled for ARCH only (plus its
+# PTX). The host code is built for x86-64 with AVX2/FMA/F16C (not -march=native: the GPU
+# machine's CPU is another one). Build folder: build/gpu-smARCH; bundle: OUT (default
+# build/gpu-bundle-smARCH). Fails when the bundle exceeds 60 MiB.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+arch=${1:?usage: bash scripts/gpu-bundle.sh ARCH [OUT], e.g. 90 for an H100}
+[[ $arch =~ ^[0-9]+$ ]] || { echo "gpu-bundle: ARCH '$arch' is not a compute capability like 90" >&2; exit 2; }
+out=${2:-build/gpu-bundle-sm$arch}
+build=build/gpu-sm$arch
+max_mib=60
+cpu_flags="-mavx2;-mfma;-mf16c"
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+[ -x "$nvcc" ] || { echo "gpu-bundle: no nvcc (looked on PATH and in /usr/local/cuda/bin)" >&2; exit 1; }
+
+echo "gpu-bundle: configuring $build (sm_$arch, $nvcc)"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc" \
+  -DTG_CUDA=ON -DTG_CUDA_ARCHS="$arch" -DTG_NATIVE=OFF -DTG_CPU_FLAGS="$cpu_flags" \
+  -DTG_BUILD_TESTS=ON -DTG_BUILD_BENCH=OFF >/dev/null
+tools=(tg-ops tg-run tg-bench tg-gguf rpc-server)
+tests=(cuda_gpu_test copy_bandwidth)
+start=$(date +%s)
+cmake --build "$build" -j "$(nproc)" --target "${tools[@]}" "${tests[@]}"
+echo "gpu-bundle: built in $(( $(date +%s) - start )) s"
+
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib" "$out/models"
+for t in "${tools[@]}" "${tests[@]}"; do
+  path=$(find "$build" -type f -name "$t" -perm -u+x | head -1)
+  [ -n "$path" ] || { echo "gpu-bundle: $t was not built" >&2; exit 1; }
+  cp "$path" "$out/bin/$t"
+  strip --strip-unneeded "$out/bin/$t"
+done
+
+# Shared libraries: everything the binaries load except the C library family (the machine's
+# own) and CUDA's (the driver's, and the toolkit's or pip's that gpu-check.sh finds).
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libresolv|libcuda\.so|libcudart|libcublas|libnccl|libnvidia)'
+for b in "$out"/bin/*; do
+  ldd "$b" | awk '/=> \// {print $1, $3}'
+done | sort -u | while read -r soname path; do
+  [[ $soname =~ $skip ]] && continue
+  [ -f "$out/lib/$soname" ] || cp -L "$path" "$out/lib/$soname"
+done
+strip --strip-unneeded "$out"/lib/*.so* 2>/dev/null || true
+# The C++ runtime is the machine's when it is new enough (this one may need a newer glibc than
+# the machine has); gpu-check.sh falls back to these copies only when it is not.
+mkdir -p "$out/lib/fallback"
+for lib in libstdc++.so.6 libgcc_s.so.1; do
+  [ -f "$out/lib/$lib" ] && mv "$out/lib/$lib" "$out/lib/fallback/"
+done
+
+cp ../shared/models/stories260K.gguf "$out/models/"
+cp scripts/gpu-check.sh tests/gpu/compare_devices.py tests/gpu/run_if_device.py "$out/"
+chmod +x "$out/gpu-check.sh"
+
+# What the binaries need from the machine: the newest glibc symbol version, and cuBLAS.
+newest() {  # newest version of symbol family $1 (GLIBC, GLIBCXX) the files $2.. import
+  local family=$1
+  shift
+  for b in "$@"; do objdump -T "$b" 2>/dev/null; done | grep -o "${family}_[0-9.]*" | sort -uV | tail -1
+}
+glibc=$(newest GLIBC "$out"/bin/* "$out"/lib/*.so*)
+glibcxx=$(newest GLIBCXX "$out"/bin/* "$out"/lib/*.so*)
+cublas_major=$(awk '/#define CUBLAS_VER_MAJOR/ {print $3}' "$(dirname "$nvcc")/../include/cublas_api.h")
+cat >"$out/MANIFEST" <<EOF
+commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!build' || echo " (modified)")
+cuda_arch $arch
+nvcc $("$nvcc" --version | tail -1)
+cpu_flags $cpu_flags
+needs_glibc ${glibc#GLIBC_}
+needs_glibcxx ${glibcxx#GLIBCXX_} (else lib/fallback, which needs glibc $(newest GLIBC "$out"/lib/fallback/* | sed 's/GLIBC_//'))
+needs_cublas libcublas.so.$cublas_major
+built $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -m)
+EOF
+
+size_kib=$(du -sk "$out" | cut -f1)
+echo "gpu-bundle: $out: $(( size_kib / 1024 )) MiB ($(ls "$out/bin" | wc -l) programs, $(ls "$out/lib" | wc -l) libraries)"
+if (( size_kib > max_mib * 1024 )); then
+  echo "gpu-bundle: the bundle is over $max_mib MiB" >&2
+  du -sk "$out"/bin/* "$out"/lib/* | sort -n | tail -8 >&2
+  exit 1
+fi

@@ -1,0 +1,126 @@
+#include "server/upload_sink.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+#include "proto/protocol.h"
+#include "server/blob_cache.h"
+#include "server/log.h"
+#include "server/metrics.h"
+
+namespace tg::server {
+
+namespace pb = ::tensorgrid::v1;
+
+absl::StatusOr<std::unique_ptr<UploadSink>> UploadSink::Start(std::shared_ptr<Session> session,
+                                                              const pb::UploadHeader& header,
+                                                              BlobCache* cache, Metrics* metrics) {
+  TG_ASSIGN_OR_RETURN(std::shared_ptr<SessionBuffer> buffer, session->FindBuffer(header.buffer()));
+  TG_RETURN_IF_ERROR(buffer->CheckRange(header.offset(), header.size()));
+  std::optional<rpc::Sha256Digest> digest;
+  if (!header.sha256().empty()) {
+    TG_ASSIGN_OR_RETURN(digest, rpc::DigestFromBytes(header.sha256()));
+  }
+  // make_unique cannot reach the private constructor.
+  std::unique_ptr<UploadSink> sink(new UploadSink(std::move(session), std::move(buffer),
+                                                  header.offset(), header.size(), digest, cache,
+                                                  metrics));
+  if (digest.has_value() && cache != nullptr && cache->Contains(*digest)) {
+    TG_ASSIGN_OR_RETURN(sink->have_it_, sink->ReadFromCache());
+  }
+  return sink;
+}
+
+UploadSink::UploadSink(std::shared_ptr<Session> session, std::shared_ptr<SessionBuffer> buffer,
+                       uint64_t offset, uint64_t size, std::optional<rpc::Sha256Digest> digest,
+                       BlobCache* cache, Metrics* metrics)
+    : session_(std::move(session)),
+      buffer_(std::move(buffer)),
+      offset_(offset),
+      size_(size),
+      digest_(digest),
+      cache_(cache),
+      metrics_(metrics) {}
+
+absl::StatusOr<bool> UploadSink::ReadFromCache() {
+  absl::StatusOr<bool> hit;
+  std::string stage;  // only for memory the host cannot address.
+  uint8_t* host = buffer_->HostPointer(offset_);
+  if (host == nullptr) stage.resize(size_);
+  hit = cache_->Read(*digest_, host != nullptr ? static_cast<void*>(host) : stage.data(), size_);
+  if (!hit.ok()) {
+    // The client still has the bytes: take them from it instead.
+    kServerLog.Warn("cache read failed, receiving the bytes instead",
+                    {{"digest", rpc::DigestHex(*digest_)}, {"error", hit.status().message()}});
+    return false;
+  }
+  if (!*hit) return false;  // evicted or corrupt since Contains.
+  if (host == nullptr) TG_RETURN_IF_ERROR(buffer_->Write(offset_, stage.data(), size_));
+  session_->AddCacheHitBytes(size_);
+  if (metrics_ != nullptr) metrics_->CacheHitBytes(size_);
+  return true;
+}
+
+absl::Status UploadSink::Receive(const pb::UploadMessage& message) {
+  if (have_it_) {
+    return absl::InvalidArgumentError("upload: the server had the bytes already; send no chunks");
+  }
+  if (message.part_case() != pb::UploadMessage::kChunk) {
+    return absl::InvalidArgumentError("upload: expected a chunk");
+  }
+  const std::string& chunk = message.chunk();
+  if (chunk.size() > rpc::kChunkBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "upload: chunk of %d bytes exceeds %d; split it", chunk.size(), rpc::kChunkBytes));
+  }
+  if (chunk.size() > size_ - received_) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("upload: %d more bytes after %d of the %d bytes the header announced",
+                        chunk.size(), received_, size_));
+  }
+  TG_RETURN_IF_ERROR(buffer_->Write(offset_ + received_, chunk.data(), chunk.size()));
+  if (digest_.has_value()) hasher_.Update(chunk.data(), chunk.size());
+  received_ += chunk.size();
+  if (metrics_ != nullptr) metrics_->UploadBytes(chunk.size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> UploadSink::Finish() {
+  if (have_it_) return size_;
+  session_->AddUploadedBytes(received_);
+  if (received_ != size_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "upload: received %d of the %d bytes the header announced", received_, size_));
+  }
+  if (!digest_.has_value()) return received_;
+  const std::optional<rpc::Sha256Digest> got = hasher_.Final();
+  if (!got.has_value() || *got != *digest_) {
+    return absl::DataLossError(absl::StrCat(
+        "upload: the bytes hash to sha256 ", got.has_value() ? rpc::DigestHex(*got) : "(none)",
+        ", not to the sha256 ", rpc::DigestHex(*digest_), " given in the header"));
+  }
+  if (cache_ != nullptr) StoreInCache();
+  return received_;
+}
+
+void UploadSink::StoreInCache() {
+  absl::Status stored;
+  if (const uint8_t* host = buffer_->HostPointer(offset_); host != nullptr) {
+    stored = cache_->Store(*digest_, host, size_);
+  } else {
+    std::string stage(size_, '\0');
+    stored = buffer_->Read(offset_, stage.data(), size_);
+    if (stored.ok()) stored = cache_->Store(*digest_, stage.data(), size_);
+  }
+  if (!stored.ok()) {
+    kServerLog.Warn(
+        "cache store failed",
+        {{"digest", rpc::DigestHex(*digest_)}, {"bytes", size_}, {"error", stored.message()}});
+  }
+  if (metrics_ != nullptr) metrics_->SetCacheBytes(cache_->total_bytes());
+}
+
+}  // namespace tg::server
