@@ -2,9 +2,7 @@
 #   DOCKER_BUILDKIT=1 docker build -f deploy/docker/cuda.Dockerfile -t tensorgrid/cuda .
 # Run with the NVIDIA container toolkit: docker run --gpus all ... (docs/deployment.md).
 #
-# TG_CUDA: the CUDA backend (backends/cuda) is still being written; until it lands this
-# image builds with TG_CUDA=OFF and serves the CPU backend on a CUDA base. Build with
-# --build-arg TG_CUDA=ON once it has landed (then the default here becomes ON).
+# TG_CUDA: the CUDA backend (default ON; OFF builds the CPU backend alone on a CUDA base).
 # CUDA_BUILD_IMAGE / CUDA_RUNTIME_IMAGE: the bases (Ubuntu 24.04 has the same gRPC, protobuf
 # and Abseil as Debian 12). Without Docker Hub, make-base-images.sh --cuda makes local ones
 # from this host's toolkit: tensorgrid/cuda-local:devel and :runtime.
@@ -19,7 +17,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
     tg-docker-build deps
 COPY . /src
-ARG TG_CUDA=OFF
+ARG TG_CUDA=ON
 ARG TG_CUDA_ARCHS=""
 ARG TG_CPU_FLAGS="-mavx2;-mfma;-mf16c"
 # The CUDA libraries come with the runtime base (and libcuda with the host's driver): the
@@ -41,7 +39,7 @@ COPY --from=build /out/bin/ /usr/local/bin/
 COPY deploy/docker/tg-entrypoint.sh /usr/local/bin/tg-entrypoint
 RUN echo /usr/local/lib/tensorgrid > /etc/ld.so.conf.d/tensorgrid.conf && ldconfig && \
     rpc-server --help >/dev/null && tg-run --help >/dev/null
-ARG TG_CUDA=OFF
+ARG TG_CUDA=ON
 LABEL org.opencontainers.image.title="tensorgrid" org.tensorgrid.backend="cuda" \
       org.tensorgrid.cuda-backend="${TG_CUDA}"
 ENV TG_CACHE_DIR=/var/cache/tensorgrid NVIDIA_VISIBLE_DEVICES=all \

@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """The Vulkan and CUDA images of deploy/docker, built and started for real (ctest label "deploy").
 
-The backends are not in this branch yet, so both build with the backend off (their default):
-what is checked is the image around it. For each image:
+The CUDA image builds the CUDA backend (for one architecture, sm_90, to keep the build short);
+the Vulkan backend is not in this branch yet, so that image builds with it off (its default)
+and what is checked is the image around it. For each image:
   - it builds from the repository (CUDA: on nvidia/cuda when Docker Hub answers, else on the
-    tensorgrid/cuda-local bases make-base-images.sh --cuda makes from this host's toolkit,
-    with TG_CUDA=ON so CMake finds the toolkit in the build stage);
+    tensorgrid/cuda-local bases make-base-images.sh --cuda makes from this host's toolkit);
   - non-root, a grpc.health HEALTHCHECK, no compiler, no key or certificate;
   - the backend's runtime is in place: the Vulkan loader and Mesa's lavapipe driver; the CUDA
     runtime libraries of the base, and no copy of a CUDA library among the image's own;
-  - rpc-server started from it turns healthy through its HEALTHCHECK, and stops on SIGTERM.
+  - rpc-server started from it (no GPU here: the CUDA image falls back to the CPU) turns
+    healthy through its HEALTHCHECK, and stops on SIGTERM.
 Exit 0 pass, 1 fail, 77 skipped with the reason printed (as compose_cluster_test.py; the CUDA
 part alone is skipped without a toolkit at /usr/local/cuda and without Docker Hub).
 """
@@ -80,8 +81,11 @@ def check_cuda(d, src, scratch):
     else:
         log("CUDA image skipped: Docker Hub unreachable and no toolkit at /usr/local/cuda")
         return
-    build_image(d, src, scratch, "deploy/docker/cuda.Dockerfile", CUDA, args + ["TG_CUDA=ON"])
-    check_runtime_image(d, CUDA)
+    build_image(d, src, scratch, "deploy/docker/cuda.Dockerfile", CUDA,
+                args + ["TG_CUDA_ARCHS=90"])
+    info = check_runtime_image(d, CUDA)
+    if info["Config"]["Labels"].get("org.tensorgrid.cuda-backend") != "ON":
+        raise Fail(f"{CUDA}: built without the CUDA backend: {info['Config']['Labels']}")
     out = shell(d, CUDA, "ls /usr/local/lib/tensorgrid; echo ---; ldconfig -p | grep -o 'libcu[a-zA-Z]*\\.so\\.[0-9]*' | sort -u")
     ours, base = out.split("---")
     copied = [lib for lib in ours.split() if lib.startswith(("libcu", "libnccl", "libnv"))]
@@ -90,6 +94,12 @@ def check_cuda(d, src, scratch):
     if "libcudart.so" not in base or "libcublas.so" not in base:
         raise Fail(f"{CUDA}: the runtime base has no CUDA runtime:\n{base}")
     log(f"{CUDA}: CUDA libraries from the base: {' '.join(base.split())}")
+    # The backend is in the binaries: without a GPU it says why it is unavailable.
+    p = d.run(["run", "--rm", "--entrypoint", "tg-run", CUDA, "--list-devices"], check=False)
+    said = [line for line in (p.stdout + p.stderr).splitlines() if "CUDA" in line]
+    if not said:
+        raise Fail(f"{CUDA}: tg-run --list-devices shows no CUDA backend:\n{p.stdout}{p.stderr}")
+    log(f"{CUDA}: {said[0].strip()}")
     check_serves(d, CUDA)
 
 
