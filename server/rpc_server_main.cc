@@ -25,6 +25,7 @@
 #include "core/status_macros.h"
 #include "proto/protocol.h"
 #include "server/byte_size.h"
+#include "server/health_probe.h"
 #include "server/log.h"
 #include "server/memory_reservation.h"
 #include "server/metrics.h"
@@ -56,6 +57,8 @@ struct Flags {
   std::string mem_reserve = "auto";
   std::string port_file;
   std::string log_level = "info";
+  std::string health_probe;
+  int64_t health_port = 0;
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
@@ -265,6 +268,12 @@ int Main(int argc, char** argv) {
   p.AddString(nullptr, "--port-file", &f.port_file, "write the bound port to this file");
   p.AddString(nullptr, "--log-level", &f.log_level,
               "least severe log lines written: error, warn, info or debug (default info)");
+  p.AddString(nullptr, "--health-probe", &f.health_probe,
+              "[HOST:]PORT: ask that server's grpc.health.v1 and exit 0 when SERVING (with "
+              "--tls-cert to pin its certificate or --peer-tls-ca, and --auth-token-file)");
+  p.AddInt(nullptr, "--health-port", &f.health_port,
+           "also serve grpc.health.v1 in plaintext on this port, for probes without TLS "
+           "(0 = off)");
   if (absl::Status s = p.Parse(argc, argv); !s.ok()) {
     kServerLog.Error(s.message());
     return 1;
@@ -283,6 +292,9 @@ int Main(int argc, char** argv) {
     return 1;
   }
   SetLogLevel(*level);
+  if (!f.health_probe.empty()) {
+    return RunHealthProbe(f.health_probe, f.tls_cert, f.peer_tls_ca, f.auth_token_file);
+  }
   uint64_t host_reserve = 0;
   absl::StatusOr<ServerConfig> config = MakeConfig(f, &host_reserve);
   if (!config.ok()) {
@@ -309,10 +321,22 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
+  std::unique_ptr<HealthPort> health_port;
+  if (f.health_port != 0) {
+    absl::StatusOr<std::unique_ptr<HealthPort>> hp = HealthPort::Start(
+        config->host, static_cast<int>(f.health_port), ProbeOptionsFor(*config, (*server)->port()));
+    if (!hp.ok()) {
+      kServerLog.Error(hp.status().message());
+      return 1;
+    }
+    health_port = std::move(*hp);
+    kServerLog.Info("health port listening", {{"port", health_port->port()}});
+  }
   LogListening(*config, **server);
   int sig = 0;
   sigwait(&signals, &sig);
   kServerLog.Info("shutting down", {{"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}});
+  health_port.reset();
   (*server)->Shutdown(2000);
   server->reset();
   return 0;

@@ -1,0 +1,231 @@
+// ProbeHealth and HealthPort against a real rpc-server started in-process (RpcServer) on
+// loopback, plaintext and TLS, with certificates made by the openssl command line tool.
+#include "server/health_probe.h"
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "proto/protocol.h"
+#include "server/rpc_server.h"
+#include "tensorgrid/v1/tensorgrid.grpc.pb.h"
+#include "tests/lib/test_util.h"
+
+namespace tg::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// A scratch folder with a CA and certificates signed by it, made with the openssl tool.
+class CertDir {
+ public:
+  CertDir() : dir_(fs::temp_directory_path() / absl::StrCat("tg_health_probe_", getpid())) {
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  ~CertDir() { fs::remove_all(dir_); }
+
+  bool MakeCa(const std::string& name) {
+    return Run(absl::StrCat("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=", name,
+                            " -keyout ", name, ".key -out ", name, ".crt"));
+  }
+  // A server certificate for `san` (e.g. "DNS:rpc-server-1" or "IP:127.0.0.1") signed by `ca`.
+  bool MakeLeaf(const std::string& name, const std::string& san, const std::string& ca) {
+    return Run(absl::StrCat("openssl req -newkey rsa:2048 -nodes -subj /CN=", name, " -keyout ",
+                            name, ".key -out ", name, ".csr")) &&
+           WriteExt(name, san) &&
+           Run(absl::StrCat("openssl x509 -req -in ", name, ".csr -CA ", ca, ".crt -CAkey ", ca,
+                            ".key -CAcreateserial -days 2 -extfile ", name, ".ext -out ", name,
+                            ".crt"));
+  }
+  std::string Pem(const std::string& file) const { return Slurp(dir_ / file); }
+  std::string Path(const std::string& file) const { return (dir_ / file).string(); }
+
+ private:
+  bool WriteExt(const std::string& name, const std::string& san) const {
+    std::ofstream out(dir_ / (name + ".ext"));
+    out << "subjectAltName=" << san << "\n";
+    return static_cast<bool>(out.flush());
+  }
+  bool Run(const std::string& cmd) const {
+    return std::system(
+               absl::StrCat("cd ", dir_.string(), " && ", cmd, " >/dev/null 2>&1").c_str()) == 0;
+  }
+  fs::path dir_;
+};
+
+bool HaveOpenssl() { return std::system("openssl version >/dev/null 2>&1") == 0; }
+
+class HealthProbeTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<RpcServer> StartServer(const std::string& cert = "", const std::string& key = "",
+                                         const std::string& token = "") {
+    ServerConfig c;
+    c.port = 0;
+    c.devices = {testing::CpuDevice()};
+    c.tls_cert_pem = cert;
+    c.tls_key_pem = key;
+    c.auth_token = token;
+    config_ = c;
+    absl::StatusOr<std::unique_ptr<RpcServer>> s = RpcServer::Start(c);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+  // A TLS server with the certificate and key `leaf` of `certs`.
+  std::unique_ptr<RpcServer> StartTlsServer(const CertDir& certs, const std::string& leaf,
+                                            const std::string& token = "") {
+    return StartServer(certs.Pem(leaf + ".crt"), certs.Pem(leaf + ".key"), token);
+  }
+  ServerConfig config_;
+};
+
+// The TLS cases: a scratch CA "ca" made with the openssl tool (skipped without it).
+class TlsHealthProbeTest : public HealthProbeTest {
+ protected:
+  void SetUp() override {
+    if (!HaveOpenssl()) GTEST_SKIP() << "openssl not installed";
+    ASSERT_TRUE(certs_.MakeCa("ca"));
+  }
+  CertDir certs_;
+};
+
+HealthProbeOptions ProbeOf(const RpcServer& server) {
+  HealthProbeOptions o;
+  o.target = server.address();
+  return o;
+}
+
+TEST_F(HealthProbeTest, PlaintextServerIsServingUntilItStops) {
+  std::unique_ptr<RpcServer> server = StartServer();
+  ASSERT_NE(server, nullptr);
+  HealthProbeOptions o = ProbeOf(*server);
+  EXPECT_TRUE(ProbeHealth(o).ok()) << ProbeHealth(o);
+  server->Shutdown(0);
+  const absl::Status gone = ProbeHealth(o);
+  EXPECT_TRUE(absl::IsUnavailable(gone)) << gone;
+  EXPECT_NE(gone.message().find(o.target), std::string::npos) << gone;
+}
+
+TEST_F(TlsHealthProbeTest, TlsProbePinsTheServersOwnCertificate) {
+  // No name the probe could check: only the pin can accept it.
+  ASSERT_TRUE(certs_.MakeLeaf("mine", "DNS:rpc-server-1", "ca"));
+  ASSERT_TRUE(certs_.MakeLeaf("other", "DNS:rpc-server-2", "ca"));
+  std::unique_ptr<RpcServer> server = StartTlsServer(certs_, "mine");
+  ASSERT_NE(server, nullptr);
+  HealthProbeOptions o = ProbeOf(*server);
+  o.pinned_cert_pem = certs_.Pem("mine.crt");
+  EXPECT_TRUE(ProbeHealth(o).ok()) << ProbeHealth(o);
+  // The same CA's certificate for another server is not this server.
+  o.pinned_cert_pem = certs_.Pem("other.crt");
+  EXPECT_TRUE(absl::IsUnavailable(ProbeHealth(o))) << ProbeHealth(o);
+  // Plaintext against TLS fails; so does the CA when the target's name is not in the cert.
+  o.pinned_cert_pem.clear();
+  EXPECT_TRUE(absl::IsUnavailable(ProbeHealth(o))) << ProbeHealth(o);
+  o.ca_pem = certs_.Pem("ca.crt");
+  EXPECT_TRUE(absl::IsUnavailable(ProbeHealth(o))) << ProbeHealth(o);
+  o.pinned_cert_pem = "not a certificate";
+  o.ca_pem.clear();
+  EXPECT_TRUE(absl::IsInvalidArgument(ProbeHealth(o))) << ProbeHealth(o);
+}
+
+TEST_F(TlsHealthProbeTest, TlsProbeVerifiesAgainstTheCa) {
+  ASSERT_TRUE(certs_.MakeCa("stranger"));
+  ASSERT_TRUE(certs_.MakeLeaf("loopback", "IP:127.0.0.1", "ca"));
+  std::unique_ptr<RpcServer> server = StartTlsServer(certs_, "loopback");
+  ASSERT_NE(server, nullptr);
+  HealthProbeOptions o = ProbeOf(*server);
+  o.ca_pem = certs_.Pem("ca.crt");
+  EXPECT_TRUE(ProbeHealth(o).ok()) << ProbeHealth(o);
+  o.ca_pem = certs_.Pem("stranger.crt");
+  EXPECT_TRUE(absl::IsUnavailable(ProbeHealth(o))) << ProbeHealth(o);
+}
+
+TEST_F(TlsHealthProbeTest, HealthPortAnswersForTheTlsMainPortInPlaintext) {
+  ASSERT_TRUE(certs_.MakeLeaf("mine", "DNS:rpc-server-0.rpc-server", "ca"));
+  std::unique_ptr<RpcServer> server = StartTlsServer(certs_, "mine", "s3cret");
+  ASSERT_NE(server, nullptr);
+  absl::StatusOr<std::unique_ptr<HealthPort>> port =
+      HealthPort::Start("127.0.0.1", 0, ProbeOptionsFor(config_, server->port()));
+  ASSERT_TRUE(port.ok()) << port.status();
+  HealthProbeOptions o;  // what the kubelet does: plaintext, no token.
+  o.target = absl::StrCat("127.0.0.1:", (*port)->port());
+  EXPECT_TRUE(ProbeHealth(o).ok()) << ProbeHealth(o);
+  // The main port's own answer for a service it does not know comes through.
+  o.service = "no.such.Service";
+  EXPECT_TRUE(absl::IsNotFound(ProbeHealth(o))) << ProbeHealth(o);
+  o.service.clear();
+
+  // Health only: the tensorgrid service is not reachable through the plaintext port.
+  std::shared_ptr<grpc::Channel> ch =
+      grpc::CreateChannel(o.target, grpc::InsecureChannelCredentials());
+  auto stub = ::tensorgrid::v1::TensorGrid::NewStub(ch);
+  grpc::ClientContext ctx;
+  ::tensorgrid::v1::HelloRequest hello;
+  ::tensorgrid::v1::HelloReply reply;
+  EXPECT_EQ(stub->Hello(&ctx, hello, &reply).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+
+  server->Shutdown(0);
+  const absl::Status down = ProbeHealth(o);
+  EXPECT_TRUE(absl::IsFailedPrecondition(down)) << down;
+  EXPECT_NE(down.message().find("NOT_SERVING"), std::string::npos) << down;
+}
+
+TEST_F(HealthProbeTest, ProbeOptionsForAWildcardBindUseLoopback) {
+  ServerConfig c;
+  c.host = "0.0.0.0";
+  c.tls_cert_pem = "CERT";
+  c.auth_token = "tok";
+  HealthProbeOptions o = ProbeOptionsFor(c, 50052);
+  EXPECT_EQ(o.target, "127.0.0.1:50052");
+  EXPECT_EQ(o.pinned_cert_pem, "CERT");
+  EXPECT_EQ(o.token, "tok");
+  c.host = "10.1.2.3";
+  EXPECT_EQ(ProbeOptionsFor(c, 7).target, "10.1.2.3:7");
+}
+
+TEST_F(HealthProbeTest, HealthPortRefusesAPortOutOfRange) {
+  absl::StatusOr<std::unique_ptr<HealthPort>> port = HealthPort::Start("127.0.0.1", 70000, {});
+  EXPECT_TRUE(absl::IsInvalidArgument(port.status())) << port.status();
+  EXPECT_NE(port.status().message().find("70000"), std::string::npos);
+}
+
+TEST(ProbeTargetTest, ParsesHostAndPort) {
+  EXPECT_EQ(*ProbeTarget("50052"), "127.0.0.1:50052");
+  EXPECT_EQ(*ProbeTarget("rpc-server-1:9"), "rpc-server-1:9");
+  EXPECT_EQ(*ProbeTarget("[::1]:50052"), "[::1]:50052");
+  for (const char* bad : {"", "abc", "host:", ":1", "0", "65536", "::1:5", "h:-1"}) {
+    absl::StatusOr<std::string> t = ProbeTarget(bad);
+    EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << "'" << bad << "' gave " << t.status();
+  }
+}
+
+TEST_F(TlsHealthProbeTest, RunHealthProbeExitCodes) {
+  ASSERT_TRUE(certs_.MakeLeaf("mine", "DNS:rpc-server-1", "ca"));
+  std::unique_ptr<RpcServer> server = StartTlsServer(certs_, "mine");
+  ASSERT_NE(server, nullptr);
+  const std::string port = std::to_string(server->port());
+  EXPECT_EQ(RunHealthProbe(port, certs_.Path("mine.crt"), "", ""), 0);
+  EXPECT_EQ(RunHealthProbe(port, "", "", ""), 1);  // plaintext against TLS.
+  EXPECT_EQ(RunHealthProbe(port, certs_.Path("missing.crt"), "", ""), 1);
+  EXPECT_EQ(RunHealthProbe("nonsense", certs_.Path("mine.crt"), "", ""), 1);
+  server->Shutdown(0);
+  EXPECT_EQ(RunHealthProbe(port, certs_.Path("mine.crt"), "", ""), 1);
+}
+
+}  // namespace
+}  // namespace tg::server
