@@ -163,11 +163,16 @@ TEST(JsonQuoteTest, InvalidUtf8BecomesReplacementCharacters) {
     std::string in, want;
   };
   const Case cases[] = {
-      {"\xFF", fffd},                              // never valid.
-      {"a\x80z", "a" + fffd + "z"},                // lone continuation byte.
-      {"\xE2\x82", fffd + fffd},                   // truncated 3-byte sequence.
-      {"\xC3\xA9\xC3", "\xC3\xA9" + fffd},         // valid, then half a character.
-      {"\xF0\x9F\x98\x80!", "\xF0\x9F\x98\x80!"},  // a 4-byte emoji stays.
+      {"\xFF", fffd},                                   // never valid.
+      {"a\x80z", "a" + fffd + "z"},                     // lone continuation byte.
+      {"\xE2\x82", fffd + fffd},                        // truncated 3-byte sequence.
+      {"\xC3\xA9\xC3", "\xC3\xA9" + fffd},              // valid, then half a character.
+      {"\xF0\x9F\x98\x80!", "\xF0\x9F\x98\x80!"},       // a 4-byte emoji stays.
+      {"\xED\xA0\x80", fffd + fffd + fffd},             // a UTF-16 surrogate (U+D800).
+      {"\xC0\xAF", fffd + fffd},                        // overlong '/'.
+      {"\xE0\x80\xAF", fffd + fffd + fffd},             // overlong '/' in three bytes.
+      {"\xF4\x90\x80\x80", fffd + fffd + fffd + fffd},  // past U+10FFFF.
+      {"\xED\x9F\xBF", "\xED\x9F\xBF"},                 // U+D7FF, just below the surrogates.
   };
   for (const Case& c : cases) {
     const std::optional<std::string> back = DecodeJsonString(JsonQuote(c.in));
