@@ -488,15 +488,8 @@ void SymmetricQuants(int n, int nmax, const float* x, float iscale, int8_t* l) {
 // magnitude maps to -nmax, then 18 nearby inverse scales are tried, keeping the one with the
 // best x^2-weighted least-squares fit. l receives quants offset by +nmax; returns the scale.
 float MakeQxQuants(int n, int nmax, const float* x, int8_t* l) {
-  float max = 0;
-  float amax = 0;
-  for (int i = 0; i < n; ++i) {
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
+  const float max = SignedAbsMax(x, n);
+  if (std::fabs(max) < kGroupMaxEps) {
     std::fill(l, l + n, 0);
     return 0.f;
   }
@@ -583,15 +576,8 @@ constexpr int kQ3KRefineRounds = 5;  // make_q3_quants' coordinate-descent passe
 // ggml's make_q3_quants with do_rmse: the signed extreme maps to -nmax, then single quants
 // are moved while that improves the x^2-weighted least-squares fit. l receives quants + nmax.
 float MakeQ3Quants(int n, int nmax, const float* x, int8_t* l) {
-  float max = 0;
-  float amax = 0;
-  for (int i = 0; i < n; ++i) {
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
+  const float max = SignedAbsMax(x, n);
+  if (std::fabs(max) < kGroupMaxEps) {
     std::fill(l, l + n, 0);
     return 0.f;
   }
