@@ -17,8 +17,8 @@ import subprocess
 import sys
 
 
-def run(tg_run, model, n, top, devices, kv_type, extra):
-    env = dict(os.environ, TG_CPU_DEVICES=str(devices))
+def run(tg_run, model, n, top, kv_type, extra, env):
+    """tg-run's --json result (greedy unless `extra` samples), or None after a FAIL line."""
     cmd = [tg_run, "-m", model, "-n", str(n), "--temp", "0", "--json", "--top-logits", str(top),
            "--kv-type", kv_type] + extra
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -26,6 +26,24 @@ def run(tg_run, model, n, top, devices, kv_type, extra):
         print(f"FAIL: {' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()}")
         return None
     return json.loads(p.stdout)
+
+
+def top_logits_within(base, other, tol, base_name, other_name):
+    """(ok, worst |difference|) of other's top logits against base's; a FAIL line for each id
+    base's top list lacks and for a difference above tol."""
+    base_top = {int(i): v for i, v in base["top_logits"]}
+    worst = 0.0
+    ok = True
+    for i, v in other["top_logits"]:
+        if int(i) not in base_top:
+            print(f"FAIL: id {i} in {other_name} but not in {base_name}")
+            ok = False
+            continue
+        worst = max(worst, abs(v - base_top[int(i)]))
+    if worst > tol:
+        print(f"FAIL: top logits differ by {worst:.3e} > {tol:.1e}")
+        ok = False
+    return ok, worst
 
 
 def main():
@@ -45,24 +63,15 @@ def main():
     if not os.path.exists(a.model):
         print(f"skipped: model {a.model} not found")
         return 77
-    base = run(a.tg_run, a.model, a.n, a.top, a.devices, a.kv_type,
+    env = dict(os.environ, TG_CPU_DEVICES=str(a.devices))
+    base = run(a.tg_run, a.model, a.n, a.top, a.kv_type,
                (["-sm", "none", "--device", "CPU0"] if a.devices > 1 else ["-sm", "none"])
-               + sample)
-    split = run(a.tg_run, a.model, a.n, a.top, a.devices, a.kv_type, extra)
+               + sample, env)
+    split = run(a.tg_run, a.model, a.n, a.top, a.kv_type, extra, env)
     if base is None or split is None:
         return 1
-    ok = True
-    base_top = {int(i): v for i, v in base["top_logits"]}
-    worst = 0.0
-    for i, v in split["top_logits"]:
-        if int(i) not in base_top:
-            print(f"FAIL: id {i} in the split run's top-{a.top} but not in -sm none's")
-            ok = False
-            continue
-        worst = max(worst, abs(v - base_top[int(i)]))
-    if worst > a.tol:
-        print(f"FAIL: top-{a.top} logits differ by {worst:.3e} > {a.tol:.1e}")
-        ok = False
+    ok, worst = top_logits_within(base, split, a.tol, f"-sm none's top-{a.top}",
+                                  f"the split run's top-{a.top}")
     if base["tokens"] != split["tokens"]:
         first = next(i for i, (x, y) in enumerate(zip(base["tokens"] + [None], split["tokens"] + [None])) if x != y)
         print(f"FAIL: greedy tokens differ at {first}: none {base['tokens'][first:first+4]} split {split['tokens'][first:first+4]}")

@@ -7,26 +7,21 @@ must give the local CPU's greedy tokens and top-K logits within --tol.
 
 Exit 0 pass, 1 mismatch, 77 skipped (model missing, or no Vulkan device on the server).
 """
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "rpc"))
 from rpc_cluster import SKIP, Server, model_missing, model_test_args  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "split"))
+import compare_split  # noqa: E402
+
 
 def run(tg_run, model, n, kv_type, extra):
-    cmd = [tg_run, "-m", model, "-n", str(n), "--temp", "0", "--json", "--top-logits", "5",
-           "--kv-type", kv_type] + extra
     # One local CPU device, and no local Vulkan device: the remote one is the one under test.
     env = {k: v for k, v in os.environ.items() if k not in ("TG_CPU_DEVICES", "TG_VULKAN_CPU")}
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if p.returncode != 0:
-        print(f"FAIL: {' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()}")
-        return None
-    return json.loads(p.stdout)
+    return compare_split.run(tg_run, model, n, 5, kv_type, extra, env)
 
 
 def main():
@@ -57,18 +52,8 @@ def main():
     if "devices=Vulkan0" not in log:  # rpc-server's "listening" log line.
         print(f"FAIL: the server does not serve Vulkan0:\n{log}")
         return 1
-    base = {int(i): v for i, v in local["top_logits"]}
-    worst = 0.0
-    ok = True
-    for i, v in remote["top_logits"]:
-        if int(i) not in base:
-            print(f"FAIL: id {i} in the remote top-5 but not in the CPU's")
-            ok = False
-            continue
-        worst = max(worst, abs(v - base[int(i)]))
-    if worst > a.tol:
-        print(f"FAIL: top-5 logits differ by {worst:.3e} > {a.tol:.1e}")
-        ok = False
+    ok, worst = compare_split.top_logits_within(local, remote, a.tol, "the CPU's top-5",
+                                                "the remote top-5")
     same = local["tokens"] == remote["tokens"]
     if not same:
         print(f"FAIL: tokens differ: CPU {local['tokens'][:8]}... remote {remote['tokens'][:8]}...")
