@@ -1,6 +1,8 @@
 #include "models/executor.h"
 
+#include "core/registry.h"
 #include "core/status_macros.h"
+#include "models/fallback_executor.h"
 #include "models/scheduled_executor.h"
 #include "models/single_device_executor.h"
 
@@ -20,7 +22,13 @@ absl::StatusOr<std::unique_ptr<Executor>> CreateExecutor(const LlamaModel& model
   if (model.multi_device()) {
     return ScheduledExecutor::Create(model.placement().UsedDevices(), options.n_copies);
   }
-  return SingleDeviceExecutor::Create(model.device(), options.greedy_batch);
+  // A device without a kernel for some node (a GPU without SAMPLE) hands it to the host CPU.
+  Device* device = model.device();
+  Device* cpu = Registry::Get().CpuDevice();
+  if (device->type() != DeviceType::kCpu && cpu != nullptr && cpu != device) {
+    return FallbackExecutor::Create(device, cpu, options);
+  }
+  return SingleDeviceExecutor::Create(device, options.greedy_batch);
 }
 
 }  // namespace tg

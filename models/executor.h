@@ -132,7 +132,8 @@ struct ExecutorOptions {
   int greedy_batch = 0;                   // one device: SessionOptions::greedy_batch.
 };
 
-// The executor for `model`'s placement: its one device, or scheduled over the devices of
+// The executor for `model`'s placement: its one device (with the host CPU for the nodes a
+// non-CPU device has no kernel for, see FallbackExecutor), or scheduled over the devices of
 // its layer split (in layer order, the scheduler's priority order).
 absl::StatusOr<std::unique_ptr<Executor>> CreateExecutor(const LlamaModel& model,
                                                          const ExecutorOptions& options);

@@ -233,6 +233,7 @@ inline absl::Status Generate(Executor& e, PickSteps& steps, int64_t max_tokens,
 // A CPU device with events and a stream that counts what it is asked. CPU work is done
 // when Compute returns, so an event has happened once recorded; the `fail_wait`-th wait
 // (1: the first) fails with INTERNAL. CreateEvent returns `create_event` when it is not OK.
+// SupportsOp refuses `refused_op` (kNone: nothing), as a GPU without some kernel does.
 class EventCpuDevice : public cpu::CpuDevice {
  public:
   explicit EventCpuDevice(std::string name, absl::Status create_event = absl::OkStatus())
@@ -245,7 +246,12 @@ class EventCpuDevice : public cpu::CpuDevice {
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
     return std::make_unique<CountingStream>(this);
   }
+  bool SupportsOp(const Tensor& node) const override {
+    return (refused_op == Op::kNone || node.op != refused_op) && cpu::CpuDevice::SupportsOp(node);
+  }
 
+  Op refused_op = Op::kNone;
+  int computes = 0;                 // graphs computed.
   std::vector<int> batch_computes;  // graphs computed in each Stream batch.
   int events_recorded = 0;
   int waits = 0;
@@ -268,6 +274,7 @@ class EventCpuDevice : public cpu::CpuDevice {
     explicit CountingStream(EventCpuDevice* device)
         : cpu::CpuStream(device, device->threads()), device_(device) {}
     absl::Status Compute(Graph& graph) override {
+      ++device_->computes;
       if (in_batch_) ++device_->batch_computes.back();
       return cpu::CpuStream::Compute(graph);
     }

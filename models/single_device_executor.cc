@@ -13,7 +13,7 @@ absl::StatusOr<std::unique_ptr<SingleDeviceExecutor>> SingleDeviceExecutor::Crea
     Device* device, int greedy_batch) {
   TG_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device->CreateStream());
   std::unique_ptr<SingleDeviceExecutor> e(new SingleDeviceExecutor(
-      std::move(stream), std::make_unique<GraphAllocator>(device->default_buffer_type()),
+      device, std::move(stream), std::make_unique<GraphAllocator>(device->default_buffer_type()),
       greedy_batch));
   // Greedy steps are queued ahead where events tell when each pick has arrived.
   std::vector<GreedyStep> ring(
@@ -33,10 +33,25 @@ absl::StatusOr<std::unique_ptr<SingleDeviceExecutor>> SingleDeviceExecutor::Crea
   return e;
 }
 
-SingleDeviceExecutor::SingleDeviceExecutor(std::unique_ptr<Stream> stream,
+SingleDeviceExecutor::SingleDeviceExecutor(Device* device, std::unique_ptr<Stream> stream,
                                            std::unique_ptr<GraphAllocator> allocator,
                                            int greedy_batch)
-    : stream_(std::move(stream)), allocator_(std::move(allocator)), greedy_batch_(greedy_batch) {}
+    : device_(device),
+      stream_(std::move(stream)),
+      allocator_(std::move(allocator)),
+      greedy_batch_(greedy_batch) {}
+
+absl::Status SingleDeviceExecutor::CheckSupported(const Graph& graph) const {
+  for (const Tensor* node : graph.nodes) {
+    if (IsViewOp(node->op) || device_->SupportsOp(*node)) continue;
+    return absl::UnimplementedError(absl::StrCat(
+        device_->name(), " has no kernel for ", OpName(node->op), " ", DescribeTensor(*node),
+        ": run the model in a layer split with a CPU beside it (e.g. --device ", device_->name(),
+        ",CPU0 -sm layer -ts 9,1), where the scheduler gives such nodes "
+        "to the CPU"));
+  }
+  return absl::OkStatus();
+}
 
 bool SingleDeviceExecutor::LastGraphFits(const GraphKey& key) const {
   return last_graph_ != nullptr && last_key_ == key;
@@ -48,6 +63,10 @@ absl::StatusOr<LlamaGraph*> SingleDeviceExecutor::GraphFor(Batch& batch, BatchPi
   last_graph_.reset();
   TG_ASSIGN_OR_RETURN(last_graph_, batch.Build(piece));
   last_key_ = key;
+  if (absl::Status s = CheckSupported(last_graph_->graph); !s.ok()) {
+    last_graph_.reset();
+    return s;
+  }
   // The device may reorder the nodes (Vulkan: independent ones between the same barriers),
   // which only helps before memory is shared out in node order.
   if (absl::Status s = stream_->OptimizeGraph(last_graph_->graph); !s.ok()) {

@@ -6,6 +6,8 @@
 // from the previous step's pick (ARGMAX or SAMPLE), steps go out in batches (Stream::BeginBatch:
 // one message each way on a remote device) with up to two batches in flight, so the device
 // never waits for the host's round trip. Without events, one step at a time.
+// A graph with a node the device has no kernel for is refused (UNIMPLEMENTED naming the node)
+// rather than handed to the device: FallbackExecutor then runs it with the CPU.
 // Not thread-safe: used by one session's thread.
 #ifndef TENSORGRID_MODELS_SINGLE_DEVICE_EXECUTOR_H_
 #define TENSORGRID_MODELS_SINGLE_DEVICE_EXECUTOR_H_
@@ -55,11 +57,13 @@ class SingleDeviceExecutor : public Executor {
     std::chrono::steady_clock::time_point start;
   };
 
-  SingleDeviceExecutor(std::unique_ptr<Stream> stream, std::unique_ptr<GraphAllocator> allocator,
-                       int greedy_batch);
+  SingleDeviceExecutor(Device* device, std::unique_ptr<Stream> stream,
+                       std::unique_ptr<GraphAllocator> allocator, int greedy_batch);
   // The graph for `piece`: the last one when its key matches, else a new one, allocated.
   absl::StatusOr<LlamaGraph*> GraphFor(Batch& batch, BatchPiece piece);
   bool LastGraphFits(const GraphKey& key) const;
+  // UNIMPLEMENTED naming the first node device_ cannot compute.
+  absl::Status CheckSupported(const Graph& graph) const;
   // The graph of the whole batch with its inputs queued on the stream (build time counted).
   absl::StatusOr<LlamaGraph*> Prepare(Batch& batch);
   // Queues up to run.batch steps as one Stream batch.
@@ -67,6 +71,7 @@ class SingleDeviceExecutor : public Executor {
   absl::Status QueueGreedyStep(Batch& step, GreedyStep& slot);
   absl::Status WaitGreedyStep(GreedyStep& slot);
 
+  Device* device_;
   std::unique_ptr<Stream> stream_;
   std::unique_ptr<GraphAllocator> allocator_;
   std::unique_ptr<LlamaGraph> last_graph_;  // allocated; nullptr after a failed build.

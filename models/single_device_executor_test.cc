@@ -73,6 +73,25 @@ TEST_F(SingleDeviceExecutorTest, ABatchOfTheLastGraphsKeyRunsItWithItsOwnInputs)
   EXPECT_EQ(e->timings().splits, 7);
 }
 
+TEST_F(SingleDeviceExecutorTest, AGraphWithANodeTheDeviceCannotComputeIsRefusedUncomputed) {
+  device_.refused_op = Op::kArgmax;
+  auto e = NewExecutor();
+  RunAndCheck(*e, {1, 2}, 0, 1);  // logits only: no ARGMAX node.
+  const int computes = device_.computes;
+  ToyBatch picks(*model_, {4, 3}, 2, GraphOutput::kArgmax);
+  const absl::Status s = e->Run(picks);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("EV has no kernel for"));
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("ARGMAX"));
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("-sm layer"));
+  EXPECT_EQ(device_.computes, computes);
+  device_.refused_op = Op::kNone;  // the refused graph was not kept: the next run builds it.
+  ToyBatch again(*model_, {4, 3}, 2, GraphOutput::kArgmax);
+  ASSERT_TRUE(e->Run(again).ok());
+  EXPECT_EQ(again.built.size(), 1u);
+  EXPECT_EQ(again.argmax, (std::vector<int32_t>{model_->HostArgmax(4), model_->HostArgmax(3)}));
+}
+
 TEST_F(SingleDeviceExecutorTest, AFailedBuildLeavesNoGraphToRunAgain) {
   auto e = NewExecutor();
   RunAndCheck(*e, {1, 2}, 0, 1);

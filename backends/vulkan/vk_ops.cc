@@ -121,6 +121,12 @@ bool SupportsNode(const PhysicalInfo& info, const Tensor& node) {
 }
 
 absl::Status CheckNodePlacement(const VulkanDevice& device, const Tensor& node) {
+  // RecordNode skips what it has no kernel for; such a node must never reach it silently.
+  if (!SupportsNode(device.info(), node)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        device.name(), " has no kernel for ", OpName(node.op), " ", DescribeTensor(node),
+        ": give the graph to a scheduler with a CPU beside this device"));
+  }
   auto check = [&](const Tensor* t) -> absl::Status {
     if (t == nullptr || BufferOn(&device, *t) != nullptr) return absl::OkStatus();
     return absl::FailedPreconditionError(absl::StrCat(device.name(), ": ", DescribeTensor(*t),

@@ -1,0 +1,101 @@
+// FallbackExecutor on the toy model (models/executor_test_util.h) with a device that refuses
+// ARGMAX, as a GPU without a kernel does: logits graphs run on the device alone; the first
+// refused graph moves every graph to the scheduler over the device and a CPU, whose results
+// are checked against the host's; greedy generation refused at its first step starts over
+// there and gives the host's chain; a device that refuses nothing keeps its steps queued ahead.
+#include "models/fallback_executor.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "models/executor_test_util.h"
+
+namespace tg::testing {
+namespace {
+
+class FallbackExecutorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    device_.refused_op = Op::kArgmax;
+    auto model = ToyModel::Create(&device_, &device_);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+  }
+
+  std::unique_ptr<FallbackExecutor> NewExecutor() {
+    auto e = FallbackExecutor::Create(&device_, &cpu_, {.n_copies = 1, .greedy_batch = 2});
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e.ok() ? std::move(*e) : nullptr;
+  }
+
+  void ExpectHostLogits(const ToyBatch& batch, const std::vector<int32_t>& tokens) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      for (int64_t j = 0; j < kToyVocab; ++j) {
+        ASSERT_EQ(batch.logits[i * kToyVocab + j], model_->Logit(tokens[i], j))
+            << "row " << i << " column " << j;
+      }
+    }
+  }
+
+  EventCpuDevice device_{"GPU"};
+  EventCpuDevice cpu_{"HOST"};
+  std::unique_ptr<ToyModel> model_;
+};
+
+TEST_F(FallbackExecutorTest, ARefusedGraphAndEveryLaterOneRunWithTheCpu) {
+  auto e = NewExecutor();
+  ToyBatch logits(*model_, {1, 2}, 0);
+  ASSERT_TRUE(e->Run(logits).ok());
+  ExpectHostLogits(logits, {1, 2});
+  EXPECT_FALSE(e->fell_back());
+  EXPECT_EQ(cpu_.computes, 0);
+
+  ToyBatch picks(*model_, {4, 3}, 2, GraphOutput::kArgmax);
+  const absl::Status s = e->Run(picks);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(e->fell_back());
+  EXPECT_EQ(picks.argmax, (std::vector<int32_t>{model_->HostArgmax(4), model_->HostArgmax(3)}));
+  EXPECT_GT(cpu_.computes, 0);  // the ARGMAX ran there.
+
+  ToyBatch again(*model_, {6, 0}, 4);
+  ASSERT_TRUE(e->Run(again).ok());
+  ExpectHostLogits(again, {6, 0});
+  EXPECT_EQ(e->timings().graphs, 3);  // one on the device alone, two scheduled.
+}
+
+TEST_F(FallbackExecutorTest, GenerationRefusedAtItsFirstStepStartsOverWithTheCpu) {
+  auto e = NewExecutor();
+  ToyGreedy steps(*model_, *e, 64);
+  std::vector<int32_t> got = {1};
+  ASSERT_TRUE(Generate(*e, steps, 12, got).ok());
+  std::vector<int32_t> want = {1};
+  for (int32_t t : model_->HostChain(1, 12)) want.push_back(t);
+  EXPECT_EQ(got, want);
+  EXPECT_TRUE(e->fell_back());
+  EXPECT_EQ(steps.n_past, 12);
+}
+
+TEST_F(FallbackExecutorTest, ADeviceThatRefusesNothingQueuesStepsAheadAlone) {
+  device_.refused_op = Op::kNone;
+  auto e = NewExecutor();
+  ToyGreedy steps(*model_, *e, 64);
+  std::vector<int32_t> got = {2};
+  ASSERT_TRUE(Generate(*e, steps, 8, got).ok());
+  std::vector<int32_t> want = {2};
+  for (int32_t t : model_->HostChain(2, 8)) want.push_back(t);
+  EXPECT_EQ(got, want);
+  EXPECT_FALSE(e->fell_back());
+  EXPECT_FALSE(device_.batch_computes.empty());
+  EXPECT_EQ(cpu_.computes, 0);
+}
+
+TEST_F(FallbackExecutorTest, TheCpuMustBeAnotherDevice) {
+  auto e = FallbackExecutor::Create(&device_, &device_, {});
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  e = FallbackExecutor::Create(&device_, nullptr, {});
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tg::testing
