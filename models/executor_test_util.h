@@ -5,6 +5,8 @@
 #ifndef TENSORGRID_MODELS_EXECUTOR_TEST_UTIL_H_
 #define TENSORGRID_MODELS_EXECUTOR_TEST_UTIL_H_
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -174,6 +176,17 @@ class ToyBatch : public Batch {
   GraphOutput output_;
   int64_t block_;
 };
+
+// Checks every row of `batch`'s logits (kLogits) against the host's for `tokens`.
+inline void ExpectHostLogits(const ToyModel& model, const ToyBatch& batch,
+                             const std::vector<int32_t>& tokens) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    for (int64_t j = 0; j < kToyVocab; ++j) {
+      ASSERT_EQ(batch.logits[i * kToyVocab + j], model.Logit(tokens[i], j))
+          << "row " << i << " column " << j;
+    }
+  }
+}
 
 // Greedy decoding of the toy model as a session does it: a position that advances with each
 // pick, a context of n_ctx positions, steps in graphs of `block` positions. DecodeOne runs

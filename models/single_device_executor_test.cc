@@ -38,12 +38,7 @@ class SingleDeviceExecutorTest : public ::testing::Test {
     ASSERT_TRUE(e.Run(batch).ok());
     EXPECT_EQ(static_cast<int>(batch.built.size()), expected_builds);
     EXPECT_EQ(batch.fills, 1);
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      for (int64_t j = 0; j < kToyVocab; ++j) {
-        ASSERT_EQ(batch.logits[i * kToyVocab + j], model_->Logit(tokens[i], j))
-            << "row " << i << " column " << j;
-      }
-    }
+    ExpectHostLogits(*model_, batch, tokens);
   }
 
   // `token`, then n picks computed on the host.
