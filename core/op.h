@@ -38,7 +38,13 @@ enum class Op : uint8_t {
                     // a counter-based generator of (seed, position); sources: logits,
                     // positions I32 [rows], recent tokens I32 [W] (optional, the repetition
                     // penalty's window)   params: see SampleParams in ops.h.
-  kCount = 22,
+  kArgsort = 22,    // dst I32, src0's shape: per F32 row, the indices that sort it (stable:
+                    // equal values keep index order; NaN last)   params: order (0 asc, 1 desc).
+  kTopK = 23,       // dst I32 [k, ne1, ..]: per F32 row, the indices of its k largest values,
+                    // largest first (ARGSORT descending's first k)   params: k.
+  kSumRows = 24,    // dst F32 [1, ne1, ..]: the sum of each F32 row.
+  kDiv = 25,        // dst = src0 / src1 (src1 broadcast).
+  kCount = 26,
 };
 
 absl::string_view OpName(Op op);           // "MUL_MAT"

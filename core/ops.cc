@@ -1,6 +1,7 @@
 #include "core/ops.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -97,6 +98,17 @@ TensorOr Sample(Context& ctx, Tensor* logits, Tensor* pos, Tensor* recent, const
                             static_cast<int32_t>(static_cast<uint32_t>(p.seed >> 32))};
   return MakeNode(ctx, Op::kSample, {logits, pos, recent}, params);
 }
+TensorOr Argsort(Context& ctx, Tensor* a, SortOrder order) {
+  return MakeNode(ctx, Op::kArgsort, {a}, {static_cast<int32_t>(order)});
+}
+TensorOr TopK(Context& ctx, Tensor* a, int64_t k) {
+  if (k < 1 || k > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("TOP_K: k = ", k, " must be in [1, 2^31)"));
+  }
+  return MakeNode(ctx, Op::kTopK, {a}, {static_cast<int32_t>(k)});
+}
+TensorOr SumRows(Context& ctx, Tensor* a) { return MakeNode(ctx, Op::kSumRows, {a}); }
+TensorOr Div(Context& ctx, Tensor* a, Tensor* b) { return MakeNode(ctx, Op::kDiv, {a, b}); }
 TensorOr Cpy(Context& ctx, Tensor* a, Tensor* b) { return MakeNode(ctx, Op::kCpy, {a, b}); }
 TensorOr Cont(Context& ctx, Tensor* a) { return MakeNode(ctx, Op::kCont, {a}); }
 

@@ -62,6 +62,18 @@ TensorOr Argmax(Context& ctx, Tensor* a);
 // with the generator's counter at that row's position (`pos`: I32, one per row). `recent`
 // (optional, I32 [W]) holds the tokens the repetition penalty applies to.
 TensorOr Sample(Context& ctx, Tensor* logits, Tensor* pos, Tensor* recent, const SampleParams& p);
+// ARGSORT's op_params[0] (ggml's GGML_SORT_ORDER values).
+enum class SortOrder : int32_t { kAscending = 0, kDescending = 1 };
+// I32 of a's shape: per F32 row, the indices that sort it; equal values keep index order and
+// NaN comes last in either order.
+TensorOr Argsort(Context& ctx, Tensor* a, SortOrder order);
+// I32 [k, ne1, ne2, ne3]: per F32 row of `a`, the indices of its k largest values, largest
+// first (ARGSORT descending's first k; 1 <= k <= ne0). The MoE router's expert choice.
+TensorOr TopK(Context& ctx, Tensor* a, int64_t k);
+// F32 [1, ne1, ne2, ne3]: the sum of each row of F32 `a`.
+TensorOr SumRows(Context& ctx, Tensor* a);
+// a / b element-wise, b broadcast over a as in ADD and MUL.
+TensorOr Div(Context& ctx, Tensor* a, Tensor* b);
 TensorOr Cpy(Context& ctx, Tensor* a, Tensor* b);
 TensorOr Cont(Context& ctx, Tensor* a);
 // A view of `a` with shape ne (1 to 4 dims), strides nb for dims 1.. (nb[0] is the element

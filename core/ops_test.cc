@@ -182,6 +182,33 @@ TEST_F(BuilderTest, SampleRule) {
               HasSubstr("not finite"));
 }
 
+TEST_F(BuilderTest, RouterOpRules) {
+  Tensor* probs = T(DType::kF32, {16, 7});
+  auto ids = TopK(ctx_, probs, 4);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(Ne(*ids), ElementsAre(4, 7, 1, 1));
+  EXPECT_EQ((*ids)->type, DType::kI32);
+  EXPECT_THAT(TopK(ctx_, probs, 17).status().message(), HasSubstr("k = 17 must be in [1, 16]"));
+  EXPECT_THAT(TopK(ctx_, probs, 0).status().message(), HasSubstr("must be in [1"));
+  EXPECT_THAT(TopK(ctx_, T(DType::kF16, {16, 7}), 2).status().message(), HasSubstr("must be f32"));
+
+  auto order = Argsort(ctx_, probs, SortOrder::kDescending);
+  ASSERT_TRUE(order.ok()) << order.status();
+  EXPECT_THAT(Ne(*order), ElementsAre(16, 7, 1, 1));
+  EXPECT_EQ((*order)->type, DType::kI32);
+  EXPECT_THAT(Argsort(ctx_, probs, static_cast<SortOrder>(2)).status().message(),
+              HasSubstr("order 2 unknown"));
+
+  auto sum = SumRows(ctx_, probs);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_THAT(Ne(*sum), ElementsAre(1, 7, 1, 1));
+  auto norm = Div(ctx_, probs, *sum);  // broadcast along the row.
+  ASSERT_TRUE(norm.ok()) << norm.status();
+  EXPECT_THAT(Ne(*norm), ElementsAre(16, 7, 1, 1));
+  EXPECT_THAT(Div(ctx_, probs, T(DType::kF32, {3, 7})).status().message(),
+              HasSubstr("cannot broadcast"));
+}
+
 TEST_F(BuilderTest, CpyConversions) {
   Tensor* a = T(DType::kF32, {64, 2});
   EXPECT_TRUE(Cpy(ctx_, a, T(DType::kQ4_K, {256, 1, 1, 1})).status().code() ==

@@ -161,6 +161,42 @@ absl::StatusOr<NodeLayout> ArgmaxRule(const Tensor& n) {
   return Contiguous(DType::kI32, ne);
 }
 
+// ARGSORT, TOP_K and SUM_ROWS read F32 rows whose elements may be strided.
+absl::Status CheckF32Rows(const Tensor& n) {
+  const Tensor& a = *n.src[0];
+  if (auto s = RequireType(n, a, DType::kF32, "source"); !s.ok()) return s;
+  if (a.ne[0] < 1) return Invalid(n, "source rows are empty");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<NodeLayout> ArgsortRule(const Tensor& n) {
+  if (auto s = CheckF32Rows(n); !s.ok()) return s;
+  if (n.op_params[0] != 0 && n.op_params[0] != 1) {
+    return Invalid(n, absl::StrFormat("order %d unknown (0 = ascending, 1 = descending)",
+                                      n.op_params[0]));
+  }
+  return Contiguous(DType::kI32, n.src[0]->ne);
+}
+
+absl::StatusOr<NodeLayout> TopKRule(const Tensor& n) {
+  if (auto s = CheckF32Rows(n); !s.ok()) return s;
+  const Tensor& a = *n.src[0];
+  const int32_t k = n.op_params[0];
+  if (k < 1 || k > a.ne[0]) {
+    return Invalid(n, absl::StrFormat("k = %d must be in [1, %d] (the row length of %s)", k,
+                                      a.ne[0], Shape(a)));
+  }
+  const int64_t ne[kMaxDims] = {k, a.ne[1], a.ne[2], a.ne[3]};
+  return Contiguous(DType::kI32, ne);
+}
+
+absl::StatusOr<NodeLayout> SumRowsRule(const Tensor& n) {
+  if (auto s = CheckF32Rows(n); !s.ok()) return s;
+  const Tensor& a = *n.src[0];
+  const int64_t ne[kMaxDims] = {1, a.ne[1], a.ne[2], a.ne[3]};
+  return Contiguous(DType::kF32, ne);
+}
+
 // Logits rows as ARGMAX takes them, one I32 position per row, an optional 1-d I32 window of
 // recent tokens, and parameters in their documented ranges (docs/ops.md, SAMPLE).
 absl::StatusOr<NodeLayout> SampleRule(const Tensor& n) {
@@ -418,6 +454,7 @@ Arity OpArity(Op op) {
     case Op::kMulMatId: return {3, 3};
     case Op::kAdd:
     case Op::kMul:
+    case Op::kDiv:
     case Op::kSwiglu:
     case Op::kCpy: return {2, 2};
     case Op::kRope: return {3, 2};
@@ -428,6 +465,9 @@ Arity OpArity(Op op) {
     case Op::kRmsNorm:
     case Op::kSilu:
     case Op::kArgmax:
+    case Op::kArgsort:
+    case Op::kTopK:
+    case Op::kSumRows:
     case Op::kCont:
     case Op::kView:
     case Op::kReshape:
@@ -454,7 +494,8 @@ absl::StatusOr<NodeLayout> ApplyShapeRule(const Tensor& node) {
     case Op::kMulMat: return MulMatRule(node);
     case Op::kMulMatId: return MulMatIdRule(node);
     case Op::kAdd:
-    case Op::kMul: return BinaryRule(node);
+    case Op::kMul:
+    case Op::kDiv: return BinaryRule(node);
     case Op::kScale: return ScaleRule(node);
     case Op::kRmsNorm: return RmsNormRule(node);
     case Op::kRope: return RopeRule(node);
@@ -470,6 +511,9 @@ absl::StatusOr<NodeLayout> ApplyShapeRule(const Tensor& node) {
     case Op::kFlashAttn: return FlashAttnRule(node);
     case Op::kArgmax: return ArgmaxRule(node);
     case Op::kSample: return SampleRule(node);
+    case Op::kArgsort: return ArgsortRule(node);
+    case Op::kTopK: return TopKRule(node);
+    case Op::kSumRows: return SumRowsRule(node);
     case Op::kCount: break;
   }
   return absl::InternalError("unreachable: op checked above");

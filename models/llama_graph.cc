@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/ops.h"
 #include "core/status_macros.h"
+#include "models/moe_ffn.h"
 
 namespace tg {
 namespace {
@@ -108,6 +109,11 @@ class GraphBuilder {
 
   absl::StatusOr<Tensor*> FeedForward(int64_t il, Tensor* h) {
     const LlamaLayer& l = m_.layers()[il];
+    if (hp_.moe()) {
+      const MoeFfnWeights w{l.ffn_gate_inp, l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps};
+      return BuildMoeFfn(ctx_, h, w,
+                         {hp_.n_expert_used, hp_.expert_weights_norm, hp_.expert_weights_scale});
+    }
     TG_ASSIGN_OR_RETURN(Tensor * gate, MulMat(ctx_, l.ffn_gate, h));
     TG_ASSIGN_OR_RETURN(Tensor * up, MulMat(ctx_, l.ffn_up, h));
     TG_ASSIGN_OR_RETURN(Tensor * act, Swiglu(ctx_, gate, up));

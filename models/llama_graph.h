@@ -1,6 +1,7 @@
 // The llama-family forward graph for one batch: token ids at consecutive positions are
 // embedded, run through every layer (RMSNorm, attention with RoPE, GQA and the KV cache,
-// SwiGLU feed-forward) and turned into logits for the requested rows.
+// SwiGLU feed-forward, or a mixture of experts: models/moe_ffn.h) and turned into logits for the
+// requested rows.
 #ifndef TENSORGRID_MODELS_LLAMA_GRAPH_H_
 #define TENSORGRID_MODELS_LLAMA_GRAPH_H_
 

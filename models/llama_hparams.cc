@@ -13,6 +13,7 @@ namespace {
 constexpr int64_t kMaxDim = int64_t{1} << 20;
 constexpr int64_t kMaxLayers = 4096;
 constexpr int64_t kMaxVocab = int64_t{1} << 24;
+constexpr int64_t kMaxExperts = 512;  // llama.cpp's LLAMA_MAX_EXPERTS.
 
 absl::StatusOr<int64_t> ReadDim(const GgufFile& f, const std::string& key, int64_t max) {
   absl::StatusOr<int64_t> v = f.GetI64(key);
@@ -46,8 +47,48 @@ absl::StatusOr<LlamaArch> ParseArch(const GgufFile& f, std::string* name) {
   if (*arch == "mistral") return LlamaArch::kMistral;
   if (*arch == "qwen2") return LlamaArch::kQwen2;
   if (*arch == "qwen3") return LlamaArch::kQwen3;
-  return absl::UnimplementedError(absl::StrCat(f.path(), ": unsupported architecture '", *arch,
-                                               "' (supported: llama, mistral, qwen2, qwen3)"));
+  if (*arch == "qwen3moe") return LlamaArch::kQwen3Moe;
+  return absl::UnimplementedError(
+      absl::StrCat(f.path(), ": unsupported architecture '", *arch,
+                   "' (supported: llama, mistral, qwen2, qwen3, qwen3moe)"));
+}
+
+// The experts of qwen3moe (always) and of llama/mistral with expert_count > 0 (mixtral), with
+// llama.cpp's keys and defaults: both renormalise the chosen experts' weights.
+absl::Status ReadExperts(const GgufFile& f, const std::string& a, LlamaHParams* hp) {
+  const bool required = hp->arch == LlamaArch::kQwen3Moe;
+  if (!required && !f.Has(a + "expert_count")) return absl::OkStatus();
+  if (!required) {
+    TG_ASSIGN_OR_RETURN(const int64_t n, f.GetI64(a + "expert_count"));
+    if (n == 0) return absl::OkStatus();  // a dense model that writes the key.
+  }
+  if (hp->arch != LlamaArch::kLlama && hp->arch != LlamaArch::kMistral && !required) {
+    return absl::UnimplementedError(
+        absl::StrCat(f.path(), ": experts in a ", hp->arch_name, " model are not supported"));
+  }
+  TG_ASSIGN_OR_RETURN(hp->n_expert, ReadDim(f, a + "expert_count", kMaxExperts));
+  TG_ASSIGN_OR_RETURN(hp->n_expert_used, ReadDim(f, a + "expert_used_count", hp->n_expert));
+  hp->n_ff_exp = hp->n_ff;
+  if (hp->arch == LlamaArch::kQwen3Moe) {
+    hp->n_ff_exp = hp->n_ff / hp->n_expert_used;  // llama.cpp's default without the key.
+    if (f.Has(a + "expert_feed_forward_length")) {
+      TG_ASSIGN_OR_RETURN(hp->n_ff_exp, ReadDim(f, a + "expert_feed_forward_length", kMaxDim));
+    }
+  }
+  if (hp->n_ff_exp < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: expert width %d", f.path(), hp->n_ff_exp));
+  }
+  hp->expert_weights_norm = true;
+  if (f.Has(a + "expert_weights_scale")) {
+    TG_ASSIGN_OR_RETURN(const float scale, f.GetF32(a + "expert_weights_scale"));
+    if (!std::isfinite(scale) || scale < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: %sexpert_weights_scale = %g must be finite and >= 0", f.path(), a, scale));
+    }
+    if (scale != 0.0f) hp->expert_weights_scale = scale;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -99,9 +140,11 @@ absl::StatusOr<LlamaHParams> ReadLlamaHParams(const GgufFile& f) {
           absl::StrCat(f.path(), ": rope scaling '", type, "' is not supported (linear, none)"));
     }
   }
-  hp.rope_neox = hp.arch == LlamaArch::kQwen2 || hp.arch == LlamaArch::kQwen3;
+  const bool qwen3 = hp.arch == LlamaArch::kQwen3 || hp.arch == LlamaArch::kQwen3Moe;
+  hp.rope_neox = hp.arch == LlamaArch::kQwen2 || qwen3;
   hp.has_qkv_bias = hp.arch == LlamaArch::kQwen2;
-  hp.has_qk_norm = hp.arch == LlamaArch::kQwen3;
+  hp.has_qk_norm = qwen3;
+  TG_RETURN_IF_ERROR(ReadExperts(f, a, &hp));
   TG_ASSIGN_OR_RETURN(std::vector<std::string> tokens, f.GetStringArray("tokenizer.ggml.tokens"));
   hp.n_vocab = static_cast<int64_t>(tokens.size());
   if (hp.n_vocab == 0 || hp.n_vocab > kMaxVocab) {

@@ -1,4 +1,5 @@
-// Hyperparameters of a llama-family model (llama, mistral, qwen2, qwen3) read from GGUF
+// Hyperparameters of a llama-family model (llama, mistral, qwen2, qwen3, and the
+// mixture-of-experts qwen3moe and llama/mixtral with expert_count > 0) read from GGUF
 // metadata, with every value checked for sanity before any memory is sized from it.
 #ifndef TENSORGRID_MODELS_LLAMA_HPARAMS_H_
 #define TENSORGRID_MODELS_LLAMA_HPARAMS_H_
@@ -11,7 +12,7 @@
 
 namespace tg {
 
-enum class LlamaArch { kLlama, kMistral, kQwen2, kQwen3 };
+enum class LlamaArch { kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe };
 
 struct LlamaHParams {
   LlamaArch arch = LlamaArch::kLlama;
@@ -30,7 +31,16 @@ struct LlamaHParams {
   float rope_freq_scale = 1.0f;  // 1 / {arch}.rope.scaling.factor for linear scaling.
   bool rope_neox = false;        // qwen2/qwen3 rotate (i, i + n_rot/2) pairs.
   bool has_qkv_bias = false;     // qwen2.
-  bool has_qk_norm = false;      // qwen3.
+  bool has_qk_norm = false;      // qwen3, qwen3moe.
+  // Mixture of experts (n_expert > 0): every layer's feed-forward is n_expert experts of
+  // width n_ff_exp, n_expert_used of them chosen per token by the router (models/moe_ffn.h).
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_exp = 0;
+  bool expert_weights_norm = false;   // the chosen experts' weights renormalised to sum 1.
+  float expert_weights_scale = 1.0f;  // {arch}.expert_weights_scale; 0 in a file means 1.
+
+  bool moe() const { return n_expert > 0; }
 
   int64_t n_embd_q() const { return head_dim * n_head; }
   int64_t n_embd_kv() const { return head_dim * n_head_kv; }

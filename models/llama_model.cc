@@ -134,6 +134,14 @@ absl::Status LlamaModel::CreateLayerWeights(int64_t i) {
     TG_ASSIGN_OR_RETURN(l.k_norm, Weight(p + "attn_k_norm.weight", {hp.head_dim}, d));
   }
   TG_ASSIGN_OR_RETURN(l.ffn_norm, Weight(p + "ffn_norm.weight", {n_embd}, d));
+  if (hp.moe()) {
+    const int64_t f = hp.n_ff_exp, e = hp.n_expert;
+    TG_ASSIGN_OR_RETURN(l.ffn_gate_inp, Weight(p + "ffn_gate_inp.weight", {n_embd, e}, d));
+    TG_ASSIGN_OR_RETURN(l.ffn_gate_exps, Weight(p + "ffn_gate_exps.weight", {n_embd, f, e}, d));
+    TG_ASSIGN_OR_RETURN(l.ffn_up_exps, Weight(p + "ffn_up_exps.weight", {n_embd, f, e}, d));
+    TG_ASSIGN_OR_RETURN(l.ffn_down_exps, Weight(p + "ffn_down_exps.weight", {f, n_embd, e}, d));
+    return absl::OkStatus();
+  }
   TG_ASSIGN_OR_RETURN(l.ffn_gate, Weight(p + "ffn_gate.weight", {n_embd, hp.n_ff}, d));
   TG_ASSIGN_OR_RETURN(l.ffn_up, Weight(p + "ffn_up.weight", {n_embd, hp.n_ff}, d));
   TG_ASSIGN_OR_RETURN(l.ffn_down, Weight(p + "ffn_down.weight", {hp.n_ff, n_embd}, d));
@@ -181,7 +189,11 @@ absl::Status LlamaModel::UploadWeights(const LoadOptions& options) {
 }
 
 std::string LlamaModel::Describe() const {
-  return absl::StrFormat("%s %dL %dd %s", hparams_.arch_name, hparams_.n_layer, hparams_.n_embd,
+  const std::string experts =
+      hparams_.moe() ? absl::StrFormat(" %dx%d experts", hparams_.n_expert_used, hparams_.n_expert)
+                     : "";
+  return absl::StrFormat("%s %dL %dd%s %s", hparams_.arch_name, hparams_.n_layer, hparams_.n_embd,
+                         experts,
                          DTypeName(layers_.empty() ? tok_embd_->type : layers_[0].wq->type));
 }
 

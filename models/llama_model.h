@@ -37,6 +37,12 @@ struct LlamaLayer {
   Tensor* ffn_gate = nullptr;
   Tensor* ffn_up = nullptr;
   Tensor* ffn_down = nullptr;
+  // Mixture of experts (hparams().moe(); then ffn_gate/up/down are absent): the router
+  // [n_embd, n_expert] and the experts stacked along dimension 2.
+  Tensor* ffn_gate_inp = nullptr;
+  Tensor* ffn_gate_exps = nullptr;  // [n_embd, n_ff_exp, n_expert]
+  Tensor* ffn_up_exps = nullptr;    // [n_embd, n_ff_exp, n_expert]
+  Tensor* ffn_down_exps = nullptr;  // [n_ff_exp, n_embd, n_expert]
 };
 
 struct LoadOptions {

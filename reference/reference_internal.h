@@ -46,8 +46,11 @@ absl::Status CheckIndexType(const Tensor& idx, const char* op_name);
 absl::Status Argmax(Tensor* dst);
 absl::Status GetRows(Tensor* dst);
 absl::Status SetRows(Tensor* dst);
-absl::Status Copy(Tensor* dst);  // CPY and CONT.
-absl::Status AddOrMul(Tensor* dst);
+absl::Status Copy(Tensor* dst);      // CPY and CONT.
+absl::Status AddOrMul(Tensor* dst);  // ADD, MUL and DIV.
+absl::Status Argsort(Tensor* dst);
+absl::Status TopK(Tensor* dst);
+absl::Status SumRows(Tensor* dst);
 absl::Status Scale(Tensor* dst);
 absl::Status RmsNorm(Tensor* dst);
 absl::Status Silu(Tensor* dst);

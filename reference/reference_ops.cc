@@ -1,8 +1,9 @@
-// Reference dispatcher, plus the element-wise ops (ADD, MUL, SCALE, RMS_NORM, SILU, SWIGLU) and
-// ARGMAX.
+// Reference dispatcher, plus the element-wise ops (ADD, MUL, DIV, SCALE, RMS_NORM, SILU, SWIGLU)
+// and ARGMAX.
 #include "reference/reference_ops.h"
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -31,8 +32,9 @@ double SiluOf(double x) { return x / (1.0 + std::exp(-x)); }
 }  // namespace
 
 absl::Status AddOrMul(Tensor* dst) {
-  const bool mul = dst->op == Op::kMul;
-  const char* op_name = mul ? "MUL" : "ADD";
+  const Op op = dst->op;
+  const std::string name(OpName(op));
+  const char* op_name = name.c_str();
   if (absl::Status s = CheckSources(*dst, op_name, 2); !s.ok()) return s;
   const Tensor& a = *dst->src[0];
   const Tensor& b = *dst->src[1];
@@ -48,7 +50,7 @@ absl::Status AddOrMul(Tensor* dst) {
     ReadRow(b, i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3], rb.data());
     for (int64_t i0 = 0; i0 < dst->ne[0]; ++i0) {
       const double y = rb[i0 % b.ne[0]];
-      ra[i0] = mul ? ra[i0] * y : ra[i0] + y;
+      ra[i0] = op == Op::kMul ? ra[i0] * y : op == Op::kDiv ? ra[i0] / y : ra[i0] + y;
     }
     WriteRow(dst, i1, i2, i3, ra.data());
   });
@@ -132,7 +134,14 @@ absl::Status Compute(Tensor* dst) {
       return MulMatId(dst);
     case Op::kAdd:
     case Op::kMul:
+    case Op::kDiv:
       return AddOrMul(dst);
+    case Op::kArgsort:
+      return Argsort(dst);
+    case Op::kTopK:
+      return TopK(dst);
+    case Op::kSumRows:
+      return SumRows(dst);
     case Op::kScale:
       return Scale(dst);
     case Op::kRmsNorm:

@@ -353,6 +353,48 @@ TEST_F(GraphDecoderTest, SampleParametersOutOfRangeAreRejected) {
   EXPECT_EQ(Decode(desc), absl::StatusCode::kInvalidArgument);
 }
 
+// The MoE router's ops reach the CPU through the server: TOP_K with k within the row, and
+// its shape rule's bounds on k and ARGSORT's order enforced on nodes that did not come from
+// the builder.
+TEST_F(GraphDecoderTest, RouterOpsDecodeAndComputeAndBadParamsAreRejected) {
+  auto router = [](int32_t k, Op op = Op::kTopK, int64_t out_rows = -1) {
+    DescBuilder g;
+    const uint32_t probs = g.Add(DType::kF32, {6, 2, 1, 1}, Op::kNone, {}, 1, 0);
+    const int64_t rows = out_rows >= 0 ? out_rows : k;
+    const uint32_t out = g.Add(DType::kI32, {rows, 2, 1, 1}, op, {probs}, 1, 64);
+    g.At(out).set_op_params(&k, sizeof(k));
+    return g.desc();
+  };
+  auto decoded = DecodeGraph(router(2), devices_[0], resolve_);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  const float probs[12] = {0.1f, 0.5f, 0.2f, 0.5f, 0.0f, -1.0f, 3, 2, 1, 4, 5, 6};
+  auto* base = static_cast<uint8_t*>(buffers_[1]->base());
+  std::memcpy(base, probs, sizeof(probs));
+  auto stream = devices_[0]->CreateStream();
+  ASSERT_TRUE(stream.ok());
+  ASSERT_TRUE((*stream)->Compute((*decoded)->graph).ok());
+  int32_t ids[4];
+  std::memcpy(ids, base + 64, sizeof(ids));
+  // Row 0: the tie at 0.5 goes to the smaller index; row 1: 6 then 5.
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(ids[1], 3);
+  EXPECT_EQ(ids[2], 5);
+  EXPECT_EQ(ids[3], 4);
+
+  for (int32_t k : {0, 7, -1}) {
+    auto bad = DecodeGraph(router(k, Op::kTopK, 1), devices_[0], resolve_);
+    ASSERT_FALSE(bad.ok()) << "k " << k;
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.status().message().find("must be in [1, 6]"), std::string::npos)
+        << bad.status().message();
+  }
+  auto bad_order = DecodeGraph(router(2, Op::kArgsort, 6), devices_[0], resolve_);
+  ASSERT_FALSE(bad_order.ok());
+  EXPECT_NE(bad_order.status().message().find("order 2 unknown"), std::string::npos)
+      << bad_order.status().message();
+  EXPECT_TRUE(DecodeGraph(router(1, Op::kArgsort, 6), devices_[0], resolve_).ok());
+}
+
 TEST(CheckedNumBytes, MatchesTensorNumBytes) {
   Tensor t;
   t.type = DType::kQ8_0;

@@ -28,6 +28,10 @@ void RunNode(const ComputeParams& p, Tensor* node) {
     case Op::kSwiglu: return ComputeSwiglu(p, node);
     case Op::kArgmax: return ComputeArgmax(p, node);
     case Op::kSample: return ComputeSample(p, node);
+    case Op::kArgsort: return ComputeArgsort(p, node);
+    case Op::kTopK: return ComputeTopK(p, node);
+    case Op::kSumRows: return ComputeSumRows(p, node);
+    case Op::kDiv: return ComputeDiv(p, node);
     case Op::kCpy:
     case Op::kCont: return ComputeCpy(p, node);
     case Op::kFlashAttn: return ComputeFlashAttn(p, node);

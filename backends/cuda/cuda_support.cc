@@ -114,6 +114,10 @@ bool CudaSupportsOp(const Tensor& node) {
     case Op::kArgmax:
       return node.src[0]->ne[0] <= INT32_MAX;
     case Op::kSample:  // no CUDA kernel yet: the scheduler runs it on the CPU.
+    case Op::kArgsort:
+    case Op::kTopK:
+    case Op::kSumRows:
+    case Op::kDiv:
       return false;
     default:
       return true;

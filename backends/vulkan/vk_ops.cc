@@ -114,6 +114,10 @@ bool SupportsNode(const PhysicalInfo& info, const Tensor& node) {
     case Op::kFlashAttn:
       return SupportsFlashAttn(node) && node.ParamF32(1) == 0.0f && node.ParamF32(2) == 0.0f;
     case Op::kSample:  // no Vulkan kernel yet: the scheduler runs it on the CPU.
+    case Op::kArgsort:
+    case Op::kTopK:
+    case Op::kSumRows:
+    case Op::kDiv:
     case Op::kCount:
       return false;
   }

@@ -39,9 +39,29 @@ struct TensorSpec {
   int64_t ne1;  // 1 for the norm vectors.
   bool norm;
   int64_t layer = -1;  // the block, -1 outside the blocks.
+  int64_t ne2 = 1;     // the experts of a stacked expert tensor.
+  bool f32 = false;    // kept in f32 whatever the type (llama-quantize keeps the router).
 };
 
-std::vector<TensorSpec> LlamaTensors(const SynthDims& d) {
+// The feed-forward of block `blk`: dense, or the router and the stacked experts.
+void AddFfnTensors(const SynthOptions& o, const std::string& blk, int64_t i,
+                   std::vector<TensorSpec>* specs) {
+  const SynthDims& d = o.dims;
+  if (o.arch == SynthArch::kLlama) {
+    specs->push_back({blk + "ffn_gate.weight", d.n_embd, d.n_ff, false, i});
+    specs->push_back({blk + "ffn_up.weight", d.n_embd, d.n_ff, false, i});
+    specs->push_back({blk + "ffn_down.weight", d.n_ff, d.n_embd, false, i});
+    return;
+  }
+  const SynthExperts& e = o.experts;
+  specs->push_back({blk + "ffn_gate_inp.weight", d.n_embd, e.n_expert, false, i, 1, true});
+  specs->push_back({blk + "ffn_gate_exps.weight", d.n_embd, e.n_ff, false, i, e.n_expert});
+  specs->push_back({blk + "ffn_up_exps.weight", d.n_embd, e.n_ff, false, i, e.n_expert});
+  specs->push_back({blk + "ffn_down_exps.weight", e.n_ff, d.n_embd, false, i, e.n_expert});
+}
+
+std::vector<TensorSpec> LlamaTensors(const SynthOptions& o) {
+  const SynthDims& d = o.dims;
   std::vector<TensorSpec> specs = {{"token_embd.weight", d.n_embd, d.n_vocab, false}};
   for (int64_t i = 0; i < d.n_layer; ++i) {
     const std::string blk = absl::StrCat("blk.", i, ".");
@@ -50,10 +70,12 @@ std::vector<TensorSpec> LlamaTensors(const SynthDims& d) {
     specs.push_back({blk + "attn_k.weight", d.n_embd, d.n_embd_kv(), false, i});
     specs.push_back({blk + "attn_v.weight", d.n_embd, d.n_embd_kv(), false, i});
     specs.push_back({blk + "attn_output.weight", d.n_embd, d.n_embd, false, i});
+    if (o.arch == SynthArch::kQwen3Moe) {
+      specs.push_back({blk + "attn_q_norm.weight", d.head_dim(), 1, true, i});
+      specs.push_back({blk + "attn_k_norm.weight", d.head_dim(), 1, true, i});
+    }
     specs.push_back({blk + "ffn_norm.weight", d.n_embd, 1, true, i});
-    specs.push_back({blk + "ffn_gate.weight", d.n_embd, d.n_ff, false, i});
-    specs.push_back({blk + "ffn_up.weight", d.n_embd, d.n_ff, false, i});
-    specs.push_back({blk + "ffn_down.weight", d.n_ff, d.n_embd, false, i});
+    AddFfnTensors(o, blk, i, &specs);
   }
   specs.push_back({"output_norm.weight", d.n_embd, 1, true});
   specs.push_back({"output.weight", d.n_embd, d.n_vocab, false});
@@ -62,27 +84,46 @@ std::vector<TensorSpec> LlamaTensors(const SynthDims& d) {
 
 // The type a tensor is stored in: norms in f32, matrices as synth_mix.h chooses.
 MatrixType TensorType(const SynthOptions& o, const TensorSpec& s) {
-  if (s.norm) return {DType::kF32, DType::kF32};
+  if (s.norm || s.f32) return {DType::kF32, DType::kF32};
   return ChooseMatrixType(o.type, o.mix, {s.name, s.layer, s.ne0}, o.dims.n_layer);
+}
+
+// The experts' keys; qwen3moe also names its head size (attention.key_length) as llama.cpp's
+// converter writes it.
+void SetExpertMetadata(const SynthOptions& o, const std::string& a, GgufWriter* w) {
+  if (o.arch == SynthArch::kLlama) return;
+  w->SetU32(a + "expert_count", static_cast<uint32_t>(o.experts.n_expert));
+  w->SetU32(a + "expert_used_count", static_cast<uint32_t>(o.experts.n_used));
+  if (o.arch != SynthArch::kQwen3Moe) return;
+  w->SetU32(a + "expert_feed_forward_length", static_cast<uint32_t>(o.experts.n_ff));
+  w->SetU32(a + "attention.key_length", static_cast<uint32_t>(o.dims.head_dim()));
+  w->SetU32(a + "attention.value_length", static_cast<uint32_t>(o.dims.head_dim()));
 }
 
 void SetModelMetadata(const SynthOptions& o, GgufWriter* w) {
   const SynthDims& d = o.dims;
-  w->SetString("general.architecture", "llama");
-  w->SetString("general.name", absl::StrCat("tensorgrid-synth-", o.dims_text, "-", o.type_name));
+  const std::string a = absl::StrCat(GgufArchName(o.arch), ".");
+  w->SetString("general.architecture", GgufArchName(o.arch));
+  const std::string moe = o.arch == SynthArch::kLlama
+                              ? ""
+                              : absl::StrCat(SynthArchName(o.arch), "-", o.experts.n_expert, "x",
+                                             o.experts.n_used, "x", o.experts.n_ff, "-");
+  w->SetString("general.name",
+               absl::StrCat("tensorgrid-synth-", moe, o.dims_text, "-", o.type_name));
   w->SetU32("general.alignment", kAlignment);
   w->SetU32("general.file_type", o.file_type);
   if (IsQuantized(o.type)) w->SetU32("general.quantization_version", kQuantizationVersion);
-  w->SetU32("llama.context_length", static_cast<uint32_t>(o.ctx));
-  w->SetU32("llama.embedding_length", static_cast<uint32_t>(d.n_embd));
-  w->SetU32("llama.feed_forward_length", static_cast<uint32_t>(d.n_ff));
-  w->SetU32("llama.block_count", static_cast<uint32_t>(d.n_layer));
-  w->SetU32("llama.attention.head_count", static_cast<uint32_t>(d.n_head));
-  w->SetU32("llama.attention.head_count_kv", static_cast<uint32_t>(d.n_head_kv));
-  w->SetU32("llama.rope.dimension_count", static_cast<uint32_t>(d.head_dim()));
-  w->SetF32("llama.attention.layer_norm_rms_epsilon", kRmsEps);
-  w->SetF32("llama.rope.freq_base", kRopeFreqBase);
-  w->SetU32("llama.vocab_size", static_cast<uint32_t>(d.n_vocab));
+  w->SetU32(a + "context_length", static_cast<uint32_t>(o.ctx));
+  w->SetU32(a + "embedding_length", static_cast<uint32_t>(d.n_embd));
+  w->SetU32(a + "feed_forward_length", static_cast<uint32_t>(d.n_ff));
+  w->SetU32(a + "block_count", static_cast<uint32_t>(d.n_layer));
+  w->SetU32(a + "attention.head_count", static_cast<uint32_t>(d.n_head));
+  w->SetU32(a + "attention.head_count_kv", static_cast<uint32_t>(d.n_head_kv));
+  w->SetU32(a + "rope.dimension_count", static_cast<uint32_t>(d.head_dim()));
+  w->SetF32(a + "attention.layer_norm_rms_epsilon", kRmsEps);
+  w->SetF32(a + "rope.freq_base", kRopeFreqBase);
+  w->SetU32(a + "vocab_size", static_cast<uint32_t>(d.n_vocab));
+  SetExpertMetadata(o, a, w);
 }
 
 void SetTokenizerMetadata(const SpmVocab& v, GgufWriter* w) {
@@ -107,9 +148,10 @@ struct SynthStats {
 // rather than dying in the allocator half-way.
 absl::Status CheckFitsInMemory(const SynthOptions& o) {
   uint64_t bytes = 0;
-  for (const TensorSpec& s : LlamaTensors(o.dims)) {
+  for (const TensorSpec& s : LlamaTensors(o)) {
     const DType type = TensorType(o, s).stored;
-    bytes += RowBytes(type, s.ne0) * static_cast<uint64_t>(s.ne1);  // dims <= 2^20: no overflow.
+    // dims <= 2^20 and experts <= 512: no overflow.
+    bytes += RowBytes(type, s.ne0) * static_cast<uint64_t>(s.ne1 * s.ne2);
   }
   const uint64_t memory = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
                           static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
@@ -123,17 +165,18 @@ absl::Status CheckFitsInMemory(const SynthOptions& o) {
 }
 
 absl::Status AddTensors(const SynthOptions& o, GgufWriter* w, SynthStats* stats) {
-  for (const TensorSpec& s : LlamaTensors(o.dims)) {
+  for (const TensorSpec& s : LlamaTensors(o)) {
     const MatrixType mt = TensorType(o, s);
     const DType type = mt.stored;
     if (!s.norm) stats->matrices.emplace_back(s.name, mt);
     const uint64_t seed = TensorSeed(o.seed, s.name);
     std::vector<uint8_t> data =
         s.norm ? RandomTensor(type, s.ne0, 1, 1.0f, kNormStddev, seed, o.threads)
-               : RandomTensor(type, s.ne0, s.ne1, 0.0f, kWeightStddev, seed, o.threads);
-    stats->params += s.ne0 * s.ne1;
-    const std::vector<int64_t> ne =
-        s.norm ? std::vector<int64_t>{s.ne0} : std::vector<int64_t>{s.ne0, s.ne1};
+               : RandomTensor(type, s.ne0, s.ne1 * s.ne2, 0.0f, kWeightStddev, seed, o.threads);
+    stats->params += s.ne0 * s.ne1 * s.ne2;
+    std::vector<int64_t> ne = {s.ne0};
+    if (!s.norm) ne.push_back(s.ne1);
+    if (s.ne2 > 1) ne.push_back(s.ne2);
     TG_RETURN_IF_ERROR(w->AddTensor(s.name, type, ne, std::move(data)));
   }
   return absl::OkStatus();
@@ -179,10 +222,9 @@ void PrintSummary(const SynthOptions& o, const SynthStats& st, size_t n_tensors,
                   std::FILE* out) {
   std::error_code ec;
   const uintmax_t bytes = std::filesystem::file_size(o.out, ec);
-  absl::FPrintF(out,
-                "tg-gguf: wrote %s (%.1f MiB): llama %s %s, %d tensors, %.2fM params in %.2f s\n",
-                o.out, ec ? 0.0 : static_cast<double>(bytes) / kMiB, o.dims_text, o.type_name,
-                n_tensors, static_cast<double>(st.params) / 1e6, seconds);
+  absl::FPrintF(out, "tg-gguf: wrote %s (%.1f MiB): %s %s %s, %d tensors, %.2fM params in %.2f s\n",
+                o.out, ec ? 0.0 : static_cast<double>(bytes) / kMiB, SynthArchName(o.arch),
+                o.dims_text, o.type_name, n_tensors, static_cast<double>(st.params) / 1e6, seconds);
   PrintTypeChoices(o, st, out);
 }
 
@@ -199,7 +241,7 @@ absl::Status RunSynth(const SynthOptions& opts, std::FILE* out) {
   TG_RETURN_IF_ERROR(w.WriteFile(opts.out));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  PrintSummary(opts, stats, LlamaTensors(opts.dims).size(), seconds, out);
+  PrintSummary(opts, stats, LlamaTensors(opts).size(), seconds, out);
   return absl::OkStatus();
 }
 

@@ -1,6 +1,8 @@
 // Parsing and validation of `tg-gguf synth` arguments (see synth_options.h).
 #include "models/synth/synth_options.h"
 
+#include <algorithm>
+#include <iterator>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -24,6 +26,11 @@ constexpr int64_t kSpecialTokens = 3;  // <unk>, <s>, </s>.
 constexpr int64_t kByteTokens = 256;
 constexpr int64_t kMinPieces = 8;  // a few real pieces ("▁", common words) after the bytes.
 constexpr char kUsageDims[] = "n_embd,n_ff,n_layer,n_head,n_head_kv,n_vocab";
+constexpr int64_t kMaxExperts = 512;  // llama.cpp's LLAMA_MAX_EXPERTS.
+constexpr const char* kFlags[] = {"--dims",    "--type",         "--seed",
+                                  "--ctx",     "--threads",      "--arch",
+                                  "--experts", "--experts-used", "--expert-ff"};
+constexpr SynthArch kArchs[] = {SynthArch::kLlama, SynthArch::kQwen3Moe, SynthArch::kMixtral};
 
 // The --type choices: one type for every matrix, or a llama.cpp k-quant mix around a base
 // type; file_type is llama.cpp's LLAMA_FTYPE for general.file_type (the closest one for a
@@ -117,8 +124,59 @@ absl::Status ParseType(absl::string_view text, SynthOptions* opts) {
       absl::StrCat("unknown --type '", text, "' (types: ", TypeNames(), ")"));
 }
 
+absl::Status ParseArch(absl::string_view text, SynthOptions* opts) {
+  for (SynthArch arch : kArchs) {
+    if (text == SynthArchName(arch)) {
+      opts->arch = arch;
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown --arch '", text, "' (architectures: llama qwen3moe mixtral)"));
+}
+
+absl::Status ParseCount(absl::string_view flag, absl::string_view value, int64_t max,
+                        int64_t* out) {
+  if (absl::SimpleAtoi(value, out) && *out >= 1 && *out <= max) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad ", flag, " '", value, "' (need a number from 1 to ", max, ")"));
+}
+
+// The expert flags go with a MoE --arch, which needs --experts and --experts-used.
+absl::Status CheckExperts(SynthOptions* opts) {
+  SynthExperts& e = opts->experts;
+  if (opts->arch == SynthArch::kLlama) {
+    if (e.n_expert != 0 || e.n_used != 0 || e.n_ff != 0) {
+      return absl::InvalidArgumentError(
+          "--experts, --experts-used and --expert-ff need --arch qwen3moe or mixtral");
+    }
+    return absl::OkStatus();
+  }
+  if (e.n_expert == 0 || e.n_used == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--arch ", SynthArchName(opts->arch),
+                                                   " needs --experts E and --experts-used K"));
+  }
+  if (e.n_used > e.n_expert) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--experts-used ", e.n_used, " is more than --experts ", e.n_expert));
+  }
+  if (opts->arch == SynthArch::kMixtral && e.n_ff != 0 && e.n_ff != opts->dims.n_ff) {
+    return absl::InvalidArgumentError(absl::StrCat("mixtral's experts are n_ff = ", opts->dims.n_ff,
+                                                   " wide; drop --expert-ff ", e.n_ff,
+                                                   " or set it in --dims"));
+  }
+  if (e.n_ff == 0) e.n_ff = opts->dims.n_ff;
+  return absl::OkStatus();
+}
+
 absl::Status ApplyFlag(absl::string_view flag, absl::string_view value, SynthOptions* opts,
                        bool* have_dims, bool* have_type) {
+  if (flag == "--arch") return ParseArch(value, opts);
+  if (flag == "--experts") return ParseCount(flag, value, kMaxExperts, &opts->experts.n_expert);
+  if (flag == "--experts-used") {
+    return ParseCount(flag, value, kMaxExperts, &opts->experts.n_used);
+  }
+  if (flag == "--expert-ff") return ParseCount(flag, value, kMaxDim, &opts->experts.n_ff);
   if (flag == "--dims") {
     *have_dims = true;
     return ParseDims(value, opts);
@@ -150,6 +208,22 @@ absl::Status ApplyFlag(absl::string_view flag, absl::string_view value, SynthOpt
 
 int64_t MinSynthVocab() { return kSpecialTokens + kByteTokens + kMinPieces; }
 
+const char* SynthArchName(SynthArch arch) {
+  switch (arch) {
+    case SynthArch::kQwen3Moe:
+      return "qwen3moe";
+    case SynthArch::kMixtral:
+      return "mixtral";
+    case SynthArch::kLlama:
+      break;
+  }
+  return "llama";
+}
+
+const char* GgufArchName(SynthArch arch) {
+  return arch == SynthArch::kQwen3Moe ? "qwen3moe" : "llama";
+}
+
 absl::StatusOr<SynthOptions> ParseSynthOptions(absl::Span<char* const> args) {
   SynthOptions opts;
   bool have_dims = false;
@@ -163,11 +237,11 @@ absl::StatusOr<SynthOptions> ParseSynthOptions(absl::Span<char* const> args) {
       opts.out = std::string(arg);
       continue;
     }
-    if (arg != "--dims" && arg != "--type" && arg != "--seed" && arg != "--ctx" &&
-        arg != "--threads") {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", arg, "' (flags: --dims ",
-                                                     kUsageDims,
-                                                     " --type T --seed S --ctx N --threads N)"));
+    if (std::find(std::begin(kFlags), std::end(kFlags), arg) == std::end(kFlags)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown flag '", arg, "' (flags: --dims ", kUsageDims,
+          " --type T --seed S --ctx N --threads N --arch A --experts E --experts-used K "
+          "--expert-ff F)"));
     }
     if (i + 1 >= args.size()) {
       return absl::InvalidArgumentError(absl::StrCat("flag ", arg, " needs a value"));
@@ -184,6 +258,7 @@ absl::StatusOr<SynthOptions> ParseSynthOptions(absl::Span<char* const> args) {
         absl::StrCat("synth needs --type (one of: ", TypeNames(), ")"));
   }
   TG_RETURN_IF_ERROR(CheckDims(opts.dims));
+  TG_RETURN_IF_ERROR(CheckExperts(&opts));
   return opts;
 }
 

@@ -25,8 +25,21 @@ struct SynthDims {
   int64_t n_embd_kv() const { return head_dim() * n_head_kv; }
 };
 
+// The architecture written: dense llama, or a mixture of experts in qwen3moe's layout
+// (per-head q/k norms, neox rope) or mixtral's (llama with expert_count).
+enum class SynthArch { kLlama, kQwen3Moe, kMixtral };
+
+// The experts of a MoE architecture (unused for kLlama).
+struct SynthExperts {
+  int64_t n_expert = 0;
+  int64_t n_used = 0;
+  int64_t n_ff = 0;  // each expert's FFN width (mixtral: n_ff of --dims).
+};
+
 struct SynthOptions {
   std::string out;
+  SynthArch arch = SynthArch::kLlama;
+  SynthExperts experts;
   SynthDims dims;
   std::string dims_text;     // canonical "n_embd,n_ff,...": part of general.name.
   DType type = DType::kF32;  // of the matrices (norms are always f32): the mix's base type.
@@ -37,6 +50,11 @@ struct SynthOptions {
   int64_t ctx = 2048;
   int threads = 0;  // generating the weights; 0 = every core. The file does not depend on it.
 };
+
+// "llama", "qwen3moe" or "mixtral".
+const char* SynthArchName(SynthArch arch);
+// general.architecture of the file ("llama" for mixtral).
+const char* GgufArchName(SynthArch arch);
 
 // Parses the arguments after "synth"; INVALID_ARGUMENT (a usage error) with a one-line message.
 absl::StatusOr<SynthOptions> ParseSynthOptions(absl::Span<char* const> args);

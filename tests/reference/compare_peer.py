@@ -55,11 +55,14 @@ def main():
            "--top-logits", str(a.top)] + shlex.split(a.extra_args)
     if a.kv_f32:
         cmd += ["--kv-type", "f32"]
-    ours = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    # Random-weight models generate arbitrary bytes: undecodable ones become U+FFFD.
+    ours = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
+                                     errors="replace").stdout)
     env = dict(os.environ, TG_PEER_THREADS=os.environ.get("TG_PEER_THREADS", "1"),
                TG_PEER_KV_F32="1" if a.kv_f32 else "0")
     peer_out = subprocess.run([a.peer, "generate", a.model, a.prompt, str(a.n), str(a.top)],
-                              check=True, capture_output=True, text=True, env=env).stdout
+                              check=True, capture_output=True, text=True, env=env,
+                              errors="replace").stdout
     peer = parse_peer(peer_out)
     ok = True
     if ours["prompt_tokens"] != peer.get("prompt_tokens"):

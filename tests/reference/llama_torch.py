@@ -25,7 +25,12 @@ Optional:
 
 Supported architectures (general.architecture): llama, mistral (rope "normal":
 pairs (2i, 2i+1)), qwen2 (q/k/v biases, rope "neox": pairs (i, i + n_rot/2)),
-qwen3 (per-head RMSNorm of q and k before rope, neox rope).  Any weight type
+qwen3 (per-head RMSNorm of q and k before rope, neox rope), and mixtures of
+experts: qwen3moe (qwen3's attention) and llama/mistral with expert_count > 0
+(mixtral): a softmax router, the expert_used_count most probable experts per
+token, their probabilities renormalised to sum 1 (times expert_weights_scale
+when set), each chosen expert a SwiGLU FFN (HF's Qwen3MoeSparseMoeBlock /
+MixtralSparseMoeBlock).  Any weight type
 gguf_reader.py can dequantize is accepted; everything is computed in float32.
 """
 
@@ -52,6 +57,7 @@ ARCHS = {
     "mistral": (ROPE_NORMAL, False),
     "qwen2": (ROPE_NEOX, False),
     "qwen3": (ROPE_NEOX, True),
+    "qwen3moe": (ROPE_NEOX, True),
 }
 
 
@@ -78,8 +84,19 @@ class Hparams:
             return md.get("%s.%s" % (a, key), default)
 
         self.rope_mode, self.qk_norm = ARCHS[a]
+        self.n_expert = int(opt("expert_count", 0))
+        if a == "qwen3moe" and self.n_expert <= 0:
+            raise ModelError("qwen3moe needs %s.expert_count > 0" % a)
+        self.n_expert_used = int(opt("expert_used_count", 0))
+        if self.n_expert and not 0 < self.n_expert_used <= self.n_expert:
+            raise ModelError("expert_used_count %d of %d experts" % (self.n_expert_used, self.n_expert))
+        scale = float(opt("expert_weights_scale", 0.0))
+        self.expert_weights_scale = 1.0 if scale == 0.0 else scale
         self.n_embd = int(req("embedding_length"))
         self.n_ff = int(req("feed_forward_length"))
+        self.n_ff_exp = self.n_ff
+        if a == "qwen3moe":
+            self.n_ff_exp = int(opt("expert_feed_forward_length", self.n_ff // self.n_expert_used))
         self.n_layer = int(req("block_count"))
         self.n_head = int(req("attention.head_count"))
         self.n_head_kv = int(opt("attention.head_count_kv", self.n_head))
@@ -155,10 +172,17 @@ class LlamaTorch:
                 "bv": W(p + "attn_v.bias", (hp.n_head_kv * Dv,), required=False),
                 "bo": W(p + "attn_output.bias", (E,), required=False),
                 "ffn_norm": W(p + "ffn_norm.weight", (E,)),
-                "w_gate": W(p + "ffn_gate.weight", (hp.n_ff, E)),
-                "w_up": W(p + "ffn_up.weight", (hp.n_ff, E)),
-                "w_down": W(p + "ffn_down.weight", (E, hp.n_ff)),
             }
+            if hp.n_expert:
+                X, F = hp.n_expert, hp.n_ff_exp
+                L["router"] = W(p + "ffn_gate_inp.weight", (X, E))
+                L["gate_exps"] = W(p + "ffn_gate_exps.weight", (X, F, E))
+                L["up_exps"] = W(p + "ffn_up_exps.weight", (X, F, E))
+                L["down_exps"] = W(p + "ffn_down_exps.weight", (X, E, F))
+            else:
+                L["w_gate"] = W(p + "ffn_gate.weight", (hp.n_ff, E))
+                L["w_up"] = W(p + "ffn_up.weight", (hp.n_ff, E))
+                L["w_down"] = W(p + "ffn_down.weight", (E, hp.n_ff))
             if hp.qk_norm:
                 L["q_norm"] = W(p + "attn_q_norm.weight", (D,))
                 L["k_norm"] = W(p + "attn_k_norm.weight", (D,))
@@ -262,12 +286,27 @@ class LlamaTorch:
                 o = o + L["bo"]
             x = x + o
             h = rms_norm(x, L["ffn_norm"], hp.eps)
-            g = torch.nn.functional.silu(h @ L["w_gate"].T)
-            u = h @ L["w_up"].T
-            x = x + (g * u) @ L["w_down"].T
+            x = x + (self._moe(L, h) if hp.n_expert else self._ffn(L["w_gate"], L["w_up"], L["w_down"], h))
         cache["n"] = n_kv
         x = rms_norm(x, self.out_norm, hp.eps)
         return x @ self.out.T
+
+    @staticmethod
+    def _ffn(w_gate, w_up, w_down, h):
+        return (torch.nn.functional.silu(h @ w_gate.T) * (h @ w_up.T)) @ w_down.T
+
+    def _moe(self, L, h):
+        """Sparse MoE block: per token the top-k experts of softmax(router), weights renormalised."""
+        hp = self.hp
+        probs = torch.softmax(h @ L["router"].T, dim=-1)              # (T, X)
+        w, ids = torch.topk(probs, hp.n_expert_used, dim=-1)         # (T, K)
+        w = w / w.sum(dim=-1, keepdim=True) * hp.expert_weights_scale
+        out = torch.zeros_like(h)
+        for e in torch.unique(ids).tolist():
+            tok, slot = torch.nonzero(ids == e, as_tuple=True)
+            y = self._ffn(L["gate_exps"][e], L["up_exps"][e], L["down_exps"][e], h[tok])
+            out.index_add_(0, tok, y * w[tok, slot].unsqueeze(-1))
+        return out
 
     def greedy(self, prompt, n_gen):
         """Returns (logits at the last prompt position (numpy), greedy tokens)."""

@@ -6,6 +6,7 @@
 #   ctest -L split -R layer --output-on-failure
 
 tg_split_compare_all(layer)
+tg_split_compare_moe(layer)
 
 # A device with proportion 0 gets no layers: CPU0 idle, CPU1 and CPU2 share the model.
 tg_split_compare(split_layer_stories260k_3dev_zero_share stories260k 3 -sm layer -ts 0,1,1)

@@ -8,6 +8,7 @@
 #   ctest -L split -R tensor --output-on-failure
 
 tg_split_compare_all(tensor)
+tg_split_compare_moe(tensor)
 
 # A device with proportion 0 holds nothing at all and only takes part in the all-reduces.
 tg_split_compare(split_tensor_stories260k_3dev_zero_share stories260k 3 -sm tensor -ts 0,1,1)

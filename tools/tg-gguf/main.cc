@@ -21,12 +21,15 @@ constexpr char kUsage[] =
     "usage: tg-gguf info FILE\n"
     "       tg-gguf synth OUT --dims n_embd,n_ff,n_layer,n_head,n_head_kv,n_vocab\n"
     "                     --type T [--seed S (42)] [--ctx N (2048)] [--threads N (0: all)]\n"
+    "                     [--arch llama|qwen3moe|mixtral --experts E --experts-used K\n"
+    "                      [--expert-ff F (n_ff)]]\n"
     "       T: f32 f16 q8_0 q4_0 q5_0 q5_1 q2_k q3_k q4_k q5_k iq4_nl iq4_xs mxfp4 (every matrix)\n"
     "          or q4_k_m q5_k_m (llama-quantize's mixes; docs/gguf.md)\n"
     "\n"
     "info   prints the version, alignment, metadata and tensors of a GGUF file.\n"
     "synth  writes a llama GGUF with random weights that tensorgrid and llama.cpp load;\n"
-    "       e.g. the stories15M shape: --dims 288,768,6,6,6,32000.\n";
+    "       e.g. the stories15M shape: --dims 288,768,6,6,6,32000. --arch qwen3moe or\n"
+    "       mixtral makes every feed-forward E experts of which the router picks K.\n";
 
 int Fail(const absl::Status& status, int code) {
   std::fprintf(stderr, "tg-gguf: %s\n", std::string(status.message()).c_str());

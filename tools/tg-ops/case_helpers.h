@@ -36,6 +36,7 @@ void AddElementwiseCases(std::vector<OpCase>* cases);  // ADD .. SWIGLU, SOFT_MA
 void AddRopeCases(std::vector<OpCase>* cases);
 void AddAttentionCases(std::vector<OpCase>* cases);
 void AddSampleCases(std::vector<OpCase>* cases);
+void AddRouterCases(std::vector<OpCase>* cases);  // ARGSORT, TOP_K, SUM_ROWS, DIV.
 
 }  // namespace tg::ops_tool
 

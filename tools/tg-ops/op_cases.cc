@@ -4,8 +4,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/ops.h"
-#include "tools/tg-ops/case_helpers.h"
 #include "core/status_macros.h"
+#include "tools/tg-ops/case_helpers.h"
 
 namespace tg::ops_tool {
 
@@ -17,7 +17,7 @@ TensorOr TransposedLeaf(CaseBuilder& b, DType type, Shape4 ne, float lo, float h
 TensorOr PaddedRowsLeaf(CaseBuilder& b, DType type, Shape4 ne, float lo, float hi) {
   const int64_t block = BlockSize(type);
   TG_ASSIGN_OR_RETURN(Tensor * leaf,
-                          b.Uniform(type, {ne[0] + 2 * block, ne[1], ne[2], ne[3]}, lo, hi));
+                      b.Uniform(type, {ne[0] + 2 * block, ne[1], ne[2], ne[3]}, lo, hi));
   return View(b.ctx(), leaf, ne, {leaf->nb[1], leaf->nb[2], leaf->nb[3]}, BlockBytes(type));
 }
 
@@ -43,6 +43,7 @@ std::vector<OpCase> TestCases() {
   AddCopyCases(&cases);
   AddAttentionCases(&cases);
   AddSampleCases(&cases);
+  AddRouterCases(&cases);
   return cases;
 }
 

@@ -1,4 +1,4 @@
-// Element-wise F32 kernels: ADD and MUL (with broadcast), SCALE, SILU and SWIGLU.
+// Element-wise F32 kernels: ADD, MUL and DIV (with broadcast), SCALE, SILU and SWIGLU.
 #include <cstdint>
 
 #include "backends/cpu/kernels/kernels.h"
@@ -10,6 +10,7 @@ namespace {
 
 #if defined(TG_SIMD)
 using simd::Add;
+using simd::Div;
 using simd::Fmadd;
 using simd::kLanes;
 using simd::Load;
@@ -39,6 +40,13 @@ struct MulOp {
   static float Apply(float a, float b) { return a * b; }
 #if defined(TG_SIMD)
   static VecF Apply(VecF a, VecF b) { return Mul(a, b); }
+#endif
+};
+
+struct DivOp {
+  static float Apply(float a, float b) { return a / b; }
+#if defined(TG_SIMD)
+  static VecF Apply(VecF a, VecF b) { return Div(a, b); }
 #endif
 };
 
@@ -138,6 +146,8 @@ void SwigluRow(float* d, const float* g, const float* u, int64_t n) {
 void ComputeAdd(const ComputeParams& p, Tensor* dst) { ComputeBinary<AddOp>(p, dst); }
 
 void ComputeMul(const ComputeParams& p, Tensor* dst) { ComputeBinary<MulOp>(p, dst); }
+
+void ComputeDiv(const ComputeParams& p, Tensor* dst) { ComputeBinary<DivOp>(p, dst); }
 
 void ComputeScale(const ComputeParams& p, Tensor* dst) {
   const float scale = dst->ParamF32(0);

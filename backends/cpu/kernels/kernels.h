@@ -28,9 +28,13 @@ void ComputeSoftMax(const ComputeParams& p, Tensor* dst);
 void ComputeSilu(const ComputeParams& p, Tensor* dst);
 void ComputeSwiglu(const ComputeParams& p, Tensor* dst);
 void ComputeArgmax(const ComputeParams& p, Tensor* dst);
+void ComputeArgsort(const ComputeParams& p, Tensor* dst);
+void ComputeTopK(const ComputeParams& p, Tensor* dst);
+void ComputeSumRows(const ComputeParams& p, Tensor* dst);
+void ComputeDiv(const ComputeParams& p, Tensor* dst);
 void ComputeSample(const ComputeParams& p, Tensor* dst);
 size_t SampleWorkSize(const Tensor* dst, int nth);
-void ComputeCpy(const ComputeParams& p, Tensor* dst);   // CPY and CONT.
+void ComputeCpy(const ComputeParams& p, Tensor* dst);  // CPY and CONT.
 void ComputeFlashAttn(const ComputeParams& p, Tensor* dst);
 size_t FlashAttnWorkSize(const Tensor* dst, int nth);
 

@@ -53,6 +53,7 @@ inline VecF Set1(float f) { return _mm512_set1_ps(f); }
 inline VecF Add(VecF a, VecF b) { return _mm512_add_ps(a, b); }
 inline VecF Sub(VecF a, VecF b) { return _mm512_sub_ps(a, b); }
 inline VecF Mul(VecF a, VecF b) { return _mm512_mul_ps(a, b); }
+inline VecF Div(VecF a, VecF b) { return _mm512_div_ps(a, b); }
 inline VecF Max(VecF a, VecF b) { return _mm512_max_ps(a, b); }
 inline VecF Fmadd(VecF a, VecF b, VecF c) { return _mm512_fmadd_ps(a, b, c); }
 
@@ -93,6 +94,7 @@ inline VecF Set1(float f) { return _mm256_set1_ps(f); }
 inline VecF Add(VecF a, VecF b) { return _mm256_add_ps(a, b); }
 inline VecF Sub(VecF a, VecF b) { return _mm256_sub_ps(a, b); }
 inline VecF Mul(VecF a, VecF b) { return _mm256_mul_ps(a, b); }
+inline VecF Div(VecF a, VecF b) { return _mm256_div_ps(a, b); }
 inline VecF Max(VecF a, VecF b) { return _mm256_max_ps(a, b); }
 inline VecF Fmadd(VecF a, VecF b, VecF c) { return _mm256_fmadd_ps(a, b, c); }
 

@@ -1,0 +1,113 @@
+// Cases of the MoE router's ops: ARGSORT (both orders), TOP_K, SUM_ROWS and DIV, on
+// contiguous and strided rows, with ties (equal values keep index order) and -inf entries.
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops.h"
+#include "core/status_macros.h"
+#include "tools/tg-ops/case_helpers.h"
+
+namespace tg::ops_tool {
+namespace {
+
+// Index outputs must match exactly: any other index is a wrong pick.
+constexpr double kExactIds = 0.0;
+
+// How a case's F32 rows are made.
+enum class Rows { kUniform, kTransposed, kAllEqual, kSomeInf };
+
+const char* RowsNote(Rows rows) {
+  switch (rows) {
+    case Rows::kTransposed:
+      return "transposed";
+    case Rows::kAllEqual:
+      return "all values equal";
+    case Rows::kSomeInf:
+      return "-inf entries, one all -inf row";
+    case Rows::kUniform:
+      break;
+  }
+  return "";
+}
+
+TensorOr RowsOperand(CaseBuilder& b, Shape4 ne, Rows rows) {
+  constexpr double kInfShare = 0.5;
+  switch (rows) {
+    case Rows::kTransposed:
+      return TransposedLeaf(b, DType::kF32, ne);
+    case Rows::kAllEqual: {
+      TG_ASSIGN_OR_RETURN(Tensor * x, b.Uniform(DType::kF32, ne));
+      return Scale(b.ctx(), x, 0.0f, 0.25f);  // every element 0.25: only the index order decides.
+    }
+    case Rows::kSomeInf:
+      return b.Mask(DType::kF32, ne, kInfShare, /*masked_row=*/1);
+    case Rows::kUniform:
+      break;
+  }
+  return b.Uniform(DType::kF32, ne);
+}
+
+OpCase ArgsortCase(Shape4 ne, SortOrder order, Rows rows) {
+  const std::string note =
+      absl::StrCat(order == SortOrder::kDescending ? "descending" : "ascending",
+                   rows == Rows::kUniform ? "" : ", ", RowsNote(rows));
+  return {Op::kArgsort, note, kExactIds, [=](CaseBuilder& b) -> TensorOr {
+            TG_ASSIGN_OR_RETURN(Tensor * x, RowsOperand(b, ne, rows));
+            return Argsort(b.ctx(), x, order);
+          }};
+}
+
+OpCase TopKCase(Shape4 ne, int64_t k, Rows rows) {
+  const std::string note =
+      absl::StrCat("k=", k, rows == Rows::kUniform ? "" : ", ", RowsNote(rows));
+  return {Op::kTopK, note, kExactIds, [=](CaseBuilder& b) -> TensorOr {
+            TG_ASSIGN_OR_RETURN(Tensor * x, RowsOperand(b, ne, rows));
+            return TopK(b.ctx(), x, k);
+          }};
+}
+
+OpCase SumRowsCase(Shape4 ne, Rows rows) {
+  return {Op::kSumRows, RowsNote(rows), kNmseF32, [=](CaseBuilder& b) -> TensorOr {
+            TG_ASSIGN_OR_RETURN(Tensor * x, RowsOperand(b, ne, rows));
+            return SumRows(b.ctx(), x);
+          }};
+}
+
+// Divisors kept away from 0 so the quotients stay in range.
+OpCase DivCase(Shape4 a_ne, Shape4 b_ne) {
+  constexpr float kLo = 0.5f, kHi = 2.0f;
+  return {Op::kDiv, "", kNmseExact, [=](CaseBuilder& b) -> TensorOr {
+            TG_ASSIGN_OR_RETURN(Tensor * x, b.Uniform(DType::kF32, a_ne));
+            TG_ASSIGN_OR_RETURN(Tensor * y, b.Uniform(DType::kF32, b_ne, kLo, kHi));
+            return Div(b.ctx(), x, y);
+          }};
+}
+
+}  // namespace
+
+void AddRouterCases(std::vector<OpCase>* cases) {
+  constexpr int64_t kExperts = 16;  // the router's row: one logit per expert.
+  constexpr int64_t kTokens = 7;
+  constexpr int64_t kLong = 257;  // longer than any SIMD width, odd.
+  const Shape4 router = {kExperts, kTokens, 1, 1};
+  for (SortOrder order : {SortOrder::kAscending, SortOrder::kDescending}) {
+    cases->push_back(ArgsortCase(router, order, Rows::kUniform));
+    cases->push_back(ArgsortCase({kLong, 3, 2, 1}, order, Rows::kTransposed));
+    cases->push_back(ArgsortCase(router, order, Rows::kAllEqual));
+    cases->push_back(ArgsortCase({kExperts, 5, 1, 1}, order, Rows::kSomeInf));
+  }
+  for (int64_t k : {int64_t{1}, int64_t{4}, kExperts}) {
+    cases->push_back(TopKCase(router, k, Rows::kUniform));
+  }
+  cases->push_back(TopKCase({128, 9, 1, 1}, 8, Rows::kUniform));  // qwen3moe's 128 over 8.
+  cases->push_back(TopKCase({kLong, 3, 2, 1}, 5, Rows::kTransposed));
+  cases->push_back(TopKCase(router, 4, Rows::kAllEqual));
+  cases->push_back(TopKCase({kExperts, 5, 1, 1}, 6, Rows::kSomeInf));
+  cases->push_back(SumRowsCase({4, kTokens, 1, 1}, Rows::kUniform));
+  cases->push_back(SumRowsCase({kLong, 3, 2, 1}, Rows::kTransposed));
+  cases->push_back(DivCase({4, kTokens, 1, 1}, {1, kTokens, 1, 1}));  // weights / their sum.
+  cases->push_back(DivCase({kLong, 5, 3, 1}, {kLong, 5, 3, 1}));
+  cases->push_back(DivCase({kLong, 6, 2, 1}, {kLong, 1, 2, 1}));
+}
+
+}  // namespace tg::ops_tool
