@@ -580,6 +580,31 @@ class Net:
     def fds(self, i):
         return len(os.listdir(f"/proc/{self.pid(i)}/fd"))
 
+    def heap(self, i, timeout=30):
+        """glibc's own account of server i's heap: (arenas, bytes the arenas and mmapped
+        chunks hold from the system, bytes of them in use), from malloc_stats() called in
+        the process by gdb (which stops it for a moment; it prints to the server's log).
+        None where gdb is missing or the call fails. In use is what live objects hold, so a
+        leak grows it; system minus in use is free memory the allocator keeps (fragmentation)."""
+        if shutil.which("gdb") is None:
+            return None
+        path = self.servers[i].log_path
+        self.servers[i].log.flush()
+        start = os.path.getsize(path)
+        try:
+            subprocess.run(["gdb", "-p", str(self.pid(i)), "-batch", "-ex",
+                            "call (void)malloc_stats()"], capture_output=True, timeout=timeout)
+        except (subprocess.TimeoutExpired, OSError):
+            return None
+        with open(path, errors="replace") as f:
+            f.seek(start)
+            text = f.read()
+        m = re.search(r"Total \(incl. mmap\):\s*system bytes\s*=\s*(\d+)\s*in use bytes\s*=\s*(\d+)",
+                      text)
+        if not m:
+            return None
+        return len(re.findall(r"^Arena \d+:", text, re.M)), int(m.group(1)), int(m.group(2))
+
     def log(self, i):
         return self.servers[i].read_log()
 
