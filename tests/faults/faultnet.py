@@ -580,6 +580,21 @@ class Net:
     def fds(self, i):
         return len(os.listdir(f"/proc/{self.pid(i)}/fd"))
 
+    def peer_sockets(self, i):
+        """TCP sockets of server i whose other end is another server: the peer channels of
+        PeerCopy, either way. Their number follows which peers pulled or were pulled from
+        lately and whether a killed peer's connection has timed out yet (0..2 per peer)."""
+        r = subprocess.run(["ip", "netns", "exec", self.ns(i), "ss", "-tanpH"],
+                           capture_output=True, text=True)
+        others = {ip for j, ip in enumerate(self.ips) if j != i}
+        n = 0
+        for line in r.stdout.splitlines():
+            f = line.split()
+            if len(f) >= 6 and f"pid={self.pid(i)}," in line:
+                remote = f[4].rsplit(":", 1)[0].replace("[::ffff:", "").rstrip("]")
+                n += remote in others
+        return n
+
     def heap(self, i, timeout=30):
         """glibc's own account of server i's heap: (arenas, bytes the arenas and mmapped
         chunks hold from the system, bytes of them in use), from malloc_stats() called in

@@ -24,8 +24,8 @@ Fails on: a wrong token, a server that died without being killed, a client run t
 servers, or a server process whose RSS or descriptors grow more than --growth percent after
 its warm-up (--warmup s of its life, default a quarter of the run): the median of the first
 third of its quiet points against that of the last third, since single readings swing with
-what the allocator keeps (descriptors: more than --growth percent and more than
-FD_SLACK). Length: --seconds, default TG_SOAK_SECONDS or 1200.
+what the allocator keeps (descriptors other than peer channels: more than --growth
+percent and more than FD_SLACK). Length: --seconds, default TG_SOAK_SECONDS or 1200.
 Exit 0 pass, 1 fail, 77 skipped (no namespaces, model missing).
 """
 import json
@@ -49,9 +49,10 @@ GRACE_S = 6           # a run failing this long after a fault ended still counts
                       # (detection takes up to 4 s, a connection attempt into a fault longer).
 MIB = 1 << 20
 MIN_QUIET = 6         # quiet points past warm-up needed to judge a process's growth.
-FD_SLACK = 1          # descriptors a process may gain past --growth: at ~14, 5% is less than
-                      # one, and one comes and goes with a cached peer channel or a client's
-                      # socket not yet closed; a leak grows with the sessions served (thousands).
+FD_SLACK = 1          # descriptors a process may gain past --growth: at ~10, 5% is less than
+                      # one, and one comes and goes with a client's socket not yet closed; a
+                      # leak grows with the sessions served (thousands). Peer channels (0..2
+                      # per peer, with the faults) are not counted (Net.peer_sockets).
 
 
 def median(values):
@@ -257,6 +258,7 @@ class Soak:
             time.sleep(0.05)
         ok = True
         rows = []
+        peer_counts = []
         for i in range(self.net.n):
             held = None
             end = time.time() + 30
@@ -271,12 +273,16 @@ class Soak:
                 print(f"FAIL: quiet point: server {i} still holds {held}")
                 ok = False
             row = self.server_row(i, timeout=5)
-            rows.append((self.net.pid(i), row[0], row[1], row[2], row[4], row[5], row[6])
+            # Descriptors judged: all but the peer channels, which come and go with the faults.
+            peers = self.net.peer_sockets(i) if row else 0
+            rows.append((self.net.pid(i), row[0], row[1] - peers, row[2], row[4], row[5], row[6])
                         if row else None)
+            peer_counts.append(peers)
         heaps = self.heaps() if self.a.heap else [None] * self.net.n
         rows = [r + (h,) if r else None for r, h in zip(rows, heaps)]
         self.quiet.append((time.time() - self.t0, rows))
         self.sample_line("quiet ")
+        print("peers  " + " | ".join(f"s{i} {n} peer sockets" for i, n in enumerate(peer_counts)))
         print("heap   " + " | ".join(
             f"s{i} " + ("-" if h is None else f"{h[2] / MIB:.1f}M in use of {h[1] / MIB:.1f}M, "
                                                  f"{h[0]} arenas")
