@@ -1,11 +1,13 @@
 // FailoverSession (models/failover_session.h) against real rpc-server processes on loopback:
-// one killed (-9) mid-generation, before a prompt or as the consumer stops, and the session
-// goes on with the servers left. Its tokens must be those of DecodeGreedy one step at a time
-// on the local CPU, on a plain LlamaSession (no failover, no RPC).
+// one killed (-9) mid-generation (greedy and sampled), before a prompt or as the consumer
+// stops, and the session goes on with the servers left. Its tokens must be those of
+// DecodeGreedy (DecodeSample) one step at a time on the local CPU, on a plain LlamaSession
+// (no failover, no RPC). The servers' keepalive (2 s) assumes a host that is not starved:
+// at a load average of 20+ on 2 cores a load can fail with "keepalive watchdog timeout".
 #include "models/failover_session.h"
 
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,8 +54,12 @@ class ServerProcess {
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    if (posix_spawn(&p->pid_, argv[0], nullptr, nullptr, argv.data(), environ) != 0) {
-      return absl::InternalError(absl::StrCat("cannot start ", argv[0]));
+    p->pid_ = fork();
+    if (p->pid_ < 0) return absl::InternalError(absl::StrCat("cannot start ", argv[0]));
+    if (p->pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // no server outlives a test killed by its timeout.
+      execve(argv[0], argv.data(), environ);
+      _exit(127);
     }
     // The port file appears once the server listens.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -196,6 +202,35 @@ TEST_F(FailoverSessionTest, GreedyGenerationGoesOnWithoutTheLostServer) {
   EXPECT_EQ(session->failovers(), 1);
   // The cache holds the prompt and every token but the last, as after GenerateGreedy.
   EXPECT_EQ(session->n_past(), static_cast<int64_t>(prompt_.size()) + kTokens);
+}
+
+// SAMPLE's draws depend on the seed and the position, and the repetition penalty's window on
+// the tokens the cache holds: rebuilt on the servers left, the draws are the local ones.
+TEST_F(FailoverSessionTest, SampledGenerationDrawsTheSameTokens) {
+  SamplingParams params;
+  params.sample.temperature = 0.9f;
+  params.sample.repeat_penalty = 1.3f;
+  params.sample.seed = 7;
+  LoadOptions local;
+  local.device = cpu_;
+  auto ref_model = *LlamaModel::Load(path_, local);
+  auto ref = *LlamaSession::Create(*ref_model, Options());
+  std::vector<int32_t> want = {*ref->DecodeSample(prompt_, params)};
+  for (int64_t i = 0; i < kTokens; ++i)
+    want.push_back(*ref->DecodeSample({&want.back(), 1}, params));
+  auto model = *FailoverModel::Load(path_, Layers(kServers), /*failover=*/true);
+  auto session = *FailoverSession::Create(*model, Options(),
+                                          [&](const FailoverEvent& e) { events_.push_back(e); });
+  std::vector<int32_t> got = {*session->DecodeSample(prompt_, params)};
+  const absl::Status s = session->Generate(got.back(), kTokens, params, [&](int32_t t) {
+    got.push_back(t);
+    if (got.size() == kLoseAt) Lose(2);
+    return true;
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(got, want);
+  ASSERT_EQ(events_.size(), 1u);
+  EXPECT_EQ(events_[0].server, Endpoint(2));
 }
 
 TEST_F(FailoverSessionTest, ADecodeRunsAgainOnTheServersLeft) {
