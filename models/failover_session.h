@@ -49,7 +49,8 @@ class FailoverSession {
     history_.clear();
   }
 
-  // The session now (a new one after each recovery) and the model it runs on. Not after a
+  // The session now and the model it runs on: both are new after each recovery, so hold no
+  // reference to them (or their tokenizer) across a call that may recover. Not after a
   // call failed with the error that ended a recovery (no device left, or another error
   // while the model was loaded again): every call then gives that error back.
   LlamaSession& session() { return *session_; }

@@ -99,10 +99,11 @@ SamplingParams SamplingOf(const RunFlags& f) {
 // FailoverSession rebuilds its KV cache and goes on) gives the same tokens.
 absl::Status Generate(const RunFlags& f, FailoverSession& session, const SamplingParams& sampling,
                       Result* r) {
-  const Tokenizer& tok = session.model().tokenizer();
   const bool greedy = f.temp <= 0.0f && f.repeat_penalty == 1.0f;
-  // Hands a token over; false once generation must stop.
+  // Hands a token over; false once generation must stop. The tokenizer is looked up each time:
+  // a failover replaces the model (and its tokenizer) under a running generation.
   auto emit = [&](int32_t token) {
+    const Tokenizer& tok = session.model().tokenizer();
     r->tokens.push_back(token);
     const std::string piece = tok.TokenToPiece(token);
     r->text += piece;
@@ -112,7 +113,7 @@ absl::Status Generate(const RunFlags& f, FailoverSession& session, const Samplin
     }
     return !tok.IsEog(token) && static_cast<int64_t>(r->tokens.size()) < f.n_predict;
   };
-  r->prompt_tokens = tok.Encode(f.prompt, /*add_special=*/true);
+  r->prompt_tokens = session.model().tokenizer().Encode(f.prompt, /*add_special=*/true);
   if (r->prompt_tokens.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
   if (!f.json) {
     std::fputs(f.prompt.c_str(), stdout);
