@@ -33,6 +33,11 @@ constexpr uint64_t kSessionShareDivisor = 2;
 
 std::atomic<uint64_t> host_reserve{0};
 
+// BoundHostHeap: arenas for all threads (the per-thread caches glibc keeps in front of them
+// take the contention on small blocks), and glibc's initial mmap threshold, kept fixed.
+constexpr int kMaxArenas = 2;
+constexpr int kMmapThreshold = 128 << 10;
+
 double GiB(uint64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(kGiB); }
 
 }  // namespace
@@ -93,6 +98,13 @@ absl::Status CheckHostMemoryReserve(uint64_t size, uint64_t available, uint64_t 
       "%d bytes asked would leave less than the host memory reserve of %d bytes (%.1f GiB) "
       "free: %d available; the server's --mem-reserve lowers it (0 = none)",
       size, reserve, GiB(reserve), available));
+}
+
+void BoundHostHeap() {
+#if defined(__GLIBC__)
+  mallopt(M_ARENA_MAX, kMaxArenas);
+  mallopt(M_MMAP_THRESHOLD, kMmapThreshold);
+#endif
 }
 
 void ReleaseFreedHostMemory() {

@@ -229,6 +229,7 @@ void LogListening(const ServerConfig& config, RpcServer& server) {
 }
 
 int Main(int argc, char** argv) {
+  BoundHostHeap();
   Flags f;
   ArgParser p("rpc-server");
   p.AddString("-H", "--host", &f.host, "address to bind (default 127.0.0.1)");

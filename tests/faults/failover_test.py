@@ -2,6 +2,7 @@
 """--rpc-failover on real processes: a server killed mid-generation, generation goes on.
 
   failover_test.py --tg-run PATH --rpc-server PATH --model MODEL --case layer|tensor|off|last
+                   [--tg-bench PATH --case bench|bench-off]
 
   layer   -sm layer over 3 rpc-servers (one device each), --rpc-failover; server 1 (the
           middle layers) is killed with -9 once 20 tokens are out. The greedy text equals a
@@ -13,9 +14,16 @@
           last line naming the killed server (what it did before failover existed).
   last    one rpc-server, --rpc-failover, killed: no device is left, so tg-run exits
           non-zero within 5 s saying so and naming the server.
+  bench   tg-bench -sm layer over 3 rpc-servers, --rpc-failover, pp and tg rows of many
+          repetitions; server 1 killed once it has computed some graphs. tg-bench exits 0,
+          prints one line naming the lost server, where in the run it was lost and the
+          devices left, and every row has all its repetitions: the row that lost it says so
+          (failovers 1) and ran on the two servers left, the rows after it too.
+  bench-off the bench case without --rpc-failover: a non-zero exit within 5 s naming it.
 Servers run on loopback (tests/rpc/rpc_cluster.py); no namespaces needed.
 Exit 0 pass, 1 fail, 77 skipped (model missing).
 """
+import json
 import os
 import re
 import sys
@@ -31,13 +39,98 @@ KILL_AFTER = 20    # tokens out before the kill.
 DETECT_S = 5.0     # the issue's bound for noticing a dead server without failover.
 RECOVERY_RE = re.compile(r"rpc-server (\S+) lost at token (\d+) \((.*)\); recovered in "
                          r"([0-9.]+) s, now on (.*)")
+BENCH_RE = re.compile(r"^tg-bench: rpc-server (\S+) lost in (\S+) (warm-up|repetition \d+) "
+                      r"\((.*)\); recovered in ([0-9.]+) s, now on (.*)$", re.M)
+BENCH_REPS = 150   # repetitions per row: the run lasts seconds, so the kill lands inside it.
+BENCH_KILL_GRAPHS = 100  # graphs server 1 computes before the kill: tg-bench is measuring.
+
+
+def metric(c, i, name):
+    try:
+        return c.metrics(i).get(name, 0)
+    except OSError:
+        return 0
+
+
+def bench(a):
+    """The bench and bench-off cases (module docstring)."""
+    failover = a.case == "bench"
+    ok = True
+    with Cluster(a.rpc_server, n=3, devices=1) as c:
+        devs = sum((c.remote_devices(i) for i in range(3)), [])
+        cmd = [a.tg_bench, "-m", a.model, "-p", "32", "-n", "16", "-r", str(BENCH_REPS), "-o",
+               "json", "-t", "1", "-sm", "layer", "--rpc", ",".join(c.endpoints), "--device",
+               ",".join(devs)] + (["--rpc-failover"] if failover else [])
+        g = Generation(cmd)
+        deadline = time.time() + 120
+        while metric(c, 1, "tg_compute_total") < BENCH_KILL_GRAPHS and g.proc.poll() is None:
+            if time.time() > deadline:
+                break
+            time.sleep(0.02)
+        if g.proc.poll() is not None:
+            g.finish(5)
+            print(f"FAIL: tg-bench ended before the kill: {g.stderr[-1500:]}")
+            return 1
+        t_kill = time.time()
+        c.kill(1)
+        rc, _ = g.finish(240)
+        took = g.end - t_kill
+        print(f"RESULT {a.case}: killed {c.endpoints[1]} after {BENCH_KILL_GRAPHS}+ graphs on it; "
+              f"tg-bench exit {rc} {took:.2f} s later")
+        if not failover:
+            line = g.error_line()
+            print(f"RESULT {a.case}: {line!r}")
+            if rc == 0 or rc is None or took > DETECT_S or c.endpoints[1] not in line:
+                print(f"FAIL: want a non-zero exit within {DETECT_S} s naming {c.endpoints[1]}")
+                ok = False
+            return 0 if ok else 1
+        lines = BENCH_RE.findall(g.stderr)
+        for m in lines:
+            print(f"RESULT bench: lost {m[0]} in {m[1]} {m[2]} ({m[3][:120]}), recovered in "
+                  f"{m[4]} s, now on {m[5]}")
+        if rc != 0:
+            print(f"FAIL: tg-bench failed: {g.error_line()}")
+            return 1
+        if len(lines) != 1 or lines[0][0] != c.endpoints[1]:
+            print(f"FAIL: want one recovery line naming {c.endpoints[1]}: {g.stderr[-2000:]}")
+            return 1
+        left = [c.endpoints[0], c.endpoints[2]]
+        if c.endpoints[1] in lines[0][5] or not all(e in lines[0][5] for e in left):
+            print("FAIL: the recovery line should name the two servers left")
+            ok = False
+        rows = json.loads(g.stdout)
+        names = [("pp" if r["n_gen"] == 0 else "tg") + str(r["n_prompt"] or r["n_gen"])
+                 for r in rows]
+        if names != ["pp32", "tg16"]:
+            print(f"FAIL: want rows pp32 and tg16, got {names}")
+            return 1
+        hit = names.index(lines[0][1])
+        for i, r in enumerate(rows):
+            print(f"RESULT bench: {names[i]} {r['avg_ts']:.1f} t/s over {len(r['samples_ns'])} "
+                  f"repetitions on {r['devices']} (-sm {r['split_mode']}), failovers "
+                  f"{r['failovers']}")
+            if len(r["samples_ns"]) != BENCH_REPS or not all(t > 0 for t in r["samples_ts"]):
+                print(f"FAIL: {names[i]} should have {BENCH_REPS} timed repetitions")
+                ok = False
+            if r["failovers"] != (1 if i == hit else 0):
+                print(f"FAIL: {names[i]} failovers {r['failovers']}, want {int(i == hit)}")
+                ok = False
+            if i >= hit and (c.endpoints[1] in r["devices"]
+                             or not all(e in r["devices"] for e in left)):
+                print(f"FAIL: {names[i]} ran after the loss: want it on {left}")
+                ok = False
+    print("PASS" if ok else "FAILED")
+    return 0 if ok else 1
 
 
 def main():
-    a = model_test_args([("--case", dict(choices=["layer", "tensor", "off", "last"],
-                                          required=True))])
+    a = model_test_args([("--case", dict(choices=["layer", "tensor", "off", "last", "bench",
+                                                   "bench-off"], required=True)),
+                         ("--tg-bench", dict(default=None))])
     if model_missing(a.model):
         return SKIP
+    if a.case.startswith("bench"):
+        return bench(a)
     ctx = ["-c", "512"]
     _, want_text = local_tokens(a.tg_run, a.model, N_TOKENS, ["-p", PROMPT] + ctx)
     _, head = local_tokens(a.tg_run, a.model, KILL_AFTER, ["-p", PROMPT] + ctx)

@@ -580,6 +580,46 @@ class Net:
     def fds(self, i):
         return len(os.listdir(f"/proc/{self.pid(i)}/fd"))
 
+    def peer_sockets(self, i):
+        """TCP sockets of server i whose other end is another server: the peer channels of
+        PeerCopy, either way. Their number follows which peers pulled or were pulled from
+        lately and whether a killed peer's connection has timed out yet (0..2 per peer)."""
+        r = subprocess.run(["ip", "netns", "exec", self.ns(i), "ss", "-tanpH"],
+                           capture_output=True, text=True)
+        others = {ip for j, ip in enumerate(self.ips) if j != i}
+        n = 0
+        for line in r.stdout.splitlines():
+            f = line.split()
+            if len(f) >= 6 and f"pid={self.pid(i)}," in line:
+                remote = f[4].rsplit(":", 1)[0].replace("[::ffff:", "").rstrip("]")
+                n += remote in others
+        return n
+
+    def heap(self, i, timeout=30):
+        """glibc's own account of server i's heap: (arenas, bytes the arenas and mmapped
+        chunks hold from the system, bytes of them in use), from malloc_stats() called in
+        the process by gdb (which stops it for a moment; it prints to the server's log).
+        None where gdb is missing or the call fails. In use is what live objects hold, so a
+        leak grows it; system minus in use is free memory the allocator keeps (fragmentation)."""
+        if shutil.which("gdb") is None:
+            return None
+        path = self.servers[i].log_path
+        self.servers[i].log.flush()
+        start = os.path.getsize(path)
+        try:
+            subprocess.run(["gdb", "-p", str(self.pid(i)), "-batch", "-ex",
+                            "call (void)malloc_stats()"], capture_output=True, timeout=timeout)
+        except (subprocess.TimeoutExpired, OSError):
+            return None
+        with open(path, errors="replace") as f:
+            f.seek(start)
+            text = f.read()
+        m = re.search(r"Total \(incl. mmap\):\s*system bytes\s*=\s*(\d+)\s*in use bytes\s*=\s*(\d+)",
+                      text)
+        if not m:
+            return None
+        return len(re.findall(r"^Arena \d+:", text, re.M)), int(m.group(1)), int(m.group(2))
+
     def log(self, i):
         return self.servers[i].read_log()
 

@@ -1,33 +1,20 @@
-// Failover: when a remote device's server is lost mid-generation (--rpc-failover), the tool
-// goes on with the devices that remain. These helpers say which server an error names and
-// what plan is left without it: the same split mode over the remaining devices, their -ts
-// proportions renormalised. The tool then reloads the model on that plan (weights re-placed
-// from the local file; servers with the weights in their cache skip the upload) and rebuilds
-// the KV cache by decoding the prompt and the tokens generated so far. Stateless.
+// The line a tool prints when --rpc-failover recovered from a lost rpc-server
+// (FailoverSession, FailoverModel: models/failover_*.h): which server was lost, where in
+// the tool's work, why, how long recovery took and where the work runs now. Stateless.
 #ifndef TENSORGRID_TOOLS_COMMON_FAILOVER_H_
 #define TENSORGRID_TOOLS_COMMON_FAILOVER_H_
 
-#include <optional>
 #include <string>
 
-#include "absl/status/status.h"
-#include "absl/status/statusor.h"
-#include "core/split_mode.h"
+#include "absl/strings/string_view.h"
+#include "models/failover_model.h"
 
 namespace tg {
 
-// The endpoint (host:port) of a remote device in `plan` that `error` reports lost (the
-// client's errors name the server: "rpc-server H:P is gone ...", "... is stalled ..."), or
-// nullopt when the error is not a lost server's (a bad argument, a full context).
-std::optional<std::string> LostServer(const absl::Status& error, const DevicePlan& plan);
-
-// `plan` without the devices of the server at `endpoint`; -ts renormalised over the rest.
-// FAILED_PRECONDITION (naming the server and `error`) when no device is left.
-absl::StatusOr<DevicePlan> PlanWithout(const DevicePlan& plan, const std::string& endpoint,
-                                       const absl::Status& error);
-
-// "RPC[a]/0,RPC[b]/0 (-sm layer -ts 0.50,0.50)": where a plan runs, for the recovery line.
-std::string DescribePlan(const DevicePlan& plan);
+// "TOOL: rpc-server H:P lost WHERE (why); recovered in 0.43 s, now on RPC[..]/0,... (-sm
+// layer -ts 0.50,0.50)", without a newline. `where`: "at token 20", "in tg128 repetition 3".
+std::string RecoveryLine(absl::string_view tool, absl::string_view where,
+                         const FailoverEvent& event);
 
 }  // namespace tg
 

@@ -7,6 +7,8 @@
 // several devices, the cost of one more split measured on a trivial graph. With --greedy, tg
 // steps feed back the device's ARGMAX pick (greedy generation, as tg-run --temp 0 does) instead
 // of reading the logits; with --temp T, the token SAMPLE draws on the device (tg-run --temp T).
+// With --rpc-failover, a repetition that loses an rpc-server is run again on the devices left
+// (FailoverSession): one line on stderr says so, and each row says where it ran.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,9 +29,12 @@
 #include "core/registry.h"
 #include "core/scheduler_probe.h"
 #include "core/status_macros.h"
+#include "models/failover_model.h"
+#include "models/failover_session.h"
 #include "models/llama_model.h"
 #include "models/llama_session.h"
 #include "tools/common/demo_model.h"
+#include "tools/common/failover.h"
 #include "tools/common/json_writer.h"
 
 namespace tg {
@@ -48,6 +53,7 @@ struct BenchFlags {
   bool greedy = false;  // tg: ARGMAX on the device, only the token id read back.
   float temp = 0.0f;    // > 0, tg: SAMPLE on the device at this temperature, fed back.
   int64_t greedy_batch = SessionOptions{}.greedy_batch;
+  bool rpc_failover = false;
 };
 
 struct TestResult {
@@ -56,7 +62,10 @@ struct TestResult {
   int64_t n_threads = 0;
   int64_t n_copies = 0;  // pipeline micro-batches (0: the session's default).
   bool greedy = false;
-  float temp = 0.0f;  // sampled on the device (> 0).
+  float temp = 0.0f;       // sampled on the device (> 0).
+  std::string devices;     // where the test ran (DeviceColumn), after any failover.
+  std::string split_mode;  // likewise.
+  int failovers = 0;       // repetitions run again after losing a server.
   std::vector<double> samples_ns;
   DecodeTimings timings;      // of the timed repetitions.
   double compute_share = 0;   // device time in Stream::Compute / wall time.
@@ -106,11 +115,27 @@ SamplingParams BenchSampling(float temp) {
   return {.sample = {.temperature = temp, .seed = kSeed}};
 }
 
+// "CPU0+CPU1" for a layer split, else the one (or meta) device.
+std::string DeviceColumn(const LlamaModel& m) {
+  if (!m.multi_device()) return std::string(m.device()->name());
+  return absl::StrJoin(m.placement().UsedDevices(), "+",
+                       [](std::string* out, const Device* d) { absl::StrAppend(out, d->name()); });
+}
+
+std::string TestName(const TestResult& r) {
+  if (r.n_gen == 0) return absl::StrCat("pp", r.n_prompt);
+  const std::string greedy =
+      r.temp > 0 ? absl::StrFormat(" temp %g", r.temp) : (r.greedy ? " greedy" : "");
+  if (r.n_prompt == 0) return absl::StrCat("tg", r.n_gen, greedy);
+  return absl::StrCat("pp", r.n_prompt, "+tg", r.n_gen, greedy);
+}
+
 // One timed repetition: fresh cache, then n_prompt tokens in batches or n_gen single steps.
 // With greedy, each generated token is the device's ARGMAX pick of the step before; with a
 // temperature, its SAMPLE draw.
-absl::StatusOr<double> RunOnce(LlamaSession& session, int64_t n_prompt, int64_t n_gen, int32_t bos,
-                               int64_t n_vocab, bool greedy, float temp, std::mt19937& rng) {
+absl::StatusOr<double> RunOnce(FailoverSession& session, int64_t n_prompt, int64_t n_gen,
+                               int32_t bos, int64_t n_vocab, bool greedy, float temp,
+                               std::mt19937& rng) {
   session.Reset();
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(n_vocab - 1));
   std::vector<int32_t> prompt(n_prompt);
@@ -137,15 +162,27 @@ DecodeTimings Minus(const DecodeTimings& a, const DecodeTimings& b) {
           a.overhead_us - b.overhead_us, a.graphs - b.graphs,         a.splits - b.splits};
 }
 
-absl::StatusOr<TestResult> RunTest(const LlamaModel& model, int64_t n_prompt, int64_t n_gen,
+DecodeTimings Plus(const DecodeTimings& a, const DecodeTimings& b) {
+  return {a.build_us + b.build_us,       a.compute_us + b.compute_us, a.transfer_us + b.transfer_us,
+          a.overhead_us + b.overhead_us, a.graphs + b.graphs,         a.splits + b.splits};
+}
+
+absl::StatusOr<TestResult> RunTest(FailoverModel& fm, int64_t n_prompt, int64_t n_gen,
                                    int64_t threads, int64_t n_copies, const BenchFlags& f) {
-  SetThreads(model.plan().devices, threads);
+  SetThreads(fm.plan().devices, threads);
   SessionOptions so;
   so.n_ctx = std::max<int64_t>(n_prompt + n_gen + 16, 256);
   so.n_batch = f.batch;
   so.n_copies = static_cast<int>(n_copies);
   so.greedy_batch = static_cast<int>(std::clamp<int64_t>(f.greedy_batch, 0, kMaxGreedyBatch + 1));
-  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaSession> session, LlamaSession::Create(model, so));
+  // A repetition that loses a server is run again on the devices left: its time included the
+  // recovery. Each recovery drops a server, so this ends.
+  std::string where;
+  auto report = [&](const FailoverEvent& e) {
+    std::fprintf(stderr, "%s\n", RecoveryLine("tg-bench", where, e).c_str());
+  };
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<FailoverSession> session,
+                      FailoverSession::Create(fm, so, report));
   std::mt19937 rng(42);
   TestResult r;
   r.n_prompt = n_prompt;
@@ -153,30 +190,38 @@ absl::StatusOr<TestResult> RunTest(const LlamaModel& model, int64_t n_prompt, in
   r.n_threads = threads;
   r.greedy = f.greedy && n_gen > 0;
   r.temp = n_gen > 0 ? f.temp : 0.0f;
-  r.n_copies = model.multi_device() ? (n_copies > 0 ? n_copies : kDefaultPipelineCopies) : 1;
-  const int32_t bos = model.tokenizer().bos();
-  TG_RETURN_IF_ERROR(
-      RunOnce(*session, n_prompt, n_gen, bos, model.hparams().n_vocab, r.greedy, r.temp, rng)
-          .status());
-  const DecodeTimings before = session->timings();
+  const int32_t bos = fm.model().tokenizer().bos();
+  const int64_t n_vocab = fm.model().hparams().n_vocab;
   double total_ns = 0;
-  for (int64_t rep = 0; rep < f.reps; ++rep) {
-    TG_ASSIGN_OR_RETURN(double ns, RunOnce(*session, n_prompt, n_gen, bos, model.hparams().n_vocab,
-                                           r.greedy, r.temp, rng));
+  // Repetition 0 is the warm-up, not timed.
+  for (int64_t rep = 0; rep <= f.reps; ++rep) {
+    where = rep == 0 ? absl::StrCat("in ", TestName(r), " warm-up")
+                     : absl::StrCat("in ", TestName(r), " repetition ", rep);
+    const int failovers = session->failovers();
+    const DecodeTimings before = session->session().timings();
+    TG_ASSIGN_OR_RETURN(double ns,
+                        RunOnce(*session, n_prompt, n_gen, bos, n_vocab, r.greedy, r.temp, rng));
+    if (session->failovers() != failovers) {
+      // The test starts again, warm-up included, so that its row is all on the devices left.
+      r.failovers += session->failovers() - failovers;
+      r.samples_ns.clear();
+      r.timings = {};
+      total_ns = 0;
+      rep = -1;
+      continue;
+    }
+    if (rep == 0) continue;
     r.samples_ns.push_back(ns);
     total_ns += ns;
+    r.timings = Plus(r.timings, Minus(session->session().timings(), before));
   }
-  r.timings = Minus(session->timings(), before);
+  const LlamaModel& model = fm.model();
+  r.n_copies = model.multi_device() ? (n_copies > 0 ? n_copies : kDefaultPipelineCopies) : 1;
+  r.devices = DeviceColumn(model);
+  r.split_mode = std::string(SplitModeName(fm.plan().mode));
   r.compute_share = r.timings.compute_us * 1e3 / total_ns;
   r.transfer_share = r.timings.transfer_us * 1e3 / total_ns;
   return r;
-}
-
-// "CPU0+CPU1" for a layer split, else the one (or meta) device.
-std::string DeviceColumn(const LlamaModel& m) {
-  if (!m.multi_device()) return std::string(m.device()->name());
-  return absl::StrJoin(m.placement().UsedDevices(), "+",
-                       [](std::string* out, const Device* d) { absl::StrAppend(out, d->name()); });
 }
 
 // The cost of one more split on the model's devices (nullopt for one device).
@@ -193,20 +238,11 @@ absl::StatusOr<std::optional<SplitOverhead>> ProbeSplits(const LlamaModel& m) {
   return o;
 }
 
-std::string TestName(const TestResult& r) {
-  if (r.n_gen == 0) return absl::StrCat("pp", r.n_prompt);
-  const std::string greedy =
-      r.temp > 0 ? absl::StrFormat(" temp %g", r.temp) : (r.greedy ? " greedy" : "");
-  if (r.n_prompt == 0) return absl::StrCat("tg", r.n_gen, greedy);
-  return absl::StrCat("pp", r.n_prompt, "+tg", r.n_gen, greedy);
-}
-
 // What every output format needs besides the rows.
 struct Report {
-  const LlamaModel* model;
+  const LlamaModel* model = nullptr;
   std::string path;
-  std::string devices;  // DeviceColumn.
-  std::string split_mode;
+  std::string devices;  // DeviceColumn of the model at the end (rows say their own).
   std::optional<SplitOverhead> probe;
   std::vector<TestResult> results;
 };
@@ -224,8 +260,8 @@ void PrintMarkdown(const Report& rep) {
     std::printf(
         "| %s | %.2f MiB | %.2f M | %s | %s | %d | %d | %s | %.2f ± %.2f | %.0f%% | "
         "%.1f%% | %.1f | %.1f |\n",
-        m.Describe().c_str(), m.weight_bytes() / 1048576.0, m.n_params() / 1e6, rep.devices.c_str(),
-        rep.split_mode.c_str(), static_cast<int>(r.n_threads), static_cast<int>(r.n_copies),
+        m.Describe().c_str(), m.weight_bytes() / 1048576.0, m.n_params() / 1e6, r.devices.c_str(),
+        r.split_mode.c_str(), static_cast<int>(r.n_threads), static_cast<int>(r.n_copies),
         TestName(r).c_str(), r.Mean(ts), r.Stddev(ts), 100 * r.compute_share,
         100 * r.transfer_share, r.SplitsPerGraph(), r.OverheadPerSplitUs());
   }
@@ -251,7 +287,7 @@ void PrintCsv(const Report& rep) {
         "\"%s\",\"%s\",%zu,%lld,\"%s\",%s,%lld,%lld,%lld,%lld,%.0f,%.0f,%.6f,%.6f,%.0f,"
         "%.0f,%.3f,%.3f,%.3f,%d,%g\n",
         rep.path.c_str(), m.Describe().c_str(), m.weight_bytes(),
-        static_cast<long long>(m.n_params()), rep.devices.c_str(), rep.split_mode.c_str(),
+        static_cast<long long>(m.n_params()), r.devices.c_str(), r.split_mode.c_str(),
         static_cast<long long>(r.n_threads), static_cast<long long>(r.n_copies),
         static_cast<long long>(r.n_prompt), static_cast<long long>(r.n_gen), r.Mean(r.samples_ns),
         r.Stddev(r.samples_ns), r.Mean(ts), r.Stddev(ts), r.timings.compute_us,
@@ -271,8 +307,9 @@ void PrintJson(const Report& rep) {
         .Int(static_cast<int64_t>(m.weight_bytes()))
         .Key("model_n_params")
         .Int(m.n_params());
-    j.Key("devices").String(rep.devices).Key("cpu_info").String(m.device()->description());
-    j.Key("split_mode").String(rep.split_mode).Key("n_copies").Int(r.n_copies);
+    j.Key("devices").String(r.devices).Key("cpu_info").String(m.device()->description());
+    j.Key("split_mode").String(r.split_mode).Key("n_copies").Int(r.n_copies);
+    j.Key("failovers").Int(r.failovers);
     j.Key("n_threads").Int(r.n_threads).Key("n_prompt").Int(r.n_prompt).Key("n_gen").Int(r.n_gen);
     j.Key("greedy").Bool(r.greedy).Key("temp").Double(r.temp);
     j.Key("avg_ns").Double(r.Mean(r.samples_ns)).Key("stddev_ns").Double(r.Stddev(r.samples_ns));
@@ -295,12 +332,9 @@ void PrintJson(const Report& rep) {
   std::printf("%s\n", j.str().c_str());
 }
 
-absl::StatusOr<std::vector<TestResult>> RunTests(const LlamaModel& model,
-                                                 const std::vector<int64_t>& threads,
-                                                 const std::vector<int64_t>& copies,
-                                                 const std::vector<int64_t>& pps,
-                                                 const std::vector<int64_t>& tgs,
-                                                 const BenchFlags& f) {
+absl::StatusOr<std::vector<TestResult>> RunTests(
+    FailoverModel& model, const std::vector<int64_t>& threads, const std::vector<int64_t>& copies,
+    const std::vector<int64_t>& pps, const std::vector<int64_t>& tgs, const BenchFlags& f) {
   std::vector<TestResult> results;
   for (int64_t t : threads) {
     if (t < 1) return absl::InvalidArgumentError("-t must be at least 1");
@@ -352,11 +386,14 @@ absl::Status Run(const BenchFlags& f) {
   }
   LoadOptions lo;
   lo.plan = plan;
-  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::Load(path, lo));
-  Report rep{model.get(), path, DeviceColumn(*model), std::string(SplitModeName(plan.mode)),
-             {},          {}};
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<FailoverModel> model,
+                      FailoverModel::Load(path, lo, f.rpc_failover));
+  Report rep;
+  rep.path = path;
   TG_ASSIGN_OR_RETURN(rep.results, RunTests(*model, threads, copies, pps, tgs, f));
-  TG_ASSIGN_OR_RETURN(rep.probe, ProbeSplits(*model));  // with the last -t.
+  rep.model = &model->model();  // after the tests: a failover loads it again.
+  rep.devices = DeviceColumn(model->model());
+  TG_ASSIGN_OR_RETURN(rep.probe, ProbeSplits(model->model()));  // with the last -t.
   if (f.output == "md") PrintMarkdown(rep);
   if (f.output == "csv") PrintCsv(rep);
   if (f.output == "json") PrintJson(rep);
@@ -391,6 +428,9 @@ int main(int argc, char** argv) {
       absl::StrCat("--greedy or --temp on an rpc-server: decode steps sent in one message, 1..",
                    tg::kMaxGreedyBatch, " (default 0: as many as take ", tg::kGreedyBatchUs, " us)")
           .c_str());
+  p.AddBool(nullptr, "--rpc-failover", &f.rpc_failover,
+            "when an rpc-server is lost, run the test again on the remaining devices (the same "
+            "split, -ts renormalised) and say so on stderr");
   if (absl::Status s = p.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "tg-bench: %s\n", std::string(s.message()).c_str());
     return 2;

@@ -5,9 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <functional>
 #include <iostream>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +13,8 @@
 #include "cli/arg_parser.h"
 #include "cli/device_flags.h"
 #include "core/status_macros.h"
+#include "models/failover_model.h"
+#include "models/failover_session.h"
 #include "models/llama_model.h"
 #include "models/llama_session.h"
 #include "models/sampler.h"
@@ -92,20 +92,18 @@ SamplingParams SamplingOf(const RunFlags& f) {
   return p;
 }
 
-// Decodes the prompt, picks the first token, then generates the rest. When r already holds
-// tokens (a failover resumes on a new session), it first rebuilds the KV cache instead: the
-// prompt and every token but the last (whose pick is known) in one pass, then calls
-// on_resumed. Every pick is made on the device and only the token id comes back: ARGMAX
-// (greedy) or SAMPLE (a temperature, or a repetition penalty), whose draws depend on the seed
-// and each token's position only, so a device, a split or a resumed session gives the same
-// tokens.
-absl::Status Generate(const RunFlags& f, const LlamaModel& model, LlamaSession& session,
-                      const SamplingParams& sampling, Result* r,
-                      const std::function<void()>& on_resumed = nullptr) {
-  const Tokenizer& tok = model.tokenizer();
+// Decodes the prompt, picks the first token, then generates the rest. Every pick is made on
+// the device and only the token id comes back: ARGMAX (greedy) or SAMPLE (a temperature, or
+// a repetition penalty), whose draws depend on the seed and each token's position only, so
+// a device, a split or a session resumed after a lost server (--rpc-failover: the
+// FailoverSession rebuilds its KV cache and goes on) gives the same tokens.
+absl::Status Generate(const RunFlags& f, FailoverSession& session, const SamplingParams& sampling,
+                      Result* r) {
   const bool greedy = f.temp <= 0.0f && f.repeat_penalty == 1.0f;
-  // Hands a token over; false once generation must stop.
+  // Hands a token over; false once generation must stop. The tokenizer is looked up each time:
+  // a failover replaces the model (and its tokenizer) under a running generation.
   auto emit = [&](int32_t token) {
+    const Tokenizer& tok = session.model().tokenizer();
     r->tokens.push_back(token);
     const std::string piece = tok.TokenToPiece(token);
     r->text += piece;
@@ -115,47 +113,36 @@ absl::Status Generate(const RunFlags& f, const LlamaModel& model, LlamaSession& 
     }
     return !tok.IsEog(token) && static_cast<int64_t>(r->tokens.size()) < f.n_predict;
   };
-  auto t1 = std::chrono::steady_clock::now();
-  if (r->tokens.empty()) {
-    r->prompt_tokens = tok.Encode(f.prompt, /*add_special=*/true);
-    if (r->prompt_tokens.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
-    if (!f.json && !g_streamed) {
-      std::fputs(f.prompt.c_str(), stdout);
-      g_streamed = true;
-    }
-    auto t0 = std::chrono::steady_clock::now();
-    absl::Span<const float> logits;
-    int32_t first = -1;
-    if (greedy) {
-      TG_ASSIGN_OR_RETURN(logits, session.Decode(r->prompt_tokens));
-      first = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    } else {
-      TG_ASSIGN_OR_RETURN(first, session.DecodeSample(r->prompt_tokens, sampling, &logits));
-    }
-    t1 = std::chrono::steady_clock::now();
-    r->prompt_ms = Ms(t0, t1);
-    r->top = TopK(logits, static_cast<int32_t>(f.top_logits));
-    const auto [lo, hi] = std::minmax_element(logits.begin(), logits.end());
-    r->logit_min = *lo;
-    r->logit_max = *hi;
-    if (f.n_predict <= 0 || !emit(first)) return absl::OkStatus();
-  } else {
-    if (tok.IsEog(r->tokens.back()) || static_cast<int64_t>(r->tokens.size()) >= f.n_predict) {
-      return absl::OkStatus();
-    }
-    std::vector<int32_t> history = r->prompt_tokens;
-    history.insert(history.end(), r->tokens.begin(), r->tokens.end() - 1);
-    TG_RETURN_IF_ERROR(session.Decode(history).status());
-    if (on_resumed) on_resumed();
+  r->prompt_tokens = session.model().tokenizer().Encode(f.prompt, /*add_special=*/true);
+  if (r->prompt_tokens.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
+  if (!f.json) {
+    std::fputs(f.prompt.c_str(), stdout);
+    g_streamed = true;
   }
-  // The steps after the prompt are on their way before the previous pick is back.
-  const int64_t left = f.n_predict - static_cast<int64_t>(r->tokens.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Span<const float> logits;
+  int32_t first = -1;
   if (greedy) {
-    TG_RETURN_IF_ERROR(session.GenerateGreedy(r->tokens.back(), left, emit));
+    TG_ASSIGN_OR_RETURN(logits, session.Decode(r->prompt_tokens));
+    first = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   } else {
-    TG_RETURN_IF_ERROR(session.Generate(r->tokens.back(), left, sampling, emit));
+    TG_ASSIGN_OR_RETURN(first, session.DecodeSample(r->prompt_tokens, sampling, &logits));
   }
-  r->gen_ms += Ms(t1, std::chrono::steady_clock::now());
+  const auto t1 = std::chrono::steady_clock::now();
+  r->prompt_ms = Ms(t0, t1);
+  r->top = TopK(logits, static_cast<int32_t>(f.top_logits));
+  const auto [lo, hi] = std::minmax_element(logits.begin(), logits.end());
+  r->logit_min = *lo;
+  r->logit_max = *hi;
+  if (f.n_predict <= 0 || !emit(first)) return absl::OkStatus();
+  // The steps after the prompt are on their way before the previous pick is back.
+  const int64_t left = f.n_predict - 1;
+  if (greedy) {
+    TG_RETURN_IF_ERROR(session.GenerateGreedy(first, left, emit));
+  } else {
+    TG_RETURN_IF_ERROR(session.Generate(first, left, sampling, emit));
+  }
+  r->gen_ms = Ms(t1, std::chrono::steady_clock::now());
   return absl::OkStatus();
 }
 
@@ -194,47 +181,25 @@ absl::Status Run(const RunFlags& f) {
                  path.c_str());
   }
   TG_ASSIGN_OR_RETURN(DType kv_type, ParseDType(f.kv_type));
-  std::unique_ptr<LlamaModel> model;
-  std::unique_ptr<LlamaSession> session;
-  auto start = [&](const DevicePlan& on) -> absl::Status {
-    session.reset();  // before the model it uses.
-    LoadOptions lo;
-    lo.plan = on;
-    lo.progress = ProgressBar;
-    TG_ASSIGN_OR_RETURN(model, LlamaModel::Load(path, lo));
-    SessionOptions so;
-    so.n_ctx = f.ctx > 0 ? f.ctx : std::min<int64_t>(model->hparams().n_ctx_train, 4096);
-    so.n_batch = f.batch;
-    so.kv_type = kv_type;
-    TG_ASSIGN_OR_RETURN(session, LlamaSession::Create(*model, so));
-    return absl::OkStatus();
-  };
-  TG_RETURN_IF_ERROR(start(plan));
-  const SamplingParams sampling = SamplingOf(f);
+  LoadOptions lo;
+  lo.plan = plan;
+  lo.progress = ProgressBar;
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<FailoverModel> model,
+                      FailoverModel::Load(path, lo, f.rpc_failover));
+  SessionOptions so;
+  so.n_ctx = f.ctx > 0 ? f.ctx : std::min<int64_t>(model->model().hparams().n_ctx_train, 4096);
+  so.n_batch = f.batch;
+  so.kv_type = kv_type;
   Result r;
-  absl::Status s = Generate(f, *model, *session, sampling, &r);
-  // --rpc-failover: a lost server's devices leave the plan, and generation resumes on the
-  // rest (the model reloaded, the KV cache rebuilt from the tokens so far).
-  while (!s.ok() && f.rpc_failover) {
-    const std::optional<std::string> lost = LostServer(s, plan);
-    if (!lost.has_value()) break;
-    const auto t0 = std::chrono::steady_clock::now();
-    TG_ASSIGN_OR_RETURN(plan, PlanWithout(plan, *lost, s));
-    const size_t at = r.tokens.size();
-    const std::string why(s.message());
-    // One line once the KV cache is rebuilt: what was lost, how long recovery took, where
-    // the work runs now.
-    auto report = [&] {
-      std::fprintf(stderr,
-                   "%stg-run: rpc-server %s lost at token %zu (%s); recovered in %.2f s, "
-                   "now on %s\n",
-                   g_streamed ? "\n" : "", lost->c_str(), at, why.c_str(),
-                   Ms(t0, std::chrono::steady_clock::now()) / 1000.0, DescribePlan(plan).c_str());
-    };
-    s = start(plan);
-    if (s.ok()) s = Generate(f, *model, *session, sampling, &r, report);
-  }
-  TG_RETURN_IF_ERROR(s);
+  // --rpc-failover: one line once the session goes on without a lost server.
+  auto report = [&](const FailoverEvent& e) {
+    std::fprintf(
+        stderr, "%s%s\n", g_streamed ? "\n" : "",
+        RecoveryLine("tg-run", absl::StrFormat("at token %zu", r.tokens.size()), e).c_str());
+  };
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<FailoverSession> session,
+                      FailoverSession::Create(*model, so, report));
+  TG_RETURN_IF_ERROR(Generate(f, *session, SamplingOf(f), &r));
   if (f.json) {
     PrintJson(r);
   } else {
@@ -242,8 +207,8 @@ absl::Status Run(const RunFlags& f) {
     std::fprintf(stderr,
                  "\n\ntg-run: %s | prompt %zu tok %.1f ms (%.1f tok/s) | gen %.0f tok %.1f ms "
                  "(%.1f tok/s)\n",
-                 model->Describe().c_str(), r.prompt_tokens.size(), r.prompt_ms, r.PromptTps(),
-                 n_gen, r.gen_ms, r.GenTps());
+                 session->model().Describe().c_str(), r.prompt_tokens.size(), r.prompt_ms,
+                 r.PromptTps(), n_gen, r.gen_ms, r.GenTps());
   }
   return absl::OkStatus();
 }

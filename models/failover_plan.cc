@@ -1,0 +1,85 @@
+#include "models/failover_plan.h"
+
+#include <set>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/backend.h"
+
+namespace tg {
+namespace {
+
+// The endpoint of a remote device ("RPC[host:port]/N"); empty for a local one.
+std::string EndpointOf(const Device* device) {
+  const absl::string_view name = device->name();
+  if (!absl::StartsWith(name, "RPC[")) return "";
+  const size_t end = name.find("]/");
+  return end == absl::string_view::npos ? "" : std::string(name.substr(4, end - 4));
+}
+
+// True when `text` holds `phrase` not followed by another digit: "peer unreachable: h:80"
+// names h:80, not h:8.
+bool Names(absl::string_view text, absl::string_view phrase) {
+  for (size_t at = text.find(phrase); at != absl::string_view::npos;
+       at = text.find(phrase, at + 1)) {
+    const size_t end = at + phrase.size();
+    if (end == text.size() || !absl::ascii_isdigit(text[end])) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::optional<std::string> LostServer(const absl::Status& error, const DevicePlan& plan) {
+  if (error.ok()) return std::nullopt;
+  std::set<std::string> endpoints;
+  for (const Device* d : plan.devices) {
+    if (std::string e = EndpointOf(d); !e.empty()) endpoints.insert(e);
+  }
+  // The client's own channel broke ("gone", "stalled"), a server could not pull from it
+  // (PeerCopy: the pull failed, or the peer could not be reached at all), or it could not be
+  // reached again; in that order of certainty.
+  for (const char* pattern :
+       {"rpc-server %s is ", "peer_pull from %s:", "peer unreachable: %s", "rpc-server at %s:"}) {
+    for (const std::string& e : endpoints) {
+      if (Names(error.message(), absl::StrFormat(pattern, e))) return e;
+    }
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<DevicePlan> PlanWithout(const DevicePlan& plan, const std::string& endpoint,
+                                       const absl::Status& error) {
+  DevicePlan left;
+  left.mode = plan.mode;
+  float total = 0;
+  for (size_t i = 0; i < plan.devices.size(); ++i) {
+    if (EndpointOf(plan.devices[i]) == endpoint) continue;
+    left.devices.push_back(plan.devices[i]);
+    const float p = i < plan.proportions.size() ? plan.proportions[i] : 1.0f;
+    left.proportions.push_back(p);
+    total += p;
+  }
+  if (left.devices.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rpc-server ", endpoint,
+                     " was lost and no other device is left to run on: ", error.message()));
+  }
+  for (float& p : left.proportions) p = total > 0 ? p / total : 1.0f / left.devices.size();
+  if (left.devices.size() == 1) left.mode = SplitMode::kNone;
+  return left;
+}
+
+std::string DescribePlan(const DevicePlan& plan) {
+  std::vector<std::string> names, shares;
+  for (const Device* d : plan.devices) names.push_back(std::string(d->name()));
+  for (float p : plan.proportions) shares.push_back(absl::StrFormat("%.2f", p));
+  return absl::StrCat(absl::StrJoin(names, ","), " (-sm ", SplitModeName(plan.mode), " -ts ",
+                      absl::StrJoin(shares, ","), ")");
+}
+
+}  // namespace tg
