@@ -64,15 +64,23 @@ uint load_u8x4_a1(uint64_t a) {
 // The low 4 bits of b spread to bit 0 of the 4 bytes of a word.
 uint spread_bits4(uint b) { return (b & 1u) | ((b & 2u) << 7) | ((b & 4u) << 14) | ((b & 8u) << 21); }
 
-// IQ4_NL / IQ4_XS levels and MXFP4's E2M1 values doubled (core/quant_blocks.h).
-const int kIQ4NLValues[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
-const int kMXFP4Values[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+// IQ4_NL / IQ4_XS levels and MXFP4's E2M1 values doubled (core/quant_blocks.h), as 16 signed
+// bytes in 4 words, picked by selects: from an indexed constant array instead, the 15M-shape
+// IQ4_XS model decoded at 3.7 tokens/s on lavapipe against 12.5 with the selects.
+const uvec4 kIQ4NLLevels = uvec4(0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u);
+const uvec4 kMXFP4Levels = uvec4(0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu);
+
+// Entry n (< 16) of a table of 16 signed bytes.
+int level(uvec4 table, uint n) {
+  const uint w = n < 8u ? (n < 4u ? table.x : table.y) : (n < 12u ? table.z : table.w);
+  return int(w << (24u - 8u * (n & 3u))) >> 24;
+}
 
 // The levels that the 4 nibbles (one per byte, each < 16) of a word index.
 ivec4 levels4(uint nibbles, bool mxfp4) {
+  const uvec4 t = mxfp4 ? kMXFP4Levels : kIQ4NLLevels;
   const uvec4 n = unpack_u8x4(nibbles);
-  return mxfp4 ? ivec4(kMXFP4Values[n.x], kMXFP4Values[n.y], kMXFP4Values[n.z], kMXFP4Values[n.w])
-               : ivec4(kIQ4NLValues[n.x], kIQ4NLValues[n.y], kIQ4NLValues[n.z], kIQ4NLValues[n.w]);
+  return ivec4(level(t, n.x), level(t, n.y), level(t, n.z), level(t, n.w));
 }
 
 // Half the scale of an E8M0 exponent, 2^(e - 128), as core/quants.h's E8M0ToFloatHalf.
