@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "backends/vulkan/vk_device.h"
 #include "backends/vulkan/vk_ops.h"
+#include "core/quant_blocks.h"
 #include "core/status_macros.h"
 
 namespace tg::vulkan {
@@ -37,17 +38,11 @@ constexpr uint32_t kTileN = 64;
 constexpr uint32_t kThreadM = 4;
 constexpr uint32_t kThreadN = 4;
 
+// The CPU's activation format for each weight type (backends/cpu/kernels/vec_dot.h): Q8_0 for
+// the 32-weight block types, Q8_K for the 256-weight super-block types.
 ActFormat FormatFor(DType weight, const Tensor* b) {
-  switch (weight) {
-    case DType::kQ4_0:
-    case DType::kQ8_0:
-      return kActQ8_0;
-    case DType::kQ4_K:
-    case DType::kQ6_K:
-      return kActQ8_K;
-    default:
-      return b->nb[0] == sizeof(float) ? kActNone : kActPlain;
-  }
+  if (!IsQuantized(weight)) return b->nb[0] == sizeof(float) ? kActNone : kActPlain;
+  return BlockSize(weight) == kQK8_0 ? kActQ8_0 : kActQ8_K;
 }
 
 // mul_mat_act.comp
@@ -123,7 +118,7 @@ absl::StatusOr<Activations> PrepareActivations(Recorder& rec, DType weight, cons
   pc.ne3 = U32(b->ne[3]);
   for (int i = 0; i < 4; ++i) pc.b_nb[i] = U32(b->nb[i]);
   pc.format = format;
-  const uint64_t block = format == kActPlain ? 1 : (format == kActQ8_0 ? 32 : 256);
+  const uint64_t block = format == kActPlain ? 1 : (format == kActQ8_0 ? kQK8_0 : kQK_K);
   pc.n = U32(static_cast<uint64_t>(b->NumElements()) / block);
   const uint32_t spec[] = {kElementwiseGroup};
   const AddressRange reads[] = {rec.Range(b)};

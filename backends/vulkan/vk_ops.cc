@@ -46,6 +46,10 @@ bool SupportsFlashAttn(const Tensor& node) {
   const Tensor* v = node.src[2];
   const Tensor* mask = node.src[3];
   if (!RowsContiguous(*q) || !RowsContiguous(*k) || !RowsContiguous(*v)) return false;
+  // flash_attn.comp reads F16 or F32 K and V rows (one variant each).
+  for (const Tensor* kv : {k, v}) {
+    if (kv->type != DType::kF16 && kv->type != DType::kF32) return false;
+  }
   if (!WordAligned(*k) || !WordAligned(*v)) return false;
   if (q->ne[2] > 65535 || q->ne[3] > 65535) return false;  // workgroup grid y and z.
   if (mask != nullptr && (!RowsContiguous(*mask) || mask->ne[2] != 1 || mask->ne[3] != 1)) {
@@ -54,23 +58,20 @@ bool SupportsFlashAttn(const Tensor& node) {
   return q->ne[0] <= kMaxHeadSize && v->ne[0] <= kMaxHeadSize;
 }
 
-// The types the shaders decode. Q5_0, Q5_1, Q5_K, Q3_K, Q2_K, IQ4_NL, IQ4_XS and MXFP4 have
-// no Vulkan kernels yet: nodes touching them go to another device (the scheduler's fallback).
-bool HasKernels(DType type) {
-  switch (type) {
-    case DType::kF32:
-    case DType::kF16:
-    case DType::kBF16:
-    case DType::kI32:
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ4_K:
-    case DType::kQ6_K:
-      return true;
-    default:
-      return false;
-  }
+// The types the shaders read: plain ones, and every quantized type (dequant.glsl decodes all
+// of them for GET_ROWS, CPY from them and MUL_MAT / MUL_MAT_ID).
+bool HasKernels(DType type) { return IsPlain(type) || IsQuantized(type); }
+
+// The quantized types the shaders can write (quantize.glsl ports the CPU's quantizers of these
+// only): CPY and SET_ROWS into another quantized type go to another device.
+bool CanQuantizeInto(DType type) {
+  return type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kQ4_K ||
+         type == DType::kQ6_K;
 }
+
+// Whether the shaders can write `dst` from `src` elements: any plain type, a quantized type
+// they quantize into, or the same quantized type (cpy_quant.comp moves the blocks).
+bool CanWrite(DType dst, DType src) { return IsPlain(dst) || CanQuantizeInto(dst) || dst == src; }
 
 }  // namespace
 
@@ -100,13 +101,14 @@ bool SupportsNode(const PhysicalInfo& info, const Tensor& node) {
     case Op::kRope:
       return a->type == DType::kF32 && a->ne[0] % 2 == 0;
     case Op::kGetRows:
-    case Op::kSetRows:
       return true;
+    case Op::kSetRows:
+      return CanWrite(a->type, node.src[1]->type);
     case Op::kCpy:
     case Op::kCont: {
       const Tensor* dst = node.op == Op::kCpy ? node.src[1] : &node;
       if (IsPlain(dst->type)) return true;
-      return RowsContiguous(*dst);
+      return RowsContiguous(*dst) && CanWrite(dst->type, a->type);
     }
     case Op::kMulMat:
     case Op::kMulMatId:

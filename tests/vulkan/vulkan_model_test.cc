@@ -1,5 +1,6 @@
-// The synthetic 15M-shape llama (tg-gguf synth --dims 288,768,6,6,6,32000) in Q8_0, Q4_0 and
-// Q4_K (and F32 as a control) on Vulkan0 against the CPU device. The CPU generates 64 greedy
+// The synthetic 15M-shape llama (tg-gguf synth --dims 288,768,6,6,6,32000) in Q8_0, Q4_0, Q4_K
+// and the K-quant mixes q4_k_m and q5_k (and F32 as a control) on Vulkan0 against the CPU
+// device. The CPU generates 64 greedy
 // tokens; Vulkan0 decodes the same tokens (teacher forcing) and must pick the CPU's token at
 // every step, except where the CPU's own choice was a near tie: the logit of Vulkan0's pick
 // within tie_tol (a share of the logit range) of the CPU's best. Every logit must agree to
@@ -35,9 +36,7 @@ struct Case {
   double logit_tol;  // largest |logit difference| / range (observed: f32 2.3e-7; quantized
                      // types up to 6.8e-3, from activation values rounded to another quantum).
   double tie_tol;    // largest CPU gap / range a different pick may have (observed <= 4.2e-4).
-  // Run Vulkan0 in a layer split with the CPU (5 of the 6 layers on Vulkan0): a 15M-shape
-  // q4_k file holds Q5_0 tensors (rows of 288 are no multiple of 256; llama.cpp's fallback),
-  // which Vulkan has no kernel for, so the scheduler gives those products to the CPU.
+  // Run Vulkan0 in a layer split with the CPU (5 of the 6 layers on Vulkan0) instead of alone.
   bool with_cpu = false;
 };
 
@@ -130,10 +129,15 @@ TEST_P(VulkanModelTest, TokensMatchTheCpuUpToNearTies) {
               c.type, kSteps, worst, ties);
 }
 
+// q4_k_m mixes Q4_K, Q6_K and (rows of 288 are no multiple of 256: llama.cpp's fallback)
+// Q5_0 tensors; q5_k Q5_K and Q5_1 ones; both run on Vulkan0 alone. q4_k runs split with the
+// CPU by layers.
 INSTANTIATE_TEST_SUITE_P(Synth15m, VulkanModelTest,
                          ::testing::Values(Case{"f32", 1e-5, 1e-5}, Case{"q8_0", 1e-2, 2e-3},
                                            Case{"q4_0", 1e-2, 2e-3},
-                                           Case{"q4_k", 1e-2, 2e-3, true}),
+                                           Case{"q4_k", 1e-2, 2e-3, true},
+                                           Case{"q4_k_m", 1e-2, 2e-3},
+                                           Case{"q5_k", 1e-2, 2e-3}),
                          [](const auto& info) { return std::string(info.param.type); });
 
 }  // namespace

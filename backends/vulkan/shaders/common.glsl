@@ -1,11 +1,13 @@
 // Shared by every kernel: buffer-device-address views of memory, tensor element types (the
-// DType ids of core/dtype.h), exact f16/bf16 conversions, flat workgroup ids.
+// DType ids of core/dtype.h), exact f16/bf16 conversions, flat workgroup ids, and the decoding
+// of quantized types (dequant.glsl).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_8bit_storage : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
 
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer F32s { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer I32s { int v[]; };
@@ -29,19 +31,6 @@ const uint T_Q4_K = 12;
 const uint T_Q6_K = 14;
 const uint T_I32 = 26;
 const uint T_BF16 = 30;
-
-bool is_quant(uint t) { return t == T_Q4_0 || t == T_Q8_0 || t == T_Q4_K || t == T_Q6_K; }
-uint block_size(uint t) { return t == T_Q4_K || t == T_Q6_K ? 256u : (is_quant(t) ? 32u : 1u); }
-uint block_bytes(uint t) {
-  switch (t) {
-    case T_F32: case T_I32: return 4u;
-    case T_F16: case T_BF16: return 2u;
-    case T_Q4_0: return 18u;
-    case T_Q8_0: return 34u;
-    case T_Q4_K: return 144u;
-    default: return 210u;  // T_Q6_K
-  }
-}
 
 // The first workgroup-linear id of a 1-D dispatch spread over x and y (Recorder::Dispatch1D).
 uint flat_group() { return gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x; }
@@ -119,50 +108,7 @@ void store_plain(uint type, uint64_t a, float x) {
   }
 }
 
-// Scale and min of Q4_K sub-block j from the 12 packed bytes at `s`.
-void q4k_scale_min(uint64_t s, uint j, out uint sc, out uint m) {
-  if (j < 4u) {
-    sc = load_u8(s + j) & 63u;
-    m = load_u8(s + j + 4u) & 63u;
-  } else {
-    sc = (load_u8(s + j + 4u) & 0xFu) | ((load_u8(s + j - 4u) >> 6) << 4);
-    m = (load_u8(s + j + 4u) >> 4) | ((load_u8(s + j) >> 6) << 4);
-  }
-}
-
-// Element i of the block at `b` of a quantized type, as core/quants.cc dequantizes it.
-float dequant(uint type, uint64_t b, uint i) {
-  if (type == T_Q4_0) {
-    const float d = load_f16(b);
-    const uint q = load_u8(b + 2u + (i & 15u));
-    return (float(i < 16u ? (q & 0xFu) : (q >> 4)) - 8.0) * d;
-  }
-  if (type == T_Q8_0) return float(load_i8(b + 2u + i)) * load_f16(b);
-  if (type == T_Q4_K) {
-    const uint c = i / 64u, w = i % 64u;
-    uint sc, m;
-    q4k_scale_min(b + 4u, 2u * c + (w >= 32u ? 1u : 0u), sc, m);
-    const uint q = load_u8(b + 16u + 32u * c + (w & 31u));
-    const float d1 = load_f16(b) * float(sc);
-    const float m1 = load_f16(b + 2u) * float(m);
-    return d1 * float(w < 32u ? (q & 0xFu) : (q >> 4)) - m1;
-  }
-  // T_Q6_K
-  const uint h = i / 128u, w = i % 128u, l = w & 31u, quarter = w / 32u;
-  const uint ql = load_u8(b + 64u * h + l + ((quarter & 1u) != 0u ? 32u : 0u));
-  const uint qh = load_u8(b + 128u + 32u * h + l);
-  const uint lo = quarter < 2u ? (ql & 0xFu) : (ql >> 4);
-  const int q = int(lo | (((qh >> (2u * quarter)) & 3u) << 4)) - 32;
-  const float sc = float(load_i8(b + 192u + 8u * h + l / 16u + 2u * quarter));
-  return load_f16(b + 208u) * sc * float(q);
-}
-
-// Element i of a row at `row` whose elements are `nb0` bytes apart (plain) or in blocks.
-float load_elem(uint type, uint64_t row, uint i, uint nb0) {
-  if (!is_quant(type)) return load_plain(type, row + uint64_t(i) * nb0);
-  const uint bs = block_size(type);
-  return dequant(type, row + uint64_t(i / bs) * block_bytes(type), i % bs);
-}
+#include "dequant.glsl"
 
 // Reports a run-time error once (the first one wins).
 void report_error(uint64_t slot, uint tag, int value, int limit) {

@@ -31,7 +31,16 @@ void main() {
   }
   const uint64_t src =
       pc.a + uint64_t(r) * pc.a_nb1 + uint64_t(j2) * pc.a_nb2 + uint64_t(j3) * pc.a_nb3;
+  if (is_quant(pc.a_type)) {  // a unit of 32 per invocation: each is decoded once.
+    for (uint u = gl_LocalInvocationID.x; u < pc.ne0 / 32u; u += gl_WorkGroupSize.x) {
+      const WUnit wu = load_wunit(pc.a_type, src, u);
+      [[unroll]] for (uint j = 0u; j < 32u; ++j) {
+        F32s(out_row).v[32u * u + j] = wunit_elem(pc.a_type, wu, j);
+      }
+    }
+    return;
+  }
   for (uint k = gl_LocalInvocationID.x; k < pc.ne0; k += gl_WorkGroupSize.x) {
-    F32s(out_row).v[k] = load_elem(pc.a_type, src, k, pc.a_nb0);
+    F32s(out_row).v[k] = load_plain(pc.a_type, src + uint64_t(k) * pc.a_nb0);
   }
 }

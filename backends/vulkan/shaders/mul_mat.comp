@@ -49,10 +49,12 @@ void main() {
       // A unit (BK weights of one row) per invocation.
       for (uint r = t; r < BM; r += nthreads) {
         const uint m = m0 + r;
-        const uint64_t row = abase + uint64_t(m) * pc.a_nb1;
-        [[unroll]] for (uint j = 0u; j < BK; ++j) {
-          a_s[j * BM + r] = m < pc.M ? weight_elem(TYPE, row, k0 + j) : 0.0;
+        if (m >= pc.M) {
+          [[unroll]] for (uint j = 0u; j < BK; ++j) a_s[j * BM + r] = 0.0;
+          continue;
         }
+        const WUnit wu = load_wunit(TYPE, abase + uint64_t(m) * pc.a_nb1, k0 / BK);
+        [[unroll]] for (uint j = 0u; j < BK; ++j) a_s[j * BM + r] = wunit_elem(TYPE, wu, j);
       }
     } else {
       for (uint e = t; e < BM * BK; e += nthreads) {

@@ -37,7 +37,7 @@ layout(push_constant) uniform PC {
   uint64_t q[4];
 } pc;
 
-const bool QUANT = TYPE == T_Q4_0 || TYPE == T_Q8_0 || TYPE == T_Q4_K || TYPE == T_Q6_K;
+const bool QUANT = TYPE != T_F32 && TYPE != T_F16 && TYPE != T_BF16;
 // 32-bit words of one column's activations per unit: a packed unit, or 32 floats.
 const uint WPC = QUANT ? 10u : 32u;
 const uint AW = TN * WPC;
@@ -115,7 +115,7 @@ void main() {
                 ? subgroupShuffle(aw[w / SG], w % SG)
                 : U32s(bbase + uint64_t(n0 + c) * b_nb1 + uint64_t(u) * unit_stride).v[x];
           }
-          acc[r * TN + c] += wunit_dot_words(wu, words);
+          acc[r * TN + c] += wunit_dot_words(TYPE, wu, words);
         }
       } else {
         float x[32];
