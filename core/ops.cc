@@ -80,8 +80,8 @@ TensorOr Rope(Context& ctx, Tensor* a, Tensor* pos, Tensor* freq_factors, const 
                             F32Slot(p.beta_slow)};
   return MakeNode(ctx, Op::kRope, {a, pos, freq_factors}, params);
 }
-TensorOr SoftMax(Context& ctx, Tensor* a, Tensor* mask, float scale) {
-  return MakeNode(ctx, Op::kSoftMax, {a, mask}, {F32Slot(scale), F32Slot(0.0f)});
+TensorOr SoftMax(Context& ctx, Tensor* a, Tensor* mask, float scale, Tensor* sinks) {
+  return MakeNode(ctx, Op::kSoftMax, {a, mask, sinks}, {F32Slot(scale), F32Slot(0.0f)});
 }
 TensorOr Silu(Context& ctx, Tensor* a) { return MakeNode(ctx, Op::kSilu, {a}); }
 TensorOr Swiglu(Context& ctx, Tensor* gate, Tensor* up) {

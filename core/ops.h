@@ -53,7 +53,9 @@ TensorOr Mul(Context& ctx, Tensor* a, Tensor* b);
 TensorOr Scale(Context& ctx, Tensor* a, float scale, float bias = 0.0f);
 TensorOr RmsNorm(Context& ctx, Tensor* a, float eps);
 TensorOr Rope(Context& ctx, Tensor* a, Tensor* pos, Tensor* freq_factors, const RopeParams& p);
-TensorOr SoftMax(Context& ctx, Tensor* a, Tensor* mask, float scale);
+// `sinks` (optional, F32 [a.ne[2]]): per head, a logit that joins each row's softmax and is
+// dropped from the result (gpt-oss's attention sinks).
+TensorOr SoftMax(Context& ctx, Tensor* a, Tensor* mask, float scale, Tensor* sinks = nullptr);
 TensorOr Silu(Context& ctx, Tensor* a);
 TensorOr Swiglu(Context& ctx, Tensor* gate, Tensor* up);
 // I32 [1, ne1, ne2, ne3]: per row of F32 `a`, the index of its largest value (greedy pick).

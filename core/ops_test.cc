@@ -209,6 +209,17 @@ TEST_F(BuilderTest, RouterOpRules) {
               HasSubstr("cannot broadcast"));
 }
 
+TEST_F(BuilderTest, SoftMaxSinksRule) {
+  Tensor* scores = T(DType::kF32, {10, 5, 4});  // [n_kv, n_q, n_head]
+  auto ok = SoftMax(ctx_, scores, nullptr, 0.5f, T(DType::kF32, {4}));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_THAT(Ne(*ok), ElementsAre(10, 5, 4, 1));
+  EXPECT_THAT(SoftMax(ctx_, scores, nullptr, 0.5f, T(DType::kF32, {3})).status().message(),
+              HasSubstr("one per head"));
+  EXPECT_THAT(SoftMax(ctx_, scores, nullptr, 0.5f, T(DType::kF16, {4})).status().message(),
+              HasSubstr("must be f32"));
+}
+
 TEST_F(BuilderTest, CpyConversions) {
   Tensor* a = T(DType::kF32, {64, 2});
   EXPECT_TRUE(Cpy(ctx_, a, T(DType::kQ4_K, {256, 1, 1, 1})).status().code() ==

@@ -287,6 +287,13 @@ absl::StatusOr<NodeLayout> SoftMaxRule(const Tensor& n) {
       return Invalid(n, absl::StrCat("mask ", Shape(*m), " does not fit ", Shape(a)));
     }
   }
+  if (const Tensor* sinks = n.src[2]; sinks != nullptr) {
+    if (auto s = RequireType(n, *sinks, DType::kF32, "sinks"); !s.ok()) return s;
+    if (!sinks->IsContiguous() || sinks->NumElements() != a.ne[2]) {
+      return Invalid(n, absl::StrCat("sinks ", Shape(*sinks), " must be contiguous with one per ",
+                                     "head (dimension 2) of ", Shape(a)));
+    }
+  }
   return Contiguous(DType::kF32, a.ne);
 }
 
@@ -458,7 +465,8 @@ Arity OpArity(Op op) {
     case Op::kSwiglu:
     case Op::kCpy: return {2, 2};
     case Op::kRope: return {3, 2};
-    case Op::kSoftMax: return {2, 1};
+    case Op::kSoftMax:
+      return {3, 1};
     case Op::kFlashAttn: return {4, 3};
     case Op::kSample: return {3, 2};
     case Op::kScale:

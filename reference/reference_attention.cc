@@ -114,6 +114,7 @@ absl::Status SoftMax(Tensor* dst) {
   if (absl::Status s = CheckSources(*dst, "SOFT_MAX", 1); !s.ok()) return s;
   const Tensor& a = *dst->src[0];
   const Tensor* mask = dst->src[1];
+  const Tensor* sinks = dst->src[2];
   const double scale = dst->ParamF32(0);
   if (dst->ParamF32(1) != 0) {
     return absl::UnimplementedError(
@@ -131,7 +132,13 @@ absl::Status SoftMax(Tensor* dst) {
     for (size_t j = 0; j < row.size(); ++j) {
       row[j] = row[j] * scale + (mask != nullptr ? mask_row[j] : 0.0);
     }
+    const bool masked =
+        std::all_of(row.begin(), row.end(), [](double v) { return std::isinf(v) && v < 0; });
+    // The sink joins the softmax as one more logit and leaves the result; a fully masked
+    // row stays zeros.
+    if (sinks != nullptr) row.push_back(masked ? -INFINITY : ReadElement(*sinks, r2, 0, 0, 0));
     SoftmaxInPlace(&row);
+    row.resize(a.ne[0]);
     WriteRow(dst, r1, r2, r3, row.data());
   });
   return absl::OkStatus();

@@ -59,8 +59,10 @@ std::vector<uint32_t> SupportedOps(Device* device) {
     node.ne[0] = 32;
     node.ne[1] = 4;
     SetContiguousStrides(&node);
+    // The required sources only: an optional one may select a variant a device lacks (a
+    // SOFT_MAX with sinks on CUDA) without the op's common form being unsupported there.
     const Arity arity = OpArity(node.op);
-    for (int i = 0; i < arity.total; ++i) node.src[i] = &srcs[i];
+    for (int i = 0; i < arity.required; ++i) node.src[i] = &srcs[i];
     if (device->SupportsOp(node)) ops.push_back(op);
   }
   return ops;

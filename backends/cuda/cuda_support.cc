@@ -113,6 +113,8 @@ bool CudaSupportsOp(const Tensor& node) {
       return node.src[0]->ne[0] <= kFlashAttnMaxHead && node.src[2]->ne[0] <= kFlashAttnMaxHead;
     case Op::kArgmax:
       return node.src[0]->ne[0] <= INT32_MAX;
+    case Op::kSoftMax:  // sinks: no CUDA kernel yet, the scheduler runs it on the CPU.
+      return node.src[2] == nullptr;
     case Op::kSample:  // no CUDA kernel yet: the scheduler runs it on the CPU.
     case Op::kArgsort:
     case Op::kTopK:

@@ -96,8 +96,8 @@ bool SupportsNode(const PhysicalInfo& info, const Tensor& node) {
     case Op::kRmsNorm:
     case Op::kArgmax:
       return a->type == DType::kF32;
-    case Op::kSoftMax:
-      return a->type == DType::kF32 && node.ParamF32(1) == 0.0f;
+    case Op::kSoftMax:  // sinks: no shader yet, the scheduler runs it on the CPU.
+      return a->type == DType::kF32 && node.ParamF32(1) == 0.0f && node.src[2] == nullptr;
     case Op::kRope:
       return a->type == DType::kF32 && a->ne[0] % 2 == 0;
     case Op::kGetRows:

@@ -91,6 +91,7 @@ struct SoftMaxSpec {
   float scale = 1.0f;
   float range = 1.0f;  // a is uniform in [-range, range).
   Layout layout = Layout::kContiguous;
+  bool sinks = false;  // one sink logit per head (a.ne[2]).
 };
 
 OpCase SoftMaxCase(const SoftMaxSpec& s) {
@@ -99,6 +100,7 @@ OpCase SoftMaxCase(const SoftMaxSpec& s) {
   if (s.masked_row >= 0) absl::StrAppend(&note, ", fully masked row");
   if (s.range > 1.0f) absl::StrAppend(&note, ", |a| up to ", s.range);
   if (s.layout != Layout::kContiguous) absl::StrAppend(&note, ", ", LayoutNote(s.layout));
+  if (s.sinks) absl::StrAppend(&note, ", sinks");
   return {Op::kSoftMax, note, kNmseF32, [s](CaseBuilder& b) -> TensorOr {
             TG_ASSIGN_OR_RETURN(Tensor * a, Operand(b, s.a_ne, s.layout, -s.range, s.range));
             Tensor* mask = nullptr;
@@ -106,7 +108,11 @@ OpCase SoftMaxCase(const SoftMaxSpec& s) {
               TG_ASSIGN_OR_RETURN(mask,
                                       b.Mask(s.mask_type, s.mask_ne, s.inf_fraction, s.masked_row));
             }
-            return SoftMax(b.ctx(), a, mask, s.scale);
+            Tensor* sinks = nullptr;
+            if (s.sinks) {
+              TG_ASSIGN_OR_RETURN(sinks, b.Uniform(DType::kF32, {s.a_ne[2]}, -2.0f, 2.0f));
+            }
+            return SoftMax(b.ctx(), a, mask, s.scale, sinks);
           }};
 }
 
@@ -141,6 +147,14 @@ void AddSoftMaxCases(std::vector<OpCase>* cases) {
        .inf_fraction = kSomeInf,
        .layout = Layout::kTransposed},
       {.a_ne = {67, 5, 1, 1}, .range = 50.0f},
+      // gpt-oss's attention sinks: scores [n_kv, n_q, n_head] with a causal-style mask.
+      {.a_ne = {67, 5, 4, 1},
+       .mask_ne = {67, 5, 1, 1},
+       .inf_fraction = kSomeInf,
+       .masked_row = 3,
+       .scale = kAttnScale,
+       .sinks = true},
+      {.a_ne = {40, 6, 3, 1}, .sinks = true},
   };
   for (const SoftMaxSpec& s : specs) cases->push_back(SoftMaxCase(s));
 }

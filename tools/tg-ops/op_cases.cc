@@ -61,7 +61,7 @@ std::vector<const char*> SourceRoles(Op op) {
     case Op::kRope:
       return {"a", "pos", "ff"};
     case Op::kSoftMax:
-      return {"a", "mask"};
+      return {"a", "mask", "sinks"};
     case Op::kSwiglu:
       return {"gate", "up"};
     case Op::kFlashAttn:

@@ -1,4 +1,5 @@
-// SOFT_MAX: dst = softmax(a * scale + mask) per row, with an optional broadcast F32/F16 mask.
+// SOFT_MAX: dst = softmax(a * scale + mask) per row, with an optional broadcast F32/F16 mask
+// and optional per-head sinks (a logit in the denominator only).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -135,6 +136,7 @@ float MaskedLogits(float* d, const float* x, const Tensor* mask, int64_t i1, int
 void ComputeSoftMax(const ComputeParams& p, Tensor* dst) {
   const Tensor& a = *dst->src[0];
   const Tensor* mask = dst->src[1];
+  const Tensor* sinks = dst->src[2];
   const float scale = dst->ParamF32(0);
   const int64_t n = a.ne[0];
   thread_local std::vector<float> mask_buf;
@@ -147,12 +149,15 @@ void ComputeSoftMax(const ComputeParams& p, Tensor* dst) {
       ConvertRow(DType::kF32, x, a.nb[0], DType::kF32, d, sizeof(float), n);
       x = d;
     }
-    const float mx = MaskedLogits(d, x, mask, i1, i2, i3, scale, n, mask_buf.data());
-    if (mx == kNegInf) {  // fully masked row: zeros, not NaN.
+    float mx = MaskedLogits(d, x, mask, i1, i2, i3, scale, n, mask_buf.data());
+    if (mx == kNegInf) {  // fully masked row: zeros, not NaN (a sink takes all the weight).
       std::memset(d, 0, n * sizeof(float));
       return;
     }
-    ScaleRow(d, 1.0f / ExpRowAndSum(d, mx, n), n);
+    const float sink = sinks != nullptr ? static_cast<const float*>(sinks->data)[i2] : kNegInf;
+    mx = std::max(mx, sink);
+    const float sum = ExpRowAndSum(d, mx, n) + (sinks != nullptr ? std::exp(sink - mx) : 0.0f);
+    ScaleRow(d, 1.0f / sum, n);
   });
 }
 
