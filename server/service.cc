@@ -17,6 +17,7 @@
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/random_id.h"
+#include "server/reply_sequencer.h"
 #include "server/upload_sink.h"
 
 namespace tg::server {
@@ -200,12 +201,16 @@ grpc::Status TensorGridService::Session(
   started.set_id(0);
   started.mutable_started()->set_session_id(id);
   if (stream->Write(started)) {
-    pb::SessionRequest request;
-    while (stream->Read(&request)) {
-      if (!session->Serve(request, [&](const pb::SessionReply& r) { return stream->Write(r); })) {
-        break;
-      }
+    // Replies leave from whichever thread finishes a command (the session's device lanes),
+    // in request order, while this thread reads on: gRPC allows one Read beside one Write.
+    ReplySequencer replies([stream](const pb::SessionReply& r) { return stream->Write(r); });
+    auto request = std::make_shared<pb::SessionRequest>();
+    while (replies.ok() && stream->Read(request.get())) {
+      session->Post(std::move(request), &replies);
+      request = std::make_shared<pb::SessionRequest>();
     }
+    session->Quiesce();  // nothing may write to the stream once this handler returns.
+    replies.WaitSent();
   }
   {
     absl::MutexLock lock(&mu_);
