@@ -169,11 +169,46 @@ absl::Status RemoteStream::CopyTensorAsync(const Tensor* src, Tensor* dst) {
   auto* from = dynamic_cast<RemoteBuffer*>(src->buffer);
   auto* to = dynamic_cast<RemoteBuffer*>(dst->buffer);
   Connection* connection = device_->connection();
-  if (from == nullptr || to == nullptr || from->connection() != connection ||
-      to->connection() != connection) {
-    return absl::UnimplementedError("async copy only between tensors of one rpc-server");
+  if (from == nullptr || to == nullptr || to->connection() != connection) {
+    return absl::UnimplementedError("async copy only between tensors of rpc-servers");
   }
-  return to->CopyFrom(src, dst);  // posts a Copy, which the server runs in order.
+  if (from->connection() == connection) {
+    return to->CopyFrom(src, dst);  // posts a Copy, which the server runs in order.
+  }
+  if (!OrdersPullsFrom(*from->connection())) {
+    return absl::UnimplementedError("async copy between servers needs ordered peer pulls");
+  }
+  return PostOrderedPull(*from, src, dst);
+}
+
+bool RemoteStream::OrdersPullsFrom(const Connection& source) const {
+  return source.orders_pulls() && device_->connection()->orders_pulls();
+}
+
+absl::Status RemoteStream::PostOrderedPull(RemoteBuffer& from, const Tensor* src, Tensor* dst) {
+  const size_t bytes = src->NumBytes();
+  if (bytes != dst->NumBytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("remote copy: ", bytes, " bytes into ", dst->NumBytes()));
+  }
+  TG_RETURN_IF_ERROR(CheckTensorRange(*src, 0, bytes));
+  TG_RETURN_IF_ERROR(CheckTensorRange(*dst, 0, bytes));
+  auto* to = static_cast<RemoteBuffer*>(dst->buffer);
+  Connection* source = from.connection();
+  // Whatever the source was told so far goes out now; the pull waits there for the last of
+  // it, which includes the work that writes `src`.
+  TG_RETURN_IF_ERROR(source->Flush());
+  TG_ASSIGN_OR_RETURN(std::string grant, source->PeerReadGrant(from.handle()));
+  pb::SessionRequest request;
+  pb::PeerPull* p = request.mutable_peer_pull();
+  p->set_endpoint(source->endpoint());
+  p->set_grant(std::move(grant));
+  p->set_src_offset(from.OffsetOf(*src));
+  p->set_size(bytes);
+  p->set_dst_buffer(to->handle());
+  p->set_dst_offset(to->OffsetOf(*dst));
+  p->set_after(source->last_sent_id());
+  return device_->connection()->Post(std::move(request));
 }
 
 absl::Status RemoteStream::RecordEvent(Event* event) {
@@ -190,6 +225,10 @@ absl::Status RemoteStream::WaitEvent(Event* event) {
   auto* e = dynamic_cast<RemoteEvent*>(event);
   if (e == nullptr) return absl::UnimplementedError("waits only for events of rpc-servers");
   if (e->connection() == device_->connection()) return absl::OkStatus();
+  // Another server's work reaches this one's memory only through a copy: an ordered pull
+  // (CopyTensorAsync) waits for it at the source, a copy through the client reads it behind
+  // it. So with ordered pulls on both sides nothing needs to wait here.
+  if (OrdersPullsFrom(*e->connection())) return absl::OkStatus();
   return e->Synchronize();
 }
 

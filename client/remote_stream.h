@@ -14,6 +14,7 @@
 
 namespace tg::rpc {
 
+class RemoteBuffer;
 class RemoteDevice;
 
 // A point in one connection's command stream: it has happened when the reply of the last
@@ -41,11 +42,15 @@ class RemoteStream : public Stream {
   // `data` is filled when an event recorded after this call has happened (or at
   // Synchronize); it must stay valid until then.
   absl::Status GetTensorAsync(const Tensor* t, void* data, size_t offset, size_t size) override;
-  // Between two tensors of the same server (the server copies); otherwise UNIMPLEMENTED.
+  // Between two tensors of the same server (the server copies), or from another server that,
+  // like this one, orders peer pulls (protocol minor 2): a PeerPull posted at once that
+  // waits at the source for everything the source was told before (PeerPull.after), so
+  // neither the client nor this server waits for the source's reply. Otherwise
+  // UNIMPLEMENTED (the caller copies through the host).
   absl::Status CopyTensorAsync(const Tensor* src, Tensor* dst) override;
   absl::Status RecordEvent(Event* event) override;
-  // Free for an event of the same server (its commands run in order); the host waits for
-  // one of another server.
+  // Free for an event of the same server (its commands run in order) and for one of a
+  // server both order pulls with (the copies carry the order); otherwise the host waits.
   absl::Status WaitEvent(Event* event) override;
   // Commands in between go to the server as one message (SessionChannel::BeginBatch).
   void BeginBatch() override;
@@ -54,6 +59,9 @@ class RemoteStream : public Stream {
 
  private:
   struct PendingOutputs;
+
+  bool OrdersPullsFrom(const Connection& source) const;
+  absl::Status PostOrderedPull(RemoteBuffer& from, const Tensor* src, Tensor* dst);
 
   RemoteDevice* device_;
   // Server-side time; written by reply handlers, which run on whichever thread drains.

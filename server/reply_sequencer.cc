@@ -7,7 +7,8 @@ namespace tg::server {
 
 namespace pb = ::tensorgrid::v1;
 
-ReplySequencer::ReplySequencer(Send send) : send_(std::move(send)) {}
+ReplySequencer::ReplySequencer(Send send, CommandProgress* progress)
+    : send_(std::move(send)), progress_(progress) {}
 
 ReplySequencer::Group* ReplySequencer::Open(uint64_t request_id, bool batch, int n) {
   auto group = std::make_unique<Group>();
@@ -33,6 +34,14 @@ void ReplySequencer::Fill(Group* group, int i, pb::SessionReply reply) {
 void ReplySequencer::SendReadyLocked() {
   const size_t before = groups_.size();
   while (!groups_.empty() && groups_.front()->missing == 0) {
+    if (progress_ != nullptr) {
+      for (const pb::SessionReply& r : groups_.front()->replies) {
+        progress_->Advance(
+            r.id(), r.code() == 0
+                        ? absl::OkStatus()
+                        : absl::Status(static_cast<absl::StatusCode>(r.code()), r.message()));
+      }
+    }
     if (ok_) ok_ = SendGroupLocked(*groups_.front());
     groups_.pop_front();
   }

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <vector>
 
+#include "server/command_progress.h"
 #include "tensorgrid/v1/tensorgrid.pb.h"
 
 namespace tg::server {
@@ -39,7 +40,8 @@ class ReplySequencer {
     size_t missing = 0;  // replies not yet filed.
   };
 
-  explicit ReplySequencer(Send send);
+  // `progress` (optional) learns of each command as its reply leaves (CommandProgress).
+  explicit ReplySequencer(Send send, CommandProgress* progress = nullptr);
   ReplySequencer(const ReplySequencer&) = delete;
   ReplySequencer& operator=(const ReplySequencer&) = delete;
 
@@ -59,6 +61,7 @@ class ReplySequencer {
   bool SendGroupLocked(Group& group);
 
   const Send send_;
+  CommandProgress* const progress_;
   mutable std::mutex mu_;
   std::condition_variable sent_;  // groups_ became shorter.
   std::deque<std::unique_ptr<Group>> groups_;

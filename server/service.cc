@@ -203,7 +203,8 @@ grpc::Status TensorGridService::Session(
   if (stream->Write(started)) {
     // Replies leave from whichever thread finishes a command (the session's device lanes),
     // in request order, while this thread reads on: gRPC allows one Read beside one Write.
-    ReplySequencer replies([stream](const pb::SessionReply& r) { return stream->Write(r); });
+    ReplySequencer replies([stream](const pb::SessionReply& r) { return stream->Write(r); },
+                           session->progress());
     auto request = std::make_shared<pb::SessionRequest>();
     while (replies.ok() && stream->Read(request.get())) {
       session->Post(std::move(request), &replies);
@@ -305,6 +306,16 @@ grpc::Status TensorGridService::PeerCopy(grpc::ServerContext* context,
   std::shared_ptr<SessionBuffer> buf = grants_.Find(request->grant());
   if (buf == nullptr) {
     return Error(grpc::StatusCode::NOT_FOUND, "peer copy: unknown or revoked grant");
+  }
+  if (request->after() != 0) {
+    // The bytes are what the granting session's command `after` writes: wait for it there.
+    if (buf->progress() == nullptr) {
+      return Error(grpc::StatusCode::FAILED_PRECONDITION, "peer copy: the buffer has no session");
+    }
+    const absl::Status done =
+        buf->progress()->WaitFor(request->after(), absl::FromChrono(context->deadline()),
+                                 [context] { return context->IsCancelled(); });
+    if (!done.ok()) return ToGrpc(done);
   }
   uint64_t sent = 0;
   grpc::Status st = StreamRange(*buf, request->offset(), request->size(), context, writer, &sent);

@@ -78,10 +78,12 @@ Session::Session(std::string id, SessionEnv env)
       handle_mult_(env_.predictable_handles ? 1 : RandomU64() | 1),
       lane_of_(LanesOf(env_.devices)),
       streams_(env_.devices.size()),
+      progress_(std::make_shared<CommandProgress>()),
       lanes_(static_cast<int>(env_.devices.size())) {}
 
 Session::~Session() {
-  lanes_.Drain();  // nothing may run on what goes below.
+  lanes_.Drain();      // nothing may run on what goes below.
+  progress_->Close();  // peers waiting for a command of ours stop waiting.
   absl::MutexLock lock(&handle_mu_);
   graphs_.clear();  // they point into the buffers.
   streams_.clear();
@@ -199,10 +201,12 @@ void Session::Quiesce() { lanes_.Drain(); }
 
 pb::SessionReply Session::Handle(const pb::SessionRequest& request) {
   pb::SessionReply out;
-  ReplySequencer replies([&](const pb::SessionReply& reply) {
-    out = reply;
-    return true;
-  });
+  ReplySequencer replies(
+      [&](const pb::SessionReply& reply) {
+        out = reply;
+        return true;
+      },
+      progress_.get());
   auto message = std::make_shared<const pb::SessionRequest>(request);
   {
     absl::MutexLock lock(&handle_mu_);
@@ -215,7 +219,8 @@ pb::SessionReply Session::Handle(const pb::SessionRequest& request) {
 
 bool Session::Serve(const pb::SessionRequest& request,
                     absl::FunctionRef<bool(const pb::SessionReply&)> send) {
-  ReplySequencer replies([&](const pb::SessionReply& reply) { return send(reply); });
+  ReplySequencer replies([&](const pb::SessionReply& reply) { return send(reply); },
+                         progress_.get());
   Post(std::make_shared<const pb::SessionRequest>(request), &replies);
   replies.WaitSent();
   return replies.ok();
@@ -316,7 +321,8 @@ absl::StatusOr<Session::Work> Session::Prepare(const pb::SessionRequest& req,
       TG_ASSIGN_OR_RETURN(auto dst, FindBuffer(p.dst_buffer()));
       PeerClient* peers = env_.peers;
       return OnLaneOf(*dst, [peers, dst, &p](pb::SessionReply*) {
-        return peers->Pull(p.endpoint(), p.grant(), p.src_offset(), p.size(), *dst, p.dst_offset());
+        return peers->Pull(p.endpoint(), p.grant(), p.src_offset(), p.size(), *dst, p.dst_offset(),
+                           p.after());
       });
     }
     case pb::SessionRequest::kCacheStats: {
@@ -372,11 +378,12 @@ absl::Status Session::Alloc(const pb::AllocBuffer& cmd, pb::AllocBufferReply* re
   reservation.Commit();  // Free gives the bytes back.
   Metrics* metrics = env_.metrics;
   if (metrics != nullptr) metrics->BufferAllocated(size);
-  auto entry = std::make_shared<SessionBuffer>(std::move(*buffer), static_cast<int>(cmd.device()),
-                                               size, [metrics](uint64_t bytes) {
-                                                 if (metrics != nullptr)
-                                                   metrics->BufferFreed(bytes);
-                                               });
+  auto entry = std::make_shared<SessionBuffer>(
+      std::move(*buffer), static_cast<int>(cmd.device()), size,
+      [metrics](uint64_t bytes) {
+        if (metrics != nullptr) metrics->BufferFreed(bytes);
+      },
+      progress_);
   uint64_t handle;
   {
     absl::MutexLock lock(&table_mu_);

@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/backend.h"
+#include "server/command_progress.h"
 #include "server/device_lanes.h"
 #include "server/graph_decoder.h"
 #include "server/reply_sequencer.h"
@@ -94,6 +95,10 @@ class Session {
   // The buffer behind a handle, kept alive while the caller holds it; NOT_FOUND otherwise.
   absl::StatusOr<std::shared_ptr<SessionBuffer>> FindBuffer(uint64_t handle) const
       ABSL_LOCKS_EXCLUDED(table_mu_);
+
+  // How far this session's commands have finished (for PeerCopy's `after`); the
+  // ReplySequencer of its stream must advance it.
+  CommandProgress* progress() const { return progress_.get(); }
 
   void AddUploadedBytes(uint64_t n) { uploaded_bytes_ += n; }
   void AddCacheHitBytes(uint64_t n) { cache_hit_bytes_ += n; }
@@ -175,6 +180,8 @@ class Session {
   std::atomic<uint64_t> uploaded_bytes_{0};
   std::atomic<uint64_t> cache_hit_bytes_{0};
 
+  // Shared with the buffers (SessionBuffer::progress), which peers may hold past the session.
+  const std::shared_ptr<CommandProgress> progress_;
   DeviceLanes lanes_;  // last: its threads stop before the state their work uses goes.
 };
 
