@@ -78,11 +78,23 @@ absl::Status RemoteEvent::Synchronize() {
 RemoteStream::RemoteStream(RemoteDevice* device)
     : device_(device), compute_ns_(std::make_shared<std::atomic<int64_t>>(0)) {}
 
+RemoteStream::~RemoteStream() { (void)SendHeldPulls(); }
+
 Device* RemoteStream::device() const { return device_; }
 
-absl::Status RemoteStream::Synchronize() { return device_->connection()->Drain(); }
+absl::Status RemoteStream::SendHeldPulls() {
+  if (!pulls_held_) return absl::OkStatus();
+  pulls_held_ = false;
+  return device_->connection()->EndBatch();
+}
+
+absl::Status RemoteStream::Synchronize() {
+  TG_RETURN_IF_ERROR(SendHeldPulls());
+  return device_->connection()->Drain();
+}
 
 absl::Status RemoteStream::Compute(Graph& graph) {
+  TG_RETURN_IF_ERROR(SendHeldPulls());
   Connection* connection = device_->connection();
   auto locate = [&](const Tensor& t) -> absl::StatusOr<RemoteLocation> {
     TG_ASSIGN_OR_RETURN(RemoteBuffer * buffer, BufferOn(*device_, t));
@@ -148,6 +160,7 @@ absl::Status RemoteStream::Compute(Graph& graph) {
 }
 
 absl::Status RemoteStream::GetTensorAsync(const Tensor* t, void* data, size_t offset, size_t size) {
+  TG_RETURN_IF_ERROR(SendHeldPulls());
   Connection* connection = device_->connection();
   TG_ASSIGN_OR_RETURN(RemoteBuffer * buffer, BufferOn(*device_, *t));
   TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
@@ -173,6 +186,7 @@ absl::Status RemoteStream::CopyTensorAsync(const Tensor* src, Tensor* dst) {
     return absl::UnimplementedError("async copy only between tensors of rpc-servers");
   }
   if (from->connection() == connection) {
+    TG_RETURN_IF_ERROR(SendHeldPulls());
     return to->CopyFrom(src, dst);  // posts a Copy, which the server runs in order.
   }
   if (!OrdersPullsFrom(*from->connection())) {
@@ -208,10 +222,15 @@ absl::Status RemoteStream::PostOrderedPull(RemoteBuffer& from, const Tensor* src
   p->set_dst_buffer(to->handle());
   p->set_dst_offset(to->OffsetOf(*dst));
   p->set_after(source->last_sent_id());
+  if (!pulls_held_) {
+    device_->connection()->BeginBatch();
+    pulls_held_ = true;
+  }
   return device_->connection()->Post(std::move(request));
 }
 
 absl::Status RemoteStream::RecordEvent(Event* event) {
+  TG_RETURN_IF_ERROR(SendHeldPulls());
   auto* e = dynamic_cast<RemoteEvent*>(event);
   if (e == nullptr || e->connection() != device_->connection()) {
     return absl::InvalidArgumentError(
@@ -222,6 +241,7 @@ absl::Status RemoteStream::RecordEvent(Event* event) {
 }
 
 absl::Status RemoteStream::WaitEvent(Event* event) {
+  TG_RETURN_IF_ERROR(SendHeldPulls());
   auto* e = dynamic_cast<RemoteEvent*>(event);
   if (e == nullptr) return absl::UnimplementedError("waits only for events of rpc-servers");
   if (e->connection() == device_->connection()) return absl::OkStatus();
@@ -232,9 +252,15 @@ absl::Status RemoteStream::WaitEvent(Event* event) {
   return e->Synchronize();
 }
 
-void RemoteStream::BeginBatch() { device_->connection()->BeginBatch(); }
+void RemoteStream::BeginBatch() {
+  (void)SendHeldPulls();  // an error stays on the connection for the next wait.
+  device_->connection()->BeginBatch();
+}
 
-absl::Status RemoteStream::EndBatch() { return device_->connection()->EndBatch(); }
+absl::Status RemoteStream::EndBatch() {
+  TG_RETURN_IF_ERROR(SendHeldPulls());
+  return device_->connection()->EndBatch();
+}
 
 StreamStats RemoteStream::stats() const {
   StreamStats s;

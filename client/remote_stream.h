@@ -35,6 +35,7 @@ class RemoteEvent : public Event {
 class RemoteStream : public Stream {
  public:
   explicit RemoteStream(RemoteDevice* device);
+  ~RemoteStream() override;
 
   Device* device() const override;
   absl::Status Synchronize() override;
@@ -62,6 +63,9 @@ class RemoteStream : public Stream {
 
   bool OrdersPullsFrom(const Connection& source) const;
   absl::Status PostOrderedPull(RemoteBuffer& from, const Tensor* src, Tensor* dst);
+  // Consecutive ordered pulls are held in one batch, which the server runs at the same time;
+  // anything else this stream does sends them first.
+  absl::Status SendHeldPulls();
 
   RemoteDevice* device_;
   // Server-side time; written by reply handlers, which run on whichever thread drains.
@@ -70,6 +74,7 @@ class RemoteStream : public Stream {
   // The outputs the last Compute asked for inline, and its request id.
   std::shared_ptr<PendingOutputs> last_outputs_;
   uint64_t last_compute_id_ = 0;
+  bool pulls_held_ = false;  // a batch of this stream's pulls is open on the connection.
 };
 
 // Outputs up to this many bytes in total come back with the Compute reply.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -194,7 +195,82 @@ void Session::Post(std::shared_ptr<const pb::SessionRequest> request, ReplySeque
   }
   const auto& commands = request->batch().commands();
   ReplySequencer::Group* group = replies->Open(request->id(), /*batch=*/true, commands.size());
-  for (int i = 0; i < commands.size(); ++i) Dispatch(request, commands[i], replies, group, i);
+  for (int i = 0; i < commands.size();) {
+    const int n = PullRun(*request, i);
+    if (n > 1) {
+      DispatchPulls(request, i, n, replies, group);
+    } else {
+      Dispatch(request, commands[i], replies, group, i);
+    }
+    i += std::max(n, 1);
+  }
+}
+
+int Session::PullRun(const pb::SessionRequest& batch, int first) const {
+  const auto& commands = batch.batch().commands();
+  int n = 0;
+  while (first + n < commands.size() && n < kMaxPullsAtOnce) {
+    const pb::SessionRequest& c = commands[first + n];
+    if (!c.has_peer_pull() || c.id() == 0) break;
+    const pb::PeerPull& p = c.peer_pull();
+    // Pulls into overlapping bytes keep their order (the later one wins).
+    for (int k = first; k < first + n; ++k) {
+      const pb::PeerPull& q = commands[k].peer_pull();
+      if (q.dst_buffer() == p.dst_buffer() && q.dst_offset() < p.dst_offset() + p.size() &&
+          p.dst_offset() < q.dst_offset() + q.size()) {
+        return n;
+      }
+    }
+    ++n;
+  }
+  return n;
+}
+
+void Session::DispatchPulls(std::shared_ptr<const pb::SessionRequest> message, int first, int n,
+                            ReplySequencer* replies, ReplySequencer::Group* group) {
+  struct Pull {
+    const pb::SessionRequest* command;
+    int slot;
+    pb::SessionReply reply;
+    Work work;
+  };
+  std::vector<Pull> pulls;
+  std::vector<int> lanes;
+  for (int i = first; i < first + n; ++i) {
+    const pb::SessionRequest& command = message->batch().commands(i);
+    pb::SessionReply reply;
+    reply.set_id(command.id());
+    absl::StatusOr<Work> work = Prepare(command, &reply);
+    if (!work.ok()) {
+      Finish(command, work.status(), &reply);
+      replies->Fill(group, i, std::move(reply));
+      continue;
+    }
+    lanes.insert(lanes.end(), work->lanes.begin(), work->lanes.end());
+    pulls.push_back({&command, i, std::move(reply), *std::move(work)});
+  }
+  if (pulls.empty()) return;
+  // Each pull waits on its peer, not on the others: all at once, each on its own thread.
+  auto run = [this, message = std::move(message), replies, group,
+              pulls = std::move(pulls)]() mutable {
+    std::vector<absl::Status> status(pulls.size());
+    std::vector<std::thread> threads;
+    for (size_t k = 1; k < pulls.size(); ++k) {
+      threads.emplace_back([&, k] { status[k] = pulls[k].work.run(&pulls[k].reply); });
+    }
+    status[0] = pulls[0].work.run(&pulls[0].reply);
+    for (std::thread& t : threads) t.join();
+    for (size_t k = 0; k < pulls.size(); ++k) {
+      pulls[k].work.run = nullptr;
+      Finish(*pulls[k].command, status[k], &pulls[k].reply);
+      replies->Fill(group, pulls[k].slot, std::move(pulls[k].reply));
+    }
+  };
+  if (!parallel_) {
+    run();
+  } else {
+    lanes_.Submit(std::move(lanes), std::move(run));
+  }
 }
 
 void Session::Quiesce() { lanes_.Drain(); }

@@ -58,6 +58,9 @@ struct SessionEnv {
   bool predictable_handles = false;
 };
 
+// Consecutive PeerPulls of a batch run at the same time, this many at most (one thread each):
+// a layer boundary between servers is a few pulls per decode step.
+inline constexpr int kMaxPullsAtOnce = 8;
 // Decoded graphs kept per session (least recently used dropped first).
 inline constexpr size_t kGraphCacheSize = 32;
 
@@ -124,6 +127,13 @@ class Session {
   void Dispatch(std::shared_ptr<const tensorgrid::v1::SessionRequest> message,
                 const tensorgrid::v1::SessionRequest& command, ReplySequencer* replies,
                 ReplySequencer::Group* group, int i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(handle_mu_);
+  // How many commands of a batch from `first` on are PeerPulls into disjoint bytes (at most
+  // kMaxPullsAtOnce): they run at the same time (DispatchPulls).
+  int PullRun(const tensorgrid::v1::SessionRequest& batch, int first) const;
+  // Dispatch for commands [first, first + n) of a batch that PullRun grouped.
+  void DispatchPulls(std::shared_ptr<const tensorgrid::v1::SessionRequest> message, int first,
+                     int n, ReplySequencer* replies, ReplySequencer::Group* group)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(handle_mu_);
   // Turns a command's status into its reply (code, message, metrics).
   void Finish(const tensorgrid::v1::SessionRequest& command, const absl::Status& status,
               tensorgrid::v1::SessionReply* reply) const;
