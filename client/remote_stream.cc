@@ -1,5 +1,6 @@
 #include "client/remote_stream.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -209,8 +210,7 @@ absl::Status RemoteStream::PostOrderedPull(RemoteBuffer& from, const Tensor* src
   TG_RETURN_IF_ERROR(CheckTensorRange(*dst, 0, bytes));
   auto* to = static_cast<RemoteBuffer*>(dst->buffer);
   Connection* source = from.connection();
-  // Whatever the source was told so far goes out now; the pull waits there for the last of
-  // it, which includes the work that writes `src`.
+  // The command the pull waits for at the source may still be held here: send it.
   TG_RETURN_IF_ERROR(source->Flush());
   TG_ASSIGN_OR_RETURN(std::string grant, source->PeerReadGrant(from.handle()));
   pb::SessionRequest request;
@@ -221,7 +221,8 @@ absl::Status RemoteStream::PostOrderedPull(RemoteBuffer& from, const Tensor* src
   p->set_size(bytes);
   p->set_dst_buffer(to->handle());
   p->set_dst_offset(to->OffsetOf(*dst));
-  p->set_after(source->last_sent_id());
+  auto waited = waited_.find(source);
+  p->set_after(waited == waited_.end() ? 0 : waited->second);
   if (!pulls_held_) {
     device_->connection()->BeginBatch();
     pulls_held_ = true;
@@ -248,7 +249,11 @@ absl::Status RemoteStream::WaitEvent(Event* event) {
   // Another server's work reaches this one's memory only through a copy: an ordered pull
   // (CopyTensorAsync) waits for it at the source, a copy through the client reads it behind
   // it. So with ordered pulls on both sides nothing needs to wait here.
-  if (OrdersPullsFrom(*e->connection())) return absl::OkStatus();
+  if (OrdersPullsFrom(*e->connection())) {
+    uint64_t& waited = waited_[e->connection()];
+    waited = std::max(waited, e->id());
+    return absl::OkStatus();
+  }
   return e->Synchronize();
 }
 

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <memory>
 
+#include "absl/container/flat_hash_map.h"
 #include "client/connection.h"
 #include "core/backend.h"
 
@@ -26,6 +27,7 @@ class RemoteEvent : public Event {
 
   Connection* connection() const { return connection_; }
   void Record(uint64_t id) { id_ = id; }
+  uint64_t id() const { return id_; }
 
  private:
   Connection* connection_;
@@ -45,8 +47,9 @@ class RemoteStream : public Stream {
   absl::Status GetTensorAsync(const Tensor* t, void* data, size_t offset, size_t size) override;
   // Between two tensors of the same server (the server copies), or from another server that,
   // like this one, orders peer pulls (protocol minor 2): a PeerPull posted at once that
-  // waits at the source for everything the source was told before (PeerPull.after), so
-  // neither the client nor this server waits for the source's reply. Otherwise
+  // waits at the source for the source's command this stream last waited for (WaitEvent;
+  // PeerPull.after), so neither the client nor this server waits for the source's reply.
+  // Consecutive pulls go in one message and run at the same time there. Otherwise
   // UNIMPLEMENTED (the caller copies through the host).
   absl::Status CopyTensorAsync(const Tensor* src, Tensor* dst) override;
   absl::Status RecordEvent(Event* event) override;
@@ -75,6 +78,10 @@ class RemoteStream : public Stream {
   std::shared_ptr<PendingOutputs> last_outputs_;
   uint64_t last_compute_id_ = 0;
   bool pulls_held_ = false;  // a batch of this stream's pulls is open on the connection.
+  // Per other server: the latest command of its that this stream waited for (WaitEvent);
+  // a pull from it waits there for that command (PeerPull.after). Without a wait, the
+  // caller has synchronized the source itself and the pull need not wait.
+  absl::flat_hash_map<const Connection*, uint64_t> waited_;
 };
 
 // Outputs up to this many bytes in total come back with the Compute reply.

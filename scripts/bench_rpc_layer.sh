@@ -7,6 +7,8 @@
 #   devs   two devices of one rpc-server (TG_CPU_DEVICES=2 rpc-server -d 0,1 -t 1) against
 #          one device of it: pp512 with -sm layer --n-copies 4 (pipelined) and 1, and
 #          -sm none on device 0; ROUNDS interleaved rounds, medians.
+#          With BASE=DIR (another build's build/release, e.g. of main), its rpc-server and
+#          tg-bench run in the same rounds too (a "before" column).
 # Usage: bash scripts/bench_rpc_layer.sh [layer|devs|all] [ROUNDS] [REPS]
 #   LLAMA_BIN (default /work/wt/loading-llama/build/bin): ggml-rpc-server and llama-bench
 #   built with -DGGML_RPC=ON. build/release must be built.
@@ -31,6 +33,7 @@ wait_port() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/n
 spawn() { "$@" >>"$work/servers.log" 2>&1 & pids+=($!); }
 median() { sort -n | awk '{ v[NR] = $1 } END { printf "%.1f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 ours_ts() { $bin/tools/tg-bench/tg-bench -r "$reps" -t 1 -o csv "$@" 2>/dev/null | tail -n 1 | cut -d, -f13; }
+base_ts() { "$BASE"/tools/tg-bench/tg-bench -r "$reps" -t 1 -o csv "$@" 2>/dev/null | tail -n 1 | cut -d, -f13; }
 # llama-bench's csv: avg_ts is the column named avg_ts.
 llama_ts() {
   LD_LIBRARY_PATH=$llama "$llama"/llama-bench -r "$reps" -t 1 -o csv "$@" 2>/dev/null |
@@ -44,21 +47,32 @@ if [ "$what" = layer ] || [ "$what" = all ]; then
   lb=$(free_port); spawn env LD_LIBRARY_PATH="$llama" "$llama"/ggml-rpc-server -p "$lb" -t 1; wait_port "$lb"
   ea=127.0.0.1:$a eb=127.0.0.1:$b
   ours=(--rpc "$ea,$eb" -sm layer --device "RPC[$ea]/0,RPC[$eb]/0")
+  if [ -n "${BASE:-}" ]; then
+    c=$(free_port); spawn "$BASE"/server/rpc-server -p "$c" -t 1; wait_port "$c"
+    d=$(free_port); spawn "$BASE"/server/rpc-server -p "$d" -t 1; wait_port "$d"
+    ec=127.0.0.1:$c ed=127.0.0.1:$d
+    base=(--rpc "$ec,$ed" -sm layer --device "RPC[$ec]/0,RPC[$ed]/0")
+  fi
   theirs=(-rpc "127.0.0.1:$la,127.0.0.1:$lb" -sm layer -ngl 99)
-  echo "## -sm layer over two rpc-servers (-t 1 each), $rounds rounds, t/s: ours llama.cpp (load $(cut -d' ' -f1-3 /proc/loadavg))"
+  echo "## -sm layer over two rpc-servers (-t 1 each), $rounds rounds, t/s: ours llama.cpp [base] (load $(cut -d' ' -f1-3 /proc/loadavg))"
   for run in $(seq "$rounds"); do
     for m in "$m260k" "$m15m"; do
       name=$(basename "$m" .gguf)
       op=$(ours_ts -m "$m" -p 512 -n 0 "${ours[@]}"); lp=$(llama_ts -m "$m" -p 512 -n 0 "${theirs[@]}")
       ot=$(ours_ts -m "$m" -p 0 -n 128 "${ours[@]}"); lt=$(llama_ts -m "$m" -p 0 -n 128 "${theirs[@]}")
-      echo "$name pp512 $op $lp tg128 $ot $lt"
+      bp=- bt=-
+      if [ -n "${BASE:-}" ]; then
+        bp=$(base_ts -m "$m" -p 512 -n 0 "${base[@]}"); bt=$(base_ts -m "$m" -p 0 -n 128 "${base[@]}")
+      fi
+      echo "$name pp512 $op $lp tg128 $ot $lt base $bp $bt"
     done
   done | tee "$work/layer"
   for m in "$m260k" "$m15m"; do
     name=$(basename "$m" .gguf)
     grep "^$name " "$work/layer" > "$work/one" || continue
     echo "median $name: pp512 $(awk '{print $3}' "$work/one" | median) vs $(awk '{print $4}' "$work/one" | median)," \
-         "tg128 $(awk '{print $6}' "$work/one" | median) vs $(awk '{print $7}' "$work/one" | median)"
+         "tg128 $(awk '{print $6}' "$work/one" | median) vs $(awk '{print $7}' "$work/one" | median)," \
+         "base pp512 $(awk '{print $9}' "$work/one" | median) tg128 $(awk '{print $10}' "$work/one" | median)"
   done
   echo "(load after: $(cut -d' ' -f1-3 /proc/loadavg))"
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
