@@ -82,14 +82,23 @@ fi
 if [ "$what" = devs ] || [ "$what" = all ]; then
   p=$(free_port); spawn env TG_CPU_DEVICES=2 $bin/server/rpc-server -p "$p" -d 0,1 -t 1; wait_port "$p"
   e=127.0.0.1:$p
+  if [ -n "${BASE:-}" ]; then
+    q=$(free_port); spawn env TG_CPU_DEVICES=2 "$BASE"/server/rpc-server -p "$q" -d 0,1 -t 1; wait_port "$q"
+    f=127.0.0.1:$q
+  fi
   echo "## pp512 on one rpc-server: two devices (-sm layer) vs one, $rounds rounds, t/s (load $(cut -d' ' -f1-3 /proc/loadavg))"
   for run in $(seq "$rounds"); do
     two4=$(ours_ts -m "$m15m" -p 512 -n 0 --rpc "$e" -sm layer --device "RPC[$e]/0,RPC[$e]/1" --n-copies 4)
     two1=$(ours_ts -m "$m15m" -p 512 -n 0 --rpc "$e" -sm layer --device "RPC[$e]/0,RPC[$e]/1" --n-copies 1)
     one=$(ours_ts -m "$m15m" -p 512 -n 0 --rpc "$e" --device "RPC[$e]/0")
-    echo "two-devices-pipe4 $two4 two-devices-pipe1 $two1 one-device $one"
+    base4=-
+    if [ -n "${BASE:-}" ]; then
+      base4=$(base_ts -m "$m15m" -p 512 -n 0 --rpc "$f" -sm layer --device "RPC[$f]/0,RPC[$f]/1" --n-copies 4)
+    fi
+    echo "two-devices-pipe4 $two4 two-devices-pipe1 $two1 one-device $one base-two-devices-pipe4 $base4"
   done | tee "$work/devs"
   echo "median: two devices --n-copies 4 $(awk '{print $2}' "$work/devs" | median)," \
-       "--n-copies 1 $(awk '{print $4}' "$work/devs" | median), one device $(awk '{print $6}' "$work/devs" | median)"
+       "--n-copies 1 $(awk '{print $4}' "$work/devs" | median), one device $(awk '{print $6}' "$work/devs" | median)," \
+       "base two devices --n-copies 4 $(awk '{print $8}' "$work/devs" | median)"
   echo "(load after: $(cut -d' ' -f1-3 /proc/loadavg))"
 fi
