@@ -218,6 +218,14 @@ class ServiceTest : public ::testing::Test {
     EXPECT_TRUE(s.Close().ok());
   }
 
+  // A second server on the same devices, for peer copies.
+  absl::StatusOr<std::unique_ptr<RpcServer>> StartPeerServer() {
+    ServerConfig config;
+    config.port = 0;
+    config.devices = devices_;
+    return RpcServer::Start(config);
+  }
+
   std::vector<Device*> devices_;
   std::filesystem::path cache_dir_;
   std::unique_ptr<RpcServer> server_;
@@ -564,11 +572,8 @@ TEST_F(ServiceTest, SessionMemoryLimit) {
 
 TEST_F(ServiceTest, PeerPullBetweenServers) {
   StartServer();
-  ServerConfig other_config;
-  other_config.port = 0;
-  other_config.devices = devices_;
-  auto other = RpcServer::Start(other_config);
-  ASSERT_TRUE(other.ok());
+  auto other = StartPeerServer();
+  ASSERT_TRUE(other.ok()) << other.status();
   auto other_stub = Connect((*other)->address());
   SessionStream src(other_stub.get(), "");
   SessionStream dst(stub_.get(), "");
@@ -613,11 +618,8 @@ TEST_F(ServiceTest, PeerPullBetweenServers) {
 // command failed, and when the source session closes first.
 TEST_F(ServiceTest, PeerPullWaitsAtTheSourceForItsCommand) {
   StartServer();
-  ServerConfig other_config;
-  other_config.port = 0;
-  other_config.devices = devices_;
-  auto other = RpcServer::Start(other_config);
-  ASSERT_TRUE(other.ok());
+  auto other = StartPeerServer();
+  ASSERT_TRUE(other.ok()) << other.status();
   auto other_stub = Connect((*other)->address());
   auto src = std::make_unique<SessionStream>(other_stub.get(), "");
   SessionStream dst(stub_.get(), "");
