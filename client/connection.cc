@@ -124,6 +124,13 @@ absl::Status Connection::Drain() {
   return session_->Drain();
 }
 
+absl::Status Connection::Flush() {
+  TG_RETURN_IF_ERROR(WaitUploads());
+  return session_->Flush();
+}
+
+bool Connection::orders_pulls() const { return hello_.protocol_minor() >= kMinorOrderedPull; }
+
 absl::Status Connection::QueueWrite(uint64_t buffer, uint64_t offset, const void* data,
                                     size_t size) {
   // Writes that no longer fit go out first: an upload still in flight to the same range

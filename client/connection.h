@@ -57,6 +57,11 @@ class Connection {
   absl::Status Post(Request request, ReplyHandler on_reply = nullptr, uint64_t* id = nullptr);
   absl::Status Drain();
   absl::Status WaitFor(uint64_t id) { return session_->WaitFor(id); }
+  // Waits for the uploads in flight, then sends the held batch and queued writes without
+  // waiting for replies (SessionChannel::Flush): every command up to last_sent_id() is sent.
+  absl::Status Flush();
+  // True when the server orders peer pulls (PeerPull.after, protocol minor 2).
+  bool orders_pulls() const;
   uint64_t last_sent_id() const { return session_->last_sent_id(); }
   bool has_queued_writes() const { return session_->has_queued_writes(); }
   // Commands in between go to the server as one Batch message (SessionChannel::BeginBatch).

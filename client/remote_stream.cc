@@ -1,5 +1,6 @@
 #include "client/remote_stream.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -78,11 +79,23 @@ absl::Status RemoteEvent::Synchronize() {
 RemoteStream::RemoteStream(RemoteDevice* device)
     : device_(device), compute_ns_(std::make_shared<std::atomic<int64_t>>(0)) {}
 
+RemoteStream::~RemoteStream() { (void)SendHeldPulls(); }
+
 Device* RemoteStream::device() const { return device_; }
 
-absl::Status RemoteStream::Synchronize() { return device_->connection()->Drain(); }
+absl::Status RemoteStream::SendHeldPulls() {
+  if (!pulls_held_) return absl::OkStatus();
+  pulls_held_ = false;
+  return device_->connection()->EndBatch();
+}
+
+absl::Status RemoteStream::Synchronize() {
+  TG_RETURN_IF_ERROR(SendHeldPulls());
+  return device_->connection()->Drain();
+}
 
 absl::Status RemoteStream::Compute(Graph& graph) {
+  TG_RETURN_IF_ERROR(SendHeldPulls());
   Connection* connection = device_->connection();
   auto locate = [&](const Tensor& t) -> absl::StatusOr<RemoteLocation> {
     TG_ASSIGN_OR_RETURN(RemoteBuffer * buffer, BufferOn(*device_, t));
@@ -148,6 +161,7 @@ absl::Status RemoteStream::Compute(Graph& graph) {
 }
 
 absl::Status RemoteStream::GetTensorAsync(const Tensor* t, void* data, size_t offset, size_t size) {
+  TG_RETURN_IF_ERROR(SendHeldPulls());
   Connection* connection = device_->connection();
   TG_ASSIGN_OR_RETURN(RemoteBuffer * buffer, BufferOn(*device_, *t));
   TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
@@ -169,14 +183,55 @@ absl::Status RemoteStream::CopyTensorAsync(const Tensor* src, Tensor* dst) {
   auto* from = dynamic_cast<RemoteBuffer*>(src->buffer);
   auto* to = dynamic_cast<RemoteBuffer*>(dst->buffer);
   Connection* connection = device_->connection();
-  if (from == nullptr || to == nullptr || from->connection() != connection ||
-      to->connection() != connection) {
-    return absl::UnimplementedError("async copy only between tensors of one rpc-server");
+  if (from == nullptr || to == nullptr || to->connection() != connection) {
+    return absl::UnimplementedError("async copy only between tensors of rpc-servers");
   }
-  return to->CopyFrom(src, dst);  // posts a Copy, which the server runs in order.
+  if (from->connection() == connection) {
+    TG_RETURN_IF_ERROR(SendHeldPulls());
+    return to->CopyFrom(src, dst);  // posts a Copy, which the server runs in order.
+  }
+  if (!OrdersPullsFrom(*from->connection())) {
+    return absl::UnimplementedError("async copy between servers needs ordered peer pulls");
+  }
+  return PostOrderedPull(*from, src, dst);
+}
+
+bool RemoteStream::OrdersPullsFrom(const Connection& source) const {
+  return source.orders_pulls() && device_->connection()->orders_pulls();
+}
+
+absl::Status RemoteStream::PostOrderedPull(RemoteBuffer& from, const Tensor* src, Tensor* dst) {
+  const size_t bytes = src->NumBytes();
+  if (bytes != dst->NumBytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("remote copy: ", bytes, " bytes into ", dst->NumBytes()));
+  }
+  TG_RETURN_IF_ERROR(CheckTensorRange(*src, 0, bytes));
+  TG_RETURN_IF_ERROR(CheckTensorRange(*dst, 0, bytes));
+  auto* to = static_cast<RemoteBuffer*>(dst->buffer);
+  Connection* source = from.connection();
+  // The command the pull waits for at the source may still be held here: send it.
+  TG_RETURN_IF_ERROR(source->Flush());
+  TG_ASSIGN_OR_RETURN(std::string grant, source->PeerReadGrant(from.handle()));
+  pb::SessionRequest request;
+  pb::PeerPull* p = request.mutable_peer_pull();
+  p->set_endpoint(source->endpoint());
+  p->set_grant(std::move(grant));
+  p->set_src_offset(from.OffsetOf(*src));
+  p->set_size(bytes);
+  p->set_dst_buffer(to->handle());
+  p->set_dst_offset(to->OffsetOf(*dst));
+  auto waited = waited_.find(source);
+  p->set_after(waited == waited_.end() ? 0 : waited->second);
+  if (!pulls_held_) {
+    device_->connection()->BeginBatch();
+    pulls_held_ = true;
+  }
+  return device_->connection()->Post(std::move(request));
 }
 
 absl::Status RemoteStream::RecordEvent(Event* event) {
+  TG_RETURN_IF_ERROR(SendHeldPulls());
   auto* e = dynamic_cast<RemoteEvent*>(event);
   if (e == nullptr || e->connection() != device_->connection()) {
     return absl::InvalidArgumentError(
@@ -187,15 +242,30 @@ absl::Status RemoteStream::RecordEvent(Event* event) {
 }
 
 absl::Status RemoteStream::WaitEvent(Event* event) {
+  TG_RETURN_IF_ERROR(SendHeldPulls());
   auto* e = dynamic_cast<RemoteEvent*>(event);
   if (e == nullptr) return absl::UnimplementedError("waits only for events of rpc-servers");
   if (e->connection() == device_->connection()) return absl::OkStatus();
+  // Another server's work reaches this one's memory only through a copy: an ordered pull
+  // (CopyTensorAsync) waits for it at the source, a copy through the client reads it behind
+  // it. So with ordered pulls on both sides nothing needs to wait here.
+  if (OrdersPullsFrom(*e->connection())) {
+    uint64_t& waited = waited_[e->connection()];
+    waited = std::max(waited, e->id());
+    return absl::OkStatus();
+  }
   return e->Synchronize();
 }
 
-void RemoteStream::BeginBatch() { device_->connection()->BeginBatch(); }
+void RemoteStream::BeginBatch() {
+  (void)SendHeldPulls();  // an error stays on the connection for the next wait.
+  device_->connection()->BeginBatch();
+}
 
-absl::Status RemoteStream::EndBatch() { return device_->connection()->EndBatch(); }
+absl::Status RemoteStream::EndBatch() {
+  TG_RETURN_IF_ERROR(SendHeldPulls());
+  return device_->connection()->EndBatch();
+}
 
 StreamStats RemoteStream::stats() const {
   StreamStats s;

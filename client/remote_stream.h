@@ -9,11 +9,13 @@
 #include <atomic>
 #include <memory>
 
+#include "absl/container/flat_hash_map.h"
 #include "client/connection.h"
 #include "core/backend.h"
 
 namespace tg::rpc {
 
+class RemoteBuffer;
 class RemoteDevice;
 
 // A point in one connection's command stream: it has happened when the reply of the last
@@ -25,6 +27,7 @@ class RemoteEvent : public Event {
 
   Connection* connection() const { return connection_; }
   void Record(uint64_t id) { id_ = id; }
+  uint64_t id() const { return id_; }
 
  private:
   Connection* connection_;
@@ -34,6 +37,7 @@ class RemoteEvent : public Event {
 class RemoteStream : public Stream {
  public:
   explicit RemoteStream(RemoteDevice* device);
+  ~RemoteStream() override;
 
   Device* device() const override;
   absl::Status Synchronize() override;
@@ -41,11 +45,16 @@ class RemoteStream : public Stream {
   // `data` is filled when an event recorded after this call has happened (or at
   // Synchronize); it must stay valid until then.
   absl::Status GetTensorAsync(const Tensor* t, void* data, size_t offset, size_t size) override;
-  // Between two tensors of the same server (the server copies); otherwise UNIMPLEMENTED.
+  // Between two tensors of the same server (the server copies), or from another server that,
+  // like this one, orders peer pulls (protocol minor 2): a PeerPull posted at once that
+  // waits at the source for the source's command this stream last waited for (WaitEvent;
+  // PeerPull.after), so neither the client nor this server waits for the source's reply.
+  // Consecutive pulls go in one message and run at the same time there. Otherwise
+  // UNIMPLEMENTED (the caller copies through the host).
   absl::Status CopyTensorAsync(const Tensor* src, Tensor* dst) override;
   absl::Status RecordEvent(Event* event) override;
-  // Free for an event of the same server (its commands run in order); the host waits for
-  // one of another server.
+  // Free for an event of the same server (its commands run in order) and for one of a
+  // server both order pulls with (the copies carry the order); otherwise the host waits.
   absl::Status WaitEvent(Event* event) override;
   // Commands in between go to the server as one message (SessionChannel::BeginBatch).
   void BeginBatch() override;
@@ -55,6 +64,12 @@ class RemoteStream : public Stream {
  private:
   struct PendingOutputs;
 
+  bool OrdersPullsFrom(const Connection& source) const;
+  absl::Status PostOrderedPull(RemoteBuffer& from, const Tensor* src, Tensor* dst);
+  // Consecutive ordered pulls are held in one batch, which the server runs at the same time;
+  // anything else this stream does sends them first.
+  absl::Status SendHeldPulls();
+
   RemoteDevice* device_;
   // Server-side time; written by reply handlers, which run on whichever thread drains.
   std::shared_ptr<std::atomic<int64_t>> compute_ns_;
@@ -62,6 +77,11 @@ class RemoteStream : public Stream {
   // The outputs the last Compute asked for inline, and its request id.
   std::shared_ptr<PendingOutputs> last_outputs_;
   uint64_t last_compute_id_ = 0;
+  bool pulls_held_ = false;  // a batch of this stream's pulls is open on the connection.
+  // Per other server: the latest command of its that this stream waited for (WaitEvent);
+  // a pull from it waits there for that command (PeerPull.after). Without a wait, the
+  // caller has synchronized the source itself and the pull need not wait.
+  absl::flat_hash_map<const Connection*, uint64_t> waited_;
 };
 
 // Outputs up to this many bytes in total come back with the Compute reply.

@@ -277,6 +277,13 @@ absl::Status SessionChannel::Drain() {
   return DrainLocked();
 }
 
+absl::Status SessionChannel::Flush() {
+  absl::MutexLock lock(&mu_);
+  if (!broken_.ok()) return broken_;
+  TG_RETURN_IF_ERROR(FlushWritesLocked());
+  return SendBatchLocked();
+}
+
 absl::Status SessionChannel::DrainIfBusy() {
   absl::MutexLock lock(&mu_);
   if (!broken_.ok()) return broken_;

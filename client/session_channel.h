@@ -68,6 +68,9 @@ class SessionChannel {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Waits for every posted command (sending the held batch and the queued writes first).
   absl::Status Drain() ABSL_LOCKS_EXCLUDED(mu_);
+  // Sends the held batch and the queued writes without waiting for any reply, so that every
+  // command up to last_sent_id() is on its way (another server may wait there for one).
+  absl::Status Flush() ABSL_LOCKS_EXCLUDED(mu_);
   // Drain when commands are in flight or writes queued; otherwise only returns the broken
   // state (an error kept for a later command stays kept).
   absl::Status DrainIfBusy() ABSL_LOCKS_EXCLUDED(mu_);

@@ -57,7 +57,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> PeerClient::ChannelFor(const std:
 
 absl::Status PeerClient::Pull(const std::string& endpoint, const std::string& grant,
                               uint64_t src_offset, uint64_t size, SessionBuffer& dst,
-                              uint64_t dst_offset) {
+                              uint64_t dst_offset, uint64_t after) {
   if (endpoint.empty() || endpoint.size() > kMaxEndpointChars) {
     return absl::InvalidArgumentError("peer_pull: endpoint must be host:port");
   }
@@ -74,6 +74,7 @@ absl::Status PeerClient::Pull(const std::string& endpoint, const std::string& gr
   req.set_grant(grant);
   req.set_offset(src_offset);
   req.set_size(size);
+  req.set_after(after);
   std::unique_ptr<grpc::ClientReader<pb::DataChunk>> reader = stub->PeerCopy(&ctx, req);
   pb::DataChunk chunk;
   uint64_t received = 0;

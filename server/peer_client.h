@@ -43,8 +43,9 @@ class PeerClient {
   // PERMISSION_DENIED when the endpoint is not an allowed peer (no connection is made);
   // UNAVAILABLE "peer unreachable: ENDPOINT" when it cannot be reached or does not speak the
   // protocol (the transport's details go to the server's log, not to the client).
+  // `after` (0: none) is the source session's command the bytes must wait for there.
   absl::Status Pull(const std::string& endpoint, const std::string& grant, uint64_t src_offset,
-                    uint64_t size, SessionBuffer& dst, uint64_t dst_offset)
+                    uint64_t size, SessionBuffer& dst, uint64_t dst_offset, uint64_t after = 0)
       ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

@@ -17,6 +17,7 @@
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/random_id.h"
+#include "server/reply_sequencer.h"
 #include "server/upload_sink.h"
 
 namespace tg::server {
@@ -202,12 +203,17 @@ grpc::Status TensorGridService::Session(
   started.set_id(0);
   started.mutable_started()->set_session_id(id);
   if (stream->Write(started)) {
-    pb::SessionRequest request;
-    while (stream->Read(&request)) {
-      if (!session->Serve(request, [&](const pb::SessionReply& r) { return stream->Write(r); })) {
-        break;
-      }
+    // Replies leave from whichever thread finishes a command (the session's device lanes),
+    // in request order, while this thread reads on: gRPC allows one Read beside one Write.
+    ReplySequencer replies([stream](const pb::SessionReply& r) { return stream->Write(r); },
+                           session->progress());
+    auto request = std::make_shared<pb::SessionRequest>();
+    while (replies.ok() && stream->Read(request.get())) {
+      session->Post(std::move(request), &replies);
+      request = std::make_shared<pb::SessionRequest>();
     }
+    session->Quiesce();  // nothing may write to the stream once this handler returns.
+    replies.WaitSent();
   }
   {
     absl::MutexLock lock(&mu_);
@@ -302,6 +308,16 @@ grpc::Status TensorGridService::PeerCopy(grpc::ServerContext* context,
   std::shared_ptr<SessionBuffer> buf = grants_.Find(request->grant());
   if (buf == nullptr) {
     return Error(grpc::StatusCode::NOT_FOUND, "peer copy: unknown or revoked grant");
+  }
+  if (request->after() != 0) {
+    // The bytes are what the granting session's command `after` writes: wait for it there.
+    if (buf->progress() == nullptr) {
+      return Error(grpc::StatusCode::FAILED_PRECONDITION, "peer copy: the buffer has no session");
+    }
+    const absl::Status done =
+        buf->progress()->WaitFor(request->after(), absl::FromChrono(context->deadline()),
+                                 [context] { return context->IsCancelled(); });
+    if (!done.ok()) return ToGrpc(done);
   }
   uint64_t sent = 0;
   grpc::Status st = StreamRange(*buf, request->offset(), request->size(), context, writer, &sent);

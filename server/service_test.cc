@@ -218,6 +218,14 @@ class ServiceTest : public ::testing::Test {
     EXPECT_TRUE(s.Close().ok());
   }
 
+  // A second server on the same devices, for peer copies.
+  absl::StatusOr<std::unique_ptr<RpcServer>> StartPeerServer() {
+    ServerConfig config;
+    config.port = 0;
+    config.devices = devices_;
+    return RpcServer::Start(config);
+  }
+
   std::vector<Device*> devices_;
   std::filesystem::path cache_dir_;
   std::unique_ptr<RpcServer> server_;
@@ -564,11 +572,8 @@ TEST_F(ServiceTest, SessionMemoryLimit) {
 
 TEST_F(ServiceTest, PeerPullBetweenServers) {
   StartServer();
-  ServerConfig other_config;
-  other_config.port = 0;
-  other_config.devices = devices_;
-  auto other = RpcServer::Start(other_config);
-  ASSERT_TRUE(other.ok());
+  auto other = StartPeerServer();
+  ASSERT_TRUE(other.ok()) << other.status();
   auto other_stub = Connect((*other)->address());
   SessionStream src(other_stub.get(), "");
   SessionStream dst(stub_.get(), "");
@@ -605,6 +610,66 @@ TEST_F(ServiceTest, PeerPullBetweenServers) {
   ASSERT_EQ(src.Call(FreeRequest(3, hs)).code(), 0);
   pull->set_grant(grant);
   EXPECT_EQ(dst.Call(p).code(), static_cast<int>(absl::StatusCode::kNotFound));
+  ExpectHealthy();
+}
+
+// A pull naming a command of the source session (PeerPull.after) reads what that command
+// wrote, however early it arrives: the source's PeerCopy waits for it. It fails when that
+// command failed, and when the source session closes first.
+TEST_F(ServiceTest, PeerPullWaitsAtTheSourceForItsCommand) {
+  StartServer();
+  auto other = StartPeerServer();
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto other_stub = Connect((*other)->address());
+  auto src = std::make_unique<SessionStream>(other_stub.get(), "");
+  SessionStream dst(stub_.get(), "");
+  constexpr uint64_t kBytes = 64;
+  const uint64_t hs = src->Call(AllocRequest(1, 0, kBytes)).alloc_buffer().buffer();
+  pb::SessionRequest g;
+  g.set_id(2);
+  g.mutable_grant_peer_read()->set_buffer(hs);
+  const std::string grant = src->Call(g).grant().grant();
+  const uint64_t hd = dst.Call(AllocRequest(1, 1, kBytes)).alloc_buffer().buffer();
+  auto pull_after = [&](uint64_t id, uint64_t after) {
+    pb::SessionRequest p;
+    p.set_id(id);
+    pb::PeerPull* pull = p.mutable_peer_pull();
+    pull->set_endpoint((*other)->address());
+    pull->set_grant(grant);
+    pull->set_size(kBytes);
+    pull->set_dst_buffer(hd);
+    pull->set_after(after);
+    return p;
+  };
+  const std::string first(kBytes, 'a'), second(kBytes, 'b');
+  std::atomic<bool> pulled{false};
+  pb::SessionReply reply;
+  std::thread puller([&] {
+    reply = dst.Call(pull_after(2, 4));  // the source's command 4 is not even sent yet.
+    pulled = true;
+  });
+  // Long enough for a pull that does not wait to have copied the zeros.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(pulled.load());
+  ASSERT_EQ(src->Call(WriteRequest(3, hs, 0, first)).code(), 0);
+  ASSERT_EQ(src->Call(WriteRequest(4, hs, 0, second)).code(), 0);
+  puller.join();
+  ASSERT_EQ(reply.code(), 0) << reply.message();
+  grpc::Status st;
+  EXPECT_EQ(Download(stub_.get(), "", dst.id(), hd, 0, kBytes, &st), second);
+  // Command 5 fails (out of range): a pull after it fails too, naming it.
+  EXPECT_NE(src->Call(WriteRequest(5, hs, 1, second)).code(), 0);
+  reply = dst.Call(pull_after(3, 5));
+  EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_TRUE(absl::StrContains(reply.message(), "source command 5 failed")) << reply.message();
+  // A pull waiting for a command that never comes ends when the source session does.
+  std::thread closer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    src.reset();
+  });
+  reply = dst.Call(pull_after(4, 100));
+  closer.join();
+  EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kAborted)) << reply.message();
   ExpectHealthy();
 }
 

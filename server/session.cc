@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -53,15 +54,37 @@ absl::StatusOr<uint8_t> ByteValue(uint32_t value) {
 // See log_id().
 constexpr size_t kLoggedIdChars = 8;
 
+// One lane per distinct device: indices that name the same Device share its lane, since
+// its buffers may then be used by either index's commands.
+std::vector<int> LanesOf(const std::vector<Device*>& devices) {
+  std::vector<int> lanes(devices.size());
+  for (size_t i = 0; i < devices.size(); ++i) {
+    lanes[i] = static_cast<int>(i);
+    for (size_t j = 0; j < i; ++j) {
+      if (devices[j] == devices[i]) {
+        lanes[i] = lanes[j];
+        break;
+      }
+    }
+  }
+  return lanes;
+}
+
 }  // namespace
 
 Session::Session(std::string id, SessionEnv env)
     : id_(std::move(id)),
       env_(std::move(env)),
       handle_key_(env_.predictable_handles ? 0 : RandomU64()),
-      handle_mult_(env_.predictable_handles ? 1 : RandomU64() | 1) {}
+      handle_mult_(env_.predictable_handles ? 1 : RandomU64() | 1),
+      lane_of_(LanesOf(env_.devices)),
+      streams_(env_.devices.size()),
+      progress_(std::make_shared<CommandProgress>()),
+      lanes_(static_cast<int>(env_.devices.size())) {}
 
 Session::~Session() {
+  lanes_.Drain();      // nothing may run on what goes below.
+  progress_->Close();  // peers waiting for a command of ours stop waiting.
   absl::MutexLock lock(&handle_mu_);
   graphs_.clear();  // they point into the buffers.
   streams_.clear();
@@ -113,87 +136,213 @@ absl::StatusOr<Device*> Session::DeviceAt(uint32_t index) const {
 }
 
 absl::StatusOr<Stream*> Session::StreamFor(uint32_t device) {
-  auto it = streams_.find(device);
-  if (it != streams_.end()) return it->second.get();
   TG_ASSIGN_OR_RETURN(Device * d, DeviceAt(device));
-  TG_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, d->CreateStream());
-  Stream* raw = stream.get();
-  streams_[device] = std::move(stream);
-  return raw;
+  std::unique_ptr<Stream>& stream = streams_[device];
+  if (stream == nullptr) {
+    TG_ASSIGN_OR_RETURN(stream, d->CreateStream());
+  }
+  return stream.get();
 }
 
-pb::SessionReply Session::Handle(const pb::SessionRequest& request) {
-  absl::MutexLock lock(&handle_mu_);
-  pb::SessionReply reply;
-  reply.set_id(request.id());
-  absl::Status status;
-  if (request.id() == 0) {
-    status = absl::InvalidArgumentError("request id must be > 0");
-  } else {
-    status = DoCommand(request, &reply);
-  }
+void Session::Finish(const pb::SessionRequest& command, const absl::Status& status,
+                     pb::SessionReply* reply) const {
   if (!status.ok()) {
     if (LogEnabled(LogLevel::kDebug)) {
       kServerLog.Debug("command failed", {{"session", log_id()},
-                                          {"request", request.id()},
-                                          {"command", static_cast<int>(request.command_case())},
+                                          {"request", command.id()},
+                                          {"command", static_cast<int>(command.command_case())},
                                           {"code", absl::StatusCodeToString(status.code())},
                                           {"error", status.message()}});
     }
-    reply.clear_result();
-    reply.set_code(static_cast<int32_t>(status.code()));
-    reply.set_message(std::string(status.message()));
+    reply->clear_result();
+    reply->set_code(static_cast<int32_t>(status.code()));
+    reply->set_message(std::string(status.message()));
   }
   if (env_.metrics != nullptr) env_.metrics->Request(static_cast<int>(status.code()));
-  return reply;
+}
+
+void Session::Dispatch(std::shared_ptr<const pb::SessionRequest> message,
+                       const pb::SessionRequest& command, ReplySequencer* replies,
+                       ReplySequencer::Group* group, int i) {
+  pb::SessionReply reply;
+  reply.set_id(command.id());
+  absl::StatusOr<Work> work = command.id() == 0
+                                  ? absl::InvalidArgumentError("request id must be > 0")
+                                  : Prepare(command, &reply);
+  if (!work.ok() || work->lanes.empty() || !parallel_) {
+    // Done by its checks, or a one-device session: no hand-off.
+    const absl::Status status = work.ok() && work->run ? work->run(&reply) : work.status();
+    Finish(command, status, &reply);
+    replies->Fill(group, i, std::move(reply));
+    return;
+  }
+  std::vector<int> lanes = std::move(work->lanes);
+  lanes_.Submit(std::move(lanes), [this, message = std::move(message), &command, replies, group, i,
+                                   run = std::move(work->run), reply = std::move(reply)]() mutable {
+    const absl::Status status = run(&reply);
+    run = nullptr;  // the buffers it held go before the reply says the command is done.
+    Finish(command, status, &reply);
+    replies->Fill(group, i, std::move(reply));
+  });
+}
+
+void Session::Post(std::shared_ptr<const pb::SessionRequest> request, ReplySequencer* replies) {
+  absl::MutexLock lock(&handle_mu_);
+  if (!request->has_batch()) {
+    ReplySequencer::Group* group = replies->Open(request->id(), /*batch=*/false, 1);
+    Dispatch(request, *request, replies, group, 0);
+    return;
+  }
+  const auto& commands = request->batch().commands();
+  ReplySequencer::Group* group = replies->Open(request->id(), /*batch=*/true, commands.size());
+  for (int i = 0; i < commands.size();) {
+    const int n = PullRun(*request, i);
+    if (n > 1) {
+      DispatchPulls(request, i, n, replies, group);
+    } else {
+      Dispatch(request, commands[i], replies, group, i);
+    }
+    i += std::max(n, 1);
+  }
+}
+
+int Session::PullRun(const pb::SessionRequest& batch, int first) const {
+  const auto& commands = batch.batch().commands();
+  int n = 0;
+  while (first + n < commands.size() && n < kMaxPullsAtOnce) {
+    const pb::SessionRequest& c = commands[first + n];
+    if (!c.has_peer_pull() || c.id() == 0) break;
+    const pb::PeerPull& p = c.peer_pull();
+    // Pulls into overlapping bytes keep their order (the later one wins).
+    for (int k = first; k < first + n; ++k) {
+      const pb::PeerPull& q = commands[k].peer_pull();
+      if (q.dst_buffer() == p.dst_buffer() && q.dst_offset() < p.dst_offset() + p.size() &&
+          p.dst_offset() < q.dst_offset() + q.size()) {
+        return n;
+      }
+    }
+    ++n;
+  }
+  return n;
+}
+
+void Session::DispatchPulls(std::shared_ptr<const pb::SessionRequest> message, int first, int n,
+                            ReplySequencer* replies, ReplySequencer::Group* group) {
+  struct Pull {
+    const pb::SessionRequest* command;
+    int slot;
+    pb::SessionReply reply;
+    Work work;
+  };
+  std::vector<Pull> pulls;
+  std::vector<int> lanes;
+  for (int i = first; i < first + n; ++i) {
+    const pb::SessionRequest& command = message->batch().commands(i);
+    pb::SessionReply reply;
+    reply.set_id(command.id());
+    absl::StatusOr<Work> work = Prepare(command, &reply);
+    if (!work.ok()) {
+      Finish(command, work.status(), &reply);
+      replies->Fill(group, i, std::move(reply));
+      continue;
+    }
+    lanes.insert(lanes.end(), work->lanes.begin(), work->lanes.end());
+    pulls.push_back({&command, i, std::move(reply), *std::move(work)});
+  }
+  if (pulls.empty()) return;
+  // Each pull waits on its peer, not on the others: all at once, each on its own thread.
+  auto run = [this, message = std::move(message), replies, group,
+              pulls = std::move(pulls)]() mutable {
+    std::vector<absl::Status> status(pulls.size());
+    std::vector<std::thread> threads;
+    for (size_t k = 1; k < pulls.size(); ++k) {
+      threads.emplace_back([&, k] { status[k] = pulls[k].work.run(&pulls[k].reply); });
+    }
+    status[0] = pulls[0].work.run(&pulls[0].reply);
+    for (std::thread& t : threads) t.join();
+    for (size_t k = 0; k < pulls.size(); ++k) {
+      pulls[k].work.run = nullptr;
+      Finish(*pulls[k].command, status[k], &pulls[k].reply);
+      replies->Fill(group, pulls[k].slot, std::move(pulls[k].reply));
+    }
+  };
+  if (!parallel_) {
+    run();
+  } else {
+    lanes_.Submit(std::move(lanes), std::move(run));
+  }
+}
+
+void Session::Quiesce() { lanes_.Drain(); }
+
+pb::SessionReply Session::Handle(const pb::SessionRequest& request) {
+  pb::SessionReply out;
+  ReplySequencer replies(
+      [&](const pb::SessionReply& reply) {
+        out = reply;
+        return true;
+      },
+      progress_.get());
+  auto message = std::make_shared<const pb::SessionRequest>(request);
+  {
+    absl::MutexLock lock(&handle_mu_);
+    // Even a batch is one command here, which Prepare refuses.
+    Dispatch(message, *message, &replies, replies.Open(request.id(), /*batch=*/false, 1), 0);
+  }
+  replies.WaitSent();
+  return out;
 }
 
 bool Session::Serve(const pb::SessionRequest& request,
                     absl::FunctionRef<bool(const pb::SessionReply&)> send) {
-  if (!request.has_batch()) return send(Handle(request));
-  pb::SessionReply group;  // an empty batch gets an empty BatchReply.
-  group.set_id(request.id());
-  pb::BatchReply* replies = group.mutable_batch();
-  size_t group_bytes = 0;
-  for (const pb::SessionRequest& command : request.batch().commands()) {
-    pb::SessionReply reply = Handle(command);
-    const size_t bytes = reply.ByteSizeLong();
-    if (group_bytes > 0 && group_bytes + bytes > kMaxBatchReplyBytes) {
-      if (!send(group)) return false;
-      replies->clear_replies();
-      group_bytes = 0;
-    }
-    *replies->add_replies() = std::move(reply);
-    group_bytes += bytes;
-  }
-  return send(group);
+  ReplySequencer replies([&](const pb::SessionReply& reply) { return send(reply); },
+                         progress_.get());
+  Post(std::make_shared<const pb::SessionRequest>(request), &replies);
+  replies.WaitSent();
+  return replies.ok();
 }
 
-absl::Status Session::DoCommand(const pb::SessionRequest& req, pb::SessionReply* reply) {
+Session::Work Session::OnLaneOf(const SessionBuffer& buf,
+                                absl::AnyInvocable<absl::Status(pb::SessionReply*)> run) const {
+  Work work;
+  work.lanes.push_back(lane_of_[buf.device_index()]);
+  work.run = std::move(run);
+  return work;
+}
+
+absl::StatusOr<Session::Work> Session::Prepare(const pb::SessionRequest& req,
+                                               pb::SessionReply* reply) {
   switch (req.command_case()) {
     case pb::SessionRequest::kAllocBuffer:
-      return Alloc(req.alloc_buffer(), reply->mutable_alloc_buffer());
+      TG_RETURN_IF_ERROR(Alloc(req.alloc_buffer(), reply->mutable_alloc_buffer()));
+      return Work{};
     case pb::SessionRequest::kFreeBuffer:
-      return Free(req.free_buffer().buffer());
+      TG_RETURN_IF_ERROR(Free(req.free_buffer().buffer()));
+      return Work{};
     case pb::SessionRequest::kClearBuffer: {
       TG_ASSIGN_OR_RETURN(uint8_t value, ByteValue(req.clear_buffer().value()));
       TG_ASSIGN_OR_RETURN(auto buf, FindBuffer(req.clear_buffer().buffer()));
-      return buf->Memset(0, value, buf->size());
+      return OnLaneOf(
+          *buf, [buf, value](pb::SessionReply*) { return buf->Memset(0, value, buf->size()); });
     }
     case pb::SessionRequest::kWrite: {
       const pb::WriteRange& w = req.write();
       TG_RETURN_IF_ERROR(CheckInline(w.data().size(), "write"));
       TG_ASSIGN_OR_RETURN(auto buf, FindBuffer(w.buffer()));
-      return buf->Write(w.offset(), w.data().data(), w.data().size());
+      return OnLaneOf(*buf, [buf, &w](pb::SessionReply*) {
+        return buf->Write(w.offset(), w.data().data(), w.data().size());
+      });
     }
     case pb::SessionRequest::kRead: {
       const pb::Range& r = req.read().range();
       TG_RETURN_IF_ERROR(CheckInline(r.size(), "read"));
       TG_ASSIGN_OR_RETURN(auto buf, FindBuffer(r.buffer()));
       TG_RETURN_IF_ERROR(buf->CheckRange(r.offset(), r.size()));
-      std::string* data = reply->mutable_read()->mutable_data();
-      data->resize(r.size());
-      return buf->Read(r.offset(), data->data(), r.size());
+      return OnLaneOf(*buf, [buf, &r](pb::SessionReply* reply) {
+        std::string* data = reply->mutable_read()->mutable_data();
+        data->resize(r.size());
+        return buf->Read(r.offset(), data->data(), r.size());
+      });
     }
     case pb::SessionRequest::kWriteRows: {
       const pb::WriteRows& w = req.write_rows();
@@ -205,44 +354,58 @@ absl::Status Session::DoCommand(const pb::SessionRequest& req, pb::SessionReply*
                             w.data().size(), r.n_rows, r.row_size, r.n_rows * r.row_size));
       }
       TG_ASSIGN_OR_RETURN(auto buf, FindBuffer(w.rows().buffer()));
-      return buf->WriteRows(r, w.data().data());
+      return OnLaneOf(
+          *buf, [buf, r, &w](pb::SessionReply*) { return buf->WriteRows(r, w.data().data()); });
     }
     case pb::SessionRequest::kReadRows: {
       TG_ASSIGN_OR_RETURN(const StridedRange r, WireRows(req.read_rows().rows(), "read_rows"));
       TG_ASSIGN_OR_RETURN(auto buf, FindBuffer(req.read_rows().rows().buffer()));
       TG_RETURN_IF_ERROR(buf->CheckRows(r));
-      std::string* data = reply->mutable_read()->mutable_data();
-      data->resize(r.n_rows * r.row_size);
-      return buf->ReadRows(r, data->data());
+      return OnLaneOf(*buf, [buf, r](pb::SessionReply* reply) {
+        std::string* data = reply->mutable_read()->mutable_data();
+        data->resize(r.n_rows * r.row_size);
+        return buf->ReadRows(r, data->data());
+      });
     }
     case pb::SessionRequest::kMemset: {
       const pb::Range& r = req.memset().range();
       TG_ASSIGN_OR_RETURN(uint8_t value, ByteValue(req.memset().value()));
       TG_ASSIGN_OR_RETURN(auto buf, FindBuffer(r.buffer()));
-      return buf->Memset(r.offset(), value, r.size());
+      return OnLaneOf(*buf, [buf, &r, value](pb::SessionReply*) {
+        return buf->Memset(r.offset(), value, r.size());
+      });
     }
     case pb::SessionRequest::kCopy: {
       const pb::CopyRange& c = req.copy();
       TG_ASSIGN_OR_RETURN(auto src, FindBuffer(c.src().buffer()));
       TG_ASSIGN_OR_RETURN(auto dst, FindBuffer(c.dst_buffer()));
-      return SessionBuffer::Copy(*src, c.src().offset(), *dst, c.dst_offset(), c.src().size());
+      // Between two devices: both lanes, so that it follows the work of each.
+      Work work = OnLaneOf(*src, [src, dst, &c](pb::SessionReply*) {
+        return SessionBuffer::Copy(*src, c.src().offset(), *dst, c.dst_offset(), c.src().size());
+      });
+      work.lanes.push_back(lane_of_[dst->device_index()]);
+      return work;
     }
     case pb::SessionRequest::kCompute:
-      return RunCompute(req.compute(), reply->mutable_compute());
+      return PrepareCompute(req.compute());
     case pb::SessionRequest::kGrantPeerRead:
-      return Grant(req.grant_peer_read().buffer(), reply->mutable_grant());
+      TG_RETURN_IF_ERROR(Grant(req.grant_peer_read().buffer(), reply->mutable_grant()));
+      return Work{};
     case pb::SessionRequest::kPeerPull: {
       const pb::PeerPull& p = req.peer_pull();
       if (env_.peers == nullptr) return absl::UnimplementedError("peer_pull is not enabled");
       TG_ASSIGN_OR_RETURN(auto dst, FindBuffer(p.dst_buffer()));
-      return env_.peers->Pull(p.endpoint(), p.grant(), p.src_offset(), p.size(), *dst,
-                              p.dst_offset());
+      PeerClient* peers = env_.peers;
+      return OnLaneOf(*dst, [peers, dst, &p](pb::SessionReply*) {
+        return peers->Pull(p.endpoint(), p.grant(), p.src_offset(), p.size(), *dst, p.dst_offset(),
+                           p.after());
+      });
     }
     case pb::SessionRequest::kCacheStats: {
       pb::CacheStatsReply* stats = reply->mutable_cache_stats();
       stats->set_uploaded_bytes(uploaded_bytes_.load());
       stats->set_cache_hit_bytes(cache_hit_bytes_.load());
-      return absl::OkStatus();
+      return Work{};
     }
     case pb::SessionRequest::kBatch:
       return absl::InvalidArgumentError("a batch may not hold a batch");
@@ -291,11 +454,12 @@ absl::Status Session::Alloc(const pb::AllocBuffer& cmd, pb::AllocBufferReply* re
   reservation.Commit();  // Free gives the bytes back.
   Metrics* metrics = env_.metrics;
   if (metrics != nullptr) metrics->BufferAllocated(size);
-  auto entry = std::make_shared<SessionBuffer>(std::move(*buffer), static_cast<int>(cmd.device()),
-                                               size, [metrics](uint64_t bytes) {
-                                                 if (metrics != nullptr)
-                                                   metrics->BufferFreed(bytes);
-                                               });
+  auto entry = std::make_shared<SessionBuffer>(
+      std::move(*buffer), static_cast<int>(cmd.device()), size,
+      [metrics](uint64_t bytes) {
+        if (metrics != nullptr) metrics->BufferFreed(bytes);
+      },
+      progress_);
   uint64_t handle;
   {
     absl::MutexLock lock(&table_mu_);
@@ -304,6 +468,11 @@ absl::Status Session::Alloc(const pb::AllocBuffer& cmd, pb::AllocBufferReply* re
   }
   reply->set_buffer(handle);
   reply->set_size(size);
+  // From the first buffer on a second device on, devices get their lanes. Commands before
+  // ran (and finished) on the calling thread, so the order holds across the switch.
+  const int lane = lane_of_[cmd.device()];
+  if (first_lane_ < 0) first_lane_ = lane;
+  if (lane != first_lane_) parallel_ = true;
   return absl::OkStatus();
 }
 
@@ -325,8 +494,8 @@ absl::Status Session::Free(uint64_t handle) {
     grants_.erase(g);
   }
   // Cached graphs that point into this buffer go too.
-  graphs_.remove_if([handle](const CachedGraph& c) {
-    return std::binary_search(c.graph->handles.begin(), c.graph->handles.end(), handle);
+  graphs_.remove_if([handle](const std::shared_ptr<CachedGraph>& c) {
+    return std::binary_search(c->graph->handles.begin(), c->graph->handles.end(), handle);
   });
   return absl::OkStatus();  // the memory goes when the last in-flight stream lets go.
 }
@@ -340,32 +509,39 @@ absl::Status Session::Grant(uint64_t handle, pb::GrantPeerReadReply* reply) {
   return absl::OkStatus();
 }
 
-absl::Status Session::RunCompute(const pb::Compute& cmd, pb::ComputeReply* reply) {
-  TG_ASSIGN_OR_RETURN(Device * device, DeviceAt(cmd.device()));
-  DecodedGraph* graph = nullptr;
-  if (cmd.has_graph()) {
-    BufferResolver resolve = [this](uint64_t handle) -> absl::StatusOr<ResolvedBuffer> {
-      TG_ASSIGN_OR_RETURN(std::shared_ptr<SessionBuffer> buf, FindBuffer(handle));
-      return ResolvedBuffer{buf->buffer(), buf->size()};
-    };
-    TG_ASSIGN_OR_RETURN(std::unique_ptr<DecodedGraph> decoded,
-                        DecodeGraph(cmd.graph(), device, resolve));
-    graphs_.remove_if(
-        [&](const CachedGraph& c) { return c.device == cmd.device() && c.key == cmd.graph_key(); });
-    graphs_.push_front({cmd.device(), cmd.graph_key(), std::move(decoded)});
-    while (graphs_.size() > kGraphCacheSize) graphs_.pop_back();
-    graph = graphs_.front().graph.get();
-  } else {
-    auto it = std::find_if(graphs_.begin(), graphs_.end(), [&](const CachedGraph& c) {
-      return c.device == cmd.device() && c.key == cmd.graph_key();
-    });
+absl::StatusOr<std::shared_ptr<Session::CachedGraph>> Session::GraphFor(const pb::Compute& cmd) {
+  auto same = [&](const std::shared_ptr<CachedGraph>& c) {
+    return c->device == cmd.device() && c->key == cmd.graph_key();
+  };
+  if (!cmd.has_graph()) {
+    auto it = std::find_if(graphs_.begin(), graphs_.end(), same);
     if (it == graphs_.end()) {
       return absl::FailedPreconditionError(
           absl::StrFormat("graph not cached (key %#x); send it again", cmd.graph_key()));
     }
     graphs_.splice(graphs_.begin(), graphs_, it);
-    graph = graphs_.front().graph.get();
+    return graphs_.front();
   }
+  TG_ASSIGN_OR_RETURN(Device * device, DeviceAt(cmd.device()));
+  auto cached = std::make_shared<CachedGraph>();
+  BufferResolver resolve = [&](uint64_t handle) -> absl::StatusOr<ResolvedBuffer> {
+    TG_ASSIGN_OR_RETURN(std::shared_ptr<SessionBuffer> buf, FindBuffer(handle));
+    const ResolvedBuffer resolved{buf->buffer(), buf->size()};
+    cached->buffers.push_back(std::move(buf));
+    return resolved;
+  };
+  TG_ASSIGN_OR_RETURN(cached->graph, DecodeGraph(cmd.graph(), device, resolve));
+  cached->device = cmd.device();
+  cached->key = cmd.graph_key();
+  graphs_.remove_if(same);
+  graphs_.push_front(std::move(cached));
+  while (graphs_.size() > kGraphCacheSize) graphs_.pop_back();
+  return graphs_.front();
+}
+
+absl::StatusOr<Session::Work> Session::PrepareCompute(const pb::Compute& cmd) {
+  TG_RETURN_IF_ERROR(DeviceAt(cmd.device()).status());
+  TG_ASSIGN_OR_RETURN(std::shared_ptr<CachedGraph> graph, GraphFor(cmd));
 
   // Check every input and output before touching anything.
   std::vector<std::shared_ptr<SessionBuffer>> inputs, outputs;
@@ -386,13 +562,31 @@ absl::Status Session::RunCompute(const pb::Compute& cmd, pb::ComputeReply* reply
     outputs.push_back(std::move(buf));
   }
   TG_RETURN_IF_ERROR(CheckInline(in_bytes, "compute inputs"));
+  // Inputs and outputs may be in buffers of other devices (a write rides along with any
+  // Compute): the work takes every lane it touches.
+  Work work;
+  work.lanes.push_back(lane_of_[cmd.device()]);
+  for (const auto* list : {&inputs, &outputs}) {
+    for (const auto& buf : *list) work.lanes.push_back(lane_of_[buf->device_index()]);
+  }
+  work.run = [this, &cmd, graph = std::move(graph), inputs = std::move(inputs),
+              outputs = std::move(outputs)](pb::SessionReply* reply) {
+    return RunCompute(cmd, *graph->graph, inputs, outputs, reply->mutable_compute());
+  };
+  return work;
+}
+
+absl::Status Session::RunCompute(const pb::Compute& cmd, DecodedGraph& graph,
+                                 const std::vector<std::shared_ptr<SessionBuffer>>& inputs,
+                                 const std::vector<std::shared_ptr<SessionBuffer>>& outputs,
+                                 pb::ComputeReply* reply) {
   for (int i = 0; i < cmd.inputs_size(); ++i) {
     const pb::WriteRange& w = cmd.inputs(i);
     TG_RETURN_IF_ERROR(inputs[i]->Write(w.offset(), w.data().data(), w.data().size()));
   }
   TG_ASSIGN_OR_RETURN(Stream * stream, StreamFor(cmd.device()));
   const auto start = std::chrono::steady_clock::now();
-  TG_RETURN_IF_ERROR(stream->Compute(graph->graph));
+  TG_RETURN_IF_ERROR(stream->Compute(graph.graph));
   TG_RETURN_IF_ERROR(stream->Synchronize());
   const auto end = std::chrono::steady_clock::now();
   if (env_.metrics != nullptr) env_.metrics->ComputeRun();

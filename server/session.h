@@ -2,8 +2,19 @@
 // handles, decoded graphs, per-device streams, peer grants) and the implementation of every
 // Session-stream command, independent of gRPC so that tests and the fuzzer drive it
 // directly. Destroying a session frees all it holds.
-// Thread-safety: Handle() calls are serialized internally; FindBuffer() and the byte
-// counters may be used concurrently from Upload/Download threads.
+// Commands are checked, their handles looked up and their graphs decoded in request order on
+// the calling thread; the work on device memory then runs on the lane of the device it
+// touches (server/device_lanes.h: one thread per device, a copy between two devices on
+// both), so that devices compute at the same time while each device's commands, and any two
+// commands sharing a buffer, keep their order. A session whose buffers are all on one device
+// runs everything on the calling thread, as a one-lane session would, without the hand-off.
+// Replies leave in request order (server/reply_sequencer.h).
+// Thread-safety: Post/Handle/Serve calls are serialized by handle_mu_, which guards the
+// handle-side state (graph cache, grants, lane mode); lane tasks touch only what they
+// captured (shared buffers and graphs, their own reply), the stream of their own device
+// (streams_[d] is used by one lane at a time, or by the calling thread before lanes start)
+// and thread-safe counters. FindBuffer() and the byte counters may be used concurrently
+// from Upload/Download threads.
 #ifndef TENSORGRID_SERVER_SESSION_H_
 #define TENSORGRID_SERVER_SESSION_H_
 
@@ -16,12 +27,16 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/backend.h"
+#include "server/command_progress.h"
+#include "server/device_lanes.h"
 #include "server/graph_decoder.h"
+#include "server/reply_sequencer.h"
 #include "server/session_buffer.h"
 #include "tensorgrid/v1/tensorgrid.pb.h"
 
@@ -43,10 +58,11 @@ struct SessionEnv {
   bool predictable_handles = false;
 };
 
+// Consecutive PeerPulls of a batch run at the same time, this many at most (one thread each):
+// a layer boundary between servers is a few pulls per decode step.
+inline constexpr int kMaxPullsAtOnce = 8;
 // Decoded graphs kept per session (least recently used dropped first).
 inline constexpr size_t kGraphCacheSize = 32;
-// A BatchReply message is sent once its replies reach this size.
-inline constexpr size_t kMaxBatchReplyBytes = size_t{4} << 20;
 
 class Session {
  public:
@@ -60,14 +76,21 @@ class Session {
   // id, which (with the bearer token) is what Upload and Download accept as the session.
   std::string log_id() const;
 
-  // Runs one command. Errors come back in the reply (code + message); the session stays
-  // usable after any error. A batch is refused here (INVALID_ARGUMENT): see Serve.
+  // Starts a request as it came off the Session stream, one command or a batch of them in
+  // order, and returns once its commands are checked and queued: each reply goes to
+  // `replies` when its command and every earlier one have finished (a batch's replies in
+  // BatchReply messages of consecutive replies, each up to kMaxBatchReplyBytes unless one
+  // reply alone is larger). `replies` must outlive the commands (see Quiesce).
+  void Post(std::shared_ptr<const tensorgrid::v1::SessionRequest> request, ReplySequencer* replies)
+      ABSL_LOCKS_EXCLUDED(handle_mu_);
+  // Blocks until every command posted so far has finished.
+  void Quiesce() ABSL_LOCKS_EXCLUDED(handle_mu_);
+  // Runs one command and waits for it. Errors come back in the reply (code + message); the
+  // session stays usable after any error. A batch is refused here (INVALID_ARGUMENT).
   tensorgrid::v1::SessionReply Handle(const tensorgrid::v1::SessionRequest& request)
       ABSL_LOCKS_EXCLUDED(handle_mu_);
-  // Runs a request as it came off the Session stream, one command or a batch of them in
-  // order, and hands each reply message to `send`: a batch's replies go in BatchReply
-  // messages of consecutive replies, each up to kMaxBatchReplyBytes unless one reply alone
-  // is larger. Returns false as soon as `send` does (the stream is gone).
+  // Post, then waits until the request's reply messages have gone to `send`. Returns false
+  // as soon as `send` does (the stream is gone).
   bool Serve(const tensorgrid::v1::SessionRequest& request,
              absl::FunctionRef<bool(const tensorgrid::v1::SessionReply&)> send)
       ABSL_LOCKS_EXCLUDED(handle_mu_);
@@ -75,6 +98,10 @@ class Session {
   // The buffer behind a handle, kept alive while the caller holds it; NOT_FOUND otherwise.
   absl::StatusOr<std::shared_ptr<SessionBuffer>> FindBuffer(uint64_t handle) const
       ABSL_LOCKS_EXCLUDED(table_mu_);
+
+  // How far this session's commands have finished (for PeerCopy's `after`); the
+  // ReplySequencer of its stream must advance it.
+  CommandProgress* progress() const { return progress_.get(); }
 
   void AddUploadedBytes(uint64_t n) { uploaded_bytes_ += n; }
   void AddCacheHitBytes(uint64_t n) { cache_hit_bytes_ += n; }
@@ -86,21 +113,56 @@ class Session {
     uint32_t device;
     uint64_t key;
     std::unique_ptr<DecodedGraph> graph;
+    // What the graph points into, kept alive while a queued Compute holds the graph.
+    std::vector<std::shared_ptr<SessionBuffer>> buffers;
+  };
+  // The part of a command that touches device memory, and the lanes it runs on; a command
+  // done by its checks alone has no lanes.
+  struct Work {
+    std::vector<int> lanes;
+    absl::AnyInvocable<absl::Status(tensorgrid::v1::SessionReply*)> run;
   };
 
-  absl::Status DoCommand(const tensorgrid::v1::SessionRequest& request,
-                         tensorgrid::v1::SessionReply* reply)
+  // Checks one command, queues its work and files its reply in slot i of `group`.
+  void Dispatch(std::shared_ptr<const tensorgrid::v1::SessionRequest> message,
+                const tensorgrid::v1::SessionRequest& command, ReplySequencer* replies,
+                ReplySequencer::Group* group, int i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(handle_mu_);
+  // How many commands of a batch from `first` on are PeerPulls into disjoint bytes (at most
+  // kMaxPullsAtOnce): they run at the same time (DispatchPulls).
+  int PullRun(const tensorgrid::v1::SessionRequest& batch, int first) const;
+  // Dispatch for commands [first, first + n) of a batch that PullRun grouped.
+  void DispatchPulls(std::shared_ptr<const tensorgrid::v1::SessionRequest> message, int first,
+                     int n, ReplySequencer* replies, ReplySequencer::Group* group)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(handle_mu_);
+  // Turns a command's status into its reply (code, message, metrics).
+  void Finish(const tensorgrid::v1::SessionRequest& command, const absl::Status& status,
+              tensorgrid::v1::SessionReply* reply) const;
+  // The checks of a command, in order; what touches device memory comes back as Work.
+  absl::StatusOr<Work> Prepare(const tensorgrid::v1::SessionRequest& request,
+                               tensorgrid::v1::SessionReply* reply)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(handle_mu_);
+  // Work on the lane of `buf`'s device.
+  Work OnLaneOf(const SessionBuffer& buf,
+                absl::AnyInvocable<absl::Status(tensorgrid::v1::SessionReply*)> run) const;
   absl::Status Alloc(const tensorgrid::v1::AllocBuffer& cmd,
                      tensorgrid::v1::AllocBufferReply* reply)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(handle_mu_);
   absl::Status Free(uint64_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(handle_mu_);
-  absl::Status RunCompute(const tensorgrid::v1::Compute& cmd, tensorgrid::v1::ComputeReply* reply)
+  absl::StatusOr<Work> PrepareCompute(const tensorgrid::v1::Compute& cmd)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(handle_mu_);
+  // The cached graph a Compute names, or the one it carries, decoded and cached.
+  absl::StatusOr<std::shared_ptr<CachedGraph>> GraphFor(const tensorgrid::v1::Compute& cmd)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(handle_mu_);
+  // A Compute's work, on its device's lane: inputs written, graph run, outputs read.
+  absl::Status RunCompute(const tensorgrid::v1::Compute& cmd, DecodedGraph& graph,
+                          const std::vector<std::shared_ptr<SessionBuffer>>& inputs,
+                          const std::vector<std::shared_ptr<SessionBuffer>>& outputs,
+                          tensorgrid::v1::ComputeReply* reply);
   absl::Status Grant(uint64_t handle, tensorgrid::v1::GrantPeerReadReply* reply)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(handle_mu_);
   absl::StatusOr<Device*> DeviceAt(uint32_t index) const;
-  absl::StatusOr<Stream*> StreamFor(uint32_t device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(handle_mu_);
+  // Runs on device's lane (or the calling thread before lanes start).
+  absl::StatusOr<Stream*> StreamFor(uint32_t device);
   uint64_t NextHandle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_mu_);
 
   const std::string id_;
@@ -108,10 +170,17 @@ class Session {
   const uint64_t handle_key_;   // random: handles of different sessions differ.
   const uint64_t handle_mult_;  // random odd multiplier.
 
-  absl::Mutex handle_mu_;                                      // serializes Handle().
-  std::list<CachedGraph> graphs_ ABSL_GUARDED_BY(handle_mu_);  // front: most recent.
-  absl::flat_hash_map<uint32_t, std::unique_ptr<Stream>> streams_ ABSL_GUARDED_BY(handle_mu_);
+  // lane_of_[d]: the lane of device index d (indices naming the same Device share one).
+  const std::vector<int> lane_of_;
+
+  absl::Mutex handle_mu_;  // serializes Post().
+  std::list<std::shared_ptr<CachedGraph>> graphs_ ABSL_GUARDED_BY(handle_mu_);  // front: newest.
   absl::flat_hash_map<uint64_t, std::string> grants_ ABSL_GUARDED_BY(handle_mu_);
+  // The lane of the first buffer allocated; once a buffer is on another, lanes_ runs the work.
+  int first_lane_ ABSL_GUARDED_BY(handle_mu_) = -1;
+  bool parallel_ ABSL_GUARDED_BY(handle_mu_) = false;
+  // streams_[d]: device d's stream, created on first use by whoever runs d's work then.
+  std::vector<std::unique_ptr<Stream>> streams_;
 
   mutable absl::Mutex table_mu_;
   uint64_t next_handle_ ABSL_GUARDED_BY(table_mu_) = 1;
@@ -120,6 +189,10 @@ class Session {
   std::atomic<uint64_t> bytes_held_{0};
   std::atomic<uint64_t> uploaded_bytes_{0};
   std::atomic<uint64_t> cache_hit_bytes_{0};
+
+  // Shared with the buffers (SessionBuffer::progress), which peers may hold past the session.
+  const std::shared_ptr<CommandProgress> progress_;
+  DeviceLanes lanes_;  // last: its threads stop before the state their work uses goes.
 };
 
 }  // namespace tg::server

@@ -11,11 +11,13 @@
 namespace tg::server {
 
 SessionBuffer::SessionBuffer(std::unique_ptr<Buffer> buffer, int device_index, uint64_t size,
-                             std::function<void(uint64_t)> on_destroy)
+                             std::function<void(uint64_t)> on_destroy,
+                             std::shared_ptr<const CommandProgress> progress)
     : buffer_(std::move(buffer)),
       device_index_(device_index),
       size_(size),
-      on_destroy_(std::move(on_destroy)) {}
+      on_destroy_(std::move(on_destroy)),
+      progress_(std::move(progress)) {}
 
 SessionBuffer::~SessionBuffer() {
   buffer_.reset();

@@ -11,14 +11,17 @@
 
 #include "absl/status/status.h"
 #include "core/backend.h"
+#include "server/command_progress.h"
 
 namespace tg::server {
 
 class SessionBuffer {
  public:
-  // `on_destroy` runs in the destructor (metrics bookkeeping); may be empty.
+  // `on_destroy` runs in the destructor (metrics bookkeeping); may be empty. `progress`
+  // (optional) is the owning session's, for peers reading the buffer after a command of it.
   SessionBuffer(std::unique_ptr<Buffer> buffer, int device_index, uint64_t size,
-                std::function<void(uint64_t)> on_destroy);
+                std::function<void(uint64_t)> on_destroy,
+                std::shared_ptr<const CommandProgress> progress = nullptr);
   ~SessionBuffer();
   SessionBuffer(const SessionBuffer&) = delete;
   SessionBuffer& operator=(const SessionBuffer&) = delete;
@@ -26,6 +29,8 @@ class SessionBuffer {
   Buffer* buffer() const { return buffer_.get(); }
   int device_index() const { return device_index_; }
   uint64_t size() const { return size_; }  // what the client asked for (and may address).
+  // The owning session's command progress (null when not given).
+  const std::shared_ptr<const CommandProgress>& progress() const { return progress_; }
 
   // OUT_OF_RANGE-free: every range error is INVALID_ARGUMENT naming the range and size.
   absl::Status CheckRange(uint64_t offset, uint64_t size) const;
@@ -54,6 +59,7 @@ class SessionBuffer {
   int device_index_;
   uint64_t size_;
   std::function<void(uint64_t)> on_destroy_;
+  std::shared_ptr<const CommandProgress> progress_;
 };
 
 }  // namespace tg::server
