@@ -19,6 +19,7 @@
 #include "client/sent_graphs.h"
 #include "client/session_channel.h"
 #include "client/upload_pool.h"
+#include "proto/model_identity.h"
 #include "tensorgrid/v1/tensorgrid.grpc.pb.h"
 
 namespace tg::rpc {
@@ -29,8 +30,8 @@ struct ClientOptions {
   std::string tls_ca_pem;    // trust these roots (TLS on); empty = plaintext.
   std::string tls_cert_pem;  // client certificate for servers that require mTLS.
   std::string tls_key_pem;
-  int upload_streams = 4;        // parallel Upload streams.
-  bool progress = true;          // a progress line on stderr while uploading (terminals only).
+  int upload_streams = 4;  // parallel Upload streams.
+  bool progress = true;    // a progress line on stderr while loading a model (terminals only).
   DeadlineAllowances deadlines;  // how long any call may wait (CallDeadlines).
 };
 
@@ -72,7 +73,16 @@ class Connection {
   // command) waits for completion.
   absl::Status Upload(uint64_t buffer, uint64_t offset, const void* data, size_t size,
                       bool cacheable);
+  // Queues a prepared job (borrowed bytes of a model file, a known digest, a model-file
+  // piece) after the commands posted before. Returns at once.
+  absl::Status QueueUpload(UploadJob job);
   absl::Status WaitUploads();
+  // The upload pool's current burst.
+  UploadStats upload_stats() const { return uploads_->stats(); }
+  // Asks the server for its own copy of a model file (OpenModelFile): NOT_FOUND when it has
+  // none, PERMISSION_DENIED for a name outside its --model-dir.
+  absl::StatusOr<tensorgrid::v1::OpenModelFileReply> OpenModelFile(absl::string_view name,
+                                                                   const ModelIdentity& identity);
   // Reads a range over a Download stream.
   absl::Status Download(uint64_t buffer, uint64_t offset, void* data, size_t size);
 
@@ -101,6 +111,7 @@ class Connection {
   const ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<tensorgrid::v1::TensorGrid::Stub> stub_;
+  std::unique_ptr<grpc::internal::RpcMethod> upload_method_;  // Upload on raw byte buffers.
   tensorgrid::v1::HelloReply hello_;
   CallDeadlines deadlines_;  // session_ and the uploads use it: goes after them.
   InlineOutputs inline_outputs_;

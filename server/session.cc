@@ -13,6 +13,7 @@
 #include "server/log.h"
 #include "server/memory_reservation.h"
 #include "server/metrics.h"
+#include "server/model_index.h"
 #include "server/peer_client.h"
 #include "server/random_id.h"
 
@@ -242,8 +243,11 @@ absl::Status Session::DoCommand(const pb::SessionRequest& req, pb::SessionReply*
       pb::CacheStatsReply* stats = reply->mutable_cache_stats();
       stats->set_uploaded_bytes(uploaded_bytes_.load());
       stats->set_cache_hit_bytes(cache_hit_bytes_.load());
+      stats->set_model_file_bytes(model_file_bytes_.load());
       return absl::OkStatus();
     }
+    case pb::SessionRequest::kOpenModelFile:
+      return OpenModelFile(req.open_model_file(), reply->mutable_model_file());
     case pb::SessionRequest::kBatch:
       return absl::InvalidArgumentError("a batch may not hold a batch");
     case pb::SessionRequest::COMMAND_NOT_SET:
@@ -257,6 +261,33 @@ absl::Status Session::DoCommand(const pb::SessionRequest& req, pb::SessionReply*
                         rpc::kProtocolMinor));
   }
   return absl::InvalidArgumentError("request carries no command");
+}
+
+absl::Status Session::OpenModelFile(const pb::OpenModelFile& cmd, pb::OpenModelFileReply* reply) {
+  if (env_.models == nullptr) {
+    return absl::NotFoundError("this rpc-server has no --model-dir: upload the weights");
+  }
+  rpc::ModelIdentity identity;
+  identity.size = cmd.size();
+  TG_ASSIGN_OR_RETURN(identity.header, rpc::DigestFromBytes(cmd.header_sha256()));
+  TG_ASSIGN_OR_RETURN(ModelIndex::Match match, env_.models->Find(cmd.name(), identity));
+  {
+    absl::MutexLock lock(&table_mu_);
+    model_files_.insert(match.file);
+  }
+  reply->set_file(match.file);
+  reply->set_name(match.name);
+  reply->set_pieces(match.pieces);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Session::ModelFile(uint64_t handle) const {
+  absl::MutexLock lock(&table_mu_);
+  if (!model_files_.contains(handle)) {
+    return absl::NotFoundError(
+        absl::StrCat("model file handle ", handle, " was not opened by this session"));
+  }
+  return handle;
 }
 
 absl::Status Session::Alloc(const pb::AllocBuffer& cmd, pb::AllocBufferReply* reply) {

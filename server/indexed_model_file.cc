@@ -1,0 +1,158 @@
+#include "server/indexed_model_file.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "proto/parallel_hash.h"
+#include "server/gguf_tensor_table.h"
+#include "server/log.h"
+
+namespace tg::server {
+namespace {
+
+constexpr Logger kLog("rpc-server");
+// Pieces are read and hashed in slices this big, so that each slice is hashed while it is
+// still in the core's L2 cache.
+constexpr size_t kSliceBytes = size_t{512} << 10;
+constexpr char kIndexFolder[] = "model-index";
+
+int64_t MtimeNs(const struct stat& st) {
+  return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+// pread of exactly n bytes; false when the file ended first.
+absl::StatusOr<bool> ReadFully(int fd, uint8_t* dst, size_t n, uint64_t offset) {
+  while (n > 0) {
+    const ssize_t got = pread(fd, dst, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return absl::UnavailableError(absl::StrCat("read failed: ", std::strerror(errno)));
+    if (got == 0) return false;
+    dst += got;
+    offset += static_cast<uint64_t>(got);
+    n -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+// SHA-256 of [offset, offset + size) of fd, read slice by slice into `scratch` (or into `dst`
+// when given, which then receives the bytes). nullopt when the file ended first.
+absl::StatusOr<std::optional<rpc::Sha256Digest>> HashRange(int fd, uint64_t offset, uint64_t size,
+                                                           uint8_t* dst, std::string* scratch) {
+  rpc::Sha256Stream hasher;
+  if (dst == nullptr) scratch->resize(kSliceBytes);
+  for (uint64_t done = 0; done < size;) {
+    const size_t n = std::min<uint64_t>(kSliceBytes, size - done);
+    uint8_t* out = dst != nullptr ? dst + done : reinterpret_cast<uint8_t*>(scratch->data());
+    TG_ASSIGN_OR_RETURN(bool full, ReadFully(fd, out, n, offset + done));
+    if (!full) return std::optional<rpc::Sha256Digest>();
+    hasher.Update(out, n);
+    done += n;
+  }
+  return hasher.Final();
+}
+
+// The descriptor must name the file we resolved: a path component swapped for a symlink
+// between the scan and the open would otherwise lead outside the --model-dir.
+bool OpenedWhatWeMeant(int fd, const std::string& path) {
+  char buf[PATH_MAX];
+  const std::string link = absl::StrCat("/proc/self/fd/", fd);
+  const ssize_t n = readlink(link.c_str(), buf, sizeof(buf) - 1);
+  return n > 0 && std::string(buf, static_cast<size_t>(n)) == path;
+}
+
+}  // namespace
+
+std::string ModelIndexEntryPath(const std::string& cache_dir, const std::string& path) {
+  return absl::StrCat(cache_dir, "/", kIndexFolder, "/",
+                      rpc::DigestHex(rpc::Sha256(path.data(), path.size())), ".tghash");
+}
+
+IndexedModelFile::~IndexedModelFile() { close(fd_); }
+
+absl::StatusOr<std::unique_ptr<IndexedModelFile>> IndexedModelFile::Build(
+    const ModelDirFile& file, const BuildOptions& options) {
+  const int fd = open(file.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot open: ", std::strerror(errno)));
+  }
+  std::unique_ptr<IndexedModelFile> f(new IndexedModelFile(fd, file));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !OpenedWhatWeMeant(fd, file.path)) {
+    return absl::InvalidArgumentError("not the regular file the directory listing showed");
+  }
+  f->hashes_.identity.size = static_cast<uint64_t>(st.st_size);
+  f->hashes_.mtime_ns = MtimeNs(st);
+  TG_ASSIGN_OR_RETURN(GgufTensorTable table, ReadGgufTensorTable(fd, f->hashes_.identity.size));
+  std::string scratch;
+  TG_ASSIGN_OR_RETURN(std::optional<rpc::Sha256Digest> header,
+                      HashRange(fd, 0, table.data_start, nullptr, &scratch));
+  if (!header.has_value()) return absl::AbortedError("the file shrank while it was indexed");
+  f->hashes_.identity.header = *header;
+  const std::vector<rpc::FileRange> pieces = rpc::SplitIntoPieces(table.tensors);
+  for (const rpc::FileRange& p : pieces) f->piece_bytes_ += p.size;
+
+  const std::string entry =
+      options.cache_dir.empty() ? "" : ModelIndexEntryPath(options.cache_dir, file.path);
+  if (!entry.empty()) {
+    absl::StatusOr<rpc::ModelHashes> cached = rpc::ReadModelHashes(entry);
+    if (cached.ok() &&
+        rpc::CheckModelHashes(*cached, f->hashes_.identity, f->hashes_.mtime_ns, pieces).ok()) {
+      f->hashes_.pieces = std::move(cached->pieces);
+      f->from_cache_ = true;
+      return f;
+    }
+  }
+  f->hashes_.pieces.resize(pieces.size());
+  TG_RETURN_IF_ERROR(rpc::ParallelForEach(pieces.size(), options.threads, [&](size_t i) {
+    thread_local std::string slice;
+    TG_ASSIGN_OR_RETURN(std::optional<rpc::Sha256Digest> d,
+                        HashRange(fd, pieces[i].offset, pieces[i].size, nullptr, &slice));
+    if (!d.has_value()) return absl::AbortedError("the file shrank while it was hashed");
+    f->hashes_.pieces[i] = {pieces[i], *d};
+    if (options.on_hashed) options.on_hashed(pieces[i].size);
+    return absl::OkStatus();
+  }));
+  if (!f->Unchanged()) return absl::AbortedError("the file changed while it was hashed");
+  if (!entry.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(entry).parent_path(), ec);
+    if (absl::Status s = rpc::WriteModelHashes(entry, f->hashes_); !s.ok()) {
+      kLog.Warn("model-dir: cannot keep the hashes; the next start hashes again",
+                {{"file", file.path}, {"error", s.message()}});
+    }
+  }
+  return f;
+}
+
+bool IndexedModelFile::Unchanged() const {
+  struct stat st;
+  return fstat(fd_, &st) == 0 && static_cast<uint64_t>(st.st_size) == hashes_.identity.size &&
+         MtimeNs(st) == hashes_.mtime_ns;
+}
+
+absl::StatusOr<bool> IndexedModelFile::ReadPiece(size_t index, uint8_t* dst) {
+  if (stale_.load()) return false;
+  const rpc::PieceHash& piece = hashes_.pieces.at(index);
+  if (!Unchanged()) {
+    stale_ = true;
+    return false;
+  }
+  TG_ASSIGN_OR_RETURN(std::optional<rpc::Sha256Digest> got,
+                      HashRange(fd_, piece.range.offset, piece.range.size, dst, nullptr));
+  if (!got.has_value() || *got != piece.digest) {
+    stale_ = true;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace tg::server
