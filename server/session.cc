@@ -317,8 +317,8 @@ absl::Status Session::Alloc(const pb::AllocBuffer& cmd, pb::AllocBufferReply* re
     return absl::ResourceExhaustedError(
         absl::StrCat("allocation failed: ", buffer.status().message()));
   }
-  // Fresh memory may hold another session's old data: never hand it out.
-  TG_RETURN_IF_ERROR((*buffer)->Clear(0));
+  // Fresh memory may hold another session's old data: SessionBuffer zeroes what no write
+  // reaches before anything can read it.
   reservation.Commit();  // Free gives the bytes back.
   Metrics* metrics = env_.metrics;
   if (metrics != nullptr) metrics->BufferAllocated(size);
@@ -377,6 +377,7 @@ absl::Status Session::RunCompute(const pb::Compute& cmd, pb::ComputeReply* reply
   if (cmd.has_graph()) {
     BufferResolver resolve = [this](uint64_t handle) -> absl::StatusOr<ResolvedBuffer> {
       TG_ASSIGN_OR_RETURN(std::shared_ptr<SessionBuffer> buf, FindBuffer(handle));
+      TG_RETURN_IF_ERROR(buf->ClearUnwritten());  // the graph may read any of it.
       return ResolvedBuffer{buf->buffer(), buf->size()};
     };
     TG_ASSIGN_OR_RETURN(std::unique_ptr<DecodedGraph> decoded,

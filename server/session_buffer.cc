@@ -15,7 +15,9 @@ SessionBuffer::SessionBuffer(std::unique_ptr<Buffer> buffer, int device_index, u
     : buffer_(std::move(buffer)),
       device_index_(device_index),
       size_(size),
-      on_destroy_(std::move(on_destroy)) {}
+      on_destroy_(std::move(on_destroy)) {
+  if (size_ > 0) unwritten_[0] = size_;
+}
 
 SessionBuffer::~SessionBuffer() {
   buffer_.reset();
@@ -33,6 +35,34 @@ absl::Status SessionBuffer::CheckRange(uint64_t offset, uint64_t size) const {
 uint8_t* SessionBuffer::HostPointer(uint64_t offset) const {
   if (!buffer_->type()->is_host() || buffer_->base() == nullptr) return nullptr;
   return static_cast<uint8_t*>(buffer_->base()) + offset;
+}
+
+void SessionBuffer::MarkWritten(uint64_t offset, uint64_t size) {
+  if (size == 0) return;
+  const uint64_t end = offset + size;
+  absl::MutexLock lock(&mu_);
+  if (unwritten_.empty()) return;
+  // Intervals overlapping [offset, end): the first may start before it, the last end after.
+  auto it = unwritten_.upper_bound(offset);
+  if (it != unwritten_.begin() && std::prev(it)->second > offset) --it;
+  while (it != unwritten_.end() && it->first < end) {
+    const uint64_t start = it->first, stop = it->second;
+    it = unwritten_.erase(it);
+    if (start < offset) unwritten_[start] = offset;
+    if (stop > end) unwritten_[end] = stop;
+  }
+}
+
+void SessionBuffer::ClaimForUpload(uint64_t offset, uint64_t size) { MarkWritten(offset, size); }
+
+absl::Status SessionBuffer::ClearUnwritten() const {
+  absl::MutexLock lock(&mu_);
+  while (!unwritten_.empty()) {
+    const auto [start, end] = *unwritten_.begin();
+    TG_RETURN_IF_ERROR(Fill(start, 0, end - start));
+    unwritten_.erase(unwritten_.begin());
+  }
+  return absl::OkStatus();
 }
 
 Tensor SessionBuffer::Window(uint64_t offset, uint64_t size) const {
@@ -59,16 +89,19 @@ absl::Status SessionBuffer::Write(uint64_t offset, const void* data, uint64_t si
   if (size == 0) return absl::OkStatus();
   if (uint8_t* p = HostPointer(offset); p != nullptr) {
     std::memcpy(p, data, size);
-    return absl::OkStatus();
+  } else {
+    if (size < 2) return absl::UnimplementedError("1-byte writes into device memory");
+    Tensor w = Window(offset, size);
+    TG_RETURN_IF_ERROR(buffer_->SetTensor(&w, data, 0, size));
   }
-  if (size < 2) return absl::UnimplementedError("1-byte writes into device memory");
-  Tensor w = Window(offset, size);
-  return buffer_->SetTensor(&w, data, 0, size);
+  MarkWritten(offset, size);
+  return absl::OkStatus();
 }
 
 absl::Status SessionBuffer::Read(uint64_t offset, void* data, uint64_t size) const {
   TG_RETURN_IF_ERROR(CheckRange(offset, size));
   if (size == 0) return absl::OkStatus();
+  TG_RETURN_IF_ERROR(ClearUnwritten());
   if (const uint8_t* p = HostPointer(offset); p != nullptr) {
     std::memcpy(data, p, size);
     return absl::OkStatus();
@@ -124,6 +157,12 @@ absl::Status SessionBuffer::ReadRows(const StridedRange& r, void* data) const {
 }
 
 absl::Status SessionBuffer::Memset(uint64_t offset, uint8_t value, uint64_t size) {
+  TG_RETURN_IF_ERROR(Fill(offset, value, size));
+  MarkWritten(offset, size);
+  return absl::OkStatus();
+}
+
+absl::Status SessionBuffer::Fill(uint64_t offset, uint8_t value, uint64_t size) const {
   TG_RETURN_IF_ERROR(CheckRange(offset, size));
   if (size == 0) return absl::OkStatus();
   if (uint8_t* p = HostPointer(offset); p != nullptr) {
@@ -140,16 +179,21 @@ absl::Status SessionBuffer::Copy(const SessionBuffer& src, uint64_t src_offset, 
   TG_RETURN_IF_ERROR(src.CheckRange(src_offset, size));
   TG_RETURN_IF_ERROR(dst.CheckRange(dst_offset, size));
   if (size == 0) return absl::OkStatus();
+  TG_RETURN_IF_ERROR(src.ClearUnwritten());
   const uint8_t* s = src.HostPointer(src_offset);
   uint8_t* d = dst.HostPointer(dst_offset);
   if (s != nullptr && d != nullptr) {
     std::memmove(d, s, size);  // the same buffer may overlap.
+    dst.MarkWritten(dst_offset, size);
     return absl::OkStatus();
   }
   if (&src != &dst && size >= 2) {
     Tensor ws = src.Window(src_offset, size);
     Tensor wd = dst.Window(dst_offset, size);
-    if (dst.buffer_->CopyFrom(&ws, &wd).ok()) return absl::OkStatus();
+    if (dst.buffer_->CopyFrom(&ws, &wd).ok()) {
+      dst.MarkWritten(dst_offset, size);
+      return absl::OkStatus();
+    }
   }
   // Through host memory, in bounded pieces.
   constexpr uint64_t kStage = uint64_t{4} << 20;

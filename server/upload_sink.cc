@@ -34,6 +34,9 @@ absl::StatusOr<std::unique_ptr<UploadSink>> UploadSink::Start(std::shared_ptr<Se
   if (header.model_file() != 0) {
     TG_ASSIGN_OR_RETURN(file, sink->session_->ModelFile(header.model_file()));
   }
+  // From here on the sink fills the range, or zeroes what it did not fill.
+  sink->buffer_->ClaimForUpload(header.offset(), header.size());
+  sink->claimed_ = true;
   if (digest.has_value() && models != nullptr) {
     TG_ASSIGN_OR_RETURN(sink->have_it_,
                         sink->ReadFromModelFile(*models, file, header.file_offset()));
@@ -41,7 +44,16 @@ absl::StatusOr<std::unique_ptr<UploadSink>> UploadSink::Start(std::shared_ptr<Se
   if (!sink->have_it_ && digest.has_value() && cache != nullptr && cache->Contains(*digest)) {
     TG_ASSIGN_OR_RETURN(sink->have_it_, sink->ReadFromCache());
   }
+  sink->complete_ = sink->have_it_;
   return sink;
+}
+
+UploadSink::~UploadSink() {
+  if (!claimed_ || complete_ || received_ == size_) return;
+  // What a failed cache or file read left there, or memory never written: not the client's.
+  if (absl::Status s = buffer_->Memset(offset_ + received_, 0, size_ - received_); !s.ok()) {
+    kServerLog.Warn("cannot zero the unfilled part of an upload", {{"error", s.message()}});
+  }
 }
 
 UploadSink::UploadSink(std::shared_ptr<Session> session, std::shared_ptr<SessionBuffer> buffer,

@@ -39,6 +39,8 @@ class UploadSink {
       std::shared_ptr<Session> session, const tensorgrid::v1::UploadHeader& header,
       BlobCache* cache, Metrics* metrics, ModelIndex* models = nullptr);
 
+  // An upload that did not complete zeroes the part of its range it did not fill.
+  ~UploadSink();
   UploadSink(const UploadSink&) = delete;
   UploadSink& operator=(const UploadSink&) = delete;
 
@@ -84,6 +86,8 @@ class UploadSink {
   rpc::Sha256Stream hasher_;
   uint64_t received_ = 0;
   bool have_it_ = false;
+  bool claimed_ = false;   // the range is the sink's to fill (SessionBuffer::ClaimForUpload).
+  bool complete_ = false;  // the range holds what the client meant (or the client's own bytes).
   tensorgrid::v1::UploadSource source_ = tensorgrid::v1::UPLOAD_SOURCE_NETWORK;
 };
 

@@ -287,3 +287,24 @@ TEST_F(UploadSinkTest, FreeMidUploadKeepsTheBufferUntilTheEnd) {
 
 }  // namespace
 }  // namespace tg::server
+
+namespace tg::server {
+namespace {
+
+// An upload that ends early zeroes what it did not fill: the bytes a previous owner left in
+// the memory never reach the client.
+TEST_F(UploadSinkTest, AnUnfinishedUploadZeroesWhatItDidNotFill) {
+  const uint64_t a = Alloc(100);
+  absl::StatusOr<std::shared_ptr<SessionBuffer>> buffer = session_->FindBuffer(a);
+  ASSERT_TRUE(buffer.ok());
+  std::memset((*buffer)->HostPointer(0), 0xab, 100);  // a previous owner's bytes.
+  {
+    absl::StatusOr<std::unique_ptr<UploadSink>> sink = Start(a, 0, 100);
+    ASSERT_TRUE(sink.ok()) << sink.status();
+    ASSERT_TRUE((*sink)->Receive(UploadChunk(std::string(40, 'd'))).ok());
+  }  // the stream broke off.
+  EXPECT_EQ(Read(a, 0, 100), std::string(40, 'd') + std::string(60, '\0'));
+}
+
+}  // namespace
+}  // namespace tg::server
