@@ -180,6 +180,21 @@ grpc::ByteBuffer Serialized(const pb::UploadMessage& message) {
 }  // namespace
 
 absl::StatusOr<UploadResult> Connection::UploadOne(const UploadJob& job) {
+  if (!job.cacheable) return UploadOnce(job, std::nullopt);
+  if (!job.digest.has_value()) return UploadOnce(job, Sha256(job.data(), job.size()));
+  absl::StatusOr<UploadResult> result = UploadOnce(job, job.digest);
+  if (!absl::IsDataLoss(result.status())) return result;
+  // The server hashed what it received and it was not the given digest: the digest came
+  // from a stale sidecar, or the bytes changed under us. With their own digest they still
+  // arrive verified.
+  const Sha256Digest actual = Sha256(job.data(), job.size());
+  if (actual == *job.digest) return result;
+  if (job.on_stale_digest) job.on_stale_digest();
+  return UploadOnce(job, actual);
+}
+
+absl::StatusOr<UploadResult> Connection::UploadOnce(const UploadJob& job,
+                                                    const std::optional<Sha256Digest>& digest) {
   grpc::ClientContext context;
   AddAuth(&context);
   const absl::Time start = absl::Now();
@@ -198,10 +213,8 @@ absl::StatusOr<UploadResult> Connection::UploadOne(const UploadJob& job) {
   h->set_buffer(job.buffer);
   h->set_offset(job.offset);
   h->set_size(job.size());
-  if (job.cacheable) {
-    const Sha256Digest digest =
-        job.digest.has_value() ? *job.digest : Sha256(job.data(), job.size());
-    h->set_sha256(digest.data(), digest.size());
+  if (digest.has_value()) {
+    h->set_sha256(digest->data(), digest->size());
     h->set_model_file(job.model_file);
     h->set_file_offset(job.file_offset);
   }

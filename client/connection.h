@@ -105,7 +105,11 @@ class Connection {
   absl::Status Start();
   absl::Status Hello();
   void AddAuth(grpc::ClientContext* context) const;
+  // One job; sent again with the bytes' own digest when a given one was wrong.
   absl::StatusOr<UploadResult> UploadOne(const UploadJob& job);
+  // One Upload stream; `digest` (when set) goes in the header.
+  absl::StatusOr<UploadResult> UploadOnce(const UploadJob& job,
+                                          const std::optional<Sha256Digest>& digest);
 
   const std::string endpoint_;
   const ClientOptions options_;

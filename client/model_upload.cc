@@ -167,7 +167,18 @@ absl::StatusOr<std::vector<BufferLoad>> UploadModelWeights(const ModelFileView& 
     }
     tally_of[c.buffer]->bytes += c.range.size;
   }
+  std::atomic<bool> stale_warned{false};
+  const std::string sidecar_path = SidecarPath(file.path);
   for (Job& j : jobs) {
+    if (j.upload.digest.has_value()) {  // from the sidecar.
+      j.upload.on_stale_digest = [&stale_warned, &warn, sidecar_path] {
+        if (!stale_warned.exchange(true)) {
+          warn(absl::StrCat(sidecar_path,
+                            " is stale: a piece hashes differently now; sending such pieces "
+                            "with their own hashes (re-run tg-gguf hash)"));
+        }
+      };
+    }
     Tally* t = tally_of.at(j.buffer);
     j.upload.on_done = [t, start](const UploadResult& r) {
       t->sent += r.sent;

@@ -47,6 +47,9 @@ struct UploadJob {
   uint64_t file_offset = 0;
   // Called on the pool's thread once the job has run without error (load reports).
   std::function<void(const UploadResult&)> on_done;
+  // Called when the given `digest` turned out not to be the bytes' (a stale sidecar): the
+  // server refused the bytes, and the job was sent again with their real digest.
+  std::function<void()> on_stale_digest;
 
   const uint8_t* data() const {
     return borrowed != nullptr ? borrowed : reinterpret_cast<const uint8_t*>(bytes.data());
