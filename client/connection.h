@@ -49,6 +49,7 @@ class Connection {
 
   const std::string& endpoint() const { return endpoint_; }
   const tensorgrid::v1::HelloReply& hello() const { return hello_; }
+  int upload_streams() const { return options_.upload_streams; }
 
   // The session commands (SessionChannel's rules), after the uploads in flight: Call sends
   // a command and waits for its reply and everything before it; Post sends without waiting
