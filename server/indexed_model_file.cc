@@ -113,6 +113,7 @@ absl::StatusOr<std::unique_ptr<IndexedModelFile>> IndexedModelFile::Build(
   }
   f->hashes_.pieces.resize(pieces.size());
   TG_RETURN_IF_ERROR(rpc::ParallelForEach(pieces.size(), options.threads, [&](size_t i) {
+    if (options.cancelled && options.cancelled()) return absl::CancelledError("shutting down");
     thread_local std::string slice;
     TG_ASSIGN_OR_RETURN(std::optional<rpc::Sha256Digest> d,
                         HashRange(fd, pieces[i].offset, pieces[i].size, nullptr, &slice));

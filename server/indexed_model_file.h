@@ -27,6 +27,9 @@ class IndexedModelFile {
     int threads = 0;        // hashing threads; 0: one per core.
     // Called from the hashing threads with the bytes just hashed (progress lines).
     std::function<void(uint64_t)> on_hashed;
+    // Polled between pieces: true stops hashing (CANCELLED), so a server can shut down in
+    // the middle of indexing a large model.
+    std::function<bool()> cancelled;
   };
 
   // Opens the file, reads its tensor table and its piece hashes: from the cache entry when it

@@ -32,6 +32,7 @@ ModelIndex::ModelIndex(ModelIndexOptions options) : options_(std::move(options))
 }
 
 ModelIndex::~ModelIndex() {
+  stopping_ = true;
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
@@ -101,6 +102,7 @@ void ModelIndex::IndexOne(const ModelDirFile& file) {
   IndexedModelFile::BuildOptions build;
   build.cache_dir = options_.cache_dir;
   build.threads = options_.threads;
+  build.cancelled = [this] { return stopping_.load(); };
   build.on_hashed = [&](uint64_t n) {
     const uint64_t done = hashed += n;
     absl::MutexLock lock(&progress_mu);
@@ -113,7 +115,10 @@ void ModelIndex::IndexOne(const ModelDirFile& file) {
   };
   absl::StatusOr<std::unique_ptr<IndexedModelFile>> built = IndexedModelFile::Build(file, build);
   if (!built.ok()) {
-    kLog.Warn("model-dir: not indexed", {{"file", file.path}, {"error", built.status().message()}});
+    if (!absl::IsCancelled(built.status())) {
+      kLog.Warn("model-dir: not indexed",
+                {{"file", file.path}, {"error", built.status().message()}});
+    }
     return;
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);

@@ -8,6 +8,7 @@
 #ifndef TENSORGRID_SERVER_MODEL_INDEX_H_
 #define TENSORGRID_SERVER_MODEL_INDEX_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -96,6 +97,7 @@ class ModelIndex {
   std::deque<ModelDirFile> queue_ ABSL_GUARDED_BY(mu_);  // files to index again.
   bool scanned_ ABSL_GUARDED_BY(mu_) = false;            // the first pass is done.
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> stopping_{false};  // stop_ for the hashing threads, without the lock.
   std::thread thread_;
 };
 

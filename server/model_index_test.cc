@@ -175,5 +175,14 @@ TEST_F(ModelIndexTest, HashesAreKeptInTheCacheDirectoryUntilTheFileChanges) {
   EXPECT_FALSE((*fourth)->from_cache());
 }
 
+TEST_F(ModelIndexTest, HashingStopsWhenTheServerShutsDown) {
+  const ModelDirFile f{fs::canonical(model_).string(), "m.gguf"};
+  int polls = 0;
+  IndexedModelFile::BuildOptions options{"", 1, nullptr, [&polls] { return ++polls > 1; }};
+  absl::StatusOr<std::unique_ptr<IndexedModelFile>> built = IndexedModelFile::Build(f, options);
+  EXPECT_TRUE(absl::IsCancelled(built.status())) << built.status();
+  EXPECT_EQ(polls, 2);  // one piece hashed, then it stopped.
+}
+
 }  // namespace
 }  // namespace tg::server
