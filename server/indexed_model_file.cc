@@ -14,50 +14,17 @@
 #include "core/status_macros.h"
 #include "proto/parallel_hash.h"
 #include "server/gguf_tensor_table.h"
+#include "server/hashed_read.h"
 #include "server/log.h"
 
 namespace tg::server {
 namespace {
 
 constexpr Logger kLog("rpc-server");
-// Pieces are read and hashed in slices this big, so that each slice is hashed while it is
-// still in the core's L2 cache.
-constexpr size_t kSliceBytes = size_t{512} << 10;
 constexpr char kIndexFolder[] = "model-index";
 
 int64_t MtimeNs(const struct stat& st) {
   return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
-}
-
-// pread of exactly n bytes; false when the file ended first.
-absl::StatusOr<bool> ReadFully(int fd, uint8_t* dst, size_t n, uint64_t offset) {
-  while (n > 0) {
-    const ssize_t got = pread(fd, dst, n, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return absl::UnavailableError(absl::StrCat("read failed: ", std::strerror(errno)));
-    if (got == 0) return false;
-    dst += got;
-    offset += static_cast<uint64_t>(got);
-    n -= static_cast<size_t>(got);
-  }
-  return true;
-}
-
-// SHA-256 of [offset, offset + size) of fd, read slice by slice into `scratch` (or into `dst`
-// when given, which then receives the bytes). nullopt when the file ended first.
-absl::StatusOr<std::optional<rpc::Sha256Digest>> HashRange(int fd, uint64_t offset, uint64_t size,
-                                                           uint8_t* dst, std::string* scratch) {
-  rpc::Sha256Stream hasher;
-  if (dst == nullptr) scratch->resize(kSliceBytes);
-  for (uint64_t done = 0; done < size;) {
-    const size_t n = std::min<uint64_t>(kSliceBytes, size - done);
-    uint8_t* out = dst != nullptr ? dst + done : reinterpret_cast<uint8_t*>(scratch->data());
-    TG_ASSIGN_OR_RETURN(bool full, ReadFully(fd, out, n, offset + done));
-    if (!full) return std::optional<rpc::Sha256Digest>();
-    hasher.Update(out, n);
-    done += n;
-  }
-  return hasher.Final();
 }
 
 // The descriptor must name the file we resolved: a path component swapped for a symlink
@@ -94,7 +61,7 @@ absl::StatusOr<std::unique_ptr<IndexedModelFile>> IndexedModelFile::Build(
   TG_ASSIGN_OR_RETURN(GgufTensorTable table, ReadGgufTensorTable(fd, f->hashes_.identity.size));
   std::string scratch;
   TG_ASSIGN_OR_RETURN(std::optional<rpc::Sha256Digest> header,
-                      HashRange(fd, 0, table.data_start, nullptr, &scratch));
+                      HashedRead(fd, 0, table.data_start, nullptr, &scratch));
   if (!header.has_value()) return absl::AbortedError("the file shrank while it was indexed");
   f->hashes_.identity.header = *header;
   const std::vector<rpc::FileRange> pieces = rpc::SplitIntoPieces(table.tensors);
@@ -116,7 +83,7 @@ absl::StatusOr<std::unique_ptr<IndexedModelFile>> IndexedModelFile::Build(
     if (options.cancelled && options.cancelled()) return absl::CancelledError("shutting down");
     thread_local std::string slice;
     TG_ASSIGN_OR_RETURN(std::optional<rpc::Sha256Digest> d,
-                        HashRange(fd, pieces[i].offset, pieces[i].size, nullptr, &slice));
+                        HashedRead(fd, pieces[i].offset, pieces[i].size, nullptr, &slice));
     if (!d.has_value()) return absl::AbortedError("the file shrank while it was hashed");
     f->hashes_.pieces[i] = {pieces[i], *d};
     if (options.on_hashed) options.on_hashed(pieces[i].size);
@@ -148,7 +115,7 @@ absl::StatusOr<bool> IndexedModelFile::ReadPiece(size_t index, uint8_t* dst) {
     return false;
   }
   TG_ASSIGN_OR_RETURN(std::optional<rpc::Sha256Digest> got,
-                      HashRange(fd_, piece.range.offset, piece.range.size, dst, nullptr));
+                      HashedRead(fd_, piece.range.offset, piece.range.size, dst, nullptr));
   if (!got.has_value() || *got != piece.digest) {
     stale_ = true;
     return false;
