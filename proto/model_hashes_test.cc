@@ -96,7 +96,9 @@ TEST(ModelHashesTest, CheckRefusesAnotherFileAModifiedFileAndOtherPieces) {
 }
 
 TEST(ModelHashesTest, FilesAreWrittenWholeAndReadBack) {
-  const std::string dir = ::testing::TempDir() + "/model_hashes_test";
+  // Per process and emptied first: a file left by an earlier run would read back.
+  const std::string dir = ::testing::TempDir() + "/model_hashes_test_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/m.gguf.tghash";
   EXPECT_TRUE(absl::IsNotFound(ReadModelHashes(path).status()));

@@ -31,7 +31,7 @@ absl::StatusOr<bool> ReadFully(int fd, uint8_t* dst, size_t n, uint64_t offset) 
 absl::StatusOr<std::optional<rpc::Sha256Digest>> HashedRead(int fd, uint64_t offset, uint64_t size,
                                                             uint8_t* dst, std::string* scratch) {
   rpc::Sha256Stream hasher;
-  if (dst == nullptr) scratch->resize(kHashedReadSliceBytes);
+  if (dst == nullptr && size > 0) scratch->resize(kHashedReadSliceBytes);
   for (uint64_t done = 0; done < size;) {
     const size_t n = std::min<uint64_t>(kHashedReadSliceBytes, size - done);
     uint8_t* out = dst != nullptr ? dst + done : reinterpret_cast<uint8_t*>(scratch->data());

@@ -19,8 +19,8 @@ namespace tg::server {
 inline constexpr size_t kHashedReadSliceBytes = size_t{512} << 10;
 
 // The SHA-256 of [offset, offset + size) of `fd`. The bytes go to `dst` when it is given,
-// else through `scratch` (resized to one slice). nullopt when the file ends first (it shrank);
-// an error (UNAVAILABLE naming the errno) only for a failed read.
+// else through `scratch` (resized to one slice; both may be null when size is 0). nullopt when the
+// file ends first (it shrank); an error (UNAVAILABLE naming the errno) only for a failed read.
 absl::StatusOr<std::optional<rpc::Sha256Digest>> HashedRead(int fd, uint64_t offset, uint64_t size,
                                                             uint8_t* dst, std::string* scratch);
 

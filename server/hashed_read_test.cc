@@ -89,6 +89,11 @@ TEST_F(HashedReadTest, DigestsMatchSha256sumAcrossSliceBorders) {
   }
   // The scratch holds one slice, not the range.
   EXPECT_EQ(scratch.size(), kHashedReadSliceBytes);
+  // An empty range needs neither a destination nor a scratch (an empty cached blob).
+  absl::StatusOr<std::optional<rpc::Sha256Digest>> empty = HashedRead(fd_, 0, 0, nullptr, nullptr);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  ASSERT_TRUE(empty->has_value());
+  EXPECT_EQ(rpc::DigestHex(**empty), Sha256sumOfRange(0, 0));
 }
 
 TEST_F(HashedReadTest, DeliversTheBytesToDst) {
