@@ -93,6 +93,10 @@ for round in $(seq "$rounds"); do
   tg_server cache --cache "$work/cache"
   tg restart "$work/plain/m.gguf" --rpc "$endpoint"
   stop cache
+  rm -rf "$work/cache"
+  tg_server cache --cache "$work/cache"
+  tg cache_cold_sidecar "$work/sidecar/m.gguf" --rpc "$endpoint"
+  stop cache
   tg_server md --model-dir "$work/models"; wait_indexed md
   tg model_dir "$work/plain/m.gguf" --rpc "$endpoint"
   tg model_dir_sidecar "$work/sidecar/m.gguf" --rpc "$endpoint"
@@ -121,9 +125,14 @@ echo "model: $model ($((bytes / 1000000)) MB), $rounds rounds, -t $threads, medi
 echo
 echo "| case | tensorgrid: one-token run | tensorgrid: weights load | llama.cpp: one-token run |"
 echo "|---|---|---|---|"
-for c in local upload cache_cold cache_warm cache_warm_sidecar restart model_dir model_dir_sidecar; do
-  pc=$c; [ "$c" = cache_warm_sidecar ] && pc=-; [ "${c#model_dir}" != "$c" ] && pc=-
-  echo "| $c | $(get "$c" tg_wall) | $(get "$c" tg_load) | $( [ "$pc" = - ] && echo "(no such case)" || get "$pc" peer_wall) |"
+for c in local upload cache_cold cache_cold_sidecar cache_warm cache_warm_sidecar restart model_dir model_dir_sidecar; do
+  # llama.cpp has no sidecar and no --model-dir: its column repeats the case without them.
+  case $c in
+    model_dir*) pw="(no such case)" ;;
+    *_sidecar) pw="(as ${c%_sidecar})" ;;
+    *) pw=$(get "$c" peer_wall) ;;
+  esac
+  echo "| $c | $(get "$c" tg_wall) | $(get "$c" tg_load) | $pw |"
 done
 read_s=$(get read page_cache)
 plain=$(get plain stream_mb_s)
