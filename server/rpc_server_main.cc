@@ -241,7 +241,6 @@ void LogListening(const ServerConfig& config, RpcServer& server) {
       absl::StrCat("listening on ", server.address()),
       {{"devices", absl::StrJoin(names, ",")},
        {"cache", config.cache_dir.empty() ? "off" : config.cache_dir},
-       {"model_dir", config.model_dirs.empty() ? "off" : absl::StrJoin(config.model_dirs, ",")},
        {"tls", tls},
        {"token", config.auth_token.empty() ? "off" : "on"},
        {"peers", config.peer.allowed.ToString()},
@@ -252,7 +251,9 @@ void LogListening(const ServerConfig& config, RpcServer& server) {
         config.metrics_port.has_value() ? absl::StrCat(server.metrics().exposer_port()) : "off"},
        {"max_sessions", config.max_sessions},
        {"session_mem_limit", config.session_mem_limit},
-       {"mem_reserve", HostMemoryReserve()}});
+       {"mem_reserve", HostMemoryReserve()},
+       // Last, so that the fields before it keep their places for whoever parses the line.
+       {"model_dir", config.model_dirs.empty() ? "off" : absl::StrJoin(config.model_dirs, ",")}});
 }
 
 int Main(int argc, char** argv) {
