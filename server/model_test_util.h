@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -80,9 +81,10 @@ inline int64_t MtimeNs(const std::string& path) {
   return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
 }
 
-// A fresh directory under the test's temp dir.
+// A fresh directory under the test's temp dir, per process: ctest runs each test of a
+// fixture in its own process, in parallel, and they must not empty each other's directory.
 inline std::string FreshDir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/" + name;
+  const std::string dir = ::testing::TempDir() + "/" + name + "_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

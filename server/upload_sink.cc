@@ -48,8 +48,11 @@ absl::StatusOr<std::unique_ptr<UploadSink>> UploadSink::Start(std::shared_ptr<Se
   return sink;
 }
 
-UploadSink::~UploadSink() {
+UploadSink::~UploadSink() { ZeroUnfilled(); }
+
+void UploadSink::ZeroUnfilled() {
   if (!claimed_ || complete_ || received_ == size_) return;
+  complete_ = true;  // settled: zeroed once, here.
   // What a failed cache or file read left there, or memory never written: not the client's.
   if (absl::Status s = buffer_->Memset(offset_ + received_, 0, size_ - received_); !s.ok()) {
     kServerLog.Warn("cannot zero the unfilled part of an upload", {{"error", s.message()}});
@@ -126,10 +129,14 @@ absl::Status UploadSink::ReceiveChunk(absl::Span<const absl::string_view> parts)
   uint64_t size = 0;
   for (absl::string_view p : parts) size += p.size();
   if (size > rpc::kChunkBytes) {
+    ZeroUnfilled();
     return absl::InvalidArgumentError(
         absl::StrFormat("upload: chunk of %d bytes exceeds %d; split it", size, rpc::kChunkBytes));
   }
   if (size > size_ - received_) {
+    // The stream is over: its range must not keep a previous owner's bytes until the sink
+    // is destroyed.
+    ZeroUnfilled();
     return absl::InvalidArgumentError(
         absl::StrFormat("upload: %d more bytes after %d of the %d bytes the header announced", size,
                         received_, size_));

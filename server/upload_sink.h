@@ -75,6 +75,9 @@ class UploadSink {
   absl::StatusOr<bool> ReadInto(const std::function<absl::StatusOr<bool>(uint8_t*)>& read);
   // Stores the received range under the digest; failures are only logged.
   void StoreInCache();
+  // Zeroes the part of a claimed range that was not filled, once (a refused chunk ends the
+  // upload; else the destructor does it).
+  void ZeroUnfilled();
 
   const std::shared_ptr<Session> session_;
   const std::shared_ptr<SessionBuffer> buffer_;
