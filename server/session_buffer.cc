@@ -1,5 +1,6 @@
 #include "server/session_buffer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -37,11 +38,11 @@ uint8_t* SessionBuffer::HostPointer(uint64_t offset) const {
   return static_cast<uint8_t*>(buffer_->base()) + offset;
 }
 
-void SessionBuffer::MarkWritten(uint64_t offset, uint64_t size) {
-  if (size == 0) return;
+SessionBuffer::Fill SessionBuffer::BeginFill(uint64_t offset, uint64_t size) {
+  std::vector<std::pair<uint64_t, uint64_t>> taken;
+  if (size == 0) return Fill(this, std::move(taken));
   const uint64_t end = offset + size;
   absl::MutexLock lock(&mu_);
-  if (unwritten_.empty()) return;
   // Intervals overlapping [offset, end): the first may start before it, the last end after.
   auto it = unwritten_.upper_bound(offset);
   if (it != unwritten_.begin() && std::prev(it)->second > offset) --it;
@@ -50,19 +51,42 @@ void SessionBuffer::MarkWritten(uint64_t offset, uint64_t size) {
     it = unwritten_.erase(it);
     if (start < offset) unwritten_[start] = offset;
     if (stop > end) unwritten_[end] = stop;
+    taken.emplace_back(std::max(start, offset), std::min(stop, end));
   }
+  if (!taken.empty()) ++fills_;
+  return Fill(this, std::move(taken));
 }
 
-void SessionBuffer::ClaimForUpload(uint64_t offset, uint64_t size) { MarkWritten(offset, size); }
+void SessionBuffer::EndFill(const std::vector<std::pair<uint64_t, uint64_t>>& taken,
+                            bool done) const {
+  if (taken.empty()) return;
+  absl::MutexLock lock(&mu_);
+  // Nothing else adds to the set, so the pieces cannot overlap what is there.
+  if (!done) unwritten_.insert(taken.begin(), taken.end());
+  --fills_;
+}
+
+SessionBuffer::Fill::Fill(Fill&& other) noexcept
+    : buffer_(std::exchange(other.buffer_, nullptr)),
+      taken_(std::move(other.taken_)),
+      done_(other.done_) {}
+
+SessionBuffer::Fill::~Fill() {
+  if (buffer_ != nullptr) buffer_->EndFill(taken_, done_);
+}
 
 absl::Status SessionBuffer::ClearUnwritten() const {
   absl::MutexLock lock(&mu_);
-  while (!unwritten_.empty()) {
-    const auto [start, end] = *unwritten_.begin();
-    TG_RETURN_IF_ERROR(Fill(start, 0, end - start));
-    unwritten_.erase(unwritten_.begin());
+  for (;;) {
+    while (!unwritten_.empty()) {
+      const auto [start, end] = *unwritten_.begin();
+      TG_RETURN_IF_ERROR(SetBytes(start, 0, end - start));
+      unwritten_.erase(unwritten_.begin());
+    }
+    if (fills_ == 0) return absl::OkStatus();
+    // The set is empty, so no new Fill takes bytes; the ones in flight end or give theirs back.
+    mu_.Await(absl::Condition(this, &SessionBuffer::NoFillsInFlight));
   }
-  return absl::OkStatus();
 }
 
 Tensor SessionBuffer::Window(uint64_t offset, uint64_t size) const {
@@ -87,14 +111,17 @@ Tensor SessionBuffer::Window(uint64_t offset, uint64_t size) const {
 absl::Status SessionBuffer::Write(uint64_t offset, const void* data, uint64_t size) {
   TG_RETURN_IF_ERROR(CheckRange(offset, size));
   if (size == 0) return absl::OkStatus();
+  if (HostPointer(offset) == nullptr && size < 2) {
+    return absl::UnimplementedError("1-byte writes into device memory");
+  }
+  Fill fill = BeginFill(offset, size);
   if (uint8_t* p = HostPointer(offset); p != nullptr) {
     std::memcpy(p, data, size);
   } else {
-    if (size < 2) return absl::UnimplementedError("1-byte writes into device memory");
     Tensor w = Window(offset, size);
     TG_RETURN_IF_ERROR(buffer_->SetTensor(&w, data, 0, size));
   }
-  MarkWritten(offset, size);
+  fill.Done();
   return absl::OkStatus();
 }
 
@@ -157,12 +184,14 @@ absl::Status SessionBuffer::ReadRows(const StridedRange& r, void* data) const {
 }
 
 absl::Status SessionBuffer::Memset(uint64_t offset, uint8_t value, uint64_t size) {
-  TG_RETURN_IF_ERROR(Fill(offset, value, size));
-  MarkWritten(offset, size);
+  TG_RETURN_IF_ERROR(CheckRange(offset, size));
+  Fill fill = BeginFill(offset, size);
+  TG_RETURN_IF_ERROR(SetBytes(offset, value, size));
+  fill.Done();
   return absl::OkStatus();
 }
 
-absl::Status SessionBuffer::Fill(uint64_t offset, uint8_t value, uint64_t size) const {
+absl::Status SessionBuffer::SetBytes(uint64_t offset, uint8_t value, uint64_t size) const {
   TG_RETURN_IF_ERROR(CheckRange(offset, size));
   if (size == 0) return absl::OkStatus();
   if (uint8_t* p = HostPointer(offset); p != nullptr) {
@@ -183,18 +212,20 @@ absl::Status SessionBuffer::Copy(const SessionBuffer& src, uint64_t src_offset, 
   const uint8_t* s = src.HostPointer(src_offset);
   uint8_t* d = dst.HostPointer(dst_offset);
   if (s != nullptr && d != nullptr) {
+    Fill fill = dst.BeginFill(dst_offset, size);
     std::memmove(d, s, size);  // the same buffer may overlap.
-    dst.MarkWritten(dst_offset, size);
+    fill.Done();
     return absl::OkStatus();
   }
   if (&src != &dst && size >= 2) {
+    Fill fill = dst.BeginFill(dst_offset, size);
     Tensor ws = src.Window(src_offset, size);
     Tensor wd = dst.Window(dst_offset, size);
     if (dst.buffer_->CopyFrom(&ws, &wd).ok()) {
-      dst.MarkWritten(dst_offset, size);
+      fill.Done();
       return absl::OkStatus();
     }
-  }
+  }  // a failed CopyFrom gives its range back before the staged copy reads.
   // Through host memory, in bounded pieces.
   constexpr uint64_t kStage = uint64_t{4} << 20;
   std::vector<uint8_t> stage(std::min(size, kStage));

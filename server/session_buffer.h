@@ -6,9 +6,15 @@
 // zeroing a new buffer whole, which costs a pass over memory that uploads are about to fill
 // (a third of a model's load time), the buffer remembers which bytes no write has reached and
 // zeroes those on the first access that could read them: Read, Copy's source, and
-// ClearUnwritten, which the session calls before a graph may use the buffer. Writes, Memset
-// and ClaimForUpload take their ranges out of that set. Thread-safe: the set has its lock;
-// bytes themselves are the callers' to order (the session orders its commands).
+// ClearUnwritten, which the session calls before a graph may use the buffer.
+//
+// Every write goes through a Fill: it takes the unwritten part of its range out of the set
+// while it copies, and gives it back unless Done() says the bytes landed. A range counts as
+// written only once this session's bytes are in it, so a read racing an upload sees zeros or
+// the upload's bytes, never a previous owner's: ClearUnwritten zeroes what is unwritten and
+// waits for the Fills in flight. An upload therefore marks its range chunk by chunk, as the
+// chunks land. Thread-safe: the set has its lock; bytes themselves are the callers' to order
+// (the session orders its commands).
 #ifndef TENSORGRID_SERVER_SESSION_BUFFER_H_
 #define TENSORGRID_SERVER_SESSION_BUFFER_H_
 
@@ -17,6 +23,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -50,13 +58,36 @@ class SessionBuffer {
   absl::Status WriteRows(const StridedRange& r, const void* data);
   absl::Status ReadRows(const StridedRange& r, void* data) const;
   // Host address of byte `offset`, or nullptr when the memory is not host memory. Writing
-  // through it needs ClaimForUpload first; reading, ClearUnwritten.
+  // through it needs a Fill of the range first; reading, ClearUnwritten.
   uint8_t* HostPointer(uint64_t offset) const;
 
-  // An upload is about to fill [offset, +size) (checked by the caller): it no longer needs
-  // zeroing. The upload zeroes what it does not fill (UploadSink).
-  void ClaimForUpload(uint64_t offset, uint64_t size);
-  // Zeroes every byte no write has reached; nothing to do after the first call.
+  // The right to write [offset, +size) (checked by the caller) while it lives. Its unwritten
+  // part is taken out of the set, so ClearUnwritten neither zeroes it under the writer nor
+  // lets a reader past it until the Fill ends; Done() keeps it as written, otherwise it goes
+  // back to the set and is zeroed before any read (a failed or refused fill). Must end before
+  // its thread reads this buffer. Movable, not copyable.
+  class Fill {
+   public:
+    Fill(Fill&& other) noexcept;
+    Fill& operator=(Fill&&) = delete;
+    Fill(const Fill&) = delete;
+    Fill& operator=(const Fill&) = delete;
+    ~Fill();
+    // The range holds this session's bytes.
+    void Done() { done_ = true; }
+
+   private:
+    friend class SessionBuffer;
+    Fill(const SessionBuffer* buffer, std::vector<std::pair<uint64_t, uint64_t>> taken)
+        : buffer_(buffer), taken_(std::move(taken)) {}
+    const SessionBuffer* buffer_;                       // null once moved from.
+    std::vector<std::pair<uint64_t, uint64_t>> taken_;  // [start, end) taken from the set.
+    bool done_ = false;
+  };
+  Fill BeginFill(uint64_t offset, uint64_t size);
+
+  // Zeroes every byte no write has reached and waits for the Fills in flight; nothing to do
+  // once every byte was written.
   absl::Status ClearUnwritten() const;
 
   // Copies [src_offset, +size) of src into [dst_offset, +size) of dst (ranges checked; the
@@ -68,10 +99,11 @@ class SessionBuffer {
   // A tensor spanning [offset, offset + size) of the buffer, for the Buffer byte API.
   Tensor Window(uint64_t offset, uint64_t size) const;
 
-  // Takes [offset, +size) out of the unwritten set.
-  void MarkWritten(uint64_t offset, uint64_t size);
   // Memset without bookkeeping (the range is checked).
-  absl::Status Fill(uint64_t offset, uint8_t value, uint64_t size) const;
+  absl::Status SetBytes(uint64_t offset, uint8_t value, uint64_t size) const;
+  // A Fill ended: `taken` goes back to the unwritten set unless `done`.
+  void EndFill(const std::vector<std::pair<uint64_t, uint64_t>>& taken, bool done) const;
+  bool NoFillsInFlight() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return fills_ == 0; }
 
   std::unique_ptr<Buffer> buffer_;
   int device_index_;
@@ -79,6 +111,7 @@ class SessionBuffer {
   std::function<void(uint64_t)> on_destroy_;
   mutable absl::Mutex mu_;
   mutable std::map<uint64_t, uint64_t> unwritten_ ABSL_GUARDED_BY(mu_);  // start -> end.
+  mutable int fills_ ABSL_GUARDED_BY(mu_) = 0;  // Fills in flight that took unwritten bytes.
 };
 
 }  // namespace tg::server

@@ -1,12 +1,17 @@
 // Fresh memory is never read back as it was found: bytes no write reached read as zero
 // (after a previous owner's data was planted in the memory), written, memset and uploaded
-// ranges keep their contents, and zeroing happens once.
+// ranges keep their contents, zeroing happens once, a failed fill is zeroed, and reads racing
+// writes see neither the old bytes nor zero a write that landed.
 #include "server/session_buffer.h"
 
+#include <atomic>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 
+#include "absl/time/clock.h"
 #include "backends/register_builtin.h"
 #include "core/registry.h"
 #include "gtest/gtest.h"
@@ -42,10 +47,13 @@ TEST(SessionBufferTest, UnwrittenBytesReadAsZero) {
   EXPECT_EQ(Read(*b, 0, kSize), want);
 }
 
-TEST(SessionBufferTest, AClaimedRangeKeepsWhatTheUploadPutThere) {
+TEST(SessionBufferTest, AFilledRangeKeepsWhatTheUploadPutThere) {
   std::unique_ptr<SessionBuffer> b = UsedMemory();
-  b->ClaimForUpload(10, 20);
-  std::memset(b->HostPointer(10), 'u', 20);  // the upload writes through the host pointer.
+  {
+    SessionBuffer::Fill fill = b->BeginFill(10, 20);
+    std::memset(b->HostPointer(10), 'u', 20);  // the upload writes through the host pointer.
+    fill.Done();
+  }
   ASSERT_TRUE(b->ClearUnwritten().ok());
   std::string want(kSize, '\0');
   want.replace(10, 20, std::string(20, 'u'));
@@ -66,12 +74,84 @@ TEST(SessionBufferTest, CopiesFromUnwrittenMemoryCopyZeros) {
 TEST(SessionBufferTest, OverlappingWritesSplitTheUnwrittenRanges) {
   std::unique_ptr<SessionBuffer> b = UsedMemory();
   for (uint64_t off : {50, 40, 45, 300, 299, 900}) {
-    b->ClaimForUpload(off, 5);
+    SessionBuffer::Fill fill = b->BeginFill(off, 5);
     std::memset(b->HostPointer(off), 'c', 5);
+    fill.Done();
   }
   std::string want(kSize, '\0');
   for (uint64_t off : {40, 45, 50, 299, 300, 900}) want.replace(off, 5, "ccccc");
   EXPECT_EQ(Read(*b, 0, kSize), want);
+}
+
+// A fill that fails (a cache or model-file read that missed) gives its range back: what it left
+// there is zeroed before a read, while the bytes around it keep theirs.
+TEST(SessionBufferTest, AnUnfinishedFillIsZeroedBeforeARead) {
+  std::unique_ptr<SessionBuffer> b = UsedMemory();
+  ASSERT_TRUE(b->Write(0, "head", 4).ok());
+  {
+    SessionBuffer::Fill fill = b->BeginFill(2, 100);  // overlaps the written "ad".
+    std::memset(b->HostPointer(4), 'x', 98);          // another file's bytes; no Done().
+  }
+  std::string want(kSize, '\0');
+  want.replace(0, 4, "head");
+  EXPECT_EQ(Read(*b, 0, kSize), want);
+}
+
+// A read that starts while a fill is copying waits for it instead of zeroing under it or
+// reading what the memory held before.
+TEST(SessionBufferTest, AReadWaitsForAFillInFlight) {
+  std::unique_ptr<SessionBuffer> b = UsedMemory();
+  std::optional<SessionBuffer::Fill> fill(b->BeginFill(0, kSize));
+  std::memset(b->HostPointer(0), 'f', kSize / 2);
+  std::atomic<bool> read_done{false};
+  std::string seen;
+  std::thread reader([&] {
+    seen = Read(*b, 0, kSize);
+    read_done = true;
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(read_done.load());
+  std::memset(b->HostPointer(kSize / 2), 'f', kSize - kSize / 2);
+  fill->Done();
+  fill.reset();
+  reader.join();
+  EXPECT_EQ(seen, std::string(kSize, 'f'));
+}
+
+// Writes and reads of fresh memory at once, as a model upload and a client's Read or graph
+// may be: every read sees zeros or the written bytes, never the previous owner's, and no
+// written chunk is zeroed after it landed (the clear racing a write).
+TEST(SessionBufferTest, ConcurrentWritesAndReadsNeverSeeOldBytesNorLoseWrites) {
+  constexpr uint64_t kBig = 1 << 20, kChunk = 4096;
+  constexpr int kRounds = 20;
+  ASSERT_TRUE(RegisterBuiltinBackends().ok());
+  for (int round = 0; round < kRounds; ++round) {
+    absl::StatusOr<std::unique_ptr<Buffer>> mem =
+        Registry::Get().CpuDevice()->default_buffer_type()->Allocate(kBig);
+    ASSERT_TRUE(mem.ok()) << mem.status();
+    std::memset((*mem)->base(), kOld, kBig);
+    SessionBuffer b(*std::move(mem), 0, kBig, nullptr);
+    const std::string chunk(kChunk, 'w');
+    std::atomic<bool> writing{true};
+    std::thread writer([&] {
+      for (uint64_t off = 0; off < kBig; off += kChunk) {
+        EXPECT_TRUE(b.Write(off, chunk.data(), kChunk).ok());
+      }
+      writing = false;
+    });
+    std::string seen(kBig, '?');
+    int bad = 0;
+    do {
+      const uint64_t at = (round * 7919 * kChunk) % kBig;  // read the written and the unwritten.
+      ASSERT_TRUE(b.Read(at, seen.data(), kBig - at).ok());
+      for (uint64_t i = 0; i < kBig - at; ++i) bad += seen[i] != '\0' && seen[i] != 'w';
+    } while (writing.load());
+    writer.join();
+    EXPECT_EQ(bad, 0) << "round " << round << ": a read saw a previous owner's bytes";
+    ASSERT_TRUE(b.Read(0, seen.data(), kBig).ok());
+    EXPECT_EQ(seen.find_first_not_of('w'), std::string::npos)
+        << "round " << round << ": a written chunk was zeroed at " << seen.find_first_not_of('w');
+  }
 }
 
 }  // namespace

@@ -34,9 +34,6 @@ absl::StatusOr<std::unique_ptr<UploadSink>> UploadSink::Start(std::shared_ptr<Se
   if (header.model_file() != 0) {
     TG_ASSIGN_OR_RETURN(file, sink->session_->ModelFile(header.model_file()));
   }
-  // From here on the sink fills the range, or zeroes what it did not fill.
-  sink->buffer_->ClaimForUpload(header.offset(), header.size());
-  sink->claimed_ = true;
   if (digest.has_value() && models != nullptr) {
     TG_ASSIGN_OR_RETURN(sink->have_it_,
                         sink->ReadFromModelFile(*models, file, header.file_offset()));
@@ -44,19 +41,7 @@ absl::StatusOr<std::unique_ptr<UploadSink>> UploadSink::Start(std::shared_ptr<Se
   if (!sink->have_it_ && digest.has_value() && cache != nullptr && cache->Contains(*digest)) {
     TG_ASSIGN_OR_RETURN(sink->have_it_, sink->ReadFromCache());
   }
-  sink->complete_ = sink->have_it_;
   return sink;
-}
-
-UploadSink::~UploadSink() { ZeroUnfilled(); }
-
-void UploadSink::ZeroUnfilled() {
-  if (!claimed_ || complete_ || received_ == size_) return;
-  complete_ = true;  // settled: zeroed once, here.
-  // What a failed cache or file read left there, or memory never written: not the client's.
-  if (absl::Status s = buffer_->Memset(offset_ + received_, 0, size_ - received_); !s.ok()) {
-    kServerLog.Warn("cannot zero the unfilled part of an upload", {{"error", s.message()}});
-  }
 }
 
 UploadSink::UploadSink(std::shared_ptr<Session> session, std::shared_ptr<SessionBuffer> buffer,
@@ -72,12 +57,17 @@ UploadSink::UploadSink(std::shared_ptr<Session> session, std::shared_ptr<Session
 
 absl::StatusOr<bool> UploadSink::ReadInto(
     const std::function<absl::StatusOr<bool>(uint8_t*)>& read) {
-  std::string stage;  // only for memory the host cannot address.
-  uint8_t* host = buffer_->HostPointer(offset_);
-  if (host == nullptr) stage.resize(size_);
-  TG_ASSIGN_OR_RETURN(bool got,
-                      read(host != nullptr ? host : reinterpret_cast<uint8_t*>(stage.data())));
-  if (got && host == nullptr) TG_RETURN_IF_ERROR(buffer_->Write(offset_, stage.data(), size_));
+  if (uint8_t* host = buffer_->HostPointer(offset_); host != nullptr) {
+    // A miss or a failed read gives the range back to be zeroed: what the read left there
+    // (another file's bytes, a corrupt blob) never reaches a reader.
+    SessionBuffer::Fill fill = buffer_->BeginFill(offset_, size_);
+    TG_ASSIGN_OR_RETURN(bool got, read(host));
+    if (got) fill.Done();
+    return got;
+  }
+  std::string stage(size_, '\0');  // memory the host cannot address.
+  TG_ASSIGN_OR_RETURN(bool got, read(reinterpret_cast<uint8_t*>(stage.data())));
+  if (got) TG_RETURN_IF_ERROR(buffer_->Write(offset_, stage.data(), size_));
   return got;
 }
 
@@ -129,14 +119,10 @@ absl::Status UploadSink::ReceiveChunk(absl::Span<const absl::string_view> parts)
   uint64_t size = 0;
   for (absl::string_view p : parts) size += p.size();
   if (size > rpc::kChunkBytes) {
-    ZeroUnfilled();
     return absl::InvalidArgumentError(
         absl::StrFormat("upload: chunk of %d bytes exceeds %d; split it", size, rpc::kChunkBytes));
   }
   if (size > size_ - received_) {
-    // The stream is over: its range must not keep a previous owner's bytes until the sink
-    // is destroyed.
-    ZeroUnfilled();
     return absl::InvalidArgumentError(
         absl::StrFormat("upload: %d more bytes after %d of the %d bytes the header announced", size,
                         received_, size_));

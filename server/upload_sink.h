@@ -39,8 +39,9 @@ class UploadSink {
       std::shared_ptr<Session> session, const tensorgrid::v1::UploadHeader& header,
       BlobCache* cache, Metrics* metrics, ModelIndex* models = nullptr);
 
-  // An upload that did not complete zeroes the part of its range it did not fill.
-  ~UploadSink();
+  // Bytes count as written as each chunk lands (SessionBuffer::Fill), so the part of the range
+  // an unfinished upload did not fill is still zeroed before anyone reads it.
+  ~UploadSink() = default;
   UploadSink(const UploadSink&) = delete;
   UploadSink& operator=(const UploadSink&) = delete;
 
@@ -75,9 +76,6 @@ class UploadSink {
   absl::StatusOr<bool> ReadInto(const std::function<absl::StatusOr<bool>(uint8_t*)>& read);
   // Stores the received range under the digest; failures are only logged.
   void StoreInCache();
-  // Zeroes the part of a claimed range that was not filled, once (a refused chunk ends the
-  // upload; else the destructor does it).
-  void ZeroUnfilled();
 
   const std::shared_ptr<Session> session_;
   const std::shared_ptr<SessionBuffer> buffer_;
@@ -89,8 +87,6 @@ class UploadSink {
   rpc::Sha256Stream hasher_;
   uint64_t received_ = 0;
   bool have_it_ = false;
-  bool claimed_ = false;   // the range is the sink's to fill (SessionBuffer::ClaimForUpload).
-  bool complete_ = false;  // the range holds what the client meant (or the client's own bytes).
   tensorgrid::v1::UploadSource source_ = tensorgrid::v1::UPLOAD_SOURCE_NETWORK;
 };
 

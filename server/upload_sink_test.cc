@@ -306,5 +306,38 @@ TEST_F(UploadSinkTest, AnUnfinishedUploadZeroesWhatItDidNotFill) {
   EXPECT_EQ(Read(a, 0, 100), std::string(40, 'd') + std::string(60, '\0'));
 }
 
+// A Read of the range while the upload is still in flight (the client reads, or another stream
+// of the session copies from it) sees the chunks that landed and zeros, never the bytes another
+// session left in the memory; the chunks after it still land.
+TEST_F(UploadSinkTest, AReadDuringAnUploadSeesNoPreviousOwnersBytes) {
+  const uint64_t a = Alloc(100);
+  absl::StatusOr<std::shared_ptr<SessionBuffer>> buffer = session_->FindBuffer(a);
+  ASSERT_TRUE(buffer.ok());
+  std::memset((*buffer)->HostPointer(0), 0xab, 100);  // a previous owner's bytes.
+  absl::StatusOr<std::unique_ptr<UploadSink>> sink = Start(a, 0, 100);
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  ASSERT_TRUE((*sink)->Receive(UploadChunk(std::string(40, 'd'))).ok());
+  EXPECT_EQ(Read(a, 0, 100), std::string(40, 'd') + std::string(60, '\0'));
+  ASSERT_TRUE((*sink)->Receive(UploadChunk(std::string(60, 'e'))).ok());
+  ASSERT_TRUE((*sink)->Finish().ok());
+  EXPECT_EQ(Read(a, 0, 100), std::string(40, 'd') + std::string(60, 'e'));
+}
+
+// The same through a cache hit that turned out corrupt: what the failed read left in the
+// buffer is zeroed before a read, and the client's chunks replace it.
+TEST_F(UploadSinkTest, AFailedCacheReadLeavesNothingReadable) {
+  const uint64_t a = Alloc(16);
+  ASSERT_TRUE(Upload(a, 0, "abc", Unhex(kAbcSha256Hex)).ok());
+  {
+    std::ofstream out(BlobPath(kAbcSha256Hex), std::ios::binary | std::ios::trunc);
+    out << "abd";
+  }
+  const uint64_t b = Alloc(16);
+  absl::StatusOr<std::unique_ptr<UploadSink>> sink = Start(b, 0, 3, Unhex(kAbcSha256Hex));
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  ASSERT_FALSE((*sink)->have_it());
+  EXPECT_EQ(Read(b, 0, 3), std::string(3, '\0'));
+}
+
 }  // namespace
 }  // namespace tg::server
