@@ -20,6 +20,7 @@
 #include "client/session_channel.h"
 #include "client/upload_pool.h"
 #include "proto/model_identity.h"
+#include "proto/protocol.h"
 #include "tensorgrid/v1/tensorgrid.grpc.pb.h"
 
 namespace tg::rpc {
@@ -49,6 +50,15 @@ class Connection {
 
   const std::string& endpoint() const { return endpoint_; }
   const tensorgrid::v1::HelloReply& hello() const { return hello_; }
+  // Whether weight hashes can save bytes on this server: its cache (--cache), or a server
+  // older than rpc::kMinorModelFiles, which does not say and may have one.
+  bool MayHaveCache() const {
+    return hello_.protocol_minor() < rpc::kMinorModelFiles || hello_.has_cache();
+  }
+  // Whether OpenModelFile may find the client's file (--model-dir, protocol minor 2).
+  bool HasModelDir() const {
+    return hello_.protocol_minor() >= rpc::kMinorModelFiles && hello_.has_model_dir();
+  }
   int upload_streams() const { return options_.upload_streams; }
 
   // The session commands (SessionChannel's rules), after the uploads in flight: Call sends

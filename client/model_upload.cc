@@ -57,8 +57,8 @@ absl::StatusOr<std::vector<ServerPlan>> PlanServers(
     if (added) {
       ServerPlan plan;
       plan.connection = conn;
-      plan.need_digest = conn->hello().has_cache();
-      if (conn->hello().has_model_dir()) {
+      plan.need_digest = conn->MayHaveCache();
+      if (conn->HasModelDir()) {
         absl::StatusOr<tensorgrid::v1::OpenModelFileReply> file = conn->OpenModelFile("", identity);
         if (file.ok()) {
           plan.model_file = file->file();

@@ -68,7 +68,7 @@ absl::Status RemoteBuffer::SetTensor(Tensor* t, const void* data, size_t offset,
   const uint64_t at = OffsetOf(*t, offset);
   if (usage() == BufferUsage::kWeights) {
     // Hashes only help a server that can find bytes by them (its cache, its model files).
-    const bool cacheable = connection_->hello().has_cache() || connection_->hello().has_model_dir();
+    const bool cacheable = connection_->MayHaveCache() || connection_->HasModelDir();
     return connection_->Upload(handle_, at, data, size, cacheable);
   }
   if (size > kInlineWriteBytes) return connection_->Upload(handle_, at, data, size, false);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -152,24 +153,36 @@ absl::Status SessionBuffer::CheckRows(const StridedRange& r) const {
 absl::Status SessionBuffer::WriteRows(const StridedRange& r, const void* data) {
   TG_RETURN_IF_ERROR(CheckRows(r));
   if (r.n_rows == 0 || r.row_size == 0) return absl::OkStatus();
-  if (uint8_t* p = HostPointer(r.offset); p != nullptr) {
-    CopyRows(p, r.stride, data, r.HostStride(), r.row_size, r.n_rows);
-    return absl::OkStatus();
-  }
   if (r.TensorContiguous() && r.HostStride() == r.row_size) {
     return Write(r.offset, data, r.row_size * r.n_rows);
   }
-  // Device memory: the backend's 2D copy into a window over the rows' span (>= 2 bytes:
-  // two rows that do not overlap).
-  Tensor w = Window(r.offset, *TensorSpan(r));
-  StridedRange rows = r;
-  rows.offset = 0;
-  return buffer_->SetTensor2D(&w, data, rows);
+  const size_t span = *TensorSpan(r);
+  // Rows back to back are one range written; rows apart leave gaps no write reaches, so the
+  // unwritten bytes are zeroed first (once per buffer) instead of tracking every row.
+  std::optional<Fill> fill;
+  if (r.TensorContiguous()) {
+    fill.emplace(BeginFill(r.offset, span));
+  } else {
+    TG_RETURN_IF_ERROR(ClearUnwritten());
+  }
+  if (uint8_t* p = HostPointer(r.offset); p != nullptr) {
+    CopyRows(p, r.stride, data, r.HostStride(), r.row_size, r.n_rows);
+  } else {
+    // Device memory: the backend's 2D copy into a window over the rows' span (>= 2 bytes:
+    // two rows that do not overlap).
+    Tensor w = Window(r.offset, span);
+    StridedRange rows = r;
+    rows.offset = 0;
+    TG_RETURN_IF_ERROR(buffer_->SetTensor2D(&w, data, rows));
+  }
+  if (fill.has_value()) fill->Done();
+  return absl::OkStatus();
 }
 
 absl::Status SessionBuffer::ReadRows(const StridedRange& r, void* data) const {
   TG_RETURN_IF_ERROR(CheckRows(r));
   if (r.n_rows == 0 || r.row_size == 0) return absl::OkStatus();
+  TG_RETURN_IF_ERROR(ClearUnwritten());
   if (const uint8_t* p = HostPointer(r.offset); p != nullptr) {
     CopyRows(data, r.HostStride(), p, r.stride, r.row_size, r.n_rows);
     return absl::OkStatus();

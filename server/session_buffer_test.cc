@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "backends/register_builtin.h"
 #include "core/registry.h"
+#include "core/strided_range.h"
 #include "gtest/gtest.h"
 
 namespace tg::server {
@@ -81,6 +82,36 @@ TEST(SessionBufferTest, OverlappingWritesSplitTheUnwrittenRanges) {
   std::string want(kSize, '\0');
   for (uint64_t off : {40, 45, 50, 299, 300, 900}) want.replace(off, 5, "ccccc");
   EXPECT_EQ(Read(*b, 0, kSize), want);
+}
+
+// 2D rows: rows written apart keep their bytes and the gaps between them read as zero; rows
+// read from memory nothing wrote are zeros, not what the memory held.
+TEST(SessionBufferTest, RowsWrittenApartKeepTheirBytesAndTheGapsReadAsZero) {
+  std::unique_ptr<SessionBuffer> b = UsedMemory();
+  StridedRange r;
+  r.offset = 10;
+  r.row_size = 4;
+  r.n_rows = 3;
+  r.stride = 10;
+  ASSERT_TRUE(b->WriteRows(r, "aaaabbbbcccc").ok());
+  std::string want(kSize, '\0');
+  want.replace(10, 4, "aaaa");
+  want.replace(20, 4, "bbbb");
+  want.replace(30, 4, "cccc");
+  EXPECT_EQ(Read(*b, 0, kSize), want);
+  // Back to back: one written range.
+  std::unique_ptr<SessionBuffer> c = UsedMemory();
+  r.stride = 4;
+  ASSERT_TRUE(c->WriteRows(r, "aaaabbbbcccc").ok());
+  want.assign(kSize, '\0');
+  want.replace(10, 12, "aaaabbbbcccc");
+  EXPECT_EQ(Read(*c, 0, kSize), want);
+  // Read as rows from memory nothing wrote.
+  std::unique_ptr<SessionBuffer> d = UsedMemory();
+  r.stride = 100;
+  std::string rows(12, '?');
+  ASSERT_TRUE(d->ReadRows(r, rows.data()).ok());
+  EXPECT_EQ(rows, std::string(12, '\0'));
 }
 
 // A fill that fails (a cache or model-file read that missed) gives its range back: what it left
