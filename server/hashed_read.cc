@@ -10,9 +10,7 @@
 #include "core/status_macros.h"
 
 namespace tg::server {
-namespace {
 
-// pread of exactly n bytes; false when the file ended first.
 absl::StatusOr<bool> ReadFully(int fd, uint8_t* dst, size_t n, uint64_t offset) {
   while (n > 0) {
     const ssize_t got = pread(fd, dst, n, static_cast<off_t>(offset));
@@ -25,8 +23,6 @@ absl::StatusOr<bool> ReadFully(int fd, uint8_t* dst, size_t n, uint64_t offset) 
   }
   return true;
 }
-
-}  // namespace
 
 absl::StatusOr<std::optional<rpc::Sha256Digest>> HashedRead(int fd, uint64_t offset, uint64_t size,
                                                             uint8_t* dst, std::string* scratch) {

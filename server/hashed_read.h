@@ -1,7 +1,7 @@
-// Reading a byte range of a file while hashing it: pread in slices of kHashedReadSliceBytes,
-// each hashed right after it lands, while it is still in the core's cache (one pass over
-// memory instead of a read and then a hash). What the weight cache and the --model-dir
-// index use to read bytes they must verify before they count. Thread-safe (no state).
+// Reading a byte range of a file fully, or while hashing it: pread in slices of
+// kHashedReadSliceBytes, each hashed right after it lands, while it is still in the core's cache
+// (one pass over memory instead of a read and then a hash). What the weight cache and the
+// --model-dir index use to read bytes they must verify before they count. Thread-safe (no state).
 #ifndef TENSORGRID_SERVER_HASHED_READ_H_
 #define TENSORGRID_SERVER_HASHED_READ_H_
 
@@ -14,6 +14,10 @@
 #include "proto/content_hash.h"
 
 namespace tg::server {
+
+// pread of exactly n bytes of `fd` at `offset` into dst; false when the file ends first (it
+// shrank); UNAVAILABLE naming the errno for a failed read.
+absl::StatusOr<bool> ReadFully(int fd, uint8_t* dst, size_t n, uint64_t offset);
 
 // Small enough to stay in a core's L2 cache between the read and the hash.
 inline constexpr size_t kHashedReadSliceBytes = size_t{512} << 10;

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +26,10 @@ constexpr char kIndexFolder[] = "model-index";
 
 int64_t MtimeNs(const struct stat& st) {
   return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+int64_t CtimeNs(const struct stat& st) {
+  return int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec;
 }
 
 // The descriptor must name the file we resolved: a path component swapped for a symlink
@@ -58,6 +63,8 @@ absl::StatusOr<std::unique_ptr<IndexedModelFile>> IndexedModelFile::Build(
   }
   f->hashes_.identity.size = static_cast<uint64_t>(st.st_size);
   f->hashes_.mtime_ns = MtimeNs(st);
+  f->state_ = {static_cast<uint64_t>(st.st_size), MtimeNs(st), CtimeNs(st),
+               static_cast<uint64_t>(st.st_ino)};
   TG_ASSIGN_OR_RETURN(GgufTensorTable table, ReadGgufTensorTable(fd, f->hashes_.identity.size));
   std::string scratch;
   TG_ASSIGN_OR_RETURN(std::optional<rpc::Sha256Digest> header,
@@ -75,6 +82,7 @@ absl::StatusOr<std::unique_ptr<IndexedModelFile>> IndexedModelFile::Build(
         rpc::CheckModelHashes(*cached, f->hashes_.identity, f->hashes_.mtime_ns, pieces).ok()) {
       f->hashes_.pieces = std::move(cached->pieces);
       f->from_cache_ = true;
+      f->verified_ = std::make_unique<std::atomic<bool>[]>(f->hashes_.pieces.size());
       return f;
     }
   }
@@ -90,6 +98,8 @@ absl::StatusOr<std::unique_ptr<IndexedModelFile>> IndexedModelFile::Build(
     return absl::OkStatus();
   }));
   if (!f->Unchanged()) return absl::AbortedError("the file changed while it was hashed");
+  f->verified_ = std::make_unique<std::atomic<bool>[]>(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) f->verified_[i] = true;
   if (!entry.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(entry).parent_path(), ec);
@@ -103,8 +113,8 @@ absl::StatusOr<std::unique_ptr<IndexedModelFile>> IndexedModelFile::Build(
 
 bool IndexedModelFile::Unchanged() const {
   struct stat st;
-  return fstat(fd_, &st) == 0 && static_cast<uint64_t>(st.st_size) == hashes_.identity.size &&
-         MtimeNs(st) == hashes_.mtime_ns;
+  return fstat(fd_, &st) == 0 && FileState{static_cast<uint64_t>(st.st_size), MtimeNs(st),
+                                           CtimeNs(st), static_cast<uint64_t>(st.st_ino)} == state_;
 }
 
 absl::StatusOr<bool> IndexedModelFile::ReadPiece(size_t index, uint8_t* dst) {
@@ -114,12 +124,20 @@ absl::StatusOr<bool> IndexedModelFile::ReadPiece(size_t index, uint8_t* dst) {
     stale_ = true;
     return false;
   }
-  TG_ASSIGN_OR_RETURN(std::optional<rpc::Sha256Digest> got,
-                      HashedRead(fd_, piece.range.offset, piece.range.size, dst, nullptr));
-  if (!got.has_value() || *got != piece.digest) {
+  bool good = false;
+  if (verified_[index].load()) {
+    TG_ASSIGN_OR_RETURN(good, ReadFully(fd_, dst, piece.range.size, piece.range.offset));
+  } else {
+    TG_ASSIGN_OR_RETURN(std::optional<rpc::Sha256Digest> got,
+                        HashedRead(fd_, piece.range.offset, piece.range.size, dst, nullptr));
+    good = got.has_value() && *got == piece.digest;
+  }
+  // A change during the read (a write moves ctime) makes what was read suspect.
+  if (!good || !Unchanged()) {
     stale_ = true;
     return false;
   }
+  verified_[index] = true;
   return true;
 }
 

@@ -49,16 +49,30 @@ class IndexedModelFile {
   // Bytes of all pieces.
   uint64_t piece_bytes() const { return piece_bytes_; }
 
-  // Reads piece `index` into dst (piece size bytes) and hashes what it read. True when the
-  // bytes are the indexed ones. False when the file no longer has its indexed size or mtime,
-  // shrank during the read, or its bytes hash differently: the file is then marked stale and
-  // every later read returns false. An error only for a failed read system call.
+  // Reads piece `index` into dst (piece size bytes). True when the bytes are the indexed ones.
+  // A piece this process hashed, or already served once after hashing it, is read without
+  // hashing while the file is unchanged (FileState: size, mtime, ctime and inode on the
+  // descriptor held open since; checked before and after the read): re-hashing what was just
+  // indexed was a third of a --model-dir load. A piece whose hash came from the cache entry
+  // of an earlier run is hashed on its first serve (the file may have been changed with its
+  // mtime put back while no server watched). False when the file no longer has its indexed
+  // state, shrank during the read, or its bytes hash differently: the file is then marked
+  // stale and every later read returns false. An error only for a failed read system call.
   absl::StatusOr<bool> ReadPiece(size_t index, uint8_t* dst);
   bool stale() const { return stale_.load(); }
 
  private:
+  // What a change to the file would change. ctime moves on every write, truncate and utime
+  // and cannot be set back by an unprivileged process.
+  struct FileState {
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+    int64_t ctime_ns = 0;
+    uint64_t inode = 0;
+    bool operator==(const FileState&) const = default;
+  };
   IndexedModelFile(int fd, ModelDirFile file) : fd_(fd), path_(file.path), name_(file.name) {}
-  // Whether the open file still has the indexed size and mtime.
+  // Whether the open file still has the indexed state.
   bool Unchanged() const;
 
   const int fd_;
@@ -67,6 +81,9 @@ class IndexedModelFile {
   rpc::ModelHashes hashes_;
   uint64_t piece_bytes_ = 0;
   bool from_cache_ = false;
+  FileState state_;  // when indexed.
+  // Per piece: its bytes were hashed by this process while the file had state_.
+  std::unique_ptr<std::atomic<bool>[]> verified_;
   std::atomic<bool> stale_{false};
 };
 

@@ -5,6 +5,7 @@
 #include "server/model_index.h"
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -173,6 +174,40 @@ TEST_F(ModelIndexTest, HashesAreKeptInTheCacheDirectoryUntilTheFileChanges) {
   absl::StatusOr<std::unique_ptr<IndexedModelFile>> fourth = IndexedModelFile::Build(f, options);
   ASSERT_TRUE(fourth.ok()) << fourth.status();
   EXPECT_FALSE((*fourth)->from_cache());
+}
+
+// Hashes taken from the cache entry of an earlier run are not trusted blindly: the file may
+// have been changed while no server held it open, with its size and mtime put back. Such a
+// piece is hashed when first served and refused; the piece this process read and hashed is
+// then served without hashing again, and its bytes are the file's.
+TEST_F(ModelIndexTest, APieceChangedWhileNoServerRanIsRefusedDespiteTheCacheEntry) {
+  const std::string cache = root_ + "/cache";
+  const ModelDirFile f{fs::canonical(model_).string(), "m.gguf"};
+  IndexedModelFile::BuildOptions options{cache, 2, nullptr};
+  ASSERT_TRUE(IndexedModelFile::Build(f, options).ok());  // the earlier run.
+  std::string bytes = FileBytes(model_);
+  const std::vector<rpc::FileRange> pieces = rpc::SplitIntoPieces(FactsOf(model_).tensors);
+  const rpc::FileRange changed = pieces.back(), kept = pieces.front();
+  const int64_t mtime = testing::MtimeNs(model_);
+  bytes[changed.offset + 1] ^= 0x21;
+  std::ofstream(model_, std::ios::binary | std::ios::in).write(bytes.data(), bytes.size());
+  testing::SetMtimeNs(model_, mtime);
+
+  absl::StatusOr<std::unique_ptr<IndexedModelFile>> file = IndexedModelFile::Build(f, options);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE((*file)->from_cache());
+  std::string got(kept.size, '\0');
+  absl::StatusOr<bool> read = (*file)->ReadPiece(0, reinterpret_cast<uint8_t*>(got.data()));
+  ASSERT_TRUE(read.ok() && *read);
+  EXPECT_EQ(got, bytes.substr(kept.offset, kept.size));
+  read = (*file)->ReadPiece(0, reinterpret_cast<uint8_t*>(got.data()));  // without hashing.
+  ASSERT_TRUE(read.ok() && *read);
+  EXPECT_EQ(got, bytes.substr(kept.offset, kept.size));
+  got.assign(changed.size, '\0');
+  read = (*file)->ReadPiece(pieces.size() - 1, reinterpret_cast<uint8_t*>(got.data()));
+  ASSERT_TRUE(read.ok());
+  EXPECT_FALSE(*read);
+  EXPECT_TRUE((*file)->stale());
 }
 
 TEST_F(ModelIndexTest, HashingStopsWhenTheServerShutsDown) {
