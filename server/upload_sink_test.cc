@@ -123,6 +123,20 @@ class UploadSinkTest : public ::testing::Test {
     return (*sink)->Finish();
   }
 
+  // A 100-byte buffer holding a previous owner's bytes (0xab) and an upload of all of it that
+  // has received its first 40 bytes ('d').
+  std::unique_ptr<UploadSink> UploadStartedOverUsedMemory(uint64_t* buffer_out) {
+    const uint64_t a = Alloc(100);
+    *buffer_out = a;
+    absl::StatusOr<std::shared_ptr<SessionBuffer>> buffer = session_->FindBuffer(a);
+    EXPECT_TRUE(buffer.ok());
+    std::memset((*buffer)->HostPointer(0), 0xab, 100);
+    absl::StatusOr<std::unique_ptr<UploadSink>> sink = Start(a, 0, 100);
+    EXPECT_TRUE(sink.ok()) << sink.status();
+    EXPECT_TRUE((*sink)->Receive(UploadChunk(std::string(40, 'd'))).ok());
+    return std::move(*sink);
+  }
+
   fs::path BlobPath(absl::string_view hex) {
     return dir_ / "cache" / std::string(hex.substr(0, 2)) / std::string(hex);
   }
@@ -293,18 +307,11 @@ TEST_F(UploadSinkTest, FreeMidUploadKeepsTheBufferUntilTheEnd) {
 namespace tg::server {
 namespace {
 
-// An upload that ends early zeroes what it did not fill: the bytes a previous owner left in
-// the memory never reach the client.
+// An upload that ends early leaves what it did not fill to be zeroed: the bytes a previous
+// owner left in the memory never reach the client.
 TEST_F(UploadSinkTest, AnUnfinishedUploadZeroesWhatItDidNotFill) {
-  const uint64_t a = Alloc(100);
-  absl::StatusOr<std::shared_ptr<SessionBuffer>> buffer = session_->FindBuffer(a);
-  ASSERT_TRUE(buffer.ok());
-  std::memset((*buffer)->HostPointer(0), 0xab, 100);  // a previous owner's bytes.
-  {
-    absl::StatusOr<std::unique_ptr<UploadSink>> sink = Start(a, 0, 100);
-    ASSERT_TRUE(sink.ok()) << sink.status();
-    ASSERT_TRUE((*sink)->Receive(UploadChunk(std::string(40, 'd'))).ok());
-  }  // the stream broke off.
+  uint64_t a = 0;
+  UploadStartedOverUsedMemory(&a).reset();  // the stream broke off.
   EXPECT_EQ(Read(a, 0, 100), std::string(40, 'd') + std::string(60, '\0'));
 }
 
@@ -312,16 +319,11 @@ TEST_F(UploadSinkTest, AnUnfinishedUploadZeroesWhatItDidNotFill) {
 // of the session copies from it) sees the chunks that landed and zeros, never the bytes another
 // session left in the memory; the chunks after it still land.
 TEST_F(UploadSinkTest, AReadDuringAnUploadSeesNoPreviousOwnersBytes) {
-  const uint64_t a = Alloc(100);
-  absl::StatusOr<std::shared_ptr<SessionBuffer>> buffer = session_->FindBuffer(a);
-  ASSERT_TRUE(buffer.ok());
-  std::memset((*buffer)->HostPointer(0), 0xab, 100);  // a previous owner's bytes.
-  absl::StatusOr<std::unique_ptr<UploadSink>> sink = Start(a, 0, 100);
-  ASSERT_TRUE(sink.ok()) << sink.status();
-  ASSERT_TRUE((*sink)->Receive(UploadChunk(std::string(40, 'd'))).ok());
+  uint64_t a = 0;
+  std::unique_ptr<UploadSink> sink = UploadStartedOverUsedMemory(&a);
   EXPECT_EQ(Read(a, 0, 100), std::string(40, 'd') + std::string(60, '\0'));
-  ASSERT_TRUE((*sink)->Receive(UploadChunk(std::string(60, 'e'))).ok());
-  ASSERT_TRUE((*sink)->Finish().ok());
+  ASSERT_TRUE(sink->Receive(UploadChunk(std::string(60, 'e'))).ok());
+  ASSERT_TRUE(sink->Finish().ok());
   EXPECT_EQ(Read(a, 0, 100), std::string(40, 'd') + std::string(60, 'e'));
 }
 
