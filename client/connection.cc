@@ -14,6 +14,7 @@
 #include "proto/content_hash.h"
 #include "proto/grpc_channel.h"
 #include "proto/protocol.h"
+#include "proto/upload_frame.h"
 
 namespace tg::rpc {
 namespace {
@@ -61,14 +62,15 @@ absl::Status Connection::Start() {
                                     .cert_pem = options_.tls_cert_pem,
                                     .key_pem = options_.tls_key_pem});
   stub_ = pb::TensorGrid::NewStub(channel_);
+  upload_method_ = std::make_unique<grpc::internal::RpcMethod>(
+      kUploadMethod, grpc::internal::RpcMethod::BIDI_STREAMING, channel_);
   TG_RETURN_IF_ERROR(Hello());
   auto context = std::make_unique<grpc::ClientContext>();
   AddAuth(context.get());
   TG_ASSIGN_OR_RETURN(session_,
                       SessionChannel::Open(*stub_, std::move(context), endpoint_, &deadlines_));
-  uploads_ = std::make_unique<UploadPool>(
-      options_.upload_streams, [this](const UploadJob& job) { return UploadOne(job); }, endpoint_,
-      options_.progress);
+  uploads_ = std::make_unique<UploadPool>(options_.upload_streams,
+                                          [this](const UploadJob& job) { return UploadOne(job); });
   return absl::OkStatus();
 }
 
@@ -144,14 +146,18 @@ absl::Status Connection::QueueWrite(uint64_t buffer, uint64_t offset, const void
 
 absl::Status Connection::Upload(uint64_t buffer, uint64_t offset, const void* data, size_t size,
                                 bool cacheable) {
-  // Commands posted earlier (a Clear of the same buffer) must land before these bytes.
-  TG_RETURN_IF_ERROR(session_->DrainIfBusy());
-  inline_outputs_.StaleBefore(session_->last_sent_id() + 1);
   UploadJob job;
   job.buffer = buffer;
   job.offset = offset;
   job.bytes.assign(static_cast<const char*>(data), size);
   job.cacheable = cacheable;
+  return QueueUpload(std::move(job));
+}
+
+absl::Status Connection::QueueUpload(UploadJob job) {
+  // Commands posted earlier (a Clear of the same buffer) must land before these bytes.
+  TG_RETURN_IF_ERROR(session_->DrainIfBusy());
+  inline_outputs_.StaleBefore(session_->last_sent_id() + 1);
   return uploads_->Add(std::move(job));
 }
 
@@ -159,40 +165,81 @@ absl::Status Connection::WaitUploads() {
   return uploads_ == nullptr ? absl::OkStatus() : uploads_->Wait();
 }
 
+absl::StatusOr<pb::OpenModelFileReply> Connection::OpenModelFile(absl::string_view name,
+                                                                 const ModelIdentity& identity) {
+  Request request;
+  pb::OpenModelFile* open = request.mutable_open_model_file();
+  open->set_name(std::string(name));
+  open->set_size(identity.size);
+  open->set_header_sha256(identity.header.data(), identity.header.size());
+  TG_ASSIGN_OR_RETURN(Reply reply, Call(std::move(request)));
+  return reply.model_file();
+}
+
+namespace {
+
+grpc::ByteBuffer Serialized(const pb::UploadMessage& message) {
+  const std::string bytes = message.SerializeAsString();
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+}  // namespace
+
 absl::StatusOr<UploadResult> Connection::UploadOne(const UploadJob& job) {
+  if (!job.cacheable) return UploadOnce(job, std::nullopt);
+  if (!job.digest.has_value()) return UploadOnce(job, Sha256(job.data(), job.size()));
+  absl::StatusOr<UploadResult> result = UploadOnce(job, job.digest);
+  if (!absl::IsDataLoss(result.status())) return result;
+  // The server hashed what it received and it was not the given digest: the digest came
+  // from a stale sidecar, or the bytes changed under us. With their own digest they still
+  // arrive verified.
+  const Sha256Digest actual = Sha256(job.data(), job.size());
+  if (actual == *job.digest) return result;
+  if (job.on_stale_digest) job.on_stale_digest();
+  return UploadOnce(job, actual);
+}
+
+absl::StatusOr<UploadResult> Connection::UploadOnce(const UploadJob& job,
+                                                    const std::optional<Sha256Digest>& digest) {
   grpc::ClientContext context;
   AddAuth(&context);
   const absl::Time start = absl::Now();
-  const absl::Duration limit = deadlines_.ForTransfer(job.bytes.size());
+  const absl::Duration limit = deadlines_.ForTransfer(job.size());
   context.set_deadline(absl::ToChronoTime(start + limit));
   const std::string what =
-      absl::StrFormat("upload of %d bytes (deadline %s at %.1f MB/s)", job.bytes.size(),
+      absl::StrFormat("upload of %d bytes (deadline %s at %.1f MB/s)", job.size(),
                       absl::FormatDuration(limit), deadlines_.bytes_per_second() / 1e6);
-  auto stream = stub_->Upload(&context);
+  // Raw byte buffers, so that chunks point at the job's bytes (proto/upload_frame.h).
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, pb::UploadReply>> stream(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, pb::UploadReply>::Create(
+          channel_.get(), *upload_method_, &context));
   pb::UploadMessage header;
   pb::UploadHeader* h = header.mutable_header();
   h->set_session_id(session_->session_id());
   h->set_buffer(job.buffer);
   h->set_offset(job.offset);
-  h->set_size(job.bytes.size());
-  if (job.cacheable) {
-    const Sha256Digest digest = Sha256(job.bytes.data(), job.bytes.size());
-    h->set_sha256(digest.data(), digest.size());
+  h->set_size(job.size());
+  if (digest.has_value()) {
+    h->set_sha256(digest->data(), digest->size());
+    h->set_model_file(job.model_file);
+    h->set_file_offset(job.file_offset);
   }
   UploadResult result;
   pb::UploadReply reply;
-  if (!stream->Write(header) || !stream->Read(&reply)) {
+  if (!stream->Write(Serialized(header)) || !stream->Read(&reply)) {
     return FromGrpc(stream->Finish(), endpoint_, what);
   }
   if (reply.have_it()) {
-    result.skipped = job.bytes.size();
+    (reply.source() == pb::UPLOAD_SOURCE_MODEL_FILE ? result.from_file : result.skipped) =
+        job.size();
   } else {
-    for (size_t pos = 0; pos < job.bytes.size(); pos += kChunkBytes) {
-      pb::UploadMessage chunk;
-      chunk.set_chunk(job.bytes.data() + pos, std::min(kChunkBytes, job.bytes.size() - pos));
-      if (!stream->Write(chunk)) break;
+    for (size_t pos = 0; pos < job.size(); pos += kChunkBytes) {
+      if (!stream->Write(ChunkFrame(job.data() + pos, std::min(kChunkBytes, job.size() - pos)))) {
+        break;
+      }
     }
-    result.sent = job.bytes.size();
+    result.sent = job.size();
   }
   stream->WritesDone();
   while (stream->Read(&reply)) {

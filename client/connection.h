@@ -19,6 +19,8 @@
 #include "client/sent_graphs.h"
 #include "client/session_channel.h"
 #include "client/upload_pool.h"
+#include "proto/model_identity.h"
+#include "proto/protocol.h"
 #include "tensorgrid/v1/tensorgrid.grpc.pb.h"
 
 namespace tg::rpc {
@@ -29,8 +31,8 @@ struct ClientOptions {
   std::string tls_ca_pem;    // trust these roots (TLS on); empty = plaintext.
   std::string tls_cert_pem;  // client certificate for servers that require mTLS.
   std::string tls_key_pem;
-  int upload_streams = 4;        // parallel Upload streams.
-  bool progress = true;          // a progress line on stderr while uploading (terminals only).
+  int upload_streams = 4;  // parallel Upload streams.
+  bool progress = true;    // a progress line on stderr while loading a model (terminals only).
   DeadlineAllowances deadlines;  // how long any call may wait (CallDeadlines).
 };
 
@@ -48,6 +50,16 @@ class Connection {
 
   const std::string& endpoint() const { return endpoint_; }
   const tensorgrid::v1::HelloReply& hello() const { return hello_; }
+  // Whether weight hashes can save bytes on this server: its cache (--cache), or a server
+  // older than rpc::kMinorModelFiles, which does not say and may have one.
+  bool MayHaveCache() const {
+    return hello_.protocol_minor() < rpc::kMinorModelFiles || hello_.has_cache();
+  }
+  // Whether OpenModelFile may find the client's file (--model-dir, protocol minor 3).
+  bool HasModelDir() const {
+    return hello_.protocol_minor() >= rpc::kMinorModelFiles && hello_.has_model_dir();
+  }
+  int upload_streams() const { return options_.upload_streams; }
 
   // The session commands (SessionChannel's rules), after the uploads in flight: Call sends
   // a command and waits for its reply and everything before it; Post sends without waiting
@@ -77,7 +89,16 @@ class Connection {
   // command) waits for completion.
   absl::Status Upload(uint64_t buffer, uint64_t offset, const void* data, size_t size,
                       bool cacheable);
+  // Queues a prepared job (borrowed bytes of a model file, a known digest, a model-file
+  // piece) after the commands posted before. Returns at once.
+  absl::Status QueueUpload(UploadJob job);
   absl::Status WaitUploads();
+  // The upload pool's current burst.
+  UploadStats upload_stats() const { return uploads_->stats(); }
+  // Asks the server for its own copy of a model file (OpenModelFile): NOT_FOUND when it has
+  // none, PERMISSION_DENIED for a name outside its --model-dir.
+  absl::StatusOr<tensorgrid::v1::OpenModelFileReply> OpenModelFile(absl::string_view name,
+                                                                   const ModelIdentity& identity);
   // Reads a range over a Download stream.
   absl::Status Download(uint64_t buffer, uint64_t offset, void* data, size_t size);
 
@@ -100,12 +121,17 @@ class Connection {
   absl::Status Start();
   absl::Status Hello();
   void AddAuth(grpc::ClientContext* context) const;
+  // One job; sent again with the bytes' own digest when a given one was wrong.
   absl::StatusOr<UploadResult> UploadOne(const UploadJob& job);
+  // One Upload stream; `digest` (when set) goes in the header.
+  absl::StatusOr<UploadResult> UploadOnce(const UploadJob& job,
+                                          const std::optional<Sha256Digest>& digest);
 
   const std::string endpoint_;
   const ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<tensorgrid::v1::TensorGrid::Stub> stub_;
+  std::unique_ptr<grpc::internal::RpcMethod> upload_method_;  // Upload on raw byte buffers.
   tensorgrid::v1::HelloReply hello_;
   CallDeadlines deadlines_;  // session_ and the uploads use it: goes after them.
   InlineOutputs inline_outputs_;

@@ -67,7 +67,9 @@ absl::Status RemoteBuffer::SetTensor(Tensor* t, const void* data, size_t offset,
   if (size == 0) return absl::OkStatus();
   const uint64_t at = OffsetOf(*t, offset);
   if (usage() == BufferUsage::kWeights) {
-    return connection_->Upload(handle_, at, data, size, /*cacheable=*/true);
+    // Hashes only help a server that can find bytes by them (its cache, its model files).
+    const bool cacheable = connection_->MayHaveCache() || connection_->HasModelDir();
+    return connection_->Upload(handle_, at, data, size, cacheable);
   }
   if (size > kInlineWriteBytes) return connection_->Upload(handle_, at, data, size, false);
   return connection_->QueueWrite(handle_, at, data, size);

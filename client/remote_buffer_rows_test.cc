@@ -18,6 +18,7 @@
 #include "core/registry.h"
 #include "gtest/gtest.h"
 #include "proto/protocol.h"
+#include "proto/upload_frame.h"
 #include "server/service.h"
 #include "tests/lib/strided_reference.h"
 
@@ -30,7 +31,18 @@ namespace pb = tensorgrid::v1;
 // offer WriteRows/ReadRows.
 class OlderMinorService final : public pb::TensorGrid::Service {
  public:
-  explicit OlderMinorService(server::ServiceOptions options) : inner_(std::move(options)) {}
+  explicit OlderMinorService(server::ServiceOptions options) : inner_(std::move(options)) {
+    // Upload runs on raw byte buffers (proto/upload_frame.h), as rpc-server serves it; gRPC
+    // owns method handlers and takes them as raw pointers.
+    MarkMethodStreamed(kUploadMethodIndex,
+                       new grpc::internal::BidiStreamingHandler<OlderMinorService, grpc::ByteBuffer,
+                                                                pb::UploadReply>(
+                           [](OlderMinorService* service, grpc::ServerContext* context,
+                              grpc::ServerReaderWriter<pb::UploadReply, grpc::ByteBuffer>* stream) {
+                             return service->inner_.UploadRaw(context, stream);
+                           },
+                           this));
+  }
   grpc::Status Hello(grpc::ServerContext* context, const pb::HelloRequest* request,
                      pb::HelloReply* reply) override {
     grpc::Status s = inner_.Hello(context, request, reply);
@@ -41,11 +53,6 @@ class OlderMinorService final : public pb::TensorGrid::Service {
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<pb::SessionReply, pb::SessionRequest>* stream) override {
     return inner_.Session(context, stream);
-  }
-  grpc::Status Upload(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<pb::UploadReply, pb::UploadMessage>* stream) override {
-    return inner_.Upload(context, stream);
   }
   grpc::Status Download(grpc::ServerContext* context, const pb::DownloadRequest* request,
                         grpc::ServerWriter<pb::DataChunk>* writer) override {

@@ -1,18 +1,12 @@
 #include "client/upload_pool.h"
 
-#include <unistd.h>
-
-#include <cstdio>
 #include <utility>
 
-#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 
 namespace tg::rpc {
 
-UploadPool::UploadPool(int n_threads, Runner runner, std::string label, bool progress)
-    : runner_(std::move(runner)),
-      label_(std::move(label)),
-      progress_(progress && isatty(STDERR_FILENO) == 1) {
+UploadPool::UploadPool(int n_threads, Runner runner) : runner_(std::move(runner)) {
   for (int i = 0; i < (n_threads < 1 ? 1 : n_threads); ++i)
     threads_.emplace_back([this] { Work(); });
 }
@@ -27,19 +21,14 @@ UploadPool::~UploadPool() {
 
 absl::Status UploadPool::Add(UploadJob job) {
   absl::MutexLock lock(&mu_);
-  const uint64_t size = job.bytes.size();
-  auto room = [this, size]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !error_.ok() || in_flight_bytes_ == 0 || in_flight_bytes_ + size <= kMaxInFlightBytes;
+  const uint64_t owned = job.bytes.size();
+  auto room = [this, owned]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !error_.ok() || owned_bytes_ == 0 || owned_bytes_ + owned <= kMaxOwnedBytes;
   };
   mu_.Await(absl::Condition(&room));
   if (!error_.ok()) return error_;
-  if (queue_.empty() && running_ == 0) {
-    burst_total_ = burst_done_ = burst_skipped_ = 0;
-    burst_start_ = last_report_ = absl::Now();
-    reported_ = false;
-  }
-  in_flight_bytes_ += size;
-  burst_total_ += size;
+  owned_bytes_ += owned;
+  stats_.queued += job.size();
   queue_.push_back(std::move(job));
   return absl::OkStatus();
 }
@@ -49,10 +38,14 @@ absl::Status UploadPool::Wait() {
   auto idle = [this]()
                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && running_ == 0; };
   mu_.Await(absl::Condition(&idle));
-  if (reported_) ReportLocked(/*final=*/true);
   absl::Status error = std::move(error_);
   error_ = absl::OkStatus();
   return error;
+}
+
+UploadStats UploadPool::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
 }
 
 void UploadPool::Work() {
@@ -70,29 +63,20 @@ void UploadPool::Work() {
       skip = !error_.ok();
     }
     absl::StatusOr<UploadResult> result = skip ? UploadResult{} : runner_(job);
+    if (!skip && result.ok() && job.on_done) job.on_done(*result);
     absl::MutexLock lock(&mu_);
     --running_;
-    in_flight_bytes_ -= job.bytes.size();
-    burst_done_ += job.bytes.size();
+    owned_bytes_ -= job.bytes.size();
+    stats_.done += job.size();
+    stats_.last_done = absl::Now();
     if (!result.ok()) {
       if (error_.ok()) error_ = result.status();
     } else {
-      burst_skipped_ += result->skipped;
+      stats_.result.sent += result->sent;
+      stats_.result.skipped += result->skipped;
+      stats_.result.from_file += result->from_file;
     }
-    if (progress_ && absl::Now() - last_report_ > absl::Milliseconds(200)) ReportLocked(false);
   }
-}
-
-void UploadPool::ReportLocked(bool final) {
-  if (!progress_) return;
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - burst_start_);
-  const double mb = burst_done_ / 1e6;
-  std::fprintf(stderr, "\rupload %s: %.1f / %.1f MB, %.1f MB/s, %.1f MB from the server's cache%s",
-               label_.c_str(), mb, burst_total_ / 1e6, seconds > 0 ? mb / seconds : 0.0,
-               burst_skipped_ / 1e6, final ? "\n" : "   ");
-  std::fflush(stderr);
-  last_report_ = absl::Now();
-  reported_ = !final;
 }
 
 }  // namespace tg::rpc

@@ -32,15 +32,12 @@ TEST(UploadPoolTest, EveryJobRunsOnce) {
   absl::Mutex mu;
   absl::flat_hash_map<uint64_t, std::string> seen;  // buffer -> bytes.
   int runs = 0;
-  UploadPool pool(
-      3,
-      [&](const UploadJob& job) -> absl::StatusOr<UploadResult> {
-        absl::MutexLock lock(&mu);
-        ++runs;
-        seen[job.buffer] = job.bytes;
-        return UploadResult{job.bytes.size(), 0};
-      },
-      "test", false);
+  UploadPool pool(3, [&](const UploadJob& job) -> absl::StatusOr<UploadResult> {
+    absl::MutexLock lock(&mu);
+    ++runs;
+    seen[job.buffer] = job.bytes;
+    return UploadResult{job.bytes.size(), 0};
+  });
   for (uint64_t i = 0; i < 40; ++i) {
     ASSERT_TRUE(pool.Add(Job(i, 0, std::string(i + 1, 'a' + i % 26))).ok());
   }
@@ -54,17 +51,14 @@ TEST(UploadPoolTest, EveryJobRunsOnce) {
 TEST(UploadPoolTest, TheFirstErrorStopsTheQueueAndIsReturnedOnce) {
   absl::Notification release;
   std::atomic<int> runs{0};
-  UploadPool pool(
-      1,
-      [&](const UploadJob& job) -> absl::StatusOr<UploadResult> {
-        ++runs;
-        if (job.buffer == 1) {
-          release.WaitForNotification();
-          return absl::DataLossError("job 1 failed");
-        }
-        return UploadResult{job.bytes.size(), 0};
-      },
-      "test", false);
+  UploadPool pool(1, [&](const UploadJob& job) -> absl::StatusOr<UploadResult> {
+    ++runs;
+    if (job.buffer == 1) {
+      release.WaitForNotification();
+      return absl::DataLossError("job 1 failed");
+    }
+    return UploadResult{job.bytes.size(), 0};
+  });
   ASSERT_TRUE(pool.Add(Job(1, 0, "x")).ok());
   for (uint64_t i = 2; i <= 5; ++i) ASSERT_TRUE(pool.Add(Job(i, 0, "y")).ok());
   release.Notify();
@@ -78,12 +72,9 @@ TEST(UploadPoolTest, TheFirstErrorStopsTheQueueAndIsReturnedOnce) {
 }
 
 TEST(UploadPoolTest, AddReturnsTheErrorOfAnEarlierJob) {
-  UploadPool pool(
-      2,
-      [](const UploadJob&) -> absl::StatusOr<UploadResult> {
-        return absl::UnavailableError("gone");
-      },
-      "test", false);
+  UploadPool pool(2, [](const UploadJob&) -> absl::StatusOr<UploadResult> {
+    return absl::UnavailableError("gone");
+  });
   ASSERT_TRUE(pool.Add(Job(1, 0, "x")).ok());
   absl::Status s;
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
@@ -96,13 +87,10 @@ TEST(UploadPoolTest, AddReturnsTheErrorOfAnEarlierJob) {
 TEST(UploadPoolTest, AddWaitsWhileTooManyBytesAreInFlight) {
   constexpr size_t kBig = size_t{130} << 20;
   absl::Notification release;
-  UploadPool pool(
-      4,
-      [&](const UploadJob& job) -> absl::StatusOr<UploadResult> {
-        if (job.buffer == 1) release.WaitForNotification();
-        return UploadResult{job.bytes.size(), 0};
-      },
-      "test", false);
+  UploadPool pool(4, [&](const UploadJob& job) -> absl::StatusOr<UploadResult> {
+    if (job.buffer == 1) release.WaitForNotification();
+    return UploadResult{job.bytes.size(), 0};
+  });
   ASSERT_TRUE(pool.Add(Job(1, 0, std::string(kBig, 'a'))).ok());
   std::atomic<bool> added{false};
   std::thread second([&] {

@@ -175,13 +175,22 @@ absl::Status LlamaModel::UploadWeights(const LoadOptions& options) {
     buffers[d] = buffer->get();
     buffers_.push_back(std::move(*buffer));
   }
-  size_t done = 0;
+  std::vector<WeightWrite> writes;
   for (size_t i = 0; i < weights_.size(); ++i) {
     const WeightSource& w = weights_[i];
     TG_RETURN_IF_ERROR(PlaceTensor(buffers[w.device], w.tensor, offsets[i]));
-    TG_RETURN_IF_ERROR(buffers[w.device]->SetTensor(w.tensor, w.info->data, 0, w.info->nbytes));
-    done += w.info->nbytes;
-    if (options.progress) options.progress(std::min(done, file_->file_size()), file_->file_size());
+    writes.push_back({buffers[w.device], w.tensor, w.info});
+  }
+  if (options.write_weights) {
+    TG_RETURN_IF_ERROR(options.write_weights(*file_, writes));
+  } else {
+    size_t done = 0;
+    for (const WeightWrite& w : writes) {
+      TG_RETURN_IF_ERROR(w.buffer->SetTensor(w.tensor, w.info->data, 0, w.info->nbytes));
+      done += w.info->nbytes;
+      if (options.progress)
+        options.progress(std::min(done, file_->file_size()), file_->file_size());
+    }
   }
   weight_bytes_ = 0;
   for (const WeightSource& w : weights_) weight_bytes_ += w.duplicate ? 0 : w.info->nbytes;

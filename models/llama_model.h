@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "core/backend.h"
 #include "core/context.h"
 #include "core/split_mode.h"
@@ -45,12 +46,26 @@ struct LlamaLayer {
   Tensor* ffn_down_exps = nullptr;  // [n_ff_exp, n_embd, n_expert]
 };
 
+// One weight to write: the tensor, placed in its buffer, and its bytes in the mapped file.
+struct WeightWrite {
+  Buffer* buffer = nullptr;
+  Tensor* tensor = nullptr;
+  const GgufTensorInfo* info = nullptr;  // info->data, info->nbytes.
+};
+
+// Writes every weight (all devices) and returns once all are in place; `file` is the mapped
+// model the data points into. Tools pass one that loads remote devices over the RPC loader.
+using WeightWriter =
+    std::function<absl::Status(const GgufFile& file, absl::Span<const WeightWrite> writes)>;
+
 struct LoadOptions {
   // Where the weights go. An empty plan means one device: `device`, else the registry's CPU.
   DevicePlan plan;
   Device* device = nullptr;
-  // Called with (bytes done, bytes total) while weights are copied.
+  // Called with (bytes done, bytes total) while the default writer copies weights.
   std::function<void(size_t, size_t)> progress;
+  // How weights get into device memory. Default: Buffer::SetTensor for each, in file order.
+  WeightWriter write_weights;
 };
 
 class LlamaModel {

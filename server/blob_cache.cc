@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/status_macros.h"
+#include "server/hashed_read.h"
 #include "server/log.h"
 
 namespace tg::server {
@@ -83,24 +84,6 @@ absl::Status WriteAll(int fd, const void* data, size_t size, const std::string& 
     size -= static_cast<size_t>(n);
   }
   return absl::OkStatus();
-}
-
-// Reads exactly `size` bytes from offset 0; false when the file is shorter.
-absl::StatusOr<bool> PreadAll(int fd, void* dst, size_t size, const std::string& path) {
-  auto* p = static_cast<uint8_t*>(dst);
-  off_t offset = 0;
-  while (size > 0) {
-    const ssize_t n = ::pread(fd, p, size, offset);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError(errno, "cannot read", path);
-    }
-    if (n == 0) return false;
-    p += n;
-    offset += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
 }
 
 // A blob found by Scan.
@@ -265,9 +248,13 @@ absl::StatusOr<bool> BlobCache::Read(const rpc::Sha256Digest& digest, void* dst,
   if (::fstat(fd, &st) != 0) return ErrnoError(errno, "cannot stat", path);
   bool intact = static_cast<uint64_t>(st.st_size) == size;
   if (intact) {
-    TG_ASSIGN_OR_RETURN(intact, PreadAll(fd, dst, size, path));
+    absl::StatusOr<std::optional<rpc::Sha256Digest>> got =
+        HashedRead(fd, 0, size, static_cast<uint8_t*>(dst), nullptr);
+    if (!got.ok()) {
+      return absl::Status(got.status().code(), absl::StrCat(path, ": ", got.status().message()));
+    }
+    intact = got->has_value() && **got == digest;
   }
-  if (intact) intact = rpc::Sha256(dst, size) == digest;
   if (!intact) {
     absl::MutexLock lock(&mu_);
     DropIfStaleLocked(digest, /*corrupt=*/true, st.st_dev, st.st_ino);

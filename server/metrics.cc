@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
 #include "prometheus/gauge.h"
@@ -38,6 +39,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   compute_total_ = NewCounter(r, "tg_compute_total", "Graphs computed.");
   peer_copy_bytes_ =
       NewCounter(r, "tg_peer_copy_bytes_total", "Bytes sent to other servers over PeerCopy.");
+  model_file_bytes_ = NewCounter(r, "tg_model_file_bytes_total",
+                                 "Upload bytes read from --model-dir files instead.");
+  model_dir_files_ = NewGauge(r, "tg_model_dir_files", "Files indexed under --model-dir.");
+  upload_seconds_ = NewCounter(r, "tg_upload_seconds_total",
+                               "Wall seconds during which at least one Upload stream was open.");
   requests_ = &prometheus::BuildCounter()
                    .Name("tg_requests_total")
                    .Help("Session commands answered, by status code.")
@@ -104,11 +110,32 @@ void Metrics::PeerCopyBytes(uint64_t bytes) {
 }
 void Metrics::SetCacheBytes(uint64_t bytes) { cache_bytes_->Set(static_cast<double>(bytes)); }
 
+void Metrics::ModelFileBytes(uint64_t bytes) {
+  model_file_bytes_->Increment(static_cast<double>(bytes));
+}
+void Metrics::SetModelDirFiles(uint64_t files) {
+  model_dir_files_->Set(static_cast<double>(files));
+}
+
+void Metrics::UploadStarted() {
+  absl::MutexLock lock(&mu_);
+  if (uploads_open_++ == 0) uploads_since_ = absl::Now();
+}
+
+void Metrics::UploadFinished() {
+  absl::MutexLock lock(&mu_);
+  if (--uploads_open_ == 0) {
+    upload_seconds_->Increment(absl::ToDoubleSeconds(absl::Now() - uploads_since_));
+  }
+}
+
 double Metrics::sessions_active() const { return sessions_active_->Value(); }
 double Metrics::buffers() const { return buffers_->Value(); }
 double Metrics::buffer_bytes() const { return buffer_bytes_->Value(); }
 double Metrics::upload_bytes() const { return upload_bytes_->Value(); }
 double Metrics::cache_hit_bytes() const { return cache_hit_bytes_->Value(); }
+double Metrics::model_file_bytes() const { return model_file_bytes_->Value(); }
+double Metrics::upload_seconds() const { return upload_seconds_->Value(); }
 
 std::string Metrics::Serialize() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());

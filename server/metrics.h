@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace prometheus {
 class Counter;
@@ -45,6 +46,13 @@ class Metrics {
   void ComputeRun();
   void PeerCopyBytes(uint64_t bytes);
   void SetCacheBytes(uint64_t bytes);
+  // Weight bytes read from --model-dir files into buffers (none of them crossed the network).
+  void ModelFileBytes(uint64_t bytes);
+  void SetModelDirFiles(uint64_t files);
+  // An Upload stream began / ended: tg_upload_seconds_total counts the wall time during which
+  // at least one was open (a client's load time, whatever the number of streams).
+  void UploadStarted() ABSL_LOCKS_EXCLUDED(mu_);
+  void UploadFinished() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Current values (tests, logs).
   double sessions_active() const;
@@ -52,6 +60,8 @@ class Metrics {
   double buffer_bytes() const;
   double upload_bytes() const;
   double cache_hit_bytes() const;
+  double model_file_bytes() const;
+  double upload_seconds() const;
   // The text exposition format of everything (what /metrics returns).
   std::string Serialize() const;
 
@@ -69,9 +79,14 @@ class Metrics {
   prometheus::Counter* download_bytes_;
   prometheus::Counter* compute_total_;
   prometheus::Counter* peer_copy_bytes_;
+  prometheus::Counter* model_file_bytes_;
+  prometheus::Gauge* model_dir_files_;
+  prometheus::Counter* upload_seconds_;
   prometheus::Family<prometheus::Counter>* requests_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int, prometheus::Counter*> requests_by_code_ ABSL_GUARDED_BY(mu_);
+  int uploads_open_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time uploads_since_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tg::server

@@ -11,6 +11,8 @@
 #include "core/status_macros.h"
 #include "server/blob_cache.h"
 #include "server/metrics.h"
+#include "server/model_dir.h"
+#include "server/model_index.h"
 #include "server/service.h"
 
 namespace tg::server {
@@ -47,12 +49,24 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const ServerConfig& 
     TG_ASSIGN_OR_RETURN(s->cache_, BlobCache::Open(config.cache_dir, config.cache_max_bytes));
     s->metrics_->SetCacheBytes(s->cache_->total_bytes());
   }
+  if (!config.model_dirs.empty()) {
+    ModelIndexOptions index;
+    for (const std::string& dir : config.model_dirs) {
+      TG_ASSIGN_OR_RETURN(ModelDir d, OpenModelDir(dir));
+      index.dirs.push_back(std::move(d));
+    }
+    index.cache_dir = config.cache_dir;
+    index.threads = config.index_threads;
+    index.metrics = s->metrics_.get();
+    s->models_ = std::make_unique<ModelIndex>(std::move(index));
+  }
   ServiceOptions options;
   options.devices = config.devices;
   options.auth_token = config.auth_token;
   options.max_sessions = config.max_sessions;
   options.session_mem_limit = config.session_mem_limit;
   options.cache = s->cache_.get();
+  options.models = s->models_.get();
   options.metrics = s->metrics_.get();
   options.peer = config.peer;
   s->service_ = std::make_unique<TensorGridService>(std::move(options));

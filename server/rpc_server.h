@@ -24,6 +24,7 @@ namespace tg::server {
 
 class BlobCache;
 class Metrics;
+class ModelIndex;
 class TensorGridService;
 
 struct ServerConfig {
@@ -42,6 +43,10 @@ struct ServerConfig {
   std::string cache_dir;            // empty: no cache.
   uint64_t cache_max_bytes = 0;     // 0: unlimited.
   std::optional<int> metrics_port;  // serve /metrics on host:port (0: any free port).
+  // --model-dir: GGUF files under these directories are indexed (in the background) and
+  // served to clients loading the same model. Each must be a readable directory.
+  std::vector<std::string> model_dirs;
+  int index_threads = 0;  // hashing threads of the index; 0: one per core.
 };
 
 // True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost).
@@ -60,6 +65,7 @@ class RpcServer {
   Metrics& metrics() { return *metrics_; }
   TensorGridService& service() { return *service_; }
   BlobCache* cache() { return cache_.get(); }
+  ModelIndex* models() { return models_.get(); }
   // Stops accepting calls, gives running calls `grace_ms` to finish, then cancels them.
   void Shutdown(int grace_ms = 2000);
   void Wait();
@@ -71,6 +77,7 @@ class RpcServer {
   int port_ = 0;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<BlobCache> cache_;
+  std::unique_ptr<ModelIndex> models_;
   std::unique_ptr<TensorGridService> service_;
   std::unique_ptr<grpc::Server> server_;
   bool shut_down_ = false;

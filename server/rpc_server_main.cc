@@ -1,6 +1,6 @@
 // rpc-server: exposes this machine's devices over the tensorgrid.v1 gRPC protocol.
 //   rpc-server [-H 127.0.0.1] [-p 50052] [-d 0,1] [-c DIR] [--tls-cert F --tls-key F]
-//              [--auth-token-file F] [--metrics-port N] ... (see --help)
+//              [--auth-token-file F] [--metrics-port N] [--model-dir DIR]... (see --help)
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -59,7 +60,31 @@ struct Flags {
   std::string log_level = "info";
   std::string health_probe;
   int64_t health_port = 0;
+  std::vector<std::string> model_dirs;
 };
+
+// The parser keeps one value per flag; --model-dir may be given several times, so its
+// occurrences are taken out of the arguments first (as --model-dir DIR or --model-dir=DIR).
+std::vector<char*> TakeRepeated(int argc, char** argv, absl::string_view flag,
+                                std::vector<std::string>* values, bool* missing_value) {
+  std::vector<char*> rest;
+  const std::string with_eq = absl::StrCat(flag, "=");
+  for (int i = 0; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (i > 0 && arg == flag) {
+      if (i + 1 >= argc) {
+        *missing_value = true;
+        break;
+      }
+      values->emplace_back(argv[++i]);
+    } else if (i > 0 && absl::StartsWith(arg, with_eq)) {
+      values->emplace_back(arg.substr(with_eq.size()));
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  return rest;
+}
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
   std::ifstream in(path, std::ios::binary);
@@ -163,6 +188,7 @@ absl::StatusOr<ServerConfig> MakeConfig(const Flags& f, uint64_t* host_reserve) 
   if (f.metrics_port > 0) c.metrics_port = static_cast<int>(f.metrics_port);
   if (f.cache_max_gb < 0) return absl::InvalidArgumentError("--cache-max-gb must be >= 0");
   c.cache_dir = f.cache_dir;
+  c.model_dirs = f.model_dirs;
   c.cache_max_bytes = static_cast<uint64_t>(static_cast<double>(f.cache_max_gb) * (1ull << 30));
   if (f.tls_cert.empty() != f.tls_key.empty()) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
@@ -225,7 +251,9 @@ void LogListening(const ServerConfig& config, RpcServer& server) {
         config.metrics_port.has_value() ? absl::StrCat(server.metrics().exposer_port()) : "off"},
        {"max_sessions", config.max_sessions},
        {"session_mem_limit", config.session_mem_limit},
-       {"mem_reserve", HostMemoryReserve()}});
+       {"mem_reserve", HostMemoryReserve()},
+       // Last, so that the fields before it keep their places for whoever parses the line.
+       {"model_dir", config.model_dirs.empty() ? "off" : absl::StrJoin(config.model_dirs, ",")}});
 }
 
 int Main(int argc, char** argv) {
@@ -275,7 +303,18 @@ int Main(int argc, char** argv) {
   p.AddInt(nullptr, "--health-port", &f.health_port,
            "also serve grpc.health.v1 in plaintext on this port, for probes without TLS "
            "(0 = off)");
-  if (absl::Status s = p.Parse(argc, argv); !s.ok()) {
+  std::string model_dir_help;  // --model-dir is taken out before parsing; listed for --help.
+  p.AddString(nullptr, "--model-dir", &model_dir_help,
+              "serve weights from the GGUF files under this directory (read-only; repeatable): "
+              "clients loading the same model send no weight bytes");
+  bool model_dir_missing = false;
+  std::vector<char*> args =
+      TakeRepeated(argc, argv, "--model-dir", &f.model_dirs, &model_dir_missing);
+  if (model_dir_missing) {
+    kServerLog.Error("--model-dir needs a value");
+    return 1;
+  }
+  if (absl::Status s = p.Parse(static_cast<int>(args.size()), args.data()); !s.ok()) {
     kServerLog.Error(s.message());
     return 1;
   }

@@ -13,6 +13,7 @@
 #include "core/shape_rules.h"
 #include "proto/content_hash.h"
 #include "proto/protocol.h"
+#include "proto/upload_frame.h"
 #include "server/blob_cache.h"
 #include "server/log.h"
 #include "server/metrics.h"
@@ -98,6 +99,15 @@ grpc::Status CheckBearerToken(const grpc::ServerContext& context, const std::str
 TensorGridService::TensorGridService(ServiceOptions options)
     : options_(std::move(options)), server_id_(RandomHex(16)), peers_(options_.peer) {
   for (Device* d : options_.devices) supported_ops_.push_back(SupportedOps(d));
+  // gRPC owns method handlers and takes them as raw pointers.
+  MarkMethodStreamed(rpc::kUploadMethodIndex,
+                     new grpc::internal::BidiStreamingHandler<TensorGridService, grpc::ByteBuffer,
+                                                              pb::UploadReply>(
+                         [](TensorGridService* service, grpc::ServerContext* context,
+                            grpc::ServerReaderWriter<pb::UploadReply, grpc::ByteBuffer>* stream) {
+                           return service->UploadRaw(context, stream);
+                         },
+                         this));
 }
 
 TensorGridService::~TensorGridService() = default;
@@ -148,6 +158,8 @@ grpc::Status TensorGridService::Hello(grpc::ServerContext* context, const pb::He
   reply->set_max_message_bytes(rpc::kMaxMessageBytes);
   reply->set_max_inline_bytes(rpc::kMaxInlineBytes);
   reply->set_protocol_minor(rpc::kProtocolMinor);
+  reply->set_has_cache(options_.cache != nullptr);
+  reply->set_has_model_dir(options_.models != nullptr);
   for (size_t i = 0; i < options_.devices.size(); ++i) {
     Device* d = options_.devices[i];
     pb::DeviceInfo* info = reply->add_devices();
@@ -180,6 +192,7 @@ grpc::Status TensorGridService::Session(
   env.metrics = options_.metrics;
   env.grants = &grants_;
   env.peers = &peers_;
+  env.models = options_.models;
   auto session = std::make_shared<server::Session>(id, std::move(env));
   size_t open_sessions;
   {
@@ -229,30 +242,69 @@ grpc::Status TensorGridService::Session(
   return grpc::Status::OK;
 }
 
-grpc::Status TensorGridService::Upload(
+namespace {
+
+// A whole UploadMessage parsed by protobuf (the header, or a chunk encoded unusually).
+bool ParseUploadMessage(grpc::ByteBuffer* raw, pb::UploadMessage* message) {
+  return grpc::SerializationTraits<pb::UploadMessage>::Deserialize(raw, message).ok();
+}
+
+// Keeps tg_upload_seconds_total running while a stream is open.
+class UploadTimer {
+ public:
+  explicit UploadTimer(Metrics* metrics) : metrics_(metrics) {
+    if (metrics_ != nullptr) metrics_->UploadStarted();
+  }
+  ~UploadTimer() {
+    if (metrics_ != nullptr) metrics_->UploadFinished();
+  }
+  UploadTimer(const UploadTimer&) = delete;
+  UploadTimer& operator=(const UploadTimer&) = delete;
+
+ private:
+  Metrics* metrics_;
+};
+
+}  // namespace
+
+grpc::Status TensorGridService::UploadRaw(
     grpc::ServerContext* context,
-    grpc::ServerReaderWriter<pb::UploadReply, pb::UploadMessage>* stream) {
+    grpc::ServerReaderWriter<pb::UploadReply, grpc::ByteBuffer>* stream) {
   if (grpc::Status s = CheckAuth(context); !s.ok()) return s;
+  const UploadTimer timer(options_.metrics);
+  grpc::ByteBuffer raw;
   pb::UploadMessage msg;
-  if (!stream->Read(&msg) || msg.part_case() != pb::UploadMessage::kHeader) {
+  if (!stream->Read(&raw) || !ParseUploadMessage(&raw, &msg) ||
+      msg.part_case() != pb::UploadMessage::kHeader) {
     return Error(grpc::StatusCode::INVALID_ARGUMENT, "upload: the first message must be a header");
   }
   std::shared_ptr<server::Session> session = FindSession(msg.header().session_id());
   if (session == nullptr) return Error(grpc::StatusCode::NOT_FOUND, "upload: no such session");
-  absl::StatusOr<std::unique_ptr<UploadSink>> sink =
-      UploadSink::Start(std::move(session), msg.header(), options_.cache, options_.metrics);
+  absl::StatusOr<std::unique_ptr<UploadSink>> sink = UploadSink::Start(
+      std::move(session), msg.header(), options_.cache, options_.metrics, options_.models);
   if (!sink.ok()) return ToGrpc(sink.status());
   pb::UploadReply reply;
   if ((*sink)->have_it()) {
     reply.set_have_it(true);
+    reply.set_source((*sink)->source());
     reply.set_received((*sink)->size());
     stream->Write(reply);
     return grpc::Status::OK;
   }
   reply.set_send(true);
   if (!stream->Write(reply)) return Error(grpc::StatusCode::CANCELLED, "upload: client went away");
-  while (stream->Read(&msg)) {
-    if (absl::Status s = (*sink)->Receive(msg); !s.ok()) return ToGrpc(s);
+  std::vector<grpc::Slice> slices;
+  std::vector<absl::string_view> parts;
+  while (stream->Read(&raw)) {
+    absl::Status s;
+    if (rpc::FindChunk(raw, &slices, &parts)) {
+      s = (*sink)->ReceiveChunk(parts);
+    } else if (ParseUploadMessage(&raw, &msg)) {
+      s = (*sink)->Receive(msg);
+    } else {
+      s = absl::InvalidArgumentError("upload: a message that is not an UploadMessage");
+    }
+    if (!s.ok()) return ToGrpc(s);
   }
   absl::StatusOr<uint64_t> received = (*sink)->Finish();
   if (!received.ok()) return ToGrpc(received.status());

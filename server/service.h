@@ -23,6 +23,7 @@ namespace tg::server {
 
 class BlobCache;
 class Metrics;
+class ModelIndex;
 
 struct ServiceOptions {
   std::vector<Device*> devices;  // exposed in this order (DeviceInfo.index).
@@ -30,6 +31,7 @@ struct ServiceOptions {
   int max_sessions = 64;
   uint64_t session_mem_limit = 0;  // bytes; 0 = no limit.
   BlobCache* cache = nullptr;      // --cache; may be null.
+  ModelIndex* models = nullptr;    // --model-dir; may be null.
   Metrics* metrics = nullptr;      // may be null.
   PeerClientOptions peer;          // PeerPull: allowed peers, TLS.
 };
@@ -44,9 +46,11 @@ class TensorGridService final : public ::tensorgrid::v1::TensorGrid::Service {
   grpc::Status Session(grpc::ServerContext* context,
                        grpc::ServerReaderWriter<::tensorgrid::v1::SessionReply,
                                                 ::tensorgrid::v1::SessionRequest>* stream) override;
-  grpc::Status Upload(grpc::ServerContext* context,
-                      grpc::ServerReaderWriter<::tensorgrid::v1::UploadReply,
-                                               ::tensorgrid::v1::UploadMessage>* stream) override;
+  // Upload, on raw byte buffers (proto/upload_frame.h): chunk bytes go from gRPC's slices
+  // straight into the session's buffer. Installed in place of the generated handler.
+  grpc::Status UploadRaw(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<::tensorgrid::v1::UploadReply, grpc::ByteBuffer>* stream);
   grpc::Status Download(grpc::ServerContext* context,
                         const ::tensorgrid::v1::DownloadRequest* request,
                         grpc::ServerWriter<::tensorgrid::v1::DataChunk>* writer) override;

@@ -14,6 +14,7 @@
 #include "server/log.h"
 #include "server/memory_reservation.h"
 #include "server/metrics.h"
+#include "server/model_index.h"
 #include "server/peer_client.h"
 #include "server/random_id.h"
 
@@ -405,8 +406,12 @@ absl::StatusOr<Session::Work> Session::Prepare(const pb::SessionRequest& req,
       pb::CacheStatsReply* stats = reply->mutable_cache_stats();
       stats->set_uploaded_bytes(uploaded_bytes_.load());
       stats->set_cache_hit_bytes(cache_hit_bytes_.load());
+      stats->set_model_file_bytes(model_file_bytes_.load());
       return Work{};
     }
+    case pb::SessionRequest::kOpenModelFile:
+      TG_RETURN_IF_ERROR(OpenModelFile(req.open_model_file(), reply->mutable_model_file()));
+      return Work{};
     case pb::SessionRequest::kBatch:
       return absl::InvalidArgumentError("a batch may not hold a batch");
     case pb::SessionRequest::COMMAND_NOT_SET:
@@ -420,6 +425,33 @@ absl::StatusOr<Session::Work> Session::Prepare(const pb::SessionRequest& req,
                         rpc::kProtocolMinor));
   }
   return absl::InvalidArgumentError("request carries no command");
+}
+
+absl::Status Session::OpenModelFile(const pb::OpenModelFile& cmd, pb::OpenModelFileReply* reply) {
+  if (env_.models == nullptr) {
+    return absl::NotFoundError("this rpc-server has no --model-dir: upload the weights");
+  }
+  rpc::ModelIdentity identity;
+  identity.size = cmd.size();
+  TG_ASSIGN_OR_RETURN(identity.header, rpc::DigestFromBytes(cmd.header_sha256()));
+  TG_ASSIGN_OR_RETURN(ModelIndex::Match match, env_.models->Find(cmd.name(), identity));
+  {
+    absl::MutexLock lock(&table_mu_);
+    model_files_.insert(match.file);
+  }
+  reply->set_file(match.file);
+  reply->set_name(match.name);
+  reply->set_pieces(match.pieces);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Session::ModelFile(uint64_t handle) const {
+  absl::MutexLock lock(&table_mu_);
+  if (!model_files_.contains(handle)) {
+    return absl::NotFoundError(
+        absl::StrCat("model file handle ", handle, " was not opened by this session"));
+  }
+  return handle;
 }
 
 absl::Status Session::Alloc(const pb::AllocBuffer& cmd, pb::AllocBufferReply* reply) {
@@ -449,8 +481,8 @@ absl::Status Session::Alloc(const pb::AllocBuffer& cmd, pb::AllocBufferReply* re
     return absl::ResourceExhaustedError(
         absl::StrCat("allocation failed: ", buffer.status().message()));
   }
-  // Fresh memory may hold another session's old data: never hand it out.
-  TG_RETURN_IF_ERROR((*buffer)->Clear(0));
+  // Fresh memory may hold another session's old data: SessionBuffer zeroes what no write
+  // reaches before anything can read it.
   reservation.Commit();  // Free gives the bytes back.
   Metrics* metrics = env_.metrics;
   if (metrics != nullptr) metrics->BufferAllocated(size);
@@ -526,6 +558,9 @@ absl::StatusOr<std::shared_ptr<Session::CachedGraph>> Session::GraphFor(const pb
   auto cached = std::make_shared<CachedGraph>();
   BufferResolver resolve = [&](uint64_t handle) -> absl::StatusOr<ResolvedBuffer> {
     TG_ASSIGN_OR_RETURN(std::shared_ptr<SessionBuffer> buf, FindBuffer(handle));
+    // The graph may read any of it: bytes no write reached are zeroed first (a write queued
+    // on the device's lane lands after, SessionBuffer orders the two).
+    TG_RETURN_IF_ERROR(buf->ClearUnwritten());
     const ResolvedBuffer resolved{buf->buffer(), buf->size()};
     cached->buffers.push_back(std::move(buf));
     return resolved;

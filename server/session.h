@@ -27,6 +27,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -44,6 +45,7 @@ namespace tg::server {
 
 class GrantTable;
 class Metrics;
+class ModelIndex;
 class PeerClient;
 
 // What a session needs from the server; everything but `devices` may be null/0.
@@ -53,6 +55,7 @@ struct SessionEnv {
   Metrics* metrics = nullptr;
   GrantTable* grants = nullptr;  // GrantPeerRead is UNIMPLEMENTED without it.
   PeerClient* peers = nullptr;   // PeerPull is UNIMPLEMENTED without it.
+  ModelIndex* models = nullptr;  // --model-dir; OpenModelFile is NOT_FOUND without it.
   // Tests and the fuzzer only: handles are 1, 2, 3, ... so that scripted command sequences
   // can name them. A server never sets this.
   bool predictable_handles = false;
@@ -102,9 +105,13 @@ class Session {
   // How far this session's commands have finished (for PeerCopy's `after`); the
   // ReplySequencer of its stream must advance it.
   CommandProgress* progress() const { return progress_.get(); }
+  // The index file id behind a handle from OpenModelFile; NOT_FOUND for a handle this
+  // session was not given.
+  absl::StatusOr<uint64_t> ModelFile(uint64_t handle) const ABSL_LOCKS_EXCLUDED(table_mu_);
 
   void AddUploadedBytes(uint64_t n) { uploaded_bytes_ += n; }
   void AddCacheHitBytes(uint64_t n) { cache_hit_bytes_ += n; }
+  void AddModelFileBytes(uint64_t n) { model_file_bytes_ += n; }
   uint64_t bytes_held() const { return bytes_held_.load(); }
   size_t buffer_count() const ABSL_LOCKS_EXCLUDED(table_mu_);
 
@@ -160,6 +167,9 @@ class Session {
                           tensorgrid::v1::ComputeReply* reply);
   absl::Status Grant(uint64_t handle, tensorgrid::v1::GrantPeerReadReply* reply)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(handle_mu_);
+  absl::Status OpenModelFile(const tensorgrid::v1::OpenModelFile& cmd,
+                             tensorgrid::v1::OpenModelFileReply* reply)
+      ABSL_LOCKS_EXCLUDED(table_mu_);
   absl::StatusOr<Device*> DeviceAt(uint32_t index) const;
   // Runs on device's lane (or the calling thread before lanes start).
   absl::StatusOr<Stream*> StreamFor(uint32_t device);
@@ -185,10 +195,12 @@ class Session {
   mutable absl::Mutex table_mu_;
   uint64_t next_handle_ ABSL_GUARDED_BY(table_mu_) = 1;
   absl::flat_hash_map<uint64_t, std::shared_ptr<SessionBuffer>> buffers_ ABSL_GUARDED_BY(table_mu_);
+  absl::flat_hash_set<uint64_t> model_files_ ABSL_GUARDED_BY(table_mu_);  // opened index ids.
 
   std::atomic<uint64_t> bytes_held_{0};
   std::atomic<uint64_t> uploaded_bytes_{0};
   std::atomic<uint64_t> cache_hit_bytes_{0};
+  std::atomic<uint64_t> model_file_bytes_{0};
 
   // Shared with the buffers (SessionBuffer::progress), which peers may hold past the session.
   const std::shared_ptr<CommandProgress> progress_;

@@ -1,6 +1,8 @@
 #include "server/session_buffer.h"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,7 +19,9 @@ SessionBuffer::SessionBuffer(std::unique_ptr<Buffer> buffer, int device_index, u
       device_index_(device_index),
       size_(size),
       on_destroy_(std::move(on_destroy)),
-      progress_(std::move(progress)) {}
+      progress_(std::move(progress)) {
+  if (size_ > 0) unwritten_[0] = size_;
+}
 
 SessionBuffer::~SessionBuffer() {
   buffer_.reset();
@@ -35,6 +39,57 @@ absl::Status SessionBuffer::CheckRange(uint64_t offset, uint64_t size) const {
 uint8_t* SessionBuffer::HostPointer(uint64_t offset) const {
   if (!buffer_->type()->is_host() || buffer_->base() == nullptr) return nullptr;
   return static_cast<uint8_t*>(buffer_->base()) + offset;
+}
+
+SessionBuffer::Fill SessionBuffer::BeginFill(uint64_t offset, uint64_t size) {
+  std::vector<std::pair<uint64_t, uint64_t>> taken;
+  if (size == 0) return Fill(this, std::move(taken));
+  const uint64_t end = offset + size;
+  absl::MutexLock lock(&mu_);
+  // Intervals overlapping [offset, end): the first may start before it, the last end after.
+  auto it = unwritten_.upper_bound(offset);
+  if (it != unwritten_.begin() && std::prev(it)->second > offset) --it;
+  while (it != unwritten_.end() && it->first < end) {
+    const uint64_t start = it->first, stop = it->second;
+    it = unwritten_.erase(it);
+    if (start < offset) unwritten_[start] = offset;
+    if (stop > end) unwritten_[end] = stop;
+    taken.emplace_back(std::max(start, offset), std::min(stop, end));
+  }
+  if (!taken.empty()) ++fills_;
+  return Fill(this, std::move(taken));
+}
+
+void SessionBuffer::EndFill(const std::vector<std::pair<uint64_t, uint64_t>>& taken,
+                            bool done) const {
+  if (taken.empty()) return;
+  absl::MutexLock lock(&mu_);
+  // Nothing else adds to the set, so the pieces cannot overlap what is there.
+  if (!done) unwritten_.insert(taken.begin(), taken.end());
+  --fills_;
+}
+
+SessionBuffer::Fill::Fill(Fill&& other) noexcept
+    : buffer_(std::exchange(other.buffer_, nullptr)),
+      taken_(std::move(other.taken_)),
+      done_(other.done_) {}
+
+SessionBuffer::Fill::~Fill() {
+  if (buffer_ != nullptr) buffer_->EndFill(taken_, done_);
+}
+
+absl::Status SessionBuffer::ClearUnwritten() const {
+  absl::MutexLock lock(&mu_);
+  for (;;) {
+    while (!unwritten_.empty()) {
+      const auto [start, end] = *unwritten_.begin();
+      TG_RETURN_IF_ERROR(SetBytes(start, 0, end - start));
+      unwritten_.erase(unwritten_.begin());
+    }
+    if (fills_ == 0) return absl::OkStatus();
+    // The set is empty, so no new Fill takes bytes; the ones in flight end or give theirs back.
+    mu_.Await(absl::Condition(this, &SessionBuffer::NoFillsInFlight));
+  }
 }
 
 Tensor SessionBuffer::Window(uint64_t offset, uint64_t size) const {
@@ -59,18 +114,24 @@ Tensor SessionBuffer::Window(uint64_t offset, uint64_t size) const {
 absl::Status SessionBuffer::Write(uint64_t offset, const void* data, uint64_t size) {
   TG_RETURN_IF_ERROR(CheckRange(offset, size));
   if (size == 0) return absl::OkStatus();
+  if (HostPointer(offset) == nullptr && size < 2) {
+    return absl::UnimplementedError("1-byte writes into device memory");
+  }
+  Fill fill = BeginFill(offset, size);
   if (uint8_t* p = HostPointer(offset); p != nullptr) {
     std::memcpy(p, data, size);
-    return absl::OkStatus();
+  } else {
+    Tensor w = Window(offset, size);
+    TG_RETURN_IF_ERROR(buffer_->SetTensor(&w, data, 0, size));
   }
-  if (size < 2) return absl::UnimplementedError("1-byte writes into device memory");
-  Tensor w = Window(offset, size);
-  return buffer_->SetTensor(&w, data, 0, size);
+  fill.Done();
+  return absl::OkStatus();
 }
 
 absl::Status SessionBuffer::Read(uint64_t offset, void* data, uint64_t size) const {
   TG_RETURN_IF_ERROR(CheckRange(offset, size));
   if (size == 0) return absl::OkStatus();
+  TG_RETURN_IF_ERROR(ClearUnwritten());
   if (const uint8_t* p = HostPointer(offset); p != nullptr) {
     std::memcpy(data, p, size);
     return absl::OkStatus();
@@ -94,24 +155,36 @@ absl::Status SessionBuffer::CheckRows(const StridedRange& r) const {
 absl::Status SessionBuffer::WriteRows(const StridedRange& r, const void* data) {
   TG_RETURN_IF_ERROR(CheckRows(r));
   if (r.n_rows == 0 || r.row_size == 0) return absl::OkStatus();
-  if (uint8_t* p = HostPointer(r.offset); p != nullptr) {
-    CopyRows(p, r.stride, data, r.HostStride(), r.row_size, r.n_rows);
-    return absl::OkStatus();
-  }
   if (r.TensorContiguous() && r.HostStride() == r.row_size) {
     return Write(r.offset, data, r.row_size * r.n_rows);
   }
-  // Device memory: the backend's 2D copy into a window over the rows' span (>= 2 bytes:
-  // two rows that do not overlap).
-  Tensor w = Window(r.offset, *TensorSpan(r));
-  StridedRange rows = r;
-  rows.offset = 0;
-  return buffer_->SetTensor2D(&w, data, rows);
+  const size_t span = *TensorSpan(r);
+  // Rows back to back are one range written; rows apart leave gaps no write reaches, so the
+  // unwritten bytes are zeroed first (once per buffer) instead of tracking every row.
+  std::optional<Fill> fill;
+  if (r.TensorContiguous()) {
+    fill.emplace(BeginFill(r.offset, span));
+  } else {
+    TG_RETURN_IF_ERROR(ClearUnwritten());
+  }
+  if (uint8_t* p = HostPointer(r.offset); p != nullptr) {
+    CopyRows(p, r.stride, data, r.HostStride(), r.row_size, r.n_rows);
+  } else {
+    // Device memory: the backend's 2D copy into a window over the rows' span (>= 2 bytes:
+    // two rows that do not overlap).
+    Tensor w = Window(r.offset, span);
+    StridedRange rows = r;
+    rows.offset = 0;
+    TG_RETURN_IF_ERROR(buffer_->SetTensor2D(&w, data, rows));
+  }
+  if (fill.has_value()) fill->Done();
+  return absl::OkStatus();
 }
 
 absl::Status SessionBuffer::ReadRows(const StridedRange& r, void* data) const {
   TG_RETURN_IF_ERROR(CheckRows(r));
   if (r.n_rows == 0 || r.row_size == 0) return absl::OkStatus();
+  TG_RETURN_IF_ERROR(ClearUnwritten());
   if (const uint8_t* p = HostPointer(r.offset); p != nullptr) {
     CopyRows(data, r.HostStride(), p, r.stride, r.row_size, r.n_rows);
     return absl::OkStatus();
@@ -126,6 +199,14 @@ absl::Status SessionBuffer::ReadRows(const StridedRange& r, void* data) const {
 }
 
 absl::Status SessionBuffer::Memset(uint64_t offset, uint8_t value, uint64_t size) {
+  TG_RETURN_IF_ERROR(CheckRange(offset, size));
+  Fill fill = BeginFill(offset, size);
+  TG_RETURN_IF_ERROR(SetBytes(offset, value, size));
+  fill.Done();
+  return absl::OkStatus();
+}
+
+absl::Status SessionBuffer::SetBytes(uint64_t offset, uint8_t value, uint64_t size) const {
   TG_RETURN_IF_ERROR(CheckRange(offset, size));
   if (size == 0) return absl::OkStatus();
   if (uint8_t* p = HostPointer(offset); p != nullptr) {
@@ -142,17 +223,24 @@ absl::Status SessionBuffer::Copy(const SessionBuffer& src, uint64_t src_offset, 
   TG_RETURN_IF_ERROR(src.CheckRange(src_offset, size));
   TG_RETURN_IF_ERROR(dst.CheckRange(dst_offset, size));
   if (size == 0) return absl::OkStatus();
+  TG_RETURN_IF_ERROR(src.ClearUnwritten());
   const uint8_t* s = src.HostPointer(src_offset);
   uint8_t* d = dst.HostPointer(dst_offset);
   if (s != nullptr && d != nullptr) {
+    Fill fill = dst.BeginFill(dst_offset, size);
     std::memmove(d, s, size);  // the same buffer may overlap.
+    fill.Done();
     return absl::OkStatus();
   }
   if (&src != &dst && size >= 2) {
+    Fill fill = dst.BeginFill(dst_offset, size);
     Tensor ws = src.Window(src_offset, size);
     Tensor wd = dst.Window(dst_offset, size);
-    if (dst.buffer_->CopyFrom(&ws, &wd).ok()) return absl::OkStatus();
-  }
+    if (dst.buffer_->CopyFrom(&ws, &wd).ok()) {
+      fill.Done();
+      return absl::OkStatus();
+    }
+  }  // a failed CopyFrom gives its range back before the staged copy reads.
   // Through host memory, in bounded pieces.
   constexpr uint64_t kStage = uint64_t{4} << 20;
   std::vector<uint8_t> stage(std::min(size, kStage));

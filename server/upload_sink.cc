@@ -10,6 +10,7 @@
 #include "server/blob_cache.h"
 #include "server/log.h"
 #include "server/metrics.h"
+#include "server/model_index.h"
 
 namespace tg::server {
 
@@ -17,7 +18,8 @@ namespace pb = ::tensorgrid::v1;
 
 absl::StatusOr<std::unique_ptr<UploadSink>> UploadSink::Start(std::shared_ptr<Session> session,
                                                               const pb::UploadHeader& header,
-                                                              BlobCache* cache, Metrics* metrics) {
+                                                              BlobCache* cache, Metrics* metrics,
+                                                              ModelIndex* models) {
   TG_ASSIGN_OR_RETURN(std::shared_ptr<SessionBuffer> buffer, session->FindBuffer(header.buffer()));
   TG_RETURN_IF_ERROR(buffer->CheckRange(header.offset(), header.size()));
   std::optional<rpc::Sha256Digest> digest;
@@ -28,7 +30,15 @@ absl::StatusOr<std::unique_ptr<UploadSink>> UploadSink::Start(std::shared_ptr<Se
   std::unique_ptr<UploadSink> sink(new UploadSink(std::move(session), std::move(buffer),
                                                   header.offset(), header.size(), digest, cache,
                                                   metrics));
-  if (digest.has_value() && cache != nullptr && cache->Contains(*digest)) {
+  uint64_t file = 0;
+  if (header.model_file() != 0) {
+    TG_ASSIGN_OR_RETURN(file, sink->session_->ModelFile(header.model_file()));
+  }
+  if (digest.has_value() && models != nullptr) {
+    TG_ASSIGN_OR_RETURN(sink->have_it_,
+                        sink->ReadFromModelFile(*models, file, header.file_offset()));
+  }
+  if (!sink->have_it_ && digest.has_value() && cache != nullptr && cache->Contains(*digest)) {
     TG_ASSIGN_OR_RETURN(sink->have_it_, sink->ReadFromCache());
   }
   return sink;
@@ -45,12 +55,42 @@ UploadSink::UploadSink(std::shared_ptr<Session> session, std::shared_ptr<Session
       cache_(cache),
       metrics_(metrics) {}
 
+absl::StatusOr<bool> UploadSink::ReadInto(
+    const std::function<absl::StatusOr<bool>(uint8_t*)>& read) {
+  if (uint8_t* host = buffer_->HostPointer(offset_); host != nullptr) {
+    // A miss or a failed read gives the range back to be zeroed: what the read left there
+    // (another file's bytes, a corrupt blob) never reaches a reader.
+    SessionBuffer::Fill fill = buffer_->BeginFill(offset_, size_);
+    TG_ASSIGN_OR_RETURN(bool got, read(host));
+    if (got) fill.Done();
+    return got;
+  }
+  std::string stage(size_, '\0');  // memory the host cannot address.
+  TG_ASSIGN_OR_RETURN(bool got, read(reinterpret_cast<uint8_t*>(stage.data())));
+  if (got) TG_RETURN_IF_ERROR(buffer_->Write(offset_, stage.data(), size_));
+  return got;
+}
+
+absl::StatusOr<bool> UploadSink::ReadFromModelFile(ModelIndex& models, uint64_t file,
+                                                   uint64_t file_offset) {
+  absl::StatusOr<bool> hit = ReadInto(
+      [&](uint8_t* dst) { return models.ReadPiece(file, file_offset, size_, *digest_, dst); });
+  if (!hit.ok()) {
+    // The client still has the bytes: take them from it instead.
+    kServerLog.Warn("model-dir read failed, receiving the bytes instead",
+                    {{"digest", rpc::DigestHex(*digest_)}, {"error", hit.status().message()}});
+    return false;
+  }
+  if (!*hit) return false;
+  source_ = pb::UPLOAD_SOURCE_MODEL_FILE;
+  session_->AddModelFileBytes(size_);
+  if (metrics_ != nullptr) metrics_->ModelFileBytes(size_);
+  return true;
+}
+
 absl::StatusOr<bool> UploadSink::ReadFromCache() {
-  absl::StatusOr<bool> hit;
-  std::string stage;  // only for memory the host cannot address.
-  uint8_t* host = buffer_->HostPointer(offset_);
-  if (host == nullptr) stage.resize(size_);
-  hit = cache_->Read(*digest_, host != nullptr ? static_cast<void*>(host) : stage.data(), size_);
+  absl::StatusOr<bool> hit =
+      ReadInto([&](uint8_t* dst) { return cache_->Read(*digest_, dst, size_); });
   if (!hit.ok()) {
     // The client still has the bytes: take them from it instead.
     kServerLog.Warn("cache read failed, receiving the bytes instead",
@@ -58,33 +98,41 @@ absl::StatusOr<bool> UploadSink::ReadFromCache() {
     return false;
   }
   if (!*hit) return false;  // evicted or corrupt since Contains.
-  if (host == nullptr) TG_RETURN_IF_ERROR(buffer_->Write(offset_, stage.data(), size_));
+  source_ = pb::UPLOAD_SOURCE_CACHE;
   session_->AddCacheHitBytes(size_);
   if (metrics_ != nullptr) metrics_->CacheHitBytes(size_);
   return true;
 }
 
 absl::Status UploadSink::Receive(const pb::UploadMessage& message) {
+  if (!have_it_ && message.part_case() != pb::UploadMessage::kChunk) {
+    return absl::InvalidArgumentError("upload: expected a chunk");
+  }
+  const absl::string_view chunk = message.chunk();
+  return ReceiveChunk({&chunk, 1});
+}
+
+absl::Status UploadSink::ReceiveChunk(absl::Span<const absl::string_view> parts) {
   if (have_it_) {
     return absl::InvalidArgumentError("upload: the server had the bytes already; send no chunks");
   }
-  if (message.part_case() != pb::UploadMessage::kChunk) {
-    return absl::InvalidArgumentError("upload: expected a chunk");
-  }
-  const std::string& chunk = message.chunk();
-  if (chunk.size() > rpc::kChunkBytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "upload: chunk of %d bytes exceeds %d; split it", chunk.size(), rpc::kChunkBytes));
-  }
-  if (chunk.size() > size_ - received_) {
+  uint64_t size = 0;
+  for (absl::string_view p : parts) size += p.size();
+  if (size > rpc::kChunkBytes) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("upload: %d more bytes after %d of the %d bytes the header announced",
-                        chunk.size(), received_, size_));
+        absl::StrFormat("upload: chunk of %d bytes exceeds %d; split it", size, rpc::kChunkBytes));
   }
-  TG_RETURN_IF_ERROR(buffer_->Write(offset_ + received_, chunk.data(), chunk.size()));
-  if (digest_.has_value()) hasher_.Update(chunk.data(), chunk.size());
-  received_ += chunk.size();
-  if (metrics_ != nullptr) metrics_->UploadBytes(chunk.size());
+  if (size > size_ - received_) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("upload: %d more bytes after %d of the %d bytes the header announced", size,
+                        received_, size_));
+  }
+  for (absl::string_view p : parts) {
+    TG_RETURN_IF_ERROR(buffer_->Write(offset_ + received_, p.data(), p.size()));
+    if (digest_.has_value()) hasher_.Update(p.data(), p.size());
+    received_ += p.size();
+  }
+  if (metrics_ != nullptr) metrics_->UploadBytes(size);
   return absl::OkStatus();
 }
 

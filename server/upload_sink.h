@@ -1,20 +1,23 @@
 // UploadSink: the server side of one Upload stream, without gRPC, so that the service and the
 // fuzzer drive the same code. Start() checks the header against the session's buffer and,
-// when the header's SHA-256 names a blob of the weight cache, copies it into the buffer at
-// once ("have it": the client sends nothing more). Otherwise Receive() takes the chunks into
-// the buffer in order and Finish() checks that exactly the announced bytes came, that they
-// hash to the header's SHA-256 when it gave one, and stores hashed uploads in the cache.
-// Not thread-safe: one sink serves one stream. The session and cache may be used
-// concurrently by others (a Free mid-upload is safe: the sink holds the buffer).
+// when the header's SHA-256 names a piece of a --model-dir file (ModelIndex) or a blob of the
+// weight cache, reads it into the buffer at once ("have it": the client sends nothing more).
+// Otherwise Receive() takes the chunks into the buffer in order and Finish() checks that exactly
+// the announced bytes came, that they hash to the header's SHA-256 when it gave one, and stores
+// hashed uploads in the cache. Not thread-safe: one sink serves one stream. The session and cache
+// may be used concurrently by others (a Free mid-upload is safe: the sink holds the buffer).
 #ifndef TENSORGRID_SERVER_UPLOAD_SINK_H_
 #define TENSORGRID_SERVER_UPLOAD_SINK_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "proto/content_hash.h"
 #include "server/session.h"
 #include "server/session_buffer.h"
@@ -24,26 +27,36 @@ namespace tg::server {
 
 class BlobCache;
 class Metrics;
+class ModelIndex;
 
 class UploadSink {
  public:
   // Checks `header` against `session`: the buffer exists (NOT_FOUND), [offset, +size) lies
-  // in it and sha256 is empty or 32 bytes (INVALID_ARGUMENT). `cache` and `metrics` may be
-  // null and must outlive the sink.
+  // in it, sha256 is empty or 32 bytes (INVALID_ARGUMENT) and model_file is 0 or a handle the
+  // session opened (NOT_FOUND). `cache`, `metrics` and `models` may be null and must outlive
+  // the sink.
   static absl::StatusOr<std::unique_ptr<UploadSink>> Start(
       std::shared_ptr<Session> session, const tensorgrid::v1::UploadHeader& header,
-      BlobCache* cache, Metrics* metrics);
+      BlobCache* cache, Metrics* metrics, ModelIndex* models = nullptr);
 
+  // Bytes count as written as each chunk lands (SessionBuffer::Fill), so the part of the range
+  // an unfinished upload did not fill is still zeroed before anyone reads it.
+  ~UploadSink() = default;
   UploadSink(const UploadSink&) = delete;
   UploadSink& operator=(const UploadSink&) = delete;
 
   // True when the bytes came from the cache: the upload is complete, nothing more to receive.
   bool have_it() const { return have_it_; }
+  // With have_it(): where the bytes came from.
+  tensorgrid::v1::UploadSource source() const { return source_; }
   uint64_t size() const { return size_; }
 
   // The next message of the stream, written into the buffer. INVALID_ARGUMENT unless it is a
   // chunk of at most rpc::kChunkBytes within the announced size, or after have_it().
   absl::Status Receive(const tensorgrid::v1::UploadMessage& message);
+  // The same for a chunk whose bytes are still in the pieces gRPC received them in (the
+  // service parses chunk messages itself to save a copy): they go straight into the buffer.
+  absl::Status ReceiveChunk(absl::Span<const absl::string_view> parts);
   // The client finished sending. INVALID_ARGUMENT when fewer bytes came than announced,
   // DATA_LOSS naming both digests when they do not hash to the header's; otherwise stores
   // them in the cache (a failed store is logged, not an error) and returns the byte count.
@@ -54,8 +67,13 @@ class UploadSink {
              uint64_t offset, uint64_t size, std::optional<rpc::Sha256Digest> digest,
              BlobCache* cache, Metrics* metrics);
 
+  // Reads the bytes from a --model-dir file into the buffer; false when no indexed file
+  // holds them (any more).
+  absl::StatusOr<bool> ReadFromModelFile(ModelIndex& models, uint64_t file, uint64_t file_offset);
   // Copies the cached blob into the buffer; false on a miss (or an unreadable blob).
   absl::StatusOr<bool> ReadFromCache();
+  // Fills the buffer range through `read` (into host memory, or a staging copy).
+  absl::StatusOr<bool> ReadInto(const std::function<absl::StatusOr<bool>(uint8_t*)>& read);
   // Stores the received range under the digest; failures are only logged.
   void StoreInCache();
 
@@ -69,6 +87,7 @@ class UploadSink {
   rpc::Sha256Stream hasher_;
   uint64_t received_ = 0;
   bool have_it_ = false;
+  tensorgrid::v1::UploadSource source_ = tensorgrid::v1::UPLOAD_SOURCE_NETWORK;
 };
 
 }  // namespace tg::server

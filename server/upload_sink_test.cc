@@ -123,6 +123,20 @@ class UploadSinkTest : public ::testing::Test {
     return (*sink)->Finish();
   }
 
+  // A 100-byte buffer holding a previous owner's bytes (0xab) and an upload of all of it that
+  // has received its first 40 bytes ('d').
+  std::unique_ptr<UploadSink> UploadStartedOverUsedMemory(uint64_t* buffer_out) {
+    const uint64_t a = Alloc(100);
+    *buffer_out = a;
+    absl::StatusOr<std::shared_ptr<SessionBuffer>> buffer = session_->FindBuffer(a);
+    EXPECT_TRUE(buffer.ok());
+    std::memset((*buffer)->HostPointer(0), 0xab, 100);
+    absl::StatusOr<std::unique_ptr<UploadSink>> sink = Start(a, 0, 100);
+    EXPECT_TRUE(sink.ok()) << sink.status();
+    EXPECT_TRUE((*sink)->Receive(UploadChunk(std::string(40, 'd'))).ok());
+    return std::move(*sink);
+  }
+
   fs::path BlobPath(absl::string_view hex) {
     return dir_ / "cache" / std::string(hex.substr(0, 2)) / std::string(hex);
   }
@@ -265,6 +279,8 @@ TEST_F(UploadSinkTest, CorruptCachedBlobIsSentAgain) {
   absl::StatusOr<std::unique_ptr<UploadSink>> sink = Start(b, 0, 3, Unhex(kAbcSha256Hex));
   ASSERT_TRUE(sink.ok()) << sink.status();
   EXPECT_FALSE((*sink)->have_it());
+  // What the failed read left in the buffer is zeroed before a read; the chunks replace it.
+  EXPECT_EQ(Read(b, 0, 3), std::string(3, '\0'));
   ASSERT_TRUE((*sink)->Receive(UploadChunk("abc")).ok());
   ASSERT_TRUE((*sink)->Finish().ok());
   EXPECT_EQ(Read(b, 0, 3), "abc");
@@ -283,6 +299,32 @@ TEST_F(UploadSinkTest, FreeMidUploadKeepsTheBufferUntilTheEnd) {
   EXPECT_EQ(metrics_.buffers(), 1);  // the sink still holds it.
   sink->reset();
   EXPECT_EQ(metrics_.buffers(), 0);
+}
+
+}  // namespace
+}  // namespace tg::server
+
+namespace tg::server {
+namespace {
+
+// An upload that ends early leaves what it did not fill to be zeroed: the bytes a previous
+// owner left in the memory never reach the client.
+TEST_F(UploadSinkTest, AnUnfinishedUploadZeroesWhatItDidNotFill) {
+  uint64_t a = 0;
+  UploadStartedOverUsedMemory(&a).reset();  // the stream broke off.
+  EXPECT_EQ(Read(a, 0, 100), std::string(40, 'd') + std::string(60, '\0'));
+}
+
+// A Read of the range while the upload is still in flight (the client reads, or another stream
+// of the session copies from it) sees the chunks that landed and zeros, never the bytes another
+// session left in the memory; the chunks after it still land.
+TEST_F(UploadSinkTest, AReadDuringAnUploadSeesNoPreviousOwnersBytes) {
+  uint64_t a = 0;
+  std::unique_ptr<UploadSink> sink = UploadStartedOverUsedMemory(&a);
+  EXPECT_EQ(Read(a, 0, 100), std::string(40, 'd') + std::string(60, '\0'));
+  ASSERT_TRUE(sink->Receive(UploadChunk(std::string(60, 'e'))).ok());
+  ASSERT_TRUE(sink->Finish().ok());
+  EXPECT_EQ(Read(a, 0, 100), std::string(40, 'd') + std::string(60, 'e'));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// *_fuzz_replay (gguf, rpc_session): runs the fuzz entry point over files and directories without libFuzzer
-// (gcc builds, CI). With --mutations=N it also replays N deterministic byte-level mutations of
-// each input, a poor man's fuzzing that still exercises the error paths under the sanitizers.
+// *_fuzz_replay (gguf, rpc_session): runs the fuzz entry point over files and directories without
+// libFuzzer (gcc builds, CI). With --mutations=N it also replays N deterministic byte-level
+// mutations of each input, a poor man's fuzzing that still exercises the error paths under the
+// sanitizers.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -89,6 +90,7 @@ int main(int argc, char** argv) {
     RunInput(bytes, mutations, &rng);
   }
   std::printf("%s: %zu inputs (%zu bytes), %d mutations each: no crash\n",
-              std::filesystem::path(argv[0]).filename().c_str(), files.size(), total_bytes, mutations);
+              std::filesystem::path(argv[0]).filename().c_str(), files.size(), total_bytes,
+              mutations);
   return 0;
 }

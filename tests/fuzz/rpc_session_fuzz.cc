@@ -9,7 +9,9 @@
 //     does not open with a header; with a stream open every message goes to Receive (an error
 //     ends the stream), and an empty record ends it (the client's WritesDone: Finish). The end
 //     of the input ends an open stream too. Uploads hit and fill a small on-disk BlobCache,
-//     fresh for each input, so that every input runs the same way on its own.
+//     fresh for each input, so that every input runs the same way on its own, and may be
+//     served from a --model-dir holding one small model (tests/fuzz/fuzz_model_file.h),
+//     indexed once at start and never changed, which OpenModelFile commands look up.
 // Any input must leave the process intact and, once the session is gone, no buffer held; an
 // upload that succeeded with a SHA-256 must have left bytes with that hash in the buffer.
 // Built as a libFuzzer binary (clang, TG_FUZZ=ON: rpc_session_fuzz) or linked into
@@ -33,9 +35,11 @@
 #include "server/grant_table.h"
 #include "server/log.h"
 #include "server/metrics.h"
+#include "server/model_index.h"
 #include "server/session.h"
 #include "server/upload_sink.h"
 #include "tensorgrid/v1/tensorgrid.pb.h"
+#include "tests/fuzz/fuzz_model_file.h"
 
 namespace {
 
@@ -54,6 +58,7 @@ struct Env {
   tg::server::GrantTable grants;
   tg::server::SessionEnv session_env;
   fs::path cache_dir;
+  std::unique_ptr<tg::server::ModelIndex> models;
   bool verbose = false;
 
   Env() {
@@ -81,6 +86,25 @@ struct Env {
     const fs::path base =
         fs::is_directory("/dev/shm", ec) ? fs::path("/dev/shm") : fs::temp_directory_path();
     cache_dir = base / ("tg_rpc_fuzz_cache_" + std::to_string(::getpid()));
+    OpenModelDir(base / ("tg_rpc_fuzz_models_" + std::to_string(::getpid())));
+  }
+
+  // A --model-dir with the fuzz model, indexed before the first input runs.
+  void OpenModelDir(const fs::path& dir) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    const std::string bytes = tg::fuzz::MakeFuzzModelFile().bytes;
+    std::FILE* f = std::fopen((dir / "model.gguf").c_str(), "wb");
+    if (f == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) std::abort();
+    std::fclose(f);
+    absl::StatusOr<tg::server::ModelDir> d = tg::server::OpenModelDir(dir.string());
+    if (!d.ok()) std::abort();
+    models = std::make_unique<tg::server::ModelIndex>(
+        tg::server::ModelIndexOptions{{*d}, "", 1, nullptr});
+    models->WaitUntilIndexed();
+    if (models->file_count() != 1) std::abort();
+    session_env.models = models.get();
+    fs::remove_all(dir, ec);  // the index keeps the file open; nothing is left behind.
   }
 };
 
@@ -151,7 +175,7 @@ class UploadDriver {
   void StartStream(const pb::UploadHeader& header) {
     if (header.session_id() != kSessionId) return Report("start", absl::NotFoundError("session"));
     absl::StatusOr<std::unique_ptr<tg::server::UploadSink>> sink =
-        tg::server::UploadSink::Start(session_, header, Cache(), &env_.metrics);
+        tg::server::UploadSink::Start(session_, header, Cache(), &env_.metrics, env_.models.get());
     if (!sink.ok()) return Report("start", sink.status());
     header_ = header;
     interleaved_ = false;

@@ -7,7 +7,10 @@
 // a hash (stored, then served from the cache on both devices, and one too large to keep),
 // without one (with session commands and a free in the middle), and refused ones (truncated,
 // oversized, bad or malformed hash, out of range, unknown buffer or session, a chunk first,
-// a header where a chunk belongs).
+// a header where a chunk belongs); and model-file loads: OpenModelFile of the fuzzer's model
+// (tests/fuzz/fuzz_model_file.h) and uploads of its pieces answered from the file, by handle
+// and offset or by hash alone, next to names outside the directory, wrong identities, wrong
+// offsets and digests, and handles never opened.
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "server/server_test_util.h"
+#include "tests/fuzz/fuzz_model_file.h"
 
 namespace {
 
@@ -149,6 +153,50 @@ bool WriteUploadErrorsSeed(const std::filesystem::path& dir) {
 
 }  // namespace
 
+pb::SessionRequest OpenModelFile(uint64_t id, const std::string& name, uint64_t size,
+                                 const std::string& header_sha256) {
+  pb::SessionRequest r;
+  r.set_id(id);
+  r.mutable_open_model_file()->set_name(name);
+  r.mutable_open_model_file()->set_size(size);
+  r.mutable_open_model_file()->set_header_sha256(header_sha256);
+  return r;
+}
+
+pb::UploadMessage PieceHeader(uint64_t buffer, uint64_t offset, uint64_t size, std::string sha256,
+                              uint64_t model_file, uint64_t file_offset) {
+  pb::UploadMessage m = UploadHeaderMessage("fuzz", buffer, offset, size, std::move(sha256));
+  m.mutable_header()->set_model_file(model_file);
+  m.mutable_header()->set_file_offset(file_offset);
+  return m;
+}
+
+bool WriteModelFileSeed(const std::filesystem::path& dir) {
+  const tg::fuzz::FuzzModelFile f = tg::fuzz::MakeFuzzModelFile();
+  const uint64_t size = f.bytes.size();
+  const std::string header = f.HeaderSha256();
+  const auto& t = f.tensors;
+  Seed seed;
+  seed.Add(AllocRequest(1, 0, 512))
+      .Add(OpenModelFile(2, "", size, header))  // handle 1: the only indexed file.
+      .Upload(PieceHeader(1, 0, t[0].size, f.PieceSha256(0), 1, t[0].offset))  // from the file.
+      .Upload(PieceHeader(1, 64, t[1].size, f.PieceSha256(1), 0, 0))           // by its hash alone.
+      .Upload(PieceHeader(1, 256, t[1].size, f.PieceSha256(1), 1, t[0].offset))  // wrong offset.
+      .Upload(UploadChunk(f.bytes.substr(t[1].offset, t[1].size)))
+      .EndUpload()
+      .Upload(PieceHeader(1, 0, t[0].size, f.PieceSha256(1), 1, t[0].offset))  // wrong digest.
+      .Upload(UploadChunk(f.bytes.substr(t[0].offset, t[0].size)))
+      .EndUpload()
+      .Upload(PieceHeader(1, 0, t[0].size, f.PieceSha256(0), 9, t[0].offset))  // never opened.
+      .Add(OpenModelFile(3, "model.gguf", size, header))
+      .Add(OpenModelFile(4, "../model.gguf", size, header))
+      .Add(OpenModelFile(5, "/etc/passwd", size, header))
+      .Add(OpenModelFile(6, "", size + 1, header))
+      .Add(OpenModelFile(7, "", size, "short"))
+      .Add(ReadRequest(8, 1, 0, 256));
+  return seed.Write(dir, "model_file");
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: rpc_session_fuzz_seeds DIR\n");
@@ -243,10 +291,11 @@ int main(int argc, char** argv) {
   ok &= WriteUploadCacheSeed(dir);
   ok &= WriteUploadPlainSeed(dir);
   ok &= WriteUploadErrorsSeed(dir);
+  ok &= WriteModelFileSeed(dir);
   if (!ok) {
     std::fprintf(stderr, "rpc_session_fuzz_seeds: cannot write into %s\n", dir.c_str());
     return 1;
   }
-  std::printf("rpc_session_fuzz_seeds: 11 seeds in %s\n", dir.c_str());
+  std::printf("rpc_session_fuzz_seeds: 12 seeds in %s\n", dir.c_str());
   return 0;
 }

@@ -3,7 +3,11 @@
 // generates text on the same server. Prints one line per case; exit 0 when every case got
 // its code and a valid MUL_MAT + ADD still computes correctly afterwards.
 //
-//   rpc_malformed_client HOST:PORT TOKEN_FILE
+//   rpc_malformed_client HOST:PORT TOKEN_FILE [OUTSIDE_MODEL]
+//
+// With OUTSIDE_MODEL (a GGUF file outside the server's --model-dir, which holds a symlink
+// "link.gguf" to it), the model-file cases run too: names outside the directory, the
+// symlink out of it, malformed identities, upload headers naming handles never opened.
 #include <grpcpp/grpcpp.h>
 
 #include <array>
@@ -16,6 +20,8 @@
 
 #include "absl/strings/ascii.h"
 #include "client/connection.h"
+#include "models/gguf_file.h"
+#include "proto/model_identity.h"
 #include "proto/protocol.h"
 #include "server/server_test_util.h"
 
@@ -52,6 +58,51 @@ pb::SessionRequest ComputeOf(pb::GraphDesc desc, uint64_t key) {
   return r;
 }
 
+// OpenModelFile with this name and identity.
+absl::Status OpenModelFile(tg::rpc::Connection& c, const std::string& name, uint64_t size,
+                           const std::string& header_sha256) {
+  pb::SessionRequest r;
+  r.mutable_open_model_file()->set_name(name);
+  r.mutable_open_model_file()->set_size(size);
+  r.mutable_open_model_file()->set_header_sha256(header_sha256);
+  return c.Call(r).status();
+}
+
+// The model-file catalogue: the server must never open what a client names.
+void ModelFileCases(tg::rpc::Connection& s, uint64_t buffer, const std::string& outside) {
+  auto file = tg::GgufFile::Open(outside);
+  if (!file.ok()) {
+    std::fprintf(stderr, "cannot read %s: %s\n", outside.c_str(),
+                 std::string(file.status().message()).c_str());
+    ++failures;
+    return;
+  }
+  const uint64_t data_start = (*file)->data_section() - (*file)->bytes().data();
+  const tg::rpc::ModelIdentity id =
+      tg::rpc::IdentityOf((*file)->bytes().subspan(0, data_start), (*file)->file_size());
+  const std::string sha(reinterpret_cast<const char*>(id.header.data()), id.header.size());
+  Expect("model file: the outside file itself", absl::StatusCode::kPermissionDenied,
+         OpenModelFile(s, outside, id.size, sha));
+  Expect("model file: /etc/passwd", absl::StatusCode::kPermissionDenied,
+         OpenModelFile(s, "/etc/passwd", id.size, sha));
+  Expect("model file: ../ out of the dir", absl::StatusCode::kPermissionDenied,
+         OpenModelFile(s, "../" + outside.substr(outside.rfind('/') + 1), id.size, sha));
+  Expect("model file: symlink out of the dir", absl::StatusCode::kNotFound,
+         OpenModelFile(s, "link.gguf", id.size, sha));
+  Expect("model file: its identity, no name", absl::StatusCode::kNotFound,
+         OpenModelFile(s, "", id.size, sha));
+  Expect("model file: 5-byte header digest", absl::StatusCode::kInvalidArgument,
+         OpenModelFile(s, "", id.size, "12345"));
+  tg::rpc::UploadJob job;  // a header naming a model-file handle this session never got.
+  job.buffer = buffer;
+  job.bytes = std::string(64, 'w');
+  job.cacheable = true;
+  job.model_file = 77;
+  absl::Status queued = s.QueueUpload(std::move(job));
+  Expect("upload: unopened model-file handle", absl::StatusCode::kNotFound,
+         queued.ok() ? s.WaitUploads() : queued);
+}
+
 std::string ReadToken(const char* path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -62,8 +113,8 @@ std::string ReadToken(const char* path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: rpc_malformed_client HOST:PORT TOKEN_FILE\n");
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: rpc_malformed_client HOST:PORT TOKEN_FILE [OUTSIDE_MODEL]\n");
     return 2;
   }
   const std::string endpoint = argv[1];
@@ -189,6 +240,8 @@ int main(int argc, char** argv) {
   Expect("freed handle", absl::StatusCode::kNotFound, Status(s.Call(ReadRequest(0, freed, 0, 4))));
   Expect("made-up handle", absl::StatusCode::kNotFound,
          Status(s.Call(ReadRequest(0, 0x1234, 0, 4))));
+
+  if (argc == 4) ModelFileCases(s, h, argv[3]);
 
   // A message over the server's limit, sent on a raw channel that allows it.
   {

@@ -5,11 +5,13 @@
 
 Starts rpc-server with a bearer token, starts a long greedy generation over --rpc, runs
 rpc_malformed_client (every bad request must get its code) while the generation is in
-flight, then checks that the generation finished with local -sm none's tokens.
+flight, then checks that the generation finished with local -sm none's tokens. The server
+has a --model-dir holding a symlink to a model outside it, for the model-file cases.
 Exit 0 pass, 1 fail, 77 skipped (model missing).
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,11 +32,17 @@ def main():
         token = os.path.join(d, "token")
         with open(token, "w") as f:
             f.write("malformed-suite-token\n")
-        with Cluster(a.rpc_server, n=1, devices=2, extra=["--auth-token-file", token]) as c:
+        models, outside = os.path.join(d, "models"), os.path.join(d, "outside.gguf")
+        os.mkdir(models)
+        shutil.copyfile(a.model, outside)
+        os.symlink(outside, os.path.join(models, "link.gguf"))
+        with Cluster(a.rpc_server, n=1, devices=2,
+                     extra=["--auth-token-file", token, "--model-dir", models]) as c:
             gen = subprocess.Popen([a.tg_run] + common + ["--rpc", c.endpoints[0],
                                    "--rpc-token-file", token], stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True, env=env)
-            bad = subprocess.run([a.client, c.endpoints[0], token], capture_output=True, text=True)
+            bad = subprocess.run([a.client, c.endpoints[0], token, outside], capture_output=True,
+                                 text=True)
             running = gen.poll() is None
             print(bad.stdout + bad.stderr)
             out, err = gen.communicate(timeout=300)

@@ -36,6 +36,7 @@
 #include "tools/common/demo_model.h"
 #include "tools/common/failover.h"
 #include "tools/common/json_writer.h"
+#include "tools/common/weight_loading.h"
 
 namespace tg {
 namespace {
@@ -386,8 +387,13 @@ absl::Status Run(const BenchFlags& f) {
   }
   LoadOptions lo;
   lo.plan = plan;
+  // Outlives the model: a failover loads again through the same writer, into the same report.
+  LoadReport load;
+  lo.write_weights = ToolWeightWriter({.progress = true, .tool = "tg-bench"}, &load);
   TG_ASSIGN_OR_RETURN(std::unique_ptr<FailoverModel> model,
                       FailoverModel::Load(path, lo, f.rpc_failover));
+  // Where the load time went (per device: bytes sent, from the server's cache or file).
+  std::fputs(FormatLoadReport(load, "tg-bench").c_str(), stderr);
   Report rep;
   rep.path = path;
   TG_ASSIGN_OR_RETURN(rep.results, RunTests(*model, threads, copies, pps, tgs, f));

@@ -1,6 +1,7 @@
-// tg-gguf: inspects GGUF files (`info`) and writes synthetic llama models of any shape and
-// weight type (`synth`). Exit codes: 0 success, 1 runtime error (unreadable or invalid file,
-// write failure), 2 usage error. Every error is one line on stderr.
+// tg-gguf: inspects GGUF files (`info`), writes synthetic llama models of any shape and
+// weight type (`synth`) and the piece hashes that spare rpc loads from hashing (`hash`).
+// Exit codes: 0 success, 1 runtime error (unreadable or invalid file, write failure), 2 usage
+// error. Every error is one line on stderr.
 #include <cstdio>
 #include <string>
 
@@ -10,6 +11,7 @@
 #include "absl/types/span.h"
 #include "models/synth/synth.h"
 #include "models/synth/synth_options.h"
+#include "tools/tg-gguf/hash.h"
 #include "tools/tg-gguf/info.h"
 
 namespace {
@@ -25,11 +27,14 @@ constexpr char kUsage[] =
     "                      [--expert-ff F (n_ff)]]\n"
     "       T: f32 f16 q8_0 q4_0 q5_0 q5_1 q2_k q3_k q4_k q5_k iq4_nl iq4_xs mxfp4 (every matrix)\n"
     "          or q4_k_m q5_k_m (llama-quantize's mixes; docs/gguf.md)\n"
+    "       tg-gguf hash FILE\n"
     "\n"
     "info   prints the version, alignment, metadata and tensors of a GGUF file.\n"
     "synth  writes a llama GGUF with random weights that tensorgrid and llama.cpp load;\n"
     "       e.g. the stories15M shape: --dims 288,768,6,6,6,32000. --arch qwen3moe or\n"
-    "       mixtral makes every feed-forward E experts of which the router picks K.\n";
+    "       mixtral makes every feed-forward E experts of which the router picks K.\n"
+    "hash   writes FILE.tghash, the SHA-256 of its tensor data in pieces (on all cores), so\n"
+    "       that loading FILE onto rpc-servers need not hash it.\n";
 
 int Fail(const absl::Status& status, int code) {
   std::fprintf(stderr, "tg-gguf: %s\n", std::string(status.message()).c_str());
@@ -41,6 +46,14 @@ int Info(absl::Span<char* const> args) {
     return Fail(absl::InvalidArgumentError("info needs exactly one FILE"), kExitUsage);
   }
   const absl::Status s = tg::gguf_tool::RunInfo(args[0], stdout);
+  return s.ok() ? 0 : Fail(s, kExitRuntime);
+}
+
+int Hash(absl::Span<char* const> args) {
+  if (args.size() != 1) {
+    return Fail(absl::InvalidArgumentError("hash needs exactly one FILE"), kExitUsage);
+  }
+  const absl::Status s = tg::gguf_tool::RunHash(args[0], stdout);
   return s.ok() ? 0 : Fail(s, kExitRuntime);
 }
 
@@ -66,7 +79,8 @@ int main(int argc, char** argv) {
   }
   if (command == "info") return Info(args.subspan(1));
   if (command == "synth") return Synth(args.subspan(1));
-  return Fail(absl::InvalidArgumentError(
-                  absl::StrCat("unknown command '", command, "' (commands: info, synth, help)")),
+  if (command == "hash") return Hash(args.subspan(1));
+  return Fail(absl::InvalidArgumentError(absl::StrCat("unknown command '", command,
+                                                      "' (commands: info, synth, hash, help)")),
               kExitUsage);
 }

@@ -21,6 +21,7 @@
 #include "tools/common/demo_model.h"
 #include "tools/common/failover.h"
 #include "tools/common/json_writer.h"
+#include "tools/common/weight_loading.h"
 
 namespace tg {
 namespace {
@@ -43,6 +44,7 @@ struct RunFlags {
   bool json = false;
   int64_t top_logits = 5;
   bool rpc_failover = false;
+  bool verbose = false;
 };
 
 // Set once text has gone to stdout, so that an error starts on a line of its own.
@@ -146,7 +148,7 @@ absl::Status Generate(const RunFlags& f, FailoverSession& session, const Samplin
   return absl::OkStatus();
 }
 
-void PrintJson(const Result& r) {
+void PrintJson(const Result& r, const LoadReport& load) {
   JsonWriter j;
   j.BeginObject().Key("prompt_tokens").BeginArray();
   for (int32_t t : r.prompt_tokens) j.Int(t);
@@ -159,7 +161,14 @@ void PrintJson(const Result& r) {
   j.Key("prompt_ms").Double(r.prompt_ms).Key("gen_ms").Double(r.gen_ms);
   j.Key("prompt_tps").Double(r.PromptTps());
   j.Key("gen_tps").Double(r.GenTps());
-  j.EndObject().EndObject();
+  j.EndObject().Key("load").BeginObject().Key("seconds").Double(load.seconds);
+  j.Key("devices").BeginArray();
+  for (const DeviceLoad& d : load.devices) {
+    j.BeginObject().Key("device").String(d.device).Key("bytes").Int(d.bytes);
+    j.Key("sent").Int(d.sent).Key("cached").Int(d.cached).Key("from_file").Int(d.from_file);
+    j.Key("seconds").Double(d.seconds).EndObject();
+  }
+  j.EndArray().EndObject().EndObject();
   std::printf("%s\n", j.str().c_str());
 }
 
@@ -183,9 +192,13 @@ absl::Status Run(const RunFlags& f) {
   TG_ASSIGN_OR_RETURN(DType kv_type, ParseDType(f.kv_type));
   LoadOptions lo;
   lo.plan = plan;
-  lo.progress = ProgressBar;
+  // Outlives the model: a failover loads again through the same writer, into the same report.
+  LoadReport load;
+  lo.write_weights =
+      ToolWeightWriter({.progress = true, .local_progress = ProgressBar, .tool = "tg-run"}, &load);
   TG_ASSIGN_OR_RETURN(std::unique_ptr<FailoverModel> model,
                       FailoverModel::Load(path, lo, f.rpc_failover));
+  if (f.verbose) std::fputs(FormatLoadReport(load, "tg-run").c_str(), stderr);
   SessionOptions so;
   so.n_ctx = f.ctx > 0 ? f.ctx : std::min<int64_t>(model->model().hparams().n_ctx_train, 4096);
   so.n_batch = f.batch;
@@ -201,7 +214,7 @@ absl::Status Run(const RunFlags& f) {
                       FailoverSession::Create(*model, so, report));
   TG_RETURN_IF_ERROR(Generate(f, *session, SamplingOf(f), &r));
   if (f.json) {
-    PrintJson(r);
+    PrintJson(r, load);
   } else {
     const double n_gen = static_cast<double>(r.tokens.size());
     std::fprintf(stderr,
@@ -242,6 +255,9 @@ int main(int argc, char** argv) {
   p.AddBool(nullptr, "--rpc-failover", &f.rpc_failover,
             "when an rpc-server is lost, go on with the remaining devices (the same split, -ts "
             "renormalised; the KV cache rebuilt from the tokens so far)");
+  p.AddBool("-v", "--verbose", &f.verbose,
+            "print how the weights were loaded: per device, bytes sent, from the server's cache "
+            "or its own copy of the file, and seconds");
   if (absl::Status s = p.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "tg-run: %s\n", std::string(s.message()).c_str());
     return 2;

@@ -1,0 +1,257 @@
+// UploadModelWeights against real rpc-servers on loopback (in-process): the bytes that land
+// are the client's file (downloaded and compared), and each way of getting them there is
+// counted where it happened: over the network, from the server's cache, from the server's
+// own copy under --model-dir (all of it, or all but a changed piece), on two servers at once;
+// sidecars that fit are used, others are refused with a warning.
+#include "client/model_upload.h"
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/register_builtin.h"
+#include "client/remote_device.h"
+#include "core/registry.h"
+#include "gtest/gtest.h"
+#include "proto/model_hashes.h"
+#include "proto/parallel_hash.h"
+#include "server/metrics.h"
+#include "server/model_index.h"
+#include "server/model_test_util.h"
+#include "server/rpc_server.h"
+
+namespace tg::rpc {
+namespace {
+
+namespace fs = std::filesystem;
+using server::testing::FactsOf;
+using server::testing::FileBytes;
+using server::testing::WriteTestModel;
+
+// The model: small tensors and one of two pieces.
+constexpr int64_t kBigFloats = (kPieceBytes + 4096) / sizeof(float);
+
+// A model file, mapped as the client sees it.
+struct ClientFile {
+  std::string bytes;
+  ModelFileView view;
+};
+
+ClientFile Load(const std::string& path) {
+  ClientFile f;
+  f.bytes = FileBytes(path);
+  const server::testing::TestModelFacts facts = FactsOf(path);
+  f.view.path = path;
+  f.view.bytes =
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(f.bytes.data()), f.bytes.size());
+  f.view.data_start = facts.data_start;
+  f.view.tensors = facts.tensors;
+  return f;
+}
+
+// One rpc-server with its client connection, one remote device and one weight buffer.
+struct Server {
+  std::unique_ptr<server::RpcServer> server;
+  std::unique_ptr<RemoteFamily> family;
+  std::unique_ptr<Buffer> buffer;
+  RemoteBuffer* remote() { return static_cast<RemoteBuffer*>(buffer.get()); }
+};
+
+class ModelUploadTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(RegisterBuiltinBackends().ok());
+    root_ = server::testing::FreshDir("model_upload");
+    model_ = root_ + "/client/m.gguf";
+    fs::create_directories(root_ + "/client");
+    ASSERT_TRUE(WriteTestModel(model_, {64, kBigFloats, 1000}, 9));
+    file_ = Load(model_);
+  }
+
+  Server Start(const std::vector<std::string>& model_dirs, const std::string& cache = "") {
+    Server s;
+    server::ServerConfig config;
+    config.port = 0;
+    config.devices = {Registry::Get().CpuDevice()};
+    config.model_dirs = model_dirs;
+    config.cache_dir = cache;
+    absl::StatusOr<std::unique_ptr<server::RpcServer>> server = server::RpcServer::Start(config);
+    EXPECT_TRUE(server.ok()) << server.status();
+    s.server = std::move(*server);
+    if (s.server->models() != nullptr) s.server->models()->WaitUntilIndexed();
+    ClientOptions options;
+    options.progress = false;
+    absl::StatusOr<std::unique_ptr<Connection>> c = Connection::Open(s.server->address(), options);
+    EXPECT_TRUE(c.ok()) << c.status();
+    s.family = std::make_unique<RemoteFamily>(std::move(*c));
+    absl::StatusOr<std::unique_ptr<Buffer>> b =
+        s.family->devices()[0]->default_buffer_type()->Allocate(TensorBytes() + 4096);
+    EXPECT_TRUE(b.ok()) << b.status();
+    s.buffer = std::move(*b);
+    return s;
+  }
+
+  uint64_t TensorBytes() const {
+    uint64_t n = 0;
+    for (const FileRange& t : file_.view.tensors) n += t.size;
+    return n;
+  }
+
+  // Every tensor, back to back from `base` in the buffer.
+  std::vector<WeightCopy> Copies(Server& s, uint64_t base = 0) {
+    std::vector<WeightCopy> copies;
+    uint64_t at = base;
+    for (const FileRange& t : file_.view.tensors) {
+      copies.push_back({s.remote(), at, t});
+      at += t.size;
+    }
+    return copies;
+  }
+
+  // The buffer's bytes equal the client file's tensors.
+  void ExpectLanded(Server& s, uint64_t base = 0) {
+    std::string got(TensorBytes(), '\0');
+    ASSERT_TRUE(s.remote()
+                    ->connection()
+                    ->Download(s.remote()->handle(), base, got.data(), got.size())
+                    .ok());
+    std::string want;
+    for (const FileRange& t : file_.view.tensors) want += file_.bytes.substr(t.offset, t.size);
+    EXPECT_TRUE(got == want) << "the server holds other bytes than the client's file";
+  }
+
+  absl::StatusOr<std::vector<BufferLoad>> Upload(absl::Span<const WeightCopy> copies) {
+    ModelUploadOptions options;
+    options.warn = [this](const std::string& w) { warnings_.push_back(w); };
+    return UploadModelWeights(file_.view, copies, options);
+  }
+
+  std::string root_, model_;
+  ClientFile file_;
+  std::vector<std::string> warnings_;
+};
+
+TEST_F(ModelUploadTest, APlainServerReceivesEveryByte) {
+  Server s = Start({});
+  absl::StatusOr<std::vector<BufferLoad>> loads = Upload(Copies(s));
+  ASSERT_TRUE(loads.ok()) << loads.status();
+  ASSERT_EQ(loads->size(), 1u);
+  EXPECT_EQ((*loads)[0].sent, TensorBytes());
+  EXPECT_EQ((*loads)[0].bytes, TensorBytes());
+  EXPECT_EQ((*loads)[0].cached + (*loads)[0].from_file, 0u);
+  ExpectLanded(s);
+}
+
+TEST_F(ModelUploadTest, AServerWithTheFileReadsItFromItsOwnDisk) {
+  fs::create_directories(root_ + "/models");
+  fs::copy_file(model_, root_ + "/models/copy.gguf");
+  Server s = Start({root_ + "/models"});
+  absl::StatusOr<std::vector<BufferLoad>> loads = Upload(Copies(s, 100));
+  ASSERT_TRUE(loads.ok()) << loads.status();
+  EXPECT_EQ((*loads)[0].sent, 0u);
+  EXPECT_EQ((*loads)[0].from_file, TensorBytes());
+  EXPECT_EQ((*loads)[0].model_file, "copy.gguf");
+  EXPECT_EQ(s.server->metrics().upload_bytes(), 0);
+  EXPECT_EQ(s.server->metrics().model_file_bytes(), TensorBytes());
+  ExpectLanded(s, 100);
+}
+
+TEST_F(ModelUploadTest, AChangedPieceOfTheServersCopyIsSentTheRestIsRead) {
+  fs::create_directories(root_ + "/models");
+  std::string changed = file_.bytes;
+  const FileRange big = file_.view.tensors[1];
+  changed[big.offset + kPieceBytes + 10] ^= 0x40;  // in the big tensor's second piece.
+  std::ofstream(root_ + "/models/m.gguf", std::ios::binary).write(changed.data(), changed.size());
+  Server s = Start({root_ + "/models"});
+  absl::StatusOr<std::vector<BufferLoad>> loads = Upload(Copies(s));
+  ASSERT_TRUE(loads.ok()) << loads.status();
+  EXPECT_EQ((*loads)[0].sent, big.size - kPieceBytes);
+  EXPECT_EQ((*loads)[0].from_file, TensorBytes() - (big.size - kPieceBytes));
+  ExpectLanded(s);
+}
+
+TEST_F(ModelUploadTest, ACacheServesTheSecondLoad) {
+  const std::string cache = root_ + "/cache";
+  {
+    Server s = Start({}, cache);
+    absl::StatusOr<std::vector<BufferLoad>> loads = Upload(Copies(s));
+    ASSERT_TRUE(loads.ok()) << loads.status();
+    EXPECT_EQ((*loads)[0].sent, TensorBytes());
+  }
+  Server s = Start({}, cache);  // a restart on the same cache.
+  absl::StatusOr<std::vector<BufferLoad>> loads = Upload(Copies(s));
+  ASSERT_TRUE(loads.ok()) << loads.status();
+  EXPECT_EQ((*loads)[0].sent, 0u);
+  EXPECT_EQ((*loads)[0].cached, TensorBytes());
+  ExpectLanded(s);
+}
+
+TEST_F(ModelUploadTest, TwoServersLoadInOneCall) {
+  Server a = Start({});
+  Server b = Start({}, root_ + "/cache_b");
+  std::vector<WeightCopy> copies = Copies(a);
+  for (const WeightCopy& c : Copies(b, 64)) copies.push_back(c);
+  absl::StatusOr<std::vector<BufferLoad>> loads = Upload(copies);
+  ASSERT_TRUE(loads.ok()) << loads.status();
+  ASSERT_EQ(loads->size(), 2u);
+  for (const BufferLoad& l : *loads) {
+    EXPECT_EQ(l.sent, TensorBytes()) << l.endpoint;
+    EXPECT_GT(l.seconds, 0) << l.endpoint;
+  }
+  ExpectLanded(a);
+  ExpectLanded(b, 64);
+}
+
+ModelHashes HashesOf(const ClientFile& f) {
+  ModelHashes h;
+  h.identity = IdentityOf(f.view.bytes.subspan(0, f.view.data_start), f.view.bytes.size());
+  h.mtime_ns = server::testing::MtimeNs(f.view.path);
+  const std::vector<FileRange> pieces = SplitIntoPieces(f.view.tensors);
+  const std::vector<Sha256Digest> digests = HashPieces(f.view.bytes, pieces, 2);
+  for (size_t i = 0; i < pieces.size(); ++i) h.pieces.push_back({pieces[i], digests[i]});
+  return h;
+}
+
+TEST_F(ModelUploadTest, ASidecarIsUsedOnlyWhenItFitsTheFile) {
+  const std::vector<FileRange> pieces = SplitIntoPieces(file_.view.tensors);
+  auto warn = [this](const std::string& w) { warnings_.push_back(w); };
+  EXPECT_FALSE(ReadSidecarFor(file_.view, pieces, warn).has_value());
+  EXPECT_TRUE(warnings_.empty());  // no sidecar: nothing to say.
+  const ModelHashes good = HashesOf(file_);
+  ASSERT_TRUE(WriteModelHashes(SidecarPath(model_), good).ok());
+  std::optional<std::vector<PieceHash>> used = ReadSidecarFor(file_.view, pieces, warn);
+  ASSERT_TRUE(used.has_value());
+  EXPECT_EQ(used->size(), pieces.size());
+  EXPECT_TRUE(warnings_.empty());
+  // Truncated.
+  fs::resize_file(SidecarPath(model_), fs::file_size(SidecarPath(model_)) - 40);
+  EXPECT_FALSE(ReadSidecarFor(file_.view, pieces, warn).has_value());
+  ASSERT_EQ(warnings_.size(), 1u);
+  EXPECT_NE(warnings_[0].find("truncated"), std::string::npos) << warnings_[0];
+  // Written for another file.
+  ModelHashes other = good;
+  other.identity.size += 1;
+  ASSERT_TRUE(WriteModelHashes(SidecarPath(model_), other).ok());
+  EXPECT_FALSE(ReadSidecarFor(file_.view, pieces, warn).has_value());
+  ASSERT_EQ(warnings_.size(), 2u);
+  EXPECT_NE(warnings_[1].find("another file"), std::string::npos) << warnings_[1];
+}
+
+TEST_F(ModelUploadTest, AStaleSidecarNeverPutsWrongBytesOnTheServer) {
+  // A sidecar that fits the file's identity and mtime but holds a wrong digest (the file was
+  // changed in place and its mtime put back): the server verifies what it receives, the
+  // client sends the piece again with its real digest and says the sidecar is stale.
+  ModelHashes stale = HashesOf(file_);
+  stale.pieces[0].digest[0] ^= 1;
+  ASSERT_TRUE(WriteModelHashes(SidecarPath(model_), stale).ok());
+  Server s = Start({}, root_ + "/cache");
+  absl::StatusOr<std::vector<BufferLoad>> loads = Upload(Copies(s));
+  ASSERT_TRUE(loads.ok()) << loads.status();
+  ExpectLanded(s);
+  ASSERT_EQ(warnings_.size(), 1u);
+  EXPECT_NE(warnings_[0].find("is stale"), std::string::npos) << warnings_[0];
+}
+
+}  // namespace
+}  // namespace tg::rpc
