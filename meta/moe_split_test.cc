@@ -51,7 +51,18 @@ absl::StatusOr<std::vector<float>> ReferenceMoe(const MoeShape& s, MoeData& data
   return std::vector<float>(f, f + out->NumElements());
 }
 
-// Runs both and compares: the largest error relative to the largest value.
+// The largest error of got against want, relative to want's largest value.
+double RelativeError(const std::vector<float>& got, const std::vector<float>& want) {
+  double scale = 1e-6;
+  double worst = 0;
+  for (float v : want) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
+  }
+  return got.size() == want.size() ? worst / scale : INFINITY;
+}
+
+// Runs both and compares.
 void Check(const MoeShape& s, MoeCut cut, const std::vector<float>& share, double tol) {
   SCOPED_TRACE(absl::StrCat(DTypeName(s.type), " F=", s.width, " E=", s.experts, " T=", s.tokens,
                             " on ", share.size(), " devices, ",
@@ -65,14 +76,7 @@ void Check(const MoeShape& s, MoeCut cut, const std::vector<float>& share, doubl
   absl::Status run = (*meta)->Run(&got);
   ASSERT_TRUE(run.ok()) << run;
   const std::vector<CommOp::Kind> comms = (*meta)->Comms();
-  ASSERT_EQ(got.size(), want->size());
-  double scale = 1e-6;
-  for (float v : *want) scale = std::max(scale, static_cast<double>(std::fabs(v)));
-  double worst = 0;
-  for (size_t i = 0; i < want->size(); ++i) {
-    worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - (*want)[i]));
-  }
-  EXPECT_LE(worst, tol * scale);
+  EXPECT_LE(RelativeError(got, *want), tol);
   // One all-reduce per MoE feed-forward: after the weighted sum, at the residual.
   ASSERT_EQ(comms.size(), 1u);
   EXPECT_EQ(comms[0], CommOp::Kind::kAllReduce);
@@ -128,6 +132,33 @@ TEST(MetaMoeTest, ExpertCutWithADeviceWithoutExperts) {
   s.experts = 2;
   s.used = 1;
   Check(s, MoeCut::kExperts, Even(3), kF32Tol);
+}
+
+// Decode steps: each step builds a new graph (new ids tensor) of the same shape, which the
+// stream replays; the routing must follow each step's ids, and still one all-reduce.
+TEST(MetaMoeTest, ReplayedDecodeStepsFollowEachStepsIds) {
+  for (MoeCut cut : {MoeCut::kExperts, MoeCut::kWidth}) {
+    MoeShape s;
+    s.tokens = 1;
+    s.experts = 6;
+    MoeData data = MakeMoeData(s, 100);
+    absl::StatusOr<std::unique_ptr<MoeOnMeta>> meta =
+        MoeOnMeta::Create(s, data, cut, {0.5f, 0.3f, 0.2f}, 1);
+    ASSERT_TRUE(meta.ok()) << meta.status();
+    for (uint32_t step = 0; step < 3; ++step) {
+      const MoeData inputs = MakeMoeData(s, 200 + step);
+      data.x = inputs.x;
+      data.ids = inputs.ids;
+      ASSERT_TRUE((*meta)->NextStep(s, data).ok());
+      absl::StatusOr<std::vector<float>> want = ReferenceMoe(s, data);
+      ASSERT_TRUE(want.ok()) << want.status();
+      std::vector<float> got;
+      ASSERT_TRUE((*meta)->Run(&got).ok());
+      EXPECT_LE(RelativeError(got, *want), kF32Tol) << "step " << step;
+      EXPECT_EQ((*meta)->Comms().size(), 1u);
+    }
+    EXPECT_EQ((*meta)->replays(), 2);  // the first graph is partitioned, the others replay it.
+  }
 }
 
 }  // namespace

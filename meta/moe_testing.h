@@ -142,6 +142,9 @@ class MoeOnMeta {
     return out_->buffer->GetTensor(out_, out->data(), 0, out->size() * sizeof(float));
   }
 
+  // How many times the stream replayed a cached plan for a new graph.
+  int64_t replays() const { return static_cast<MetaStream*>(stream_.get())->replays(); }
+
   // The collectives of the last plan, in order.
   std::vector<CommOp::Kind> Comms() const {
     std::vector<CommOp::Kind> kinds;
@@ -169,23 +172,32 @@ class MoeOnMeta {
                           return absl::StatusOr<SplitState>(MoeStateOf(t.name, s, cut, share_));
                         }));
     TG_RETURN_IF_ERROR(PlaceWeights(s, data));
+    allocator_ = std::make_unique<GraphAllocator>(meta_->default_buffer_type());
+    TG_ASSIGN_OR_RETURN(stream_, meta_->CreateStream());
+    return NextStep(s, data);
+  }
+
+ public:
+  // A new graph of the layer (new tensors, as each decode step builds) on inputs `data`;
+  // with the same shape the stream replays its plan.
+  absl::Status NextStep(const MoeShape& s, const MoeData& data) {
+    ctx_ = std::make_unique<Context>();
     std::map<std::string, Tensor*>& leafs = leafs_;
-    TG_ASSIGN_OR_RETURN(leafs["x"], ctx_.NewTensor(DType::kF32, {s.embd, s.tokens}));
-    TG_ASSIGN_OR_RETURN(leafs["ids"], ctx_.NewTensor(DType::kI32, {s.used, s.tokens}));
+    TG_ASSIGN_OR_RETURN(leafs["x"], ctx_->NewTensor(DType::kF32, {s.embd, s.tokens}));
+    TG_ASSIGN_OR_RETURN(leafs["ids"], ctx_->NewTensor(DType::kI32, {s.used, s.tokens}));
     leafs["x"]->flags |= kFlagInput;
     leafs["ids"]->flags |= kFlagInput;
-    TG_ASSIGN_OR_RETURN(out_, BuildMoe(ctx_, s, [&](const std::string& n) { return leafs.at(n); }));
+    TG_ASSIGN_OR_RETURN(out_,
+                        BuildMoe(*ctx_, s, [&](const std::string& n) { return leafs.at(n); }));
     TG_ASSIGN_OR_RETURN(graph_, BuildGraph({out_}));
-    allocator_ = std::make_unique<GraphAllocator>(meta_->default_buffer_type());
     TG_RETURN_IF_ERROR(allocator_->Allocate(graph_));
     TG_RETURN_IF_ERROR(
         leafs["x"]->buffer->SetTensor(leafs["x"], data.x.data(), 0, data.x.size() * sizeof(float)));
-    TG_RETURN_IF_ERROR(leafs["ids"]->buffer->SetTensor(leafs["ids"], data.ids.data(), 0,
-                                                       data.ids.size() * sizeof(int32_t)));
-    TG_ASSIGN_OR_RETURN(stream_, meta_->CreateStream());
-    return absl::OkStatus();
+    return leafs["ids"]->buffer->SetTensor(leafs["ids"], data.ids.data(), 0,
+                                           data.ids.size() * sizeof(int32_t));
   }
 
+ private:
   absl::Status PlaceWeights(const MoeShape& s, const MoeData& data) {
     BufferType* bt = meta_->default_buffer_type();
     std::vector<std::pair<Tensor*, size_t>> placed;
@@ -214,7 +226,7 @@ class MoeOnMeta {
   std::unique_ptr<MetaDevice> meta_;
   Context weights_ctx_;
   std::unique_ptr<Buffer> weights_;
-  Context ctx_;
+  std::unique_ptr<Context> ctx_;
   std::map<std::string, Tensor*> leafs_;
   Tensor* out_ = nullptr;
   Graph graph_;
