@@ -88,6 +88,15 @@ std::vector<float> Even(int n) { return std::vector<float>(n, 1.0f / n); }
 constexpr double kF32Tol = 1e-5;
 constexpr double kQuantTol = 3e-2;
 
+MoeShape Quantized(DType type, int64_t embd, int64_t width, int64_t tokens) {
+  MoeShape s;
+  s.type = type;
+  s.embd = embd;
+  s.width = width;
+  s.tokens = tokens;
+  return s;
+}
+
 TEST(MetaMoeTest, WidthCutF32OnTwoAndThreeDevices) {
   MoeShape s;
   for (int n : {2, 3}) Check(s, MoeCut::kWidth, Even(n), kF32Tol);
@@ -97,20 +106,12 @@ TEST(MetaMoeTest, WidthCutF32OnTwoAndThreeDevices) {
 
 // Qwen3-30B-A3B's expert width 768 over 3 devices, in whole Q8_0 blocks.
 TEST(MetaMoeTest, WidthCutQ8_0Of768OverThree) {
-  MoeShape s;
-  s.type = DType::kQ8_0;
-  s.width = 768;
-  s.tokens = 3;
-  Check(s, MoeCut::kWidth, Even(3), kQuantTol);
+  Check(Quantized(DType::kQ8_0, 64, 768, 3), MoeCut::kWidth, Even(3), kQuantTol);
 }
 
 // -ts 3,1,1 in whole Q4_K blocks of 256: 768 = 512 | nothing | 256 (an empty slice).
 TEST(MetaMoeTest, WidthCutQ4_KUnevenWithAnEmptySlice) {
-  MoeShape s;
-  s.type = DType::kQ4_K;
-  s.embd = 256;
-  s.width = 768;
-  s.tokens = 4;
+  const MoeShape s = Quantized(DType::kQ4_K, 256, 768, 4);
   Check(s, MoeCut::kWidth, {0.6f, 0.2f, 0.2f}, kQuantTol);
   Check(s, MoeCut::kWidth, {0.75f, 0.25f}, kQuantTol);  // -ts 3,1
 }
