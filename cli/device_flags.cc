@@ -19,6 +19,9 @@ void AddDeviceSelectionFlags(ArgParser& p, DeviceFlags* f) {
   p.AddString("-sm", "--split-mode", &f->split_mode, "none (default), layer or tensor");
   p.AddString("-ts", "--tensor-split", &f->tensor_split,
               "proportions per device, e.g. 3,1 (default: by free memory)");
+  p.AddBool(nullptr, "--expert-split", &f->expert_split,
+            "with -sm tensor: whole MoE experts per device (expert parallelism) instead of a "
+            "share of every expert");
   p.AddString(nullptr, "--device", &f->devices,
               "devices to use, e.g. CPU0,CPU1 (see --list-devices)");
   p.AddBool(nullptr, "--list-devices", &f->list_devices, "list the devices and exit");
@@ -194,6 +197,11 @@ absl::StatusOr<DevicePlan> ResolveDevicePlan(const DeviceFlags& f) {
         absl::StrCat("--device lists ", plan.devices.size(),
                      " devices but --split-mode is none (use layer or tensor)"));
   }
+  if (f.expert_split && plan.mode != SplitMode::kTensor) {
+    return absl::InvalidArgumentError(absl::StrCat("--expert-split needs --split-mode tensor (is ",
+                                                   SplitModeName(plan.mode), ")"));
+  }
+  plan.expert_split = f.expert_split;
   if (!f.tensor_split.empty()) {
     TG_ASSIGN_OR_RETURN(plan.proportions, ParseProportions(f.tensor_split, plan.devices.size()));
   } else {

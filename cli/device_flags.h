@@ -1,5 +1,6 @@
 // The device flags every tool shares (llama.cpp's names): -sm/--split-mode none|layer|tensor,
-// -ts/--tensor-split 3,1, --device CPU0,CPU1, --list-devices, -t/--threads. Turns them into
+// -ts/--tensor-split 3,1, --device CPU0,CPU1, --list-devices, -t/--threads; and ours:
+// --expert-split (with -sm tensor, whole MoE experts per device). Turns them into
 // a DevicePlan with one clear error line for a bad value.
 #ifndef TENSORGRID_CLI_DEVICE_FLAGS_H_
 #define TENSORGRID_CLI_DEVICE_FLAGS_H_
@@ -18,8 +19,9 @@ namespace tg {
 
 struct DeviceFlags {
   std::string split_mode = "none";
-  std::string tensor_split;  // "3,1": proportions per device.
-  std::string devices;       // "CPU0,CPU1": names from --list-devices.
+  std::string tensor_split;   // "3,1": proportions per device.
+  bool expert_split = false;  // -sm tensor: whole MoE experts per device, not slices of each.
+  std::string devices;        // "CPU0,CPU1": names from --list-devices.
   bool list_devices = false;
   int64_t threads = 0;  // CPU threads per CPU device (0: the device's default).
   // Remote devices: --rpc host:port,... and how to authenticate to those servers.

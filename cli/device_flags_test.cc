@@ -85,5 +85,23 @@ TEST_F(DeviceFlagsTest, PlanChecksSplitModeAndProportions) {
               HasSubstr("--tensor-split has 1 values for 2 devices"));
 }
 
+// --expert-split is a way of -sm tensor: refused with the other modes, carried in the plan.
+TEST_F(DeviceFlagsTest, ExpertSplitGoesWithTensorSplitOnly) {
+  DeviceFlags f;
+  f.devices = "CPU0,CPU1";
+  f.split_mode = "layer";
+  f.expert_split = true;
+  EXPECT_THAT(std::string(ResolveDevicePlan(f).status().message()),
+              HasSubstr("--expert-split needs --split-mode tensor (is layer)"));
+  f.split_mode = "tensor";
+  absl::StatusOr<DevicePlan> plan = ResolveDevicePlan(f);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->expert_split);
+  f.expert_split = false;
+  plan = ResolveDevicePlan(f);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->expert_split);
+}
+
 }  // namespace
 }  // namespace tg

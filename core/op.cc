@@ -31,7 +31,7 @@ absl::StatusOr<Op> ParseOp(absl::string_view name) {
 }
 
 uint64_t OpTableFingerprint() {
-  constexpr uint64_t kOpParamsRevision = 2;
+  constexpr uint64_t kOpParamsRevision = 3;  // 3: MUL_MAT_ID's expert range.
   uint64_t h = 1469598103934665603ull;  // FNV-1a.
   auto mix = [&h](absl::string_view bytes) {
     for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;

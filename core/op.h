@@ -32,6 +32,8 @@ enum class Op : uint8_t {
   kTranspose = 17,  // dst aliases src0 with axes 0 and 1 swapped.
   kFlashAttn = 18,  // fused attention: q, k, v, mask(optional)   params: f32 scale.
   kMulMatId = 19,   // MoE: src0 experts [K,M,E], src1 [K,n_used|1,T], src2 ids I32 [n_used,T].
+                    // params: first expert, expert count (0: off; else src0 holds experts
+                    // [first, first + count) and other ids give zero rows).
   kArgmax = 20,     // dst I32 [1, ne1, ..]: index of each F32 row's largest value (the first
                     // on ties; NaN never wins; a row of NaN only gives 0).
   kSample = 21,     // dst I32 [1, ne1, ..]: a token id drawn from each F32 row of logits with
@@ -46,6 +48,10 @@ enum class Op : uint8_t {
   kDiv = 25,        // dst = src0 / src1 (src1 broadcast).
   kCount = 26,
 };
+
+// MUL_MAT_ID's op_params slots (expert parallelism: a device holding some of the experts).
+inline constexpr int kMulMatIdFirstExpert = 0;
+inline constexpr int kMulMatIdExpertCount = 1;
 
 absl::string_view OpName(Op op);           // "MUL_MAT"
 absl::StatusOr<Op> ParseOp(absl::string_view name);  // case-insensitive; error names the op.

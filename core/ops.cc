@@ -57,8 +57,9 @@ TensorOr SetRows(Context& ctx, Tensor* dst, Tensor* rows, Tensor* idx) {
   return MakeNode(ctx, Op::kSetRows, {dst, rows, idx});
 }
 TensorOr MulMat(Context& ctx, Tensor* a, Tensor* b) { return MakeNode(ctx, Op::kMulMat, {a, b}); }
-TensorOr MulMatId(Context& ctx, Tensor* experts, Tensor* b, Tensor* ids) {
-  return MakeNode(ctx, Op::kMulMatId, {experts, b, ids});
+TensorOr MulMatId(Context& ctx, Tensor* experts, Tensor* b, Tensor* ids, int32_t first_expert,
+                  int32_t expert_count) {
+  return MakeNode(ctx, Op::kMulMatId, {experts, b, ids}, {first_expert, expert_count});
 }
 TensorOr Add(Context& ctx, Tensor* a, Tensor* b) { return MakeNode(ctx, Op::kAdd, {a, b}); }
 TensorOr Mul(Context& ctx, Tensor* a, Tensor* b) { return MakeNode(ctx, Op::kMul, {a, b}); }

@@ -47,7 +47,10 @@ struct SampleParams {
 TensorOr GetRows(Context& ctx, Tensor* a, Tensor* idx);
 TensorOr SetRows(Context& ctx, Tensor* dst, Tensor* rows, Tensor* idx);
 TensorOr MulMat(Context& ctx, Tensor* a, Tensor* b);
-TensorOr MulMatId(Context& ctx, Tensor* experts, Tensor* b, Tensor* ids);
+// expert_count > 0: `experts` holds experts [first_expert, first_expert + expert_count) of
+// the ids' numbering (expert parallelism); rows of other ids are zeros.
+TensorOr MulMatId(Context& ctx, Tensor* experts, Tensor* b, Tensor* ids, int32_t first_expert = 0,
+                  int32_t expert_count = 0);
 TensorOr Add(Context& ctx, Tensor* a, Tensor* b);
 TensorOr Mul(Context& ctx, Tensor* a, Tensor* b);
 TensorOr Scale(Context& ctx, Tensor* a, float scale, float bias = 0.0f);

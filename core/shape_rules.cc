@@ -130,6 +130,13 @@ absl::StatusOr<NodeLayout> MulMatIdRule(const Tensor& n) {
     return Invalid(n, absl::StrCat("shapes do not match: experts ", Shape(as), ", activations ",
                                    Shape(b), ", ids ", Shape(ids)));
   }
+  const int32_t first = n.op_params[kMulMatIdFirstExpert];
+  const int32_t count = n.op_params[kMulMatIdExpertCount];
+  if (first < 0 || (count == 0 && first != 0) || (count != 0 && count != as.ne[2])) {
+    return Invalid(n, absl::StrCat("expert range (first ", first, ", count ", count,
+                                   ") must be (0, 0) (off) or (first >= 0, the ", as.ne[2],
+                                   " experts the weights hold)"));
+  }
   const int64_t ne[4] = {as.ne[1], n_used, tokens, 1};
   return Contiguous(DType::kF32, ne);
 }

@@ -22,6 +22,7 @@ struct DevicePlan {
   SplitMode mode = SplitMode::kNone;
   std::vector<Device*> devices;    // one for kNone; the order is the layer order for kLayer.
   std::vector<float> proportions;  // one per device, summing to 1.
+  bool expert_split = false;       // kTensor: whole MoE experts per device (--expert-split).
 };
 
 // Splits are proportional to free memory when the user gives none (llama.cpp's default).

@@ -72,7 +72,15 @@ absl::StatusOr<Tensor*> ShadowBuilder::NodeOn(const Tensor& node, const SplitSta
     TG_ASSIGN_OR_RETURN(args[gap], Zeros(d, DType::kF32, node.src[gap]->ne));
   }
   const absl::Span<Tensor* const> sources(args, OpArity(node.op).total);
-  const absl::Span<const int32_t> params(node.op_params, kMaxOpParams);
+  int32_t op_params[kMaxOpParams];
+  std::copy(node.op_params, node.op_params + kMaxOpParams, op_params);
+  if (node.op == Op::kMulMatId && state.by_experts()) {
+    // This device holds experts [begin, end) of the node's weights as its 0, 1, ... (the
+    // node may itself hold a range of the ids' experts).
+    op_params[kMulMatIdFirstExpert] += static_cast<int32_t>(state.range(d).begin);
+    op_params[kMulMatIdExpertCount] = static_cast<int32_t>(state.range(d).size());
+  }
+  const absl::Span<const int32_t> params(op_params, kMaxOpParams);
   absl::StatusOr<Tensor*> made = tape_.NewNode(node.op, sources, params);
   if (!made.ok() && !tape_.mismatch()) {
     // Slices of whole tensors are strided views; some ops want them packed. (A rule that

@@ -1,5 +1,7 @@
 #include "meta/split_rules.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
 #include "core/op.h"
@@ -120,11 +122,34 @@ absl::StatusOr<OpSplit> BinaryRule(const Tensor& n, States s) {
   return Make(Mirrored());
 }
 
+// Two ids tensors that hold the same choices: the same tensor, or views of the same bytes.
+bool SameIds(const Tensor* a, const Tensor* b) {
+  if (a == b) return true;
+  auto root = [](const Tensor* t) {
+    while (t->view_src != nullptr) t = t->view_src;
+    return t;
+  };
+  if (a == nullptr || b == nullptr || root(a) != root(b)) return false;
+  return a->view_offs == b->view_offs && SameShape(*a, *b) &&
+         std::equal(a->nb, a->nb + kMaxDims, b->nb);
+}
+
+// Both sources are partial sums routed the same way: each row whole on one device, zero on
+// the others, so an op with f(0, 0) = 0 may run on them where they are.
+bool SameRouting(const SplitState& a, const SplitState& b) {
+  if (!a.by_experts() || !b.by_experts() || a.n_devices() != b.n_devices()) return false;
+  for (int d = 0; d < a.n_devices(); ++d) {
+    if (!(a.range(d) == b.range(d))) return false;
+  }
+  return SameIds(a.routed_by(), b.routed_by());
+}
+
 // Sums of partial sums stay partial; so do products with a whole factor.
 absl::StatusOr<OpSplit> AddMulRule(const Tensor& n, States s) {
   const bool pa = s[0]->is_partial();
   const bool pb = s[1]->is_partial();
   if (n.op == Op::kAdd && pa && pb) return Make(SplitState::Partial());
+  if (n.op == Op::kMul && SameRouting(*s[0], *s[1])) return Make(*s[0]);
   if (n.op == Op::kMul && (pa || pb)) {
     if (pa && pb) return Make(SplitState::Partial(), {std::nullopt, Mirrored()});
     if ((pa && s[1]->is_mirrored()) || (pb && s[0]->is_mirrored())) {
@@ -178,6 +203,49 @@ absl::StatusOr<OpSplit> MulMatPartialRule(const Tensor& n, States s) {
     return Make(SplitState::Partial());
   }
   return WithoutPartial(n, s, MulMatRule);
+}
+
+// MUL_MAT_ID(experts [K,M,E], b [K,n_used|1,T], ids [n_used,T]) -> [M,n_used,T]: experts cut
+// by rows M give a row cut; cut along K (b alike) partial sums; cut by whole experts (expert
+// parallelism) partial sums routed by the ids: each device computes only the rows of its
+// experts (MUL_MAT_ID's expert range, set per device by the shadow builder) and zeros.
+absl::StatusOr<OpSplit> MulMatIdSplitExperts(const Tensor& n, States s) {
+  const SplitState& sa = *s[0];
+  const SplitState& sb = *s[1];
+  if (sa.segmented()) return AllMirrored(n);
+  switch (sa.axis()) {
+    case 1:
+      return Same(sa.Remapped(0, 1, 1), {Mirrored(), Mirrored()});
+    case 0:
+      return Same(SplitState::Partial(), {sa, Mirrored()});
+    case 2: {
+      std::vector<AxisRange> experts(sa.n_devices());
+      for (int d = 0; d < sa.n_devices(); ++d) experts[d] = sa.range(d);
+      SplitState routed = SplitState::ExpertPartial(std::move(experts), n.src[2]);
+      std::optional<SplitState> b;
+      if (!sb.is_mirrored() && !SameRouting(sb, routed)) b = Mirrored();
+      return Same(routed, {b, Mirrored()});
+    }
+    default:
+      return AllMirrored(n);
+  }
+}
+
+absl::StatusOr<OpSplit> MulMatIdRule(const Tensor& n, States s) {
+  const Tensor& a = *n.src[0];
+  const SplitState& sa = *s[0];
+  const SplitState& sb = *s[1];
+  if (sa.is_axis()) return MulMatIdSplitExperts(n, s);
+  if (sa.is_partial()) return WithoutPartial(n, s, MulMatIdRule);
+  if (sb.is_partial() && !sb.by_experts()) {  // linear in b.
+    return Make(SplitState::Partial(), {std::nullopt, std::nullopt, Mirrored()});
+  }
+  if (!sb.is_axis() || sb.segmented()) return AllMirrored(n);
+  if (sb.axis() == 0 && BlockAligned(sb, a.type)) {
+    return Make(SplitState::Partial(), {sb, std::nullopt, Mirrored()});
+  }
+  if (sb.axis() == 2) return Make(sb, {std::nullopt, std::nullopt, sb.Remapped(1, 1, 1)});
+  return AllMirrored(n);
 }
 
 absl::StatusOr<OpSplit> GetRowsRule(const Tensor& n, States s) {
@@ -279,6 +347,8 @@ absl::StatusOr<OpSplit> Dispatch(const Tensor& n, States s) {
   switch (n.op) {
     case Op::kMulMat:
       return MulMatPartialRule(n, s);
+    case Op::kMulMatId:
+      return MulMatIdRule(n, s);
     case Op::kAdd:
     case Op::kMul:
       return AddMulRule(n, s);
@@ -288,6 +358,7 @@ absl::StatusOr<OpSplit> Dispatch(const Tensor& n, States s) {
     case Op::kCont:
       return Same(*s[0]);
     case Op::kSilu:
+      if (s[0]->by_experts()) return Same(*s[0]);  // silu(0) = 0.
       return WithoutPartial(n, s, KeepRule);
     case Op::kRmsNorm:
       return WithoutPartial(n, s, RmsNormRule);
@@ -296,6 +367,7 @@ absl::StatusOr<OpSplit> Dispatch(const Tensor& n, States s) {
     case Op::kRope:
       return WithoutPartial(n, s, RopeRule);
     case Op::kSwiglu:
+      if (SameRouting(*s[0], *s[1])) return Make(*s[0]);  // silu(0) * 0 = 0.
       return WithoutPartial(n, s, SwigluRule);
     case Op::kGetRows:
       return GetRowsRule(n, s);

@@ -16,6 +16,15 @@ SplitState SplitState::Partial() {
   return s;
 }
 
+SplitState SplitState::ExpertPartial(std::vector<AxisRange> experts, const Tensor* ids) {
+  SplitState s;
+  s.kind_ = SplitKind::kPartial;
+  s.n_devices_ = static_cast<int>(experts.size());
+  s.ranges_.assign(experts.begin(), experts.end());
+  s.routed_by_ = ids;
+  return s;
+}
+
 SplitState SplitState::Axis(int axis, std::vector<AxisRange> ranges) {
   SplitState s;
   s.kind_ = SplitKind::kAxis;
@@ -110,6 +119,7 @@ absl::Status SplitState::Validate(const Tensor& t, int n_devices) const {
 
 bool SplitState::operator==(const SplitState& o) const {
   if (kind_ != o.kind_) return false;
+  if (kind_ == SplitKind::kPartial) return routed_by_ == o.routed_by_ && ranges_ == o.ranges_;
   if (kind_ != SplitKind::kAxis) return true;
   return axis_ == o.axis_ && n_devices_ == o.n_devices_ && ranges_ == o.ranges_ &&
          starts_ == o.starts_;
@@ -120,7 +130,8 @@ std::string SplitState::ToString() const {
     case SplitKind::kMirrored:
       return "MIRRORED";
     case SplitKind::kPartial:
-      return "PARTIAL";
+      if (!by_experts()) return "PARTIAL";
+      break;
     case SplitKind::kAxis:
       break;
   }
@@ -130,6 +141,7 @@ std::string SplitState::ToString() const {
     for (const AxisRange& r : pieces(d)) parts.push_back(absl::StrCat(r.begin, ":", r.end));
     per_device.push_back(absl::StrJoin(parts, "+"));
   }
+  if (by_experts()) return absl::StrCat("PARTIAL_BY_EXPERTS[", absl::StrJoin(per_device, "|"), "]");
   return absl::StrCat("AXIS_", axis_, "[", absl::StrJoin(per_device, "|"), "]");
 }
 

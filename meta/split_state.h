@@ -4,7 +4,10 @@
 //             (one [begin, end) range per device, or several for fused tensors such as QKV,
 //             one piece of each segment); pieces are stored back to back in the device's
 //             shadow tensor, and a device may hold nothing;
-//   PARTIAL   every device holds a tensor of the full shape and the value is their sum.
+//   PARTIAL   every device holds a tensor of the full shape and the value is their sum;
+//             routed by experts (expert parallelism, MUL_MAT_ID over experts cut by device):
+//             each row (slot i, token t) is whole on the device holding expert ids[i, t] and
+//             zero on every other, so element-wise ops with f(0) = 0 may run on it as it is.
 // Value type; thread-compatible.
 #ifndef TENSORGRID_META_SPLIT_STATE_H_
 #define TENSORGRID_META_SPLIT_STATE_H_
@@ -41,17 +44,23 @@ class SplitState {
   static SplitState Axis(int axis, std::vector<AxisRange> ranges);
   // pieces[d]: the ranges device d holds, in the order they are stored on it.
   static SplitState Segmented(int axis, std::vector<std::vector<AxisRange>> pieces);
+  // PARTIAL routed by experts: device d holds the rows whose expert id (in `ids`, a graph
+  // tensor [n_used, T]) lies in experts[d], zeros elsewhere.
+  static SplitState ExpertPartial(std::vector<AxisRange> experts, const Tensor* ids);
 
   SplitKind kind() const { return kind_; }
   bool is_mirrored() const { return kind_ == SplitKind::kMirrored; }
   bool is_axis() const { return kind_ == SplitKind::kAxis; }
   bool is_partial() const { return kind_ == SplitKind::kPartial; }
   int axis() const { return axis_; }  // valid for kAxis.
+  // PARTIAL routed by experts (ExpertPartial); range(d) is then device d's experts.
+  bool by_experts() const { return is_partial() && routed_by_ != nullptr; }
+  const Tensor* routed_by() const { return routed_by_; }
   int n_devices() const { return n_devices_; }
   absl::Span<const AxisRange> pieces(int d) const;
   // True when some device holds more than one piece.
   bool segmented() const { return !starts_.empty(); }
-  // The single range of device d (only for unsegmented AXIS states).
+  // The single range of device d (unsegmented AXIS states; experts of a by_experts() state).
   const AxisRange& range(int d) const { return ranges_[d]; }
   // Elements along the axis that device d holds.
   int64_t Count(int d) const;
@@ -75,8 +84,11 @@ class SplitState {
   SplitKind kind_ = SplitKind::kMirrored;
   int axis_ = -1;
   int n_devices_ = 0;
-  absl::InlinedVector<AxisRange, 8> ranges_;  // every piece, device by device (kAxis only).
-  absl::InlinedVector<int32_t, 1> starts_;    // segmented: device d's pieces start here.
+  // Every piece, device by device (kAxis); each device's experts (by_experts()).
+  absl::InlinedVector<AxisRange, 8> ranges_;
+  absl::InlinedVector<int32_t, 1> starts_;  // segmented: device d's pieces start here.
+  // by_experts(): the ids tensor of the graph being partitioned (compared, never read).
+  const Tensor* routed_by_ = nullptr;
 };
 
 // The shape device d's shadow of `t` has in `state`.

@@ -196,6 +196,45 @@ TEST_F(RulesTest, MatMulByRowsByColumnsAndWhole) {
   EXPECT_TRUE(o.src[1]->is_mirrored());
 }
 
+// MUL_MAT_ID: experts cut by rows -> row cut; along K -> partial (b cut alike); by whole
+// experts -> partial routed by the ids, which SWIGLU and MUL keep only for the same ids.
+TEST_F(RulesTest, MatMulIdByRowsByColumnsAndByExperts) {
+  Tensor* w = New(DType::kF32, {64, 64, 4});
+  Tensor* x = New(DType::kF32, {64, 1, 3});
+  Tensor* ids = New(DType::kI32, {2, 3});
+  Tensor* y = *MulMatId(ctx_, w, x, ids);
+  OpSplit o = Derive(y, {rows_, m_, m_});
+  EXPECT_EQ(o.result.ToString(), "AXIS_0[0:40|40:64]");
+  EXPECT_TRUE(o.src[1]->is_mirrored() && o.src[2]->is_mirrored());
+  o = Derive(y, {cols_, m_, m_});
+  EXPECT_TRUE(o.result.is_partial());
+  EXPECT_FALSE(o.result.by_experts());
+  EXPECT_EQ(*o.src[1], cols_);
+  const SplitState experts = SplitState::Axis(2, R({{0, 3}, {3, 4}}));
+  o = Derive(y, {experts, m_, m_});
+  EXPECT_EQ(o.result.ToString(), "PARTIAL_BY_EXPERTS[0:3|3:4]");
+  EXPECT_EQ(o.result.routed_by(), ids);
+  EXPECT_FALSE(o.src[1].has_value());
+  const SplitState routed = o.result;
+  Tensor* z = *Swiglu(ctx_, y, *MulMatId(ctx_, w, x, ids));
+  o = Derive(z, {routed, routed});
+  EXPECT_EQ(o.result, routed);
+  EXPECT_FALSE(o.src[0].has_value() || o.src[1].has_value());
+  // The down projection takes the routed activations as they are.
+  Tensor* down = *MulMatId(ctx_, w, z, ids);
+  o = Derive(down, {experts, routed, m_});
+  EXPECT_TRUE(o.result.by_experts());
+  EXPECT_FALSE(o.src[1].has_value());
+  // Rows routed by other ids are not where this device's experts need them: reduced first.
+  Tensor* other_ids = New(DType::kI32, {2, 3});
+  const SplitState elsewhere = SplitState::ExpertPartial(R({{0, 3}, {3, 4}}), other_ids);
+  o = Derive(z, {routed, elsewhere});
+  EXPECT_TRUE(o.result.is_mirrored());
+  EXPECT_TRUE(o.src[0]->is_mirrored() && o.src[1]->is_mirrored());
+  o = Derive(down, {experts, elsewhere, m_});
+  EXPECT_TRUE(o.src[1]->is_mirrored());
+}
+
 TEST_F(RulesTest, PartialSumsStayPartialOnlyThroughLinearOps) {
   Tensor* a = New(DType::kF32, {64, 3});
   Tensor* b = New(DType::kF32, {64, 3});

@@ -56,6 +56,7 @@ absl::StatusOr<DevicePlan> PlanWithout(const DevicePlan& plan, const std::string
                                        const absl::Status& error) {
   DevicePlan left;
   left.mode = plan.mode;
+  left.expert_split = plan.expert_split;
   float total = 0;
   for (size_t i = 0; i < plan.devices.size(); ++i) {
     if (EndpointOf(plan.devices[i]) == endpoint) continue;

@@ -37,8 +37,8 @@ bool Aligned(const std::vector<AxisRange>& ranges, int64_t block) {
 // are placed layer by layer, gate before down).
 class LlamaSplitPolicy {
  public:
-  LlamaSplitPolicy(const LlamaHParams& hp, std::vector<float> proportions)
-      : hp_(hp), p_(std::move(proportions)) {}
+  LlamaSplitPolicy(const LlamaHParams& hp, std::vector<float> proportions, bool expert_split)
+      : hp_(hp), p_(std::move(proportions)), expert_split_(expert_split) {}
 
   absl::StatusOr<SplitState> Split(const Tensor& t) {
     const absl::string_view name = t.Name();
@@ -64,7 +64,8 @@ class LlamaSplitPolicy {
       return SplitState::Axis(1, FfnRanges(t.type));
     }
     if (leaf == "ffn_down.weight") return InputColumns(t, FfnRanges(t.type));
-    return SplitState::Mirrored();
+    if (absl::EndsWith(leaf, "_exps.weight")) return Experts(t, leaf);
+    return SplitState::Mirrored();  // the router (ffn_gate_inp) included: every device routes.
   }
 
  private:
@@ -88,6 +89,22 @@ class LlamaSplitPolicy {
     return SplitState::Axis(0, meta::ProportionalRanges(t.ne[0], block, p_));
   }
 
+  // Expert weights (ffn_{gate,up}_exps [n_embd, F, E], ffn_down_exps [F, n_embd, E]): cut
+  // by their width F like the dense feed-forward (one all-reduce after the weighted sum over
+  // experts), or with --expert-split by whole experts.
+  SplitState Experts(const Tensor& t, absl::string_view leaf) {
+    if (expert_split_) return SplitState::Axis(2, meta::ProportionalRanges(t.ne[2], 1, p_));
+    if (leaf == "ffn_down_exps.weight") return InputColumns(t, ExpertWidthRanges(t.ne[0], t.type));
+    return SplitState::Axis(1, ExpertWidthRanges(t.ne[1], t.type));
+  }
+
+  // The unit is fixed by the first expert weight placed, as the dense one by ffn_gate.
+  std::vector<AxisRange> ExpertWidthRanges(int64_t width, DType type) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!expert_unit_.has_value()) expert_unit_ = BlockSize(type);
+    return meta::ProportionalRanges(width, *expert_unit_, p_);
+  }
+
   std::vector<AxisRange> FfnRanges(DType type) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!ffn_unit_.has_value()) ffn_unit_ = BlockSize(type);
@@ -96,8 +113,10 @@ class LlamaSplitPolicy {
 
   const LlamaHParams hp_;
   const std::vector<float> p_;
+  const bool expert_split_;
   std::mutex mu_;
   std::optional<int64_t> ffn_unit_;
+  std::optional<int64_t> expert_unit_;
 };
 
 // Optional all-reduce tuning from the environment (documented in docs/meta.md).
@@ -113,8 +132,9 @@ void ApplyEnvOptions(meta::AllReduceOptions* o) {
 
 }  // namespace
 
-meta::SplitFn LlamaSplitFn(const LlamaHParams& hp, std::vector<float> proportions) {
-  auto policy = std::make_shared<LlamaSplitPolicy>(hp, std::move(proportions));
+meta::SplitFn LlamaSplitFn(const LlamaHParams& hp, std::vector<float> proportions,
+                           bool expert_split) {
+  auto policy = std::make_shared<LlamaSplitPolicy>(hp, std::move(proportions), expert_split);
   return [policy](const Tensor& t) { return policy->Split(t); };
 }
 
@@ -137,7 +157,8 @@ absl::StatusOr<std::unique_ptr<Device>> CreateTensorSplitDevice(const LlamaHPara
   ApplyEnvOptions(&options.allreduce);
   TG_ASSIGN_OR_RETURN(
       std::unique_ptr<meta::MetaDevice> device,
-      meta::MetaDevice::Create(plan.devices, LlamaSplitFn(hp, proportions), std::move(options)));
+      meta::MetaDevice::Create(plan.devices, LlamaSplitFn(hp, proportions, plan.expert_split),
+                               std::move(options)));
   return std::unique_ptr<Device>(std::move(device));
 }
 

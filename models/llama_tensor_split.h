@@ -1,7 +1,10 @@
 // --split-mode tensor for llama-family models: the meta device over the plan's devices, with
 // the split state of every weight and KV-cache tensor (attention q/k/v and ffn gate/up split
 // by output rows in whole heads, attention output and ffn down by input columns, output head
-// by vocabulary rows, KV cache by KV head, everything else mirrored).
+// by vocabulary rows, KV cache by KV head, everything else mirrored). Mixture-of-experts
+// weights (ffn_*_exps) are cut by the expert width F as the dense feed-forward is (gate/up
+// rows, down input columns, whole quant blocks), or with --expert-split by whole experts
+// (expert parallelism); the router (ffn_gate_inp) is mirrored.
 //
 // Granularity: attention is cut in whole KV heads, each with its n_head / n_head_kv query
 // heads (q/k/v rows, biases, KV cache); the feed-forward in whole quant blocks of ffn_gate's
@@ -33,7 +36,9 @@ absl::StatusOr<std::unique_ptr<Device>> CreateTensorSplitDevice(const LlamaHPara
 // The split decisions behind CreateTensorSplitDevice, for `proportions.size()` devices
 // (exposed for tests). Tensors are recognised by their GGUF names ("blk.3.attn_q.weight")
 // and the KV cache's ("cache_k_l3"); anything else is mirrored.
-meta::SplitFn LlamaSplitFn(const LlamaHParams& hp, std::vector<float> proportions);
+// expert_split: whole experts per device instead of a share of every expert's width.
+meta::SplitFn LlamaSplitFn(const LlamaHParams& hp, std::vector<float> proportions,
+                           bool expert_split = false);
 
 }  // namespace tg
 

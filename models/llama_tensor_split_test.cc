@@ -94,5 +94,39 @@ TEST_F(LlamaSplitTest, CreatesAMetaDeviceOrSaysWhyNot) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Mixture-of-experts weights: the width F of every expert cut like the dense feed-forward
+// (gate/up rows, down input columns, whole quant blocks), the router mirrored; with
+// --expert-split whole experts per device.
+TEST_F(LlamaSplitTest, ExpertsAreCutByWidthInWholeBlocks) {
+  // Qwen3-30B-A3B's expert width 768 over 3 devices in Q8_0: 256 each.
+  const meta::SplitFn fn = LlamaSplitFn(Shape(256, 1024, 8, 4), {1.0f / 3, 1.0f / 3, 1.0f / 3});
+  EXPECT_EQ(Split(fn, "blk.0.ffn_gate_inp.weight", DType::kF32, {256, 16}), "MIRRORED");
+  EXPECT_EQ(Split(fn, "blk.0.ffn_gate_exps.weight", DType::kQ8_0, {256, 768, 16}),
+            "AXIS_1[0:256|256:512|512:768]");
+  EXPECT_EQ(Split(fn, "blk.0.ffn_up_exps.weight", DType::kQ8_0, {256, 768, 16}),
+            "AXIS_1[0:256|256:512|512:768]");
+  EXPECT_EQ(Split(fn, "blk.0.ffn_down_exps.weight", DType::kQ8_0, {768, 256, 16}),
+            "AXIS_0[0:256|256:512|512:768]");
+  // -ts 3,1,1 in Q4_K blocks of 256: three blocks, 2 | 0 | 1 (an empty slice).
+  const meta::SplitFn k = LlamaSplitFn(Shape(256, 1024, 8, 4), {0.6f, 0.2f, 0.2f});
+  EXPECT_EQ(Split(k, "blk.1.ffn_up_exps.weight", DType::kQ4_K, {256, 768, 16}),
+            "AXIS_1[0:512|512:512|512:768]");
+  EXPECT_EQ(Split(k, "blk.1.ffn_down_exps.weight", DType::kQ6_K, {768, 256, 16}),
+            "AXIS_0[0:512|512:512|512:768]");
+  // The dense feed-forward keeps its own unit and width.
+  EXPECT_EQ(Split(k, "blk.1.ffn_gate.weight", DType::kF32, {256, 1024}),
+            "AXIS_1[0:614|614:819|819:1024]");
+}
+
+TEST_F(LlamaSplitTest, ExpertSplitPlacesWholeExperts) {
+  const meta::SplitFn fn = LlamaSplitFn(Shape(64, 128, 4, 2), {0.6f, 0.2f, 0.2f}, true);
+  EXPECT_EQ(Split(fn, "blk.0.ffn_gate_inp.weight", DType::kF32, {64, 8}), "MIRRORED");
+  for (const char* name : {"blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight"}) {
+    EXPECT_EQ(Split(fn, name, DType::kQ8_0, {64, 96, 8}), "AXIS_2[0:5|5:6|6:8]") << name;
+  }
+  EXPECT_EQ(Split(fn, "blk.0.ffn_down_exps.weight", DType::kQ8_0, {96, 64, 8}),
+            "AXIS_2[0:5|5:6|6:8]");
+}
+
 }  // namespace
 }  // namespace tg

@@ -66,12 +66,17 @@ absl::Status MulMatId(Tensor* dst) {
   std::vector<std::vector<double>> experts(n_experts);  // read lazily, once each.
   std::vector<double> b_row(k_count), out(m_count);
   absl::Status status;
+  // An expert range: src0 holds experts [first, first + count); other ids give zero rows.
+  const int64_t first = dst->op_params[kMulMatIdFirstExpert];
+  const bool ranged = dst->op_params[kMulMatIdExpertCount] > 0;
   for (int64_t t = 0; t < ids.ne[1]; ++t) {
     for (int64_t i = 0; i < ids.ne[0]; ++i) {
-      const int32_t e = ReadIndex(ids, i, t, 0);
+      const int64_t e = ReadIndex(ids, i, t, 0) - first;
       if (e < 0 || e >= n_experts) {
-        status.Update(absl::InvalidArgumentError(absl::StrFormat(
-            "MUL_MAT_ID: expert id %d out of range [0, %d) at (%d, %d)", e, n_experts, i, t)));
+        if (!ranged) {
+          status.Update(absl::InvalidArgumentError(absl::StrFormat(
+              "MUL_MAT_ID: expert id %d out of range [0, %d) at (%d, %d)", e, n_experts, i, t)));
+        }
         out.assign(m_count, 0.0);  // the slot is written as zeros.
         WriteRow(dst, i, t, 0, out.data());
         continue;

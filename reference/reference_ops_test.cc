@@ -240,6 +240,21 @@ TEST(ReferenceMulMatId, BadIdIsInvalidArgumentAndZeros) {
   EXPECT_THAT(Values(*dst), Near({0, 100}));
 }
 
+// Expert parallelism: the weights hold experts [1, 3) of 4 (expert 1 multiplies by 2,
+// expert 2 by 3); ids 0 and 3 belong to another device: zero rows, and no error.
+TEST(ReferenceMulMatId, ExpertRangeComputesItsExpertsAndZerosTheRest) {
+  Arena arena;
+  Tensor* as = arena.F32({2, 2, 2}, {2, 0, 0, 2, 3, 0, 0, 3});
+  Tensor* b = arena.F32({2, 1, 2}, {1, 2, 3, 4});
+  Tensor* ids = arena.I32({2, 2}, {2, 0, 3, 1});
+  Tensor* dst = arena.Node(Op::kMulMatId, DType::kF32, {2, 2, 2}, {as, b, ids});
+  dst->op_params[kMulMatIdFirstExpert] = 1;
+  dst->op_params[kMulMatIdExpertCount] = 2;
+  for (int i = 0; i < 8; ++i) reinterpret_cast<float*>(dst->data)[i] = 42;
+  ASSERT_TRUE(Compute(dst).ok());
+  EXPECT_THAT(Values(*dst), Near({3, 6, 0, 0, 0, 0, 6, 8}));
+}
+
 TEST(ReferenceElementwise, BroadcastAddAndMul) {
   Arena arena;
   Tensor* a = arena.F32({2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8});

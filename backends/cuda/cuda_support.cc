@@ -121,6 +121,8 @@ bool CudaSupportsOp(const Tensor& node) {
     case Op::kSumRows:
     case Op::kDiv:
       return false;
+    case Op::kMulMatId:  // an expert range (expert parallelism) has only a CPU kernel yet.
+      return node.op_params[kMulMatIdExpertCount] == 0;
     default:
       return true;
   }

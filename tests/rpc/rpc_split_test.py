@@ -2,6 +2,7 @@
 """tg-run over --rpc must give local -sm none's greedy tokens and logits.
 
   rpc_split_test.py --tg-run PATH --rpc-server PATH --model MODEL --mode layer|tensor
+                    [--expert-split]
                     [--servers 2] [--local] [--n 64] [--tol 1e-4]
 
 Starts --servers rpc-server processes (each TG_CPU_DEVICES=2, -d 0,1), runs tg-run locally
@@ -57,6 +58,8 @@ def main():
     a = model_test_args([("--mode", dict(choices=["layer", "tensor"], required=True)),
                          ("--servers", dict(type=int, default=2)),
                          ("--local", dict(action="store_true", help="add the local CPU device")),
+                         ("--expert-split", dict(action="store_true",
+                                                 help="-sm tensor with whole experts per device")),
                          ("--n", dict(type=int, default=64)), ("--tol", dict(type=float, default=1e-4))])
     if model_missing(a.model):
         return SKIP
@@ -68,6 +71,8 @@ def main():
         devices = (["CPU"] if a.local else []) + sum(
             (c.remote_devices(i) for i in range(a.servers)), [])
         extra = ["--rpc", ",".join(c.endpoints), "-sm", a.mode, "--device", ",".join(devices)]
+        if a.expert_split:
+            extra.append("--expert-split")
         out = tg_run(a.tg_run, a.model, a.n, extra, env)
         if out is None:
             for s in c.servers:

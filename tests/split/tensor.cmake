@@ -9,12 +9,21 @@
 
 tg_split_compare_all(tensor)
 tg_split_compare_moe(tensor)
+# --expert-split: whole experts per device (mixtral's 4 experts with -ts 3,1,1: 2 | 1 | 1).
+foreach(model ${_tg_split_moe_models})
+  tg_split_compare(split_tensor_${model}_2dev_experts ${model} 2 -sm tensor --expert-split)
+  tg_split_compare(split_tensor_${model}_3dev_experts_ts ${model} 3 -sm tensor --expert-split
+                   -ts 3,1,1)
+endforeach()
 
 # A device with proportion 0 holds nothing at all and only takes part in the all-reduces.
 tg_split_compare(split_tensor_stories260k_3dev_zero_share stories260k 3 -sm tensor -ts 0,1,1)
 # Prompt processing in several batches (-b 2): multi-token graphs, then single-token ones.
 tg_split_compare(split_tensor_stories260k_2dev_small_batches stories260k 2 -sm tensor -b 2)
 
+tg_split_error_test(split_tensor_error_expert_split_layer
+                    "tg-run: error: --expert-split needs --split-mode tensor .is layer."
+                    -sm layer --expert-split)
 tg_split_error_test(split_tensor_error_ts_count
                     "tg-run: error: --tensor-split has 1 values for 2 devices" -sm tensor -ts 1)
 tg_split_error_test(split_tensor_error_unknown_device "tg-run: error: no device named 'GPU0'"

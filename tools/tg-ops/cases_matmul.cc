@@ -114,6 +114,22 @@ OpCase MulMatIdCase(DType type, int64_t k, int64_t m, int64_t n_experts, int64_t
       }};
 }
 
+// Expert parallelism: the weights hold `count` of `n_total` experts from `first` on; the
+// ids pick among all of them, so some rows are computed and the others must be zeros.
+OpCase MulMatIdRangeCase(DType type, int64_t k, int64_t first, int64_t count, int64_t n_total) {
+  constexpr int64_t kUsed = 3;
+  constexpr int64_t kTokens = 5;
+  constexpr int64_t kRows = 11;
+  std::string note = absl::StrCat("experts [", first, ", ", first + count, ") of ", n_total);
+  return {Op::kMulMatId, note, WeightNmse(type), [=](CaseBuilder& b) -> TensorOr {
+            TG_ASSIGN_OR_RETURN(Tensor * as, b.Uniform(type, {k, kRows, count}));
+            TG_ASSIGN_OR_RETURN(Tensor * x, b.Uniform(DType::kF32, {k, 1, kTokens}));
+            TG_ASSIGN_OR_RETURN(Tensor * ids, b.DistinctIndices({kUsed, kTokens}, n_total));
+            return MulMatId(b.ctx(), as, x, ids, static_cast<int32_t>(first),
+                            static_cast<int32_t>(count));
+          }};
+}
+
 }  // namespace
 
 void AddMatMulCases(std::vector<OpCase>* cases) {
@@ -131,6 +147,9 @@ void AddMatMulCases(std::vector<OpCase>* cases) {
   cases->push_back(MulMatIdCase(DType::kF32, 67, kRowsOut, kExperts, kUsed, kTokens, true));
   cases->push_back(MulMatIdCase(DType::kQ4_0, 64, kRowsOut, kExperts, kUsed, kTokens, true));
   cases->push_back(MulMatIdCase(DType::kQ8_0, 96, 8, kExperts, kExperts, 1, false));
+  cases->push_back(MulMatIdRangeCase(DType::kF32, 40, 2, 3, 8));
+  cases->push_back(MulMatIdRangeCase(DType::kQ8_0, 64, 0, 2, 6));
+  cases->push_back(MulMatIdRangeCase(DType::kQ4_K, 256, 5, 1, 6));
 }
 
 }  // namespace tg::ops_tool

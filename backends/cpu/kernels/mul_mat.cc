@@ -318,22 +318,33 @@ ExpertGroups GroupsAt(char* base, int64_t n_experts, int64_t n_slots) {
   return g;
 }
 
+// The slot's expert among src0's, or -1: with an expert range (expert parallelism) ids
+// outside it belong to another device; otherwise they are errors.
+struct ExpertRange {
+  int32_t first = 0;
+  bool ranged = false;
+};
+
 void BuildGroups(const ComputeParams& p, const Tensor* ids, int64_t n_experts,
-                 const ExpertGroups& g) {
+                 const ExpertRange& range, const ExpertGroups& g) {
   const int64_t n_used = ids->ne[0], n_tokens = ids->ne[1];
+  auto local = [&](int64_t i, int64_t t) {
+    const int64_t e = *At<const int32_t>(ids, i, t, 0, 0) - static_cast<int64_t>(range.first);
+    return e >= 0 && e < n_experts ? e : -1;
+  };
   std::fill(g.offsets, g.offsets + n_experts + 1, 0);
   g.bad[0] = 0;
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t i = 0; i < n_used; ++i) {
-      const int32_t e = *At<const int32_t>(ids, i, t, 0, 0);
-      if (e >= 0 && e < n_experts) {
+      const int64_t e = local(i, t);
+      if (e >= 0) {
         ++g.offsets[e + 1];
         continue;
       }
-      if (g.bad[0] == 0) {
+      if (g.bad[0] == 0 && !range.ranged) {
         char msg[128];
-        std::snprintf(msg, sizeof(msg), "MUL_MAT_ID: expert id %d out of range [0, %lld)", e,
-                      static_cast<long long>(n_experts));
+        std::snprintf(msg, sizeof(msg), "MUL_MAT_ID: expert id %d out of range [0, %lld)",
+                      *At<const int32_t>(ids, i, t, 0, 0), static_cast<long long>(n_experts));
         p.Fail(msg);
       }
       g.bad[1 + g.bad[0]++] = static_cast<int32_t>(i + t * n_used);
@@ -343,8 +354,8 @@ void BuildGroups(const ComputeParams& p, const Tensor* ids, int64_t n_experts,
   // Fill in token order (stable), using offsets[e] as the cursor, then restore it.
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t i = 0; i < n_used; ++i) {
-      const int32_t e = *At<const int32_t>(ids, i, t, 0, 0);
-      if (e >= 0 && e < n_experts) g.slots[g.offsets[e]++] = static_cast<int32_t>(i + t * n_used);
+      const int64_t e = local(i, t);
+      if (e >= 0) g.slots[g.offsets[e]++] = static_cast<int32_t>(i + t * n_used);
     }
   }
   for (int64_t e = n_experts; e > 0; --e) g.offsets[e] = g.offsets[e - 1];
@@ -400,7 +411,8 @@ void RunExpertTiles(const ComputeParams& p, const DotKernels& kern, const Expert
   }
 }
 
-// Slots with an invalid expert id read as zeros (the node has failed anyway).
+// Slots with an invalid expert id read as zeros (the node has failed anyway), as do those
+// of experts outside the node's expert range.
 void ZeroInvalidSlots(const ComputeParams& p, const ExpertGroups& g, Tensor* dst) {
   const int64_t n_used = dst->ne[1];
   int64_t s0, s1;
@@ -425,7 +437,10 @@ void ComputeMulMatId(const ComputeParams& p, Tensor* dst) {
   // Groups go first in scratch so thread 0 can build them before the activation Sync.
   char* base = AlignUp(p.wdata);
   const ExpertGroups g = GroupsAt(base, n_experts, n_slots);
-  if (p.ith == 0) BuildGroups(p, ids, n_experts, g);
+  ExpertRange range;
+  range.first = dst->op_params[kMulMatIdFirstExpert];
+  range.ranged = dst->op_params[kMulMatIdExpertCount] > 0;
+  if (p.ith == 0) BuildGroups(p, ids, n_experts, range, g);
   const ActView act =
       PrepareActivations(p, base + GroupsBytes(n_experts, n_slots), kern, a->type, b);
   if (!NeedsConversion(kern, b)) p.Sync();  // the groups must be complete either way.

@@ -328,10 +328,12 @@ MulMatIdCase MakeIdCase(DType type, int64_t k, int64_t m, int64_t n_experts, int
   return c;
 }
 
-// Reference output for slot (i, t); zeros for an invalid expert id.
+// Reference output for slot (i, t); zeros for an invalid expert id (or, with an expert
+// range, one outside it).
 std::vector<double> ReferenceSlot(const MulMatIdCase& c, int64_t i, int64_t t) {
   const int64_t m = c.experts.t.ne[1], n_experts = c.experts.t.ne[2];
-  const int32_t e = reinterpret_cast<const int32_t*>(c.ids.bytes.data())[i + t * c.ids.t.ne[0]];
+  const int32_t e = reinterpret_cast<const int32_t*>(c.ids.bytes.data())[i + t * c.ids.t.ne[0]] -
+                    c.dst.t.op_params[kMulMatIdFirstExpert];
   std::vector<double> out(m, 0.0);
   if (e < 0 || e >= n_experts) return out;
   const std::vector<double> y = ActivationRow(c.experts.t.type, c.b.t, i % c.b.t.ne[1], t, 0);
@@ -397,6 +399,36 @@ TEST(MulMatIdTest, OutOfRangeIdFailsAndWritesZeros) {
       for (int r = 0; r < 10; ++r) EXPECT_EQ(got[slot * 10 + r], 0.0f) << "slot " << slot;
     }
     EXPECT_LT(Nmse(got, ReferenceMulMatId(c)), Tolerance(DType::kQ4_0));
+  }
+}
+
+// Expert parallelism: this device holds experts [first, first + 2) of 7; the ids pick among
+// all 7, so the other rows must be zeros (not stale memory) and nothing fails.
+TEST(MulMatIdTest, ExpertRangeComputesItsExpertsAndZerosTheRest) {
+  for (DType type : {DType::kF32, DType::kQ8_0, DType::kQ4_K}) {
+    for (int nth : {1, 3}) {
+      for (int32_t first : {0, 3, 5}) {
+        const int64_t k = BlockSize(type) == 1 ? 40 : BlockSize(type);
+        MulMatIdCase c = MakeIdCase(type, k, 9, 2, 3, 1, 6, 1400 + first);
+        c.dst.t.op_params[kMulMatIdFirstExpert] = first;
+        c.dst.t.op_params[kMulMatIdExpertCount] = 2;
+        std::mt19937 rng(1500 + first);
+        int32_t* ids = reinterpret_cast<int32_t*>(c.ids.bytes.data());
+        int in_range = 0;
+        for (int64_t i = 0; i < 3 * 6; ++i) {
+          ids[i] = static_cast<int32_t>(rng() % 7);
+          in_range += ids[i] >= first && ids[i] < first + 2;
+        }
+        ASSERT_GT(in_range, 0);
+        std::fill(reinterpret_cast<float*>(c.dst.bytes.data()),
+                  reinterpret_cast<float*>(c.dst.bytes.data() + c.dst.bytes.size()), NAN);
+        KernelError error;
+        RunMulMatKernel(&c.dst.t, nth, &error);
+        EXPECT_FALSE(error.set.load()) << error.message;
+        EXPECT_LT(Nmse(Output(c), ReferenceMulMatId(c)), Tolerance(type))
+            << DTypeName(type) << " first " << first << " nth " << nth;
+      }
+    }
   }
 }
 
