@@ -93,7 +93,10 @@ grpc::Status CheckBearerToken(const grpc::ServerContext& context, const std::str
 }  // namespace
 
 TensorGridService::TensorGridService(ServiceOptions options)
-    : options_(std::move(options)), server_id_(RandomHex(16)), peers_(options_.peer) {
+    : options_(std::move(options)),
+      server_id_(RandomHex(16)),
+      peers_(options_.peer),
+      collectives_(&peers_, &grants_, options_.metrics) {
   for (Device* d : options_.devices) supported_ops_.push_back(SupportedOps(d));
 }
 
@@ -177,6 +180,7 @@ grpc::Status TensorGridService::Session(
   env.metrics = options_.metrics;
   env.grants = &grants_;
   env.peers = &peers_;
+  env.collectives = &collectives_;
   auto session = std::make_shared<server::Session>(id, std::move(env));
   size_t open_sessions;
   {
@@ -305,6 +309,13 @@ grpc::Status TensorGridService::PeerCopy(grpc::ServerContext* context,
   grpc::Status st = StreamRange(*buf, request->offset(), request->size(), context, writer, &sent);
   if (options_.metrics != nullptr) options_.metrics->PeerCopyBytes(sent);
   return st;
+}
+
+grpc::Status TensorGridService::PeerReduce(grpc::ServerContext* context,
+                                           const pb::PeerReduceRequest* request,
+                                           pb::PeerReduceReply* reply) {
+  // As PeerCopy: the grant is the capability, not the bearer token.
+  return ToGrpc(collectives_.Receive(*request));
 }
 
 }  // namespace tg::server

@@ -9,6 +9,7 @@
 #include "core/context.h"
 #include "core/status_macros.h"
 #include "proto/protocol.h"
+#include "server/collective_runner.h"
 #include "server/grant_table.h"
 #include "server/log.h"
 #include "server/memory_reservation.h"
@@ -238,6 +239,10 @@ absl::Status Session::DoCommand(const pb::SessionRequest& req, pb::SessionReply*
       return env_.peers->Pull(p.endpoint(), p.grant(), p.src_offset(), p.size(), *dst,
                               p.dst_offset());
     }
+    case pb::SessionRequest::kAllReduce:
+      if (env_.collectives == nullptr) return absl::UnimplementedError("all_reduce is not enabled");
+      return env_.collectives->Run(
+          id_, [this](uint64_t h) { return FindBuffer(h); }, req.all_reduce());
     case pb::SessionRequest::kCacheStats: {
       pb::CacheStatsReply* stats = reply->mutable_cache_stats();
       stats->set_uploaded_bytes(uploaded_bytes_.load());

@@ -29,8 +29,10 @@ std::optional<std::string> LostServer(const absl::Status& error, const DevicePla
     if (std::string e = EndpointOf(d); !e.empty()) endpoints.insert(e);
   }
   // The client's own channel broke ("gone", "stalled"), a server could not pull from it
-  // (PeerCopy), or it could not be reached again; in that order of certainty.
-  for (const char* pattern : {"rpc-server %s is ", "peer_pull from %s:", "rpc-server at %s:"}) {
+  // (PeerCopy), it could not be reached again, or a server lost it as a peer (PeerCopy or
+  // an all-reduce among servers); in that order of certainty.
+  for (const char* pattern :
+       {"rpc-server %s is ", "peer_pull from %s:", "rpc-server at %s:", "peer unreachable: %s"}) {
     for (const std::string& e : endpoints) {
       if (absl::StrContains(error.message(), absl::StrFormat(pattern, e))) return e;
     }

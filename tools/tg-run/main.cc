@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "cli/arg_parser.h"
 #include "cli/device_flags.h"
+#include "client/client_metrics.h"
 #include "core/status_macros.h"
 #include "models/llama_model.h"
 #include "models/llama_session.h"
@@ -172,6 +173,12 @@ void PrintJson(const Result& r) {
   j.Key("prompt_ms").Double(r.prompt_ms).Key("gen_ms").Double(r.gen_ms);
   j.Key("prompt_tps").Double(r.PromptTps());
   j.Key("gen_tps").Double(r.GenTps());
+  // What the remote devices' all-reduces moved through this process (client/client_metrics.h).
+  const rpc::ClientMetrics& m = rpc::ClientMetrics::Get();
+  j.EndObject().Key("rpc").BeginObject();
+  j.Key("allreduce_client_bytes").Int(static_cast<int64_t>(m.allreduce_client_bytes.load()));
+  j.Key("allreduce_on_servers").Int(static_cast<int64_t>(m.allreduce_on_servers.load()));
+  j.Key("allreduce_staged").Int(static_cast<int64_t>(m.allreduce_staged.load()));
   j.EndObject().EndObject();
   std::printf("%s\n", j.str().c_str());
 }
