@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -68,6 +69,61 @@ void Decode(const std::string& wire, bool bf16, bool add, float* v) {
 }
 
 }  // namespace
+
+// The pushes of one exchange: started without waiting for their replies, so that the
+// session thread goes straight on to wait for its peer's piece (under load each wait for a
+// reply is a thread wake-up on the collective's critical path). A failed push is seen at
+// the next wait; all are waited for before the exchange ends.
+class PushesInFlight {
+ public:
+  ~PushesInFlight() { WaitAll().IgnoreError(); }  // the calls use calls_ until done.
+
+  void Start(std::shared_ptr<grpc::Channel> channel, const std::string& endpoint,
+             pb::PeerReduceRequest request) {
+    Call& c = calls_.emplace_back();
+    c.endpoint = endpoint;
+    c.stub = pb::TensorGrid::NewStub(std::move(channel));
+    c.ctx.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoMilliseconds(CollectiveRunner::kPushDeadline));
+    c.request = std::move(request);
+    {
+      absl::MutexLock lock(&mu_);
+      ++outstanding_;
+    }
+    c.stub->async()->PeerReduce(&c.ctx, &c.request, &c.reply, [this, &c](grpc::Status st) {
+      absl::Status s = PeerClient::PeerStatus(c.endpoint, st, "peer_reduce");
+      absl::MutexLock lock(&mu_);
+      if (!s.ok() && status_.ok()) status_ = std::move(s);
+      --outstanding_;
+    });
+  }
+
+  // The first failure so far.
+  absl::Status status() {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
+  absl::Status WaitAll() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* n) { return *n == 0; }, &outstanding_));
+    return status_;
+  }
+
+ private:
+  struct Call {
+    std::string endpoint;
+    std::unique_ptr<pb::TensorGrid::Stub> stub;
+    grpc::ClientContext ctx;
+    pb::PeerReduceRequest request;
+    pb::PeerReduceReply reply;
+  };
+  std::deque<Call> calls_;  // a deque: a started call's address never changes.
+  absl::Mutex mu_;
+  int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
 
 absl::Status CollectiveRunner::Run(const std::string& session_id, BufferFinder find,
                                    const pb::AllReduce& cmd) {
@@ -241,18 +297,18 @@ absl::Status CollectiveRunner::Exchange(const pb::AllReduce& cmd, std::vector<fl
   const std::vector<ExchangeStep> steps =
       ring ? RingSchedule(m, rank, count) : ButterflySchedule(m, rank, count);
   const absl::Time deadline = absl::Now() + kPieceWait;
+  PushesInFlight pushes;
   for (const ExchangeStep& step : steps) {
-    if (step.send_to >= 0) TG_RETURN_IF_ERROR(Push(cmd, step, bf16, *sum));
-    if (step.recv_from >= 0) TG_RETURN_IF_ERROR(Pull(cmd, step, bf16, deadline, sum));
+    if (step.send_to >= 0) TG_RETURN_IF_ERROR(Push(cmd, step, bf16, *sum, pushes));
+    if (step.recv_from >= 0) TG_RETURN_IF_ERROR(Pull(cmd, step, bf16, deadline, pushes, sum));
   }
-  return absl::OkStatus();
+  return pushes.WaitAll();
 }
 
 absl::Status CollectiveRunner::Push(const pb::AllReduce& cmd, const ExchangeStep& step, bool bf16,
-                                    const std::vector<float>& sum) {
+                                    const std::vector<float>& sum, PushesInFlight& pushes) {
   const pb::CollectiveServer& to = cmd.servers(step.send_to);
   TG_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, peers_->ChannelFor(to.endpoint()));
-  auto stub = pb::TensorGrid::NewStub(channel);
   const std::string wire = Encode(sum, step.send_begin, step.send_end, bf16);
   const size_t parts = Parts(wire.size());
   for (size_t p = 0; p < parts; ++p) {
@@ -264,17 +320,14 @@ absl::Status CollectiveRunner::Push(const pb::AllReduce& cmd, const ExchangeStep
     req.set_from_rank(cmd.rank());
     const size_t at = p * rpc::kChunkBytes;
     req.set_data(wire.substr(at, std::min(rpc::kChunkBytes, wire.size() - at)));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(kPushDeadline));
-    pb::PeerReduceReply reply;
-    TG_RETURN_IF_ERROR(
-        PeerClient::PeerStatus(to.endpoint(), stub->PeerReduce(&ctx, req, &reply), "peer_reduce"));
+    pushes.Start(channel, to.endpoint(), std::move(req));
   }
-  return absl::OkStatus();
+  return pushes.status();
 }
 
 absl::Status CollectiveRunner::Pull(const pb::AllReduce& cmd, const ExchangeStep& step, bool bf16,
-                                    absl::Time deadline, std::vector<float>* sum) {
+                                    absl::Time deadline, PushesInFlight& pushes,
+                                    std::vector<float>* sum) {
   const std::string& from = cmd.servers(step.recv_from).endpoint();
   const size_t want = WireBytes(step.recv_end - step.recv_begin, bf16);
   const size_t parts = Parts(want);
@@ -284,6 +337,7 @@ absl::Status CollectiveRunner::Pull(const pb::AllReduce& cmd, const ExchangeStep
     PieceKey key{cmd.servers(cmd.rank()).grant(), cmd.collective(), step.id,
                  static_cast<uint32_t>(p), static_cast<uint32_t>(step.recv_from)};
     TG_ASSIGN_OR_RETURN(std::string wire, mailbox_.Take(key, deadline, kPeerPoll, [&] {
+      TG_RETURN_IF_ERROR(pushes.status());
       return CheckPeer(from, &failures);
     }));
     const size_t expect = std::min(rpc::kChunkBytes, want - got);

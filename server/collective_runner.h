@@ -40,6 +40,7 @@ namespace tg::server {
 class GrantTable;
 class Metrics;
 class PeerClient;
+class PushesInFlight;
 
 using BufferFinder =
     absl::FunctionRef<absl::StatusOr<std::shared_ptr<SessionBuffer>>(uint64_t handle)>;
@@ -93,10 +94,11 @@ class CollectiveRunner {
   absl::Status LocalSum(const Local& local, size_t count, std::vector<float>* sum)
       ABSL_LOCKS_EXCLUDED(comm_mu_);
   absl::Status Exchange(const tensorgrid::v1::AllReduce& cmd, std::vector<float>* sum);
+  // Starts the step's pushes without waiting for them.
   absl::Status Push(const tensorgrid::v1::AllReduce& cmd, const ExchangeStep& step, bool bf16,
-                    const std::vector<float>& sum);
+                    const std::vector<float>& sum, PushesInFlight& pushes);
   absl::Status Pull(const tensorgrid::v1::AllReduce& cmd, const ExchangeStep& step, bool bf16,
-                    absl::Time deadline, std::vector<float>* sum);
+                    absl::Time deadline, PushesInFlight& pushes, std::vector<float>* sum);
   // UNAVAILABLE "peer unreachable" once the peer's channel has failed twice in a row.
   absl::Status CheckPeer(const std::string& endpoint, int* failures);
 
