@@ -6,6 +6,8 @@
 // within BF16 rounding and bit-identical.
 #include "client/rpc_collectives.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -20,14 +22,74 @@
 #include "core/context.h"
 #include "core/registry.h"
 #include "gtest/gtest.h"
+#include "proto/protocol.h"
 #include "server/rpc_server.h"
+#include "server/service.h"
 #include "tests/lib/test_util.h"
 
 namespace tg::rpc {
 namespace {
 
+namespace pb = tensorgrid::v1;
+
+// rpc-server's service as a server of protocol minor 1 shows itself: AllReduce is newer.
+class MinorOneService final : public pb::TensorGrid::Service {
+ public:
+  explicit MinorOneService(server::ServiceOptions options) : inner_(std::move(options)) {}
+  grpc::Status Hello(grpc::ServerContext* context, const pb::HelloRequest* request,
+                     pb::HelloReply* reply) override {
+    grpc::Status s = inner_.Hello(context, request, reply);
+    reply->set_protocol_minor(kMinorCollectives - 1);
+    return s;
+  }
+  grpc::Status Session(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<pb::SessionReply, pb::SessionRequest>* stream) override {
+    return inner_.Session(context, stream);
+  }
+  grpc::Status Upload(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<pb::UploadReply, pb::UploadMessage>* stream) override {
+    return inner_.Upload(context, stream);
+  }
+  grpc::Status Download(grpc::ServerContext* context, const pb::DownloadRequest* request,
+                        grpc::ServerWriter<pb::DataChunk>* writer) override {
+    return inner_.Download(context, request, writer);
+  }
+
+ private:
+  server::TensorGridService inner_;
+};
+
 class RpcCollectivesTest : public ::testing::Test {
  protected:
+  // One server of protocol minor 1 (before AllReduce) with the CPU as two devices.
+  void StartOlder() {
+    ASSERT_TRUE(RegisterBuiltinBackends().ok());
+    Device* cpu = Registry::Get().CpuDevice();
+    server::ServiceOptions options;
+    options.devices = {cpu, cpu};
+    older_service_ = std::make_unique<MinorOneService>(options);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(older_service_.get());
+    builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
+    builder.SetMaxSendMessageSize(static_cast<int>(kMaxMessageBytes));
+    // The client pings every 2 s (proto/grpc_channel.h): let it.
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+    older_server_ = builder.BuildAndStart();
+    ASSERT_NE(older_server_, nullptr);
+    ClientOptions client;
+    client.progress = false;
+    auto connection = Connection::Open("127.0.0.1:" + std::to_string(port), client);
+    ASSERT_TRUE(connection.ok()) << connection.status();
+    families_.push_back(std::make_unique<RemoteFamily>(std::move(*connection)));
+    for (Device* d : families_.back()->devices()) devices_.push_back(d);
+  }
+
   void Start(int servers) {
     ASSERT_TRUE(RegisterBuiltinBackends().ok());
     Device* cpu = Registry::Get().CpuDevice();
@@ -53,6 +115,7 @@ class RpcCollectivesTest : public ::testing::Test {
     for (auto& s : servers_) {
       if (s != nullptr) s->Shutdown(0);
     }
+    if (older_server_ != nullptr) older_server_->Shutdown();
   }
 
   // One tensor of `count` f32 per device, at a non-zero offset of its buffer, filled with
@@ -112,6 +175,8 @@ class RpcCollectivesTest : public ::testing::Test {
 
   Context ctx_;
   std::vector<std::unique_ptr<server::RpcServer>> servers_;
+  std::unique_ptr<MinorOneService> older_service_;
+  std::unique_ptr<grpc::Server> older_server_;
   std::vector<std::unique_ptr<RemoteFamily>> families_;
   std::vector<Device*> devices_;
   std::vector<std::unique_ptr<Buffer>> buffers_;
@@ -139,6 +204,14 @@ TEST_F(RpcCollectivesTest, StagedThroughTheClientCountsItsBytes) {
   RpcCollectiveOptions o;
   o.route = AllReduceRoute::kClient;
   for (size_t count : {size_t{288}, size_t{300000}}) Check(o, count, false);
+}
+
+// A server before AllReduce (it would answer the command UNIMPLEMENTED) among the devices:
+// the all-reduce is staged through the client, with the same sums.
+TEST_F(RpcCollectivesTest, OlderServerGetsTheStagedPath) {
+  Start(1);
+  StartOlder();
+  Check({}, 288, /*want_on_servers=*/false);
 }
 
 TEST_F(RpcCollectivesTest, OneServerSumsItsDevicesLocally) {
