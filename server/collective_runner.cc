@@ -288,9 +288,11 @@ absl::Status CollectiveRunner::Exchange(const pb::AllReduce& cmd, std::vector<fl
   const int m = cmd.servers_size();
   const int rank = static_cast<int>(cmd.rank());
   const size_t count = sum->size();
-  const bool ring =
-      cmd.algorithm() == pb::AllReduce::RING ||
-      (cmd.algorithm() == pb::AllReduce::AUTO && count * sizeof(float) >= kRingMinBytes);
+  // Two servers: the butterfly sends the same bytes as the ring in one step instead of two,
+  // so the ring is worth it there only for BF16 on the wire.
+  const bool ring = cmd.algorithm() == pb::AllReduce::RING ||
+                    (cmd.algorithm() == pb::AllReduce::AUTO &&
+                     count * sizeof(float) >= kRingMinBytes && (m > 2 || cmd.bf16_wire()));
   // BF16 only in the ring: there each chunk's owner rounds it once and the rest copy it;
   // butterfly partners would each add the other's rounded values and end apart.
   const bool bf16 = ring && cmd.bf16_wire();

@@ -53,8 +53,9 @@ class CollectiveRunner {
   // Largest tensor summed (bytes): four times the largest activation of a 512-token batch
   // of a 16k-wide model, with room.
   static constexpr uint64_t kMaxBytes = uint64_t{256} << 20;
-  // kAuto: ring at or above this many bytes, butterfly below (as meta's AllReducer: below,
-  // the ring's 2(m-1) round trips cost more than the butterfly's extra bytes).
+  // AUTO: ring at or above this many bytes, butterfly below (as meta's AllReducer: below,
+  // the ring's 2(m-1) round trips cost more than the butterfly's extra bytes); with two
+  // servers always the butterfly (the same bytes in one step) unless BF16 is asked for.
   static constexpr uint64_t kRingMinBytes = uint64_t{64} << 10;
   // How long a piece from a peer is waited for: the peer may still be computing what comes
   // before its part (a long prompt on a slow device).
