@@ -16,6 +16,7 @@
 
 #include "backends/register_builtin.h"
 #include "client/client_metrics.h"
+#include "client/client_test_util.h"
 #include "client/connection.h"
 #include "client/remote_buffer.h"
 #include "client/remote_device.h"
@@ -30,37 +31,6 @@
 namespace tg::rpc {
 namespace {
 
-namespace pb = tensorgrid::v1;
-
-// rpc-server's service as a server of protocol minor 1 shows itself: AllReduce is newer.
-class MinorOneService final : public pb::TensorGrid::Service {
- public:
-  explicit MinorOneService(server::ServiceOptions options) : inner_(std::move(options)) {}
-  grpc::Status Hello(grpc::ServerContext* context, const pb::HelloRequest* request,
-                     pb::HelloReply* reply) override {
-    grpc::Status s = inner_.Hello(context, request, reply);
-    reply->set_protocol_minor(kMinorCollectives - 1);
-    return s;
-  }
-  grpc::Status Session(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<pb::SessionReply, pb::SessionRequest>* stream) override {
-    return inner_.Session(context, stream);
-  }
-  grpc::Status Upload(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<pb::UploadReply, pb::UploadMessage>* stream) override {
-    return inner_.Upload(context, stream);
-  }
-  grpc::Status Download(grpc::ServerContext* context, const pb::DownloadRequest* request,
-                        grpc::ServerWriter<pb::DataChunk>* writer) override {
-    return inner_.Download(context, request, writer);
-  }
-
- private:
-  server::TensorGridService inner_;
-};
-
 class RpcCollectivesTest : public ::testing::Test {
  protected:
   // One server of protocol minor 1 (before AllReduce) with the CPU as two devices.
@@ -69,18 +39,9 @@ class RpcCollectivesTest : public ::testing::Test {
     Device* cpu = Registry::Get().CpuDevice();
     server::ServiceOptions options;
     options.devices = {cpu, cpu};
-    older_service_ = std::make_unique<MinorOneService>(options);
-    grpc::ServerBuilder builder;
+    older_service_ = std::make_unique<testing::OlderMinorService>(options, kMinorCollectives - 1);
     int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(older_service_.get());
-    builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
-    builder.SetMaxSendMessageSize(static_cast<int>(kMaxMessageBytes));
-    // The client pings every 2 s (proto/grpc_channel.h): let it.
-    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
-    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-    older_server_ = builder.BuildAndStart();
+    older_server_ = testing::ServeOnLoopback(older_service_.get(), &port);
     ASSERT_NE(older_server_, nullptr);
     ClientOptions client;
     client.progress = false;
@@ -175,7 +136,7 @@ class RpcCollectivesTest : public ::testing::Test {
 
   Context ctx_;
   std::vector<std::unique_ptr<server::RpcServer>> servers_;
-  std::unique_ptr<MinorOneService> older_service_;
+  std::unique_ptr<testing::OlderMinorService> older_service_;
   std::unique_ptr<grpc::Server> older_server_;
   std::vector<std::unique_ptr<RemoteFamily>> families_;
   std::vector<Device*> devices_;
