@@ -1,8 +1,12 @@
 // Helpers shared by the client tests: a real rpc-server on loopback (in-process, exposing
-// the local CPU), and a client Connection to it.
+// the local CPU), and a client Connection to it; rpc-server's service showing an older
+// protocol minor, on a loopback port of its own.
 #ifndef TENSORGRID_CLIENT_CLIENT_TEST_UTIL_H_
 #define TENSORGRID_CLIENT_CLIENT_TEST_UTIL_H_
 
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
 #include <memory>
 #include <utility>
 
@@ -10,7 +14,10 @@
 #include "client/connection.h"
 #include "core/registry.h"
 #include "gtest/gtest.h"
+#include "proto/protocol.h"
+#include "proto/upload_frame.h"
 #include "server/rpc_server.h"
+#include "server/service.h"
 
 namespace tg::rpc::testing {
 
@@ -41,6 +48,66 @@ class LoopbackServerTest : public ::testing::Test {
 
   std::unique_ptr<server::RpcServer> server_;
 };
+
+// rpc-server's service as a server of an older protocol minor shows itself: its Hello
+// reports `minor`, so that a client does not use what came after it.
+class OlderMinorService final : public tensorgrid::v1::TensorGrid::Service {
+ public:
+  OlderMinorService(server::ServiceOptions options, uint32_t minor)
+      : inner_(std::move(options)), minor_(minor) {
+    // Upload runs on raw byte buffers (proto/upload_frame.h), as rpc-server serves it; gRPC
+    // owns method handlers and takes them as raw pointers.
+    MarkMethodStreamed(
+        rpc::kUploadMethodIndex,
+        new grpc::internal::BidiStreamingHandler<OlderMinorService, grpc::ByteBuffer,
+                                                 tensorgrid::v1::UploadReply>(
+            [](OlderMinorService* service, grpc::ServerContext* context,
+               grpc::ServerReaderWriter<tensorgrid::v1::UploadReply, grpc::ByteBuffer>* stream) {
+              return service->inner_.UploadRaw(context, stream);
+            },
+            this));
+  }
+  grpc::Status Hello(grpc::ServerContext* context, const tensorgrid::v1::HelloRequest* request,
+                     tensorgrid::v1::HelloReply* reply) override {
+    grpc::Status s = inner_.Hello(context, request, reply);
+    reply->set_protocol_minor(minor_);
+    return s;
+  }
+  grpc::Status Session(grpc::ServerContext* context,
+                       grpc::ServerReaderWriter<tensorgrid::v1::SessionReply,
+                                                tensorgrid::v1::SessionRequest>* stream) override {
+    return inner_.Session(context, stream);
+  }
+  grpc::Status Download(grpc::ServerContext* context,
+                        const tensorgrid::v1::DownloadRequest* request,
+                        grpc::ServerWriter<tensorgrid::v1::DataChunk>* writer) override {
+    return inner_.Download(context, request, writer);
+  }
+  grpc::Status PeerCopy(grpc::ServerContext* context,
+                        const tensorgrid::v1::PeerCopyRequest* request,
+                        grpc::ServerWriter<tensorgrid::v1::DataChunk>* writer) override {
+    return inner_.PeerCopy(context, request, writer);
+  }
+
+ private:
+  server::TensorGridService inner_;
+  const uint32_t minor_;
+};
+
+// Serves `service` on a free loopback port (set in *port) with rpc-server's message limits
+// and keepalive policy; null when it cannot start.
+inline std::unique_ptr<grpc::Server> ServeOnLoopback(grpc::Service* service, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), port);
+  builder.RegisterService(service);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(kMaxMessageBytes));
+  // The client pings every 2 s (proto/grpc_channel.h): let it.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  return builder.BuildAndStart();
+}
 
 }  // namespace tg::rpc::testing
 

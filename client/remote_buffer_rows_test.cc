@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/register_builtin.h"
+#include "client/client_test_util.h"
 #include "client/connection.h"
 #include "client/remote_device.h"
 #include "core/backend.h"
@@ -26,46 +27,6 @@ namespace tg::rpc {
 namespace {
 
 namespace pb = tensorgrid::v1;
-
-// rpc-server's service as a server of protocol minor 0 shows itself: its Hello does not
-// offer WriteRows/ReadRows.
-class OlderMinorService final : public pb::TensorGrid::Service {
- public:
-  explicit OlderMinorService(server::ServiceOptions options) : inner_(std::move(options)) {
-    // Upload runs on raw byte buffers (proto/upload_frame.h), as rpc-server serves it; gRPC
-    // owns method handlers and takes them as raw pointers.
-    MarkMethodStreamed(kUploadMethodIndex,
-                       new grpc::internal::BidiStreamingHandler<OlderMinorService, grpc::ByteBuffer,
-                                                                pb::UploadReply>(
-                           [](OlderMinorService* service, grpc::ServerContext* context,
-                              grpc::ServerReaderWriter<pb::UploadReply, grpc::ByteBuffer>* stream) {
-                             return service->inner_.UploadRaw(context, stream);
-                           },
-                           this));
-  }
-  grpc::Status Hello(grpc::ServerContext* context, const pb::HelloRequest* request,
-                     pb::HelloReply* reply) override {
-    grpc::Status s = inner_.Hello(context, request, reply);
-    reply->clear_protocol_minor();
-    return s;
-  }
-  grpc::Status Session(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<pb::SessionReply, pb::SessionRequest>* stream) override {
-    return inner_.Session(context, stream);
-  }
-  grpc::Status Download(grpc::ServerContext* context, const pb::DownloadRequest* request,
-                        grpc::ServerWriter<pb::DataChunk>* writer) override {
-    return inner_.Download(context, request, writer);
-  }
-  grpc::Status PeerCopy(grpc::ServerContext* context, const pb::PeerCopyRequest* request,
-                        grpc::ServerWriter<pb::DataChunk>* writer) override {
-    return inner_.PeerCopy(context, request, writer);
-  }
-
- private:
-  server::TensorGridService inner_;
-};
 
 constexpr uint8_t kUntouched = 0xEE;
 
@@ -92,22 +53,13 @@ class RemoteRowsTest : public ::testing::TestWithParam<bool> {
     ASSERT_TRUE(RegisterBuiltinBackends().ok());
     server::ServiceOptions options;
     options.devices = {Registry::Get().CpuDevice()};
-    grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
     if (GetParam()) {
-      service_ = std::make_unique<OlderMinorService>(options);
+      service_ = std::make_unique<testing::OlderMinorService>(options, 0);
     } else {
       service_ = std::make_unique<server::TensorGridService>(options);
     }
-    builder.RegisterService(service_.get());
-    builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
-    builder.SetMaxSendMessageSize(static_cast<int>(kMaxMessageBytes));
-    // The client pings every 2 s (proto/grpc_channel.h): let it.
-    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
-    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-    server_ = builder.BuildAndStart();
+    server_ = testing::ServeOnLoopback(service_.get(), &port);
     ASSERT_NE(server_, nullptr);
     ClientOptions client;
     client.progress = false;
@@ -133,7 +85,7 @@ class RemoteRowsTest : public ::testing::TestWithParam<bool> {
     auto buffer = device_->default_buffer_type()->Allocate(t->NumBytes());
     EXPECT_TRUE(buffer.ok()) << buffer.status();
     EXPECT_TRUE(PlaceTensor(buffer->get(), t, 0).ok());
-    const std::vector<uint8_t> bytes = testing::BytePattern(t->NumBytes(), seed);
+    const std::vector<uint8_t> bytes = tg::testing::BytePattern(t->NumBytes(), seed);
     EXPECT_TRUE(t->buffer->SetTensor(t, bytes.data(), 0, bytes.size()).ok());
     buffers_.push_back(std::move(*buffer));
     return t;
@@ -169,9 +121,10 @@ TEST_P(RemoteRowsTest, SetTensor2DMatchesAByteLoop) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.what);
     Tensor* t = Remote(64, 16, 1);
-    const std::vector<uint8_t> host = testing::BytePattern(4096, 2);
+    const std::vector<uint8_t> host = tg::testing::BytePattern(4096, 2);
     ASSERT_TRUE(t->buffer->SetTensor2D(t, host.data(), c.r).ok());
-    EXPECT_EQ(ReadAll(t), testing::ReferenceSetRows(c.r, testing::BytePattern(4096, 1), host));
+    EXPECT_EQ(ReadAll(t),
+              tg::testing::ReferenceSetRows(c.r, tg::testing::BytePattern(4096, 1), host));
   }
 }
 
@@ -184,8 +137,8 @@ TEST_P(RemoteRowsTest, GetTensor2DMatchesAByteLoopInOneCommand) {
       const absl::Status s = t->buffer->GetTensor2D(t, host.data(), c.r);
       EXPECT_TRUE(s.ok()) << s;
     });
-    EXPECT_EQ(host, testing::ReferenceGetRows(c.r, testing::BytePattern(4096, 3), host.size(),
-                                              kUntouched));
+    EXPECT_EQ(host, tg::testing::ReferenceGetRows(c.r, tg::testing::BytePattern(4096, 3),
+                                                  host.size(), kUntouched));
     if (c.r.n_rows == 0 || c.r.row_size == 0) {
       EXPECT_EQ(commands, 0u);
     } else if (GetParam() && !c.r.TensorContiguous()) {
@@ -206,12 +159,13 @@ TEST_P(RemoteRowsTest, ManyRowsGoInOneCommandPerInlineWriteBytes) {
     const absl::Status s = t->buffer->GetTensor2D(t, host.data(), r);
     EXPECT_TRUE(s.ok()) << s;
   });
-  EXPECT_EQ(host, testing::ReferenceGetRows(r, testing::BytePattern(t->NumBytes(), 4), host.size(),
-                                            kUntouched));
+  EXPECT_EQ(host, tg::testing::ReferenceGetRows(r, tg::testing::BytePattern(t->NumBytes(), 4),
+                                                host.size(), kUntouched));
   EXPECT_EQ(commands, GetParam() ? kRows : 3u);
-  const std::vector<uint8_t> in = testing::BytePattern(kRow * kRows, 5);
+  const std::vector<uint8_t> in = tg::testing::BytePattern(kRow * kRows, 5);
   ASSERT_TRUE(t->buffer->SetTensor2D(t, in.data(), r).ok());
-  EXPECT_EQ(ReadAll(t), testing::ReferenceSetRows(r, testing::BytePattern(t->NumBytes(), 4), in));
+  EXPECT_EQ(ReadAll(t),
+            tg::testing::ReferenceSetRows(r, tg::testing::BytePattern(t->NumBytes(), 4), in));
 }
 
 TEST_P(RemoteRowsTest, RangesOutsideTheTensorAreRefusedBeforeAnythingIsSent) {
@@ -227,7 +181,7 @@ TEST_P(RemoteRowsTest, RangesOutsideTheTensorAreRefusedBeforeAnythingIsSent) {
   });
   EXPECT_EQ(commands, 0u);
   EXPECT_EQ(host, std::vector<uint8_t>(4096, kUntouched));
-  EXPECT_EQ(ReadAll(t), testing::BytePattern(4096, 6));
+  EXPECT_EQ(ReadAll(t), tg::testing::BytePattern(4096, 6));
 }
 
 INSTANTIATE_TEST_SUITE_P(NewAndOlderServer, RemoteRowsTest, ::testing::Values(false, true),

@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/remote_stream.h"
+#include "client/rpc_collectives.h"
 #include "core/status_macros.h"
 #include "proto/protocol.h"
 
@@ -35,6 +36,8 @@ absl::StatusOr<std::unique_ptr<Stream>> RemoteDevice::CreateStream() {
 absl::StatusOr<std::unique_ptr<Event>> RemoteDevice::CreateEvent() {
   return std::unique_ptr<Event>(new RemoteEvent(connection_));
 }
+
+Collectives* RemoteDevice::collectives() { return RpcCollectives::Get(); }
 
 bool RemoteDevice::SupportsOp(const Tensor& node) const {
   return node.op == Op::kNone || ops_.contains(static_cast<uint32_t>(node.op));

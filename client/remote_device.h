@@ -33,6 +33,9 @@ class RemoteDevice : public Device {
   bool SupportsBufferType(const BufferType* type) const override { return type == &buffer_type_; }
   // A RemoteEvent: a point in this server's command stream.
   absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override;
+  // RpcCollectives: the same for every remote device, so that the meta backend's all-reduce
+  // over devices of several servers runs among the servers.
+  Collectives* collectives() override;
 
   Connection* connection() const { return connection_; }
   uint32_t index() const { return index_; }

@@ -55,6 +55,20 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> PeerClient::ChannelFor(const std:
   return peer.channel;
 }
 
+absl::Status PeerClient::PeerStatus(const std::string& endpoint, const grpc::Status& status,
+                                    absl::string_view call) {
+  if (status.ok()) return absl::OkStatus();
+  if (TransportFailure(status.error_code())) {
+    kServerLog.Warn("peer unreachable", {{"endpoint", endpoint},
+                                         {"call", call},
+                                         {"code", static_cast<int>(status.error_code())},
+                                         {"error", status.error_message()}});
+    return absl::UnavailableError(absl::StrCat("peer unreachable: ", endpoint));
+  }
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      absl::StrCat(call, " from ", endpoint, ": ", status.error_message()));
+}
+
 absl::Status PeerClient::Pull(const std::string& endpoint, const std::string& grant,
                               uint64_t src_offset, uint64_t size, SessionBuffer& dst,
                               uint64_t dst_offset, uint64_t after) {
@@ -96,16 +110,7 @@ absl::Status PeerClient::Pull(const std::string& endpoint, const std::string& gr
   }
   const grpc::Status st = reader->Finish();
   TG_RETURN_IF_ERROR(write_status);
-  if (!st.ok() && TransportFailure(st.error_code())) {
-    kServerLog.Warn("peer unreachable", {{"endpoint", endpoint},
-                                         {"code", static_cast<int>(st.error_code())},
-                                         {"error", st.error_message()}});
-    return absl::UnavailableError(absl::StrCat("peer unreachable: ", endpoint));
-  }
-  if (!st.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
-                        absl::StrCat("peer_pull from ", endpoint, ": ", st.error_message()));
-  }
+  TG_RETURN_IF_ERROR(PeerStatus(endpoint, st, "peer_pull"));
   if (received != size) {
     return absl::DataLossError(
         absl::StrFormat("peer_pull: %s sent %d of %d bytes", endpoint, received, size));

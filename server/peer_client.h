@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/grpc_channel.h"
@@ -22,6 +23,7 @@
 
 namespace grpc {
 class Channel;
+class Status;
 }  // namespace grpc
 
 namespace tg::server {
@@ -48,15 +50,22 @@ class PeerClient {
                     uint64_t size, SessionBuffer& dst, uint64_t dst_offset, uint64_t after = 0)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The cached channel to `endpoint` (PERMISSION_DENIED, and no connection made, when it is
+  // not an allowed peer). For the other peer calls (the all-reduce among servers).
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> ChannelFor(const std::string& endpoint)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A finished peer call's status as a client may see it: a transport failure becomes
+  // UNAVAILABLE "peer unreachable: ENDPOINT" (the details go to the log), another error
+  // keeps its code and says "CALL from ENDPOINT: ...".
+  static absl::Status PeerStatus(const std::string& endpoint, const grpc::Status& status,
+                                 absl::string_view call);
+
  private:
   struct Peer {
     std::string address;  // PeerTarget::address the channel dials.
     std::shared_ptr<grpc::Channel> channel;
     absl::Time checked;
   };
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> ChannelFor(const std::string& endpoint)
-      ABSL_LOCKS_EXCLUDED(mu_);
-
   const PeerClientOptions options_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);

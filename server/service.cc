@@ -97,7 +97,10 @@ grpc::Status CheckBearerToken(const grpc::ServerContext& context, const std::str
 }  // namespace
 
 TensorGridService::TensorGridService(ServiceOptions options)
-    : options_(std::move(options)), server_id_(RandomHex(16)), peers_(options_.peer) {
+    : options_(std::move(options)),
+      server_id_(RandomHex(16)),
+      peers_(options_.peer),
+      collectives_(&peers_, &grants_, options_.metrics) {
   for (Device* d : options_.devices) supported_ops_.push_back(SupportedOps(d));
   // gRPC owns method handlers and takes them as raw pointers.
   MarkMethodStreamed(rpc::kUploadMethodIndex,
@@ -193,6 +196,7 @@ grpc::Status TensorGridService::Session(
   env.grants = &grants_;
   env.peers = &peers_;
   env.models = options_.models;
+  env.collectives = &collectives_;
   auto session = std::make_shared<server::Session>(id, std::move(env));
   size_t open_sessions;
   {
@@ -375,6 +379,13 @@ grpc::Status TensorGridService::PeerCopy(grpc::ServerContext* context,
   grpc::Status st = StreamRange(*buf, request->offset(), request->size(), context, writer, &sent);
   if (options_.metrics != nullptr) options_.metrics->PeerCopyBytes(sent);
   return st;
+}
+
+grpc::Status TensorGridService::PeerReduce(grpc::ServerContext* context,
+                                           const pb::PeerReduceRequest* request,
+                                           pb::PeerReduceReply* reply) {
+  // As PeerCopy: the grant is the capability, not the bearer token.
+  return ToGrpc(collectives_.Receive(*request));
 }
 
 }  // namespace tg::server

@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "core/backend.h"
+#include "server/collective_runner.h"
 #include "server/grant_table.h"
 #include "server/peer_client.h"
 #include "server/session.h"
@@ -57,6 +58,9 @@ class TensorGridService final : public ::tensorgrid::v1::TensorGrid::Service {
   grpc::Status PeerCopy(grpc::ServerContext* context,
                         const ::tensorgrid::v1::PeerCopyRequest* request,
                         grpc::ServerWriter<::tensorgrid::v1::DataChunk>* writer) override;
+  grpc::Status PeerReduce(grpc::ServerContext* context,
+                          const ::tensorgrid::v1::PeerReduceRequest* request,
+                          ::tensorgrid::v1::PeerReduceReply* reply) override;
 
   const std::string& server_id() const { return server_id_; }
   size_t active_sessions() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -72,6 +76,7 @@ class TensorGridService final : public ::tensorgrid::v1::TensorGrid::Service {
   std::vector<std::vector<uint32_t>> supported_ops_;  // per device.
   GrantTable grants_;
   PeerClient peers_;
+  CollectiveRunner collectives_;  // uses peers_ and grants_.
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<server::Session>> sessions_ ABSL_GUARDED_BY(mu_);
 };

@@ -10,6 +10,7 @@
 #include "core/context.h"
 #include "core/status_macros.h"
 #include "proto/protocol.h"
+#include "server/collective_runner.h"
 #include "server/grant_table.h"
 #include "server/log.h"
 #include "server/memory_reservation.h"
@@ -401,6 +402,23 @@ absl::StatusOr<Session::Work> Session::Prepare(const pb::SessionRequest& req,
         return peers->Pull(p.endpoint(), p.grant(), p.src_offset(), p.size(), *dst, p.dst_offset(),
                            p.after());
       });
+    }
+    case pb::SessionRequest::kAllReduce: {
+      if (env_.collectives == nullptr) return absl::UnimplementedError("all_reduce is not enabled");
+      const pb::AllReduce& a = req.all_reduce();
+      // The server's part reads every local tensor of the collective: it waits for the work
+      // queued on each of their devices and holds back what comes after.
+      Work work;
+      for (const pb::CollectiveTensor& t : a.tensors()) {
+        TG_ASSIGN_OR_RETURN(auto buf, FindBuffer(t.buffer()));
+        work.lanes.push_back(lane_of_[buf->device_index()]);
+      }
+      CollectiveRunner* runner = env_.collectives;
+      work.run = [this, runner, &a](pb::SessionReply*) {
+        return runner->Run(
+            id_, [this](uint64_t h) { return FindBuffer(h); }, a);
+      };
+      return work;
     }
     case pb::SessionRequest::kCacheStats: {
       pb::CacheStatsReply* stats = reply->mutable_cache_stats();

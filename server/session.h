@@ -43,6 +43,7 @@
 
 namespace tg::server {
 
+class CollectiveRunner;
 class GrantTable;
 class Metrics;
 class ModelIndex;
@@ -53,9 +54,10 @@ struct SessionEnv {
   std::vector<Device*> devices;  // index = AllocBuffer.device / Compute.device.
   uint64_t mem_limit = 0;        // bytes per session; 0 = no limit.
   Metrics* metrics = nullptr;
-  GrantTable* grants = nullptr;  // GrantPeerRead is UNIMPLEMENTED without it.
-  PeerClient* peers = nullptr;   // PeerPull is UNIMPLEMENTED without it.
-  ModelIndex* models = nullptr;  // --model-dir; OpenModelFile is NOT_FOUND without it.
+  GrantTable* grants = nullptr;             // GrantPeerRead is UNIMPLEMENTED without it.
+  PeerClient* peers = nullptr;              // PeerPull is UNIMPLEMENTED without it.
+  ModelIndex* models = nullptr;             // --model-dir; OpenModelFile is NOT_FOUND without it.
+  CollectiveRunner* collectives = nullptr;  // AllReduce is UNIMPLEMENTED without it.
   // Tests and the fuzzer only: handles are 1, 2, 3, ... so that scripted command sequences
   // can name them. A server never sets this.
   bool predictable_handles = false;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "cli/arg_parser.h"
 #include "cli/device_flags.h"
+#include "client/client_metrics.h"
 #include "core/status_macros.h"
 #include "models/failover_model.h"
 #include "models/failover_session.h"
@@ -168,7 +169,14 @@ void PrintJson(const Result& r, const LoadReport& load) {
     j.Key("sent").Int(d.sent).Key("cached").Int(d.cached).Key("from_file").Int(d.from_file);
     j.Key("seconds").Double(d.seconds).EndObject();
   }
-  j.EndArray().EndObject().EndObject();
+  j.EndArray().EndObject();
+  // What the remote devices' all-reduces moved through this process (client/client_metrics.h).
+  const rpc::ClientMetrics& m = rpc::ClientMetrics::Get();
+  j.Key("rpc").BeginObject();
+  j.Key("allreduce_client_bytes").Int(static_cast<int64_t>(m.allreduce_client_bytes.load()));
+  j.Key("allreduce_on_servers").Int(static_cast<int64_t>(m.allreduce_on_servers.load()));
+  j.Key("allreduce_staged").Int(static_cast<int64_t>(m.allreduce_staged.load()));
+  j.EndObject().EndObject();
   std::printf("%s\n", j.str().c_str());
 }
 

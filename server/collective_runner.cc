@@ -1,0 +1,392 @@
+#include "server/collective_runner.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/fp16.h"
+#include "core/status_macros.h"
+#include "core/tensor.h"
+#include "proto/protocol.h"
+#include "server/grant_table.h"
+#include "server/metrics.h"
+#include "server/peer_client.h"
+#include "tensorgrid/v1/tensorgrid.grpc.pb.h"
+
+namespace tg::server {
+namespace {
+
+namespace pb = ::tensorgrid::v1;
+
+// Parts of this collective's bookkeeping kept at most; past it the finished ones go (a
+// client that sent fewer commands than it announced leaves them behind).
+constexpr size_t kMaxParts = 4096;
+// A peer channel seen failed this many polls in a row is taken as gone (one failed poll
+// may be a connection being re-established).
+constexpr int kFailedPolls = 2;
+
+size_t WireBytes(size_t elements, bool bf16) {
+  return elements * (bf16 ? sizeof(uint16_t) : sizeof(float));
+}
+
+size_t Parts(size_t bytes) {
+  return std::max<size_t>(1, (bytes + rpc::kChunkBytes - 1) / rpc::kChunkBytes);
+}
+
+// The wire form of values [begin, end) of v.
+std::string Encode(const std::vector<float>& v, size_t begin, size_t end, bool bf16) {
+  std::string out(WireBytes(end - begin, bf16), '\0');
+  if (!bf16) {
+    std::memcpy(out.data(), v.data() + begin, out.size());
+    return out;
+  }
+  for (size_t i = begin; i < end; ++i) {
+    const uint16_t h = FloatToBF16(v[i]);
+    std::memcpy(out.data() + (i - begin) * sizeof(h), &h, sizeof(h));
+  }
+  return out;
+}
+
+// Adds (or stores) wire values into v[at, ...).
+void Decode(const std::string& wire, bool bf16, bool add, float* v) {
+  const size_t n = wire.size() / (bf16 ? sizeof(uint16_t) : sizeof(float));
+  for (size_t i = 0; i < n; ++i) {
+    float x;
+    if (bf16) {
+      uint16_t h;
+      std::memcpy(&h, wire.data() + i * sizeof(h), sizeof(h));
+      x = BF16ToFloat(h);
+    } else {
+      std::memcpy(&x, wire.data() + i * sizeof(x), sizeof(x));
+    }
+    v[i] = add ? v[i] + x : x;
+  }
+}
+
+}  // namespace
+
+// The pushes of one exchange: started without waiting for their replies, so that the
+// session thread goes straight on to wait for its peer's piece (under load each wait for a
+// reply is a thread wake-up on the collective's critical path). A failed push is seen at
+// the next wait; all are waited for before the exchange ends.
+class PushesInFlight {
+ public:
+  ~PushesInFlight() { WaitAll().IgnoreError(); }  // the calls use calls_ until done.
+
+  void Start(std::shared_ptr<grpc::Channel> channel, const std::string& endpoint,
+             pb::PeerReduceRequest request) {
+    Call& c = calls_.emplace_back();
+    c.endpoint = endpoint;
+    c.stub = pb::TensorGrid::NewStub(std::move(channel));
+    c.ctx.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoMilliseconds(CollectiveRunner::kPushDeadline));
+    c.request = std::move(request);
+    {
+      absl::MutexLock lock(&mu_);
+      ++outstanding_;
+    }
+    c.stub->async()->PeerReduce(&c.ctx, &c.request, &c.reply, [this, &c](grpc::Status st) {
+      absl::Status s = PeerClient::PeerStatus(c.endpoint, st, "peer_reduce");
+      absl::MutexLock lock(&mu_);
+      if (!s.ok() && status_.ok()) status_ = std::move(s);
+      --outstanding_;
+    });
+  }
+
+  // The first failure so far.
+  absl::Status status() {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
+  absl::Status WaitAll() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* n) { return *n == 0; }, &outstanding_));
+    return status_;
+  }
+
+ private:
+  struct Call {
+    std::string endpoint;
+    std::unique_ptr<pb::TensorGrid::Stub> stub;
+    grpc::ClientContext ctx;
+    pb::PeerReduceRequest request;
+    pb::PeerReduceReply reply;
+  };
+  std::deque<Call> calls_;  // a deque: a started call's address never changes.
+  absl::Mutex mu_;
+  int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::Status CollectiveRunner::Run(const std::string& session_id, BufferFinder find,
+                                   const pb::AllReduce& cmd) {
+  const std::pair<std::string, uint64_t> key(session_id, cmd.collective());
+  std::shared_ptr<Part> part;
+  bool first = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = parts_.find(key);
+    if (it == parts_.end()) {
+      if (parts_.size() >= kMaxParts) {
+        absl::erase_if(parts_, [](const auto& p) { return p.second->done; });
+      }
+      part = std::make_shared<Part>();
+      part->commands_left = std::max(1, cmd.tensors_size());
+      parts_[key] = part;
+      first = true;
+    } else {
+      part = it->second;
+    }
+    --part->commands_left;
+  }
+  absl::Status status;
+  if (first) {
+    status = RunPart(find, cmd);
+    absl::MutexLock lock(&mu_);
+    part->done = true;
+    part->status = status;
+  } else {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](Part* p) { return p->done; }, part.get()));
+    status = part->status;
+  }
+  absl::MutexLock lock(&mu_);
+  if (part->done && part->commands_left <= 0) {
+    auto it = parts_.find(key);
+    if (it != parts_.end() && it->second == part) parts_.erase(it);
+  }
+  return status;
+}
+
+absl::StatusOr<CollectiveRunner::Local> CollectiveRunner::Resolve(BufferFinder find,
+                                                                  const pb::AllReduce& cmd) const {
+  const int m = cmd.servers_size();
+  if (m < 1 || m > kMaxServers) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("all_reduce over %d servers (1 to %d)", m, kMaxServers));
+  }
+  if (cmd.rank() >= static_cast<uint32_t>(m)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("all_reduce: rank %d of %d servers", cmd.rank(), m));
+  }
+  if (cmd.tensors_size() < 1 || cmd.tensors_size() > kMaxLocalDevices) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("all_reduce with %d tensors on this server (1 to %d)", cmd.tensors_size(),
+                        kMaxLocalDevices));
+  }
+  const uint64_t count = cmd.count();
+  if (count == 0 || count > kMaxBytes / sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrFormat("all_reduce of %d f32 elements (1 to %d)",
+                                                      count, kMaxBytes / sizeof(float)));
+  }
+  bool names_device = false;
+  Local local;
+  for (const pb::CollectiveTensor& t : cmd.tensors()) {
+    TG_ASSIGN_OR_RETURN(std::shared_ptr<SessionBuffer> buf, find(t.buffer()));
+    TG_RETURN_IF_ERROR(buf->CheckRange(t.offset(), count * sizeof(float)));
+    if (buf->device_index() != static_cast<int>(t.device())) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("all_reduce: buffer %#x is on device %d, not %d", t.buffer(),
+                          buf->device_index(), t.device()));
+    }
+    names_device = names_device || t.device() == cmd.device();
+    local.buffers.push_back(std::move(buf));
+    local.offsets.push_back(t.offset());
+  }
+  if (!names_device) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("all_reduce for device %d lists no tensor of that device", cmd.device()));
+  }
+  if (m > 1) {
+    // The pieces this server takes are filed under its own grant: it must be one this
+    // session made, or a client could read what peers send to another session.
+    const std::shared_ptr<SessionBuffer> granted = grants_->Find(cmd.servers(cmd.rank()).grant());
+    if (granted == nullptr || granted != local.buffers[0]) {
+      return absl::PermissionDeniedError(
+          absl::StrFormat("all_reduce: servers[%d].grant is not this session's grant of buffer %#x",
+                          cmd.rank(), cmd.tensors(0).buffer()));
+    }
+  }
+  return local;
+}
+
+absl::Status CollectiveRunner::RunPart(BufferFinder find, const pb::AllReduce& cmd) {
+  TG_ASSIGN_OR_RETURN(const Local local, Resolve(find, cmd));
+  const int m = cmd.servers_size();
+  // Every peer is checked before anything is sent: one outside --peers fails the command
+  // with no connection made to any.
+  for (int r = 0; r < m; ++r) {
+    if (r == static_cast<int>(cmd.rank())) continue;
+    TG_RETURN_IF_ERROR(peers_->ChannelFor(cmd.servers(r).endpoint()).status());
+  }
+  const size_t count = cmd.count();
+  std::vector<float> sum;
+  TG_RETURN_IF_ERROR(LocalSum(local, count, &sum));
+  if (m > 1) {
+    absl::Status s = Exchange(cmd, &sum);
+    mailbox_.Drop(cmd.servers(cmd.rank()).grant(), cmd.collective());
+    TG_RETURN_IF_ERROR(s);
+  }
+  for (size_t i = 0; i < local.buffers.size(); ++i) {
+    TG_RETURN_IF_ERROR(
+        local.buffers[i]->Write(local.offsets[i], sum.data(), count * sizeof(float)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CollectiveRunner::LocalSum(const Local& local, size_t count, std::vector<float>* sum) {
+  const size_t bytes = count * sizeof(float);
+  sum->resize(count);
+  const size_t n = local.buffers.size();
+  std::vector<Device*> devices;
+  for (const auto& b : local.buffers) devices.push_back(b->buffer()->type()->device());
+  Collectives* family = devices[0]->collectives();
+  bool shared = n > 1 && family != nullptr;
+  for (Device* d : devices) shared = shared && d->collectives() == family;
+  if (shared) {
+    absl::MutexLock lock(&comm_mu_);
+    auto it = communicators_.find(devices);
+    if (it == communicators_.end()) {
+      absl::StatusOr<std::unique_ptr<Communicator>> c = family->Init(devices);
+      // A family that cannot set its collectives up here still gets the host sum.
+      if (c.ok()) it = communicators_.emplace(devices, std::move(*c)).first;
+    }
+    if (it != communicators_.end()) {
+      std::vector<Tensor> tensors(n);
+      std::vector<Tensor*> ptrs;
+      for (size_t i = 0; i < n; ++i) {
+        Tensor& t = tensors[i];
+        t.type = DType::kF32;
+        t.ne[0] = static_cast<int64_t>(count);
+        SetContiguousStrides(&t);
+        t.buffer = local.buffers[i]->buffer();
+        t.data = static_cast<uint8_t*>(t.buffer->base()) + local.offsets[i];
+        ptrs.push_back(&t);
+      }
+      TG_RETURN_IF_ERROR(it->second->AllReduce(ptrs));
+      return local.buffers[0]->Read(local.offsets[0], sum->data(), bytes);
+    }
+  }
+  TG_RETURN_IF_ERROR(local.buffers[0]->Read(local.offsets[0], sum->data(), bytes));
+  std::vector<float> other(n > 1 ? count : 0);
+  for (size_t i = 1; i < n; ++i) {
+    TG_RETURN_IF_ERROR(local.buffers[i]->Read(local.offsets[i], other.data(), bytes));
+    for (size_t j = 0; j < count; ++j) (*sum)[j] += other[j];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CollectiveRunner::Exchange(const pb::AllReduce& cmd, std::vector<float>* sum) {
+  const int m = cmd.servers_size();
+  const int rank = static_cast<int>(cmd.rank());
+  const size_t count = sum->size();
+  // Two servers: the butterfly sends the same bytes as the ring in one step instead of two,
+  // so the ring is worth it there only for BF16 on the wire.
+  const bool ring = cmd.algorithm() == pb::AllReduce::RING ||
+                    (cmd.algorithm() == pb::AllReduce::AUTO &&
+                     count * sizeof(float) >= kRingMinBytes && (m > 2 || cmd.bf16_wire()));
+  // BF16 only in the ring: there each chunk's owner rounds it once and the rest copy it;
+  // butterfly partners would each add the other's rounded values and end apart.
+  const bool bf16 = ring && cmd.bf16_wire();
+  const std::vector<ExchangeStep> steps =
+      ring ? RingSchedule(m, rank, count) : ButterflySchedule(m, rank, count);
+  const absl::Time deadline = absl::Now() + kPieceWait;
+  PushesInFlight pushes;
+  for (const ExchangeStep& step : steps) {
+    if (step.send_to >= 0) TG_RETURN_IF_ERROR(Push(cmd, step, bf16, *sum, pushes));
+    if (step.recv_from >= 0) TG_RETURN_IF_ERROR(Pull(cmd, step, bf16, deadline, pushes, sum));
+  }
+  return pushes.WaitAll();
+}
+
+absl::Status CollectiveRunner::Push(const pb::AllReduce& cmd, const ExchangeStep& step, bool bf16,
+                                    const std::vector<float>& sum, PushesInFlight& pushes) {
+  const pb::CollectiveServer& to = cmd.servers(step.send_to);
+  TG_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, peers_->ChannelFor(to.endpoint()));
+  const std::string wire = Encode(sum, step.send_begin, step.send_end, bf16);
+  const size_t parts = Parts(wire.size());
+  for (size_t p = 0; p < parts; ++p) {
+    pb::PeerReduceRequest req;
+    req.set_grant(to.grant());
+    req.set_collective(cmd.collective());
+    req.set_step(step.id);
+    req.set_part(static_cast<uint32_t>(p));
+    req.set_from_rank(cmd.rank());
+    const size_t at = p * rpc::kChunkBytes;
+    req.set_data(wire.substr(at, std::min(rpc::kChunkBytes, wire.size() - at)));
+    pushes.Start(channel, to.endpoint(), std::move(req));
+  }
+  return pushes.status();
+}
+
+absl::Status CollectiveRunner::Pull(const pb::AllReduce& cmd, const ExchangeStep& step, bool bf16,
+                                    absl::Time deadline, PushesInFlight& pushes,
+                                    std::vector<float>* sum) {
+  const std::string& from = cmd.servers(step.recv_from).endpoint();
+  const size_t want = WireBytes(step.recv_end - step.recv_begin, bf16);
+  const size_t parts = Parts(want);
+  int failures = 0;
+  size_t got = 0;
+  for (size_t p = 0; p < parts; ++p) {
+    PieceKey key{cmd.servers(cmd.rank()).grant(), cmd.collective(), step.id,
+                 static_cast<uint32_t>(p), static_cast<uint32_t>(step.recv_from)};
+    TG_ASSIGN_OR_RETURN(std::string wire, mailbox_.Take(key, deadline, kPeerPoll, [&] {
+      TG_RETURN_IF_ERROR(pushes.status());
+      return CheckPeer(from, &failures);
+    }));
+    const size_t expect = std::min(rpc::kChunkBytes, want - got);
+    if (wire.size() != expect) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("peer_reduce from %s: step %d part %d carries %d bytes, want %d", from,
+                          step.id, p, wire.size(), expect));
+    }
+    const size_t elem = bf16 ? sizeof(uint16_t) : sizeof(float);
+    Decode(wire, bf16, step.add, sum->data() + step.recv_begin + got / elem);
+    got += wire.size();
+  }
+  if (bf16 && step.final_sum) {
+    for (size_t i = step.recv_begin; i < step.recv_end; ++i) {
+      (*sum)[i] = BF16ToFloat(FloatToBF16((*sum)[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CollectiveRunner::CheckPeer(const std::string& endpoint, int* failures) {
+  TG_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, peers_->ChannelFor(endpoint));
+  // try_to_connect: a channel that went idle when its connection closed dials again, so
+  // that a peer that is gone shows as a failure.
+  const grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
+  const bool failed = state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN;
+  *failures = failed ? *failures + 1 : 0;
+  if (*failures >= kFailedPolls) {
+    return absl::UnavailableError(absl::StrCat("peer unreachable: ", endpoint));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CollectiveRunner::Receive(const pb::PeerReduceRequest& request) {
+  if (grants_->Find(request.grant()) == nullptr) {
+    return absl::NotFoundError("peer_reduce: unknown or revoked grant");
+  }
+  if (request.data().size() > rpc::kChunkBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "peer_reduce: a piece of %d bytes (at most %d)", request.data().size(), rpc::kChunkBytes));
+  }
+  const size_t n = request.data().size();
+  TG_RETURN_IF_ERROR(mailbox_.Put(
+      {request.grant(), request.collective(), request.step(), request.part(), request.from_rank()},
+      request.data()));
+  if (metrics_ != nullptr) metrics_->PeerCopyBytes(n);
+  return absl::OkStatus();
+}
+
+}  // namespace tg::server

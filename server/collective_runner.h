@@ -1,0 +1,122 @@
+// CollectiveRunner: rpc-server's side of the all-reduce among servers (tensorgrid.proto's
+// AllReduce and PeerReduce). AllReduce, one command per device taking part: the first of a
+// collective's commands to arrive runs this server's whole part (its devices' tensors summed
+// here, through the device family's Collectives when they share one, else on the host; then
+// the exchange with the other servers, a ring or a butterfly over PeerReduce; then the sum
+// written to every device's tensor), and the others wait for that part to be done, so that
+// the part runs once whether the session runs its devices' commands one after the other or
+// each on its own thread. PeerReduce files a peer's piece in the mailbox, for grants of this
+// server only (the grant the receiving session made is the capability).
+//
+// Peers are reached through PeerClient: --peers (PERMISSION_DENIED before any connection,
+// every endpoint checked before anything is sent) and the peer TLS options apply. A peer
+// that dies mid-collective is noticed within about a second (its channel fails), and the
+// command fails with "peer unreachable: ENDPOINT"; a peer that is alive but silent fails it
+// after kPieceWait. Thread-safe.
+#ifndef TENSORGRID_SERVER_COLLECTIVE_RUNNER_H_
+#define TENSORGRID_SERVER_COLLECTIVE_RUNNER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/backend.h"
+#include "server/allreduce_schedule.h"
+#include "server/reduce_mailbox.h"
+#include "server/session_buffer.h"
+#include "tensorgrid/v1/tensorgrid.pb.h"
+
+namespace tg::server {
+
+class GrantTable;
+class Metrics;
+class PeerClient;
+class PushesInFlight;
+
+using BufferFinder =
+    absl::FunctionRef<absl::StatusOr<std::shared_ptr<SessionBuffer>>(uint64_t handle)>;
+
+class CollectiveRunner {
+ public:
+  // Servers in one collective at most, and devices of one server in it.
+  static constexpr int kMaxServers = 64;
+  static constexpr int kMaxLocalDevices = 64;
+  // Largest tensor summed (bytes): four times the largest activation of a 512-token batch
+  // of a 16k-wide model, with room.
+  static constexpr uint64_t kMaxBytes = uint64_t{256} << 20;
+  // AUTO: ring at or above this many bytes, butterfly below (as meta's AllReducer: below,
+  // the ring's 2(m-1) round trips cost more than the butterfly's extra bytes); with two
+  // servers always the butterfly (the same bytes in one step) unless BF16 is asked for.
+  static constexpr uint64_t kRingMinBytes = uint64_t{64} << 10;
+  // How long a piece from a peer is waited for: the peer may still be computing what comes
+  // before its part (a long prompt on a slow device).
+  static constexpr absl::Duration kPieceWait = absl::Seconds(60);
+  // How often a wait looks at the peer's channel.
+  static constexpr absl::Duration kPeerPoll = absl::Milliseconds(200);
+  // How long one push may take.
+  static constexpr absl::Duration kPushDeadline = absl::Seconds(30);
+
+  // `peers`, `grants` must outlive the runner; `metrics` may be null.
+  CollectiveRunner(PeerClient* peers, GrantTable* grants, Metrics* metrics)
+      : peers_(peers), grants_(grants), metrics_(metrics) {}
+
+  // The AllReduce command of session `session_id`, whose buffers `find` resolves.
+  absl::Status Run(const std::string& session_id, BufferFinder find,
+                   const tensorgrid::v1::AllReduce& cmd) ABSL_LOCKS_EXCLUDED(mu_);
+  // A peer's PeerReduce: NOT_FOUND for a grant this server did not make.
+  absl::Status Receive(const tensorgrid::v1::PeerReduceRequest& request);
+
+  size_t held_bytes() const { return mailbox_.held_bytes(); }
+
+ private:
+  // This server's part of one collective, shared by its devices' commands.
+  struct Part {
+    int commands_left = 0;
+    bool done = false;
+    absl::Status status;
+  };
+  struct Local {
+    std::vector<std::shared_ptr<SessionBuffer>> buffers;
+    std::vector<uint64_t> offsets;
+  };
+
+  absl::Status RunPart(BufferFinder find, const tensorgrid::v1::AllReduce& cmd);
+  absl::StatusOr<Local> Resolve(BufferFinder find, const tensorgrid::v1::AllReduce& cmd) const;
+  // Sums the local tensors into `sum`.
+  absl::Status LocalSum(const Local& local, size_t count, std::vector<float>* sum)
+      ABSL_LOCKS_EXCLUDED(comm_mu_);
+  absl::Status Exchange(const tensorgrid::v1::AllReduce& cmd, std::vector<float>* sum);
+  // Starts the step's pushes without waiting for them.
+  absl::Status Push(const tensorgrid::v1::AllReduce& cmd, const ExchangeStep& step, bool bf16,
+                    const std::vector<float>& sum, PushesInFlight& pushes);
+  absl::Status Pull(const tensorgrid::v1::AllReduce& cmd, const ExchangeStep& step, bool bf16,
+                    absl::Time deadline, PushesInFlight& pushes, std::vector<float>* sum);
+  // UNAVAILABLE "peer unreachable" once the peer's channel has failed twice in a row.
+  absl::Status CheckPeer(const std::string& endpoint, int* failures);
+
+  PeerClient* const peers_;
+  GrantTable* const grants_;
+  Metrics* const metrics_;
+  ReduceMailbox mailbox_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::pair<std::string, uint64_t>, std::shared_ptr<Part>> parts_
+      ABSL_GUARDED_BY(mu_);
+  // Local Collectives, per set of devices (their setup can be costly: NCCL); a communicator
+  // is used by one thread at a time.
+  absl::Mutex comm_mu_;
+  absl::flat_hash_map<std::vector<Device*>, std::unique_ptr<Communicator>> communicators_
+      ABSL_GUARDED_BY(comm_mu_);
+};
+
+}  // namespace tg::server
+
+#endif  // TENSORGRID_SERVER_COLLECTIVE_RUNNER_H_
