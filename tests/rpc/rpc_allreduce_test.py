@@ -32,7 +32,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "faults"))
-from rpc_cluster import SKIP, Cluster, Server, local_env, model_missing, model_test_args  # noqa: E402
+from rpc_cluster import SKIP, Cluster, Server, exit_after, local_env, model_missing, model_test_args  # noqa: E402
 from rpc_peers_test import QUIET_S, Checker, Listener, pull  # noqa: E402
 from rpc_split_test import compare, tg_run  # noqa: E402
 
@@ -87,17 +87,11 @@ def case_kill(a, c):
         if p.poll() is not None:
             c.check(False, f"tg-run ended before the kill: {p.stderr.read().decode()[-1500:]}")
             return
-        t0 = time.time()
-        cl.kill(1)
-        try:
-            p.stdout.read()
-            err = p.stderr.read().decode()
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
+        ended = exit_after(p, lambda: cl.kill(1))
+        if ended is None:
             c.check(False, "tg-run hangs after a server died mid-collective")
             return
-        took = time.time() - t0
+        err, took = ended
         lines = [l for l in err.splitlines() if l.strip()]
         c.check(p.returncode != 0 and took <= 5,
                 f"tg-run exited {p.returncode} {took:.2f} s after the kill (output {first!r})")

@@ -48,6 +48,22 @@ def local_env():
     return {k: v for k, v in os.environ.items() if k != "TG_CPU_DEVICES"}
 
 
+
+def exit_after(p, kill, timeout=10):
+    """Calls kill() (a server dies under a running client p), then reads p's output to its
+    end: (p's stderr, seconds from the kill to its exit), or None when p still runs after
+    `timeout` s (then it is killed: a hang)."""
+    t0 = time.time()
+    kill()
+    try:
+        p.stdout.read()
+        err = p.stderr.read().decode()
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return None
+    return err, time.time() - t0
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -16,10 +16,9 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rpc_cluster import SKIP, Cluster, local_env, model_missing, model_test_args  # noqa: E402
+from rpc_cluster import SKIP, Cluster, exit_after, local_env, model_missing, model_test_args  # noqa: E402
 
 
 def main():
@@ -40,17 +39,11 @@ def main():
             m = c.metrics(0)
             print(f"before the kill: uploaded {m.get('tg_upload_bytes_total')} bytes, "
                   f"cache hits {m.get('tg_cache_hit_bytes_total')} bytes; output {first!r}")
-            t0 = time.time()
-            c.kill(0)
-            try:
-                p.stdout.read()
-                err = p.stderr.read().decode()
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+            ended = exit_after(p, lambda: c.kill(0))
+            if ended is None:
                 print("FAIL: tg-run hangs after the server died")
                 return 1
-            took = time.time() - t0
+            err, took = ended
             lines = [l for l in err.splitlines() if l.strip() and not l.startswith("upload ")]
             print(f"tg-run exited {p.returncode} {took:.2f} s after the kill: {lines[-1:]!r}")
             if p.returncode == 0 or took > 5:
