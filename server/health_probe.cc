@@ -11,8 +11,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -23,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "core/status_macros.h"
 #include "health_probe.grpc.pb.h"
+#include "server/flag_file.h"
 #include "server/log.h"
 
 namespace tg::server {
@@ -114,14 +113,6 @@ absl::Status FromCheck(const HealthProbeOptions& o, const grpc::Status& st,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read '", path, "'"));
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
 bool IsWildcardHost(absl::string_view host) {
   return host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]";
 }
@@ -183,13 +174,13 @@ int RunHealthProbe(absl::string_view spec, const std::string& tls_cert_file,
     HealthProbeOptions o;
     TG_ASSIGN_OR_RETURN(o.target, ProbeTarget(spec));
     if (!tls_cert_file.empty()) {
-      TG_ASSIGN_OR_RETURN(o.pinned_cert_pem, ReadFile(tls_cert_file, "--tls-cert"));
+      TG_ASSIGN_OR_RETURN(o.pinned_cert_pem, ReadFlagFile(tls_cert_file, "--tls-cert"));
     }
     if (!ca_file.empty()) {
-      TG_ASSIGN_OR_RETURN(o.ca_pem, ReadFile(ca_file, "--peer-tls-ca"));
+      TG_ASSIGN_OR_RETURN(o.ca_pem, ReadFlagFile(ca_file, "--peer-tls-ca"));
     }
     if (!token_file.empty()) {
-      TG_ASSIGN_OR_RETURN(std::string token, ReadFile(token_file, "--auth-token-file"));
+      TG_ASSIGN_OR_RETURN(std::string token, ReadFlagFile(token_file, "--auth-token-file"));
       o.token = std::string(absl::StripAsciiWhitespace(token));
     }
     TG_RETURN_IF_ERROR(ProbeHealth(o));

@@ -7,7 +7,6 @@
 
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,6 +25,7 @@
 #include "core/status_macros.h"
 #include "proto/protocol.h"
 #include "server/byte_size.h"
+#include "server/flag_file.h"
 #include "server/health_probe.h"
 #include "server/log.h"
 #include "server/memory_reservation.h"
@@ -84,14 +84,6 @@ std::vector<char*> TakeRepeated(int argc, char** argv, absl::string_view flag,
     }
   }
   return rest;
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read '", path, "'"));
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
 }
 
 // -d/--devices (or --device): indices into the registry's device list or device names;
@@ -158,11 +150,11 @@ absl::Status ReadPeerOptions(const Flags& f, PeerClientOptions& peer) {
         "--peer-tls-cert needs --peer-tls-ca (a client certificate is only sent over TLS)");
   }
   if (!f.peer_tls_ca.empty()) {
-    TG_ASSIGN_OR_RETURN(peer.tls.ca_pem, ReadFile(f.peer_tls_ca, "--peer-tls-ca"));
+    TG_ASSIGN_OR_RETURN(peer.tls.ca_pem, ReadFlagFile(f.peer_tls_ca, "--peer-tls-ca"));
   }
   if (!f.peer_tls_cert.empty()) {
-    TG_ASSIGN_OR_RETURN(peer.tls.cert_pem, ReadFile(f.peer_tls_cert, "--peer-tls-cert"));
-    TG_ASSIGN_OR_RETURN(peer.tls.key_pem, ReadFile(f.peer_tls_key, "--peer-tls-key"));
+    TG_ASSIGN_OR_RETURN(peer.tls.cert_pem, ReadFlagFile(f.peer_tls_cert, "--peer-tls-cert"));
+    TG_ASSIGN_OR_RETURN(peer.tls.key_pem, ReadFlagFile(f.peer_tls_key, "--peer-tls-key"));
   }
   return absl::OkStatus();
 }
@@ -197,15 +189,15 @@ absl::StatusOr<ServerConfig> MakeConfig(const Flags& f, uint64_t* host_reserve) 
     return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
   }
   if (!f.tls_cert.empty()) {
-    TG_ASSIGN_OR_RETURN(c.tls_cert_pem, ReadFile(f.tls_cert, "--tls-cert"));
-    TG_ASSIGN_OR_RETURN(c.tls_key_pem, ReadFile(f.tls_key, "--tls-key"));
+    TG_ASSIGN_OR_RETURN(c.tls_cert_pem, ReadFlagFile(f.tls_cert, "--tls-cert"));
+    TG_ASSIGN_OR_RETURN(c.tls_key_pem, ReadFlagFile(f.tls_key, "--tls-key"));
   }
   if (!f.tls_client_ca.empty()) {
-    TG_ASSIGN_OR_RETURN(c.tls_client_ca_pem, ReadFile(f.tls_client_ca, "--tls-client-ca"));
+    TG_ASSIGN_OR_RETURN(c.tls_client_ca_pem, ReadFlagFile(f.tls_client_ca, "--tls-client-ca"));
   }
   TG_RETURN_IF_ERROR(ReadPeerOptions(f, c.peer));
   if (!f.auth_token_file.empty()) {
-    TG_ASSIGN_OR_RETURN(std::string token, ReadFile(f.auth_token_file, "--auth-token-file"));
+    TG_ASSIGN_OR_RETURN(std::string token, ReadFlagFile(f.auth_token_file, "--auth-token-file"));
     c.auth_token = std::string(absl::StripAsciiWhitespace(token));
     if (c.auth_token.empty()) {
       return absl::InvalidArgumentError(
