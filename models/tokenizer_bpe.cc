@@ -344,16 +344,13 @@ std::vector<size_t> SplitLengths(BpePreTokenizer kind, const CpText& t) {
   return SplitDefault(t, whole);
 }
 
-}  // namespace
-
-namespace {
-
 struct PreTokenizerName {
   absl::string_view name;
   BpePreTokenizer kind;
 };
 
-// llama.cpp groups these names under one pre-tokenizer type each (llama_vocab::impl::load).
+// llama.cpp groups these names under one pre-tokenizer type each (llama_vocab::impl::load),
+// except "gpt2": an alias of ours that llama.cpp refuses.
 constexpr PreTokenizerName kPreTokenizerNames[] = {
     {"default", BpePreTokenizer::kDefault},
     {"gpt-2", BpePreTokenizer::kGpt2},
