@@ -1,7 +1,7 @@
 // Byte-level BPE tokenizer and its pre-tokenizers; see tokenizer_bpe.h. The splitters are
 // transcriptions of llama.cpp's unicode_regex_split_custom_{gpt2,llama3,qwen2} (and of what
-// its std::regex fallback does for the "default" chain), quirks included: tokenization must
-// give llama.cpp's ids, not what a textbook regex engine would.
+// its std::regex fallback does for the "default" chain and for gpt-4o), quirks included:
+// tokenization must give llama.cpp's ids, not what a textbook regex engine would.
 #include "models/tokenizer_bpe.h"
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "models/unicode.h"
 
@@ -119,6 +120,20 @@ bool MatchTrailingSpaces(PieceSplitter& s, size_t* pos) {
   return true;
 }
 
+// \s*[\r\n]+|\s+(?!\S)|\s+ (the llama3 and gpt-4o tails); a codepoint none of them takes
+// becomes a word of its own.
+void MatchSpaces(PieceSplitter& s, size_t* pos) {
+  size_t crlf_end = 0;  // just past the last \r or \n of the whitespace run.
+  for (size_t p = *pos; s.Is(p, kSpace); ++p) {
+    if (IsCrLf(s.Cpt(p))) crlf_end = p + 1;
+  }
+  if (crlf_end > 0) {
+    s.Add(*pos = crlf_end);
+    return;
+  }
+  if (!MatchTrailingSpaces(s, pos)) s.Add(++*pos);
+}
+
 constexpr uint8_t kLetterNumberSpace = kLetter | kNumber | kSpace;
 
 // [^\s\p{L}\p{N}] as llama.cpp tests it: any codepoint of the piece that is none of those.
@@ -185,16 +200,69 @@ void SplitLlama3Piece(PieceSplitter& s, size_t pos, size_t max_digits) {
       s.Add(pos);
       continue;
     }
-    size_t n_space = 0;
-    size_t crlf_end = 0;  // just past the last \r or \n of the whitespace run.
-    for (; s.Is(pos + n_space, kSpace); ++n_space) {
-      if (IsCrLf(s.Cpt(pos + n_space))) crlf_end = pos + n_space + 1;
-    }
-    if (crlf_end > 0) {  // \s*[\r\n]+
-      s.Add(pos = crlf_end);
+    MatchSpaces(s, &pos);
+  }
+}
+
+bool IsAsciiUpper(uint32_t c) { return c >= 'A' && c <= 'Z'; }
+bool IsAsciiLower(uint32_t c) { return c >= 'a' && c <= 'z'; }
+
+// llama.cpp's gpt-4o letter classes, (?=\p{L})[^a-z] and (?=\p{L})[^A-Z]: a non-ASCII
+// letter is both.
+bool IsUpperish(const PieceSplitter& s, size_t pos) {
+  return s.Is(pos, kLetter) && !IsAsciiLower(s.Cpt(pos));
+}
+bool IsLowerish(const PieceSplitter& s, size_t pos) {
+  return s.Is(pos, kLetter) && !IsAsciiUpper(s.Cpt(pos));
+}
+
+// The end of the gpt-4o word at pos (its first two alternatives, in std::regex's backtracking
+// order), or pos when neither matches.
+size_t MatchCasedWord(const PieceSplitter& s, size_t pos) {
+  // [^\r\n\p{L}\p{N}]? : taking it is the only way on, as the next part needs a letter.
+  const uint8_t props = s.Props(pos);
+  const size_t body =
+      pos + ((props & kValid) && !IsCrLf(s.Cpt(pos)) && !(props & (kLetter | kNumber)));
+  size_t upper_end = body;
+  while (IsUpperish(s, upper_end)) ++upper_end;
+  size_t end;
+  if (IsLowerish(s, upper_end)) {  // upper* lower+
+    end = upper_end;
+    while (IsLowerish(s, end)) ++end;
+  } else {
+    // upper* lower+ backtracks to the upper run's last non-ASCII letter (lower as well);
+    // failing that, upper+ lower* takes the run of A-Z.
+    end = upper_end;
+    while (end > body && IsAsciiUpper(s.Cpt(end - 1))) --end;
+    if (end == body) end = upper_end;
+    if (end == body) return pos;
+  }
+  return end + MatchContraction(s, end, /*fold=*/true);
+}
+
+// llama.cpp's gpt-4o regex, run by std::regex over the collapsed text (see kGpt4o).
+void SplitGpt4oPiece(PieceSplitter& s, size_t pos) {
+  constexpr size_t kMaxDigits = 3;
+  while (pos < s.end()) {
+    if (const size_t end = MatchCasedWord(s, pos); end > pos) {
+      s.Add(pos = end);
       continue;
     }
-    if (!MatchTrailingSpaces(s, &pos)) s.Add(++pos);  // no match: one codepoint.
+    if (s.Is(pos, kNumber)) {  // \p{N}{1,3}
+      const size_t group = pos;
+      while (s.Is(pos, kNumber) && pos - group < kMaxDigits) ++pos;
+      s.Add(pos);
+      continue;
+    }
+    const size_t body = pos + (s.Cpt(pos) == ' ');
+    if (IsOther(s.Props(body))) {  //  ?[^\s\p{L}\p{N}]+[\r\n/]*
+      pos = body;
+      while (IsOther(s.Props(pos))) ++pos;
+      while (IsCrLf(s.Cpt(pos)) || s.Cpt(pos) == '/') ++pos;
+      s.Add(pos);
+      continue;
+    }
+    MatchSpaces(s, &pos);
   }
 }
 
@@ -268,40 +336,55 @@ std::vector<size_t> SplitLengths(BpePreTokenizer kind, const CpText& t) {
       return SplitEach(t, whole, [](PieceSplitter& s, size_t p) { SplitLlama3Piece(s, p, 3); });
     case BpePreTokenizer::kQwen2:
       return SplitEach(t, whole, [](PieceSplitter& s, size_t p) { SplitLlama3Piece(s, p, 1); });
+    case BpePreTokenizer::kGpt4o:
+      return SplitEach(t, whole, SplitGpt4oPiece);
     case BpePreTokenizer::kDefault:
       break;
   }
   return SplitDefault(t, whole);
 }
 
+struct PreTokenizerName {
+  absl::string_view name;
+  BpePreTokenizer kind;
+};
+
+// llama.cpp groups these names under one pre-tokenizer type each (llama_vocab::impl::load),
+// except "gpt2": an alias of ours that llama.cpp refuses.
+constexpr PreTokenizerName kPreTokenizerNames[] = {
+    {"default", BpePreTokenizer::kDefault},
+    {"gpt-2", BpePreTokenizer::kGpt2},
+    {"gpt2", BpePreTokenizer::kGpt2},
+    {"llama3", BpePreTokenizer::kLlama3},
+    {"llama-v3", BpePreTokenizer::kLlama3},
+    {"llama-bpe", BpePreTokenizer::kLlama3},
+    {"falcon3", BpePreTokenizer::kLlama3},
+    {"falcon-h1", BpePreTokenizer::kLlama3},
+    {"pixtral", BpePreTokenizer::kLlama3},
+    {"qwen2", BpePreTokenizer::kQwen2},
+    {"deepseek-r1-qwen", BpePreTokenizer::kQwen2},
+    {"gpt-4o", BpePreTokenizer::kGpt4o},
+    {"llama4", BpePreTokenizer::kGpt4o},
+    {"kanana2", BpePreTokenizer::kGpt4o},
+    {"talkie", BpePreTokenizer::kGpt4o},
+    {"minimax-m2", BpePreTokenizer::kGpt4o},
+};
+
 }  // namespace
 
+std::vector<std::string> BpePreTokenizerNames() {
+  std::vector<std::string> names;
+  for (const PreTokenizerName& n : kPreTokenizerNames) names.emplace_back(n.name);
+  return names;
+}
+
 absl::StatusOr<BpePreTokenizer> ParseBpePreTokenizer(absl::string_view name) {
-  struct Name {
-    absl::string_view name;
-    BpePreTokenizer kind;
-  };
-  // llama.cpp groups these names under one pre-tokenizer type each (llama_vocab::impl::load).
-  static constexpr Name kNames[] = {
-      {"default", BpePreTokenizer::kDefault},
-      {"gpt-2", BpePreTokenizer::kGpt2},
-      {"gpt2", BpePreTokenizer::kGpt2},
-      {"llama3", BpePreTokenizer::kLlama3},
-      {"llama-v3", BpePreTokenizer::kLlama3},
-      {"llama-bpe", BpePreTokenizer::kLlama3},
-      {"falcon3", BpePreTokenizer::kLlama3},
-      {"falcon-h1", BpePreTokenizer::kLlama3},
-      {"pixtral", BpePreTokenizer::kLlama3},
-      {"qwen2", BpePreTokenizer::kQwen2},
-      {"deepseek-r1-qwen", BpePreTokenizer::kQwen2},
-  };
-  for (const Name& n : kNames) {
+  for (const PreTokenizerName& n : kPreTokenizerNames) {
     if (n.name == name) return n.kind;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      kPreKey, ": unsupported pre-tokenizer \"", name,
-      "\" (supported: default, gpt-2, gpt2, llama3, llama-v3, llama-bpe, falcon3, falcon-h1, "
-      "pixtral, qwen2, deepseek-r1-qwen)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(kPreKey, ": unsupported pre-tokenizer \"", name,
+                   "\" (supported: ", absl::StrJoin(BpePreTokenizerNames(), ", "), ")"));
 }
 
 std::vector<std::string> PreTokenize(BpePreTokenizer kind, absl::string_view text) {

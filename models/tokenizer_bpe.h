@@ -1,9 +1,9 @@
 // BpeTokenizer: GPT-2 style byte-level BPE (tokenizer.ggml.model "gpt2"), reproducing
 // llama.cpp's llm_tokenizer_bpe: the text is split into words by the vocabulary's
-// pre-tokenizer (tokenizer.ggml.pre: llama3 / qwen2 / gpt-2 / default regexes, implemented by
-// hand over codepoints as llama.cpp's unicode.cpp does), each word's bytes become GPT-2's
-// printable byte-level characters, and adjacent symbols merge lowest rank first
-// (tokenizer.ggml.merges, rank = index). Immutable after Create; thread-safe.
+// pre-tokenizer (tokenizer.ggml.pre: llama3 / qwen2 / gpt-2 / gpt-4o / default regexes,
+// implemented by hand over codepoints, matching what llama.cpp's unicode.cpp does), each word's
+// bytes become GPT-2's printable byte-level characters, and adjacent symbols merge lowest rank
+// first (tokenizer.ggml.merges, rank = index). Immutable after Create; thread-safe.
 #ifndef TENSORGRID_MODELS_TOKENIZER_BPE_H_
 #define TENSORGRID_MODELS_TOKENIZER_BPE_H_
 
@@ -35,11 +35,23 @@ enum class BpePreTokenizer {
   kLlama3,
   // "qwen2" and kin: the llama3 regex with \p{N} (single digits).
   kQwen2,
+  // "gpt-4o" (gpt-oss's o200k_harmony), "llama4", "kanana2", "talkie", "minimax-m2":
+  // [^\r\n\p{L}\p{N}]?((?=\p{L})[^a-z])*((?=\p{L})[^A-Z])+(?:'s|'t|...)?
+  //   |[^\r\n\p{L}\p{N}]?((?=\p{L})[^a-z])+((?=\p{L})[^A-Z])*(?:'s|'t|...)?
+  //   |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  // That is llama.cpp's rewrite of o200k's case-aware regex (its \p{Lu}.. and \p{M} classes
+  // become "letter other than a-z / A-Z"), run by std::regex on text where every non-ASCII
+  // letter is one placeholder: so a non-ASCII letter counts as upper and lower case alike and
+  // combining marks are not part of words. Tokens must equal llama.cpp's, so that is what
+  // this splitter does, not tiktoken.
+  kGpt4o,
 };
 
 // INVALID_ARGUMENT naming tokenizer.ggml.pre and the value for one llama.cpp would reject or
 // that is not implemented here.
 absl::StatusOr<BpePreTokenizer> ParseBpePreTokenizer(absl::string_view name);
+// Every tokenizer.ggml.pre value ParseBpePreTokenizer accepts.
+std::vector<std::string> BpePreTokenizerNames();
 
 // The words `text` splits into (UTF-8, before byte-level encoding; malformed UTF-8 comes out
 // as U+FFFD, as in llama.cpp). Concatenated they give the text back.

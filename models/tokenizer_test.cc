@@ -476,12 +476,43 @@ TEST(PreTokenizeTest, DefaultChain) {
                });
 }
 
+// gpt-4o, worked out by hand from the regex llama.cpp runs (tokenizer_bpe.h, kGpt4o): a
+// non-ASCII letter counts as upper and lower case, combining marks are not letters.
+TEST(PreTokenizeTest, Gpt4o) {
+  ExpectSplits(
+      BpePreTokenizer::kGpt4o,
+      {
+          {"HelloWorld camelCase HTTPServer", {"Hello", "World", " camel", "Case", " HTTPServer"}},
+          {"DON'T don't I'm WE'LL they'Re 'tis",
+           {"DON'T", " don't", " I'm", " WE'LL", " they'Re", " '", "tis"}},
+          {"12345 x1234567 \u0663\u0664\u0665\u0666",
+           {"123", "45", " x", "123", "456", "7", " ", "\u0663\u0664\u0665", "\u0666"}},
+          {"$12 -3", {"$", "12", " -", "3"}},
+          {"end.\n\nNext!!\n/x a/b", {"end", ".\n\n", "Next", "!!\n/", "x", " a", "/b"}},
+          {"http://x.com/a", {"http", "://", "x", ".com", "/a"}},
+          {"a\r\n\r\nb", {"a", "\r\n\r\n", "b"}},
+          {"你好世界 ok 日本語のテキスト", {"你好世界", " ok", " 日本語のテキスト"}},
+          {"café naïve Ünïcödé", {"café", " naïve", " Ünïcödé"}},
+          // An upper run ending in A-Z stops after its last non-ASCII letter, which also
+          // counts as lower case (tiktoken keeps "ÜBER" and "WÖRLD" whole).
+          {"ÜBER HelloWÖRLD", {"Ü", "BER", " Hello", "WÖ", "RLD"}},
+          // A combining mark is no letter: it leads the next word or stands alone.
+          {"cafe\u0301s e\u0301", {"cafe", "\u0301s", " e", "\u0301"}},
+          {"a   b\t\tc  \n d ", {"a", "  ", " b", "\t", "\tc", "  \n", " d", " "}},
+          {"x\u00A0y\u3000\u3000z", {"x", "\u00A0y", "\u3000", "\u3000z"}},
+          {"hi 😀👍! ❤️", {"hi", " 😀👍!", " ❤️"}},
+          {"", {}},
+      });
+}
+
 TEST(PreTokenizeTest, ParsesNames) {
   EXPECT_EQ(*ParseBpePreTokenizer("llama-bpe"), BpePreTokenizer::kLlama3);
   EXPECT_EQ(*ParseBpePreTokenizer("llama3"), BpePreTokenizer::kLlama3);
   EXPECT_EQ(*ParseBpePreTokenizer("qwen2"), BpePreTokenizer::kQwen2);
   EXPECT_EQ(*ParseBpePreTokenizer("gpt2"), BpePreTokenizer::kGpt2);
   EXPECT_EQ(*ParseBpePreTokenizer("default"), BpePreTokenizer::kDefault);
+  EXPECT_EQ(*ParseBpePreTokenizer("gpt-4o"), BpePreTokenizer::kGpt4o);
+  EXPECT_EQ(*ParseBpePreTokenizer("llama4"), BpePreTokenizer::kGpt4o);
   EXPECT_FALSE(ParseBpePreTokenizer("nonesuch").ok());
 }
 

@@ -1,8 +1,9 @@
 // tokenizer_vs_peer: tokenizes a set of tricky prompts with tg::Tokenizer and with llama.cpp
 // (peer_harness tokenize) and requires identical ids, on the real stories260K SPM vocabulary
-// and on byte-level BPE vocabularies trained here (llama3 "llama-bpe", "qwen2", and also
-// "gpt-2" and "default" pre-tokenizers) and written as vocab-only llama GGUFs that libllama
-// accepts.
+// and on byte-level BPE vocabularies trained here (llama3 "llama-bpe", "qwen2", gpt-oss's
+// "gpt-4o", and also "gpt-2" and "default" pre-tokenizers) and written as vocab-only llama
+// GGUFs that libllama accepts; then every other tokenizer.ggml.pre name we accept, on the
+// vocabulary of the splitter we map it to, so that a name llama.cpp maps elsewhere differs.
 //
 //   tokenizer_vs_peer PEER_HARNESS [WORK_DIR]     (ctest passes both; TG_SHARED_DIR locates
 //                                                  ../shared/models/stories260K.gguf)
@@ -48,9 +49,13 @@ constexpr int32_t kTokenTypeByte = 6;
 constexpr int kLlama3Merges = 400;
 constexpr int kQwen2Merges = 300;
 constexpr int kGpt2Merges = 300;
+constexpr int kGpt4oMerges = 400;
 constexpr uint32_t kFuzzSeed = 20250601;
 constexpr int kMaxFuzzFragments = 12;
 constexpr int kMaxReportedPieces = 10;
+// Names we accept that llama.cpp refuses to load ("unknown pre-tokenizer type"): aliases of
+// ours with nothing to compare against.
+constexpr const char* kNamesOnlyOurs[] = {"gpt2"};
 
 std::vector<std::string> FixedPrompts() {
   return {
@@ -67,6 +72,9 @@ std::vector<std::string> FixedPrompts() {
       "accents: café, naïve, Zoë, Ünïcödé, señor, Ångström, façade",
       "CJK: 你好，世界！日本語のテキスト 한국어 텍스트",
       "emoji: 😀👍🏽 🇫🇷 ❤️ 🧑‍💻 done",
+      "cases: HelloWorld camelCase HTTPServer iPhone ÜBER HelloWÖRLD ÉCOLE éA Aé",
+      "marks: cafe\u0301s e\u0301 x\u00A0y\u3000\u3000z",
+      "slashes: end.\n\nNext!!\n/x http://x.com/a a/b //\n// one!\n/two!\n/three",
       "",
       " ",
       "special texts stay text: <|eot_id|> <|im_end|> </s> <s> and a <tool> tag",
@@ -81,13 +89,14 @@ std::vector<std::string> FixedPrompts() {
 // Fragments random prompts are made of: every class the pre-tokenizers tell apart, the
 // contraction and digit-group edges, odd whitespace, combining marks and malformed UTF-8.
 constexpr const char* kFragments[] = {
-    " ",      "  ",     "\n",   "\r\n",     "\t",   "\r",       "'s",     "'T",         "'re",
-    "'LL",    "'",      "a",    "Zy",       "the",  "é",        "ß",      "İ",          "你好",
-    "テ",     "한",     "😀",    "👍🏽", "🇫🇷",   "0",        "12",     "345",        "٣",
-    "Ⅻ",      "½",      "!",    "...",      "$",    "+=",       "<",      "|",          "`",
-    "~",      "^",      "—",    "«»",       "€",    "\u00A0",   "\u3000", "\u2028",     "\u0085",
-    "\u0301", "\u200B", "\xC3", "\xFF",     "\x80", "\xE2\x82", "<tool>", "<|eot_id|>", "\\",
-    "\\n",    "\x7F",   "\x01"};
+    " ",    "  ",     "\n",         "\r\n",   "\t",         "\r",       "'s",     "'T",
+    "'re",  "'LL",    "'",          "a",      "Zy",         "the",      "é",      "ß",
+    "İ",    "你好",   "テ",         "한",     "😀",          "👍🏽", "🇫🇷",     "0",
+    "12",   "345",    "٣",          "Ⅻ",      "½",          "!",        "...",    "$",
+    "+=",   "<",      "|",          "`",      "~",          "^",        "—",      "«»",
+    "€",    "\u00A0", "\u3000",     "\u2028", "\u0085",     "\u0301",   "\u200B", "\xC3",
+    "\xFF", "\x80",   "\xE2\x82",   "<tool>", "<|eot_id|>", "\\",       "\\n",    "\x7F",
+    "\x01", "/",      "HTTPServer", "ÜBER",   "camelCase"};
 
 // FixedPrompts plus $TG_PEER_FUZZ_PROMPTS random ones (deterministic: fixed seed).
 const std::vector<std::string>& Prompts() {
@@ -126,6 +135,12 @@ std::vector<int32_t> ids = tokenizer.Encode("hello world", true);
 café naïve résumé Zoë Ünïcödé señor Ångström façade déjà vu
 你好，世界！你好世界。日本語のテキストです。한국어 텍스트입니다.
 emoji 😀 😀 👍 👍 🎉 🎉 done done
+HelloWorld camelCase HTTPServer ÜBER WÖRLD http://x.com/a/b
+gpt-4o keeps slashes after newlines: one!
+/two!
+/three!
+/four!
+/
 )";
 
 std::string ByteLevel(absl::string_view raw) {
@@ -428,11 +443,25 @@ std::vector<BpeSpec> BpeSpecs() {
        "<|endoftext|>",
        "<|endoftext|>",
        false},
+      // gpt-oss: o200k_harmony's splitter and some of its control tokens.
+      {"gpt4o-bpe",
+       "gpt-4o",
+       BpePreTokenizer::kGpt4o,
+       kGpt4oMerges,
+       {{"<|startoftext|>", kTokenTypeControl},
+        {"<|endoftext|>", kTokenTypeControl},
+        {"<|start|>", kTokenTypeControl},
+        {"<|message|>", kTokenTypeControl},
+        {"<|end|>", kTokenTypeControl}},
+       "<|startoftext|>",
+       "<|endoftext|>",
+       false},
   };
 }
 
-// The model files to compare on (name, path): stories260K when present, then the
-// generated BPE vocabularies.
+// The model files to compare on (name, path): stories260K when present, the generated BPE
+// vocabularies, then one file per other accepted tokenizer.ggml.pre name, each with the
+// vocabulary of the spec whose splitter the name maps to.
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Models(
     const std::string& work_dir) {
   std::vector<std::pair<std::string, std::string>> models;
@@ -444,7 +473,9 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Models(
   } else {
     std::printf("tokenizer_vs_peer: skipping stories260K: %s not found\n", stories.c_str());
   }
-  for (const BpeSpec& spec : BpeSpecs()) {
+  const std::vector<BpeSpec> specs = BpeSpecs();
+  std::map<BpePreTokenizer, std::pair<const BpeSpec*, TrainedBpe>> by_kind;
+  for (const BpeSpec& spec : specs) {
     TrainedBpe bpe = TrainBpe(spec.kind, spec.n_merges);
     AddUnmergedWordTokens(&bpe);
     const std::string path = absl::StrCat(work_dir, "/tokenizer_vs_peer_", spec.name, ".gguf");
@@ -452,6 +483,28 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Models(
         WriteBpeGguf(path, spec.pre, bpe, spec.specials, spec.bos, spec.eos, spec.add_bos);
     if (!st.ok()) return st;
     models.emplace_back(spec.name, path);
+    by_kind.try_emplace(spec.kind, &spec, std::move(bpe));
+  }
+  for (const std::string& pre : BpePreTokenizerNames()) {
+    auto kind = ParseBpePreTokenizer(pre);
+    if (!kind.ok()) return kind.status();
+    auto it = by_kind.find(*kind);
+    if (it == by_kind.end()) {
+      return absl::InternalError(absl::StrCat("no vocabulary spec for pre-tokenizer ", pre));
+    }
+    const auto& [spec, bpe] = it->second;
+    if (pre == spec->pre) continue;
+    if (std::find(std::begin(kNamesOnlyOurs), std::end(kNamesOnlyOurs), pre) !=
+        std::end(kNamesOnlyOurs)) {
+      std::printf("tokenizer_vs_peer: pre %s: not compared, llama.cpp refuses that name\n",
+                  pre.c_str());
+      continue;
+    }
+    const std::string path = absl::StrCat(work_dir, "/tokenizer_vs_peer_pre_", pre, ".gguf");
+    absl::Status st =
+        WriteBpeGguf(path, pre, bpe, spec->specials, spec->bos, spec->eos, spec->add_bos);
+    if (!st.ok()) return st;
+    models.emplace_back(absl::StrCat("pre ", pre), path);
   }
   return models;
 }
