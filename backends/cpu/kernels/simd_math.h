@@ -1,5 +1,6 @@
-// Vectorized float math shared by the CPU kernels: exp (Cephes polynomial), silu, sums.
-// Each helper has an AVX-512 and an AVX2+FMA flavour; callers keep a scalar fallback.
+// Vectorized float math shared by the CPU kernels: exp (Cephes polynomial), silu, sums and
+// row helpers. The vector type and its thin wrappers have an AVX-512 and an AVX2+FMA flavour;
+// the math is written once over them. Callers keep a scalar fallback. Pure; thread-safe.
 #ifndef TENSORGRID_BACKENDS_CPU_KERNELS_SIMD_MATH_H_
 #define TENSORGRID_BACKENDS_CPU_KERNELS_SIMD_MATH_H_
 
