@@ -25,24 +25,21 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/spin_barrier.h"
 #include "backends/cpu/compute_params.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/simd_math.h"
 #include "backends/cpu/kernels/vec_dot.h"
-#include "core/thread_pool.h"
 #include "benchmark/benchmark.h"
 #include "core/quants.h"
+#include "core/spin_barrier.h"
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 
 #if defined(TG_HAVE_BLAS)
 #include <cblas.h>
 #if defined(TG_HAVE_OPENBLAS)
 extern "C" void openblas_set_num_threads(int num_threads);
 #endif
-#endif
-
-#if defined(__AVX2__) || defined(__AVX512F__)
-#include <immintrin.h>
 #endif
 
 namespace tg::cpu {
@@ -128,27 +125,16 @@ Team& GetTeam() {
   return *team;
 }
 
+// Four independent sums, so that the adds keep up with the loads being measured.
 float SumFloats(const float* p, size_t n) {
-#if defined(__AVX512F__)
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 64 <= n; i += 64) {
-    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
-    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
-    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
-    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+#if defined(TG_SIMD)
+  using simd::Add;
+  using simd::kLanes;
+  simd::VecF a[4] = {simd::Set1(0.0f), simd::Set1(0.0f), simd::Set1(0.0f), simd::Set1(0.0f)};
+  for (size_t i = 0; i + 4 * kLanes <= n; i += 4 * kLanes) {
+    for (int u = 0; u < 4; ++u) a[u] = Add(a[u], simd::Load(p + i + u * kLanes));
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-#elif defined(__AVX2__)
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
-  }
-  alignas(32) float s[8];
-  _mm256_store_ps(s, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+  return simd::ReduceAdd(Add(Add(a[0], a[1]), Add(a[2], a[3])));
 #else
   float s[4] = {};
   for (size_t i = 0; i + 4 <= n; i += 4) {

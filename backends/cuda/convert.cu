@@ -77,8 +77,7 @@ __global__ void CopyQuantRowsKernel(TensorView dst, TensorView src, int64_t row_
 // written as zeros (the CPU's behaviour).
 __global__ void GetRowsKernel(TensorView dst, TensorView a, TensorView idx, ErrorSink err) {
   for (int64_t r = blockIdx.x; r < NumRows(dst); r += gridDim.x) {
-    const int64_t i = r % dst.ne[1], j2 = (r / dst.ne[1]) % dst.ne[2],
-                  j3 = r / (dst.ne[1] * dst.ne[2]);
+    const auto [i, j2, j3] = RowOf(dst, r);
     const int32_t row = *reinterpret_cast<const int32_t*>(idx.data + Offset(idx, i, j2, j3, 0));
     char* out = dst.data + Offset(dst, 0, i, j2, j3);
     const bool bad = row < 0 || row >= a.ne[1];
@@ -94,7 +93,7 @@ __global__ void GetRowsKernel(TensorView dst, TensorView a, TensorView idx, Erro
 // skipped. Quantized destinations: one thread per block of 32.
 __global__ void SetRowsKernel(TensorView dst, TensorView b, TensorView idx, ErrorSink err) {
   for (int64_t r = blockIdx.x; r < NumRows(b); r += gridDim.x) {
-    const int64_t i = r % b.ne[1], j2 = (r / b.ne[1]) % b.ne[2], j3 = r / (b.ne[1] * b.ne[2]);
+    const auto [i, j2, j3] = RowOf(b, r);
     const int32_t row = *reinterpret_cast<const int32_t*>(
         idx.data + Offset(idx, i, j2 % idx.ne[1], j3 % idx.ne[2], 0));
     if (row < 0 || row >= dst.ne[1]) {

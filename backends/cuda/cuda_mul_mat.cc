@@ -61,16 +61,22 @@ absl::Status PrepareActivations(NodeContext& ctx, DType weight_type, const Tenso
   return absl::OkStatus();
 }
 
+// The weight fields that the matrix-vector and the int8 tile kernels' arguments share.
+template <class Args>
+void SetWeights(const Tensor& w, Args* p) {
+  p->weight_type = static_cast<int>(w.type);
+  p->w = static_cast<const char*>(w.data);
+  p->w_nb1 = static_cast<int64_t>(w.nb[1]);
+  p->w_nb2 = static_cast<int64_t>(w.nb[2]);
+  p->w_nb3 = static_cast<int64_t>(w.nb[3]);
+  p->k = w.ne[0];
+  p->m = w.ne[1];
+}
+
 // The matrix-vector kernel's arguments for weights w, activations act and result dst.
 MatVecArgs ArgsFor(const Tensor& w, const Activations& act, Tensor* dst) {
   MatVecArgs p;
-  p.weight_type = static_cast<int>(w.type);
-  p.w = static_cast<const char*>(w.data);
-  p.w_nb1 = static_cast<int64_t>(w.nb[1]);
-  p.w_nb2 = static_cast<int64_t>(w.nb[2]);
-  p.w_nb3 = static_cast<int64_t>(w.nb[3]);
-  p.k = w.ne[0];
-  p.m = w.ne[1];
+  SetWeights(w, &p);
   p.act = act.data;
   p.act_col_bytes = act.col_bytes;
   p.dst = static_cast<float*>(dst->data);
@@ -105,13 +111,7 @@ absl::Status Mmq(NodeContext& ctx, Tensor* node, bool* done) {
   const Tensor& a = *node->src[0];
   const Tensor& b = *node->src[1];
   MmqArgs p;
-  p.weight_type = static_cast<int>(a.type);
-  p.w = static_cast<const char*>(a.data);
-  p.w_nb1 = static_cast<int64_t>(a.nb[1]);
-  p.w_nb2 = static_cast<int64_t>(a.nb[2]);
-  p.w_nb3 = static_cast<int64_t>(a.nb[3]);
-  p.k = a.ne[0];
-  p.m = a.ne[1];
+  SetWeights(a, &p);
   p.n = b.ne[1];
   p.dst = static_cast<float*>(node->data);
   p.dst_nb1 = static_cast<int64_t>(node->nb[1]);

@@ -19,6 +19,19 @@
 namespace tg::cuda {
 namespace {
 
+// A kLinear or kPitched plan's copy between host and device memory (kind says which way);
+// the pitches are dst's and src's.
+absl::Status CopyPlanned(const Copy2DPlan& plan, void* dst, size_t dst_pitch, const void* src,
+                         size_t src_pitch, cudaMemcpyKind kind, cudaStream_t stream) {
+  if (plan.kind == Copy2DPlan::Kind::kLinear) {
+    TG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, plan.bytes, kind, stream));
+    return absl::OkStatus();
+  }
+  TG_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, plan.width, plan.height, kind, stream));
+  return absl::OkStatus();
+}
+
 // Scratch a stream keeps for reuse between nodes: the largest temporaries are weights
 // dequantized to F16 for one GEMM (a 4096 x 14336 matrix is 112 MiB), so this holds a few.
 constexpr size_t kMaxCachedScratch = size_t{512} << 20;
@@ -259,15 +272,8 @@ absl::Status CudaStream::SetTensor2DAsync(Tensor* t, const void* data, const Str
   if (plan.kind == Copy2DPlan::Kind::kRows) return Stream::SetTensor2DAsync(t, data, r);
   TG_RETURN_IF_ERROR(Select());
   char* dst = static_cast<char*>(t->data) + r.offset;
-  if (plan.kind == Copy2DPlan::Kind::kLinear) {
-    TG_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(dst, data, plan.bytes, cudaMemcpyHostToDevice, stream_));
-    return absl::OkStatus();
-  }
-  TG_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst, plan.device_pitch, data, plan.host_pitch,
-                                            plan.width, plan.height, cudaMemcpyHostToDevice,
-                                            stream_));
-  return absl::OkStatus();
+  return CopyPlanned(plan, dst, plan.device_pitch, data, plan.host_pitch, cudaMemcpyHostToDevice,
+                     stream_);
 }
 
 absl::Status CudaStream::GetTensor2DAsync(const Tensor* t, void* data, const StridedRange& r) {
@@ -278,15 +284,8 @@ absl::Status CudaStream::GetTensor2DAsync(const Tensor* t, void* data, const Str
   if (plan.kind == Copy2DPlan::Kind::kRows) return Stream::GetTensor2DAsync(t, data, r);
   TG_RETURN_IF_ERROR(Select());
   const char* src = static_cast<const char*>(t->data) + r.offset;
-  if (plan.kind == Copy2DPlan::Kind::kLinear) {
-    TG_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(data, src, plan.bytes, cudaMemcpyDeviceToHost, stream_));
-    return absl::OkStatus();
-  }
-  TG_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(data, plan.host_pitch, src, plan.device_pitch,
-                                            plan.width, plan.height, cudaMemcpyDeviceToHost,
-                                            stream_));
-  return absl::OkStatus();
+  return CopyPlanned(plan, data, plan.host_pitch, src, plan.device_pitch, cudaMemcpyDeviceToHost,
+                     stream_);
 }
 
 absl::Status CudaStream::CopyTensorAsync(const Tensor* src, Tensor* dst) {

@@ -79,7 +79,7 @@ __global__ void RmsNormMulKernel(TensorView dst, TensorView a, TensorView w, flo
   __shared__ double scratch[32];
   const int64_t n0 = a.ne[0];
   for (int64_t r = blockIdx.x; r < NumRows(a); r += gridDim.x) {
-    const int64_t i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
+    const auto [i1, i2, i3] = RowOf(a, r);
     const char* x = a.data + Offset(a, 0, i1, i2, i3);
     char* y = dst.data + Offset(dst, 0, i1, i2, i3);
     const char* wr = w.data + Offset(w, 0, i1 % w.ne[1], i2 % w.ne[2], i3 % w.ne[3]);
@@ -99,7 +99,7 @@ __global__ void SoftMaxKernel(TensorView dst, TensorView a, TensorView mask, boo
   __shared__ float scratch[32];
   const int64_t n0 = a.ne[0];
   for (int64_t r = blockIdx.x; r < NumRows(a); r += gridDim.x) {
-    const int64_t i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
+    const auto [i1, i2, i3] = RowOf(a, r);
     const char* x = a.data + Offset(a, 0, i1, i2, i3);
     char* y = dst.data + Offset(dst, 0, i1, i2, i3);
     const char* m =

@@ -36,11 +36,17 @@ TG_HD int64_t Offset(const TensorView& v, int64_t i0, int64_t i1, int64_t i2, in
   return i0 * v.nb[0] + i1 * v.nb[1] + i2 * v.nb[2] + i3 * v.nb[3];
 }
 
-// Address of row r (rows numbered dim 1 fastest, then 2, then 3).
+// Indices (i1, i2, i3) of row r (rows numbered dim 1 fastest, then 2, then 3).
+struct RowIndex {
+  int64_t i1, i2, i3;
+};
+TG_HD RowIndex RowOf(const TensorView& v, int64_t r) {
+  return {r % v.ne[1], (r / v.ne[1]) % v.ne[2], r / (v.ne[1] * v.ne[2])};
+}
+
+// Address of row r.
 TG_HD char* RowPtr(const TensorView& v, int64_t r) {
-  const int64_t i1 = r % v.ne[1];
-  const int64_t i2 = (r / v.ne[1]) % v.ne[2];
-  const int64_t i3 = r / (v.ne[1] * v.ne[2]);
+  const auto [i1, i2, i3] = RowOf(v, r);
   return v.data + Offset(v, 0, i1, i2, i3);
 }
 

@@ -52,21 +52,14 @@ def fail(msg):
 def parse_json_object(text):
     """The JSON object in `text`: the whole output, or else its last line that parses."""
     t = text.strip()
-    try:
-        obj = json.loads(t)
+    lines = [line.strip() for line in reversed(t.splitlines())]
+    for candidate in [t] + [line for line in lines if line.startswith("{")]:
+        try:
+            obj = json.loads(candidate)
+        except ValueError:
+            continue
         if isinstance(obj, dict):
             return obj
-    except ValueError:
-        pass
-    for line in reversed(t.splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                obj = json.loads(line)
-                if isinstance(obj, dict):
-                    return obj
-            except ValueError:
-                continue
     return None
 
 

@@ -17,6 +17,12 @@ namespace tg::ops_tool {
 using Shape4 = std::array<int64_t, 4>;
 using TensorOr = absl::StatusOr<Tensor*>;
 
+// Every weight type the backends decode: MUL_MAT's weights and GET_ROWS' sources.
+inline constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,    DType::kBF16,  DType::kQ8_0,
+                                         DType::kQ4_0, DType::kQ4_K,   DType::kQ6_K,  DType::kQ5_0,
+                                         DType::kQ5_1, DType::kIQ4_NL, DType::kMXFP4, DType::kQ5_K,
+                                         DType::kQ3_K, DType::kQ2_K,   DType::kIQ4_XS};
+
 // A [ne0, ne1, ne2, ne3] operand whose dims 0 and 1 are swapped in memory (TRANSPOSE of a
 // leaf), so it is read with nb[0] != element size. Plain types only.
 TensorOr TransposedLeaf(CaseBuilder& b, DType type, Shape4 ne, float lo = -1.0f, float hi = 1.0f);

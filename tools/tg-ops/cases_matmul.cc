@@ -10,11 +10,6 @@
 namespace tg::ops_tool {
 namespace {
 
-constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,    DType::kBF16,  DType::kQ8_0,
-                                  DType::kQ4_0, DType::kQ4_K,   DType::kQ6_K,  DType::kQ5_0,
-                                  DType::kQ5_1, DType::kIQ4_NL, DType::kMXFP4, DType::kQ5_K,
-                                  DType::kQ3_K, DType::kQ2_K,   DType::kIQ4_XS};
-
 // What MUL_MAT may round the activations to decides the achievable accuracy (docs/ops.md).
 double WeightNmse(DType type) {
   switch (type) {

@@ -7,10 +7,6 @@
 namespace tg::ops_tool {
 namespace {
 
-constexpr DType kGetRowsTypes[] = {DType::kF32,  DType::kF16,    DType::kBF16,  DType::kQ8_0,
-                                   DType::kQ4_0, DType::kQ4_K,   DType::kQ6_K,  DType::kQ5_0,
-                                   DType::kQ5_1, DType::kIQ4_NL, DType::kMXFP4, DType::kQ5_K,
-                                   DType::kQ3_K, DType::kQ2_K,   DType::kIQ4_XS};
 constexpr DType kSetRowsTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
                                    DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
 
@@ -51,7 +47,7 @@ OpCase SetRowsCase(DType type, Shape4 ne, int64_t nr, int64_t c1, int64_t c2, bo
 void AddRowsCases(std::vector<OpCase>* cases) {
   constexpr int64_t kRows = 13;
   constexpr int64_t kPicked = 7;
-  for (DType type : kGetRowsTypes) {
+  for (DType type : kWeightTypes) {
     cases->push_back(GetRowsCase(type, {RowLength(type), kRows, 1, 1}, kPicked));
   }
   cases->push_back(GetRowsCase(DType::kF32, {1, 9, 1, 1}, 4));

@@ -743,16 +743,6 @@ void WeightedSum(float* acc, int64_t acc_stride, const float* w, int64_t w_strid
   }
 }
 
-// y *= a.
-void Scale(float* y, float a, int64_t n) {
-  int64_t i = 0;
-#if defined(TG_SIMD)
-  const VecF va = Set1(a);
-  for (; i + kLanes <= n; i += kLanes) Store(y + i, simd::Mul(Load(y + i), va));
-#endif
-  for (; i < n; ++i) y[i] *= a;
-}
-
 float MaxOf(const float* x, int64_t n) {
   int64_t i = 0;
   float m = kNegInf;
@@ -765,24 +755,6 @@ float MaxOf(const float* x, int64_t n) {
 #endif
   for (; i < n; ++i) m = std::max(m, x[i]);
   return m;
-}
-
-// x[i] = exp(x[i] - m); returns the sum. exp(-inf - m) is exactly 0.
-float ExpSum(float* x, float m, int64_t n) {
-  int64_t i = 0;
-  float sum = 0.0f;
-#if defined(TG_SIMD)
-  const VecF vm = Set1(m);
-  VecF acc = Set1(0.0f);
-  for (; i + kLanes <= n; i += kLanes) {
-    const VecF e = simd::Exp(simd::Sub(Load(x + i), vm));
-    Store(x + i, e);
-    acc = simd::Add(acc, e);
-  }
-  sum = simd::ReduceAdd(acc);
-#endif
-  for (; i < n; ++i) sum += x[i] = std::exp(x[i] - m);
-  return sum;
 }
 
 template <typename TK, typename TV>
@@ -879,8 +851,8 @@ class RowKernel {
     const float m = std::max(res->m[r], block_max);
     // 0 on the first visible block; often exactly 1 (no new max): skip the exp then.
     const float rescale = m == res->m[r] ? 1.0f : std::exp(res->m[r] - m);
-    if (rescale != 1.0f) Scale(Acc(r), rescale, dims_.dv);
-    res->l[r] = res->l[r] * rescale + ExpSum(S(r), m, n);
+    if (rescale != 1.0f) simd::ScaleRow(Acc(r), rescale, dims_.dv);
+    res->l[r] = res->l[r] * rescale + simd::ExpShiftedRowSum(S(r), m, n);
     res->m[r] = m;
   }
 

@@ -97,23 +97,11 @@ void FillCache(const RopeParams& r, const std::vector<double>& freq, double pos,
 // (x[2i], x[2i+1]) pairs; d may equal x.
 void RotateNormal(float* d, const float* x, const float* cs, const float* sn, int n_dims) {
   int i = 0;
-#if defined(TG_SIMD_AVX512)
-  constexpr int kSwapPairs = 0xB1;  // lanes (1, 0, 3, 2) in each 128-bit group.
-  for (; i + 16 <= n_dims; i += 16) {
-    const __m512 v = _mm512_loadu_ps(x + i);
-    const __m512 sw = _mm512_permute_ps(v, kSwapPairs);
-    const __m512 y =
-        _mm512_fmadd_ps(v, _mm512_loadu_ps(cs + i), _mm512_mul_ps(sw, _mm512_loadu_ps(sn + i)));
-    _mm512_storeu_ps(d + i, y);
-  }
-#elif defined(TG_SIMD_AVX2)
-  constexpr int kSwapPairs = 0xB1;
-  for (; i + 8 <= n_dims; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    const __m256 sw = _mm256_permute_ps(v, kSwapPairs);
-    const __m256 y =
-        _mm256_fmadd_ps(v, _mm256_loadu_ps(cs + i), _mm256_mul_ps(sw, _mm256_loadu_ps(sn + i)));
-    _mm256_storeu_ps(d + i, y);
+#if defined(TG_SIMD)
+  for (; i + simd::kLanes <= n_dims; i += simd::kLanes) {
+    const simd::VecF v = simd::Load(x + i);
+    simd::Store(d + i, simd::Fmadd(v, simd::Load(cs + i),
+                                   simd::Mul(simd::SwapPairs(v), simd::Load(sn + i))));
   }
 #endif
   for (; i < n_dims; i += 2) {

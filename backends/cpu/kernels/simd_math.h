@@ -1,5 +1,6 @@
-// Vectorized float math shared by the CPU kernels: exp (Cephes polynomial), silu, sums.
-// Each helper has an AVX-512 and an AVX2+FMA flavour; callers keep a scalar fallback.
+// Vectorized float math shared by the CPU kernels: exp (Cephes polynomial), silu, sums and
+// row helpers. The vector type and its thin wrappers have an AVX-512 and an AVX2+FMA flavour;
+// the math is written once over them. Callers keep a scalar fallback. Pure; thread-safe.
 #ifndef TENSORGRID_BACKENDS_CPU_KERNELS_SIMD_MATH_H_
 #define TENSORGRID_BACKENDS_CPU_KERNELS_SIMD_MATH_H_
 
@@ -42,6 +43,8 @@ inline constexpr float kExpC0 = 5.0000001201e-1f;
 // Beyond these, exp(x) is inf / rounds to +0; clamping keeps 2^n within two normal factors.
 inline constexpr float kExpMaxArg = 89.0f;
 inline constexpr float kExpMinArg = -104.0f;
+// permute_ps control: lanes (1, 0, 3, 2) in each 128-bit group.
+inline constexpr int kSwapPairs = 0xB1;
 
 #if defined(TG_SIMD_AVX512)
 // The widest float vector and its basic operations, so kernels write one vector loop.
@@ -57,29 +60,18 @@ inline VecF Div(VecF a, VecF b) { return _mm512_div_ps(a, b); }
 inline VecF Max(VecF a, VecF b) { return _mm512_max_ps(a, b); }
 inline VecF Fmadd(VecF a, VecF b, VecF c) { return _mm512_fmadd_ps(a, b, c); }
 
-inline __m512 Exp(__m512 x) {
-  const __m512 xc =
-      _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(kExpMaxArg)), _mm512_set1_ps(kExpMinArg));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(kLog2e)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), xc);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
-  __m512 p = _mm512_set1_ps(kExpC5);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpC4));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpC3));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpC2));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpC1));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpC0));
-  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-  // scalef computes y * 2^n with correct overflow to inf and gradual underflow.
-  const __m512 e = _mm512_scalef_ps(y, n);
-  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), e, x);  // NaN stays NaN.
+inline VecF Min(VecF a, VecF b) { return _mm512_min_ps(a, b); }
+// (x1, x0, x3, x2, ...): each even/odd lane pair swapped.
+inline VecF SwapPairs(VecF v) { return _mm512_permute_ps(v, kSwapPairs); }
+inline VecF Fnmadd(VecF a, VecF b, VecF c) { return _mm512_fnmadd_ps(a, b, c); }
+inline VecF RoundNearest(VecF x) {
+  return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
-
-// x / (1 + exp(-x)).
-inline __m512 Silu(__m512 x) {
-  const __m512 e = Exp(_mm512_sub_ps(_mm512_setzero_ps(), x));
-  return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+// y * 2^n; scalef overflows to inf and underflows gradually as exp must.
+inline VecF ScaleByPow2(VecF y, VecF n) { return _mm512_scalef_ps(y, n); }
+// e where x is a number, x where it is NaN.
+inline VecF KeepNaN(VecF e, VecF x) {
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), e, x);
 }
 
 inline float ReduceAdd(__m512 v) { return _mm512_reduce_add_ps(v); }
@@ -98,35 +90,27 @@ inline VecF Div(VecF a, VecF b) { return _mm256_div_ps(a, b); }
 inline VecF Max(VecF a, VecF b) { return _mm256_max_ps(a, b); }
 inline VecF Fmadd(VecF a, VecF b, VecF c) { return _mm256_fmadd_ps(a, b, c); }
 
-inline __m256 Exp(__m256 x) {
-  const __m256 xc =
-      _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(kExpMaxArg)), _mm256_set1_ps(kExpMinArg));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(kLog2e)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), xc);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
-  __m256 p = _mm256_set1_ps(kExpC5);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpC4));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpC3));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpC2));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpC1));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpC0));
-  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-  // n is in [-150, 128]: 2^n as two normal factors 2^(n/2) * 2^(n - n/2) avoids exponent
-  // overflow in the bit construction while keeping inf / gradual underflow right.
+inline VecF Min(VecF a, VecF b) { return _mm256_min_ps(a, b); }
+inline VecF SwapPairs(VecF v) { return _mm256_permute_ps(v, kSwapPairs); }
+inline VecF Fnmadd(VecF a, VecF b, VecF c) { return _mm256_fnmadd_ps(a, b, c); }
+inline VecF RoundNearest(VecF x) {
+  return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+// y * 2^n for n in [-150, 128] (what Exp's clamp leaves): 2^n as two normal factors
+// 2^(n/2) * 2^(n - n/2) avoids exponent overflow in the bit construction while keeping inf /
+// gradual underflow right.
+inline VecF ScaleByPow2(VecF y, VecF n) {
   const __m256i ni = _mm256_cvtps_epi32(n);
   const __m256i n1 = _mm256_srai_epi32(ni, 1);
   const __m256i n2 = _mm256_sub_epi32(ni, n1);
   const __m256i bias = _mm256_set1_epi32(127);
   const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
   const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-  const __m256 e = _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
-  return _mm256_blendv_ps(e, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));  // NaN stays NaN.
+  return _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
 }
-
-inline __m256 Silu(__m256 x) {
-  const __m256 e = Exp(_mm256_sub_ps(_mm256_setzero_ps(), x));
-  return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+// e where x is a number, x where it is NaN.
+inline VecF KeepNaN(VecF e, VecF x) {
+  return _mm256_blendv_ps(e, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
 inline float ReduceAdd(__m256 v) {
@@ -144,6 +128,26 @@ inline float ReduceMax(__m256 v) {
 }
 #endif
 
+#if defined(TG_SIMD)
+inline VecF Exp(VecF x) {
+  const VecF xc = Max(Min(x, Set1(kExpMaxArg)), Set1(kExpMinArg));
+  const VecF n = RoundNearest(Mul(xc, Set1(kLog2e)));
+  VecF r = Fnmadd(n, Set1(kLn2Hi), xc);
+  r = Fnmadd(n, Set1(kLn2Lo), r);
+  VecF p = Set1(kExpC5);
+  p = Fmadd(p, r, Set1(kExpC4));
+  p = Fmadd(p, r, Set1(kExpC3));
+  p = Fmadd(p, r, Set1(kExpC2));
+  p = Fmadd(p, r, Set1(kExpC1));
+  p = Fmadd(p, r, Set1(kExpC0));
+  const VecF y = Add(Fmadd(p, Mul(r, r), r), Set1(1.0f));
+  return KeepNaN(ScaleByPow2(y, n), x);
+}
+
+// x / (1 + exp(-x)).
+inline VecF Silu(VecF x) { return Div(x, Add(Set1(1.0f), Exp(Sub(Set1(0.0f), x)))); }
+#endif
+
 inline float SiluScalar(float x) { return x / (1.0f + std::exp(-x)); }
 
 // y[i] = exp(x[i]) for n floats with the vector Exp (scalar std::exp for the tail); y may
@@ -154,6 +158,35 @@ inline void ExpRow(const float* x, float* y, int64_t n) {
   for (; i + kLanes <= n; i += kLanes) Store(y + i, Exp(Load(x + i)));
 #endif
   for (; i < n; ++i) y[i] = std::exp(x[i]);
+}
+
+// y[i] *= a for n floats.
+inline void ScaleRow(float* y, float a, int64_t n) {
+  int64_t i = 0;
+#if defined(TG_SIMD)
+  const VecF va = Set1(a);
+  for (; i + kLanes <= n; i += kLanes) Store(y + i, Mul(Load(y + i), va));
+#endif
+  for (; i < n; ++i) y[i] *= a;
+}
+
+// x[i] = exp(x[i] - m) for n floats; returns their sum (softmax's numerators and
+// denominator). exp(-inf - m) is exactly 0.
+inline float ExpShiftedRowSum(float* x, float m, int64_t n) {
+  int64_t i = 0;
+  float sum = 0.0f;
+#if defined(TG_SIMD)
+  const VecF vm = Set1(m);
+  VecF acc = Set1(0.0f);
+  for (; i + kLanes <= n; i += kLanes) {
+    const VecF e = Exp(Sub(Load(x + i), vm));
+    Store(x + i, e);
+    acc = Add(acc, e);
+  }
+  sum = ReduceAdd(acc);
+#endif
+  for (; i < n; ++i) sum += x[i] = std::exp(x[i] - m);
+  return sum;
 }
 
 }  // namespace tg::cpu::simd

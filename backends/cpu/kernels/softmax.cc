@@ -19,7 +19,6 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 #if defined(TG_SIMD)
-using simd::Exp;
 using simd::kLanes;
 using simd::Load;
 using simd::Set1;
@@ -82,36 +81,6 @@ float Logits(float* d, const float* x, const Mask& mask, float scale, int64_t n)
   return mx;
 }
 
-void ScaleRow(float* d, float scale, int64_t n) {
-  int64_t i = 0;
-#if defined(TG_SIMD)
-  const VecF vs = Set1(scale);
-  for (; i + kLanes <= n; i += kLanes) Store(d + i, simd::Mul(Load(d + i), vs));
-#endif
-  for (; i < n; ++i) d[i] *= scale;
-}
-
-// d[i] = exp(d[i] - mx); returns the sum.
-float ExpRowAndSum(float* d, float mx, int64_t n) {
-  int64_t i = 0;
-  float sum = 0.0f;
-#if defined(TG_SIMD)
-  const VecF vmx = Set1(mx);
-  VecF acc = Set1(0.0f);
-  for (; i + kLanes <= n; i += kLanes) {
-    const VecF e = Exp(simd::Sub(Load(d + i), vmx));
-    Store(d + i, e);
-    acc = simd::Add(acc, e);
-  }
-  sum = simd::ReduceAdd(acc);
-#endif
-  for (; i < n; ++i) {
-    d[i] = std::exp(d[i] - mx);
-    sum += d[i];
-  }
-  return sum;
-}
-
 // Logits of one row with its mask row (i1, i2 % m2, i3 % m3), read in place when dense F32
 // or F16, else converted into buf first.
 float MaskedLogits(float* d, const float* x, const Tensor* mask, int64_t i1, int64_t i2, int64_t i3,
@@ -156,8 +125,9 @@ void ComputeSoftMax(const ComputeParams& p, Tensor* dst) {
     }
     const float sink = sinks != nullptr ? static_cast<const float*>(sinks->data)[i2] : kNegInf;
     mx = std::max(mx, sink);
-    const float sum = ExpRowAndSum(d, mx, n) + (sinks != nullptr ? std::exp(sink - mx) : 0.0f);
-    ScaleRow(d, 1.0f / sum, n);
+    const float sum =
+        simd::ExpShiftedRowSum(d, mx, n) + (sinks != nullptr ? std::exp(sink - mx) : 0.0f);
+    simd::ScaleRow(d, 1.0f / sum, n);
   });
 }
 

@@ -179,28 +179,23 @@ constexpr int kColsPerPass = 4;
 constexpr int kColsPerPass = 2;  // 16 ymm registers: 2 columns keep the accumulators in them.
 #endif
 
-template <class T, int R>
-void TileRows(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
-              float* const* c) {
-  ByColumnPasses<kColsPerPass>(cols, [&](auto n, int j) {
-    BlockTile<T, R, decltype(n)::value>(k / kQK8_0, a, a_stride, b + j, c + j);
-  });
-}
+// One register tile of type T for QuantTile.
+template <class T>
+constexpr auto kBlockTile = [](auto rows, auto cols, int64_t k, const char* a, size_t a_stride,
+                               const void* const* b, float* const* c) {
+  BlockTile<T, decltype(rows)::value, decltype(cols)::value>(k / kQK8_0, a, a_stride, b, c);
+};
 
 template <class T>
-void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
-          float* const* c) {
-  static constexpr RowsFn kRows[4] = {TileRows<T, 1>, TileRows<T, 2>, TileRows<T, 3>,
-                                      TileRows<T, 4>};
-  TileInGroupsOf4(kRows, k, a, a_stride, rows, b, cols, c);
-}
+constexpr DotKernels kBlockKernels{FromF32, ActRowBytes,
+                                   QuantTile<kColsPerPass, decltype(kBlockTile<T>)>, 1};
 
 }  // namespace
 
-const DotKernels kDotQ5_0{FromF32, ActRowBytes, Tile<Q5_0Type>, 1};
-const DotKernels kDotQ5_1{FromF32, ActRowBytes, Tile<Q5_1Type>, 1};
-const DotKernels kDotIQ4_NL{FromF32, ActRowBytes, Tile<IQ4_NLType>, 1};
-const DotKernels kDotMXFP4{FromF32, ActRowBytes, Tile<MXFP4Type>, 1};
+const DotKernels kDotQ5_0 = kBlockKernels<Q5_0Type>;
+const DotKernels kDotQ5_1 = kBlockKernels<Q5_1Type>;
+const DotKernels kDotIQ4_NL = kBlockKernels<IQ4_NLType>;
+const DotKernels kDotMXFP4 = kBlockKernels<MXFP4Type>;
 
 }  // namespace tg::cpu::simd
 

@@ -19,6 +19,27 @@ inline void InRegister(V& v) {
   asm("" : "+v"(v));
 }
 
+// 8 weights, and weight i, of each type as f32: the AVX2 loads and the AVX-512 kernels' short
+// rows both use them.
+inline __m256 F32x8(const void* p) { return _mm256_loadu_ps(static_cast<const float*>(p)); }
+inline __m256 F16x8(const void* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+}
+inline __m256 BF16x8(const void* p) {
+  const __m128i h = _mm_loadu_si128(static_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline float F32At(const void* p, int64_t i) { return static_cast<const float*>(p)[i]; }
+inline float F16At(const void* p, int64_t i) {
+  return _cvtsh_ss(static_cast<const uint16_t*>(p)[i]);
+}
+inline float BF16At(const void* p, int64_t i) {
+  uint32_t u = static_cast<uint32_t>(static_cast<const uint16_t*>(p)[i]) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 #if defined(TG_CPU_AVX512)
 constexpr int kLanes = 16;
 using VecF = __m512;
@@ -27,8 +48,8 @@ struct LoadF32 {
   static constexpr size_t kBytes = 4;
   static VecF Load(const void* p) { return _mm512_loadu_ps(p); }
   static VecF LoadPartial(const void* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-  static __m256 Load8(const void* p) { return _mm256_loadu_ps(static_cast<const float*>(p)); }
-  static float Scalar(const void* p, int64_t i) { return static_cast<const float*>(p)[i]; }
+  static __m256 Load8(const void* p) { return F32x8(p); }
+  static float Scalar(const void* p, int64_t i) { return F32At(p, i); }
 };
 struct LoadF16 {
   static constexpr size_t kBytes = 2;
@@ -38,12 +59,8 @@ struct LoadF16 {
   static VecF LoadPartial(const void* p, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
   }
-  static __m256 Load8(const void* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
-  }
-  static float Scalar(const void* p, int64_t i) {
-    return _cvtsh_ss(static_cast<const uint16_t*>(p)[i]);
-  }
+  static __m256 Load8(const void* p) { return F16x8(p); }
+  static float Scalar(const void* p, int64_t i) { return F16At(p, i); }
 };
 struct LoadBF16 {
   static constexpr size_t kBytes = 2;
@@ -56,16 +73,8 @@ struct LoadBF16 {
   static VecF LoadPartial(const void* p, __mmask16 m) {
     return Widen(_mm256_maskz_loadu_epi16(m, p));
   }
-  static __m256 Load8(const void* p) {
-    const __m128i h = _mm_loadu_si128(static_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  }
-  static float Scalar(const void* p, int64_t i) {
-    uint32_t u = static_cast<uint32_t>(static_cast<const uint16_t*>(p)[i]) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
+  static __m256 Load8(const void* p) { return BF16x8(p); }
+  static float Scalar(const void* p, int64_t i) { return BF16At(p, i); }
 };
 
 inline VecF ZeroF() { return _mm512_setzero_ps(); }
@@ -99,33 +108,21 @@ using VecF = __m256;
 
 struct LoadF32 {
   static constexpr size_t kBytes = 4;
-  static VecF Load(const void* p) { return _mm256_loadu_ps(static_cast<const float*>(p)); }
-  static VecF Load8(const void* p) { return Load(p); }
-  static float Scalar(const void* p, int64_t i) { return static_cast<const float*>(p)[i]; }
+  static VecF Load(const void* p) { return F32x8(p); }
+  static VecF Load8(const void* p) { return F32x8(p); }
+  static float Scalar(const void* p, int64_t i) { return F32At(p, i); }
 };
 struct LoadF16 {
   static constexpr size_t kBytes = 2;
-  static VecF Load(const void* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
-  }
-  static VecF Load8(const void* p) { return Load(p); }
-  static float Scalar(const void* p, int64_t i) {
-    return _cvtsh_ss(static_cast<const uint16_t*>(p)[i]);
-  }
+  static VecF Load(const void* p) { return F16x8(p); }
+  static VecF Load8(const void* p) { return F16x8(p); }
+  static float Scalar(const void* p, int64_t i) { return F16At(p, i); }
 };
 struct LoadBF16 {
   static constexpr size_t kBytes = 2;
-  static VecF Load(const void* p) {
-    const __m128i h = _mm_loadu_si128(static_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  }
-  static VecF Load8(const void* p) { return Load(p); }
-  static float Scalar(const void* p, int64_t i) {
-    uint32_t u = static_cast<uint32_t>(static_cast<const uint16_t*>(p)[i]) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
+  static VecF Load(const void* p) { return BF16x8(p); }
+  static VecF Load8(const void* p) { return BF16x8(p); }
+  static float Scalar(const void* p, int64_t i) { return BF16At(p, i); }
 };
 
 inline VecF ZeroF() { return _mm256_setzero_ps(); }

@@ -170,23 +170,15 @@ void Q4KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, 
 constexpr int kColsPerPass = 2;
 #endif
 
-template <int R>
-void TileRows(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
-              float* const* c) {
-  const int64_t nsb = k / kQK_K;
-  ByColumnPasses<kColsPerPass>(
-      cols, [&](auto n, int j) { Q4KTile<R, decltype(n)::value>(nsb, a, a_stride, b + j, c + j); });
-}
-
-void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
-          float* const* c) {
-  static constexpr RowsFn kRows[4] = {TileRows<1>, TileRows<2>, TileRows<3>, TileRows<4>};
-  TileInGroupsOf4(kRows, k, a, a_stride, rows, b, cols, c);
-}
+// One register tile for QuantTile.
+constexpr auto kQ4KTile = [](auto rows, auto cols, int64_t k, const char* a, size_t a_stride,
+                             const void* const* b, float* const* c) {
+  Q4KTile<decltype(rows)::value, decltype(cols)::value>(k / kQK_K, a, a_stride, b, c);
+};
 
 }  // namespace
 
-const DotKernels kDotQ4_K{FromF32, ActRowBytes, Tile, 1};
+const DotKernels kDotQ4_K{FromF32, ActRowBytes, QuantTile<kColsPerPass, decltype(kQ4KTile)>, 1};
 
 }  // namespace tg::cpu::simd
 

@@ -54,24 +54,15 @@ constexpr int kColsPerPass = 4;
 constexpr int kColsPerPass = 2;
 #endif
 
-template <int R>
-void TileRows(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
-              float* const* c) {
-  const int64_t nblocks = k / kQK8_0;
-  ByColumnPasses<kColsPerPass>(cols, [&](auto n, int j) {
-    Q8Tile<R, decltype(n)::value>(nblocks, a, a_stride, b + j, c + j);
-  });
-}
-
-void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
-          float* const* c) {
-  static constexpr RowsFn kRows[4] = {TileRows<1>, TileRows<2>, TileRows<3>, TileRows<4>};
-  TileInGroupsOf4(kRows, k, a, a_stride, rows, b, cols, c);
-}
+// One register tile for QuantTile.
+constexpr auto kQ8Tile = [](auto rows, auto cols, int64_t k, const char* a, size_t a_stride,
+                            const void* const* b, float* const* c) {
+  Q8Tile<decltype(rows)::value, decltype(cols)::value>(k / kQK8_0, a, a_stride, b, c);
+};
 
 }  // namespace
 
-const DotKernels kDotQ8_0{FromF32, ActRowBytes, Tile, 1};
+const DotKernels kDotQ8_0{FromF32, ActRowBytes, QuantTile<kColsPerPass, decltype(kQ8Tile)>, 1};
 
 }  // namespace tg::cpu::simd
 

@@ -74,6 +74,27 @@ void ByColumnPasses(int cols, Fn&& fn) {
   }
 }
 
+// The tile entry of a quantized kernel set: rows in groups of at most 4, columns in passes of
+// kColsPerPass. Kernel is a stateless callable (a captureless lambda) run as
+// Kernel{}(rows, cols, k, a, a_stride, b, c) for one register tile, rows and cols being
+// std::integral_constant<int, R> and <int, C>, so that it can instantiate its R x C kernel.
+template <int kColsPerPass, class Kernel, int R>
+void QuantTileRows(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
+                   float* const* c) {
+  ByColumnPasses<kColsPerPass>(cols, [&](auto n, int j) {
+    Kernel{}(std::integral_constant<int, R>{}, n, k, a, a_stride, b + j, c + j);
+  });
+}
+
+template <int kColsPerPass, class Kernel>
+void QuantTile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
+               float* const* c) {
+  static constexpr RowsFn kRows[4] = {
+      QuantTileRows<kColsPerPass, Kernel, 1>, QuantTileRows<kColsPerPass, Kernel, 2>,
+      QuantTileRows<kColsPerPass, Kernel, 3>, QuantTileRows<kColsPerPass, Kernel, 4>};
+  TileInGroupsOf4(kRows, k, a, a_stride, rows, b, cols, c);
+}
+
 // A 32-element block of Q8_0-quantized activations with its scale already widened to f32
 // (the dot kernels would otherwise convert it once per weight row).
 struct ActQ8_0 {

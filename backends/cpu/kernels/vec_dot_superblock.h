@@ -225,26 +225,17 @@ void SuperTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b
   }
 }
 
-template <class T, int R>
-void SuperTileRows(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
-                   float* const* c) {
-  ByColumnPasses<kSuperColsPerPass>(cols, [&](auto n, int j) {
-    SuperTile<T, R, decltype(n)::value>(k / kQK_K, a, a_stride, b + j, c + j);
-  });
-}
-
+// One register tile of super-block type T for QuantTile.
 template <class T>
-void SuperBlockTile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b,
-                    int cols, float* const* c) {
-  static constexpr RowsFn kRows[4] = {SuperTileRows<T, 1>, SuperTileRows<T, 2>, SuperTileRows<T, 3>,
-                                      SuperTileRows<T, 4>};
-  TileInGroupsOf4(kRows, k, a, a_stride, rows, b, cols, c);
-}
+inline constexpr auto kSuperTile = [](auto rows, auto cols, int64_t k, const char* a,
+                                      size_t a_stride, const void* const* b, float* const* c) {
+  SuperTile<T, decltype(rows)::value, decltype(cols)::value>(k / kQK_K, a, a_stride, b, c);
+};
 
 // The kernel set of a super-block type T.
 template <class T>
 constexpr DotKernels SuperBlockKernels() {
-  return {ActQ8KFromF32, ActQ8KRowBytes, SuperBlockTile<T>, 1};
+  return {ActQ8KFromF32, ActQ8KRowBytes, QuantTile<kSuperColsPerPass, decltype(kSuperTile<T>)>, 1};
 }
 
 }  // namespace tg::cpu::simd
