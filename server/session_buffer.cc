@@ -21,9 +21,12 @@ SessionBuffer::SessionBuffer(std::unique_ptr<Buffer> buffer, int device_index, u
       on_destroy_(std::move(on_destroy)),
       progress_(std::move(progress)) {
   if (size_ > 0) unwritten_[0] = size_;
+  // A fresh buffer is about to be filled (weights) or zeroed (ClearUnwritten) whole.
+  prefault_ = std::make_unique<BackgroundPrefault>(HostPointer(0), size_);
 }
 
 SessionBuffer::~SessionBuffer() {
+  prefault_.reset();  // before the memory goes.
   buffer_.reset();
   if (on_destroy_) on_destroy_(size_);
 }

@@ -31,6 +31,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/backend.h"
 #include "server/command_progress.h"
+#include "server/session_buffer_prefault.h"
 
 namespace tg::server {
 
@@ -118,6 +119,8 @@ class SessionBuffer {
   mutable absl::Mutex mu_;
   mutable std::map<uint64_t, uint64_t> unwritten_ ABSL_GUARDED_BY(mu_);  // start -> end.
   mutable int fills_ ABSL_GUARDED_BY(mu_) = 0;  // Fills in flight that took unwritten bytes.
+  // Declared last: destroyed (stopped) first, before buffer_ frees the memory.
+  std::unique_ptr<BackgroundPrefault> prefault_;
 };
 
 }  // namespace tg::server
