@@ -16,6 +16,7 @@
 #include "proto/upload_frame.h"
 #include "server/blob_cache.h"
 #include "server/log.h"
+#include "server/memory_reservation.h"
 #include "server/metrics.h"
 #include "server/random_id.h"
 #include "server/reply_sequencer.h"
@@ -25,6 +26,10 @@ namespace tg::server {
 namespace {
 
 namespace pb = ::tensorgrid::v1;
+
+// Freed weight buffers are kept (for the next load of the same model) up to this share of
+// the host's memory; the kept memory is given back at once when an allocation needs room.
+constexpr uint64_t kRecycleShareOfHostMemory = 4;
 
 grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
@@ -99,6 +104,8 @@ grpc::Status CheckBearerToken(const grpc::ServerContext& context, const std::str
 TensorGridService::TensorGridService(ServiceOptions options)
     : options_(std::move(options)),
       server_id_(RandomHex(16)),
+      recycler_(
+          std::make_shared<SessionBufferRecycler>(HostMemoryTotal() / kRecycleShareOfHostMemory)),
       peers_(options_.peer),
       collectives_(&peers_, &grants_, options_.metrics) {
   for (Device* d : options_.devices) supported_ops_.push_back(SupportedOps(d));
@@ -197,6 +204,7 @@ grpc::Status TensorGridService::Session(
   env.peers = &peers_;
   env.models = options_.models;
   env.collectives = &collectives_;
+  env.recycler = recycler_;
   auto session = std::make_shared<server::Session>(id, std::move(env));
   size_t open_sessions;
   {
