@@ -24,8 +24,10 @@
 namespace tg::server {
 
 // Layout: DIR/ab/<64 hex digits>, "ab" being the first two digits (keeps directories small).
-// Writes go to DIR/ab/<hex>.tmp.<unique>, are fsync'ed and renamed into place, so a crash
-// leaves either the whole blob or a temp file that the next Open removes. The least recently
+// Writes go to DIR/ab/<hex>.tmp.<unique> and are renamed into place, so a crash of the
+// server leaves either the whole blob or a temp file that the next Open removes. They are not
+// fsync'ed: a crash of the machine may leave a blob cut short or empty, which its first read
+// after the restart (always hashed) finds and removes, a miss. The least recently
 // used blobs are evicted above max_bytes; a blob's mtime records its last use, so the LRU
 // order survives a restart.
 class BlobCache {
@@ -88,7 +90,7 @@ class BlobCache {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts least recently used blobs, except `keep` (may be null), down to max_bytes_.
   absl::Status EvictLocked(const rpc::Sha256Digest* keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes data to a new temp file beside the blob's final path, fsync'ed; returns its path
+  // Writes data to a new temp file beside the blob's final path; returns its path
   // and its descriptor, still open (the caller takes its state once it is in place).
   absl::StatusOr<std::pair<std::string, int>> WriteTemp(const rpc::Sha256Digest& digest,
                                                         const void* data, size_t size) const;
