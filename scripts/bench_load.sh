@@ -129,7 +129,7 @@ for round in $(seq "$rounds"); do
   fi
 done
 
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else printf "%.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else printf "%.3f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 get() { awk -v n="$1" -v k="$2" '$1 == n && $2 == k && $3 != "" { print $3 }' "$work/results" | median; }
 echo
 echo "model: $model ($((bytes / 1000000)) MB), $rounds rounds, -t $threads, medians (seconds);" \

@@ -2,6 +2,7 @@
 
 #include <openssl/crypto.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -178,9 +179,10 @@ grpc::Status TensorGridService::Hello(grpc::ServerContext* context, const pb::He
     info->set_description(std::string(d->description()));
     info->set_type(std::string(DeviceTypeName(d->type())));
     const DeviceMemory mem = d->memory();
-    info->set_memory_free(mem.free);
-    info->set_memory_total(mem.total);
     BufferType* bt = d->default_buffer_type();
+    // Memory kept for reuse is free to the next session (a client splits layers by it).
+    info->set_memory_free(std::min(mem.total, mem.free + recycler_->kept_bytes(bt)));
+    info->set_memory_total(mem.total);
     pb::BufferTypeInfo* bti = info->mutable_buffer_type();
     bti->set_name(std::string(bt->name()));
     bti->set_alignment(bt->alignment());

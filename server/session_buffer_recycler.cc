@@ -66,6 +66,13 @@ uint64_t SessionBufferRecycler::kept_bytes() const {
   return kept_bytes_;
 }
 
+uint64_t SessionBufferRecycler::kept_bytes(const BufferType* type) const {
+  absl::MutexLock lock(&mu_);
+  uint64_t bytes = 0;
+  for (const Kept& k : kept_) bytes += k.buffer->type() == type ? k.size : 0;
+  return bytes;
+}
+
 void SessionBufferRecycler::Expire() {
   for (;;) {
     std::vector<std::unique_ptr<Buffer>> freed;

@@ -48,6 +48,9 @@ class SessionBufferRecycler {
   // Frees every kept buffer; returns the bytes freed.
   uint64_t ReleaseAll() ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t kept_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The bytes kept of one buffer type: free memory as far as the next allocation is
+  // concerned (a server adds them to the free memory it reports).
+  uint64_t kept_bytes(const BufferType* type) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Kept {

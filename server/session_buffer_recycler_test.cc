@@ -39,6 +39,8 @@ TEST_F(SessionBufferRecyclerTest, KeptBufferComesBackForItsTypeAndSizeOnly) {
   void* const base = b->base();
   recycler.Keep(std::move(b), kSize);
   EXPECT_EQ(recycler.kept_bytes(), kSize);
+  EXPECT_EQ(recycler.kept_bytes(type_), kSize);
+  EXPECT_EQ(recycler.kept_bytes(nullptr), 0u);
   EXPECT_EQ(recycler.Take(type_, kSize + 1), nullptr);
   EXPECT_EQ(recycler.Take(type_, kSize - 1), nullptr);
   std::unique_ptr<Buffer> again = recycler.Take(type_, kSize);
