@@ -517,6 +517,9 @@ absl::Status Session::Alloc(const pb::AllocBuffer& cmd, pb::AllocBufferReply* re
     TG_RETURN_IF_ERROR(room);
     // At least one byte, so that every buffer has an address.
     buffer = type->Allocate(std::max<uint64_t>(size, 1));
+    if (!buffer.ok() && recycler != nullptr && recycler->ReleaseAll() > 0) {
+      buffer = type->Allocate(std::max<uint64_t>(size, 1));
+    }
   }
   if (!buffer.ok()) {
     return absl::ResourceExhaustedError(
