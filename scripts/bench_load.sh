@@ -13,7 +13,8 @@
 # with and without hashing on the client. Each case is a one-token run (tg-run -n 1,
 # llama-bench -p 0 -n 1 -r 1): its wall time, and for tensorgrid also the weights' load time
 # (tg-run -v). In the same rounds: rpc_bench's plain gRPC byte stream (the yardstick of an
-# upload) and the time to read the file from the page cache (dd, 4 MiB blocks).
+# upload) and the time to read the file from the page cache (dd, 4 MiB blocks; and, for
+# reference, into one fresh buffer of the file's size).
 # Usage: bash scripts/bench_load.sh [ROUNDS] [THREADS]
 #   build/release must be built (tg-run, tg-gguf, rpc-server, rpc_bench); LLAMA_BIN names a
 #   llama.cpp build's bin/ with ggml-rpc-server and llama-bench (built with -DGGML_RPC=ON;
@@ -78,10 +79,16 @@ peer_server() {
 stop() { local p; p=$(eval echo "\$pid_$1"); kill "$p"; wait "$p" 2>/dev/null || true; }
 wait_indexed() { for _ in $(seq 600); do grep -q "index ready" "$work/server.$1.log" && return; sleep 0.1; done; }
 
+bytes=$(stat -c %s "$model")
 for round in $(seq "$rounds"); do
   echo "round $round of $rounds" >&2
+  echo "round$round loadavg $(cut -d' ' -f1 /proc/loadavg)" >>"$work/results"
   # Yardsticks.
   dd if="$model" of=/dev/null bs=4M 2>&1 | sed -n 's/.*copied, \([0-9.]*\) s.*/read page_cache \1/p' >>"$work/results"
+  # The same read into one buffer of the file's size: fresh memory, faulted in page by page
+  # as the copy lands, as a load into a new server buffer is.
+  dd if="$model" of=/dev/null bs="$bytes" count=1 iflag=fullblock 2>&1 |
+    sed -n 's/.*copied, \([0-9.]*\) s.*/read fresh_memory \1/p' >>"$work/results"
   # rpc_bench failing (it did, twice, on an overloaded machine) costs this round's figure only.
   { $bin/bench/rpc_bench --mb 512 --round-trips 10 2>"$work/rpc_bench.err" || cat "$work/rpc_bench.err" >&2; } |
     sed -n 's/plain gRPC byte stream: \([0-9]*\) MB\/s (1 stream), \([0-9]*\) MB\/s.*/\1 \2/p' |
@@ -122,11 +129,11 @@ for round in $(seq "$rounds"); do
   fi
 done
 
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else printf "%.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else printf "%.3f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 get() { awk -v n="$1" -v k="$2" '$1 == n && $2 == k && $3 != "" { print $3 }' "$work/results" | median; }
-bytes=$(stat -c %s "$model")
 echo
-echo "model: $model ($((bytes / 1000000)) MB), $rounds rounds, -t $threads, medians (seconds)"
+echo "model: $model ($((bytes / 1000000)) MB), $rounds rounds, -t $threads, medians (seconds);" \
+  "load average at each round's start: $(awk '$2 == "loadavg" { printf "%s ", $3 }' "$work/results")"
 echo
 echo "| case | tensorgrid: one-token run | tensorgrid: weights load | llama.cpp: one-token run |"
 echo "|---|---|---|---|"
@@ -140,9 +147,10 @@ for c in local upload cache_cold cache_cold_sidecar cache_warm cache_warm_sideca
   echo "| $c | $(get "$c" tg_wall) | $(get "$c" tg_load) | $pw |"
 done
 read_s=$(get read page_cache)
+fresh_s=$(get read fresh_memory)
 plain=$(get plain stream_mb_s)
 echo
-echo "page-cache read of the file: $read_s s; rpc_bench plain gRPC stream: $plain MB/s"
+echo "page-cache read of the file: $read_s s (into fresh memory: $fresh_s s); rpc_bench plain gRPC stream: $plain MB/s"
 awk -v b="$bytes" -v up="$(get upload tg_load)" -v plain="$plain" -v rd="$read_s" \
     -v warm="$(get cache_warm_sidecar tg_load)" -v md="$(get model_dir_sidecar tg_load)" \
     -v warm_ns="$(get cache_warm tg_load)" -v md_ns="$(get model_dir tg_load)" 'BEGIN {

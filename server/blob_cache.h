@@ -4,10 +4,12 @@
 #ifndef TENSORGRID_SERVER_BLOB_CACHE_H_
 #define TENSORGRID_SERVER_BLOB_CACHE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -17,12 +19,15 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/content_hash.h"
+#include "server/file_state.h"
 
 namespace tg::server {
 
 // Layout: DIR/ab/<64 hex digits>, "ab" being the first two digits (keeps directories small).
-// Writes go to DIR/ab/<hex>.tmp.<unique>, are fsync'ed and renamed into place, so a crash
-// leaves either the whole blob or a temp file that the next Open removes. The least recently
+// Writes go to DIR/ab/<hex>.tmp.<unique> and are renamed into place, so a crash of the
+// server leaves either the whole blob or a temp file that the next Open removes. They are not
+// fsync'ed: a crash of the machine may leave a blob cut short or empty, which its first read
+// after the restart (always hashed) finds and removes, a miss. The least recently
 // used blobs are evicted above max_bytes; a blob's mtime records its last use, so the LRU
 // order survives a restart.
 class BlobCache {
@@ -38,6 +43,10 @@ class BlobCache {
   // hashes to `digest` (a corrupt file is deleted and reported as absent). Returns true on a
   // hit and marks the blob recently used; false on a miss, leaving dst's content unspecified.
   // An error only for I/O failures other than the file being gone.
+  // The bytes are hashed as they are read unless this process wrote the blob or hashed it
+  // since, and the file still has the state it had then (FileState, checked before and after
+  // the read) and was marked used less than an hour ago (kTouchInterval): re-hashing every blob it
+  // serves was a third of a warm load. A blob from an earlier run is hashed on its first read.
   absl::StatusOr<bool> Read(const rpc::Sha256Digest& digest, void* dst, size_t size)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -53,12 +62,16 @@ class BlobCache {
   // Sum of the sizes of the indexed blobs.
   uint64_t total_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
   size_t blob_count() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Bytes Read hashed to verify them (load reports and tests: a warm read hashes nothing).
+  uint64_t bytes_hashed() const { return bytes_hashed_.load(); }
   const std::string& dir() const { return dir_; }
 
  private:
   struct Entry {
     uint64_t size = 0;
     std::list<rpc::Sha256Digest>::iterator lru_pos;  // Into lru_.
+    // The file's state when this process last wrote or hashed it (and set its mtime).
+    std::optional<FileState> verified;
   };
 
   BlobCache(std::string dir, uint64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {}
@@ -77,9 +90,22 @@ class BlobCache {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts least recently used blobs, except `keep` (may be null), down to max_bytes_.
   absl::Status EvictLocked(const rpc::Sha256Digest* keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes data to a new temp file beside the blob's final path, fsync'ed; returns its path.
-  absl::StatusOr<std::string> WriteTemp(const rpc::Sha256Digest& digest, const void* data,
-                                        size_t size) const;
+  // Writes data to a new temp file beside the blob's final path; returns its path
+  // and its descriptor, still open (the caller takes its state once it is in place).
+  absl::StatusOr<std::pair<std::string, int>> WriteTemp(const rpc::Sha256Digest& digest,
+                                                        const void* data, size_t size) const;
+  // The blob's file state when Read may serve it without hashing, else nullopt.
+  std::optional<FileState> TrustedState(const rpc::Sha256Digest& digest) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Records (or, with nullopt, forgets) the state of a blob this process verified.
+  void SetVerified(const rpc::Sha256Digest& digest, std::optional<FileState> state)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Reads the blob from `fd` into dst: without hashing when the file has the `trusted` state
+  // before and after the read; else marks it used (mtime), hashes it as it reads and records
+  // the state it had. True when the bytes are the blob's.
+  absl::StatusOr<bool> ReadVerified(const rpc::Sha256Digest& digest, int fd, uint8_t* dst,
+                                    size_t size, const std::optional<FileState>& trusted,
+                                    const std::string& path);
 
   const std::string dir_;
   const uint64_t max_bytes_;
@@ -87,6 +113,7 @@ class BlobCache {
   absl::flat_hash_map<rpc::Sha256Digest, Entry> index_ ABSL_GUARDED_BY(mu_);
   std::list<rpc::Sha256Digest> lru_ ABSL_GUARDED_BY(mu_);  // Front: most recently used.
   uint64_t total_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> bytes_hashed_{0};
 };
 
 }  // namespace tg::server

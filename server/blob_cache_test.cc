@@ -371,6 +371,44 @@ TEST_F(BlobCacheTest, ReadIsRememberedAcrossReopen) {
   EXPECT_FALSE(cache->Contains(DigestOf(b)));
 }
 
+TEST_F(BlobCacheTest, StoredOrHashedBlobIsServedWithoutHashingUntilItsFileChanges) {
+  const std::vector<uint8_t> blob = RandomBytes(200000, 70);
+  const Sha256Digest digest = DigestOf(blob);
+  {
+    auto cache = OpenCache(0);
+    ASSERT_NE(cache, nullptr);
+    ASSERT_TRUE(cache->Store(digest, blob.data(), blob.size()).ok());
+    ExpectHit(*cache, blob);
+    ExpectHit(*cache, blob);
+    EXPECT_EQ(cache->bytes_hashed(), 0u);  // it wrote the file itself.
+  }
+  // An earlier run's blob is hashed on its first read only.
+  auto cache = OpenCache(0);
+  ASSERT_NE(cache, nullptr);
+  ExpectHit(*cache, blob);
+  EXPECT_EQ(cache->bytes_hashed(), blob.size());
+  ExpectHit(*cache, blob);
+  EXPECT_EQ(cache->bytes_hashed(), blob.size());
+
+  // One byte changed with the size and mtime put back: the ctime still moved, so the next
+  // read hashes, and the corrupt blob is a miss.
+  const std::string path = PathOf(digest);
+  struct stat before;
+  ASSERT_EQ(::stat(path.c_str(), &before), 0);
+  {
+    const int fd = ::open(path.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    const uint8_t flipped = blob[777] ^ 0x10;
+    ASSERT_EQ(::pwrite(fd, &flipped, 1, 777), 1);
+    const struct timespec times[2] = {before.st_atim, before.st_mtim};
+    ASSERT_EQ(::futimens(fd, times), 0);
+    ::close(fd);
+  }
+  ExpectMiss(*cache, digest, blob.size());
+  EXPECT_EQ(cache->bytes_hashed(), 2 * blob.size());
+  EXPECT_FALSE(cache->Contains(digest));
+}
+
 TEST_F(BlobCacheTest, OpenFailsOnAFile) {
   const std::string file = absl::StrCat(root_, "/file");
   std::ofstream(file) << "x";

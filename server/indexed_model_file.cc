@@ -28,10 +28,6 @@ int64_t MtimeNs(const struct stat& st) {
   return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
 }
 
-int64_t CtimeNs(const struct stat& st) {
-  return int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec;
-}
-
 // The descriptor must name the file we resolved: a path component swapped for a symlink
 // between the scan and the open would otherwise lead outside the --model-dir.
 bool OpenedWhatWeMeant(int fd, const std::string& path) {
@@ -63,8 +59,9 @@ absl::StatusOr<std::unique_ptr<IndexedModelFile>> IndexedModelFile::Build(
   }
   f->hashes_.identity.size = static_cast<uint64_t>(st.st_size);
   f->hashes_.mtime_ns = MtimeNs(st);
-  f->state_ = {static_cast<uint64_t>(st.st_size), MtimeNs(st), CtimeNs(st),
-               static_cast<uint64_t>(st.st_ino)};
+  std::optional<FileState> state = FileStateOf(fd);
+  if (!state.has_value()) return absl::InvalidArgumentError("cannot stat the opened file");
+  f->state_ = *state;
   TG_ASSIGN_OR_RETURN(GgufTensorTable table, ReadGgufTensorTable(fd, f->hashes_.identity.size));
   std::string scratch;
   TG_ASSIGN_OR_RETURN(std::optional<rpc::Sha256Digest> header,
@@ -111,11 +108,7 @@ absl::StatusOr<std::unique_ptr<IndexedModelFile>> IndexedModelFile::Build(
   return f;
 }
 
-bool IndexedModelFile::Unchanged() const {
-  struct stat st;
-  return fstat(fd_, &st) == 0 && FileState{static_cast<uint64_t>(st.st_size), MtimeNs(st),
-                                           CtimeNs(st), static_cast<uint64_t>(st.st_ino)} == state_;
-}
+bool IndexedModelFile::Unchanged() const { return FileStateOf(fd_) == state_; }
 
 absl::StatusOr<bool> IndexedModelFile::ReadPiece(size_t index, uint8_t* dst) {
   if (stale_.load()) return false;

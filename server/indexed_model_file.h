@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/model_hashes.h"
+#include "server/file_state.h"
 #include "server/model_dir.h"
 
 namespace tg::server {
@@ -62,15 +63,6 @@ class IndexedModelFile {
   bool stale() const { return stale_.load(); }
 
  private:
-  // What a change to the file would change. ctime moves on every write, truncate and utime
-  // and cannot be set back by an unprivileged process.
-  struct FileState {
-    uint64_t size = 0;
-    int64_t mtime_ns = 0;
-    int64_t ctime_ns = 0;
-    uint64_t inode = 0;
-    bool operator==(const FileState&) const = default;
-  };
   IndexedModelFile(int fd, ModelDirFile file) : fd_(fd), path_(file.path), name_(file.name) {}
   // Whether the open file still has the indexed state.
   bool Unchanged() const;

@@ -2,7 +2,7 @@
 // the level unless it is info, the message and key=value fields carrying the numbers a user
 // needs, e.g.
 //   rpc-server: session opened id=3f2a9c01 peer=127.0.0.1:5432 sessions=2
-//   rpc-server: warn: cache store failed digest=ab12... error="blob cache: cannot fsync ..."
+//   rpc-server: warn: cache store failed digest=ab12... error="blob cache: cannot write ..."
 // Lines below the process-wide level (rpc-server --log-level, default info) are dropped.
 // Thread-safe: the level is atomic and each line goes out in one write under a mutex, so
 // lines of concurrent threads never interleave.

@@ -2,6 +2,7 @@
 
 #include <openssl/crypto.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -16,6 +17,7 @@
 #include "proto/upload_frame.h"
 #include "server/blob_cache.h"
 #include "server/log.h"
+#include "server/memory_reservation.h"
 #include "server/metrics.h"
 #include "server/random_id.h"
 #include "server/reply_sequencer.h"
@@ -25,6 +27,10 @@ namespace tg::server {
 namespace {
 
 namespace pb = ::tensorgrid::v1;
+
+// Freed weight buffers are kept (for the next load of the same model) up to this share of
+// the host's memory; the kept memory is given back at once when an allocation needs room.
+constexpr uint64_t kRecycleShareOfHostMemory = 4;
 
 grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
@@ -99,6 +105,8 @@ grpc::Status CheckBearerToken(const grpc::ServerContext& context, const std::str
 TensorGridService::TensorGridService(ServiceOptions options)
     : options_(std::move(options)),
       server_id_(RandomHex(16)),
+      recycler_(
+          std::make_shared<SessionBufferRecycler>(HostMemoryTotal() / kRecycleShareOfHostMemory)),
       peers_(options_.peer),
       collectives_(&peers_, &grants_, options_.metrics) {
   for (Device* d : options_.devices) supported_ops_.push_back(SupportedOps(d));
@@ -171,9 +179,10 @@ grpc::Status TensorGridService::Hello(grpc::ServerContext* context, const pb::He
     info->set_description(std::string(d->description()));
     info->set_type(std::string(DeviceTypeName(d->type())));
     const DeviceMemory mem = d->memory();
-    info->set_memory_free(mem.free);
-    info->set_memory_total(mem.total);
     BufferType* bt = d->default_buffer_type();
+    // Memory kept for reuse is free to the next session (a client splits layers by it).
+    info->set_memory_free(std::min(mem.total, mem.free + recycler_->kept_bytes(bt)));
+    info->set_memory_total(mem.total);
     pb::BufferTypeInfo* bti = info->mutable_buffer_type();
     bti->set_name(std::string(bt->name()));
     bti->set_alignment(bt->alignment());
@@ -197,6 +206,7 @@ grpc::Status TensorGridService::Session(
   env.peers = &peers_;
   env.models = options_.models;
   env.collectives = &collectives_;
+  env.recycler = recycler_;
   auto session = std::make_shared<server::Session>(id, std::move(env));
   size_t open_sessions;
   {

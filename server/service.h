@@ -18,6 +18,7 @@
 #include "server/grant_table.h"
 #include "server/peer_client.h"
 #include "server/session.h"
+#include "server/session_buffer_recycler.h"
 #include "tensorgrid/v1/tensorgrid.grpc.pb.h"
 
 namespace tg::server {
@@ -74,6 +75,8 @@ class TensorGridService final : public ::tensorgrid::v1::TensorGrid::Service {
   const ServiceOptions options_;
   const std::string server_id_;
   std::vector<std::vector<uint32_t>> supported_ops_;  // per device.
+  // Freed weight buffers kept for the next session's load (SessionBufferRecycler).
+  const std::shared_ptr<SessionBufferRecycler> recycler_;
   GrantTable grants_;
   PeerClient peers_;
   CollectiveRunner collectives_;  // uses peers_ and grants_.

@@ -472,6 +472,25 @@ absl::StatusOr<uint64_t> Session::ModelFile(uint64_t handle) const {
   return handle;
 }
 
+namespace {
+
+// Whether `device` has room for `size` more bytes: the server-wide host reserve (so that no
+// set of sessions takes the host's last memory), then the device's free memory.
+absl::Status CheckRoom(Device& device, uint64_t size) {
+  if (const uint64_t reserve = HostMemoryReserve();
+      reserve != 0 && device.default_buffer_type()->is_host()) {
+    TG_RETURN_IF_ERROR(CheckHostMemoryReserve(size, HostMemoryAvailable(), reserve));
+  }
+  const DeviceMemory mem = device.memory();
+  if (size > mem.free) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%d bytes asked on %s, which has %d bytes free", size, device.name(), mem.free));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Session::Alloc(const pb::AllocBuffer& cmd, pb::AllocBufferReply* reply) {
   TG_ASSIGN_OR_RETURN(Device * device, DeviceAt(cmd.device()));
   const uint64_t size = cmd.size();
@@ -484,17 +503,24 @@ absl::Status Session::Alloc(const pb::AllocBuffer& cmd, pb::AllocBufferReply* re
   // Counted against the session limit first; every early return below gives the bytes back.
   TG_ASSIGN_OR_RETURN(MemoryReservation reservation,
                       MemoryReservation::Reserve(&bytes_held_, env_.mem_limit, size));
-  // Then the server-wide reserve, so that no set of sessions takes the host's last memory.
-  if (const uint64_t reserve = HostMemoryReserve(); reserve != 0 && type->is_host()) {
-    TG_RETURN_IF_ERROR(CheckHostMemoryReserve(size, HostMemoryAvailable(), reserve));
+  // Memory a closed session left (the same model loaded again) needs no room and no faults.
+  const std::shared_ptr<SessionBufferRecycler>& recycler = env_.recycler;
+  std::unique_ptr<Buffer> kept = recycler != nullptr ? recycler->Take(type, size) : nullptr;
+  const bool recycled = kept != nullptr;
+  absl::StatusOr<std::unique_ptr<Buffer>> buffer = std::move(kept);
+  if (!recycled) {
+    absl::Status room = CheckRoom(*device, size);
+    // Memory kept for reuse must not cost an allocation that would fit without it.
+    if (!room.ok() && recycler != nullptr && recycler->ReleaseAll() > 0) {
+      room = CheckRoom(*device, size);
+    }
+    TG_RETURN_IF_ERROR(room);
+    // At least one byte, so that every buffer has an address.
+    buffer = type->Allocate(std::max<uint64_t>(size, 1));
+    if (!buffer.ok() && recycler != nullptr && recycler->ReleaseAll() > 0) {
+      buffer = type->Allocate(std::max<uint64_t>(size, 1));
+    }
   }
-  const DeviceMemory mem = device->memory();
-  if (size > mem.free) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "%d bytes asked on %s, which has %d bytes free", size, device->name(), mem.free));
-  }
-  // At least one byte, so that every buffer has an address.
-  absl::StatusOr<std::unique_ptr<Buffer>> buffer = type->Allocate(std::max<uint64_t>(size, 1));
   if (!buffer.ok()) {
     return absl::ResourceExhaustedError(
         absl::StrCat("allocation failed: ", buffer.status().message()));
@@ -509,7 +535,7 @@ absl::Status Session::Alloc(const pb::AllocBuffer& cmd, pb::AllocBufferReply* re
       [metrics](uint64_t bytes) {
         if (metrics != nullptr) metrics->BufferFreed(bytes);
       },
-      progress_);
+      progress_, recycler, recycled);
   uint64_t handle;
   {
     absl::MutexLock lock(&table_mu_);

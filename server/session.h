@@ -48,6 +48,7 @@ class GrantTable;
 class Metrics;
 class ModelIndex;
 class PeerClient;
+class SessionBufferRecycler;
 
 // What a session needs from the server; everything but `devices` may be null/0.
 struct SessionEnv {
@@ -58,6 +59,8 @@ struct SessionEnv {
   PeerClient* peers = nullptr;              // PeerPull is UNIMPLEMENTED without it.
   ModelIndex* models = nullptr;             // --model-dir; OpenModelFile is NOT_FOUND without it.
   CollectiveRunner* collectives = nullptr;  // AllReduce is UNIMPLEMENTED without it.
+  // Keeps freed large host buffers for the next session's load; none kept without it.
+  std::shared_ptr<SessionBufferRecycler> recycler;
   // Tests and the fuzzer only: handles are 1, 2, 3, ... so that scripted command sequences
   // can name them. A server never sets this.
   bool predictable_handles = false;

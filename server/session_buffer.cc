@@ -14,17 +14,26 @@ namespace tg::server {
 
 SessionBuffer::SessionBuffer(std::unique_ptr<Buffer> buffer, int device_index, uint64_t size,
                              std::function<void(uint64_t)> on_destroy,
-                             std::shared_ptr<const CommandProgress> progress)
+                             std::shared_ptr<const CommandProgress> progress,
+                             std::shared_ptr<SessionBufferRecycler> recycler, bool recycled)
     : buffer_(std::move(buffer)),
       device_index_(device_index),
       size_(size),
       on_destroy_(std::move(on_destroy)),
-      progress_(std::move(progress)) {
+      progress_(std::move(progress)),
+      recycler_(std::move(recycler)) {
   if (size_ > 0) unwritten_[0] = size_;
+  // A fresh buffer is about to be filled (weights) or zeroed (ClearUnwritten) whole.
+  if (!recycled) prefault_ = std::make_unique<BackgroundPrefault>(HostPointer(0), size_);
 }
 
 SessionBuffer::~SessionBuffer() {
-  buffer_.reset();
+  prefault_.reset();  // before the memory goes.
+  if (recycler_ != nullptr) {
+    recycler_->Keep(std::move(buffer_), size_);
+  } else {
+    buffer_.reset();
+  }
   if (on_destroy_) on_destroy_(size_);
 }
 

@@ -31,6 +31,8 @@
 #include "absl/synchronization/mutex.h"
 #include "core/backend.h"
 #include "server/command_progress.h"
+#include "server/session_buffer_prefault.h"
+#include "server/session_buffer_recycler.h"
 
 namespace tg::server {
 
@@ -38,9 +40,13 @@ class SessionBuffer {
  public:
   // `on_destroy` runs in the destructor (metrics bookkeeping); may be empty. `progress`
   // (optional) is the owning session's, for peers reading the buffer after a command of it.
+  // `recycler` (optional) keeps the memory when the buffer goes, for the next session's
+  // buffer of this size; `recycled` says the memory came from it (its pages are mapped in
+  // already: no prefault).
   SessionBuffer(std::unique_ptr<Buffer> buffer, int device_index, uint64_t size,
                 std::function<void(uint64_t)> on_destroy,
-                std::shared_ptr<const CommandProgress> progress = nullptr);
+                std::shared_ptr<const CommandProgress> progress = nullptr,
+                std::shared_ptr<SessionBufferRecycler> recycler = nullptr, bool recycled = false);
   ~SessionBuffer();
   SessionBuffer(const SessionBuffer&) = delete;
   SessionBuffer& operator=(const SessionBuffer&) = delete;
@@ -115,9 +121,12 @@ class SessionBuffer {
   uint64_t size_;
   std::function<void(uint64_t)> on_destroy_;
   std::shared_ptr<const CommandProgress> progress_;
+  std::shared_ptr<SessionBufferRecycler> recycler_;
   mutable absl::Mutex mu_;
   mutable std::map<uint64_t, uint64_t> unwritten_ ABSL_GUARDED_BY(mu_);  // start -> end.
   mutable int fills_ ABSL_GUARDED_BY(mu_) = 0;  // Fills in flight that took unwritten bytes.
+  // Declared last: destroyed (stopped) first, before buffer_ frees the memory.
+  std::unique_ptr<BackgroundPrefault> prefault_;
 };
 
 }  // namespace tg::server

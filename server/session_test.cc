@@ -12,6 +12,7 @@
 #include "server/memory_reservation.h"
 #include "server/metrics.h"
 #include "server/server_test_util.h"
+#include "server/session_buffer_recycler.h"
 
 namespace tg::server {
 namespace {
@@ -382,6 +383,29 @@ TEST_F(SessionTest, DestructorFreesEverything) {
   }
   EXPECT_EQ(metrics_.buffers(), 0);
   EXPECT_EQ(metrics_.buffer_bytes(), 0);
+}
+
+TEST_F(SessionTest, ARecycledBufferIsTheSameMemoryAndReadsAsZero) {
+  env_.recycler = std::make_shared<SessionBufferRecycler>(4 * SessionBufferRecycler::kMinBytes);
+  const uint64_t size = SessionBufferRecycler::kMinBytes;
+  {
+    auto a = NewSession();
+    const uint64_t h = Alloc(*a, size);
+    ASSERT_EQ(a->Handle(WriteRequest(2, h, 1000, "another session's weights")).code(), kOk);
+  }
+  ASSERT_EQ(env_.recycler->kept_bytes(), size);
+  auto b = NewSession();
+  const uint64_t h = Alloc(*b, size);
+  EXPECT_EQ(env_.recycler->kept_bytes(), 0u);  // b got the kept memory.
+  pb::SessionReply r = b->Handle(ReadRequest(3, h, 990, 40));
+  ASSERT_EQ(r.code(), kOk) << r.message();
+  EXPECT_EQ(r.read().data(), std::string(40, '\0'));
+  ExpectValidCompute(*b);
+  // Kept memory never costs an allocation its room: a refused one gives it back first.
+  ASSERT_EQ(b->Handle(FreeRequest(4, h)).code(), kOk);
+  ASSERT_EQ(env_.recycler->kept_bytes(), size);
+  EXPECT_EQ(b->Handle(AllocRequest(5, 0, uint64_t{1} << 60)).code(), kExhausted);
+  EXPECT_EQ(env_.recycler->kept_bytes(), 0u);
 }
 
 TEST_F(SessionTest, CacheStats) {
