@@ -367,6 +367,7 @@ absl::StatusOr<OpSplit> Dispatch(const Tensor& n, States s) {
     case Op::kRope:
       return WithoutPartial(n, s, RopeRule);
     case Op::kSwiglu:
+    case Op::kSwigluOai:  // gpt-oss's clamped SwiGLU splits as SWIGLU does: its (0, y) is 0 too.
       if (SameRouting(*s[0], *s[1])) return Make(*s[0]);  // silu(0) * 0 = 0.
       return WithoutPartial(n, s, SwigluRule);
     case Op::kGetRows:
