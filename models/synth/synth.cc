@@ -195,6 +195,20 @@ void SetTokenizerMetadata(const SpmVocab& v, GgufWriter* w) {
   w->SetBool("tokenizer.ggml.add_eos_token", false);
 }
 
+// gpt-oss's tokenizer as llama.cpp names it: byte-level BPE with the o200k ("gpt-4o")
+// pre-tokenizer, no BOS added.
+void SetBpeTokenizerMetadata(const BpeVocab& v, GgufWriter* w) {
+  w->SetString("tokenizer.ggml.model", "gpt2");
+  w->SetString("tokenizer.ggml.pre", "gpt-4o");
+  w->SetStringArray("tokenizer.ggml.tokens", v.tokens);
+  w->SetI32Array("tokenizer.ggml.token_type", v.types);
+  w->SetStringArray("tokenizer.ggml.merges", v.merges);
+  w->SetU32("tokenizer.ggml.bos_token_id", v.bos);
+  w->SetU32("tokenizer.ggml.eos_token_id", v.eos);
+  w->SetBool("tokenizer.ggml.add_bos_token", false);
+  w->SetBool("tokenizer.ggml.add_eos_token", false);
+}
+
 struct SynthStats {
   int64_t params = 0;
   std::vector<std::pair<std::string, MatrixType>> matrices;
@@ -224,7 +238,7 @@ absl::Status AddTensors(const SynthOptions& o, GgufWriter* w, SynthStats* stats)
   for (const TensorSpec& s : LlamaTensors(o)) {
     const MatrixType mt = TensorType(o, s);
     const DType type = mt.stored;
-    if (!s.norm) stats->matrices.emplace_back(s.name, mt);
+    if (!s.norm && s.stddev == 0.0f) stats->matrices.emplace_back(s.name, mt);
     const uint64_t seed = TensorSeed(o.seed, s.name);
     const float mean = s.norm ? 1.0f : 0.0f;
     const float stddev = s.norm ? kNormStddev : s.stddev != 0.0f ? s.stddev : kWeightStddev;
@@ -292,7 +306,11 @@ absl::Status RunSynth(const SynthOptions& opts, std::FILE* out) {
   const auto start = std::chrono::steady_clock::now();
   GgufWriter w(kAlignment);
   SetModelMetadata(opts, &w);
-  SetTokenizerMetadata(MakeSpmVocab(opts.dims.n_vocab), &w);
+  if (opts.arch == SynthArch::kGptOss) {
+    SetBpeTokenizerMetadata(MakeBpeVocab(opts.dims.n_vocab), &w);
+  } else {
+    SetTokenizerMetadata(MakeSpmVocab(opts.dims.n_vocab), &w);
+  }
   SynthStats stats;
   TG_RETURN_IF_ERROR(AddTensors(opts, &w, &stats));
   TG_RETURN_IF_ERROR(w.WriteFile(opts.out));
