@@ -11,6 +11,7 @@ constexpr absl::string_view kNames[] = {
     "RMS_NORM", "ROPE",    "SOFT_MAX", "SILU",    "SWIGLU",  "CPY",        "CONT",
     "VIEW",    "RESHAPE",  "PERMUTE",  "TRANSPOSE", "FLASH_ATTN", "MUL_MAT_ID",
     "ARGMAX",  "SAMPLE",   "ARGSORT",  "TOP_K",   "SUM_ROWS", "DIV",
+    "SWIGLU_OAI",
 };
 static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Op::kCount));
 
@@ -31,7 +32,7 @@ absl::StatusOr<Op> ParseOp(absl::string_view name) {
 }
 
 uint64_t OpTableFingerprint() {
-  constexpr uint64_t kOpParamsRevision = 3;  // 3: MUL_MAT_ID's expert range.
+  constexpr uint64_t kOpParamsRevision = 4;  // 3: MUL_MAT_ID's expert range; 4: SWIGLU_OAI.
   uint64_t h = 1469598103934665603ull;  // FNV-1a.
   auto mix = [&h](absl::string_view bytes) {
     for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;

@@ -46,12 +46,18 @@ enum class Op : uint8_t {
                     // largest first (ARGSORT descending's first k)   params: k.
   kSumRows = 24,    // dst F32 [1, ne1, ..]: the sum of each F32 row.
   kDiv = 25,        // dst = src0 / src1 (src1 broadcast).
-  kCount = 26,
+  kSwigluOai = 26,  // gpt-oss's clamped SwiGLU (ggml's swiglu_oai): x = min(src0, limit),
+                    // y = clamp(src1, -limit, limit), dst = x * sigmoid(alpha * x) * (y + 1)
+                    // params: f32 alpha, f32 limit.
+  kCount = 27,
 };
 
 // MUL_MAT_ID's op_params slots (expert parallelism: a device holding some of the experts).
 inline constexpr int kMulMatIdFirstExpert = 0;
 inline constexpr int kMulMatIdExpertCount = 1;
+// SWIGLU_OAI's op_params slots.
+inline constexpr int kSwigluOaiAlpha = 0;
+inline constexpr int kSwigluOaiLimit = 1;
 
 absl::string_view OpName(Op op);           // "MUL_MAT"
 absl::StatusOr<Op> ParseOp(absl::string_view name);  // case-insensitive; error names the op.

@@ -88,6 +88,9 @@ TensorOr Silu(Context& ctx, Tensor* a) { return MakeNode(ctx, Op::kSilu, {a}); }
 TensorOr Swiglu(Context& ctx, Tensor* gate, Tensor* up) {
   return MakeNode(ctx, Op::kSwiglu, {gate, up});
 }
+TensorOr SwigluOai(Context& ctx, Tensor* gate, Tensor* up, float alpha, float limit) {
+  return MakeNode(ctx, Op::kSwigluOai, {gate, up}, {F32Slot(alpha), F32Slot(limit)});
+}
 TensorOr Argmax(Context& ctx, Tensor* a) { return MakeNode(ctx, Op::kArgmax, {a}); }
 TensorOr Sample(Context& ctx, Tensor* logits, Tensor* pos, Tensor* recent, const SampleParams& p) {
   const int32_t params[] = {F32Slot(p.temperature),

@@ -61,6 +61,9 @@ TensorOr Rope(Context& ctx, Tensor* a, Tensor* pos, Tensor* freq_factors, const 
 TensorOr SoftMax(Context& ctx, Tensor* a, Tensor* mask, float scale, Tensor* sinks = nullptr);
 TensorOr Silu(Context& ctx, Tensor* a);
 TensorOr Swiglu(Context& ctx, Tensor* gate, Tensor* up);
+// gpt-oss's clamped SwiGLU (ggml's swiglu_oai): x = min(gate, limit), y = clamp(up, -limit,
+// limit), x * sigmoid(alpha * x) * (y + 1). gpt-oss uses alpha 1.702, limit 7.
+TensorOr SwigluOai(Context& ctx, Tensor* gate, Tensor* up, float alpha, float limit);
 // I32 [1, ne1, ne2, ne3]: per row of F32 `a`, the index of its largest value (greedy pick).
 TensorOr Argmax(Context& ctx, Tensor* a);
 // I32 [1, ne1, ne2, ne3]: per row of F32 `logits`, a token id drawn as docs/ops.md says,

@@ -313,6 +313,16 @@ absl::StatusOr<NodeLayout> SwigluRule(const Tensor& n) {
   return UnaryF32Rule(n);
 }
 
+// SWIGLU's operands; alpha finite and limit positive (a limit <= 0 clamps every value away).
+absl::StatusOr<NodeLayout> SwigluOaiRule(const Tensor& n) {
+  if (auto s = CheckFinite(n, kSwigluOaiAlpha, "alpha"); !s.ok()) return s;
+  const float limit = n.ParamF32(kSwigluOaiLimit);
+  if (!(limit > 0) || std::isinf(limit)) {
+    return Invalid(n, absl::StrCat("limit ", limit, " must be positive and finite"));
+  }
+  return SwigluRule(n);
+}
+
 bool CanConvert(DType from, DType to) {
   if (from == to) return true;
   if (from == DType::kI32 || to == DType::kI32) {
@@ -470,6 +480,7 @@ Arity OpArity(Op op) {
     case Op::kMul:
     case Op::kDiv:
     case Op::kSwiglu:
+    case Op::kSwigluOai:
     case Op::kCpy: return {2, 2};
     case Op::kRope: return {3, 2};
     case Op::kSoftMax:
@@ -517,6 +528,7 @@ absl::StatusOr<NodeLayout> ApplyShapeRule(const Tensor& node) {
     case Op::kSoftMax: return SoftMaxRule(node);
     case Op::kSilu: return UnaryF32Rule(node);
     case Op::kSwiglu: return SwigluRule(node);
+    case Op::kSwigluOai: return SwigluOaiRule(node);
     case Op::kCpy: return CpyRule(node);
     case Op::kCont: return ContRule(node);
     case Op::kView: return ViewRule(node);

@@ -87,11 +87,20 @@ absl::StatusOr<OpSplit> SoftMaxRule(const Tensor& n, States s) {
   const Tensor* mask = n.src[1];
   if (sa.is_mirrored() || sa.axis() == 0) return AllMirrored(n);
   const int k = sa.axis();
-  if (mask == nullptr) return Same(sa);
-  if (k == 1) return Same(sa, {sa});
-  if (mask->ne[k] == 1) return Same(sa, {Mirrored()});
-  if (mask->ne[k] == n.src[0]->ne[k]) return Same(sa, {sa});
-  return AllMirrored(n);
+  // Sinks (one per head, dimension 2) go with their heads; rows cut along 1 or 3 use them all.
+  std::optional<SplitState> sinks;
+  if (n.src[2] != nullptr) sinks = k == 2 ? sa.Remapped(0, 1, 1) : Mirrored();
+  std::optional<SplitState> m;
+  if (mask != nullptr) {
+    if (k == 1 || mask->ne[k] == n.src[0]->ne[k]) {
+      m = sa;
+    } else if (mask->ne[k] == 1) {
+      m = Mirrored();
+    } else {
+      return AllMirrored(n);
+    }
+  }
+  return Same(sa, {m, sinks});
 }
 
 absl::StatusOr<OpSplit> RopeRule(const Tensor& n, States s) {
@@ -173,6 +182,11 @@ absl::StatusOr<OpSplit> MulMatSplitWeight(const Tensor& n, States s) {
   if (k == 1) return Same(sa.Remapped(0, 1, 1), {Mirrored()});
   if (k == 0) return Same(SplitState::Partial(), {sa});
   if (a.ne[k] == b.ne[k]) return Same(sa, {sa});
+  // Grouped heads (unfused attention): a's head h serves b's heads [h g, (h + 1) g).
+  if (k >= 2 && b.ne[k] % a.ne[k] == 0) {
+    const SplitState grouped = sa.Remapped(k, b.ne[k] / a.ne[k], 1);
+    return Same(grouped, {grouped});
+  }
   return AllMirrored(n);
 }
 
@@ -367,6 +381,7 @@ absl::StatusOr<OpSplit> Dispatch(const Tensor& n, States s) {
     case Op::kRope:
       return WithoutPartial(n, s, RopeRule);
     case Op::kSwiglu:
+    case Op::kSwigluOai:  // gpt-oss's clamped SwiGLU splits as SWIGLU does: its (0, y) is 0 too.
       if (SameRouting(*s[0], *s[1])) return Make(*s[0]);  // silu(0) * 0 = 0.
       return WithoutPartial(n, s, SwigluRule);
     case Op::kGetRows:

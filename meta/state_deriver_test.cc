@@ -89,6 +89,30 @@ TEST_F(StateDeriverTest, AViewOfAHeadCutCacheKeepsTheCut) {
   EXPECT_EQ(parts_.plan.comm_count, 0);
 }
 
+// gpt-oss's unfused attention, 4 query heads over 2 KV heads cut one KV head per device:
+// K^T q keeps the cut (scaled to query heads), SOFT_MAX takes each device's sinks with its
+// heads, V kq keeps it too: no collective.
+TEST_F(StateDeriverTest, GroupedHeadsAndSinksKeepTheHeadCut) {
+  const SplitState kv_cut = SplitState::Axis(2, Ranges{{0, 1}, {1, 2}});
+  const SplitState q_cut = SplitState::Axis(2, Ranges{{0, 2}, {2, 4}});
+  Tensor* k = Leaf({8, 5, 2}, kv_cut);  // [head_dim, n_kv, n_head_kv]
+  Tensor* q = Leaf({8, 3, 4}, q_cut);   // [head_dim, n_tokens, n_head]
+  Tensor* vt = Leaf({5, 8, 2}, kv_cut);
+  Tensor* sinks = Leaf({4}, SplitState::Mirrored());
+  Tensor* mask = Leaf({5, 3}, SplitState::Mirrored());
+  Tensor* kq = *MulMat(ctx_, k, q);
+  const Placement& kqp = Derive(kq);
+  EXPECT_EQ(kqp.state, q_cut);
+  EXPECT_EQ(ShapeOf(kqp.shadows[1]), (std::vector<int64_t>{5, 3, 2, 1}));
+  Tensor* probs = *SoftMax(ctx_, kq, mask, 0.5f, sinks);
+  const Placement& pp = Derive(probs);
+  EXPECT_EQ(pp.state, q_cut);
+  EXPECT_EQ(ShapeOf(pp.shadows[1]->src[2]), (std::vector<int64_t>{2, 1, 1, 1}));
+  const Placement& out = Derive(MulMat(ctx_, vt, probs));
+  EXPECT_EQ(out.state, q_cut);
+  EXPECT_EQ(parts_.plan.comm_count, 0);
+}
+
 TEST_F(StateDeriverTest, ATransposeMovesTheCut) {
   Tensor* a = Leaf({4, 6}, SplitState::Axis(1, Ranges{{0, 2}, {2, 6}}));
   const Placement& t = Derive(Transpose(ctx_, a));

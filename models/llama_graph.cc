@@ -39,6 +39,9 @@ class GraphBuilder {
     TG_ASSIGN_OR_RETURN(g_->tokens, Input(DType::kI32, {n}, "inp_tokens"));
     TG_ASSIGN_OR_RETURN(g_->pos, Input(DType::kI32, {n}, "inp_pos"));
     TG_ASSIGN_OR_RETURN(g_->mask, Input(DType::kF32, {g_->n_kv, n}, "inp_mask"));
+    if (hp_.n_swa > 0) {
+      TG_ASSIGN_OR_RETURN(g_->mask_swa, Input(DType::kF32, {g_->n_kv, n}, "inp_mask_swa"));
+    }
     if (n_outputs != n) {
       TG_ASSIGN_OR_RETURN(g_->out_ids, Input(DType::kI32, {n_outputs}, "inp_out_ids"));
     }
@@ -68,9 +71,11 @@ class GraphBuilder {
     RopeParams rp;
     rp.n_dims = static_cast<int32_t>(hp_.n_rot);
     rp.mode = hp_.rope_neox ? kRopeNeox : kRopeNormal;
-    rp.n_ctx_orig = static_cast<int32_t>(hp_.n_ctx_train);
+    rp.n_ctx_orig = static_cast<int32_t>(hp_.rope_n_ctx_orig);
     rp.freq_base = hp_.rope_freq_base;
     rp.freq_scale = hp_.rope_freq_scale;
+    rp.ext_factor = hp_.rope_ext_factor;
+    rp.attn_factor = hp_.rope_attn_factor;
     return Rope(ctx_, x, g_->pos, nullptr, rp);
   }
 
@@ -102,17 +107,41 @@ class GraphBuilder {
     TG_ASSIGN_OR_RETURN(Tensor * v_all, CacheWriteAndView(cache_.v(il), v));
     TG_ASSIGN_OR_RETURN(Tensor * qp, Permute(ctx_, q, 0, 2, 1, 3));  // [hd, n, n_head]
     const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
-    TG_ASSIGN_OR_RETURN(Tensor * att, FlashAttn(ctx_, qp, k_all, v_all, g_->mask, scale));
+    Tensor* mask = hp_.is_swa(il) ? g_->mask_swa : g_->mask;
+    Tensor* att = nullptr;
+    if (l.sinks != nullptr) {
+      TG_ASSIGN_OR_RETURN(att, AttentionWithSinks(qp, k_all, v_all, mask, l.sinks, scale));
+    } else {
+      TG_ASSIGN_OR_RETURN(att, FlashAttn(ctx_, qp, k_all, v_all, mask, scale));
+    }
     TG_ASSIGN_OR_RETURN(att, Reshape(ctx_, att, {hp_.n_embd_q(), n}));
-    return Linear(att, l.wo, nullptr);
+    return Linear(att, l.wo, l.bo);
+  }
+
+  // Attention whose softmax also holds a per-head sink logit (gpt-oss): FLASH_ATTN has no
+  // sinks, so the unfused form, as llama.cpp without flash attention builds it:
+  // kq = K^T q [n_kv, n, n_head]; SOFT_MAX(kq * scale + mask, sinks); V kq, permuted to
+  // FLASH_ATTN's [hd, n_head, n]. q [hd, n, n_head]; k, v: the cache views [hd, n_kv, n_kv_head].
+  absl::StatusOr<Tensor*> AttentionWithSinks(Tensor* q, Tensor* k, Tensor* v, Tensor* mask,
+                                             Tensor* sinks, float scale) {
+    TG_ASSIGN_OR_RETURN(Tensor * kq, MulMat(ctx_, k, q));
+    TG_ASSIGN_OR_RETURN(kq, SoftMax(ctx_, kq, mask, scale, sinks));
+    TG_ASSIGN_OR_RETURN(Tensor * vt, Permute(ctx_, v, 1, 0, 2, 3));  // [n_kv, hd, n_kv_head]
+    TG_ASSIGN_OR_RETURN(vt, Cont(ctx_, vt));
+    TG_ASSIGN_OR_RETURN(Tensor * kqv, MulMat(ctx_, vt, kq));   // [hd, n, n_head]
+    TG_ASSIGN_OR_RETURN(kqv, Permute(ctx_, kqv, 0, 2, 1, 3));  // [hd, n_head, n]
+    return Cont(ctx_, kqv);
   }
 
   absl::StatusOr<Tensor*> FeedForward(int64_t il, Tensor* h) {
     const LlamaLayer& l = m_.layers()[il];
     if (hp_.moe()) {
-      const MoeFfnWeights w{l.ffn_gate_inp, l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps};
-      return BuildMoeFfn(ctx_, h, w,
-                         {hp_.n_expert_used, hp_.expert_weights_norm, hp_.expert_weights_scale});
+      const MoeFfnWeights w{l.ffn_gate_inp,  l.ffn_gate_exps,  l.ffn_up_exps,
+                            l.ffn_down_exps, l.ffn_gate_inp_b, l.ffn_gate_exps_b,
+                            l.ffn_up_exps_b, l.ffn_down_exps_b};
+      return BuildMoeFfn(
+          ctx_, h, w,
+          {hp_.n_expert_used, hp_.expert_weights_norm, hp_.expert_weights_scale, hp_.gpt_oss_moe});
     }
     TG_ASSIGN_OR_RETURN(Tensor * gate, MulMat(ctx_, l.ffn_gate, h));
     TG_ASSIGN_OR_RETURN(Tensor * up, MulMat(ctx_, l.ffn_up, h));

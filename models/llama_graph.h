@@ -55,6 +55,9 @@ struct LlamaGraph {
   Tensor* tokens = nullptr;   // I32 [n_tokens]
   Tensor* pos = nullptr;      // I32 [n_tokens]
   Tensor* mask = nullptr;     // F32 [n_kv, n_tokens]: 0 or -inf
+  // Sliding-window layers' mask (hparams n_swa > 0), the causal mask that also hides cells
+  // n_swa or more positions behind the token (llama.cpp's LLAMA_SWA_TYPE_STANDARD).
+  Tensor* mask_swa = nullptr;
   Tensor* out_ids = nullptr;  // I32 [n_outputs], or nullptr when every row is an output.
   Tensor* logits = nullptr;   // F32 [n_vocab, n_outputs]
   Tensor* pick = nullptr;     // I32 [1, n_outputs]: ARGMAX or SAMPLE of the logits.

@@ -48,15 +48,16 @@ absl::StatusOr<LlamaArch> ParseArch(const GgufFile& f, std::string* name) {
   if (*arch == "qwen2") return LlamaArch::kQwen2;
   if (*arch == "qwen3") return LlamaArch::kQwen3;
   if (*arch == "qwen3moe") return LlamaArch::kQwen3Moe;
+  if (*arch == "gpt-oss") return LlamaArch::kGptOss;
   return absl::UnimplementedError(
       absl::StrCat(f.path(), ": unsupported architecture '", *arch,
-                   "' (supported: llama, mistral, qwen2, qwen3, qwen3moe)"));
+                   "' (supported: llama, mistral, qwen2, qwen3, qwen3moe, gpt-oss)"));
 }
 
 // The experts of qwen3moe (always) and of llama/mistral with expert_count > 0 (mixtral), with
 // llama.cpp's keys and defaults: both renormalise the chosen experts' weights.
 absl::Status ReadExperts(const GgufFile& f, const std::string& a, LlamaHParams* hp) {
-  const bool required = hp->arch == LlamaArch::kQwen3Moe;
+  const bool required = hp->arch == LlamaArch::kQwen3Moe || hp->arch == LlamaArch::kGptOss;
   if (!required && !f.Has(a + "expert_count")) return absl::OkStatus();
   if (!required) {
     TG_ASSIGN_OR_RETURN(const int64_t n, f.GetI64(a + "expert_count"));
@@ -69,7 +70,9 @@ absl::Status ReadExperts(const GgufFile& f, const std::string& a, LlamaHParams* 
   TG_ASSIGN_OR_RETURN(hp->n_expert, ReadDim(f, a + "expert_count", kMaxExperts));
   TG_ASSIGN_OR_RETURN(hp->n_expert_used, ReadDim(f, a + "expert_used_count", hp->n_expert));
   hp->n_ff_exp = hp->n_ff;
-  if (hp->arch == LlamaArch::kQwen3Moe) {
+  if (hp->arch == LlamaArch::kGptOss) {
+    TG_ASSIGN_OR_RETURN(hp->n_ff_exp, ReadDim(f, a + "expert_feed_forward_length", kMaxDim));
+  } else if (hp->arch == LlamaArch::kQwen3Moe) {
     hp->n_ff_exp = hp->n_ff / hp->n_expert_used;  // llama.cpp's default without the key.
     if (f.Has(a + "expert_feed_forward_length")) {
       TG_ASSIGN_OR_RETURN(hp->n_ff_exp, ReadDim(f, a + "expert_feed_forward_length", kMaxDim));
@@ -79,7 +82,8 @@ absl::Status ReadExperts(const GgufFile& f, const std::string& a, LlamaHParams* 
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: expert width %d", f.path(), hp->n_ff_exp));
   }
-  hp->expert_weights_norm = true;
+  // gpt-oss softmaxes the chosen experts' logits, which sum to 1 already.
+  hp->expert_weights_norm = hp->arch != LlamaArch::kGptOss;
   if (f.Has(a + "expert_weights_scale")) {
     TG_ASSIGN_OR_RETURN(const float scale, f.GetF32(a + "expert_weights_scale"));
     if (!std::isfinite(scale) || scale < 0) {
@@ -88,6 +92,19 @@ absl::Status ReadExperts(const GgufFile& f, const std::string& a, LlamaHParams* 
     }
     if (scale != 0.0f) hp->expert_weights_scale = scale;
   }
+  return absl::OkStatus();
+}
+
+// llama.cpp's YaRN setup (llama_context): ext_factor 1; attn_factor = mscale(factor) /
+// (1 + 0.1 ln factor), which is 1 unless the file sets rope.scaling.attn_factor (the division
+// cancels the magnitude correction ROPE applies itself when ext_factor != 0).
+absl::Status ReadYarn(const GgufFile& f, const std::string& a, LlamaHParams* hp) {
+  if (f.Has(a + "rope.scaling.yarn_log_multiplier")) {
+    return absl::UnimplementedError(
+        absl::StrCat(f.path(), ": ", a, "rope.scaling.yarn_log_multiplier is not supported"));
+  }
+  hp->rope_ext_factor = 1.0f;
+  TG_ASSIGN_OR_RETURN(hp->rope_attn_factor, ReadFloat(f, a + "rope.scaling.attn_factor", 1.0f));
   return absl::OkStatus();
 }
 
@@ -132,17 +149,28 @@ absl::StatusOr<LlamaHParams> ReadLlamaHParams(const GgufFile& f) {
   TG_ASSIGN_OR_RETURN(hp.rope_freq_base, ReadFloat(f, a + "rope.freq_base", 10000.0f));
   if (f.Has(a + "rope.scaling.type")) {
     TG_ASSIGN_OR_RETURN(std::string type, f.GetString(a + "rope.scaling.type"));
-    if (type == "linear") {
+    if (type == "linear" || type == "yarn") {
       TG_ASSIGN_OR_RETURN(float factor, ReadFloat(f, a + "rope.scaling.factor", 1.0f));
       hp.rope_freq_scale = 1.0f / factor;
     } else if (type != "none") {
-      return absl::UnimplementedError(
-          absl::StrCat(f.path(), ": rope scaling '", type, "' is not supported (linear, none)"));
+      return absl::UnimplementedError(absl::StrCat(f.path(), ": rope scaling '", type,
+                                                   "' is not supported (linear, yarn, none)"));
     }
+    if (type == "yarn") TG_RETURN_IF_ERROR(ReadYarn(f, a, &hp));
+  }
+  hp.rope_n_ctx_orig = hp.n_ctx_train;
+  if (f.Has(a + "rope.scaling.original_context_length")) {
+    TG_ASSIGN_OR_RETURN(hp.rope_n_ctx_orig,
+                        ReadDim(f, a + "rope.scaling.original_context_length", int64_t{1} << 24));
   }
   const bool qwen3 = hp.arch == LlamaArch::kQwen3 || hp.arch == LlamaArch::kQwen3Moe;
-  hp.rope_neox = hp.arch == LlamaArch::kQwen2 || qwen3;
-  hp.has_qkv_bias = hp.arch == LlamaArch::kQwen2;
+  const bool gpt_oss = hp.arch == LlamaArch::kGptOss;
+  hp.rope_neox = hp.arch == LlamaArch::kQwen2 || qwen3 || gpt_oss;
+  hp.has_qkv_bias = hp.arch == LlamaArch::kQwen2 || gpt_oss;
+  if (gpt_oss) {
+    hp.has_o_bias = hp.has_sinks = hp.gpt_oss_moe = true;
+    TG_ASSIGN_OR_RETURN(hp.n_swa, ReadDim(f, a + "attention.sliding_window", int64_t{1} << 24));
+  }
   hp.has_qk_norm = qwen3;
   TG_RETURN_IF_ERROR(ReadExperts(f, a, &hp));
   TG_ASSIGN_OR_RETURN(std::vector<std::string> tokens, f.GetStringArray("tokenizer.ggml.tokens"));

@@ -29,9 +29,11 @@ struct LlamaLayer {
   Tensor* wk = nullptr;
   Tensor* wv = nullptr;
   Tensor* wo = nullptr;
-  Tensor* bq = nullptr;  // qwen2 only.
+  Tensor* bq = nullptr;  // qwen2, gpt-oss.
   Tensor* bk = nullptr;
   Tensor* bv = nullptr;
+  Tensor* bo = nullptr;      // gpt-oss.
+  Tensor* sinks = nullptr;   // gpt-oss: F32 [n_head], blk.N.attn_sinks.weight.
   Tensor* q_norm = nullptr;  // qwen3 only.
   Tensor* k_norm = nullptr;
   Tensor* ffn_norm = nullptr;
@@ -44,6 +46,11 @@ struct LlamaLayer {
   Tensor* ffn_gate_exps = nullptr;  // [n_embd, n_ff_exp, n_expert]
   Tensor* ffn_up_exps = nullptr;    // [n_embd, n_ff_exp, n_expert]
   Tensor* ffn_down_exps = nullptr;  // [n_ff_exp, n_embd, n_expert]
+  // gpt-oss's biases: the router's [n_expert] and each expert's row [width, n_expert].
+  Tensor* ffn_gate_inp_b = nullptr;
+  Tensor* ffn_gate_exps_b = nullptr;
+  Tensor* ffn_up_exps_b = nullptr;
+  Tensor* ffn_down_exps_b = nullptr;
 };
 
 // One weight to write: the tensor, placed in its buffer, and its bytes in the mapped file.

@@ -339,6 +339,19 @@ absl::Status LlamaSession::FillInputs(const LlamaGraph& g, absl::Span<const int3
     std::fill_n(scratch_mask_.begin() + i * n_kv, n_past + i + 1, 0.0f);
   }
   TG_RETURN_IF_ERROR(write(g.mask, scratch_mask_.data(), scratch_mask_.size() * sizeof(float)));
+  if (g.mask_swa != nullptr) {
+    // Its own scratch: writes may be asynchronous, so the causal mask's bytes must stay.
+    // Sliding layers also hide the cells n_swa or more positions behind the token.
+    const int64_t window = model_.hparams().n_swa;
+    scratch_mask_swa_ = scratch_mask_;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t hidden = std::max<int64_t>(0, n_past + i + 1 - window);
+      std::fill_n(scratch_mask_swa_.begin() + i * n_kv, hidden,
+                  -std::numeric_limits<float>::infinity());
+    }
+    TG_RETURN_IF_ERROR(
+        write(g.mask_swa, scratch_mask_swa_.data(), scratch_mask_swa_.size() * sizeof(float)));
+  }
   if (g.out_ids != nullptr) {
     const int32_t last = static_cast<int32_t>(n - 1);
     TG_RETURN_IF_ERROR(write(g.out_ids, &last, sizeof(last)));

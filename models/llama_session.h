@@ -150,6 +150,7 @@ class LlamaSession {
   std::vector<float> logits_;
   std::vector<int32_t> scratch_i32_;
   std::vector<float> scratch_mask_;
+  std::vector<float> scratch_mask_swa_;  // sliding-window layers' mask (gpt-oss).
 };
 
 }  // namespace tg

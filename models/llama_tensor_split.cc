@@ -60,11 +60,13 @@ class LlamaSplitPolicy {
       return SplitState::Axis(0, Scaled(KvHeads(), hp_.head_dim));
     }
     if (leaf == "attn_output.weight") return InputColumns(t, QCols(g));
+    if (leaf == "attn_sinks.weight") return SplitState::Axis(0, Scaled(KvHeads(), g));
     if (leaf == "ffn_gate.weight" || leaf == "ffn_up.weight") {
       return SplitState::Axis(1, FfnRanges(t.type));
     }
     if (leaf == "ffn_down.weight") return InputColumns(t, FfnRanges(t.type));
     if (absl::EndsWith(leaf, "_exps.weight")) return Experts(t, leaf);
+    if (leaf == "ffn_gate_exps.bias" || leaf == "ffn_up_exps.bias") return ExpertWidthBias(t);
     return SplitState::Mirrored();  // the router (ffn_gate_inp) included: every device routes.
   }
 
@@ -96,6 +98,15 @@ class LlamaSplitPolicy {
     if (expert_split_) return SplitState::Axis(2, meta::ProportionalRanges(t.ne[2], 1, p_));
     if (leaf == "ffn_down_exps.weight") return InputColumns(t, ExpertWidthRanges(t.ne[0], t.type));
     return SplitState::Axis(1, ExpertWidthRanges(t.ne[1], t.type));
+  }
+
+  // gpt-oss's gate/up expert biases [F, E]: cut by width as their experts' rows, so that the
+  // bias rows (GET_ROWS by the ids) land where the MUL_MAT_ID rows are. Whole on every device
+  // (the meta device slices them) with --expert-split, or before an expert weight fixed the unit.
+  SplitState ExpertWidthBias(const Tensor& t) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (expert_split_ || !expert_unit_.has_value()) return SplitState::Mirrored();
+    return SplitState::Axis(0, meta::ProportionalRanges(t.ne[0], *expert_unit_, p_));
   }
 
   // The unit is fixed by the first expert weight placed, as the dense one by ffn_gate.

@@ -55,6 +55,7 @@ absl::Status Scale(Tensor* dst);
 absl::Status RmsNorm(Tensor* dst);
 absl::Status Silu(Tensor* dst);
 absl::Status Swiglu(Tensor* dst);
+absl::Status SwigluOai(Tensor* dst);
 absl::Status MulMat(Tensor* dst);
 absl::Status MulMatId(Tensor* dst);
 absl::Status Rope(Tensor* dst);

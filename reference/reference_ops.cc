@@ -95,6 +95,26 @@ absl::Status Swiglu(Tensor* dst) {
   return absl::OkStatus();
 }
 
+// gpt-oss's clamped SwiGLU in double, written from its definition (docs/ops.md): the clamps
+// in f32 as the op defines them, the rest in double.
+absl::Status SwigluOai(Tensor* dst) {
+  if (absl::Status s = CheckSources(*dst, "SWIGLU_OAI", 2); !s.ok()) return s;
+  const double alpha = dst->ParamF32(kSwigluOaiAlpha);
+  const double limit = dst->ParamF32(kSwigluOaiLimit);
+  std::vector<double> rg(dst->ne[0]), ru(dst->ne[0]);
+  ForEachRow(*dst, [&](int64_t i1, int64_t i2, int64_t i3) {
+    ReadRow(*dst->src[0], i1, i2, i3, rg.data());
+    ReadRow(*dst->src[1], i1, i2, i3, ru.data());
+    for (size_t i = 0; i < rg.size(); ++i) {
+      const double x = rg[i] < limit ? rg[i] : limit;
+      const double y = ru[i] < -limit ? -limit : ru[i] > limit ? limit : ru[i];
+      rg[i] = x / (1.0 + std::exp(-alpha * x)) * (y + 1.0);
+    }
+    WriteRow(dst, i1, i2, i3, rg.data());
+  });
+  return absl::OkStatus();
+}
+
 // The first index of the row's largest value, skipping NaN; 0 when the row has only NaN.
 absl::Status Argmax(Tensor* dst) {
   if (absl::Status s = CheckSources(*dst, "ARGMAX", 1); !s.ok()) return s;
@@ -154,6 +174,8 @@ absl::Status Compute(Tensor* dst) {
       return Silu(dst);
     case Op::kSwiglu:
       return Swiglu(dst);
+    case Op::kSwigluOai:
+      return SwigluOai(dst);
     case Op::kCpy:
     case Op::kCont:
       return Copy(dst);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -393,6 +394,43 @@ TEST_F(GraphDecoderTest, RouterOpsDecodeAndComputeAndBadParamsAreRejected) {
   EXPECT_NE(bad_order.status().message().find("order 2 unknown"), std::string::npos)
       << bad_order.status().message();
   EXPECT_TRUE(DecodeGraph(router(1, Op::kArgsort, 6), devices_[0], resolve_).ok());
+}
+
+// gpt-oss's clamped SwiGLU reaches the CPU through the server, both clamps binding, and its
+// shape rule refuses a limit that is not positive and finite on a node from the wire.
+TEST_F(GraphDecoderTest, SwigluOaiDecodesAndComputesAndBadLimitIsRejected) {
+  auto swiglu = [](float alpha, float limit) {
+    DescBuilder g;
+    const uint32_t gate = g.Add(DType::kF32, {4, 1, 1, 1}, Op::kNone, {}, 1, 0);
+    const uint32_t up = g.Add(DType::kF32, {4, 1, 1, 1}, Op::kNone, {}, 1, 16);
+    const uint32_t out = g.Add(DType::kF32, {4, 1, 1, 1}, Op::kSwigluOai, {gate, up}, 1, 64);
+    const float params[2] = {alpha, limit};
+    g.At(out).set_op_params(params, sizeof(params));
+    return g.desc();
+  };
+  auto decoded = DecodeGraph(swiglu(1.702f, 7.0f), devices_[0], resolve_);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  const float in[8] = {-1.0f, 0.5f, 8.0f, 10.0f, -9.0f, 0.0f, 1.0f, 9.0f};
+  auto* base = static_cast<uint8_t*>(buffers_[1]->base());
+  std::memcpy(base, in, sizeof(in));
+  auto stream = devices_[0]->CreateStream();
+  ASSERT_TRUE(stream.ok());
+  ASSERT_TRUE((*stream)->Compute((*decoded)->graph).ok());
+  float out[4];
+  std::memcpy(out, base + 64, sizeof(out));
+  // x = min(gate, 7), y = clamp(up, -7, 7): x sigmoid(1.702 x) (y + 1).
+  const double x[4] = {-1, 0.5, 7, 7}, y[4] = {-7, 0, 1, 7};
+  for (int i = 0; i < 4; ++i) {
+    const double want = x[i] / (1 + std::exp(-1.702 * x[i])) * (y[i] + 1);
+    EXPECT_NEAR(out[i], want, 1e-5 * (1 + std::abs(want))) << i;
+  }
+  for (float limit : {0.0f, -1.0f, std::numeric_limits<float>::infinity()}) {
+    auto bad = DecodeGraph(swiglu(1.702f, limit), devices_[0], resolve_);
+    ASSERT_FALSE(bad.ok()) << "limit " << limit;
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.status().message().find("must be positive and finite"), std::string::npos)
+        << bad.status().message();
+  }
 }
 
 TEST(CheckedNumBytes, MatchesTensorNumBytes) {

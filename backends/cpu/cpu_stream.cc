@@ -26,6 +26,7 @@ void RunNode(const ComputeParams& p, Tensor* node) {
     case Op::kSoftMax: return ComputeSoftMax(p, node);
     case Op::kSilu: return ComputeSilu(p, node);
     case Op::kSwiglu: return ComputeSwiglu(p, node);
+    case Op::kSwigluOai: return ComputeSwigluOai(p, node);
     case Op::kArgmax: return ComputeArgmax(p, node);
     case Op::kSample: return ComputeSample(p, node);
     case Op::kArgsort: return ComputeArgsort(p, node);

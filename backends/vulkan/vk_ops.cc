@@ -122,6 +122,7 @@ bool SupportsNode(const PhysicalInfo& info, const Tensor& node) {
     case Op::kTopK:
     case Op::kSumRows:
     case Op::kDiv:
+    case Op::kSwigluOai:
     case Op::kCount:
       return false;
   }

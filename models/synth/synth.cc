@@ -30,6 +30,17 @@ constexpr float kRopeFreqBase = 10000.0f;
 constexpr uint32_t kAlignment = 32;
 constexpr uint32_t kQuantizationVersion = 2;  // ggml's GGML_QNT_VERSION for current blocks.
 constexpr size_t kFallbackNamesShown = 4;
+// gpt-oss: biases and sinks are f32 vectors of mean 0; sinks spread like attention logits so
+// that they take a visible share of each softmax.
+constexpr float kBiasStddev = 0.1f;
+constexpr float kSinkStddev = 1.0f;
+// gpt-oss's YaRN rope and rope base as the released models have them.
+constexpr float kGptOssRopeFreqBase = 150000.0f;
+constexpr float kGptOssYarnFactor = 32.0f;
+constexpr uint32_t kGptOssYarnOrigCtx = 4096;
+// The released models' window is 128; a synthetic model's is short so that a CI-sized prompt
+// plus 32 generated tokens crosses it.
+constexpr uint32_t kGptOssSlidingWindow = 16;
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kGiB = 1024.0 * kMiB;
 
@@ -41,12 +52,36 @@ struct TensorSpec {
   int64_t layer = -1;  // the block, -1 outside the blocks.
   int64_t ne2 = 1;     // the experts of a stacked expert tensor.
   bool f32 = false;    // kept in f32 whatever the type (llama-quantize keeps the router).
+  // Non-zero: an f32 bias or sink tensor (1-d when ne1 is 1) of mean 0 and this spread.
+  float stddev = 0.0f;
+  bool mxfp4 = false;  // gpt-oss's experts: MXFP4 whatever the type, as the released files.
 };
+
+// An f32 bias (or sinks) of `n0` x `n1` in block `i`.
+TensorSpec Bias(const std::string& name, int64_t n0, int64_t n1, int64_t i,
+                float stddev = kBiasStddev) {
+  return {name, n0, n1, false, i, 1, true, stddev};
+}
+
+// gpt-oss's feed-forward: the router with its bias, the MXFP4 experts with theirs.
+void AddGptOssFfnTensors(const SynthOptions& o, const std::string& blk, int64_t i,
+                         std::vector<TensorSpec>* specs) {
+  const int64_t d = o.dims.n_embd, f = o.experts.n_ff, e = o.experts.n_expert;
+  specs->push_back({blk + "ffn_gate_inp.weight", d, e, false, i, 1, true});
+  specs->push_back(Bias(blk + "ffn_gate_inp.bias", e, 1, i));
+  for (const char* w : {"ffn_gate_exps", "ffn_up_exps"}) {
+    specs->push_back({absl::StrCat(blk, w, ".weight"), d, f, false, i, e, false, 0.0f, true});
+    specs->push_back(Bias(absl::StrCat(blk, w, ".bias"), f, e, i));
+  }
+  specs->push_back({blk + "ffn_down_exps.weight", f, d, false, i, e, false, 0.0f, true});
+  specs->push_back(Bias(blk + "ffn_down_exps.bias", d, e, i));
+}
 
 // The feed-forward of block `blk`: dense, or the router and the stacked experts.
 void AddFfnTensors(const SynthOptions& o, const std::string& blk, int64_t i,
                    std::vector<TensorSpec>* specs) {
   const SynthDims& d = o.dims;
+  if (o.arch == SynthArch::kGptOss) return AddGptOssFfnTensors(o, blk, i, specs);
   if (o.arch == SynthArch::kLlama) {
     specs->push_back({blk + "ffn_gate.weight", d.n_embd, d.n_ff, false, i});
     specs->push_back({blk + "ffn_up.weight", d.n_embd, d.n_ff, false, i});
@@ -74,7 +109,17 @@ std::vector<TensorSpec> LlamaTensors(const SynthOptions& o) {
       specs.push_back({blk + "attn_q_norm.weight", d.head_dim(), 1, true, i});
       specs.push_back({blk + "attn_k_norm.weight", d.head_dim(), 1, true, i});
     }
-    specs.push_back({blk + "ffn_norm.weight", d.n_embd, 1, true, i});
+    if (o.arch == SynthArch::kGptOss) {
+      specs.push_back(Bias(blk + "attn_q.bias", d.n_embd, 1, i));
+      specs.push_back(Bias(blk + "attn_k.bias", d.n_embd_kv(), 1, i));
+      specs.push_back(Bias(blk + "attn_v.bias", d.n_embd_kv(), 1, i));
+      specs.push_back(Bias(blk + "attn_output.bias", d.n_embd, 1, i));
+      specs.push_back(Bias(blk + "attn_sinks.weight", d.n_head, 1, i, kSinkStddev));
+    }
+    // gpt-oss names the norm before the feed-forward after the attention it follows.
+    const char* ffn_norm =
+        o.arch == SynthArch::kGptOss ? "post_attention_norm.weight" : "ffn_norm.weight";
+    specs.push_back({blk + ffn_norm, d.n_embd, 1, true, i});
     AddFfnTensors(o, blk, i, &specs);
   }
   specs.push_back({"output_norm.weight", d.n_embd, 1, true});
@@ -85,6 +130,7 @@ std::vector<TensorSpec> LlamaTensors(const SynthOptions& o) {
 // The type a tensor is stored in: norms in f32, matrices as synth_mix.h chooses.
 MatrixType TensorType(const SynthOptions& o, const TensorSpec& s) {
   if (s.norm || s.f32) return {DType::kF32, DType::kF32};
+  if (s.mxfp4) return {DType::kMXFP4, DType::kMXFP4};
   return ChooseMatrixType(o.type, o.mix, {s.name, s.layer, s.ne0}, o.dims.n_layer);
 }
 
@@ -94,10 +140,18 @@ void SetExpertMetadata(const SynthOptions& o, const std::string& a, GgufWriter* 
   if (o.arch == SynthArch::kLlama) return;
   w->SetU32(a + "expert_count", static_cast<uint32_t>(o.experts.n_expert));
   w->SetU32(a + "expert_used_count", static_cast<uint32_t>(o.experts.n_used));
-  if (o.arch != SynthArch::kQwen3Moe) return;
+  if (o.arch == SynthArch::kMixtral) return;
   w->SetU32(a + "expert_feed_forward_length", static_cast<uint32_t>(o.experts.n_ff));
   w->SetU32(a + "attention.key_length", static_cast<uint32_t>(o.dims.head_dim()));
   w->SetU32(a + "attention.value_length", static_cast<uint32_t>(o.dims.head_dim()));
+}
+
+// gpt-oss's window and YaRN rope scaling as the released models have them.
+void SetGptOssMetadata(const std::string& a, GgufWriter* w) {
+  w->SetU32(a + "attention.sliding_window", kGptOssSlidingWindow);
+  w->SetString(a + "rope.scaling.type", "yarn");
+  w->SetF32(a + "rope.scaling.factor", kGptOssYarnFactor);
+  w->SetU32(a + "rope.scaling.original_context_length", kGptOssYarnOrigCtx);
 }
 
 void SetModelMetadata(const SynthOptions& o, GgufWriter* w) {
@@ -121,9 +175,11 @@ void SetModelMetadata(const SynthOptions& o, GgufWriter* w) {
   w->SetU32(a + "attention.head_count_kv", static_cast<uint32_t>(d.n_head_kv));
   w->SetU32(a + "rope.dimension_count", static_cast<uint32_t>(d.head_dim()));
   w->SetF32(a + "attention.layer_norm_rms_epsilon", kRmsEps);
-  w->SetF32(a + "rope.freq_base", kRopeFreqBase);
+  w->SetF32(a + "rope.freq_base",
+            o.arch == SynthArch::kGptOss ? kGptOssRopeFreqBase : kRopeFreqBase);
   w->SetU32(a + "vocab_size", static_cast<uint32_t>(d.n_vocab));
   SetExpertMetadata(o, a, w);
+  if (o.arch == SynthArch::kGptOss) SetGptOssMetadata(a, w);
 }
 
 void SetTokenizerMetadata(const SpmVocab& v, GgufWriter* w) {
@@ -136,6 +192,20 @@ void SetTokenizerMetadata(const SpmVocab& v, GgufWriter* w) {
   w->SetU32("tokenizer.ggml.eos_token_id", kEosId);
   w->SetU32("tokenizer.ggml.unknown_token_id", kUnkId);
   w->SetBool("tokenizer.ggml.add_bos_token", true);
+  w->SetBool("tokenizer.ggml.add_eos_token", false);
+}
+
+// gpt-oss's tokenizer as llama.cpp names it: byte-level BPE with the o200k ("gpt-4o")
+// pre-tokenizer, no BOS added.
+void SetBpeTokenizerMetadata(const BpeVocab& v, GgufWriter* w) {
+  w->SetString("tokenizer.ggml.model", "gpt2");
+  w->SetString("tokenizer.ggml.pre", "gpt-4o");
+  w->SetStringArray("tokenizer.ggml.tokens", v.tokens);
+  w->SetI32Array("tokenizer.ggml.token_type", v.types);
+  w->SetStringArray("tokenizer.ggml.merges", v.merges);
+  w->SetU32("tokenizer.ggml.bos_token_id", v.bos);
+  w->SetU32("tokenizer.ggml.eos_token_id", v.eos);
+  w->SetBool("tokenizer.ggml.add_bos_token", false);
   w->SetBool("tokenizer.ggml.add_eos_token", false);
 }
 
@@ -168,14 +238,15 @@ absl::Status AddTensors(const SynthOptions& o, GgufWriter* w, SynthStats* stats)
   for (const TensorSpec& s : LlamaTensors(o)) {
     const MatrixType mt = TensorType(o, s);
     const DType type = mt.stored;
-    if (!s.norm) stats->matrices.emplace_back(s.name, mt);
+    if (!s.norm && s.stddev == 0.0f) stats->matrices.emplace_back(s.name, mt);
     const uint64_t seed = TensorSeed(o.seed, s.name);
+    const float mean = s.norm ? 1.0f : 0.0f;
+    const float stddev = s.norm ? kNormStddev : s.stddev != 0.0f ? s.stddev : kWeightStddev;
     std::vector<uint8_t> data =
-        s.norm ? RandomTensor(type, s.ne0, 1, 1.0f, kNormStddev, seed, o.threads)
-               : RandomTensor(type, s.ne0, s.ne1 * s.ne2, 0.0f, kWeightStddev, seed, o.threads);
+        RandomTensor(type, s.ne0, s.ne1 * s.ne2, mean, stddev, seed, o.threads);
     stats->params += s.ne0 * s.ne1 * s.ne2;
     std::vector<int64_t> ne = {s.ne0};
-    if (!s.norm) ne.push_back(s.ne1);
+    if (!s.norm && (s.stddev == 0.0f || s.ne1 > 1)) ne.push_back(s.ne1);
     if (s.ne2 > 1) ne.push_back(s.ne2);
     TG_RETURN_IF_ERROR(w->AddTensor(s.name, type, ne, std::move(data)));
   }
@@ -235,7 +306,11 @@ absl::Status RunSynth(const SynthOptions& opts, std::FILE* out) {
   const auto start = std::chrono::steady_clock::now();
   GgufWriter w(kAlignment);
   SetModelMetadata(opts, &w);
-  SetTokenizerMetadata(MakeSpmVocab(opts.dims.n_vocab), &w);
+  if (opts.arch == SynthArch::kGptOss) {
+    SetBpeTokenizerMetadata(MakeBpeVocab(opts.dims.n_vocab), &w);
+  } else {
+    SetTokenizerMetadata(MakeSpmVocab(opts.dims.n_vocab), &w);
+  }
   SynthStats stats;
   TG_RETURN_IF_ERROR(AddTensors(opts, &w, &stats));
   TG_RETURN_IF_ERROR(w.WriteFile(opts.out));

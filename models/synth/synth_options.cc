@@ -30,7 +30,8 @@ constexpr int64_t kMaxExperts = 512;  // llama.cpp's LLAMA_MAX_EXPERTS.
 constexpr const char* kFlags[] = {"--dims",    "--type",         "--seed",
                                   "--ctx",     "--threads",      "--arch",
                                   "--experts", "--experts-used", "--expert-ff"};
-constexpr SynthArch kArchs[] = {SynthArch::kLlama, SynthArch::kQwen3Moe, SynthArch::kMixtral};
+constexpr SynthArch kArchs[] = {SynthArch::kLlama, SynthArch::kQwen3Moe, SynthArch::kMixtral,
+                                SynthArch::kGptOss};
 
 // The --type choices: one type for every matrix, or a llama.cpp k-quant mix around a base
 // type; file_type is llama.cpp's LLAMA_FTYPE for general.file_type (the closest one for a
@@ -132,7 +133,7 @@ absl::Status ParseArch(absl::string_view text, SynthOptions* opts) {
     }
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown --arch '", text, "' (architectures: llama qwen3moe mixtral)"));
+      absl::StrCat("unknown --arch '", text, "' (architectures: llama qwen3moe mixtral gpt-oss)"));
 }
 
 absl::Status ParseCount(absl::string_view flag, absl::string_view value, int64_t max,
@@ -148,7 +149,7 @@ absl::Status CheckExperts(SynthOptions* opts) {
   if (opts->arch == SynthArch::kLlama) {
     if (e.n_expert != 0 || e.n_used != 0 || e.n_ff != 0) {
       return absl::InvalidArgumentError(
-          "--experts, --experts-used and --expert-ff need --arch qwen3moe or mixtral");
+          "--experts, --experts-used and --expert-ff need --arch qwen3moe, mixtral or gpt-oss");
     }
     return absl::OkStatus();
   }
@@ -166,6 +167,12 @@ absl::Status CheckExperts(SynthOptions* opts) {
                                                    " or set it in --dims"));
   }
   if (e.n_ff == 0) e.n_ff = opts->dims.n_ff;
+  if (opts->arch == SynthArch::kGptOss && (opts->dims.n_embd % BlockSize(DType::kMXFP4) != 0 ||
+                                           e.n_ff % BlockSize(DType::kMXFP4) != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpt-oss's experts are MXFP4: n_embd ", opts->dims.n_embd, " and the expert width ", e.n_ff,
+        " must be multiples of its block of ", BlockSize(DType::kMXFP4)));
+  }
   return absl::OkStatus();
 }
 
@@ -214,6 +221,8 @@ const char* SynthArchName(SynthArch arch) {
       return "qwen3moe";
     case SynthArch::kMixtral:
       return "mixtral";
+    case SynthArch::kGptOss:
+      return "gpt-oss";
     case SynthArch::kLlama:
       break;
   }
@@ -221,7 +230,8 @@ const char* SynthArchName(SynthArch arch) {
 }
 
 const char* GgufArchName(SynthArch arch) {
-  return arch == SynthArch::kQwen3Moe ? "qwen3moe" : "llama";
+  if (arch == SynthArch::kMixtral) return "llama";
+  return SynthArchName(arch);
 }
 
 absl::StatusOr<SynthOptions> ParseSynthOptions(absl::Span<char* const> args) {

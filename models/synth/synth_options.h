@@ -26,8 +26,9 @@ struct SynthDims {
 };
 
 // The architecture written: dense llama, or a mixture of experts in qwen3moe's layout
-// (per-head q/k norms, neox rope) or mixtral's (llama with expert_count).
-enum class SynthArch { kLlama, kQwen3Moe, kMixtral };
+// (per-head q/k norms, neox rope), mixtral's (llama with expert_count) or gpt-oss's (biases,
+// attention sinks, alternating sliding-window layers, YaRN rope, MXFP4 experts).
+enum class SynthArch { kLlama, kQwen3Moe, kMixtral, kGptOss };
 
 // The experts of a MoE architecture (unused for kLlama).
 struct SynthExperts {
@@ -51,7 +52,7 @@ struct SynthOptions {
   int threads = 0;  // generating the weights; 0 = every core. The file does not depend on it.
 };
 
-// "llama", "qwen3moe" or "mixtral".
+// "llama", "qwen3moe", "mixtral" or "gpt-oss".
 const char* SynthArchName(SynthArch arch);
 // general.architecture of the file ("llama" for mixtral).
 const char* GgufArchName(SynthArch arch);

@@ -4,7 +4,9 @@
 #include <cstdio>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "models/unicode.h"
 
 namespace tg::synth {
 namespace {
@@ -68,7 +70,64 @@ std::vector<std::string> MakePieces(size_t n) {
   return std::move(c.pieces());
 }
 
+// GPT-2's byte-level text of `raw` (a space becomes "Ġ").
+std::string ByteLevel(absl::string_view raw) {
+  std::string out;
+  for (char c : raw) AppendUtf8(ByteToUnicode(static_cast<uint8_t>(c)), &out);
+  return out;
+}
+
+// Adds `word`'s prefixes as merged tokens: each the merge of the prefix before it and one more
+// byte-level character, so that BPE rebuilds the whole word. Stops when `v` holds n tokens.
+void AddWordMerges(absl::string_view word, size_t n, absl::flat_hash_set<std::string>* seen,
+                   BpeVocab* v) {
+  std::string prefix = ByteLevel(word.substr(0, 1));
+  for (size_t i = 1; i < word.size() && v->tokens.size() < n; ++i) {
+    const std::string next = ByteLevel(word.substr(i, 1));
+    if (seen->insert(prefix + next).second) {
+      v->merges.push_back(absl::StrCat(prefix, " ", next));
+      v->tokens.push_back(prefix + next);
+      v->types.push_back(kTokenNormal);
+    }
+    prefix += next;
+  }
+}
+
 }  // namespace
+
+BpeVocab MakeBpeVocab(int64_t n_vocab) {
+  constexpr int kBytes = 256;
+  constexpr int kSpecials = 2;  // <|startoftext|>, <|endoftext|>.
+  const size_t n_normal = static_cast<size_t>(n_vocab) - kSpecials;
+  BpeVocab v;
+  absl::flat_hash_set<std::string> seen;
+  for (int b = 0; b < kBytes; ++b) {
+    v.tokens.push_back(ByteLevel(std::string(1, static_cast<char>(b))));
+    v.types.push_back(kTokenNormal);
+    seen.insert(v.tokens.back());
+  }
+  for (const char* w : kWords) {
+    std::string capitalized = w;
+    capitalized[0] = absl::ascii_toupper(capitalized[0]);
+    AddWordMerges(absl::StrCat(" ", w), n_normal, &seen, &v);
+    AddWordMerges(capitalized, n_normal, &seen, &v);
+  }
+  // Filler no merge produces (gpt-4o's BPE does not take whole words from the vocabulary).
+  for (uint64_t i = 0; v.tokens.size() < n_normal; ++i) {
+    std::string filler = absl::StrCat(ByteLevel(" "), "x", Letters(i, 4));
+    if (seen.insert(filler).second) {
+      v.tokens.push_back(std::move(filler));
+      v.types.push_back(kTokenNormal);
+    }
+  }
+  v.bos = static_cast<uint32_t>(v.tokens.size());
+  v.eos = v.bos + 1;
+  for (const char* special : {"<|startoftext|>", "<|endoftext|>"}) {
+    v.tokens.push_back(special);
+    v.types.push_back(kTokenControl);
+  }
+  return v;
+}
 
 SpmVocab MakeSpmVocab(int64_t n_vocab) {
   constexpr int kBytes = 256;

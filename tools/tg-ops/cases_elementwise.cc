@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/ops.h"
-#include "tools/tg-ops/case_helpers.h"
 #include "core/status_macros.h"
+#include "tools/tg-ops/case_helpers.h"
 
 namespace tg::ops_tool {
 namespace {
@@ -67,6 +67,16 @@ OpCase SwigluCase(Shape4 ne, Layout layout = Layout::kContiguous) {
           }};
 }
 
+// gpt-oss's clamped SwiGLU with operands in [-10, 10], so that limit 7 clamps both sides.
+OpCase SwigluOaiCase(Shape4 ne, Layout layout = Layout::kContiguous) {
+  constexpr float kAlpha = 1.702f, kLimit = 7.0f;  // gpt-oss's.
+  return {Op::kSwigluOai, LayoutNote(layout), kNmseF32, [=](CaseBuilder& b) -> TensorOr {
+            TG_ASSIGN_OR_RETURN(Tensor * gate, Operand(b, ne, layout, -10.0f, 10.0f));
+            TG_ASSIGN_OR_RETURN(Tensor * up, Operand(b, ne, layout, -10.0f, 10.0f));
+            return SwigluOai(b.ctx(), gate, up, kAlpha, kLimit);
+          }};
+}
+
 // ARGMAX of uniform rows, or of rows with a share of -inf and one row of -inf only (index 0).
 OpCase ArgmaxCase(Shape4 ne, Layout layout = Layout::kContiguous, bool with_inf = false) {
   std::string note = LayoutNote(layout);
@@ -106,7 +116,7 @@ OpCase SoftMaxCase(const SoftMaxSpec& s) {
             Tensor* mask = nullptr;
             if (s.mask_ne[0] != 0) {
               TG_ASSIGN_OR_RETURN(mask,
-                                      b.Mask(s.mask_type, s.mask_ne, s.inf_fraction, s.masked_row));
+                                  b.Mask(s.mask_type, s.mask_ne, s.inf_fraction, s.masked_row));
             }
             Tensor* sinks = nullptr;
             if (s.sinks) {
@@ -180,6 +190,9 @@ void AddElementwiseCases(std::vector<OpCase>* cases) {
   cases->push_back(SwigluCase({67, 5, 3, 1}));
   cases->push_back(SwigluCase({1, 9, 1, 1}));
   cases->push_back(SwigluCase({40, 12, 1, 1}, Layout::kTransposed));
+  cases->push_back(SwigluOaiCase({67, 5, 3, 1}));
+  cases->push_back(SwigluOaiCase({2880, 4, 2, 1}));  // gpt-oss's expert width, 2 experts used.
+  cases->push_back(SwigluOaiCase({40, 12, 1, 1}, Layout::kTransposed));
   AddSoftMaxCases(cases);
   cases->push_back(ArgmaxCase({67, 5, 3, 1}));
   cases->push_back(ArgmaxCase({32000, 2, 1, 1}));

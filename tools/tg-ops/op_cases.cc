@@ -63,6 +63,7 @@ std::vector<const char*> SourceRoles(Op op) {
     case Op::kSoftMax:
       return {"a", "mask", "sinks"};
     case Op::kSwiglu:
+    case Op::kSwigluOai:
       return {"gate", "up"};
     case Op::kFlashAttn:
       return {"q", "k", "v", "mask"};

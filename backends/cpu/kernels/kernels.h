@@ -27,6 +27,7 @@ void ComputeRope(const ComputeParams& p, Tensor* dst);
 void ComputeSoftMax(const ComputeParams& p, Tensor* dst);
 void ComputeSilu(const ComputeParams& p, Tensor* dst);
 void ComputeSwiglu(const ComputeParams& p, Tensor* dst);
+void ComputeSwigluOai(const ComputeParams& p, Tensor* dst);
 void ComputeArgmax(const ComputeParams& p, Tensor* dst);
 void ComputeArgsort(const ComputeParams& p, Tensor* dst);
 void ComputeTopK(const ComputeParams& p, Tensor* dst);
