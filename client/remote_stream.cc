@@ -83,6 +83,11 @@ struct RemoteStream::HeldPush {
   size_t bytes = 0;
 
   bool empty() const { return push.peer_push().pieces_size() == 0; }
+  void Drop() {
+    push.Clear();
+    awaits.clear();
+    bytes = 0;
+  }
   absl::Status Send() {
     if (empty()) return absl::OkStatus();
     pb::SessionRequest request = std::move(push);
@@ -107,7 +112,14 @@ RemoteStream::RemoteStream(RemoteDevice* device)
       compute_ns_(std::make_shared<std::atomic<int64_t>>(0)),
       push_(std::make_shared<HeldPush>()) {}
 
-RemoteStream::~RemoteStream() { (void)SendHeld(); }
+RemoteStream::~RemoteStream() {
+  // Held pushes are dropped, not sent: no Compute of their destination will read them (it
+  // would have sent them), and awaits sent now could only fail later, on a connection
+  // that outlives this stream (a failover reloading on the servers left).
+  push_->Drop();
+  for (const std::shared_ptr<HeldPush>& held : pushed_here_) held->Drop();
+  (void)SendHeldPulls();
+}
 
 Device* RemoteStream::device() const { return device_; }
 

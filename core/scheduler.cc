@@ -346,12 +346,15 @@ absl::Status Scheduler::SyncForCopies(int device, bool host) {
 }
 
 absl::Status Scheduler::SynchronizePending() {
+  // Every device is waited for even after one failed, so that no error of this graph (a
+  // device that saw its peer fail) is left behind to surface in a later call.
+  absl::Status status;
   for (size_t p = 0; p < devices_.size(); ++p) {
     if (!pending_[p]) continue;
-    TG_RETURN_IF_ERROR(backends_[p].stream->Synchronize());
+    status.Update(backends_[p].stream->Synchronize());
     pending_[p] = false;
   }
-  return absl::OkStatus();
+  return status;
 }
 
 }  // namespace tg
