@@ -205,10 +205,14 @@ absl::Status Scheduler::Compute(ScheduledGraph& g) {
     return absl::FailedPreconditionError("scheduler: Compute while graphs are in flight");
   }
   g.plan_.ApplyRewires();
+  // A stream may hold the graph's commands and send them together (a remote device: its
+  // compute and the pushes behind it in one message); whatever waits for them sends them.
+  for (const SchedulerBackend& b : backends_) b.stream->BeginBatch();
   absl::Status status;
   for (size_t i = 0; i < g.plan_.splits.size() && status.ok(); ++i) {
     status = RunSplit(g, static_cast<int>(i), /*pipelined=*/false, &staging_);
   }
+  for (const SchedulerBackend& b : backends_) status.Update(b.stream->EndBatch());
   absl::Status sync = SynchronizePending();
   g.plan_.RestoreRewires();
   {
