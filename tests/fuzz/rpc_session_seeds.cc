@@ -121,12 +121,12 @@ void AddPiece(pb::PeerDeliverRequest* d, const char* grant, uint64_t tag, std::s
 // buffer 2 and awaited there (taken; of the wrong size; never delivered; into a buffer
 // without a grant), a tag delivered twice and a grant nobody made.
 bool WritePushSeed(const std::filesystem::path& dir) {
-  pb::PeerDeliverRequest first, again;
+  pb::PeerDeliverRequest first, again, stranger;
   AddPiece(&first, "buffer:2", 1, Pattern(64, 'p'));
   AddPiece(&first, "buffer:2", 2, Pattern(32, 'q'));
   AddPiece(&again, "buffer:2", 4, Pattern(8, 'r'));
   AddPiece(&again, "buffer:2", 4, Pattern(8, 's'));
-  AddPiece(&again, "00000000000000000000000000000000", 5, Pattern(8, 't'));
+  AddPiece(&stranger, "00000000000000000000000000000000", 5, Pattern(8, 't'));
   pb::SessionRequest grant;
   grant.set_id(4);
   grant.mutable_grant_peer_read()->set_buffer(2);
@@ -144,7 +144,9 @@ bool WritePushSeed(const std::filesystem::path& dir) {
       .Add(AwaitRequest(10, 3, 2, 0, 8))
       .Add(AwaitRequest(11, 1, 1, 0, 8))
       .Deliver(again)
-      .Add(AwaitRequest(12, 4, 2, 0, 8));
+      .Deliver(stranger)
+      .Add(AwaitRequest(12, 4, 2, 0, 8))
+      .Add(AwaitRequest(13, 5, 2, 0, 8));
   return seed.Write(dir, "push_await");
 }
 
