@@ -33,48 +33,24 @@ class RemotePushTest : public ::testing::Test {
   void TearDown() override {
     streams_.clear();
     buffers_.clear();
-    families_.clear();
-    for (auto& s : servers_) {
-      if (s != nullptr) s->Shutdown(0);
-    }
-    if (older_server_ != nullptr) older_server_->Shutdown();
+    servers_.Stop();
   }
 
-  void Connect(const std::string& address) {
-    ClientOptions options;
-    options.progress = false;
-    auto connection = Connection::Open(address, options);
-    ASSERT_TRUE(connection.ok()) << connection.status();
-    families_.push_back(std::make_unique<RemoteFamily>(std::move(*connection)));
-    devices_.push_back(families_.back()->devices()[0]);
-    streams_.push_back(*devices_.back()->CreateStream());
-  }
-
+  // A server with one CPU device, and a stream on it.
   void StartServer() {
-    server::ServerConfig config;
-    config.port = 0;
-    config.devices = {Registry::Get().CpuDevice()};
-    auto server = server::RpcServer::Start(config);
-    ASSERT_TRUE(server.ok()) << server.status();
-    servers_.push_back(std::move(*server));
-    Connect(servers_.back()->address());
+    servers_.Start({Registry::Get().CpuDevice()});
+    streams_.push_back(*servers_.devices().back()->CreateStream());
   }
-
-  // A server that shows itself as of the minor before pushes.
+  // The same, of the minor before pushes.
   void StartOlderServer() {
-    server::ServiceOptions options;
-    options.devices = {Registry::Get().CpuDevice()};
-    older_service_ = std::make_unique<testing::OlderMinorService>(options, kMinorPush - 1);
-    int port = 0;
-    older_server_ = testing::ServeOnLoopback(older_service_.get(), &port);
-    ASSERT_NE(older_server_, nullptr);
-    Connect("127.0.0.1:" + std::to_string(port));
+    servers_.StartOlder({Registry::Get().CpuDevice()}, kMinorPush - 1);
+    streams_.push_back(*servers_.devices().back()->CreateStream());
   }
 
   // `count` f32 on device d, 256 bytes into its own buffer.
   Tensor* NewTensor(size_t d, int64_t count) {
     Tensor* t = *ctx_.NewTensor(DType::kF32, {count});
-    auto buffer = devices_[d]->default_buffer_type()->Allocate(t->NumBytes() + 256);
+    auto buffer = servers_.devices()[d]->default_buffer_type()->Allocate(t->NumBytes() + 256);
     EXPECT_TRUE(buffer.ok()) << buffer.status();
     EXPECT_TRUE(PlaceTensor(buffer->get(), t, 256).ok());
     buffers_.push_back(std::move(*buffer));
@@ -92,11 +68,7 @@ class RemotePushTest : public ::testing::Test {
   }
 
   Context ctx_;
-  std::vector<std::unique_ptr<server::RpcServer>> servers_;
-  std::unique_ptr<testing::OlderMinorService> older_service_;
-  std::unique_ptr<grpc::Server> older_server_;
-  std::vector<std::unique_ptr<RemoteFamily>> families_;
-  std::vector<Device*> devices_;
+  testing::LoopbackServers servers_;
   std::vector<std::unique_ptr<Buffer>> buffers_;
   std::vector<std::unique_ptr<Stream>> streams_;
 };
@@ -145,9 +117,9 @@ TEST_F(RemotePushTest, APushToAServerThatIsGoneFailsAtTheSourcesWait) {
   Tensor* src = NewTensor(0, 16);
   Tensor* dst = NewTensor(1, 16);
   Write(src, tg::testing::RandomFloats(16, 3));
-  const std::string gone = servers_[1]->address();
+  const std::string gone = servers_.server(1)->address();
   ASSERT_TRUE(streams_[0]->PushTensorAsync(src, streams_[1].get(), dst).ok());
-  servers_[1]->Shutdown(0);
+  servers_.server(1)->Shutdown(0);
   const auto start = std::chrono::steady_clock::now();
   absl::Status s = streams_[0]->Synchronize();
   // The source's "peer unreachable", or the client's own channel to the destination failing

@@ -226,6 +226,26 @@ class ServiceTest : public ::testing::Test {
     return RpcServer::Start(config);
   }
 
+  // This server and a peer, with a session on each: `src` on the peer, `dst` here.
+  struct PeerPair {
+    std::unique_ptr<RpcServer> peer;
+    std::unique_ptr<pb::TensorGrid::Stub> peer_stub;
+    std::unique_ptr<SessionStream> src;
+    std::unique_ptr<SessionStream> dst;
+  };
+  PeerPair StartWithPeer() {
+    StartServer();
+    PeerPair p;
+    auto peer = StartPeerServer();
+    EXPECT_TRUE(peer.ok()) << peer.status();
+    if (!peer.ok()) return p;
+    p.peer = std::move(*peer);
+    p.peer_stub = Connect(p.peer->address());
+    p.src = std::make_unique<SessionStream>(p.peer_stub.get(), "");
+    p.dst = std::make_unique<SessionStream>(stub_.get(), "");
+    return p;
+  }
+
   std::vector<Device*> devices_;
   std::filesystem::path cache_dir_;
   std::unique_ptr<RpcServer> server_;
@@ -571,15 +591,13 @@ TEST_F(ServiceTest, SessionMemoryLimit) {
 }
 
 TEST_F(ServiceTest, PeerPullBetweenServers) {
-  StartServer();
-  auto other = StartPeerServer();
-  ASSERT_TRUE(other.ok()) << other.status();
-  auto other_stub = Connect((*other)->address());
-  SessionStream src(other_stub.get(), "");
-  SessionStream dst(stub_.get(), "");
+  PeerPair pair = StartWithPeer();
+  ASSERT_NE(pair.peer, nullptr);
+  SessionStream& src = *pair.src;
+  SessionStream& dst = *pair.dst;
   const std::string data = RandomBytes(5 << 20, 3);  // more than one chunk.
   const uint64_t hs = src.Call(AllocRequest(1, 0, data.size())).alloc_buffer().buffer();
-  ASSERT_TRUE(Upload(other_stub.get(), "", src.id(), hs, 0, data, false).status.ok());
+  ASSERT_TRUE(Upload(pair.peer_stub.get(), "", src.id(), hs, 0, data, false).status.ok());
   pb::SessionRequest g;
   g.set_id(2);
   g.mutable_grant_peer_read()->set_buffer(hs);
@@ -588,7 +606,7 @@ TEST_F(ServiceTest, PeerPullBetweenServers) {
   pb::SessionRequest p;
   p.set_id(2);
   pb::PeerPull* pull = p.mutable_peer_pull();
-  pull->set_endpoint((*other)->address());
+  pull->set_endpoint(pair.peer->address());
   pull->set_grant(grant);
   pull->set_src_offset(0);
   pull->set_size(data.size());
@@ -710,25 +728,23 @@ pb::SessionRequest AwaitRequest(uint64_t id, const std::string& endpoint, uint64
 // order (what was written before it, not after), and the destination's AwaitPush, however
 // early it comes, waits for it there and writes it.
 TEST_F(ServiceTest, PeerPushReachesTheAwaitOfAnotherServer) {
-  StartServer();
-  auto other = StartPeerServer();
-  ASSERT_TRUE(other.ok()) << other.status();
-  auto other_stub = Connect((*other)->address());
-  SessionStream src(other_stub.get(), "");
-  SessionStream dst(stub_.get(), "");
+  PeerPair pair = StartWithPeer();
+  ASSERT_NE(pair.peer, nullptr);
+  SessionStream& src = *pair.src;
+  SessionStream& dst = *pair.dst;
   constexpr uint64_t kBytes = 4096;
   const std::string first = RandomBytes(kBytes, 5), second = RandomBytes(kBytes, 6);
   const uint64_t hs = src.Call(AllocRequest(1, 0, kBytes)).alloc_buffer().buffer();
   const uint64_t hd = dst.Call(AllocRequest(1, 1, kBytes + 16)).alloc_buffer().buffer();
   // Without a grant of its buffer an await has nothing to name its piece by.
-  EXPECT_EQ(dst.Call(AwaitRequest(2, (*other)->address(), 7, hd, 16, kBytes)).code(),
+  EXPECT_EQ(dst.Call(AwaitRequest(2, pair.peer->address(), 7, hd, 16, kBytes)).code(),
             static_cast<int>(absl::StatusCode::kFailedPrecondition));
   const std::string grant = dst.Call(GrantRequest(3, hd)).grant().grant();
   ASSERT_FALSE(grant.empty());
   std::atomic<bool> arrived{false};
   pb::SessionReply reply;
   std::thread waiter([&] {
-    reply = dst.Call(AwaitRequest(4, (*other)->address(), 7, hd, 16, kBytes));
+    reply = dst.Call(AwaitRequest(4, pair.peer->address(), 7, hd, 16, kBytes));
     arrived = true;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -744,7 +760,7 @@ TEST_F(ServiceTest, PeerPushReachesTheAwaitOfAnotherServer) {
 
   // A piece of another size than the await's is refused there, not written.
   ASSERT_EQ(src.Call(PushRequest(5, server_->address(), hs, kBytes / 2, grant, 8)).code(), 0);
-  reply = dst.Call(AwaitRequest(5, (*other)->address(), 8, hd, 0, kBytes));
+  reply = dst.Call(AwaitRequest(5, pair.peer->address(), 8, hd, 0, kBytes));
   EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kInvalidArgument)) << reply.message();
   // A tag delivered twice, and a grant the destination never made, are the push's errors.
   ASSERT_EQ(src.Call(PushRequest(6, server_->address(), hs, 8, grant, 9)).code(), 0);
