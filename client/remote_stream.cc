@@ -312,7 +312,8 @@ absl::Status RemoteStream::PushTensorAsync(const Tensor* src, Stream* to, Tensor
   TG_RETURN_IF_ERROR(CheckTensorRange(*dst, 0, bytes));
   TG_ASSIGN_OR_RETURN(std::string grant, there->PeerReadGrant(into->handle()));
   // One held push goes to one server, in one message to the peer.
-  if (!push_->empty() && (push_->destination != there || push_->bytes + bytes > kMaxPushBytes)) {
+  if (!push_->empty() && (push_->destination != there || push_->bytes + bytes > kMaxPushBytes ||
+                          push_->push.peer_push().pieces_size() >= kMaxPushPieces)) {
     TG_RETURN_IF_ERROR(push_->Send());
   }
   if (push_->empty()) {

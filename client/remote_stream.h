@@ -58,7 +58,8 @@ class RemoteStream : public Stream {
   // server, in its command order, that waits for the bytes there. The pushes of one layer
   // boundary are held and go as one PeerPush (one peer call), their awaits in one message
   // with `to`'s next Compute; any command of either stream sends them first. Otherwise, or
-  // for a tensor over kMaxPushBytes, UNIMPLEMENTED (the caller pulls).
+  // for a tensor over kMaxPushBytes, UNIMPLEMENTED (the caller pulls). The held pieces are
+  // shared by the two streams: use both from one thread (the scheduler's sequential run).
   absl::Status PushTensorAsync(const Tensor* src, Stream* to, Tensor* dst) override;
   absl::Status RecordEvent(Event* event) override;
   // Free for an event of the same server (its commands run in order) and for one of a
@@ -104,6 +105,8 @@ class RemoteStream : public Stream {
 // Tensors up to this size are pushed between servers (PushTensorAsync); larger ones, which a
 // message to the peer would carry whole, are pulled in chunks.
 inline constexpr size_t kMaxPushBytes = size_t{1} << 20;
+// Pieces held in one push at most: what rpc-server takes in one (PeerPushes::kMaxPieces).
+inline constexpr int kMaxPushPieces = 64;
 
 // Outputs up to this many bytes in total come back with the Compute reply.
 inline constexpr size_t kInlineOutputBytes = size_t{1} << 20;
