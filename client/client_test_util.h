@@ -1,6 +1,7 @@
 // Helpers shared by the client tests: a real rpc-server on loopback (in-process, exposing
 // the local CPU), and a client Connection to it; rpc-server's service showing an older
-// protocol minor, on a loopback port of its own.
+// protocol minor, on a loopback port of its own; a set of such servers with a client
+// RemoteFamily on each (LoopbackServers).
 #ifndef TENSORGRID_CLIENT_CLIENT_TEST_UTIL_H_
 #define TENSORGRID_CLIENT_CLIENT_TEST_UTIL_H_
 
@@ -8,10 +9,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "backends/register_builtin.h"
 #include "client/connection.h"
+#include "client/remote_device.h"
 #include "core/registry.h"
 #include "gtest/gtest.h"
 #include "proto/protocol.h"
@@ -108,6 +112,63 @@ inline std::unique_ptr<grpc::Server> ServeOnLoopback(grpc::Service* service, int
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   return builder.BuildAndStart();
 }
+
+// rpc-servers on loopback (in-process), current ones and one of an older protocol minor, and
+// a client RemoteFamily connected to each; devices() lists their devices in start order.
+class LoopbackServers {
+ public:
+  ~LoopbackServers() { Stop(); }
+
+  // A server exposing `devices` (a Device listed twice is two devices of the server).
+  void Start(std::vector<Device*> devices) {
+    server::ServerConfig config;
+    config.port = 0;
+    config.devices = std::move(devices);
+    auto server = server::RpcServer::Start(config);
+    ASSERT_TRUE(server.ok()) << server.status();
+    servers_.push_back(std::move(*server));
+    Connect(servers_.back()->address());
+  }
+  // A server of protocol minor `minor` (OlderMinorService) exposing `devices`.
+  void StartOlder(std::vector<Device*> devices, uint32_t minor) {
+    server::ServiceOptions options;
+    options.devices = std::move(devices);
+    older_service_ = std::make_unique<OlderMinorService>(options, minor);
+    int port = 0;
+    older_server_ = ServeOnLoopback(older_service_.get(), &port);
+    ASSERT_NE(older_server_, nullptr);
+    Connect("127.0.0.1:" + std::to_string(port));
+  }
+  // The client side first, then the servers.
+  void Stop() {
+    families_.clear();
+    devices_.clear();
+    for (auto& s : servers_) {
+      if (s != nullptr) s->Shutdown(0);
+    }
+    if (older_server_ != nullptr) older_server_->Shutdown();
+  }
+
+  std::vector<Device*>& devices() { return devices_; }
+  // The i-th current server started (tests stop or destroy it to lose it).
+  std::unique_ptr<server::RpcServer>& server(size_t i) { return servers_[i]; }
+
+ private:
+  void Connect(const std::string& address) {
+    ClientOptions options;
+    options.progress = false;
+    auto connection = Connection::Open(address, options);
+    ASSERT_TRUE(connection.ok()) << connection.status();
+    families_.push_back(std::make_unique<RemoteFamily>(std::move(*connection)));
+    for (Device* d : families_.back()->devices()) devices_.push_back(d);
+  }
+
+  std::vector<std::unique_ptr<server::RpcServer>> servers_;
+  std::unique_ptr<OlderMinorService> older_service_;
+  std::unique_ptr<grpc::Server> older_server_;
+  std::vector<std::unique_ptr<RemoteFamily>> families_;
+  std::vector<Device*> devices_;
+};
 
 }  // namespace tg::rpc::testing
 

@@ -6,6 +6,7 @@
 #ifndef TENSORGRID_CLIENT_CONNECTION_H_
 #define TENSORGRID_CLIENT_CONNECTION_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -74,6 +75,11 @@ class Connection {
   absl::Status Flush();
   // True when the server orders peer pulls (PeerPull.after, protocol minor 2).
   bool orders_pulls() const;
+  // True when the server pushes to and awaits pushes from peers (PeerPush, AwaitPush,
+  // protocol minor 5).
+  bool pushes() const { return hello_.protocol_minor() >= kMinorPush; }
+  // A new tag for a piece pushed to this server (AwaitPush.tag): unique in its session.
+  uint64_t NextPushTag() { return ++push_tags_; }
   uint64_t last_sent_id() const { return session_->last_sent_id(); }
   bool has_queued_writes() const { return session_->has_queued_writes(); }
   // Commands in between go to the server as one Batch message (SessionChannel::BeginBatch).
@@ -137,6 +143,7 @@ class Connection {
   InlineOutputs inline_outputs_;
   SentGraphs sent_graphs_;
   PeerGrants grants_;
+  std::atomic<uint64_t> push_tags_{0};
   std::unique_ptr<SessionChannel> session_;  // its reply handlers use the caches: goes first.
   std::unique_ptr<UploadPool> uploads_;      // its threads use stub_ and session_: goes first.
 };

@@ -72,14 +72,54 @@ struct RemoteStream::PendingOutputs {
   }
 };
 
+// The PeerPush a source stream builds for one destination, and the destination's AwaitPush
+// commands for its pieces. Sent as a whole, the push first, so that no wait on the
+// destination can reach an await whose piece is still held here.
+struct RemoteStream::HeldPush {
+  Connection* source = nullptr;
+  Connection* destination = nullptr;
+  pb::SessionRequest push;  // peer_push; no pieces: nothing held.
+  std::vector<pb::SessionRequest> awaits;
+  size_t bytes = 0;
+
+  bool empty() const { return push.peer_push().pieces_size() == 0; }
+  void Drop() {
+    push.Clear();
+    awaits.clear();
+    bytes = 0;
+  }
+  absl::Status Send() {
+    if (empty()) return absl::OkStatus();
+    pb::SessionRequest request = std::move(push);
+    std::vector<pb::SessionRequest> waits = std::move(awaits);
+    push.Clear();
+    awaits.clear();
+    bytes = 0;
+    TG_RETURN_IF_ERROR(source->Post(std::move(request)));
+    // The destination may be waited for before this source's next command: send it now.
+    TG_RETURN_IF_ERROR(source->Flush());
+    for (pb::SessionRequest& wait : waits) TG_RETURN_IF_ERROR(destination->Post(std::move(wait)));
+    return absl::OkStatus();
+  }
+};
+
 absl::Status RemoteEvent::Synchronize() {
   return id_ == 0 ? absl::OkStatus() : connection_->WaitFor(id_);
 }
 
 RemoteStream::RemoteStream(RemoteDevice* device)
-    : device_(device), compute_ns_(std::make_shared<std::atomic<int64_t>>(0)) {}
+    : device_(device),
+      compute_ns_(std::make_shared<std::atomic<int64_t>>(0)),
+      push_(std::make_shared<HeldPush>()) {}
 
-RemoteStream::~RemoteStream() { (void)SendHeldPulls(); }
+RemoteStream::~RemoteStream() {
+  // Held pushes are dropped, not sent: no Compute of their destination will read them (it
+  // would have sent them), and awaits sent now could only fail later, on a connection
+  // that outlives this stream (a failover reloading on the servers left).
+  push_->Drop();
+  for (const std::shared_ptr<HeldPush>& held : pushed_here_) held->Drop();
+  (void)SendHeldPulls();
+}
 
 Device* RemoteStream::device() const { return device_; }
 
@@ -89,14 +129,33 @@ absl::Status RemoteStream::SendHeldPulls() {
   return device_->connection()->EndBatch();
 }
 
+absl::Status RemoteStream::SendHeldPushes() {
+  absl::Status status = push_->Send();
+  for (const std::shared_ptr<HeldPush>& held : pushed_here_) status.Update(held->Send());
+  pushed_here_.clear();
+  return status;
+}
+
+absl::Status RemoteStream::SendHeld() {
+  absl::Status status = SendHeldPushes();
+  status.Update(SendHeldPulls());
+  return status;
+}
+
 absl::Status RemoteStream::Synchronize() {
-  TG_RETURN_IF_ERROR(SendHeldPulls());
+  TG_RETURN_IF_ERROR(SendHeld());
   return device_->connection()->Drain();
 }
 
 absl::Status RemoteStream::Compute(Graph& graph) {
-  TG_RETURN_IF_ERROR(SendHeldPulls());
   Connection* connection = device_->connection();
+  // The pulls held and the awaits of pushes into this stream go in one message with the
+  // Compute that reads what they bring (SendHeldPulls at the end sends it).
+  if (!pulls_held_) {
+    connection->BeginBatch();
+    pulls_held_ = true;
+  }
+  TG_RETURN_IF_ERROR(SendHeldPushes());
   auto locate = [&](const Tensor& t) -> absl::StatusOr<RemoteLocation> {
     TG_ASSIGN_OR_RETURN(RemoteBuffer * buffer, BufferOn(*device_, t));
     return RemoteLocation{buffer->handle(), buffer->OffsetOf(t)};
@@ -157,11 +216,11 @@ absl::Status RemoteStream::Compute(Graph& graph) {
       &id));
   last_outputs_ = std::move(pending);
   last_compute_id_ = id;
-  return absl::OkStatus();
+  return SendHeldPulls();
 }
 
 absl::Status RemoteStream::GetTensorAsync(const Tensor* t, void* data, size_t offset, size_t size) {
-  TG_RETURN_IF_ERROR(SendHeldPulls());
+  TG_RETURN_IF_ERROR(SendHeld());
   Connection* connection = device_->connection();
   TG_ASSIGN_OR_RETURN(RemoteBuffer * buffer, BufferOn(*device_, *t));
   TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
@@ -187,7 +246,7 @@ absl::Status RemoteStream::CopyTensorAsync(const Tensor* src, Tensor* dst) {
     return absl::UnimplementedError("async copy only between tensors of rpc-servers");
   }
   if (from->connection() == connection) {
-    TG_RETURN_IF_ERROR(SendHeldPulls());
+    TG_RETURN_IF_ERROR(SendHeld());
     return to->CopyFrom(src, dst);  // posts a Copy, which the server runs in order.
   }
   if (!OrdersPullsFrom(*from->connection())) {
@@ -230,8 +289,61 @@ absl::Status RemoteStream::PostOrderedPull(RemoteBuffer& from, const Tensor* src
   return device_->connection()->Post(std::move(request));
 }
 
+absl::Status RemoteStream::PushTensorAsync(const Tensor* src, Stream* to, Tensor* dst) {
+  auto* destination = dynamic_cast<RemoteStream*>(to);
+  auto* from = dynamic_cast<RemoteBuffer*>(src->buffer);
+  auto* into = dst == nullptr ? nullptr : dynamic_cast<RemoteBuffer*>(dst->buffer);
+  Connection* here = device_->connection();
+  if (destination == nullptr || from == nullptr || into == nullptr || from->connection() != here ||
+      into->connection() != destination->device_->connection() || into->connection() == here) {
+    return absl::UnimplementedError("pushes go from one rpc-server to another");
+  }
+  Connection* there = into->connection();
+  const size_t bytes = src->NumBytes();
+  if (!here->pushes() || !there->pushes() || bytes > kMaxPushBytes) {
+    return absl::UnimplementedError(
+        "push needs protocol minor 5 on both servers and a small tensor");
+  }
+  if (bytes != dst->NumBytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("remote push: ", bytes, " bytes into ", dst->NumBytes()));
+  }
+  TG_RETURN_IF_ERROR(CheckTensorRange(*src, 0, bytes));
+  TG_RETURN_IF_ERROR(CheckTensorRange(*dst, 0, bytes));
+  TG_ASSIGN_OR_RETURN(std::string grant, there->PeerReadGrant(into->handle()));
+  // One held push goes to one server, in one message to the peer.
+  if (!push_->empty() && (push_->destination != there || push_->bytes + bytes > kMaxPushBytes ||
+                          push_->push.peer_push().pieces_size() >= kMaxPushPieces)) {
+    TG_RETURN_IF_ERROR(push_->Send());
+  }
+  if (push_->empty()) {
+    push_ = std::make_shared<HeldPush>();
+    push_->source = here;
+    push_->destination = there;
+    push_->push.mutable_peer_push()->set_endpoint(there->endpoint());
+  }
+  const uint64_t tag = there->NextPushTag();
+  pb::PushPiece* piece = push_->push.mutable_peer_push()->add_pieces();
+  piece->set_buffer(from->handle());
+  piece->set_offset(from->OffsetOf(*src));
+  piece->set_size(bytes);
+  piece->set_grant(std::move(grant));
+  piece->set_tag(tag);
+  push_->bytes += bytes;
+  pb::AwaitPush* await = push_->awaits.emplace_back().mutable_await_push();
+  await->set_endpoint(here->endpoint());
+  await->set_tag(tag);
+  await->set_dst_buffer(into->handle());
+  await->set_dst_offset(into->OffsetOf(*dst));
+  await->set_size(bytes);
+  if (destination->pushed_here_.empty() || destination->pushed_here_.back() != push_) {
+    destination->pushed_here_.push_back(push_);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RemoteStream::RecordEvent(Event* event) {
-  TG_RETURN_IF_ERROR(SendHeldPulls());
+  TG_RETURN_IF_ERROR(SendHeld());
   auto* e = dynamic_cast<RemoteEvent*>(event);
   if (e == nullptr || e->connection() != device_->connection()) {
     return absl::InvalidArgumentError(
@@ -242,7 +354,7 @@ absl::Status RemoteStream::RecordEvent(Event* event) {
 }
 
 absl::Status RemoteStream::WaitEvent(Event* event) {
-  TG_RETURN_IF_ERROR(SendHeldPulls());
+  TG_RETURN_IF_ERROR(SendHeld());
   auto* e = dynamic_cast<RemoteEvent*>(event);
   if (e == nullptr) return absl::UnimplementedError("waits only for events of rpc-servers");
   if (e->connection() == device_->connection()) return absl::OkStatus();
@@ -258,12 +370,12 @@ absl::Status RemoteStream::WaitEvent(Event* event) {
 }
 
 void RemoteStream::BeginBatch() {
-  (void)SendHeldPulls();  // an error stays on the connection for the next wait.
+  (void)SendHeld();  // an error stays on the connection for the next wait.
   device_->connection()->BeginBatch();
 }
 
 absl::Status RemoteStream::EndBatch() {
-  TG_RETURN_IF_ERROR(SendHeldPulls());
+  TG_RETURN_IF_ERROR(SendHeld());
   return device_->connection()->EndBatch();
 }
 

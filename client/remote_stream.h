@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "client/connection.h"
@@ -52,6 +53,14 @@ class RemoteStream : public Stream {
   // Consecutive pulls go in one message and run at the same time there. Otherwise
   // UNIMPLEMENTED (the caller copies through the host).
   absl::Status CopyTensorAsync(const Tensor* src, Tensor* dst) override;
+  // From this server to another, both of protocol minor 5: a PeerPush that this server runs
+  // in its command order (after the work posted here so far) and an AwaitPush on `to`'s
+  // server, in its command order, that waits for the bytes there. The pushes of one layer
+  // boundary are held and go as one PeerPush (one peer call), their awaits in one message
+  // with `to`'s next Compute; any command of either stream sends them first. Otherwise, or
+  // for a tensor over kMaxPushBytes, UNIMPLEMENTED (the caller pulls). The held pieces are
+  // shared by the two streams: use both from one thread (the scheduler's sequential run).
+  absl::Status PushTensorAsync(const Tensor* src, Stream* to, Tensor* dst) override;
   absl::Status RecordEvent(Event* event) override;
   // Free for an event of the same server (its commands run in order) and for one of a
   // server both order pulls with (the copies carry the order); otherwise the host waits.
@@ -63,12 +72,17 @@ class RemoteStream : public Stream {
 
  private:
   struct PendingOutputs;
+  struct HeldPush;
 
   bool OrdersPullsFrom(const Connection& source) const;
   absl::Status PostOrderedPull(RemoteBuffer& from, const Tensor* src, Tensor* dst);
   // Consecutive ordered pulls are held in one batch, which the server runs at the same time;
   // anything else this stream does sends them first.
   absl::Status SendHeldPulls();
+  // Sends the pushes this stream holds as a source and those held for it as a destination.
+  absl::Status SendHeldPushes();
+  // Everything held: pushes, then pulls.
+  absl::Status SendHeld();
 
   RemoteDevice* device_;
   // Server-side time; written by reply handlers, which run on whichever thread drains.
@@ -82,7 +96,17 @@ class RemoteStream : public Stream {
   // a pull from it waits there for that command (PeerPull.after). Without a wait, the
   // caller has synchronized the source itself and the pull need not wait.
   absl::flat_hash_map<const Connection*, uint64_t> waited_;
+  // The pieces this stream pushes, held until one of the two streams does anything else;
+  // shared with the destination's stream, which sends them before its own commands.
+  std::shared_ptr<HeldPush> push_;
+  std::vector<std::shared_ptr<HeldPush>> pushed_here_;  // other streams' pushes into this one.
 };
+
+// Tensors up to this size are pushed between servers (PushTensorAsync); larger ones, which a
+// message to the peer would carry whole, are pulled in chunks.
+inline constexpr size_t kMaxPushBytes = size_t{1} << 20;
+// Pieces held in one push at most: what rpc-server takes in one (PeerPushes::kMaxPieces).
+inline constexpr int kMaxPushPieces = 64;
 
 // Outputs up to this many bytes in total come back with the Compute reply.
 inline constexpr size_t kInlineOutputBytes = size_t{1} << 20;

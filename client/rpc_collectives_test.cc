@@ -33,50 +33,21 @@ namespace {
 
 class RpcCollectivesTest : public ::testing::Test {
  protected:
-  // One server of protocol minor 1 (before AllReduce) with the CPU as two devices.
+  void SetUp() override { ASSERT_TRUE(RegisterBuiltinBackends().ok()); }
+  // One server of the minor before AllReduce with the CPU as two devices.
   void StartOlder() {
-    ASSERT_TRUE(RegisterBuiltinBackends().ok());
     Device* cpu = Registry::Get().CpuDevice();
-    server::ServiceOptions options;
-    options.devices = {cpu, cpu};
-    older_service_ = std::make_unique<testing::OlderMinorService>(options, kMinorCollectives - 1);
-    int port = 0;
-    older_server_ = testing::ServeOnLoopback(older_service_.get(), &port);
-    ASSERT_NE(older_server_, nullptr);
-    ClientOptions client;
-    client.progress = false;
-    auto connection = Connection::Open("127.0.0.1:" + std::to_string(port), client);
-    ASSERT_TRUE(connection.ok()) << connection.status();
-    families_.push_back(std::make_unique<RemoteFamily>(std::move(*connection)));
-    for (Device* d : families_.back()->devices()) devices_.push_back(d);
+    servers_.StartOlder({cpu, cpu}, kMinorCollectives - 1);
   }
-
+  // `servers` servers with the CPU as two devices each.
   void Start(int servers) {
-    ASSERT_TRUE(RegisterBuiltinBackends().ok());
     Device* cpu = Registry::Get().CpuDevice();
-    for (int s = 0; s < servers; ++s) {
-      server::ServerConfig config;
-      config.port = 0;
-      config.devices = {cpu, cpu};
-      auto server = server::RpcServer::Start(config);
-      ASSERT_TRUE(server.ok()) << server.status();
-      ClientOptions options;
-      options.progress = false;
-      auto connection = Connection::Open((*server)->address(), options);
-      ASSERT_TRUE(connection.ok()) << connection.status();
-      servers_.push_back(std::move(*server));
-      families_.push_back(std::make_unique<RemoteFamily>(std::move(*connection)));
-      for (Device* d : families_.back()->devices()) devices_.push_back(d);
-    }
+    for (int s = 0; s < servers; ++s) servers_.Start({cpu, cpu});
   }
 
   void TearDown() override {
     buffers_.clear();
-    families_.clear();
-    for (auto& s : servers_) {
-      if (s != nullptr) s->Shutdown(0);
-    }
-    if (older_server_ != nullptr) older_server_->Shutdown();
+    servers_.Stop();
   }
 
   // One tensor of `count` f32 per device, at a non-zero offset of its buffer, filled with
@@ -135,11 +106,8 @@ class RpcCollectivesTest : public ::testing::Test {
   }
 
   Context ctx_;
-  std::vector<std::unique_ptr<server::RpcServer>> servers_;
-  std::unique_ptr<testing::OlderMinorService> older_service_;
-  std::unique_ptr<grpc::Server> older_server_;
-  std::vector<std::unique_ptr<RemoteFamily>> families_;
-  std::vector<Device*> devices_;
+  testing::LoopbackServers servers_;
+  std::vector<Device*>& devices_ = servers_.devices();
   std::vector<std::unique_ptr<Buffer>> buffers_;
 };
 
@@ -210,13 +178,13 @@ TEST_F(RpcCollectivesTest, PeerLostMidCollectiveFailsWithinSeconds) {
   const std::string lost = b->connection()->endpoint();
   std::thread killer([&] {
     absl::SleepFor(absl::Milliseconds(300));
-    servers_[1]->Shutdown(0);
+    servers_.server(1)->Shutdown(0);
   });
   const absl::Time start = absl::Now();
   absl::StatusOr<tensorgrid::v1::SessionReply> reply = a->connection()->Call(request);
   const absl::Duration took = absl::Now() - start;
   killer.join();
-  servers_[1].reset();
+  servers_.server(1).reset();
   ASSERT_FALSE(reply.ok());
   EXPECT_EQ(reply.status().code(), absl::StatusCode::kUnavailable) << reply.status();
   EXPECT_NE(reply.status().message().find("peer unreachable: " + lost), std::string::npos)

@@ -140,6 +140,13 @@ class Stream {
   virtual absl::Status CopyTensorAsync(const Tensor* src, Tensor* dst) {
     return absl::UnimplementedError("async copy not supported");
   }
+  // Optional: copies src (this stream's device) into dst (`to`'s device) after the work
+  // queued here so far, with no one waiting: `to`'s work queued later waits for the bytes,
+  // and work queued here later may overwrite src. Default: UNIMPLEMENTED (the caller waits
+  // for this stream and copies on `to`).
+  virtual absl::Status PushTensorAsync(const Tensor* src, Stream* to, Tensor* dst) {
+    return absl::UnimplementedError("push not supported");
+  }
   virtual absl::Status Synchronize() = 0;  // waits for all queued work.
   // Runs every node of the graph (all tensors placed in this device's memory). Run-time
   // errors (an index out of range) come back as INVALID_ARGUMENT.

@@ -205,10 +205,14 @@ absl::Status Scheduler::Compute(ScheduledGraph& g) {
     return absl::FailedPreconditionError("scheduler: Compute while graphs are in flight");
   }
   g.plan_.ApplyRewires();
+  // A stream may hold the graph's commands and send them together (a remote device: its
+  // compute and the pushes behind it in one message); whatever waits for them sends them.
+  for (const SchedulerBackend& b : backends_) b.stream->BeginBatch();
   absl::Status status;
   for (size_t i = 0; i < g.plan_.splits.size() && status.ok(); ++i) {
     status = RunSplit(g, static_cast<int>(i), /*pipelined=*/false, &staging_);
   }
+  for (const SchedulerBackend& b : backends_) status.Update(b.stream->EndBatch());
   absl::Status sync = SynchronizePending();
   g.plan_.RestoreRewires();
   {
@@ -289,22 +293,44 @@ absl::Status Scheduler::RunSplit(ScheduledGraph& g, int i, bool pipelined,
 absl::Status Scheduler::CopyInputs(const Split& split, bool pipelined,
                                    std::vector<uint8_t>* staging) {
   Stream* stream = backends_[split.device].stream;
+  std::vector<const SplitInput*> rest;
+  for (const SplitInput& in : split.inputs) {
+    // A push is ordered after its source's work and awaited by this stream: nobody waits.
+    // In the pipeline every producer has finished already, and the pull costs nothing more.
+    const int from = pipelined ? -1 : DeviceOf(*in.src);
+    absl::Status s = from < 0 || from == split.device
+                         ? absl::UnimplementedError("no push")
+                         : backends_[from].stream->PushTensorAsync(in.src, stream, in.copy);
+    if (s.ok()) continue;
+    if (!absl::IsUnimplemented(s)) return s;
+    rest.push_back(&in);
+  }
+  if (rest.empty()) return absl::OkStatus();
   // In the pipeline every producer finished (and synchronized) before this split started.
   if (!pipelined) TG_RETURN_IF_ERROR(SyncForCopies(split.device, /*host=*/false));
   bool async = false;
-  for (const SplitInput& in : split.inputs) {
-    absl::Status s = stream->CopyTensorAsync(in.src, in.copy);
+  for (const SplitInput* in : rest) {
+    absl::Status s = stream->CopyTensorAsync(in->src, in->copy);
     if (s.ok()) {
       async = true;
       continue;
     }
     if (!absl::IsUnimplemented(s)) return s;
     if (!pipelined) TG_RETURN_IF_ERROR(SyncForCopies(split.device, /*host=*/true));
-    TG_RETURN_IF_ERROR(HostCopy(in.src, in.copy, staging));
+    TG_RETURN_IF_ERROR(HostCopy(in->src, in->copy, staging));
   }
   // The sources may be overwritten by their devices' next splits: let the copies finish.
   if (async && !pipelined) return stream->Synchronize();
   return absl::OkStatus();
+}
+
+int Scheduler::DeviceOf(const Tensor& t) const {
+  if (t.buffer == nullptr) return -1;
+  const Device* device = t.buffer->type()->device();
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    if (devices_[d] == device) return static_cast<int>(d);
+  }
+  return -1;
 }
 
 // Sequential mode: before copying into `device`, the devices with queued work must have
@@ -324,12 +350,15 @@ absl::Status Scheduler::SyncForCopies(int device, bool host) {
 }
 
 absl::Status Scheduler::SynchronizePending() {
+  // Every device is waited for even after one failed, so that no error of this graph (a
+  // device that saw its peer fail) is left behind to surface in a later call.
+  absl::Status status;
   for (size_t p = 0; p < devices_.size(); ++p) {
     if (!pending_[p]) continue;
-    TG_RETURN_IF_ERROR(backends_[p].stream->Synchronize());
+    status.Update(backends_[p].stream->Synchronize());
     pending_[p] = false;
   }
-  return absl::OkStatus();
+  return status;
 }
 
 }  // namespace tg

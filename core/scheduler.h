@@ -5,9 +5,10 @@
 // splits of consecutive nodes on one device with copies of their cross-device inputs
 // (core/scheduler_split.h), and places every tensor in its device's compute memory (one
 // GraphAllocator per device). Compute() then runs the splits in order: copy the split's inputs
-// (Stream::CopyTensorAsync, else Buffer::CopyFrom, else through host memory; after waiting for the
-// producing devices with events when they have them, else by synchronizing), optional
-// Stream::OptimizeGraph, and Stream::Compute.
+// (pushed by the source device's stream when it can, Stream::PushTensorAsync, which no one
+// waits for; else Stream::CopyTensorAsync, else Buffer::CopyFrom, else through host memory,
+// after waiting for the producing devices with events when they have them, else by
+// synchronizing), optional Stream::OptimizeGraph, and Stream::Compute.
 //
 // Pipeline parallelism (n_copies > 1): each of n_copies memory "slots" has its own compute
 // memory on every device. Graphs scheduled in different slots may be in flight together
@@ -129,6 +130,8 @@ class Scheduler {
   absl::Status RunSplit(ScheduledGraph& g, int i, bool pipelined, std::vector<uint8_t>* staging);
   absl::Status CopyInputs(const Split& split, bool pipelined, std::vector<uint8_t>* staging);
   absl::Status SyncForCopies(int device, bool host);
+  // The index of the device whose memory holds t; -1 when none of ours.
+  int DeviceOf(const Tensor& t) const;
   absl::Status SynchronizePending();
 
   std::vector<SchedulerBackend> backends_;

@@ -131,6 +131,7 @@ class SchedulerTest : public ::testing::Test {
 
   cpu::CpuDevice dev0_{"CPU0", "cpu:0", 1};
   cpu::CpuDevice dev1_{"CPU1", "cpu:1", 1};
+  std::vector<std::unique_ptr<Device>> devices_;  // a test's own; outlive its buffers, streams.
   Context weights_ctx_;
   std::vector<std::unique_ptr<Buffer>> buffers_;
   std::vector<std::unique_ptr<Stream>> streams_;
@@ -206,6 +207,75 @@ TEST_F(SchedulerTest, WeightsPinTheirNodesAndResultsMatchOneDevice) {
   EXPECT_EQ(stats.copies, 1);
   EXPECT_EQ(stats.copy_bytes, static_cast<int64_t>(m->slice->NumBytes()));
   EXPECT_EQ(stats.graphs, 1);
+}
+
+// A CPU device whose streams log what the scheduler asks of them and push (a memcpy, as
+// the memory is the host's) when pushes are on, as a device that copies to its peer in its
+// own queue would.
+class PushingDevice : public cpu::CpuDevice {
+ public:
+  PushingDevice(std::string name, std::vector<std::string>* log, bool pushes)
+      : cpu::CpuDevice(name, name, 1), log_(log), pushes_(pushes) {}
+  absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
+    return std::unique_ptr<Stream>(new LoggingStream(this));
+  }
+
+ private:
+  class LoggingStream : public cpu::CpuStream {
+   public:
+    explicit LoggingStream(PushingDevice* device) : cpu::CpuStream(device, 1), d_(device) {}
+    absl::Status PushTensorAsync(const Tensor* src, Stream* to, Tensor* dst) override {
+      if (!d_->pushes_) return Stream::PushTensorAsync(src, to, dst);
+      d_->log_->push_back(absl::StrCat("push ", d_->name(), "->", to->device()->name()));
+      return dst->buffer->SetTensor(dst, src->data, 0, src->NumBytes());
+    }
+    absl::Status Synchronize() override {
+      d_->log_->push_back(absl::StrCat("sync ", d_->name()));
+      return absl::OkStatus();
+    }
+    absl::Status Compute(Graph& graph) override {
+      d_->log_->push_back(absl::StrCat("compute ", d_->name()));
+      return cpu::CpuStream::Compute(graph);
+    }
+
+   private:
+    PushingDevice* d_;
+  };
+  std::vector<std::string>* log_;
+  bool pushes_;
+};
+
+// A device that pushes gets the split input from its source's stream (PushTensorAsync),
+// and no one waits between the source's compute and the destination's: the destination's
+// stream is not synchronized after the copy, nor the source before it. The result is the
+// one-device result, as with the copy on the destination's stream (which synchronizes it).
+TEST_F(SchedulerTest, APushingSourceCopiesWithoutAWait) {
+  const std::vector<float> x = RandomFloats(8 * 3, 3);
+  std::vector<float> results[2];
+  std::vector<std::string> logs[2];
+  for (int pushes = 0; pushes < 2; ++pushes) {
+    Device* d0 =
+        devices_.emplace_back(std::make_unique<PushingDevice>("P0", &logs[pushes], pushes)).get();
+    Device* d1 =
+        devices_.emplace_back(std::make_unique<PushingDevice>("P1", &logs[pushes], pushes)).get();
+    Tensor* w0 = Weight(*d0, 8, 16, 1);
+    Tensor* w1 = Weight(*d1, 16, 4, 2);
+    auto s = MakeScheduler({d0, d1});
+    auto m = BuildMlp(w0, w1);
+    results[pushes] = RunMlp(*s, *m, x);
+  }
+  auto one = MakeScheduler({&dev0_});
+  Tensor* w0 = Weight(dev0_, 8, 16, 1);
+  Tensor* w1 = Weight(dev0_, 16, 4, 2);
+  auto ref = BuildMlp(w0, w1);
+  const std::vector<float> expected = RunMlp(*one, *ref, x);
+  EXPECT_THAT(results[1], ElementsAreArray(expected));
+  EXPECT_THAT(results[0], ElementsAreArray(expected));
+  // The last two entries are the end of the graph, which waits for both devices.
+  EXPECT_THAT(logs[1], ::testing::ElementsAre("compute P0", "push P0->P1", "compute P1", "sync P0",
+                                              "sync P1"));
+  EXPECT_THAT(logs[0], ::testing::Contains("sync P1"));
+  EXPECT_THAT(logs[0], ::testing::Not(::testing::Contains(HasSubstr("push"))));
 }
 
 // A column slice (a strided view) of a result in device memory crosses to the CPU through

@@ -26,9 +26,6 @@ namespace pb = ::tensorgrid::v1;
 // Parts of this collective's bookkeeping kept at most; past it the finished ones go (a
 // client that sent fewer commands than it announced leaves them behind).
 constexpr size_t kMaxParts = 4096;
-// A peer channel seen failed this many polls in a row is taken as gone (one failed poll
-// may be a connection being re-established).
-constexpr int kFailedPolls = 2;
 
 size_t WireBytes(size_t elements, bool bf16) {
   return elements * (bf16 ? sizeof(uint16_t) : sizeof(float));
@@ -340,7 +337,7 @@ absl::Status CollectiveRunner::Pull(const pb::AllReduce& cmd, const ExchangeStep
                  static_cast<uint32_t>(p), static_cast<uint32_t>(step.recv_from)};
     TG_ASSIGN_OR_RETURN(std::string wire, mailbox_.Take(key, deadline, kPeerPoll, [&] {
       TG_RETURN_IF_ERROR(pushes.status());
-      return CheckPeer(from, &failures);
+      return peers_->CheckAlive(from, &failures);
     }));
     const size_t expect = std::min(rpc::kChunkBytes, want - got);
     if (wire.size() != expect) {
@@ -356,19 +353,6 @@ absl::Status CollectiveRunner::Pull(const pb::AllReduce& cmd, const ExchangeStep
     for (size_t i = step.recv_begin; i < step.recv_end; ++i) {
       (*sum)[i] = BF16ToFloat(FloatToBF16((*sum)[i]));
     }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CollectiveRunner::CheckPeer(const std::string& endpoint, int* failures) {
-  TG_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, peers_->ChannelFor(endpoint));
-  // try_to_connect: a channel that went idle when its connection closed dials again, so
-  // that a peer that is gone shows as a failure.
-  const grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
-  const bool failed = state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN;
-  *failures = failed ? *failures + 1 : 0;
-  if (*failures >= kFailedPolls) {
-    return absl::UnavailableError(absl::StrCat("peer unreachable: ", endpoint));
   }
   return absl::OkStatus();
 }

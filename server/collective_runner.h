@@ -100,8 +100,6 @@ class CollectiveRunner {
                     const std::vector<float>& sum, PushesInFlight& pushes);
   absl::Status Pull(const tensorgrid::v1::AllReduce& cmd, const ExchangeStep& step, bool bf16,
                     absl::Time deadline, PushesInFlight& pushes, std::vector<float>* sum);
-  // UNAVAILABLE "peer unreachable" once the peer's channel has failed twice in a row.
-  absl::Status CheckPeer(const std::string& endpoint, int* failures);
 
   PeerClient* const peers_;
   GrantTable* const grants_;

@@ -69,6 +69,19 @@ absl::Status PeerClient::PeerStatus(const std::string& endpoint, const grpc::Sta
                       absl::StrCat(call, " from ", endpoint, ": ", status.error_message()));
 }
 
+absl::Status PeerClient::CheckAlive(const std::string& endpoint, int* failures) {
+  TG_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, ChannelFor(endpoint));
+  // try_to_connect: a channel that went idle when its connection closed dials again, so
+  // that a peer that is gone shows as a failure.
+  const grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
+  const bool failed = state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN;
+  *failures = failed ? *failures + 1 : 0;
+  if (*failures >= kFailedPolls) {
+    return absl::UnavailableError(absl::StrCat("peer unreachable: ", endpoint));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PeerClient::Pull(const std::string& endpoint, const std::string& grant,
                               uint64_t src_offset, uint64_t size, SessionBuffer& dst,
                               uint64_t dst_offset, uint64_t after) {

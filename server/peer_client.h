@@ -59,6 +59,11 @@ class PeerClient {
   // keeps its code and says "CALL from ENDPOINT: ...".
   static absl::Status PeerStatus(const std::string& endpoint, const grpc::Status& status,
                                  absl::string_view call);
+  // For waits on a peer (a piece it should send): UNAVAILABLE "peer unreachable: ENDPOINT"
+  // once its channel has been seen failed by kFailedPolls calls in a row, counted in
+  // *failures (one failed look may be a connection being re-established).
+  absl::Status CheckAlive(const std::string& endpoint, int* failures) ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr int kFailedPolls = 2;
 
  private:
   struct Peer {

@@ -108,7 +108,8 @@ TensorGridService::TensorGridService(ServiceOptions options)
       recycler_(
           std::make_shared<SessionBufferRecycler>(HostMemoryTotal() / kRecycleShareOfHostMemory)),
       peers_(options_.peer),
-      collectives_(&peers_, &grants_, options_.metrics) {
+      collectives_(&peers_, &grants_, options_.metrics),
+      pushes_(&peers_, &grants_, options_.metrics) {
   for (Device* d : options_.devices) supported_ops_.push_back(SupportedOps(d));
   // gRPC owns method handlers and takes them as raw pointers.
   MarkMethodStreamed(rpc::kUploadMethodIndex,
@@ -207,6 +208,7 @@ grpc::Status TensorGridService::Session(
   env.models = options_.models;
   env.collectives = &collectives_;
   env.recycler = recycler_;
+  env.pushes = &pushes_;
   auto session = std::make_shared<server::Session>(id, std::move(env));
   size_t open_sessions;
   {
@@ -396,6 +398,13 @@ grpc::Status TensorGridService::PeerReduce(grpc::ServerContext* context,
                                            pb::PeerReduceReply* reply) {
   // As PeerCopy: the grant is the capability, not the bearer token.
   return ToGrpc(collectives_.Receive(*request));
+}
+
+grpc::Status TensorGridService::PeerDeliver(grpc::ServerContext* context,
+                                            const pb::PeerDeliverRequest* request,
+                                            pb::PeerDeliverReply* reply) {
+  // As PeerCopy: the grants are the capability, not the bearer token.
+  return ToGrpc(pushes_.Receive(*request));
 }
 
 }  // namespace tg::server

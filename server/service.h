@@ -17,6 +17,7 @@
 #include "server/collective_runner.h"
 #include "server/grant_table.h"
 #include "server/peer_client.h"
+#include "server/peer_pushes.h"
 #include "server/session.h"
 #include "server/session_buffer_recycler.h"
 #include "tensorgrid/v1/tensorgrid.grpc.pb.h"
@@ -62,6 +63,9 @@ class TensorGridService final : public ::tensorgrid::v1::TensorGrid::Service {
   grpc::Status PeerReduce(grpc::ServerContext* context,
                           const ::tensorgrid::v1::PeerReduceRequest* request,
                           ::tensorgrid::v1::PeerReduceReply* reply) override;
+  grpc::Status PeerDeliver(grpc::ServerContext* context,
+                           const ::tensorgrid::v1::PeerDeliverRequest* request,
+                           ::tensorgrid::v1::PeerDeliverReply* reply) override;
 
   const std::string& server_id() const { return server_id_; }
   size_t active_sessions() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -80,6 +84,7 @@ class TensorGridService final : public ::tensorgrid::v1::TensorGrid::Service {
   GrantTable grants_;
   PeerClient peers_;
   CollectiveRunner collectives_;  // uses peers_ and grants_.
+  PeerPushes pushes_;             // uses peers_ and grants_.
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<server::Session>> sessions_ ABSL_GUARDED_BY(mu_);
 };

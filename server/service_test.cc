@@ -226,6 +226,26 @@ class ServiceTest : public ::testing::Test {
     return RpcServer::Start(config);
   }
 
+  // This server and a peer, with a session on each: `src` on the peer, `dst` here.
+  struct PeerPair {
+    std::unique_ptr<RpcServer> peer;
+    std::unique_ptr<pb::TensorGrid::Stub> peer_stub;
+    std::unique_ptr<SessionStream> src;
+    std::unique_ptr<SessionStream> dst;
+  };
+  PeerPair StartWithPeer() {
+    StartServer();
+    PeerPair p;
+    auto peer = StartPeerServer();
+    EXPECT_TRUE(peer.ok()) << peer.status();
+    if (!peer.ok()) return p;
+    p.peer = std::move(*peer);
+    p.peer_stub = Connect(p.peer->address());
+    p.src = std::make_unique<SessionStream>(p.peer_stub.get(), "");
+    p.dst = std::make_unique<SessionStream>(stub_.get(), "");
+    return p;
+  }
+
   std::vector<Device*> devices_;
   std::filesystem::path cache_dir_;
   std::unique_ptr<RpcServer> server_;
@@ -571,15 +591,13 @@ TEST_F(ServiceTest, SessionMemoryLimit) {
 }
 
 TEST_F(ServiceTest, PeerPullBetweenServers) {
-  StartServer();
-  auto other = StartPeerServer();
-  ASSERT_TRUE(other.ok()) << other.status();
-  auto other_stub = Connect((*other)->address());
-  SessionStream src(other_stub.get(), "");
-  SessionStream dst(stub_.get(), "");
+  PeerPair pair = StartWithPeer();
+  ASSERT_NE(pair.peer, nullptr);
+  SessionStream& src = *pair.src;
+  SessionStream& dst = *pair.dst;
   const std::string data = RandomBytes(5 << 20, 3);  // more than one chunk.
   const uint64_t hs = src.Call(AllocRequest(1, 0, data.size())).alloc_buffer().buffer();
-  ASSERT_TRUE(Upload(other_stub.get(), "", src.id(), hs, 0, data, false).status.ok());
+  ASSERT_TRUE(Upload(pair.peer_stub.get(), "", src.id(), hs, 0, data, false).status.ok());
   pb::SessionRequest g;
   g.set_id(2);
   g.mutable_grant_peer_read()->set_buffer(hs);
@@ -588,7 +606,7 @@ TEST_F(ServiceTest, PeerPullBetweenServers) {
   pb::SessionRequest p;
   p.set_id(2);
   pb::PeerPull* pull = p.mutable_peer_pull();
-  pull->set_endpoint((*other)->address());
+  pull->set_endpoint(pair.peer->address());
   pull->set_grant(grant);
   pull->set_src_offset(0);
   pull->set_size(data.size());
@@ -670,6 +688,124 @@ TEST_F(ServiceTest, PeerPullWaitsAtTheSourceForItsCommand) {
   reply = dst.Call(pull_after(4, 100));
   closer.join();
   EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kAborted)) << reply.message();
+  ExpectHealthy();
+}
+
+pb::SessionRequest GrantRequest(uint64_t id, uint64_t buffer) {
+  pb::SessionRequest g;
+  g.set_id(id);
+  g.mutable_grant_peer_read()->set_buffer(buffer);
+  return g;
+}
+
+pb::SessionRequest PushRequest(uint64_t id, const std::string& endpoint, uint64_t buffer,
+                               uint64_t size, const std::string& grant, uint64_t tag) {
+  pb::SessionRequest p;
+  p.set_id(id);
+  p.mutable_peer_push()->set_endpoint(endpoint);
+  pb::PushPiece* piece = p.mutable_peer_push()->add_pieces();
+  piece->set_buffer(buffer);
+  piece->set_size(size);
+  piece->set_grant(grant);
+  piece->set_tag(tag);
+  return p;
+}
+
+pb::SessionRequest AwaitRequest(uint64_t id, const std::string& endpoint, uint64_t tag,
+                                uint64_t buffer, uint64_t offset, uint64_t size) {
+  pb::SessionRequest a;
+  a.set_id(id);
+  pb::AwaitPush* await = a.mutable_await_push();
+  await->set_endpoint(endpoint);
+  await->set_tag(tag);
+  await->set_dst_buffer(buffer);
+  await->set_dst_offset(offset);
+  await->set_size(size);
+  return a;
+}
+
+// A push goes from the source server to the destination's mailbox in the source's command
+// order (what was written before it, not after), and the destination's AwaitPush, however
+// early it comes, waits for it there and writes it.
+TEST_F(ServiceTest, PeerPushReachesTheAwaitOfAnotherServer) {
+  PeerPair pair = StartWithPeer();
+  ASSERT_NE(pair.peer, nullptr);
+  SessionStream& src = *pair.src;
+  SessionStream& dst = *pair.dst;
+  constexpr uint64_t kBytes = 4096;
+  const std::string first = RandomBytes(kBytes, 5), second = RandomBytes(kBytes, 6);
+  const uint64_t hs = src.Call(AllocRequest(1, 0, kBytes)).alloc_buffer().buffer();
+  const uint64_t hd = dst.Call(AllocRequest(1, 1, kBytes + 16)).alloc_buffer().buffer();
+  // Without a grant of its buffer an await has nothing to name its piece by.
+  EXPECT_EQ(dst.Call(AwaitRequest(2, pair.peer->address(), 7, hd, 16, kBytes)).code(),
+            static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  const std::string grant = dst.Call(GrantRequest(3, hd)).grant().grant();
+  ASSERT_FALSE(grant.empty());
+  std::atomic<bool> arrived{false};
+  pb::SessionReply reply;
+  std::thread waiter([&] {
+    reply = dst.Call(AwaitRequest(4, pair.peer->address(), 7, hd, 16, kBytes));
+    arrived = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(arrived.load());  // nothing pushed yet.
+  ASSERT_EQ(src.Call(WriteRequest(2, hs, 0, first)).code(), 0);
+  pb::SessionReply pushed = src.Call(PushRequest(3, server_->address(), hs, kBytes, grant, 7));
+  ASSERT_EQ(pushed.code(), 0) << pushed.message();
+  ASSERT_EQ(src.Call(WriteRequest(4, hs, 0, second)).code(), 0);
+  waiter.join();
+  ASSERT_EQ(reply.code(), 0) << reply.message();
+  grpc::Status st;
+  EXPECT_EQ(Download(stub_.get(), "", dst.id(), hd, 16, kBytes, &st), first);
+
+  // A piece of another size than the await's is refused there, not written.
+  ASSERT_EQ(src.Call(PushRequest(5, server_->address(), hs, kBytes / 2, grant, 8)).code(), 0);
+  reply = dst.Call(AwaitRequest(5, pair.peer->address(), 8, hd, 0, kBytes));
+  EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kInvalidArgument)) << reply.message();
+  // A tag delivered twice, and a grant the destination never made, are the push's errors.
+  ASSERT_EQ(src.Call(PushRequest(6, server_->address(), hs, 8, grant, 9)).code(), 0);
+  reply = src.Call(PushRequest(7, server_->address(), hs, 8, grant, 9));
+  EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kAlreadyExists)) << reply.message();
+  reply = src.Call(PushRequest(8, server_->address(), hs, 8, std::string(32, '0'), 10));
+  EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kNotFound)) << reply.message();
+  // The source range is checked before anything is sent.
+  reply = src.Call(PushRequest(9, server_->address(), hs, kBytes + 1, grant, 11));
+  EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kInvalidArgument)) << reply.message();
+  ExpectHealthy();
+}
+
+// An await whose source server dies fails with "peer unreachable" within seconds; a push to
+// a server that is gone fails the same way at the source.
+TEST_F(ServiceTest, PeerPushAndAwaitFailWhenThePeerIsGone) {
+  StartServer();
+  auto other = StartPeerServer();
+  ASSERT_TRUE(other.ok()) << other.status();
+  const std::string gone = (*other)->address();
+  SessionStream dst(stub_.get(), "");
+  const uint64_t hd = dst.Call(AllocRequest(1, 0, 64)).alloc_buffer().buffer();
+  const std::string grant = dst.Call(GrantRequest(2, hd)).grant().grant();
+  {
+    // The peer channel is up before the source goes (as in a session that pushed before).
+    auto other_stub = Connect(gone);
+    SessionStream src(other_stub.get(), "");
+    const uint64_t hs = src.Call(AllocRequest(1, 0, 64)).alloc_buffer().buffer();
+    ASSERT_EQ(src.Call(PushRequest(2, server_->address(), hs, 64, grant, 1)).code(), 0);
+    ASSERT_EQ(dst.Call(AwaitRequest(3, gone, 1, hd, 0, 64)).code(), 0);
+  }
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    other->reset();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  pb::SessionReply reply = dst.Call(AwaitRequest(4, gone, 2, hd, 0, 64));
+  killer.join();
+  EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kUnavailable)) << reply.message();
+  EXPECT_TRUE(absl::StrContains(reply.message(), "peer unreachable: " + gone)) << reply.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  // This server pushes to the one that is gone.
+  reply = dst.Call(PushRequest(5, gone, hd, 64, grant, 3));
+  EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kUnavailable)) << reply.message();
+  EXPECT_TRUE(absl::StrContains(reply.message(), "peer unreachable: " + gone)) << reply.message();
   ExpectHealthy();
 }
 

@@ -17,6 +17,7 @@
 #include "server/metrics.h"
 #include "server/model_index.h"
 #include "server/peer_client.h"
+#include "server/peer_pushes.h"
 #include "server/random_id.h"
 
 namespace tg::server {
@@ -312,6 +313,26 @@ Session::Work Session::OnLaneOf(const SessionBuffer& buf,
   return work;
 }
 
+absl::StatusOr<Session::Work> Session::PreparePush(const pb::PeerPush& p) {
+  // Without a PeerClient the checks still run and Send answers UNIMPLEMENTED.
+  if (env_.pushes == nullptr) return absl::UnimplementedError("peer_push is not enabled");
+  TG_RETURN_IF_ERROR(PeerPushes::Check(p));
+  // The pieces are read on the lanes of their buffers: after the work queued there.
+  Work work;
+  std::vector<std::shared_ptr<SessionBuffer>> sources;
+  for (const pb::PushPiece& piece : p.pieces()) {
+    TG_ASSIGN_OR_RETURN(auto src, FindBuffer(piece.buffer()));
+    TG_RETURN_IF_ERROR(src->CheckRange(piece.offset(), piece.size()));
+    work.lanes.push_back(lane_of_[src->device_index()]);
+    sources.push_back(std::move(src));
+  }
+  PeerPushes* pushes = env_.pushes;
+  work.run = [pushes, sources = std::move(sources), &p](pb::SessionReply*) {
+    return pushes->Send(p, sources);
+  };
+  return work;
+}
+
 absl::StatusOr<Session::Work> Session::Prepare(const pb::SessionRequest& req,
                                                pb::SessionReply* reply) {
   switch (req.command_case()) {
@@ -401,6 +422,25 @@ absl::StatusOr<Session::Work> Session::Prepare(const pb::SessionRequest& req,
       return OnLaneOf(*dst, [peers, dst, &p](pb::SessionReply*) {
         return peers->Pull(p.endpoint(), p.grant(), p.src_offset(), p.size(), *dst, p.dst_offset(),
                            p.after());
+      });
+    }
+    case pb::SessionRequest::kPeerPush:
+      return PreparePush(req.peer_push());
+    case pb::SessionRequest::kAwaitPush: {
+      const pb::AwaitPush& a = req.await_push();
+      if (env_.pushes == nullptr) return absl::UnimplementedError("await_push is not enabled");
+      TG_ASSIGN_OR_RETURN(auto dst, FindBuffer(a.dst_buffer()));
+      TG_RETURN_IF_ERROR(dst->CheckRange(a.dst_offset(), a.size()));
+      auto grant = grants_.find(a.dst_buffer());
+      if (grant == grants_.end()) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "await_push: buffer %d has no peer grant, which names its pieces (GrantPeerRead it "
+            "first)",
+            a.dst_buffer()));
+      }
+      PeerPushes* pushes = env_.pushes;
+      return OnLaneOf(*dst, [pushes, dst, grant = grant->second, &a](pb::SessionReply*) {
+        return pushes->Await(a, grant, *dst);
       });
     }
     case pb::SessionRequest::kAllReduce: {

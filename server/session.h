@@ -48,6 +48,7 @@ class GrantTable;
 class Metrics;
 class ModelIndex;
 class PeerClient;
+class PeerPushes;
 class SessionBufferRecycler;
 
 // What a session needs from the server; everything but `devices` may be null/0.
@@ -61,6 +62,8 @@ struct SessionEnv {
   CollectiveRunner* collectives = nullptr;  // AllReduce is UNIMPLEMENTED without it.
   // Keeps freed large host buffers for the next session's load; none kept without it.
   std::shared_ptr<SessionBufferRecycler> recycler;
+  // PeerPush (which needs `peers` too) and AwaitPush are UNIMPLEMENTED without it.
+  PeerPushes* pushes = nullptr;
   // Tests and the fuzzer only: handles are 1, 2, 3, ... so that scripted command sequences
   // can name them. A server never sets this.
   bool predictable_handles = false;
@@ -160,6 +163,9 @@ class Session {
                      tensorgrid::v1::AllocBufferReply* reply)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(handle_mu_);
   absl::Status Free(uint64_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(handle_mu_);
+  // A PeerPush: its pieces read on their buffers' lanes, then delivered.
+  absl::StatusOr<Work> PreparePush(const tensorgrid::v1::PeerPush& cmd)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(handle_mu_);
   absl::StatusOr<Work> PrepareCompute(const tensorgrid::v1::Compute& cmd)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(handle_mu_);
   // The cached graph a Compute names, or the one it carries, decoded and cached.

@@ -2,6 +2,11 @@
 // records, each a u32 little-endian length word and that many bytes, fed to one in-process
 // Session on the CPU devices with a 16 MiB memory limit, which is then destroyed:
 //   - top bit clear: a serialized SessionRequest, run by Session::Serve;
+//   - bit 30 set (kDeliverRecord): the low 30 bits give the length of a serialized
+//     PeerDeliverRequest, as a peer server delivers pushed pieces (PeerPushes::Receive); a
+//     piece whose grant is "buffer:N" gets the session's grant of buffer N instead (as a
+//     GrantPeerRead would give it; nothing else could know it), so that the session's
+//     AwaitPush commands, which wait 1 ms here, can take it;
 //   - top bit set (kUploadRecord): the low 31 bits give the length of a serialized
 //     UploadMessage, one message of an Upload stream as the service feeds it to an UploadSink
 //     (server/service.cc): with no stream open a header starts one (session id "fuzz"; any
@@ -27,6 +32,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/numbers.h"
+#include "absl/time/time.h"
 #include "backends/register_builtin.h"
 #include "core/registry.h"
 #include "google/protobuf/stubs/logging.h"
@@ -36,6 +43,7 @@
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/model_index.h"
+#include "server/peer_pushes.h"
 #include "server/session.h"
 #include "server/upload_sink.h"
 #include "tensorgrid/v1/tensorgrid.pb.h"
@@ -49,6 +57,9 @@ namespace pb = ::tensorgrid::v1;
 constexpr uint64_t kMemLimit = uint64_t{16} << 20;
 constexpr int kMaxRecords = 64;
 constexpr uint32_t kUploadRecord = 0x80000000u;
+constexpr uint32_t kDeliverRecord = 0x40000000u;
+// How long an AwaitPush waits for its piece: no peer will send one that is not there yet.
+constexpr absl::Duration kPieceWait = absl::Milliseconds(1);
 // Small, so that fuzzed uploads reach eviction and the too-large-to-keep path.
 constexpr uint64_t kCacheMaxBytes = 1024;
 constexpr char kSessionId[] = "fuzz";
@@ -236,21 +247,47 @@ class UploadDriver {
 
 }  // namespace
 
+// A peer's delivery to this server, "buffer:N" grants replaced by the session's.
+void Deliver(tg::server::PeerPushes& pushes, tg::server::Session& session,
+             pb::PeerDeliverRequest& request) {
+  for (pb::DeliveredPiece& piece : *request.mutable_pieces()) {
+    uint64_t handle = 0;
+    if (piece.grant().rfind("buffer:", 0) != 0) continue;
+    if (!absl::SimpleAtoi(piece.grant().substr(7), &handle)) continue;
+    pb::SessionRequest grant;
+    grant.set_id(1);
+    grant.mutable_grant_peer_read()->set_buffer(handle);
+    const pb::SessionReply reply = session.Handle(grant);
+    if (reply.code() == 0) piece.set_grant(reply.grant().grant());
+  }
+  (void)pushes.Receive(request);
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Env& env = GetEnv();
   {
-    auto session = std::make_shared<tg::server::Session>(kSessionId, env.session_env);
+    // Fresh per input (so is its mailbox), with no peer to push to or to watch.
+    tg::server::PeerPushes pushes(nullptr, &env.grants, &env.metrics, kPieceWait);
+    tg::server::SessionEnv session_env = env.session_env;
+    session_env.pushes = &pushes;
+    auto session = std::make_shared<tg::server::Session>(kSessionId, session_env);
     UploadDriver uploads(env, session);
     pb::SessionRequest request;
     pb::UploadMessage upload;
+    pb::PeerDeliverRequest delivery;
     size_t pos = 0;
     for (int n = 0; n < kMaxRecords && size - pos >= 4; ++n) {
       uint32_t word;
       std::memcpy(&word, data + pos, 4);
       pos += 4;
-      const uint32_t len = word & ~kUploadRecord;
+      const bool deliver = (word & kUploadRecord) == 0 && (word & kDeliverRecord) != 0;
+      const uint32_t len = word & ~(kUploadRecord | (deliver ? kDeliverRecord : 0));
       if (len > size - pos) break;
-      if ((word & kUploadRecord) == 0) {
+      if (deliver) {
+        if (delivery.ParseFromArray(data + pos, static_cast<int>(len))) {
+          Deliver(pushes, *session, delivery);
+        }
+      } else if ((word & kUploadRecord) == 0) {
         if (request.ParseFromArray(data + pos, static_cast<int>(len))) {
           RunSessionRequest(env, *session, request);
           uploads.SessionCommandRan();

@@ -40,8 +40,10 @@ using tg::server::testing::UploadHeaderMessage;
 using tg::server::testing::WriteRequest;
 using tg::server::testing::WriteRowsRequest;
 
-// rpc_session_fuzz.cc's record kinds: the top bit of the length word marks an upload record.
+// rpc_session_fuzz.cc's record kinds: the top bit of the length word marks an upload record,
+// bit 30 a peer's delivery of pushed pieces.
 constexpr uint32_t kUploadRecord = 0x80000000u;
+constexpr uint32_t kDeliverRecord = 0x40000000u;
 
 // A seed's bytes, record by record.
 class Seed {
@@ -50,6 +52,9 @@ class Seed {
   Seed& Upload(const pb::UploadMessage& m) { return Record(kUploadRecord, m.SerializeAsString()); }
   // The end of the open Upload stream (the client's WritesDone).
   Seed& EndUpload() { return Record(kUploadRecord, ""); }
+  Seed& Deliver(const pb::PeerDeliverRequest& d) {
+    return Record(kDeliverRecord, d.SerializeAsString());
+  }
   bool Write(const std::filesystem::path& dir, const char* name) const {
     std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
     out.write(bytes_.data(), static_cast<std::streamsize>(bytes_.size()));
@@ -77,6 +82,72 @@ std::string Pattern(size_t n, char first) {
   std::string s(n, '\0');
   for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>(first + i % 23);
   return s;
+}
+
+pb::SessionRequest PushRequest(uint64_t id, uint64_t buffer, uint64_t offset, uint64_t size) {
+  pb::SessionRequest r;
+  r.set_id(id);
+  r.mutable_peer_push()->set_endpoint("127.0.0.1:1");
+  pb::PushPiece* piece = r.mutable_peer_push()->add_pieces();
+  piece->set_buffer(buffer);
+  piece->set_offset(offset);
+  piece->set_size(size);
+  piece->set_grant("buffer:2");
+  piece->set_tag(1);
+  return r;
+}
+
+pb::SessionRequest AwaitRequest(uint64_t id, uint64_t tag, uint64_t buffer, uint64_t offset,
+                                uint64_t size) {
+  pb::SessionRequest r;
+  r.set_id(id);
+  pb::AwaitPush* a = r.mutable_await_push();
+  a->set_endpoint("127.0.0.1:1");
+  a->set_tag(tag);
+  a->set_dst_buffer(buffer);
+  a->set_dst_offset(offset);
+  a->set_size(size);
+  return r;
+}
+
+void AddPiece(pb::PeerDeliverRequest* d, const char* grant, uint64_t tag, std::string data) {
+  pb::DeliveredPiece* p = d->add_pieces();
+  p->set_grant(grant);
+  p->set_tag(tag);
+  p->set_data(std::move(data));
+}
+
+// Pushes: a PeerPush (its checks; no peer to send to), pieces delivered under the grant of
+// buffer 2 and awaited there (taken; of the wrong size; never delivered; into a buffer
+// without a grant), a tag delivered twice and a grant nobody made.
+bool WritePushSeed(const std::filesystem::path& dir) {
+  pb::PeerDeliverRequest first, again, stranger;
+  AddPiece(&first, "buffer:2", 1, Pattern(64, 'p'));
+  AddPiece(&first, "buffer:2", 2, Pattern(32, 'q'));
+  AddPiece(&again, "buffer:2", 4, Pattern(8, 'r'));
+  AddPiece(&again, "buffer:2", 4, Pattern(8, 's'));
+  AddPiece(&stranger, "00000000000000000000000000000000", 5, Pattern(8, 't'));
+  pb::SessionRequest grant;
+  grant.set_id(4);
+  grant.mutable_grant_peer_read()->set_buffer(2);
+  Seed seed;
+  seed.Add(AllocRequest(1, 0, 256))
+      .Add(AllocRequest(2, 1, 256))
+      .Add(WriteRequest(3, 1, 0, Pattern(64, 'a')))
+      .Add(grant)
+      .Add(PushRequest(5, 1, 0, 64))
+      .Add(PushRequest(6, 1, 250, 64))
+      .Deliver(first)
+      .Add(AwaitRequest(7, 1, 2, 16, 64))
+      .Add(ReadRequest(8, 2, 16, 64))
+      .Add(AwaitRequest(9, 2, 2, 0, 64))
+      .Add(AwaitRequest(10, 3, 2, 0, 8))
+      .Add(AwaitRequest(11, 1, 1, 0, 8))
+      .Deliver(again)
+      .Deliver(stranger)
+      .Add(AwaitRequest(12, 4, 2, 0, 8))
+      .Add(AwaitRequest(13, 5, 2, 0, 8));
+  return seed.Write(dir, "push_await");
 }
 
 // Hashed uploads: a miss stored in the cache, then hits on both devices; a blob larger than
@@ -288,6 +359,7 @@ int main(int argc, char** argv) {
                     {AllocRequest(1, 0, 512), SampleCompute(2, 1, SampleSlots(0.8f, 1.3f)),
                      SampleCompute(3, 1, SampleSlots(0.0f, 1.0f)), SampleCompute(4, 1, bad)});
   }
+  ok &= WritePushSeed(dir);
   ok &= WriteUploadCacheSeed(dir);
   ok &= WriteUploadPlainSeed(dir);
   ok &= WriteUploadErrorsSeed(dir);
@@ -296,6 +368,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rpc_session_fuzz_seeds: cannot write into %s\n", dir.c_str());
     return 1;
   }
-  std::printf("rpc_session_fuzz_seeds: 12 seeds in %s\n", dir.c_str());
+  std::printf("rpc_session_fuzz_seeds: 13 seeds in %s\n", dir.c_str());
   return 0;
 }

@@ -1,0 +1,122 @@
+#include "server/peer_pushes.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+#include "server/grant_table.h"
+#include "server/metrics.h"
+#include "server/peer_client.h"
+#include "tensorgrid/v1/tensorgrid.grpc.pb.h"
+
+namespace tg::server {
+namespace {
+
+namespace pb = ::tensorgrid::v1;
+
+PieceKey KeyOf(const std::string& grant, uint64_t tag) { return PieceKey{grant, tag, 0, 0, 0}; }
+
+}  // namespace
+
+absl::Status PeerPushes::Check(const pb::PeerPush& cmd) {
+  if (cmd.endpoint().empty()) return absl::InvalidArgumentError("peer_push: no endpoint");
+  if (cmd.pieces_size() == 0 || cmd.pieces_size() > kMaxPieces) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("peer_push: %d pieces (1 to %d in one push; send more pushes)",
+                        cmd.pieces_size(), kMaxPieces));
+  }
+  uint64_t total = 0;
+  for (const pb::PushPiece& p : cmd.pieces()) {
+    if (p.grant().empty()) return absl::InvalidArgumentError("peer_push: a piece has no grant");
+    if (p.size() > kMaxPushBytes - total) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "peer_push: more than %d bytes in one push (a piece of %d after %d); send more pushes",
+          kMaxPushBytes, p.size(), total));
+    }
+    total += p.size();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PeerPushes::Send(const pb::PeerPush& cmd,
+                              absl::Span<const std::shared_ptr<SessionBuffer>> sources) {
+  if (peers_ == nullptr) return absl::UnimplementedError("peer_push is not enabled");
+  TG_RETURN_IF_ERROR(Check(cmd));
+  if (sources.size() != static_cast<size_t>(cmd.pieces_size())) {
+    return absl::InternalError("peer_push: a source buffer per piece expected");
+  }
+  TG_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, peers_->ChannelFor(cmd.endpoint()));
+  pb::PeerDeliverRequest request;
+  for (int i = 0; i < cmd.pieces_size(); ++i) {
+    const pb::PushPiece& p = cmd.pieces(i);
+    pb::DeliveredPiece* d = request.add_pieces();
+    d->set_grant(p.grant());
+    d->set_tag(p.tag());
+    std::string* data = d->mutable_data();
+    data->resize(p.size());
+    TG_RETURN_IF_ERROR(sources[i]->Read(p.offset(), data->data(), p.size()));
+  }
+  auto stub = pb::TensorGrid::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(kDeliverDeadline));
+  pb::PeerDeliverReply reply;
+  return PeerClient::PeerStatus(cmd.endpoint(), stub->PeerDeliver(&ctx, request, &reply),
+                                "peer_push");
+}
+
+absl::Status PeerPushes::Receive(const pb::PeerDeliverRequest& request) {
+  if (request.pieces_size() > kMaxPieces) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("peer_deliver: %d pieces (at most %d)", request.pieces_size(), kMaxPieces));
+  }
+  // Every piece is checked before any is filed: a delivery is taken whole or not at all.
+  uint64_t total = 0;
+  for (const pb::DeliveredPiece& p : request.pieces()) {
+    if (grants_->Find(p.grant()) == nullptr) {
+      return absl::NotFoundError("peer_deliver: unknown or revoked grant");
+    }
+    total += p.data().size();
+  }
+  if (total > kMaxPushBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "peer_deliver: %d bytes in one delivery (at most %d)", total, kMaxPushBytes));
+  }
+  for (const pb::DeliveredPiece& p : request.pieces()) {
+    absl::Status s = mailbox_.Put(KeyOf(p.grant(), p.tag()), p.data());
+    if (absl::IsAlreadyExists(s)) {
+      return absl::AlreadyExistsError(
+          absl::StrFormat("peer_deliver: the piece tagged %d came twice", p.tag()));
+    }
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrFormat("peer_deliver: pieces nobody awaited yet "
+                                                    "fill the mailbox (%d bytes held)",
+                                                    mailbox_.held_bytes()));
+    }
+  }
+  if (metrics_ != nullptr) metrics_->PeerCopyBytes(total);
+  return absl::OkStatus();
+}
+
+absl::Status PeerPushes::Await(const pb::AwaitPush& cmd, const std::string& grant,
+                               SessionBuffer& dst) {
+  TG_RETURN_IF_ERROR(dst.CheckRange(cmd.dst_offset(), cmd.size()));
+  int failures = 0;
+  absl::StatusOr<std::string> data =
+      mailbox_.Take(KeyOf(grant, cmd.tag()), absl::Now() + piece_wait_, kPeerPoll, [&] {
+        return peers_ == nullptr ? absl::OkStatus() : peers_->CheckAlive(cmd.endpoint(), &failures);
+      });
+  if (absl::IsDeadlineExceeded(data.status())) {
+    return absl::DeadlineExceededError(
+        absl::StrFormat("await_push: nothing tagged %d came from %s within %s", cmd.tag(),
+                        cmd.endpoint(), absl::FormatDuration(piece_wait_)));
+  }
+  TG_RETURN_IF_ERROR(data.status());
+  if (data->size() != cmd.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("await_push: the piece tagged %d from %s carries %d bytes, want %d",
+                        cmd.tag(), cmd.endpoint(), data->size(), cmd.size()));
+  }
+  return dst.Write(cmd.dst_offset(), data->data(), data->size());
+}
+
+}  // namespace tg::server
