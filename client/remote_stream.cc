@@ -92,9 +92,7 @@ struct RemoteStream::HeldPush {
     if (empty()) return absl::OkStatus();
     pb::SessionRequest request = std::move(push);
     std::vector<pb::SessionRequest> waits = std::move(awaits);
-    push.Clear();
-    awaits.clear();
-    bytes = 0;
+    Drop();  // what was moved from is left empty, as held pushes are.
     TG_RETURN_IF_ERROR(source->Post(std::move(request)));
     // The destination may be waited for before this source's next command: send it now.
     TG_RETURN_IF_ERROR(source->Flush());

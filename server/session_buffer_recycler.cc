@@ -29,11 +29,13 @@ void SessionBufferRecycler::Keep(std::unique_ptr<Buffer> buffer, uint64_t size) 
   absl::MutexLock lock(&mu_);
   kept_.push_back({std::move(buffer), size, absl::Now() + keep_time_});
   kept_bytes_ += size;
-  while (kept_bytes_ > max_bytes_) {
-    kept_bytes_ -= kept_.front().size;
-    freed.push_back(std::move(kept_.front().buffer));
-    kept_.pop_front();
-  }
+  while (kept_bytes_ > max_bytes_) PopOldestLocked(&freed);
+}
+
+void SessionBufferRecycler::PopOldestLocked(std::vector<std::unique_ptr<Buffer>>* freed) {
+  kept_bytes_ -= kept_.front().size;
+  freed->push_back(std::move(kept_.front().buffer));
+  kept_.pop_front();
 }
 
 std::unique_ptr<Buffer> SessionBufferRecycler::Take(const BufferType* type, uint64_t size) {
@@ -87,11 +89,7 @@ void SessionBufferRecycler::Expire() {
       mu_.AwaitWithDeadline(absl::Condition(&due), next);
       if (stop_) return;
       const absl::Time now = absl::Now();
-      while (!kept_.empty() && kept_.front().until <= now) {
-        kept_bytes_ -= kept_.front().size;
-        freed.push_back(std::move(kept_.front().buffer));
-        kept_.pop_front();
-      }
+      while (!kept_.empty() && kept_.front().until <= now) PopOldestLocked(&freed);
     }
   }
 }

@@ -16,6 +16,7 @@
 #include <deque>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -60,6 +61,9 @@ class SessionBufferRecycler {
   };
   // Frees kept buffers whose time is up, until asked to stop.
   void Expire() ABSL_LOCKS_EXCLUDED(mu_);
+  // Moves the oldest kept buffer into `freed`, to be freed outside the lock.
+  void PopOldestLocked(std::vector<std::unique_ptr<Buffer>>* freed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint64_t max_bytes_;
   const absl::Duration keep_time_;
