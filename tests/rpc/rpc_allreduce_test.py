@@ -27,13 +27,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "faults"))
 from rpc_cluster import SKIP, Cluster, Server, exit_after, local_env, model_missing, model_test_args  # noqa: E402
-from rpc_peers_test import QUIET_S, Checker, Listener, pull  # noqa: E402
+from rpc_peers_test import Checker, Listener, check_unlisted  # noqa: E402
 from rpc_split_test import compare, tg_run  # noqa: E402
 
 N_TOKENS = 64
@@ -104,42 +103,26 @@ def case_peers(a, c, workdir):
     other = f"127.0.0.1:{listener.port + 1 if listener.port < 65535 else 1}"
     server = Server(a.rpc_server, 1, ["--peers", other], workdir, 0)
     try:
-        for peer in [f"127.0.0.1:{listener.port}", f"localhost:{listener.port}"]:
-            code, msg, _, _ = pull(a.client, server.endpoint, peer)
-            c.check(code == "PERMISSION_DENIED" and peer in msg,
-                    f"all-reduce naming unlisted {peer}: {code}: {msg}")
-        time.sleep(QUIET_S)
-        c.check(listener.connections == 0,
-                f"the unlisted listener saw {listener.connections} connections")
-        if not c.ok:
-            print(f"--- server log:\n{server.read_log()}")
+        check_unlisted(a.client, c, server, listener, "all-reduce naming unlisted", None,
+                       [f"127.0.0.1:{listener.port}", f"localhost:{listener.port}"])
     finally:
         server.stop()
         listener.close()
 
 
 def case_mtls(a, c, base, workdir):
-    from rpc_peer_tls_test import make_rogue
-    from rpc_tls_test import make_pki
-    make_pki(workdir)
-    make_rogue(workdir)
-    p = lambda name: os.path.join(workdir, name)  # noqa: E731
-    mtls = ["--tls-cert", p("server.pem"), "--tls-key", p("server.key"),
-            "--tls-client-ca", p("ca.pem")]
-    peer_ca = ["--peer-tls-ca", p("ca.pem")]
-    client = ["--rpc-tls-ca", p("ca.pem"), "--rpc-tls-cert", p("server.pem"), "--rpc-tls-key",
-              p("server.key")]
+    from rpc_peer_tls_test import peer_tls_flags
+    f = peer_tls_flags(workdir)
+    client = f["tg_run"]
     env = local_env()
-    for k, (label, extra, works) in enumerate([
-            ("CA-signed peer certificates", ["--peer-tls-cert", p("server.pem"), "--peer-tls-key",
-                                             p("server.key")], True),
-            ("no peer certificate", [], False),
-            ("peer certificates of another CA", ["--peer-tls-cert", p("rogue.pem"),
-                                                 "--peer-tls-key", p("rogue.key")], False)]):
+    for k, (label, peer_flags, works) in enumerate([
+            ("CA-signed peer certificates", f["good"], True),
+            ("no peer certificate", f["peer_ca"], False),
+            ("peer certificates of another CA", f["rogue"], False)]):
         servers = []
         try:
             for i in range(2):
-                servers.append(Server(a.rpc_server, 2, mtls + peer_ca + extra, workdir,
+                servers.append(Server(a.rpc_server, 2, f["mtls"] + peer_flags, workdir,
                                       10 + 2 * k + i))
             endpoints = [s.endpoint for s in servers]
             devices = [f"RPC[{e}]/{d}" for e in endpoints for d in range(2)]

@@ -35,6 +35,27 @@ def make_rogue(d):
             "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", "rogue.pem", cwd=d)
 
 
+def peer_tls_flags(d):
+    """Makes the CAs and certificates in d and returns the flag sets of an mTLS cluster:
+    mtls (a server that requires client certificates of the CA), peer_ca, good (peer_ca and a
+    CA-signed peer certificate), rogue (peer_ca and a certificate of the untrusted CA),
+    pull_client (rpc_peer_pull_client's) and tg_run (tg-run's --rpc-tls-*)."""
+    make_pki(d)
+    make_rogue(d)
+    p = lambda name: os.path.join(d, name)  # noqa: E731
+    peer_ca = ["--peer-tls-ca", p("ca.pem")]
+    return dict(
+        mtls=["--tls-cert", p("server.pem"), "--tls-key", p("server.key"),
+              "--tls-client-ca", p("ca.pem")],
+        peer_ca=peer_ca,
+        good=peer_ca + ["--peer-tls-cert", p("server.pem"), "--peer-tls-key", p("server.key")],
+        rogue=peer_ca + ["--peer-tls-cert", p("rogue.pem"), "--peer-tls-key", p("rogue.key")],
+        pull_client=["--tls-ca", p("ca.pem"), "--tls-cert", p("server.pem"), "--tls-key",
+                     p("server.key")],
+        tg_run=["--rpc-tls-ca", p("ca.pem"), "--rpc-tls-cert", p("server.pem"), "--rpc-tls-key",
+                p("server.key")])
+
+
 def main():
     a = model_test_args([("--client", dict(required=True))])
     if model_missing(a.model):
@@ -44,32 +65,23 @@ def main():
         return SKIP
     c = Checker()
     with tempfile.TemporaryDirectory(prefix="tg-peer-tls-") as d:
-        make_pki(d)
-        make_rogue(d)
-        p = lambda name: os.path.join(d, name)  # noqa: E731
-        mtls = ["--tls-cert", p("server.pem"), "--tls-key", p("server.key"),
-                "--tls-client-ca", p("ca.pem")]
-        peer_ca = ["--peer-tls-ca", p("ca.pem")]
-        good = peer_ca + ["--peer-tls-cert", p("server.pem"), "--peer-tls-key", p("server.key")]
-        rogue = peer_ca + ["--peer-tls-cert", p("rogue.pem"), "--peer-tls-key", p("rogue.key")]
-        client_tls = ["--tls-ca", p("ca.pem"), "--tls-cert", p("server.pem"), "--tls-key",
-                      p("server.key")]
+        f = peer_tls_flags(d)
         servers = []
         try:
-            for i, extra in enumerate([good, good, peer_ca, rogue]):
-                servers.append(Server(a.rpc_server, 1, mtls + extra, d, i))
+            for i, extra in enumerate([f["good"], f["good"], f["peer_ca"], f["rogue"]]):
+                servers.append(Server(a.rpc_server, 1, f["mtls"] + extra, d, i))
             src = servers[0]
             for s, label, works in [(servers[1], "CA-signed peer certificate", True),
                                     (servers[2], "no peer certificate", False),
                                     (servers[3], "untrusted peer certificate", False)]:
                 code, msg, data, _ = pull(a.client, s.endpoint, src.endpoint, "--grant-from",
-                                          src.endpoint, *client_tls)
+                                          src.endpoint, *f["pull_client"])
                 if works:
                     c.check(code == "OK" and data == "data: same", f"{label}: {code} {msg} {data}")
                 else:
                     c.check(code == "UNAVAILABLE" and msg == f"peer unreachable: {src.endpoint}",
                             f"{label}: refused: {code}: {msg}")
-            check_layer_split(a, c, servers[:2], p)
+            check_layer_split(a, c, servers[:2], f["tg_run"])
             if not c.ok:
                 for s in servers:
                     print(f"--- {s.endpoint} log:\n{s.read_log()}")
@@ -79,7 +91,7 @@ def main():
     return 0 if c.ok else 1
 
 
-def check_layer_split(a, c, servers, p):
+def check_layer_split(a, c, servers, tls):
     env = local_env()
     common = ["-m", a.model, "-n", "16", "--temp", "0", "--json", "-t", "1"]
     base = subprocess.run([a.tg_run] + common, capture_output=True, text=True, env=env)
@@ -87,9 +99,8 @@ def check_layer_split(a, c, servers, p):
     before = sum(s.metrics().get("tg_peer_copy_bytes_total", 0) for s in servers)
     devices = ",".join(f"RPC[{s.endpoint}]/0" for s in servers)
     r = subprocess.run([a.tg_run] + common + [
-        "--rpc", ",".join(s.endpoint for s in servers), "-sm", "layer", "--device", devices,
-        "--rpc-tls-ca", p("ca.pem"), "--rpc-tls-cert", p("server.pem"), "--rpc-tls-key",
-        p("server.key")], capture_output=True, text=True, env=env, timeout=120)
+        "--rpc", ",".join(s.endpoint for s in servers), "-sm", "layer", "--device", devices
+    ] + tls, capture_output=True, text=True, env=env, timeout=120)
     tokens = json.loads(r.stdout)["tokens"] if r.returncode == 0 else None
     copied = sum(s.metrics().get("tg_peer_copy_bytes_total", 0) for s in servers) - before
     c.check(tokens == want, f"-sm layer over two mTLS servers: exit {r.returncode}, tokens "

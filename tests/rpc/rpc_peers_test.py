@@ -92,6 +92,21 @@ class Checker:
         self.ok &= bool(cond)
 
 
+def check_unlisted(client, c, server, listener, label, hint, peers):
+    """A pull (or collective) from `server` naming each of `peers`, none of them in its
+    --peers, is PERMISSION_DENIED naming the peer (and `hint`, when given), and the listener
+    behind them sees no connection."""
+    for peer in peers:
+        code, msg, _, _ = pull(client, server.endpoint, peer)
+        c.check(code == "PERMISSION_DENIED" and peer in msg and (hint is None or hint in msg),
+                f"{label} {peer}: {code}: {msg}")
+    time.sleep(QUIET_S)
+    c.check(listener.connections == 0,
+            f"the unlisted listener saw {listener.connections} connections")
+    if not c.ok:
+        print(f"--- server log:\n{server.read_log()}")
+
+
 def check_listed(a, c, workdir):
     """--peers 127.0.0.1:PORT_OF_A: A is reachable, a listener is not."""
     listener = Listener()
@@ -102,16 +117,9 @@ def check_listed(a, c, workdir):
                                   src.endpoint)
         c.check(code == "OK" and data == "data: same",
                 f"listed peer {src.endpoint}: {code} {msg} {data}")
-        for peer in [f"127.0.0.1:{listener.port}", f"localhost:{listener.port}",
-                     f"[::1]:{listener.port}"]:
-            code, msg, _, _ = pull(a.client, dst.endpoint, peer)
-            c.check(code == "PERMISSION_DENIED" and peer in msg and "--peers" in msg,
-                    f"unlisted {peer}: {code}: {msg}")
-        time.sleep(QUIET_S)
-        c.check(listener.connections == 0,
-                f"the unlisted listener saw {listener.connections} connections")
-        if not c.ok:
-            print(f"--- server log:\n{dst.read_log()}")
+        check_unlisted(a.client, c, dst, listener, "unlisted", "--peers",
+                       [f"127.0.0.1:{listener.port}", f"localhost:{listener.port}",
+                        f"[::1]:{listener.port}"])
     finally:
         for s in (src, dst):
             s.stop()
