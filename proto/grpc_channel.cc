@@ -29,6 +29,10 @@ std::shared_ptr<grpc::Channel> NewChannel(const std::string& endpoint, const Cha
   // pings between data frames: the stream may be quiet for minutes.
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: in this gRPC it is also the least time one
+  // connection attempt gets (20 s), which a TLS handshake over a slow link needs.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kInitialReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
   // Each channel gets its own TCP connection: two clients of one server in a process (or a
   // server's peer channel and a client's) do not share one connection's flow-control window.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);

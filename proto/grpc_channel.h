@@ -30,6 +30,14 @@ struct ChannelTls {
 inline constexpr int kKeepaliveTimeMs = 2000;
 inline constexpr int kKeepaliveTimeoutMs = 2000;
 
+// After a connection fails, a channel waits before it dials again, and a call made while it
+// waits fails at once with UNAVAILABLE. gRPC's defaults (1 s, growing 1.6x to 120 s) would
+// leave a server that restarts unreachable for minutes to a peer or client that saw it go;
+// these keep the wait short, so a restarted server is reached again within about a second.
+// Dialing a host that stays down once a second costs nothing to speak of.
+inline constexpr int kInitialReconnectBackoffMs = 100;
+inline constexpr int kMaxReconnectBackoffMs = 1000;
+
 // A channel to `endpoint` ("host:port"). Connects lazily: the first call says whether the
 // server can be reached.
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& endpoint, const ChannelTls& tls);

@@ -75,7 +75,13 @@ absl::Status PeerClient::CheckAlive(const std::string& endpoint, int* failures) 
   // that a peer that is gone shows as a failure.
   const grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
   const bool failed = state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN;
-  *failures = failed ? *failures + 1 : 0;
+  // Dialing again (or idle, about to) says nothing yet: with the short reconnect backoff
+  // (rpc::kMaxReconnectBackoffMs) a peer that is down shows as dialing between failures.
+  if (failed) {
+    ++*failures;
+  } else if (state == GRPC_CHANNEL_READY) {
+    *failures = 0;
+  }
   if (*failures >= kFailedPolls) {
     return absl::UnavailableError(absl::StrCat("peer unreachable: ", endpoint));
   }

@@ -60,8 +60,9 @@ class PeerClient {
   static absl::Status PeerStatus(const std::string& endpoint, const grpc::Status& status,
                                  absl::string_view call);
   // For waits on a peer (a piece it should send): UNAVAILABLE "peer unreachable: ENDPOINT"
-  // once its channel has been seen failed by kFailedPolls calls in a row, counted in
-  // *failures (one failed look may be a connection being re-established).
+  // once its channel has been seen failed by kFailedPolls calls with no ready look between
+  // them, counted in *failures (one failed look may be a connection being re-established;
+  // a channel dialing again, or idle, says nothing either way).
   absl::Status CheckAlive(const std::string& endpoint, int* failures) ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr int kFailedPolls = 2;
 

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
 #include "server/grant_table.h"
@@ -56,12 +57,47 @@ absl::Status PeerPushes::Send(const pb::PeerPush& cmd,
     data->resize(p.size());
     TG_RETURN_IF_ERROR(sources[i]->Read(p.offset(), data->data(), p.size()));
   }
+  if (absl::Status lost = LostBefore(cmd); !lost.ok()) return lost;
   auto stub = pb::TensorGrid::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(kDeliverDeadline));
-  pb::PeerDeliverReply reply;
-  return PeerClient::PeerStatus(cmd.endpoint(), stub->PeerDeliver(&ctx, request, &reply),
-                                "peer_push");
+  auto deliver = [&](bool wait_for_ready, absl::Duration limit) {
+    grpc::ClientContext ctx;
+    ctx.set_wait_for_ready(wait_for_ready);
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + limit));
+    pb::PeerDeliverReply reply;
+    return stub->PeerDeliver(&ctx, request, &reply);
+  };
+  grpc::Status status = deliver(false, kDeliverDeadline);
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    // A channel that saw the destination go (it restarted) refuses calls until it has dialed
+    // again: one more try that waits for that, briefly.
+    status = deliver(true, kReconnectWait);
+    // The first try's pieces got there after all (only its answer was lost).
+    if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS) status = grpc::Status::OK;
+  }
+  absl::Status result = PeerClient::PeerStatus(cmd.endpoint(), status, "peer_push");
+  if (absl::IsUnavailable(result)) {
+    for (const pb::PushPiece& p : cmd.pieces()) RecordLost(p.grant(), result);
+  }
+  return result;
+}
+
+absl::Status PeerPushes::LostBefore(const pb::PeerPush& cmd) {
+  absl::MutexLock lock(&lost_mu_);
+  for (const pb::PushPiece& p : cmd.pieces()) {
+    if (auto it = lost_.find(p.grant()); it != lost_.end()) return Again(it->second);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PeerPushes::Again(const absl::Status& lost) {
+  return absl::Status(lost.code(),
+                      absl::StrCat("an earlier piece of this buffer was lost: ", lost.message()));
+}
+
+void PeerPushes::RecordLost(const std::string& grant, const absl::Status& status) {
+  absl::MutexLock lock(&lost_mu_);
+  if (lost_.size() >= kMaxLostGrants) lost_.clear();
+  lost_.emplace(grant, status);
 }
 
 absl::Status PeerPushes::Receive(const pb::PeerDeliverRequest& request) {
@@ -100,6 +136,17 @@ absl::Status PeerPushes::Receive(const pb::PeerDeliverRequest& request) {
 absl::Status PeerPushes::Await(const pb::AwaitPush& cmd, const std::string& grant,
                                SessionBuffer& dst) {
   TG_RETURN_IF_ERROR(dst.CheckRange(cmd.dst_offset(), cmd.size()));
+  {
+    absl::MutexLock lock(&lost_mu_);
+    if (auto it = lost_.find(grant); it != lost_.end()) return Again(it->second);
+  }
+  absl::Status status = AwaitPiece(cmd, grant, dst);
+  if (absl::IsDeadlineExceeded(status) || absl::IsUnavailable(status)) RecordLost(grant, status);
+  return status;
+}
+
+absl::Status PeerPushes::AwaitPiece(const pb::AwaitPush& cmd, const std::string& grant,
+                                    SessionBuffer& dst) {
   int failures = 0;
   absl::StatusOr<std::string> data =
       mailbox_.Take(KeyOf(grant, cmd.tag()), absl::Now() + piece_wait_, kPeerPoll, [&] {

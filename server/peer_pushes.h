@@ -16,7 +16,10 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "proto/protocol.h"
@@ -43,6 +46,9 @@ class PeerPushes {
   static constexpr absl::Duration kPeerPoll = absl::Milliseconds(200);
   // How long one PeerDeliver may take.
   static constexpr absl::Duration kDeliverDeadline = absl::Seconds(30);
+  // How long a PeerDeliver that found the channel down waits for it to dial again (within
+  // rpc::kMaxReconnectBackoffMs, plus gRPC's jitter of a fifth).
+  static constexpr absl::Duration kReconnectWait = absl::Milliseconds(1500);
 
   // `grants` must outlive this; `peers` (null: Send is UNIMPLEMENTED and Await does not
   // watch the source) and `metrics` may be null. `piece_wait` replaces kPieceWait (the
@@ -60,17 +66,36 @@ class PeerPushes {
   // A peer's PeerDeliver: NOT_FOUND for a grant this server did not make (nothing is filed).
   absl::Status Receive(const tensorgrid::v1::PeerDeliverRequest& request);
   // Runs an AwaitPush into `dst`, whose grant in the waiting session is `grant`.
+  //
+  // A grant whose piece was lost (an await that found none within kPieceWait or saw the
+  // source go; a push that could not reach the destination) fails every later await and push
+  // of it at once with that error: a client that queued many steps ahead learns of it after
+  // one wait, not one per step. A new session has new grants.
   absl::Status Await(const tensorgrid::v1::AwaitPush& cmd, const std::string& grant,
                      SessionBuffer& dst);
 
   size_t held_bytes() const { return mailbox_.held_bytes(); }
 
  private:
+  // Await's wait for the piece and its write into dst.
+  absl::Status AwaitPiece(const tensorgrid::v1::AwaitPush& cmd, const std::string& grant,
+                          SessionBuffer& dst);
+  // The lost-grant bookkeeping (see Await).
+  absl::Status LostBefore(const tensorgrid::v1::PeerPush& cmd) ABSL_LOCKS_EXCLUDED(lost_mu_);
+  static absl::Status Again(const absl::Status& lost);
+  void RecordLost(const std::string& grant, const absl::Status& status)
+      ABSL_LOCKS_EXCLUDED(lost_mu_);
+
   PeerClient* const peers_;
   GrantTable* const grants_;
   Metrics* const metrics_;
   const absl::Duration piece_wait_;
   ReduceMailbox mailbox_;  // keyed by (grant, tag); the other key fields stay 0.
+  // Grants whose piece was lost, and why; bounded (cleared when full: a grant dropped from
+  // it costs one more wait).
+  static constexpr size_t kMaxLostGrants = 1024;
+  absl::Mutex lost_mu_;
+  absl::flat_hash_map<std::string, absl::Status> lost_ ABSL_GUARDED_BY(lost_mu_);
 };
 
 }  // namespace tg::server

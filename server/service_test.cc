@@ -219,9 +219,9 @@ class ServiceTest : public ::testing::Test {
   }
 
   // A second server on the same devices, for peer copies.
-  absl::StatusOr<std::unique_ptr<RpcServer>> StartPeerServer() {
+  absl::StatusOr<std::unique_ptr<RpcServer>> StartPeerServer(int port = 0) {
     ServerConfig config;
-    config.port = 0;
+    config.port = port;
     config.devices = devices_;
     return RpcServer::Start(config);
   }
@@ -802,10 +802,57 @@ TEST_F(ServiceTest, PeerPushAndAwaitFailWhenThePeerIsGone) {
   EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kUnavailable)) << reply.message();
   EXPECT_TRUE(absl::StrContains(reply.message(), "peer unreachable: " + gone)) << reply.message();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  // The next await on that buffer (a step queued behind) fails at once, with the reason.
+  const auto again = std::chrono::steady_clock::now();
+  reply = dst.Call(AwaitRequest(5, gone, 3, hd, 0, 64));
+  EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kUnavailable)) << reply.message();
+  EXPECT_TRUE(absl::StrContains(reply.message(), "an earlier piece of this buffer was lost"))
+      << reply.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - again, std::chrono::seconds(1));
   // This server pushes to the one that is gone.
   reply = dst.Call(PushRequest(5, gone, hd, 64, grant, 3));
   EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kUnavailable)) << reply.message();
   EXPECT_TRUE(absl::StrContains(reply.message(), "peer unreachable: " + gone)) << reply.message();
+  ExpectHealthy();
+}
+
+// A push to a peer that went away and came back on the same address reaches the new
+// process: the source's channel, which saw the peer fail, dials it again instead of failing
+// the push at once (what faults_kill does to a server between two runs of a split).
+TEST_F(ServiceTest, PeerPushReachesAPeerRestartedOnTheSameAddress) {
+  StartServer();
+  SessionStream src(stub_.get(), "");
+  const uint64_t hs = src.Call(AllocRequest(1, 0, 64)).alloc_buffer().buffer();
+  ASSERT_EQ(src.Call(WriteRequest(2, hs, 0, RandomBytes(64, 9))).code(), 0);
+  auto peer = StartPeerServer();
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  const int port = (*peer)->port();
+  const std::string address = (*peer)->address();
+  // Pushes into a session of `server`; the reply of the push.
+  uint64_t id = 3;
+  auto push_to = [&](RpcServer& server, uint64_t tag) {
+    auto stub = Connect(server.address());
+    SessionStream dst(stub.get(), "");
+    const uint64_t hd = dst.Call(AllocRequest(1, 0, 64)).alloc_buffer().buffer();
+    const std::string grant = dst.Call(GrantRequest(2, hd)).grant().grant();
+    pb::SessionReply pushed = src.Call(PushRequest(id++, address, hs, 64, grant, tag));
+    if (pushed.code() == 0) {
+      EXPECT_EQ(dst.Call(AwaitRequest(3, address, tag, hd, 0, 64)).code(), 0);
+    }
+    return pushed;
+  };
+  pb::SessionReply reply = push_to(**peer, 1);
+  ASSERT_EQ(reply.code(), 0) << reply.message();
+  peer->reset();
+  // The source sees it gone, a few times (each failed dial lengthens the channel's backoff).
+  for (int i = 0; i < 2; ++i) {
+    reply = src.Call(PushRequest(id++, address, hs, 64, std::string(32, '0'), 2));
+    EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kUnavailable)) << reply.message();
+  }
+  auto restarted = StartPeerServer(port);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  reply = push_to(**restarted, 3);
+  EXPECT_EQ(reply.code(), 0) << reply.message();
   ExpectHealthy();
 }
 

@@ -46,6 +46,7 @@ DETECT_S = 5.0       # the issue's bound for noticing a dead or stalled server.
 LINK_DOWN_S = 30.0   # the outage.
 RECOVERY_S = 5.0     # reloading a 1 MiB model and rebuilding its KV cache, on a loaded host.
 LONG = ["-n", "4000", "-c", "4096"]  # a generation that outlasts the fault's detection.
+RUN_TIMEOUT_S = 90.0  # a 64-token run takes seconds; well inside ctest's TIMEOUT (240 s).
 STARTED_CHARS = 200  # stdout bytes that show generation is under way (prompt + a few tokens).
 
 
@@ -66,7 +67,17 @@ class Case:
         cmd = tg_run_cmd(self.a.tg_run, self.a.model if model else None, n,
                          endpoints_extra + net.client_flags)
         start = time.time()
-        r = subprocess.run(cmd, capture_output=True, text=True, env=client_env(), timeout=300)
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, env=client_env(),
+                               timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired as e:
+            # Say where it hung before ctest's own timeout kills the test silently.
+            print(f"tg-run did not finish in {RUN_TIMEOUT_S:.0f} s; its stderr:\n"
+                  f"{(e.stderr or b'').decode(errors='replace')[-2000:]}")
+            for i in range(net.n):
+                if net.alive(i):
+                    print(f"--- server {i} log (tail):\n{net.log(i)[-2000:]}")
+            return None, time.time() - start, [f"tg-run hung for {RUN_TIMEOUT_S:.0f} s"]
         took = time.time() - start
         if r.returncode != 0:
             return None, took, r.stderr.strip().splitlines()[-1:] or [""]
@@ -251,7 +262,9 @@ def case_sigstop(c, want):
 
 def case_kill(c, want):
     with Net(c.a.rpc_server, n=2, cache=True) as net:
-        extra = layer_over(net)
+        # A fixed split: by free memory the restarted server could get other layers than
+        # before, whose weights its cache never saw.
+        extra = layer_over(net) + ["-ts", "1,1"]
         c.check_serves(net, extra, want, "before the kill")
         c.generate_then(net, extra, lambda: net.kill(1), net.endpoints[1])
         freed = c.wait_released(net, 0, 30)
