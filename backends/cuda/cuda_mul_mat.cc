@@ -213,6 +213,8 @@ absl::Status RunMulMatId(NodeContext& ctx, Tensor* node) {
   p.ids_nb0 = static_cast<int64_t>(ids.nb[0]);
   p.ids_nb1 = static_cast<int64_t>(ids.nb[1]);
   p.n_expert = as.ne[2];
+  p.expert_first = node->op_params[kMulMatIdFirstExpert];
+  p.expert_range = node->op_params[kMulMatIdExpertCount] != 0;
   p.act_per_token = b.ne[1];
   p.err = ctx.err;
   TG_CUDA_RETURN_IF_ERROR(LaunchMatVec(p, ctx.stream));

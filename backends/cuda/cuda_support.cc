@@ -122,8 +122,6 @@ bool CudaSupportsOp(const Tensor& node) {
     case Op::kDiv:
     case Op::kSwigluOai:
       return false;
-    case Op::kMulMatId:  // an expert range (expert parallelism) has only a CPU kernel yet.
-      return node.op_params[kMulMatIdExpertCount] == 0;
     default:
       return true;
   }

@@ -99,10 +99,14 @@ struct MatVecArgs {
   int64_t cols_per_batch = 1, col0 = 0;
   int64_t b2 = 1, r2 = 1, r3 = 1;
   // MUL_MAT_ID (ids != nullptr): batch (i, t) uses expert ids[i, t] on activation column
-  // (i % act_per_token) + act_per_token * t.
+  // (i % act_per_token) + act_per_token * t. With an expert range (expert parallelism: this
+  // device holds experts [expert_first, expert_first + n_expert)), an id outside it belongs
+  // to another device and gives a zero column; without one it is an error.
   const char* ids = nullptr;
   int64_t ids_nb0 = 0, ids_nb1 = 0;
   int64_t n_used = 1, n_expert = 1, act_per_token = 1;
+  int64_t expert_first = 0;
+  bool expert_range = false;
   ErrorSink err;
 };
 cudaError_t LaunchMatVec(const MatVecArgs& args, cudaStream_t stream);

@@ -49,6 +49,9 @@ MatVecPlan PlanMatVec(int weight_type, int64_t k, bool rows_aligned16, int n_mat
     warps_per_row *= 2;
   }
   p.rows_per_block = kMatVecWarps / warps_per_row;
+  // 16-byte loads only where every row (and, for float rows, the activations) allows them;
+  // a float row read in vectors has no scalar tail, so the caller also requires k % 8 == 0.
+  p.stage_vec = rows_aligned16 ? 16 : 2;
   if (!quantized) return p;
   const int64_t bb = BlockBytesOf(weight_type);
   const int64_t row_blocks = k / BlockElems(weight_type);
@@ -56,7 +59,6 @@ MatVecPlan PlanMatVec(int weight_type, int64_t k, bool rows_aligned16, int n_mat
   p.seg_blocks = std::max<int64_t>(8, std::min(row_blocks, fit));
   if (p.seg_blocks > row_blocks) p.seg_blocks = row_blocks;
   p.slot_bytes = (p.seg_blocks * bb + 15) / 16 * 16;
-  p.stage_vec = rows_aligned16 ? 16 : 2;
   p.smem_bytes = p.slot_bytes * p.rows_per_block * n_matrices;
   return p;
 }

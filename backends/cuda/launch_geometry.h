@@ -62,6 +62,8 @@ Launch WarpLaunch(int64_t n_units, int warps);
 // memory: segments of seg_blocks weight blocks (a multiple of 8, so that 8 * block bytes keeps
 // segment starts 16-byte aligned; or the whole row), one slot of slot_bytes per row and
 // matrix, copied in stage_vec-byte loads (16 when every row starts 16-byte aligned, else 2).
+// Float weights are read directly: 8 elements per 16-byte load when stage_vec is 16, one by
+// one otherwise.
 struct MatVecPlan {
   int rows_per_block = kMatVecWarps;
   int64_t seg_blocks = 0;  // 0 for float weights (read directly, no staging).

@@ -149,6 +149,12 @@ TEST(LaunchGeometryTest, MatVecPlanStagesWholeBlocksWithinBudget) {
   const MatVecPlan f = PlanMatVec(kTypeF16, 4096, true, 1);
   EXPECT_EQ(f.seg_blocks, 0);
   EXPECT_EQ(f.smem_bytes, 0);
+  EXPECT_EQ(f.stage_vec, 16);
+  // Rows that do not allow 16-byte loads (K = 257 f32: rows 4-byte aligned; or K % 8 != 0,
+  // which a vector loop without a tail would cut short) are read one element at a time.
+  for (int type : {kTypeF32, kTypeF16, kTypeBF16}) {
+    EXPECT_EQ(PlanMatVec(type, 257, false, 1).stage_vec, 2) << type;
+  }
 }
 
 TEST(LaunchGeometryTest, FlashAttnHasOneBlockPerRow) {

@@ -36,7 +36,8 @@ __device__ __forceinline__ float UnitDot(const char* w, int64_t u, const BlockQ8
 }
 
 // What a block's batch works on: the weight matrix (and up matrix), the activation column
-// and result column, or nothing (an expert id out of range: zeros and a report).
+// and result column, or nothing (an expert id out of range: zeros, and a report unless the
+// id belongs to another device's expert range).
 struct BatchTarget {
   const char* w;
   const char* w_up;
@@ -56,12 +57,13 @@ __device__ BatchTarget TargetOf(const MatVecArgs& p, int64_t bt) {
     return t;
   }
   const int64_t i = bt % p.n_used, tok = bt / p.n_used;
-  const int32_t e = *reinterpret_cast<const int32_t*>(p.ids + i * p.ids_nb0 + tok * p.ids_nb1);
+  const int32_t id = *reinterpret_cast<const int32_t*>(p.ids + i * p.ids_nb0 + tok * p.ids_nb1);
+  const int64_t e = static_cast<int64_t>(id) - p.expert_first;
   t.dst_col = bt;
   t.n_cols = 1;
   if (e < 0 || e >= p.n_expert) {
     t.valid = false;
-    if (threadIdx.x == 0) ReportError(p.err, kBadExpertId, e, p.n_expert);
+    if (!p.expert_range && threadIdx.x == 0) ReportError(p.err, kBadExpertId, id, p.n_expert);
     return t;
   }
   t.w = p.w + e * p.w_nb2;
