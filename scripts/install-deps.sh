@@ -9,12 +9,15 @@ set -euo pipefail
 # Vulkan backend: the loader and headers, glslc (shaders are compiled at build time), Mesa's
 # lavapipe (a Vulkan driver on the CPU, what the "vulkan" tests run on without a GPU) and the
 # Khronos validation layer (docs/vulkan.md).
+# nftables/iptables: the fault tests' link faults where the kernel has no netem (nft drop and
+# loss on the bridge port; delayq.py's NFQUEUE delay): without them those tests skip.
 pkgs=(cmake ninja-build g++ ccache git pkg-config
       libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
       python3 python3-numpy python3-torch
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
       prometheus-cpp-dev libssl-dev openssl curl
-      libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers)
+      libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers
+      iproute2 nftables iptables)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

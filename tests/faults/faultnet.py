@@ -416,6 +416,8 @@ class Net:
         self.netem_ok = netem_missing() is None
         self.nfq_ok = not self.netem_ok and nfqueue_missing() is None
         self.delay_ok = self.netem_ok or self.nfq_ok
+        # A link's loss and outage: netem, else nftables on the bridge port.
+        self.link_faults_ok = self.netem_ok or nft_missing() is None
         sh("ip", "netns", "add", self.hub)
         sh("ip", "-n", self.hub, "link", "set", "lo", "up")
         sh("ip", "-n", self.hub, "link", "add", "name", "br0", "type", "bridge")

@@ -159,7 +159,9 @@ class Soak:
 
     # -- faults --
     def fault_kinds(self):
-        kinds = ["kill", "stop", "down", "loss", "readonly"]
+        kinds = ["kill", "stop", "readonly"]
+        if self.net.link_faults_ok:
+            kinds += ["down", "loss"]
         if self.net.delay_ok:
             kinds.append("delay")
         if self.a.faults is not None:
@@ -356,7 +358,7 @@ def main():
     with Net(a.rpc_server, n=a.servers, devices=2, cache=True) as net:
         soak = Soak(a, net, refs)
         print(f"soak: {a.seconds:.0f} s, {a.clients} clients, {a.servers} servers "
-              f"{net.endpoints}, faults {soak.fault_kinds()} (netem: {net.netem_ok}, delayq: {net.nfq_ok}), "
+              f"{net.endpoints}, faults {soak.fault_kinds()} (netem: {net.netem_ok}, delayq: {net.nfq_ok}, nft or netem: {net.link_faults_ok}), "
               f"warm-up {a.warmup:.0f} s, seed {a.seed}", flush=True)
         threads = [threading.Thread(target=soak.client, args=(i,), daemon=True) for i in range(a.clients)]
         for t in threads:
