@@ -1,5 +1,6 @@
-// Recording of the element-wise and row-wise ops: ADD, MUL, SCALE, SILU, SWIGLU, RMS_NORM,
-// SOFT_MAX, ROPE, ARGMAX. Push-constant structs mirror the shaders' blocks.
+// Recording of the element-wise and row-wise ops: ADD, MUL, DIV, SCALE, SILU, SWIGLU,
+// SWIGLU_OAI, RMS_NORM, SOFT_MAX, ROPE, ARGMAX, SUM_ROWS. Push-constant structs mirror the
+// shaders' blocks.
 #include <cmath>
 #include <numbers>
 
@@ -22,7 +23,15 @@ struct ElementwisePC {
 };
 static_assert(sizeof(ElementwisePC) <= kPushConstantBytes);
 
-enum ElementwiseOp : uint32_t { kOpAdd = 0, kOpMul = 1, kOpScale = 2, kOpSilu = 3, kOpSwiglu = 4 };
+enum ElementwiseOp : uint32_t {
+  kOpAdd = 0,
+  kOpMul = 1,
+  kOpScale = 2,
+  kOpSilu = 3,
+  kOpSwiglu = 4,
+  kOpDiv = 5,
+  kOpSwigluOai = 6,
+};
 
 uint64_t GroupsFor(uint64_t n, uint32_t group) { return (n + group - 1) / group; }
 
@@ -52,6 +61,14 @@ absl::Status RecordElementwise(Recorder& rec, const Tensor* node) {
       break;
     case Op::kSilu:
       pc.op = kOpSilu;
+      break;
+    case Op::kDiv:
+      pc.op = kOpDiv;
+      break;
+    case Op::kSwigluOai:
+      pc.op = kOpSwigluOai;
+      pc.p0 = node->ParamF32(kSwigluOaiAlpha);
+      pc.p1 = node->ParamF32(kSwigluOaiLimit);
       break;
     default:
       pc.op = kOpSwiglu;
@@ -91,6 +108,13 @@ struct SoftMaxPC {
   uint32_t m_nb[4];
   uint32_t m_ne2, m_ne3, m_type;
   float scale;
+};
+
+// sum_rows.comp
+struct SumRowsPC {
+  uint64_t a, d;
+  uint32_t a_nb[4];
+  uint32_t ne[4];
 };
 
 // argmax.comp
@@ -180,6 +204,21 @@ absl::Status RecordArgmax(Recorder& rec, const Tensor* node) {
   const AddressRange reads[] = {rec.Range(a)};
   const AddressRange writes[] = {rec.Range(node)};
   return rec.Dispatch1D("argmax", spec, &pc, sizeof(pc), a->NumRows(), reads, writes);
+}
+
+absl::Status RecordSumRows(Recorder& rec, const Tensor* node) {
+  const Tensor* a = node->src[0];
+  SumRowsPC pc{};
+  pc.a = rec.Address(a);
+  pc.d = rec.Address(node);
+  for (int i = 0; i < 4; ++i) {
+    pc.a_nb[i] = U32(a->nb[i]);
+    pc.ne[i] = U32(a->ne[i]);
+  }
+  const uint32_t spec[] = {kRowGroup};
+  const AddressRange reads[] = {rec.Range(a)};
+  const AddressRange writes[] = {rec.Range(node)};
+  return rec.Dispatch1D("sum_rows", spec, &pc, sizeof(pc), a->NumRows(), reads, writes);
 }
 
 namespace {

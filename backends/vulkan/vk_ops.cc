@@ -90,11 +90,14 @@ bool SupportsNode(const PhysicalInfo& info, const Tensor& node) {
       return true;
     case Op::kAdd:
     case Op::kMul:
+    case Op::kDiv:
     case Op::kScale:
     case Op::kSilu:
     case Op::kSwiglu:
+    case Op::kSwigluOai:
     case Op::kRmsNorm:
     case Op::kArgmax:
+    case Op::kSumRows:
       return a->type == DType::kF32;
     case Op::kSoftMax:  // sinks: no shader yet, the scheduler runs it on the CPU.
       return a->type == DType::kF32 && node.ParamF32(1) == 0.0f && node.src[2] == nullptr;
@@ -120,9 +123,6 @@ bool SupportsNode(const PhysicalInfo& info, const Tensor& node) {
     case Op::kSample:  // no Vulkan kernel yet: the scheduler runs it on the CPU.
     case Op::kArgsort:
     case Op::kTopK:
-    case Op::kSumRows:
-    case Op::kDiv:
-    case Op::kSwigluOai:
     case Op::kCount:
       return false;
   }
@@ -173,9 +173,11 @@ absl::Status RecordNode(Recorder& rec, const Tensor* node) {
   switch (node->op) {
     case Op::kAdd:
     case Op::kMul:
+    case Op::kDiv:
     case Op::kScale:
     case Op::kSilu:
     case Op::kSwiglu:
+    case Op::kSwigluOai:
       return RecordElementwise(rec, node);
     case Op::kRmsNorm:
       return RecordRmsNorm(rec, node);
@@ -185,6 +187,8 @@ absl::Status RecordNode(Recorder& rec, const Tensor* node) {
       return RecordRope(rec, node);
     case Op::kArgmax:
       return RecordArgmax(rec, node);
+    case Op::kSumRows:
+      return RecordSumRows(rec, node);
     case Op::kCpy:
     case Op::kCont:
       return RecordCpy(rec, node);

@@ -39,6 +39,7 @@ absl::Status RecordRmsNorm(Recorder& rec, const Tensor* node);
 absl::Status RecordSoftMax(Recorder& rec, const Tensor* node);
 absl::Status RecordRope(Recorder& rec, const Tensor* node);
 absl::Status RecordArgmax(Recorder& rec, const Tensor* node);
+absl::Status RecordSumRows(Recorder& rec, const Tensor* node);
 absl::Status RecordCpy(Recorder& rec, const Tensor* node);
 absl::Status RecordGetRows(Recorder& rec, const Tensor* node);
 absl::Status RecordSetRows(Recorder& rec, const Tensor* node);

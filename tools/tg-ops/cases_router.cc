@@ -73,12 +73,33 @@ OpCase SumRowsCase(Shape4 ne, Rows rows) {
           }};
 }
 
-// Divisors kept away from 0 so the quotients stay in range.
-OpCase DivCase(Shape4 a_ne, Shape4 b_ne) {
+// DIV's divisors: away from 0 (quotients in range), all +0 (quotients +-inf), or a share of
+// -inf (quotients -+0) among values in [-1, 1).
+enum class Divisors { kAwayFromZero, kZeros, kSomeInf };
+
+TensorOr DivisorOperand(CaseBuilder& b, Shape4 ne, Divisors divisors) {
   constexpr float kLo = 0.5f, kHi = 2.0f;
-  return {Op::kDiv, "", kNmseExact, [=](CaseBuilder& b) -> TensorOr {
+  constexpr double kInfShare = 0.3;
+  switch (divisors) {
+    case Divisors::kZeros: {
+      TG_ASSIGN_OR_RETURN(Tensor * y, b.Uniform(DType::kF32, ne));
+      return Scale(b.ctx(), y, 0.0f, 0.0f);
+    }
+    case Divisors::kSomeInf:
+      return b.Mask(DType::kF32, ne, kInfShare);
+    case Divisors::kAwayFromZero:
+      break;
+  }
+  return b.Uniform(DType::kF32, ne, kLo, kHi);
+}
+
+OpCase DivCase(Shape4 a_ne, Shape4 b_ne, Divisors divisors = Divisors::kAwayFromZero) {
+  const char* note = divisors == Divisors::kZeros     ? "by zero: +-inf"
+                     : divisors == Divisors::kSomeInf ? "-inf divisors: +-0"
+                                                      : "";
+  return {Op::kDiv, note, kNmseExact, [=](CaseBuilder& b) -> TensorOr {
             TG_ASSIGN_OR_RETURN(Tensor * x, b.Uniform(DType::kF32, a_ne));
-            TG_ASSIGN_OR_RETURN(Tensor * y, b.Uniform(DType::kF32, b_ne, kLo, kHi));
+            TG_ASSIGN_OR_RETURN(Tensor * y, DivisorOperand(b, b_ne, divisors));
             return Div(b.ctx(), x, y);
           }};
 }
@@ -108,6 +129,8 @@ void AddRouterCases(std::vector<OpCase>* cases) {
   cases->push_back(DivCase({4, kTokens, 1, 1}, {1, kTokens, 1, 1}));  // weights / their sum.
   cases->push_back(DivCase({kLong, 5, 3, 1}, {kLong, 5, 3, 1}));
   cases->push_back(DivCase({kLong, 6, 2, 1}, {kLong, 1, 2, 1}));
+  cases->push_back(DivCase({kLong, 4, 3, 1}, {1, 4, 1, 1}, Divisors::kZeros));
+  cases->push_back(DivCase({kLong, 4, 1, 1}, {kLong, 4, 1, 1}, Divisors::kSomeInf));
 }
 
 }  // namespace tg::ops_tool
