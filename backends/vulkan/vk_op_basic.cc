@@ -102,7 +102,7 @@ struct RmsNormPC {
 
 // softmax.comp
 struct SoftMaxPC {
-  uint64_t a, m, d;
+  uint64_t a, m, d, sinks;
   uint32_t a_nb[4];
   uint32_t ne[4];
   uint32_t m_nb[4];
@@ -181,6 +181,10 @@ absl::Status RecordSoftMax(Recorder& rec, const Tensor* node) {
     pc.m_ne3 = U32(mask->ne[3]);
     pc.m_type = static_cast<uint32_t>(mask->type);
     reads.push_back(rec.Range(mask));
+  }
+  if (const Tensor* sinks = node->src[2]; sinks != nullptr) {
+    pc.sinks = rec.Address(sinks);
+    reads.push_back(rec.Range(sinks));
   }
   pc.scale = node->ParamF32(0);
   const uint32_t spec[] = {kRowGroup};

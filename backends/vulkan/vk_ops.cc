@@ -99,8 +99,8 @@ bool SupportsNode(const PhysicalInfo& info, const Tensor& node) {
     case Op::kArgmax:
     case Op::kSumRows:
       return a->type == DType::kF32;
-    case Op::kSoftMax:  // sinks: no shader yet, the scheduler runs it on the CPU.
-      return a->type == DType::kF32 && node.ParamF32(1) == 0.0f && node.src[2] == nullptr;
+    case Op::kSoftMax:  // max_bias (ALiBi) has no kernel anywhere; the graph builder refuses it.
+      return a->type == DType::kF32 && node.ParamF32(1) == 0.0f;
     case Op::kRope:
       return a->type == DType::kF32 && a->ne[0] % 2 == 0;
     case Op::kGetRows:
