@@ -12,6 +12,10 @@ namespace {
 constexpr uint64_t kMaxU32 = 0xffffffffull;
 // FLASH_ATTN keeps q and the output row of an invocation in registers (flash_attn.comp).
 constexpr int64_t kMaxHeadSize = 256;
+// A row longer than kSortCap takes up to 9 walks by kSortGroup invocations (8 radix passes and
+// the gather, sort_rows.glsl): 2^19 elements keep that near 18k of lavapipe's 65535 loop
+// iterations.
+constexpr int64_t kMaxSelectRow = int64_t{1} << 19;
 
 bool Fits32(const Tensor& t) {
   if (t.NumBytes() >= kMaxU32 || static_cast<uint64_t>(t.NumElements()) >= kMaxU32) return false;
@@ -120,9 +124,11 @@ bool SupportsNode(const PhysicalInfo& info, const Tensor& node) {
       return a->type != DType::kI32 && RowsContiguous(*a);
     case Op::kFlashAttn:
       return SupportsFlashAttn(node) && node.ParamF32(1) == 0.0f && node.ParamF32(2) == 0.0f;
+    case Op::kArgsort:  // the whole row sorted in shared memory.
+      return a->type == DType::kF32 && a->ne[0] <= kSortCap;
+    case Op::kTopK:  // the k largest selected, then sorted in shared memory.
+      return a->type == DType::kF32 && node.op_params[0] <= kSortCap && a->ne[0] <= kMaxSelectRow;
     case Op::kSample:  // no Vulkan kernel yet: the scheduler runs it on the CPU.
-    case Op::kArgsort:
-    case Op::kTopK:
     case Op::kCount:
       return false;
   }
@@ -189,6 +195,9 @@ absl::Status RecordNode(Recorder& rec, const Tensor* node) {
       return RecordArgmax(rec, node);
     case Op::kSumRows:
       return RecordSumRows(rec, node);
+    case Op::kArgsort:
+    case Op::kTopK:
+      return RecordArgsort(rec, node);
     case Op::kCpy:
     case Op::kCont:
       return RecordCpy(rec, node);
