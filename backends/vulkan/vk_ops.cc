@@ -16,6 +16,14 @@ constexpr int64_t kMaxHeadSize = 256;
 // the gather, sort_rows.glsl): 2^19 elements keep that near 18k of lavapipe's 65535 loop
 // iterations.
 constexpr int64_t kMaxSelectRow = int64_t{1} << 19;
+// SAMPLE also looks each element up in its penalty table (sample.comp), about doubling that:
+// 2^18 (Gemma's 262144-token vocabulary) keeps it below 40k.
+constexpr int64_t kMaxSampleRow = int64_t{1} << 18;
+// sample.comp's table of penalized ids has 512 slots, at most half of them used.
+constexpr int64_t kMaxPenaltyWindow = 256;
+// sample.comp's shared memory: the sort keys and radix bins (sort_rows.glsl), the candidates'
+// f64 weights, the penalty table. Every desktop GPU has 32 KiB or more; Vulkan's minimum is 16.
+constexpr uint32_t kSampleSharedBytes = kSortCap * 8 + 256 * 4 + kSortCap * 8 + 512 * 8 + 16;
 
 bool Fits32(const Tensor& t) {
   if (t.NumBytes() >= kMaxU32 || static_cast<uint64_t>(t.NumElements()) >= kMaxU32) return false;
@@ -60,6 +68,18 @@ bool SupportsFlashAttn(const Tensor& node) {
     return false;
   }
   return q->ne[0] <= kMaxHeadSize && v->ne[0] <= kMaxHeadSize;
+}
+
+// SAMPLE's kernel draws from at most kSortCap candidates: the top_k, or the whole row when
+// top_k is 0 (greedy picks need one). Its weights are f64 (shaderFloat64).
+bool SupportsSample(const PhysicalInfo& info, const Tensor& node) {
+  const Tensor* logits = node.src[0];
+  const Tensor* recent = node.src[2];
+  if (!info.float64 || info.max_shared_memory < kSampleSharedBytes) return false;
+  if (logits->type != DType::kF32 || logits->ne[0] > kMaxSampleRow) return false;
+  if (recent != nullptr && recent->ne[0] > kMaxPenaltyWindow) return false;
+  const int64_t top_k = node.op_params[1];
+  return node.ParamF32(0) <= 0.0f || (top_k > 0 && top_k <= kSortCap) || logits->ne[0] <= kSortCap;
 }
 
 // The types the shaders read: plain ones, and every quantized type (dequant.glsl decodes all
@@ -128,7 +148,8 @@ bool SupportsNode(const PhysicalInfo& info, const Tensor& node) {
       return a->type == DType::kF32 && a->ne[0] <= kSortCap;
     case Op::kTopK:  // the k largest selected, then sorted in shared memory.
       return a->type == DType::kF32 && node.op_params[0] <= kSortCap && a->ne[0] <= kMaxSelectRow;
-    case Op::kSample:  // no Vulkan kernel yet: the scheduler runs it on the CPU.
+    case Op::kSample:
+      return SupportsSample(info, node);
     case Op::kCount:
       return false;
   }
@@ -198,6 +219,8 @@ absl::Status RecordNode(Recorder& rec, const Tensor* node) {
     case Op::kArgsort:
     case Op::kTopK:
       return RecordArgsort(rec, node);
+    case Op::kSample:
+      return RecordSample(rec, node);
     case Op::kCpy:
     case Op::kCont:
       return RecordCpy(rec, node);

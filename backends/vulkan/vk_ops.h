@@ -48,6 +48,7 @@ absl::Status RecordRope(Recorder& rec, const Tensor* node);
 absl::Status RecordArgmax(Recorder& rec, const Tensor* node);
 absl::Status RecordSumRows(Recorder& rec, const Tensor* node);
 absl::Status RecordArgsort(Recorder& rec, const Tensor* node);  // and TOP_K.
+absl::Status RecordSample(Recorder& rec, const Tensor* node);
 absl::Status RecordCpy(Recorder& rec, const Tensor* node);
 absl::Status RecordGetRows(Recorder& rec, const Tensor* node);
 absl::Status RecordSetRows(Recorder& rec, const Tensor* node);
