@@ -137,9 +137,7 @@ bool SupportsNode(const PhysicalInfo& info, const Tensor& node) {
       if (IsPlain(dst->type)) return true;
       return RowsContiguous(*dst) && CanWrite(dst->type, a->type);
     }
-    case Op::kMulMatId:  // an expert range (expert parallelism) has only a CPU kernel yet.
-      if (node.op_params[kMulMatIdExpertCount] != 0) return false;
-      [[fallthrough]];
+    case Op::kMulMatId:
     case Op::kMulMat:
       return a->type != DType::kI32 && RowsContiguous(*a);
     case Op::kFlashAttn:
