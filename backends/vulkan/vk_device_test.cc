@@ -527,6 +527,37 @@ TEST(VulkanDeviceTest, SampleDrawsTheCpusTokens) {
   }
 }
 
+// TOP_K of rows longer than the kernel sorts at once: the two-walk path (a lower bound from
+// each invocation's largest key) and, for a row whose largest values all sit in a few
+// invocations' elements (each invocation walks every 256th), the radix select it falls back
+// to. Both give the CPU's indices.
+TEST(VulkanDeviceTest, TopKOfLongRowsMatchesTheCpu) {
+  ASSERT_TRUE(RegisterBuiltinBackends().ok());
+  absl::StatusOr<Device*> vk = Registry::Get().FindDevice("Vulkan0");
+  if (!vk.ok()) GTEST_SKIP() << kNoDevice;
+  constexpr int64_t kRow = 8192, kRows = 3, kInvocations = 256;
+  for (int64_t k : {int64_t{5}, int64_t{200}}) {
+    auto make = [k](Context& ctx, std::vector<Tensor*>* in) {
+      Tensor* x = *ctx.NewTensor(DType::kF32, {kRow, kRows});
+      *in = {x};
+      return *TopK(ctx, x, k);
+    };
+    auto values = [](size_t, const Tensor& leaf) {
+      std::vector<float> v(leaf.NumElements());
+      for (size_t i = 0; i < v.size(); ++i) {  // element j of a row: -(j % 256) + j / 256 / 1024.
+        const int64_t j = static_cast<int64_t>(i) % kRow;
+        v[i] = static_cast<float>(-(j % kInvocations)) +
+               static_cast<float>(j / kInvocations) / 1024.0f;
+      }
+      return v;
+    };
+    const std::vector<float> got = ComputeOn(*vk, make, values);
+    const std::vector<float> want = ComputeOn(Registry::Get().CpuDevice(), make, values);
+    ASSERT_EQ(got.size(), static_cast<size_t>(k * kRows));
+    EXPECT_EQ(got, want) << "k " << k;
+  }
+}
+
 TEST(VulkanDeviceTest, ALostDeviceFailsEveryCallWithoutAborting) {
   auto devices = FreshDevices(false);
   if (devices.empty()) GTEST_SKIP() << kNoDevice;

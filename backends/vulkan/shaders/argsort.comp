@@ -1,8 +1,9 @@
 #version 460
 // ARGSORT and TOP_K: one workgroup per row. Each element's key ranks it by value in the
 // requested order (TOP_K: descending), NaN last, then by index (rank_keys.glsl); the row's keys
-// (or, for TOP_K of a row longer than kSortCap, its k largest) are sorted in shared memory and
-// the first k indices written to the contiguous result (ARGSORT: k is the row length).
+// (or, for TOP_K of a row longer than kSortCap, at least its k largest: sort_rows.glsl's
+// gather_top) are sorted in shared memory and the first k indices written to the contiguous
+// result (ARGSORT: k is the row length).
 // SupportsNode keeps ARGSORT rows and TOP_K's k within kSortCap.
 #include "common.glsl"
 #include "rank_keys.glsl"

@@ -29,6 +29,33 @@ uint key_digit(uvec2 key, uint pass) {
   return ((pass < 4u ? key.x : key.y) >> (24u - 8u * (pass & 3u))) & (kRadixBins - 1u);
 }
 
+// Sorts sort_keys[0, count) in descending order (count <= kSortCap), padding to a power of two
+// with zero keys, which sort last.
+void sort_desc(uint count) {
+  uint size = 1u;
+  while (size < count) size <<= 1;
+  for (uint i = count + gl_LocalInvocationID.x; i < size; i += gl_WorkGroupSize.x) {
+    sort_keys[i] = uvec2(0u);
+  }
+  barrier();
+  for (uint k = 2u; k <= size; k <<= 1) {
+    for (uint j = k >> 1; j > 0u; j >>= 1) {
+      for (uint i = gl_LocalInvocationID.x; i < size; i += gl_WorkGroupSize.x) {
+        const uint l = i ^ j;
+        if (l <= i) continue;
+        const uvec2 x = sort_keys[i], y = sort_keys[l];
+        // Blocks with bit k clear sort descending, the others ascending; the last merge
+        // (k == size) is all descending.
+        if (((i & k) == 0u) == key_greater(y, x)) {
+          sort_keys[i] = y;
+          sort_keys[l] = x;
+        }
+      }
+      barrier();
+    }
+  }
+}
+
 // Thread 0 finds the digit whose bin holds the rem-th largest key, scanning bins from the top.
 void pick_digit(uint rem) {
   if (gl_LocalInvocationID.x == 0u) {
@@ -60,10 +87,54 @@ uint gather_keys(uint n, uint bits, uvec2 prefix) {
   return sort_count;
 }
 
-// Gathers the min(m, candidates) largest keys of the row's n elements (m <= kSortCap); a row of
-// at most kSortCap elements gives all its candidates. Returns how many keys were gathered.
+// Every invocation's largest key, sorted: the m-th of them (m <= the workgroup size) is a
+// bound for the m largest keys of the row, since at least m keys reach it. A zero key when
+// fewer than m invocations saw a candidate.
+uvec2 lower_bound_key(uint n, uint m) {
+  uvec2 best = uvec2(0u);
+  for (uint i = gl_LocalInvocationID.x; i < n; i += gl_WorkGroupSize.x) {
+    const uvec2 key = row_key(i);
+    if (key_greater(key, best)) best = key;
+  }
+  sort_keys[gl_LocalInvocationID.x] = best;
+  sort_desc(gl_WorkGroupSize.x);
+  const uvec2 bound = sort_keys[m - 1u];
+  barrier();
+  return bound;
+}
+
+// The row's keys from `bound` up while they fit in sort_keys; returns how many there are (more
+// than kSortCap: those gathered are not all of them).
+uint gather_from(uint n, uvec2 bound) {
+  if (gl_LocalInvocationID.x == 0u) sort_count = 0u;
+  barrier();
+  for (uint i = gl_LocalInvocationID.x; i < n; i += gl_WorkGroupSize.x) {
+    const uvec2 key = row_key(i);
+    if (!key_greater(bound, key)) {
+      const uint slot = atomicAdd(sort_count, 1u);
+      if (slot < kSortCap) sort_keys[slot] = key;
+    }
+  }
+  barrier();
+  const uint count = sort_count;
+  barrier();
+  return count;
+}
+
+// Gathers at least the min(m, candidates) largest keys of the row's n elements (m <= kSortCap)
+// and at most kSortCap; returns how many. A row of at most kSortCap elements gives all its
+// candidates. A longer one is walked twice when m is at most the workgroup size (lower_bound_key,
+// then the keys from the bound up, typically little more than m), else, or when more than
+// kSortCap keys reach the bound (many keys of few invocations), by the radix select.
 uint gather_top(uint n, uint m) {
   if (n <= kSortCap) return gather_keys(n, 0u, uvec2(0u));
+  if (m <= gl_WorkGroupSize.x) {
+    const uvec2 bound = lower_bound_key(n, m);
+    if (is_key(bound)) {
+      const uint count = gather_from(n, bound);
+      if (count <= kSortCap) return count;
+    }
+  }
   const uint t = gl_LocalInvocationID.x;
   uvec2 prefix = uvec2(0u);  // the digits chosen so far, in place.
   uint bits = 0u;            // how many top bits they are.
@@ -98,31 +169,4 @@ uint gather_top(uint n, uint m) {
     if (done) break;
   }
   return gather_keys(n, bits, prefix);
-}
-
-// Sorts sort_keys[0, count) in descending order (count <= kSortCap), padding to a power of two
-// with zero keys, which sort last.
-void sort_desc(uint count) {
-  uint size = 1u;
-  while (size < count) size <<= 1;
-  for (uint i = count + gl_LocalInvocationID.x; i < size; i += gl_WorkGroupSize.x) {
-    sort_keys[i] = uvec2(0u);
-  }
-  barrier();
-  for (uint k = 2u; k <= size; k <<= 1) {
-    for (uint j = k >> 1; j > 0u; j >>= 1) {
-      for (uint i = gl_LocalInvocationID.x; i < size; i += gl_WorkGroupSize.x) {
-        const uint l = i ^ j;
-        if (l <= i) continue;
-        const uvec2 x = sort_keys[i], y = sort_keys[l];
-        // Blocks with bit k clear sort descending, the others ascending; the last merge
-        // (k == size) is all descending.
-        if (((i & k) == 0u) == key_greater(y, x)) {
-          sort_keys[i] = y;
-          sort_keys[l] = x;
-        }
-      }
-      barrier();
-    }
-  }
 }
