@@ -23,14 +23,15 @@ struct ElementwisePC {
 };
 static_assert(sizeof(ElementwisePC) <= kPushConstantBytes);
 
+// elementwise.comp's OP_* values, 0 to 6 in this order.
 enum ElementwiseOp : uint32_t {
-  kOpAdd = 0,
-  kOpMul = 1,
-  kOpScale = 2,
-  kOpSilu = 3,
-  kOpSwiglu = 4,
-  kOpDiv = 5,
-  kOpSwigluOai = 6,
+  kOpAdd,
+  kOpMul,
+  kOpScale,
+  kOpSilu,
+  kOpSwiglu,
+  kOpDiv,
+  kOpSwigluOai
 };
 
 uint64_t GroupsFor(uint64_t n, uint32_t group) { return (n + group - 1) / group; }
@@ -110,11 +111,12 @@ struct SoftMaxPC {
   float scale;
 };
 
-// sum_rows.comp
-struct SumRowsPC {
+// sum_rows.comp, argsort.comp
+struct RowKernelPC {
   uint64_t a, d;
   uint32_t a_nb[4];
   uint32_t ne[4];
+  uint32_t p0, p1;
 };
 
 // argmax.comp
@@ -210,19 +212,26 @@ absl::Status RecordArgmax(Recorder& rec, const Tensor* node) {
   return rec.Dispatch1D("argmax", spec, &pc, sizeof(pc), a->NumRows(), reads, writes);
 }
 
-absl::Status RecordSumRows(Recorder& rec, const Tensor* node) {
+absl::Status RecordRowKernel(Recorder& rec, const Tensor* node, absl::string_view shader,
+                             uint32_t group, uint32_t p0, uint32_t p1) {
   const Tensor* a = node->src[0];
-  SumRowsPC pc{};
+  RowKernelPC pc{};
   pc.a = rec.Address(a);
   pc.d = rec.Address(node);
   for (int i = 0; i < 4; ++i) {
     pc.a_nb[i] = U32(a->nb[i]);
     pc.ne[i] = U32(a->ne[i]);
   }
-  const uint32_t spec[] = {kRowGroup};
+  pc.p0 = p0;
+  pc.p1 = p1;
+  const uint32_t spec[] = {group};
   const AddressRange reads[] = {rec.Range(a)};
   const AddressRange writes[] = {rec.Range(node)};
-  return rec.Dispatch1D("sum_rows", spec, &pc, sizeof(pc), a->NumRows(), reads, writes);
+  return rec.Dispatch1D(shader, spec, &pc, sizeof(pc), a->NumRows(), reads, writes);
+}
+
+absl::Status RecordSumRows(Recorder& rec, const Tensor* node) {
+  return RecordRowKernel(rec, node, "sum_rows", kRowGroup);
 }
 
 namespace {

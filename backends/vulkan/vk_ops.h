@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "backends/vulkan/vk_physical.h"
 #include "backends/vulkan/vk_pipelines.h"
@@ -47,6 +48,10 @@ absl::Status RecordSoftMax(Recorder& rec, const Tensor* node);
 absl::Status RecordRope(Recorder& rec, const Tensor* node);
 absl::Status RecordArgmax(Recorder& rec, const Tensor* node);
 absl::Status RecordSumRows(Recorder& rec, const Tensor* node);
+// One workgroup per row of node->src[0] (its address, strides and shape, the node's address
+// and two op-specific words p0, p1 as push constants): SUM_ROWS, ARGSORT, TOP_K.
+absl::Status RecordRowKernel(Recorder& rec, const Tensor* node, absl::string_view shader,
+                             uint32_t group, uint32_t p0 = 0, uint32_t p1 = 0);
 absl::Status RecordArgsort(Recorder& rec, const Tensor* node);  // and TOP_K.
 absl::Status RecordSample(Recorder& rec, const Tensor* node);
 absl::Status RecordCpy(Recorder& rec, const Tensor* node);
