@@ -83,6 +83,7 @@ absl::Status VulkanDevice::Init() {
   want11.pNext = &want12;
   want.features.shaderInt64 = VK_TRUE;
   want.features.shaderInt16 = have.features.shaderInt16;
+  want.features.shaderFloat64 = have.features.shaderFloat64;
   want11.storageBuffer16BitAccess = VK_TRUE;
   want12.storageBuffer8BitAccess = VK_TRUE;
   want12.bufferDeviceAddress = VK_TRUE;

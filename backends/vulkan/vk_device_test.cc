@@ -367,37 +367,47 @@ TEST(VulkanDeviceTest, AnOpTheDeviceCannotRunFallsBackToTheCpu) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
 }
 
-// `node` built by `make` in two contexts, computed on Vulkan0 and on the CPU, compared.
+// A graph's leaf data: random values by default.
 using MakeGraph = std::function<Tensor*(Context&, std::vector<Tensor*>*)>;
-double VulkanVsCpuNmse(Device* vk, const MakeGraph& make, int* vk_dispatches = nullptr) {
-  Device* cpu = Registry::Get().CpuDevice();
-  std::vector<float> results[2];
-  for (int run = 0; run < 2; ++run) {
-    Device* device = run == 0 ? vk : cpu;
-    Context ctx;
-    std::vector<Tensor*> inputs;
-    Tensor* out = make(ctx, &inputs);
-    out->flags |= kFlagOutput;
-    absl::StatusOr<Graph> graph = BuildGraph({out});
-    auto stream = device->CreateStream();
-    if (!graph.ok() || !stream.ok()) return 1e30;
-    std::vector<std::pair<Tensor*, std::vector<float>>> data;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      inputs[i]->flags |= kFlagInput;
-      data.emplace_back(inputs[i], testing::RandomFloats(inputs[i]->NumElements(), 100 + i));
-    }
-    testing::GraphRun graph_run;
-    if (!testing::AllocateAndCompute(device, stream->get(), *graph, data, &graph_run).ok() ||
-        !(*stream)->Synchronize().ok()) {
-      return 1e30;
-    }
-    results[run] = testing::ReadF32(*out);
-    if (run == 0 && vk_dispatches != nullptr) {
-      *vk_dispatches = static_cast<VulkanStream*>(stream->get())->last_dispatches();
-    }
+using LeafValues = std::function<std::vector<float>(size_t input, const Tensor& leaf)>;
+std::vector<float> RandomLeaf(size_t input, const Tensor& leaf) {
+  return testing::RandomFloats(leaf.NumElements(), 100 + input);
+}
+
+// The output of the graph `make` builds, computed on `device` with its inputs set to `values`
+// (I32 leafs take them as integers); empty on failure.
+std::vector<float> ComputeOn(Device* device, const MakeGraph& make, const LeafValues& values,
+                             int* dispatches = nullptr) {
+  Context ctx;
+  std::vector<Tensor*> inputs;
+  Tensor* out = make(ctx, &inputs);
+  out->flags |= kFlagOutput;
+  absl::StatusOr<Graph> graph = BuildGraph({out});
+  auto stream = device->CreateStream();
+  if (!graph.ok() || !stream.ok()) return {};
+  std::vector<std::pair<Tensor*, std::vector<float>>> data;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    inputs[i]->flags |= kFlagInput;
+    data.emplace_back(inputs[i], values(i, *inputs[i]));
   }
-  std::vector<double> want(results[1].begin(), results[1].end());
-  return testing::Nmse(results[0], want);
+  testing::GraphRun graph_run;
+  if (!testing::AllocateAndCompute(device, stream->get(), *graph, data, &graph_run).ok() ||
+      !(*stream)->Synchronize().ok()) {
+    return {};
+  }
+  if (dispatches != nullptr) {
+    *dispatches = static_cast<VulkanStream*>(stream->get())->last_dispatches();
+  }
+  return testing::ReadF32(*out);
+}
+
+// The graph `make` builds, computed on Vulkan0 and on the CPU with the same random inputs;
+// the NMSE of the two results.
+double VulkanVsCpuNmse(Device* vk, const MakeGraph& make, int* vk_dispatches = nullptr) {
+  const std::vector<float> got = ComputeOn(vk, make, RandomLeaf, vk_dispatches);
+  const std::vector<float> cpu = ComputeOn(Registry::Get().CpuDevice(), make, RandomLeaf);
+  if (got.empty() || cpu.empty()) return 1e30;
+  return testing::Nmse(got, std::vector<double>(cpu.begin(), cpu.end()));
 }
 
 // Kernels whose invocations loop long: lavapipe ends an invocation after 65535 loop
@@ -451,6 +461,100 @@ TEST(VulkanDeviceTest, FusedKernelsMatchTheCpu) {
         << DTypeName(type);
     // norm*w | q,k | gate,up,swiglu | add | add (and activation preparation for Q4_K).
     EXPECT_LE(dispatches, type == DType::kF16 ? 5 : 7) << DTypeName(type);
+  }
+}
+
+// DIV is IEEE division, correctly rounded (docs/ops.md), although lavapipe's OpFDiv is not
+// and its fma is unfused (a division refined by fma was off by an ulp in 1 of 10 quotients).
+TEST(VulkanDeviceTest, DivisionIsCorrectlyRounded) {
+  ASSERT_TRUE(RegisterBuiltinBackends().ok());
+  absl::StatusOr<Device*> vk = Registry::Get().FindDevice("Vulkan0");
+  if (!vk.ok()) GTEST_SKIP() << kNoDevice;
+  const double nmse = VulkanVsCpuNmse(*vk, [](Context& ctx, std::vector<Tensor*>* in) {
+    Tensor* a = *ctx.NewTensor(DType::kF32, {1 << 16});
+    Tensor* b = *ctx.NewTensor(DType::kF32, {1 << 16});
+    *in = {a, b};
+    return *Div(ctx, a, b);
+  });
+  EXPECT_EQ(nmse, 0.0);
+}
+
+// SAMPLE on Vulkan0 draws the CPU's token, row for row, over many rows and settings: the same
+// candidates in the same order, the same Philox number, f64 weights whose exp is within an ulp
+// of glibc's (sample.comp), so a pick could differ only where u lands within a few ulps of a
+// prefix sum (docs/ops.md).
+TEST(VulkanDeviceTest, SampleDrawsTheCpusTokens) {
+  ASSERT_TRUE(RegisterBuiltinBackends().ok());
+  absl::StatusOr<Device*> vk = Registry::Get().FindDevice("Vulkan0");
+  if (!vk.ok()) GTEST_SKIP() << kNoDevice;
+  constexpr int64_t kRows = 256;
+  struct Setting {
+    int64_t vocab;
+    SampleParams params;
+    int64_t window = 0;
+  };
+  const Setting settings[] = {
+      {4096, {.seed = 42}},  // llama.cpp's defaults: T 0.8, top_k 40, top_p 0.95, min_p 0.05.
+      {4096, {.temperature = 1.0f, .top_k = 1024, .top_p = 1.0f, .min_p = 0.0f, .seed = 7}},
+      {1000,
+       {.temperature = 0.7f, .top_k = 0, .top_p = 0.9f, .min_p = 0.0f, .seed = uint64_t{1} << 40}},
+      {4096, {.temperature = 0.9f, .top_k = 50, .repeat_penalty = 1.2f, .seed = 3}, 200},
+  };
+  for (const Setting& s : settings) {
+    auto make = [&s](Context& ctx, std::vector<Tensor*>* in) {
+      Tensor* logits = *ctx.NewTensor(DType::kF32, {s.vocab, kRows});
+      Tensor* pos = *ctx.NewTensor(DType::kI32, {kRows});
+      Tensor* recent = s.window > 0 ? *ctx.NewTensor(DType::kI32, {s.window}) : nullptr;
+      *in = {logits, pos};
+      if (recent != nullptr) in->push_back(recent);
+      return *Sample(ctx, logits, pos, recent, s.params);
+    };
+    auto values = [&s](size_t input, const Tensor& leaf) {
+      if (input == 0) return testing::RandomFloats(leaf.NumElements(), 5, -4.0f, 4.0f);
+      std::vector<float> v(leaf.NumElements());
+      for (size_t i = 0; i < v.size(); ++i) {  // positions; a window with repeats.
+        v[i] = input == 1 ? static_cast<float>(1000 + i) : static_cast<float>(i * 7 % 150);
+      }
+      return v;
+    };
+    const std::vector<float> got = ComputeOn(*vk, make, values);
+    const std::vector<float> want = ComputeOn(Registry::Get().CpuDevice(), make, values);
+    ASSERT_EQ(got.size(), static_cast<size_t>(kRows));
+    ASSERT_EQ(want.size(), got.size());
+    int differ = 0;
+    for (int64_t r = 0; r < kRows; ++r) differ += got[r] != want[r] ? 1 : 0;
+    EXPECT_EQ(differ, 0) << "vocab " << s.vocab << ", top_k " << s.params.top_k;
+  }
+}
+
+// TOP_K of rows longer than the kernel sorts at once: the two-walk path (a lower bound from
+// each invocation's largest key) and, for a row whose largest values all sit in a few
+// invocations' elements (each invocation walks every 256th), the radix select it falls back
+// to. Both give the CPU's indices.
+TEST(VulkanDeviceTest, TopKOfLongRowsMatchesTheCpu) {
+  ASSERT_TRUE(RegisterBuiltinBackends().ok());
+  absl::StatusOr<Device*> vk = Registry::Get().FindDevice("Vulkan0");
+  if (!vk.ok()) GTEST_SKIP() << kNoDevice;
+  constexpr int64_t kRow = 8192, kRows = 3, kInvocations = 256;
+  for (int64_t k : {int64_t{5}, int64_t{200}}) {
+    auto make = [k](Context& ctx, std::vector<Tensor*>* in) {
+      Tensor* x = *ctx.NewTensor(DType::kF32, {kRow, kRows});
+      *in = {x};
+      return *TopK(ctx, x, k);
+    };
+    auto values = [](size_t, const Tensor& leaf) {
+      std::vector<float> v(leaf.NumElements());
+      for (size_t i = 0; i < v.size(); ++i) {  // element j of a row: -(j % 256) + j / 256 / 1024.
+        const int64_t j = static_cast<int64_t>(i) % kRow;
+        v[i] = static_cast<float>(-(j % kInvocations)) +
+               static_cast<float>(j / kInvocations) / 1024.0f;
+      }
+      return v;
+    };
+    const std::vector<float> got = ComputeOn(*vk, make, values);
+    const std::vector<float> want = ComputeOn(Registry::Get().CpuDevice(), make, values);
+    ASSERT_EQ(got.size(), static_cast<size_t>(k * kRows));
+    EXPECT_EQ(got, want) << "k " << k;
   }
 }
 

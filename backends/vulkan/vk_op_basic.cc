@@ -1,5 +1,6 @@
-// Recording of the element-wise and row-wise ops: ADD, MUL, SCALE, SILU, SWIGLU, RMS_NORM,
-// SOFT_MAX, ROPE, ARGMAX. Push-constant structs mirror the shaders' blocks.
+// Recording of the element-wise and row-wise ops: ADD, MUL, DIV, SCALE, SILU, SWIGLU,
+// SWIGLU_OAI, RMS_NORM, SOFT_MAX, ROPE, ARGMAX, SUM_ROWS. Push-constant structs mirror the
+// shaders' blocks.
 #include <cmath>
 #include <numbers>
 
@@ -22,7 +23,16 @@ struct ElementwisePC {
 };
 static_assert(sizeof(ElementwisePC) <= kPushConstantBytes);
 
-enum ElementwiseOp : uint32_t { kOpAdd = 0, kOpMul = 1, kOpScale = 2, kOpSilu = 3, kOpSwiglu = 4 };
+// elementwise.comp's OP_* values, 0 to 6 in this order.
+enum ElementwiseOp : uint32_t {
+  kOpAdd,
+  kOpMul,
+  kOpScale,
+  kOpSilu,
+  kOpSwiglu,
+  kOpDiv,
+  kOpSwigluOai
+};
 
 uint64_t GroupsFor(uint64_t n, uint32_t group) { return (n + group - 1) / group; }
 
@@ -52,6 +62,14 @@ absl::Status RecordElementwise(Recorder& rec, const Tensor* node) {
       break;
     case Op::kSilu:
       pc.op = kOpSilu;
+      break;
+    case Op::kDiv:
+      pc.op = kOpDiv;
+      break;
+    case Op::kSwigluOai:
+      pc.op = kOpSwigluOai;
+      pc.p0 = node->ParamF32(kSwigluOaiAlpha);
+      pc.p1 = node->ParamF32(kSwigluOaiLimit);
       break;
     default:
       pc.op = kOpSwiglu;
@@ -85,12 +103,20 @@ struct RmsNormPC {
 
 // softmax.comp
 struct SoftMaxPC {
-  uint64_t a, m, d;
+  uint64_t a, m, d, sinks;
   uint32_t a_nb[4];
   uint32_t ne[4];
   uint32_t m_nb[4];
   uint32_t m_ne2, m_ne3, m_type;
   float scale;
+};
+
+// sum_rows.comp, argsort.comp
+struct RowKernelPC {
+  uint64_t a, d;
+  uint32_t a_nb[4];
+  uint32_t ne[4];
+  uint32_t p0, p1;
 };
 
 // argmax.comp
@@ -158,6 +184,10 @@ absl::Status RecordSoftMax(Recorder& rec, const Tensor* node) {
     pc.m_type = static_cast<uint32_t>(mask->type);
     reads.push_back(rec.Range(mask));
   }
+  if (const Tensor* sinks = node->src[2]; sinks != nullptr) {
+    pc.sinks = rec.Address(sinks);
+    reads.push_back(rec.Range(sinks));
+  }
   pc.scale = node->ParamF32(0);
   const uint32_t spec[] = {kRowGroup};
   const AddressRange writes[] = {rec.Range(node)};
@@ -180,6 +210,28 @@ absl::Status RecordArgmax(Recorder& rec, const Tensor* node) {
   const AddressRange reads[] = {rec.Range(a)};
   const AddressRange writes[] = {rec.Range(node)};
   return rec.Dispatch1D("argmax", spec, &pc, sizeof(pc), a->NumRows(), reads, writes);
+}
+
+absl::Status RecordRowKernel(Recorder& rec, const Tensor* node, absl::string_view shader,
+                             uint32_t group, uint32_t p0, uint32_t p1) {
+  const Tensor* a = node->src[0];
+  RowKernelPC pc{};
+  pc.a = rec.Address(a);
+  pc.d = rec.Address(node);
+  for (int i = 0; i < 4; ++i) {
+    pc.a_nb[i] = U32(a->nb[i]);
+    pc.ne[i] = U32(a->ne[i]);
+  }
+  pc.p0 = p0;
+  pc.p1 = p1;
+  const uint32_t spec[] = {group};
+  const AddressRange reads[] = {rec.Range(a)};
+  const AddressRange writes[] = {rec.Range(node)};
+  return rec.Dispatch1D(shader, spec, &pc, sizeof(pc), a->NumRows(), reads, writes);
+}
+
+absl::Status RecordSumRows(Recorder& rec, const Tensor* node) {
+  return RecordRowKernel(rec, node, "sum_rows", kRowGroup);
 }
 
 namespace {

@@ -72,6 +72,8 @@ struct MatIdPC {
   uint32_t a_nb1, a_nb2, b_nb1, b_nb2;
   uint32_t d_nb1, d_nb2, ids_nb0, ids_nb1;
   uint32_t E, tag;
+  int32_t first;    // the id of expert 0 of `as` (an expert range), and
+  uint32_t ranged;  // 1 when `as` is such a range: other ids are zero rows, not errors.
 };
 static_assert(sizeof(MatIdPC) <= kPushConstantBytes);
 
@@ -297,6 +299,8 @@ absl::Status RecordMulMatId(Recorder& rec, const Tensor* node) {
   pc.ids_nb1 = U32(ids->nb[1]);
   pc.E = U32(as->ne[2]);
   pc.tag = rec.ErrorTag(node);
+  pc.first = node->op_params[kMulMatIdFirstExpert];
+  pc.ranged = node->op_params[kMulMatIdExpertCount] > 0 ? 1 : 0;
   const uint32_t spec[] = {kMatVecGroup, static_cast<uint32_t>(as->type), kMatVecRows};
   const uint32_t groups[3] = {Ceil(pc.M, kMatVecRows), U32(ids->ne[0] * ids->ne[1]), 1};
   const AddressRange reads[] = {rec.Range(as), act.range, rec.Range(ids)};

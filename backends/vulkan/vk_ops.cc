@@ -12,6 +12,18 @@ namespace {
 constexpr uint64_t kMaxU32 = 0xffffffffull;
 // FLASH_ATTN keeps q and the output row of an invocation in registers (flash_attn.comp).
 constexpr int64_t kMaxHeadSize = 256;
+// A row longer than kSortCap takes up to 9 walks by kSortGroup invocations (8 radix passes and
+// the gather, sort_rows.glsl): 2^19 elements keep that near 18k of lavapipe's 65535 loop
+// iterations.
+constexpr int64_t kMaxSelectRow = int64_t{1} << 19;
+// SAMPLE also looks each element up in its penalty table (sample.comp), about doubling that:
+// 2^18 (Gemma's 262144-token vocabulary) keeps it below 40k.
+constexpr int64_t kMaxSampleRow = int64_t{1} << 18;
+// sample.comp's table of penalized ids has 512 slots, at most half of them used.
+constexpr int64_t kMaxPenaltyWindow = 256;
+// sample.comp's shared memory: the sort keys and radix bins (sort_rows.glsl), the candidates'
+// f64 weights, the penalty table. Every desktop GPU has 32 KiB or more; Vulkan's minimum is 16.
+constexpr uint32_t kSampleSharedBytes = kSortCap * 8 + 256 * 4 + kSortCap * 8 + 512 * 8 + 16;
 
 bool Fits32(const Tensor& t) {
   if (t.NumBytes() >= kMaxU32 || static_cast<uint64_t>(t.NumElements()) >= kMaxU32) return false;
@@ -58,6 +70,18 @@ bool SupportsFlashAttn(const Tensor& node) {
   return q->ne[0] <= kMaxHeadSize && v->ne[0] <= kMaxHeadSize;
 }
 
+// SAMPLE's kernel draws from at most kSortCap candidates: the top_k, or the whole row when
+// top_k is 0 (greedy picks need one). Its weights are f64 (shaderFloat64).
+bool SupportsSample(const PhysicalInfo& info, const Tensor& node) {
+  const Tensor* logits = node.src[0];
+  const Tensor* recent = node.src[2];
+  if (!info.float64 || info.max_shared_memory < kSampleSharedBytes) return false;
+  if (logits->type != DType::kF32 || logits->ne[0] > kMaxSampleRow) return false;
+  if (recent != nullptr && recent->ne[0] > kMaxPenaltyWindow) return false;
+  const int64_t top_k = node.op_params[1];
+  return node.ParamF32(0) <= 0.0f || (top_k > 0 && top_k <= kSortCap) || logits->ne[0] <= kSortCap;
+}
+
 // The types the shaders read: plain ones, and every quantized type (dequant.glsl decodes all
 // of them for GET_ROWS, CPY from them and MUL_MAT / MUL_MAT_ID).
 bool HasKernels(DType type) { return IsPlain(type) || IsQuantized(type); }
@@ -90,14 +114,17 @@ bool SupportsNode(const PhysicalInfo& info, const Tensor& node) {
       return true;
     case Op::kAdd:
     case Op::kMul:
+    case Op::kDiv:
     case Op::kScale:
     case Op::kSilu:
     case Op::kSwiglu:
+    case Op::kSwigluOai:
     case Op::kRmsNorm:
     case Op::kArgmax:
+    case Op::kSumRows:
       return a->type == DType::kF32;
-    case Op::kSoftMax:  // sinks: no shader yet, the scheduler runs it on the CPU.
-      return a->type == DType::kF32 && node.ParamF32(1) == 0.0f && node.src[2] == nullptr;
+    case Op::kSoftMax:  // max_bias (ALiBi) has no kernel anywhere; the graph builder refuses it.
+      return a->type == DType::kF32 && node.ParamF32(1) == 0.0f;
     case Op::kRope:
       return a->type == DType::kF32 && a->ne[0] % 2 == 0;
     case Op::kGetRows:
@@ -110,19 +137,17 @@ bool SupportsNode(const PhysicalInfo& info, const Tensor& node) {
       if (IsPlain(dst->type)) return true;
       return RowsContiguous(*dst) && CanWrite(dst->type, a->type);
     }
-    case Op::kMulMatId:  // an expert range (expert parallelism) has only a CPU kernel yet.
-      if (node.op_params[kMulMatIdExpertCount] != 0) return false;
-      [[fallthrough]];
+    case Op::kMulMatId:
     case Op::kMulMat:
       return a->type != DType::kI32 && RowsContiguous(*a);
     case Op::kFlashAttn:
       return SupportsFlashAttn(node) && node.ParamF32(1) == 0.0f && node.ParamF32(2) == 0.0f;
-    case Op::kSample:  // no Vulkan kernel yet: the scheduler runs it on the CPU.
-    case Op::kArgsort:
-    case Op::kTopK:
-    case Op::kSumRows:
-    case Op::kDiv:
-    case Op::kSwigluOai:
+    case Op::kArgsort:  // the whole row sorted in shared memory.
+      return a->type == DType::kF32 && a->ne[0] <= kSortCap;
+    case Op::kTopK:  // the k largest selected, then sorted in shared memory.
+      return a->type == DType::kF32 && node.op_params[0] <= kSortCap && a->ne[0] <= kMaxSelectRow;
+    case Op::kSample:
+      return SupportsSample(info, node);
     case Op::kCount:
       return false;
   }
@@ -173,9 +198,11 @@ absl::Status RecordNode(Recorder& rec, const Tensor* node) {
   switch (node->op) {
     case Op::kAdd:
     case Op::kMul:
+    case Op::kDiv:
     case Op::kScale:
     case Op::kSilu:
     case Op::kSwiglu:
+    case Op::kSwigluOai:
       return RecordElementwise(rec, node);
     case Op::kRmsNorm:
       return RecordRmsNorm(rec, node);
@@ -185,6 +212,13 @@ absl::Status RecordNode(Recorder& rec, const Tensor* node) {
       return RecordRope(rec, node);
     case Op::kArgmax:
       return RecordArgmax(rec, node);
+    case Op::kSumRows:
+      return RecordSumRows(rec, node);
+    case Op::kArgsort:
+    case Op::kTopK:
+      return RecordArgsort(rec, node);
+    case Op::kSample:
+      return RecordSample(rec, node);
     case Op::kCpy:
     case Op::kCont:
       return RecordCpy(rec, node);

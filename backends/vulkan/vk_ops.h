@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "backends/vulkan/vk_physical.h"
 #include "backends/vulkan/vk_pipelines.h"
@@ -32,6 +33,13 @@ absl::Status RecordGroup(Recorder& rec, const FusedGroup& group);
 // Workgroup sizes of the kernels (multiples of every subgroup size in use: 8 .. 64).
 inline constexpr uint32_t kElementwiseGroup = 256;
 inline constexpr uint32_t kRowGroup = 128;
+// ARGSORT, TOP_K and SAMPLE walk a long row once per radix pass (sort_rows.glsl): more
+// invocations keep each one's loop count low (lavapipe ends an invocation after 65535 loop
+// iterations in all).
+inline constexpr uint32_t kSortGroup = 256;
+// The keys one workgroup sorts in shared memory (sort_rows.glsl's kSortCap): the longest
+// ARGSORT row, the largest k of TOP_K, SAMPLE's candidates.
+inline constexpr int64_t kSortCap = 1024;
 
 // Per op family (vk_op_*.cc).
 absl::Status RecordElementwise(Recorder& rec, const Tensor* node);
@@ -39,6 +47,13 @@ absl::Status RecordRmsNorm(Recorder& rec, const Tensor* node);
 absl::Status RecordSoftMax(Recorder& rec, const Tensor* node);
 absl::Status RecordRope(Recorder& rec, const Tensor* node);
 absl::Status RecordArgmax(Recorder& rec, const Tensor* node);
+absl::Status RecordSumRows(Recorder& rec, const Tensor* node);
+// One workgroup per row of node->src[0] (its address, strides and shape, the node's address
+// and two op-specific words p0, p1 as push constants): SUM_ROWS, ARGSORT, TOP_K.
+absl::Status RecordRowKernel(Recorder& rec, const Tensor* node, absl::string_view shader,
+                             uint32_t group, uint32_t p0 = 0, uint32_t p1 = 0);
+absl::Status RecordArgsort(Recorder& rec, const Tensor* node);  // and TOP_K.
+absl::Status RecordSample(Recorder& rec, const Tensor* node);
 absl::Status RecordCpy(Recorder& rec, const Tensor* node);
 absl::Status RecordGetRows(Recorder& rec, const Tensor* node);
 absl::Status RecordSetRows(Recorder& rec, const Tensor* node);

@@ -112,6 +112,8 @@ PhysicalInfo QueryPhysical(VkPhysicalDevice device) {
   f11.pNext = &f12;
   vkGetPhysicalDeviceFeatures2(device, &features);
 
+  info.float64 = features.features.shaderFloat64 == VK_TRUE;
+
   std::vector<std::string> missing;
   if (info.api_version < VK_API_VERSION_1_2) missing.push_back("Vulkan 1.2");
   if (!f12.bufferDeviceAddress) missing.push_back("bufferDeviceAddress");

@@ -34,6 +34,7 @@ struct PhysicalInfo {
   uint64_t timestamp_period_ns = 0;
   bool memory_budget = false;  // VK_EXT_memory_budget.
   bool pci_bus_info = false;   // VK_EXT_pci_bus_info.
+  bool float64 = false;        // shaderFloat64 (optional: SAMPLE's f64 weights).
   VkPhysicalDeviceMemoryProperties memory{};
   std::string missing;  // empty when usable.
 

@@ -7,8 +7,9 @@
 // logit_tol of the range. With quantized weights the activations are rounded to Q8_0/Q8_K as
 // on the CPU; a value that float summation order puts on the other side of a rounding
 // boundary moves by a whole quantum, which is what sets the tolerances of the quantized types
-// (the CPU itself is compared with ggml at 2% of the range for them). Skips where no Vulkan
-// device is present.
+// (the CPU itself is compared with ggml at 2% of the range for them). A qwen3moe of the same
+// shape (16 experts, 4 used) runs the MoE router's ops (SOFT_MAX, TOP_K, SUM_ROWS, DIV,
+// MUL_MAT_ID) on Vulkan0 too. Skips where no Vulkan device is present.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,6 +39,7 @@ struct Case {
   double tie_tol;    // largest CPU gap / range a different pick may have (observed <= 4.2e-4).
   // Run Vulkan0 in a layer split with the CPU (5 of the 6 layers on Vulkan0) instead of alone.
   bool with_cpu = false;
+  bool moe = false;  // qwen3moe instead of llama.
 };
 
 struct Decoded {
@@ -45,11 +47,17 @@ struct Decoded {
   std::vector<std::vector<float>> logits;  // per step.
 };
 
-std::string SynthModel(const std::string& type) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / absl::StrCat("tg_vk_synth15m_", type, ".gguf"))
-          .string();
+std::string SynthModel(const std::string& type, bool moe) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            absl::StrCat("tg_vk_synth15m_", type, moe ? "_moe" : "", ".gguf"))
+                               .string();
   std::vector<std::string> args = {path, "--dims", "288,768,6,6,6,32000", "--type", type};
+  if (moe) {
+    for (const char* a :
+         {"--arch", "qwen3moe", "--experts", "16", "--experts-used", "4", "--expert-ff", "192"}) {
+      args.push_back(a);
+    }
+  }
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   absl::StatusOr<synth::SynthOptions> opts = synth::ParseSynthOptions(argv);
@@ -90,7 +98,7 @@ TEST_P(VulkanModelTest, TokensMatchTheCpuUpToNearTies) {
   absl::StatusOr<Device*> vk = Registry::Get().FindDevice("Vulkan0");
   if (!vk.ok()) GTEST_SKIP() << "no Vulkan device (lavapipe needs TG_VULKAN_CPU=1)";
   const Case& c = GetParam();
-  const std::string path = SynthModel(c.type);
+  const std::string path = SynthModel(c.type, c.moe);
   ASSERT_FALSE(path.empty());
   const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
   LoadOptions on_cpu;
@@ -137,8 +145,11 @@ INSTANTIATE_TEST_SUITE_P(Synth15m, VulkanModelTest,
                                            Case{"q4_0", 1e-2, 2e-3},
                                            Case{"q4_k", 1e-2, 2e-3, true},
                                            Case{"q4_k_m", 1e-2, 2e-3},
-                                           Case{"q5_k", 1e-2, 2e-3}),
-                         [](const auto& info) { return std::string(info.param.type); });
+                                           Case{"q5_k", 1e-2, 2e-3},
+                                           Case{"f32", 1e-5, 1e-5, false, true}),
+                         [](const auto& info) {
+                           return absl::StrCat(info.param.type, info.param.moe ? "_qwen3moe" : "");
+                         });
 
 }  // namespace
 }  // namespace tg

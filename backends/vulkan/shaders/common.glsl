@@ -35,6 +35,13 @@ const uint T_BF16 = 30;
 // The first workgroup-linear id of a 1-D dispatch spread over x and y (Recorder::Dispatch1D).
 uint flat_group() { return gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x; }
 
+// The address of row `row` (rows counted dim 1 fastest) of a tensor at `base` with ne1, ne2
+// rows per dims 1 and 2 and byte strides nb1..nb3.
+uint64_t row_address(uint64_t base, uint row, uint ne1, uint ne2, uint nb1, uint nb2, uint nb3) {
+  const uint i1 = row % ne1, i2 = (row / ne1) % ne2, i3 = row / (ne1 * ne2);
+  return base + uint64_t(i1) * nb1 + uint64_t(i2) * nb2 + uint64_t(i3) * nb3;
+}
+
 float f16_to_f32(uint h) { return unpackHalf2x16(h).x; }
 
 // Round to nearest even, NaN -> canonical quiet NaN with its sign, as core/fp16.h.
@@ -80,6 +87,49 @@ float div_rn(float a, float b) {
   precise float rem = fma(-b, q, a);
   precise float q1 = fma(rem, r1, q);
   return q1;
+}
+
+// A float's significand as a 24-bit integer with its top bit set (subnormals normalized) and
+// the biased exponent that goes with it: x = m * 2^(e - 150). x finite and nonzero.
+uint significand(uint bits, out int e) {
+  const uint field = (bits >> 23) & 0xffu;
+  uint m = bits & 0x7fffffu;
+  if (field != 0u) {
+    e = int(field);
+    return m | 0x800000u;
+  }
+  const int s = 23 - findMSB(m);
+  e = 1 - s;
+  return m << uint(s);
+}
+
+// a / b correctly rounded (DIV, docs/ops.md: IEEE division). Vulkan lets OpFDiv be 2.5 ulp
+// off and fma be a rounded multiply and add (lavapipe's is: div_rn's refinement then misses
+// about one quotient in ten), so the quotient of the significands is taken in 64-bit integers
+// and rounded to nearest even by its remainder. Special operands (infinities, zeros, NaN) and
+// quotients outside the normal range take the plain division, exact there but for the
+// rounding of a subnormal quotient.
+float div_ieee(float a, float b) {
+  const uint ua = floatBitsToUint(a), ub = floatBitsToUint(b);
+  const uint xa = ua & 0x7fffffffu, xb = ub & 0x7fffffffu;
+  if (xa == 0u || xb == 0u || xa >= 0x7f800000u || xb >= 0x7f800000u) return a / b;
+  int ea, eb;
+  const uint ma = significand(ua, ea), mb = significand(ub, eb);
+  // ma / mb is in (1/2, 2): 2^26 ma / mb has 26 or 27 bits, 2 or 3 beyond the 24 kept.
+  const uint64_t num = uint64_t(ma) << 26;
+  const uint q = uint(num / uint64_t(mb));
+  const bool inexact = uint64_t(q) * uint64_t(mb) != num;
+  uint shift = q >= (1u << 26) ? 3u : 2u;
+  uint m = q >> shift;
+  const uint rest = q & ((1u << shift) - 1u), halfway = 1u << (shift - 1u);
+  if (rest > halfway || (rest == halfway && (inexact || (m & 1u) == 1u))) ++m;
+  if (m == (1u << 24)) {
+    m >>= 1;
+    ++shift;
+  }
+  const int biased = ea - eb + int(shift) - 3 + 127;  // of m * 2^(shift - 26) * 2^(ea - eb).
+  if (biased < 1 || biased > 254) return a / b;
+  return uintBitsToFloat(((ua ^ ub) & 0x80000000u) | (uint(biased) << 23) | (m & 0x7fffffu));
 }
 
 // Loads of single elements at a byte address.

@@ -1,6 +1,6 @@
 #version 460
-// ADD, MUL (b broadcast), SCALE, SILU, SWIGLU: one invocation per element of the contiguous
-// F32 result; the sources are read through their strides.
+// ADD, MUL, DIV (b broadcast), SCALE, SILU, SWIGLU, SWIGLU_OAI: one invocation per element of
+// the contiguous F32 result; the sources are read through their strides.
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;
@@ -16,9 +16,17 @@ layout(push_constant) uniform PC {
   uint n;
 } pc;
 
-const uint OP_ADD = 0u, OP_MUL = 1u, OP_SCALE = 2u, OP_SILU = 3u, OP_SWIGLU = 4u;
+const uint OP_ADD = 0u, OP_MUL = 1u, OP_SCALE = 2u, OP_SILU = 3u, OP_SWIGLU = 4u, OP_DIV = 5u,
+           OP_SWIGLU_OAI = 6u;
 
 float silu(float x) { return x / (1.0 + exp(-x)); }
+
+// gpt-oss's clamped SwiGLU (docs/ops.md): p0 is alpha, p1 the limit.
+float swiglu_oai(float gate, float up) {
+  const float x = min(gate, pc.p1);
+  const float y = clamp(up, -pc.p1, pc.p1);
+  return x / (1.0 + exp(-pc.p0 * x)) * (y + 1.0);
+}
 
 void main() {
   const uint idx = flat_group() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
@@ -41,7 +49,13 @@ void main() {
                              uint64_t(i1 % pc.b_ne1) * pc.b_nb1 +
                              uint64_t(i2 % pc.b_ne2) * pc.b_nb2 +
                              uint64_t(i3 % pc.b_ne3) * pc.b_nb3);
-    y = pc.op == OP_ADD ? x + b : (pc.op == OP_MUL ? x * b : silu(x) * b);
+    switch (pc.op) {
+      case OP_ADD: y = x + b; break;
+      case OP_MUL: y = x * b; break;
+      case OP_DIV: y = div_ieee(x, b); break;
+      case OP_SWIGLU_OAI: y = swiglu_oai(x, b); break;
+      default: y = silu(x) * b; break;
+    }
   }
   F32s(pc.d).v[idx] = y;
 }

@@ -1,7 +1,8 @@
 #version 460
-// MUL_MAT_ID: dst[:, i, t] = experts[:, :, ids[i, t]] x b[:, i % nb1, t]. A workgroup computes
-// ROWS rows of one (i, t) pair as mul_mat_vec does; an expert id outside [0, E) is reported
-// to the error slot and its rows written as zeros.
+// MUL_MAT_ID: dst[:, i, t] = experts[:, :, ids[i, t] - first] x b[:, i % nb1, t]. A workgroup
+// computes ROWS rows of one (i, t) pair as mul_mat_vec does; an expert id outside
+// [first, first + E) gets its rows written as zeros, and is reported to the error slot unless
+// the experts are a range of a larger set (expert parallelism: another device has the others).
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
 #include "act_unit.glsl"
@@ -17,6 +18,8 @@ layout(push_constant) uniform PC {
   uint a_nb1, a_nb2, b_nb1, b_nb2;
   uint d_nb1, d_nb2, ids_nb0, ids_nb1;
   uint E, tag;
+  int first;
+  uint ranged;
 } pc;
 
 shared float partial_s[32 * 8];
@@ -24,11 +27,14 @@ shared float partial_s[32 * 8];
 void main() {
   const uint m0 = gl_WorkGroupID.x * ROWS;
   const uint i = gl_WorkGroupID.y % pc.n_used, tok = gl_WorkGroupID.y / pc.n_used;
-  const int e = I32s(pc.ids + uint64_t(i) * pc.ids_nb0 + uint64_t(tok) * pc.ids_nb1).v[0];
+  const int id = I32s(pc.ids + uint64_t(i) * pc.ids_nb0 + uint64_t(tok) * pc.ids_nb1).v[0];
+  const int e = id - pc.first;
   const uint rows = min(ROWS, pc.M - m0);
   const uint64_t dst_row = pc.d + uint64_t(i) * pc.d_nb1 + uint64_t(tok) * pc.d_nb2;
   if (e < 0 || uint(e) >= pc.E) {
-    if (gl_LocalInvocationID.x == 0u && m0 == 0u) report_error(pc.err, pc.tag, e, int(pc.E));
+    if (pc.ranged == 0u && gl_LocalInvocationID.x == 0u && m0 == 0u) {
+      report_error(pc.err, pc.tag, id, int(pc.E));
+    }
     if (gl_LocalInvocationID.x < rows) F32s(dst_row).v[m0 + gl_LocalInvocationID.x] = 0.0;
     return;
   }

@@ -1,13 +1,14 @@
 #version 460
 // SOFT_MAX: one workgroup per row, dst = softmax(a * scale + mask). -inf entries get 0, a row
-// that is all -inf gives zeros.
+// that is all -inf gives zeros. With sinks (gpt-oss), head i2's sink logit joins the maximum
+// and the denominator only.
 #include "common.glsl"
 #include "reduce.glsl"
 
 layout(local_size_x_id = 0) in;
 
 layout(push_constant) uniform PC {
-  uint64_t a, m, d;
+  uint64_t a, m, d, sinks;
   uint a_nb0, a_nb1, a_nb2, a_nb3;
   uint ne0, ne1, ne2, ne3;
   uint m_nb0, m_nb1, m_nb2, m_nb3;
@@ -44,13 +45,19 @@ void main() {
     }
     return;
   }
+  float sink_exp = 0.0;
+  if (pc.sinks != 0ul) {
+    const float sink = F32s(pc.sinks).v[i2];
+    mx = max(mx, sink);
+    sink_exp = exp(sink - mx);
+  }
   float s = 0.0;
   for (uint k = gl_LocalInvocationID.x; k < pc.ne0; k += gl_WorkGroupSize.x) {
     const float e = exp(value(src, mrow, k) - mx);
     F32s(dst).v[k] = e;
     s += e;
   }
-  s = workgroup_sum(s);
+  s = workgroup_sum(s) + sink_exp;
   const float inv = 1.0 / s;
   for (uint k = gl_LocalInvocationID.x; k < pc.ne0; k += gl_WorkGroupSize.x) {
     F32s(dst).v[k] *= inv;
