@@ -1,6 +1,6 @@
-// What FLASH_ATTN kernels share: their push constants (FlashAttnPC in vk_op_attention.cc), the
-// query element as the scores use it, the mask and the output row. Include after common.glsl,
-// with K_F16 declared.
+// What the two FLASH_ATTN kernels (flash_attn.comp, flash_attn_decode.comp) share: their push
+// constants (FlashAttnPC in vk_op_attention.cc), the query element as the scores use it, the
+// mask and the output row. Include after common.glsl, with K_F16 declared.
 
 layout(push_constant) uniform PC {
   uint64_t q, k, v, m, d;
