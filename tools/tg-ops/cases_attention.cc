@@ -186,12 +186,9 @@ void AddAttentionCases(std::vector<OpCase>* cases) {
        .v_type = kF32,
        .mask = MaskKind::kCausal,
        .mask_type = kF32},
-  };
-  for (const AttnSpec& s : specs) cases->push_back(AttnCase(s));
-  // Decode shapes (n_q <= 4, hundreds of keys, n_kv no power of two), which GPUs run with
-  // the Vulkan decode kernel: heads of 8 to 256 (teams of 1 to 8 invocations per key on
-  // 8-wide subgroups), GQA, batches, views, a fully masked row among several.
-  const AttnSpec decode_specs[] = {
+      // Decode shapes (n_q <= 4, hundreds of keys, n_kv no power of two), which GPUs run
+      // with the Vulkan decode kernel: heads of 8 to 256 (teams of 1 to 8 invocations per key
+      // on 8-wide subgroups), GQA, batches, views, a fully masked row among several.
       {.d = 64,
        .dv = 64,
        .n_q = 1,
@@ -244,7 +241,7 @@ void AddAttentionCases(std::vector<OpCase>* cases) {
        .n_kv = 130,
        .mask = MaskKind::kRandom},
   };
-  for (const AttnSpec& s : decode_specs) cases->push_back(AttnCase(s));
+  for (const AttnSpec& s : specs) cases->push_back(AttnCase(s));
 }
 
 }  // namespace tg::ops_tool
