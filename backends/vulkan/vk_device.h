@@ -32,12 +32,19 @@ class Timeline;
 // no shared-memory tiles, barriers or subgroup reductions), tiled and subgroup ones for GPUs.
 enum class KernelStyle { kAuto, kCpu, kGpu };
 
+// Whether FLASH_ATTN of few queries (decode) spreads the keys over a workgroup
+// (flash_attn_decode.comp) instead of giving each query one invocation (flash_attn.comp).
+enum class DecodeAttention { kAuto, kOn, kOff };
+
 struct DeviceOptions {
   // Never map device memory, even where the driver could (lavapipe, integrated GPUs): every
   // transfer then takes the staging path of a discrete GPU. For tests (TG_VULKAN_STAGING=1).
   bool force_staging = false;
   // kAuto: by device type. TG_VULKAN_KERNELS=cpu|gpu forces one (tests of both on lavapipe).
   KernelStyle kernels = KernelStyle::kAuto;
+  // kAuto: on for GPUs, off for CPU-type devices (lavapipe). TG_VULKAN_FA_DECODE=1|0 forces
+  // it (tests of the decode kernel on lavapipe).
+  DecodeAttention decode_attention = DecodeAttention::kAuto;
 };
 
 class VulkanDevice : public Device {
@@ -70,6 +77,11 @@ class VulkanDevice : public Device {
   bool register_kernels() const {
     return options_.kernels == KernelStyle::kCpu ||
            (options_.kernels == KernelStyle::kAuto && info_.cpu_type());
+  }
+  // True when FLASH_ATTN of few queries takes the decode kernel (see DecodeAttention).
+  bool decode_attention() const {
+    return options_.decode_attention == DecodeAttention::kOn ||
+           (options_.decode_attention == DecodeAttention::kAuto && !info_.cpu_type());
   }
   Pipelines& pipelines() { return *pipelines_; }
   TransferContext& transfers() { return *transfers_; }

@@ -8,14 +8,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <numeric>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "backends/register_builtin.h"
 #include "backends/vulkan/vk_family.h"
+#include "backends/vulkan/vk_ops.h"
 #include "backends/vulkan/vk_stream.h"
 #include "core/context.h"
 #include "core/graph_allocator.h"
@@ -32,13 +35,19 @@ using ::testing::HasSubstr;
 constexpr char kNoDevice[] =
     "no Vulkan device (install mesa-vulkan-drivers for lavapipe and set TG_VULKAN_CPU=1)";
 
-// Fresh devices of their own (not the registry's), optionally staging every transfer.
-std::vector<std::unique_ptr<VulkanDevice>> FreshDevices(bool staging) {
-  if (staging) setenv("TG_VULKAN_STAGING", "1", 1);
+// Fresh devices of their own (not the registry's), discovered with the environment variable
+// `name` set to `value` (nullptr: as it is).
+std::vector<std::unique_ptr<VulkanDevice>> DevicesWith(const char* name, const char* value) {
+  if (value != nullptr) setenv(name, value, 1);
   absl::StatusOr<std::vector<std::unique_ptr<VulkanDevice>>> d = DiscoverDevices();
-  unsetenv("TG_VULKAN_STAGING");
+  if (value != nullptr) unsetenv(name);
   if (!d.ok()) return {};
   return std::move(*d);
+}
+
+// Fresh devices, optionally staging every transfer.
+std::vector<std::unique_ptr<VulkanDevice>> FreshDevices(bool staging) {
+  return DevicesWith("TG_VULKAN_STAGING", staging ? "1" : nullptr);
 }
 
 // A contiguous F32 tensor of n elements in its own context, placed at `offset` of `buffer`.
@@ -556,6 +565,68 @@ TEST(VulkanDeviceTest, TopKOfLongRowsMatchesTheCpu) {
     ASSERT_EQ(got.size(), static_cast<size_t>(k * kRows));
     EXPECT_EQ(got, want) << "k " << k;
   }
+}
+
+// FLASH_ATTN's decode kernel (flash_attn_decode.comp), which GPUs take for up to 4 queries
+// and lavapipe only with TG_VULKAN_FA_DECODE=1, gives the CPU's results on decode steps of a
+// padded cache: n_kv keys of which the last kPadding are masked and hold NaN in K and V (stale
+// slots must not leak in, also where a subgroup's teams see both sides of the boundary: heads
+// of 16 and 8 have teams of 2 and 1 on lavapipe's 8-wide subgroups), GQA, heads of 8 to 256,
+// F16 and F32 K/V. More queries take the other kernel even when forced.
+TEST(VulkanDeviceTest, DecodeAttentionMatchesTheCpu) {
+  ASSERT_TRUE(RegisterBuiltinBackends().ok());
+  auto forced = DevicesWith("TG_VULKAN_FA_DECODE", "1");
+  auto off = DevicesWith("TG_VULKAN_FA_DECODE", "0");
+  auto plain = DevicesWith("TG_VULKAN_FA_DECODE", nullptr);
+  if (forced.empty() || off.empty() || plain.empty()) GTEST_SKIP() << kNoDevice;
+  VulkanDevice* vk = forced[0].get();
+  constexpr int64_t kPadding = 37;
+  struct Shape {
+    int64_t d, n_q, n_head, n_head_kv, n_kv;
+    DType k_type, v_type;
+  };
+  const Shape shapes[] = {{64, 1, 8, 2, 555, DType::kF16, DType::kF16},
+                          {128, 4, 4, 4, 300, DType::kF32, DType::kF16},
+                          {256, 2, 2, 1, 97, DType::kF16, DType::kF32},
+                          {16, 1, 4, 2, 203, DType::kF16, DType::kF16},
+                          {8, 3, 4, 1, 203, DType::kF16, DType::kF16}};
+  for (const Shape& s : shapes) {
+    auto make = [s](Context& ctx, std::vector<Tensor*>* in) {
+      Tensor* q = *ctx.NewTensor(DType::kF32, {s.d, s.n_q, s.n_head, 1});
+      Tensor* k = *ctx.NewTensor(s.k_type, {s.d, s.n_kv, s.n_head_kv, 1});
+      Tensor* v = *ctx.NewTensor(s.v_type, {s.d, s.n_kv, s.n_head_kv, 1});
+      Tensor* mask = *ctx.NewTensor(DType::kF16, {s.n_kv, s.n_q, 1, 1});
+      *in = {q, k, v, mask};
+      return *FlashAttn(ctx, q, k, v, mask, 1.0f / std::sqrt(static_cast<float>(s.d)));
+    };
+    auto values = [s](size_t input, const Tensor& leaf) {
+      std::vector<float> x = RandomLeaf(input, leaf);
+      const int64_t visible = s.n_kv - kPadding;
+      for (size_t i = 0; i < x.size(); ++i) {
+        const int64_t key =
+            input == 3 ? static_cast<int64_t>(i) % s.n_kv : static_cast<int64_t>(i) / s.d % s.n_kv;
+        if (input == 3) x[i] = key < visible ? 0.0f : -INFINITY;
+        if ((input == 1 || input == 2) && key >= visible) x[i] = NAN;
+      }
+      return x;
+    };
+    const std::string name = absl::StrCat("d ", s.d, ", n_q ", s.n_q);
+    Context ctx;
+    std::vector<Tensor*> in;
+    const Tensor* node = make(ctx, &in);
+    EXPECT_TRUE(UsesDecodeFlashAttn(*vk, *node)) << name;
+    EXPECT_FALSE(UsesDecodeFlashAttn(*off[0], *node)) << name;
+    EXPECT_EQ(UsesDecodeFlashAttn(*plain[0], *node), !plain[0]->info().cpu_type()) << name;
+    const std::vector<float> got = ComputeOn(vk, make, values);
+    const std::vector<float> want = ComputeOn(Registry::Get().CpuDevice(), make, values);
+    ASSERT_EQ(got.size(), want.size()) << name;
+    ASSERT_FALSE(got.empty()) << name;
+    EXPECT_LT(testing::Nmse(got, std::vector<double>(want.begin(), want.end())), 1e-9) << name;
+  }
+  Context ctx;
+  Tensor* q = *ctx.NewTensor(DType::kF32, {64, 5, 2, 1});
+  Tensor* kv = *ctx.NewTensor(DType::kF16, {64, 40, 2, 1});
+  EXPECT_FALSE(UsesDecodeFlashAttn(*vk, **FlashAttn(ctx, q, kv, kv, nullptr, 0.125f)));
 }
 
 TEST(VulkanDeviceTest, ALostDeviceFailsEveryCallWithoutAborting) {

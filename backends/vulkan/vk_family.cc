@@ -40,6 +40,10 @@ absl::StatusOr<std::vector<std::unique_ptr<VulkanDevice>>> DiscoverDevices() {
     if (std::strcmp(k, "cpu") == 0) options.kernels = KernelStyle::kCpu;
     if (std::strcmp(k, "gpu") == 0) options.kernels = KernelStyle::kGpu;
   }
+  if (const char* d = std::getenv("TG_VULKAN_FA_DECODE"); d != nullptr) {
+    if (std::strcmp(d, "1") == 0) options.decode_attention = DecodeAttention::kOn;
+    if (std::strcmp(d, "0") == 0) options.decode_attention = DecodeAttention::kOff;
+  }
   for (VkPhysicalDevice handle : EnumeratePhysical((*instance)->handle())) {
     PhysicalInfo info = QueryPhysical(handle);
     if (info.cpu_type() && !with_cpu) continue;

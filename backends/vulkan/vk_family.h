@@ -2,7 +2,8 @@
 // driver's order. CPU-type devices (Mesa lavapipe) join only with TG_VULKAN_CPU=1, so users get
 // real GPUs while tests can run on any machine; TG_VULKAN_STAGING=1 makes the devices stage
 // every transfer as a discrete GPU would, TG_VULKAN_KERNELS=cpu|gpu picks the MUL_MAT kernels
-// of either kind of device (KernelStyle). Thread-safe.
+// of either kind of device (KernelStyle), TG_VULKAN_FA_DECODE=1|0 the FLASH_ATTN decode kernel
+// (DecodeAttention). Thread-safe.
 #ifndef TENSORGRID_BACKENDS_VULKAN_VK_FAMILY_H_
 #define TENSORGRID_BACKENDS_VULKAN_VK_FAMILY_H_
 
@@ -26,7 +27,7 @@ class VulkanFamily : public DeviceFamily {
   std::vector<std::unique_ptr<VulkanDevice>> devices_;
 };
 
-// The devices the family would register (reads TG_VULKAN_CPU and TG_VULKAN_STAGING). Empty
+// The devices the family would register (reads the TG_VULKAN_* variables above). Empty
 // when there is no Vulkan driver; an error only when TG_VULKAN_VALIDATION=1 cannot be met.
 absl::StatusOr<std::vector<std::unique_ptr<VulkanDevice>>> DiscoverDevices();
 

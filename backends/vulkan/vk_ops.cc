@@ -10,7 +10,8 @@ namespace {
 
 // Sizes, strides and element counts travel as 32-bit push constants.
 constexpr uint64_t kMaxU32 = 0xffffffffull;
-// FLASH_ATTN keeps q and the output row of an invocation in registers (flash_attn.comp).
+// FLASH_ATTN keeps q and the output row of an invocation in registers (flash_attn.comp; the
+// decode kernel, flash_attn_decode.comp, keeps a team's share of them).
 constexpr int64_t kMaxHeadSize = 256;
 // A row longer than kSortCap takes up to 9 walks by kSortGroup invocations (8 radix passes and
 // the gather, sort_rows.glsl): 2^19 elements keep that near 18k of lavapipe's 65535 loop
@@ -46,7 +47,7 @@ size_t ViewOffset(const Tensor& t) {
   return offset;
 }
 
-// flash_attn.comp reads K and V rows as 32-bit words.
+// The FLASH_ATTN kernels read K and V rows as 32-bit words.
 bool WordAligned(const Tensor& t) {
   return ViewOffset(t) % 4 == 0 && t.nb[1] % 4 == 0 && t.nb[2] % 4 == 0 && t.nb[3] % 4 == 0 &&
          (t.type != DType::kF16 || t.ne[0] % 2 == 0);
@@ -58,7 +59,7 @@ bool SupportsFlashAttn(const Tensor& node) {
   const Tensor* v = node.src[2];
   const Tensor* mask = node.src[3];
   if (!RowsContiguous(*q) || !RowsContiguous(*k) || !RowsContiguous(*v)) return false;
-  // flash_attn.comp reads F16 or F32 K and V rows (one variant each).
+  // The FLASH_ATTN kernels read F16 or F32 K and V rows (one variant each).
   for (const Tensor* kv : {k, v}) {
     if (kv->type != DType::kF16 && kv->type != DType::kF32) return false;
   }

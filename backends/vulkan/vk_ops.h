@@ -67,6 +67,9 @@ absl::Status RecordGateUpSwiglu(Recorder& rec, const Tensor* gate, const Tensor*
                                 const Tensor* swiglu);
 absl::Status RecordRmsNormMul(Recorder& rec, const Tensor* norm, const Tensor* mul);
 absl::Status RecordFlashAttn(Recorder& rec, const Tensor* node);
+// True when `node` (a FLASH_ATTN) runs the decode kernel on `device`: few queries and a device
+// that takes it (VulkanDevice::decode_attention).
+bool UsesDecodeFlashAttn(const VulkanDevice& device, const Tensor& node);
 uint64_t MulMatScratchBytes(const Tensor& node);
 
 // Narrowing for push constants: SupportsNode keeps every size and stride below 2^32.

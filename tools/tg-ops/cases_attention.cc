@@ -1,6 +1,7 @@
 // FLASH_ATTN cases: F16 and F32 K/V (also mixed), GQA, masks (f32/f16, causal, random -inf,
 // a fully masked row, padded rows), n_q 1 and > 1, odd n_kv, batches, Dv != D, a permuted q
-// and K/V that are views of a larger cache.
+// and K/V that are views of a larger cache; decode shapes (n_q <= 4, hundreds of keys, heads
+// of 8 to 256).
 #include <cmath>
 #include <string>
 
@@ -185,6 +186,60 @@ void AddAttentionCases(std::vector<OpCase>* cases) {
        .v_type = kF32,
        .mask = MaskKind::kCausal,
        .mask_type = kF32},
+      // Decode shapes (n_q <= 4, hundreds of keys, n_kv no power of two), which GPUs run
+      // with the Vulkan decode kernel: heads of 8 to 256 (teams of 1 to 8 invocations per key
+      // on 8-wide subgroups), GQA, batches, views, a fully masked row among several.
+      {.d = 64,
+       .dv = 64,
+       .n_q = 1,
+       .n_head = 8,
+       .n_head_kv = 2,
+       .n_kv = 300,
+       .mask = MaskKind::kRandom,
+       .views = true},
+      {.d = 128,
+       .dv = 128,
+       .n_q = 4,
+       .n_head = 4,
+       .n_head_kv = 2,
+       .n_kv = 383,
+       .batch = 2,
+       .k_type = kF32,
+       .v_type = kF32,
+       .mask = MaskKind::kCausal,
+       .mask_type = kF32},
+      {.d = 8,
+       .dv = 8,
+       .n_q = 1,
+       .n_head = 8,
+       .n_head_kv = 4,
+       .n_kv = 200,
+       .batch = 3,
+       .mask = MaskKind::kRandom},
+      {.d = 96,
+       .dv = 96,
+       .n_q = 3,
+       .n_head = 6,
+       .n_head_kv = 2,
+       .n_kv = 161,
+       .v_type = kF32,
+       .mask = MaskKind::kFullyMaskedRow,
+       .mask_type = kF32,
+       .mask_rows = 8},
+      {.d = 16,
+       .dv = 16,
+       .n_q = 2,
+       .n_head = 4,
+       .n_head_kv = 1,
+       .n_kv = 150,
+       .mask = MaskKind::kCausal},
+      {.d = 256,
+       .dv = 256,
+       .n_q = 1,
+       .n_head = 2,
+       .n_head_kv = 1,
+       .n_kv = 130,
+       .mask = MaskKind::kRandom},
   };
   for (const AttnSpec& s : specs) cases->push_back(AttnCase(s));
 }

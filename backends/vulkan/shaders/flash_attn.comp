@@ -22,25 +22,13 @@ layout(constant_id = 3) const uint HEAD = 64;
 layout(constant_id = 4) const uint HEAD_V = 64;
 layout(constant_id = 5) const uint SG = 8;  // the device's subgroup size = the workgroup size.
 
-layout(push_constant) uniform PC {
-  uint64_t q, k, v, m, d;
-  uint q_nb1, q_nb2, q_nb3, m_nb1;
-  uint k_nb1, k_nb2, k_nb3, m_type;
-  uint v_nb1, v_nb2, v_nb3, n_kv;
-  uint n_q, H, H_kv, B;
-  float scale;
-} pc;
+#include "flash_attn_common.glsl"
 
 // 32-bit words per row: pairs of halves, or floats. (F16 heads are even: SupportsNode.)
 const uint KW = K_F16 != 0u ? HEAD / 2u : HEAD;
 const uint VW = V_F16 != 0u ? HEAD_V / 2u : HEAD_V;
 const uint KL = (KW + SG - 1u) / SG;  // words each invocation loads.
 const uint VL = (VW + SG - 1u) / SG;
-
-float q_elem(uint64_t qrow, uint c) {
-  const float x = F32s(qrow).v[c];
-  return K_F16 != 0u ? f16_to_f32(f32_to_f16(x)) : x;
-}
 
 void main() {
   const uint lane = gl_LocalInvocationID.x;
@@ -56,16 +44,13 @@ void main() {
   const uint64_t kbase = pc.k + uint64_t(hk) * pc.k_nb2 + uint64_t(b) * pc.k_nb3;
   const uint64_t vbase = pc.v + uint64_t(hk) * pc.v_nb2 + uint64_t(b) * pc.v_nb3;
   const uint64_t mrow = pc.m != 0ul ? pc.m + uint64_t(valid ? i : 0u) * pc.m_nb1 : 0ul;
-  const bool mask_f16 = pc.m_type == T_F16;
-  const float neg_inf = uintBitsToFloat(0xff800000u);
-  float m_run = neg_inf;
+  float m_run = neg_inf();
   float l_run = 0.0;
   float acc[HEAD_V];
   [[unroll]] for (uint c = 0u; c < HEAD_V; ++c) acc[c] = 0.0;
   for (uint j = 0u; j < pc.n_kv; ++j) {
-    float mv = 0.0;
-    if (pc.m != 0ul) mv = mask_f16 ? f16_to_f32(uint(U16s(mrow).v[j])) : F32s(mrow).v[j];
-    const bool masked = !valid || (isinf(mv) && mv < 0.0);
+    const float mv = mask_at(mrow, j);
+    const bool masked = !valid || is_neg_inf(mv);
     // Keys no invocation sees (the causal future, the padding of a decode step's cache) cost
     // one mask load. The branch is uniform: the shuffles below stay legal.
     if (subgroupAll(masked)) continue;
@@ -90,9 +75,9 @@ void main() {
         dot += q[c] * uintBitsToFloat(word);
       }
     }
-    const float s = masked ? neg_inf : dot * pc.scale + mv;
+    const float s = masked ? neg_inf() : dot * pc.scale + mv;
     const float m_new = max(m_run, s);
-    const bool none = isinf(m_new) && m_new < 0.0;  // nothing visible so far.
+    const bool none = is_neg_inf(m_new);  // nothing visible so far.
     const float correction = none ? 1.0 : exp(m_run - m_new);
     const float p = masked || none ? 0.0 : exp(s - m_new);
     m_run = m_new;
@@ -109,9 +94,7 @@ void main() {
     }
   }
   if (!valid) return;
-  // dst [Dv, H, n_q, B], contiguous.
-  const uint64_t dst_row =
-      pc.d + (uint64_t(h) + uint64_t(pc.H) * (uint64_t(i) + uint64_t(pc.n_q) * b)) * HEAD_V * 4u;
+  const uint64_t drow = dst_row(h, i, b, HEAD_V);
   const float inv = l_run > 0.0 ? 1.0 / l_run : 0.0;
-  [[unroll]] for (uint c = 0u; c < HEAD_V; ++c) F32s(dst_row).v[c] = acc[c] * inv;
+  [[unroll]] for (uint c = 0u; c < HEAD_V; ++c) F32s(drow).v[c] = acc[c] * inv;
 }
