@@ -16,7 +16,7 @@ model="${GPTOSS_BENCH_MODEL:-/tmp/gptoss_bench_q8.gguf}"
 for round in $(seq 1 "$rounds"); do
   echo "== round $round: $(uptime)"
   flock /tmp/tg-bench.lock "$bin/tg-bench/tg-bench" -m "$model" -t 2 -r "$reps" -p 512 -n 128
-  for c in haswell zen4; do
+  for c in haswell $(grep -qw avx512f /proc/cpuinfo && echo zen4); do  # zen4: AVX-512 only.
     echo "== peer $c: $(uptime)"
     PEER_CPU=$c flock /tmp/tg-bench.lock bash "$root/../shared/peer/llama-cpp-peer.sh" bench \
       "$model" 2 512 128 "$reps"

@@ -137,18 +137,19 @@ TEST_P(VulkanModelTest, TokensMatchTheCpuUpToNearTies) {
               c.type, kSteps, worst, ties);
 }
 
-// q4_k_m mixes Q4_K, Q6_K and (rows of 288 are no multiple of 256: llama.cpp's fallback)
-// Q5_0 tensors; q5_k Q5_K and Q5_1 ones; both run on Vulkan0 alone. q4_k runs split with the
-// CPU by layers.
+// q4_k holds Q4_K and (rows of 288 are no multiple of 256: llama.cpp's fallback) Q5_0
+// tensors, q4_k_m also Q6_K ones, q5_k Q5_K and Q5_1 ones; all run on Vulkan0 alone, and q4_k
+// once more split with the CPU by layers.
 INSTANTIATE_TEST_SUITE_P(Synth15m, VulkanModelTest,
                          ::testing::Values(Case{"f32", 1e-5, 1e-5}, Case{"q8_0", 1e-2, 2e-3},
-                                           Case{"q4_0", 1e-2, 2e-3},
+                                           Case{"q4_0", 1e-2, 2e-3}, Case{"q4_k", 1e-2, 2e-3},
                                            Case{"q4_k", 1e-2, 2e-3, true},
                                            Case{"q4_k_m", 1e-2, 2e-3},
                                            Case{"q5_k", 1e-2, 2e-3},
                                            Case{"f32", 1e-5, 1e-5, false, true}),
                          [](const auto& info) {
-                           return absl::StrCat(info.param.type, info.param.moe ? "_qwen3moe" : "");
+                           return absl::StrCat(info.param.type, info.param.with_cpu ? "_with_cpu" : "",
+                                               info.param.moe ? "_qwen3moe" : "");
                          });
 
 }  // namespace
