@@ -144,11 +144,11 @@ INSTANTIATE_TEST_SUITE_P(Synth15m, VulkanModelTest,
                          ::testing::Values(Case{"f32", 1e-5, 1e-5}, Case{"q8_0", 1e-2, 2e-3},
                                            Case{"q4_0", 1e-2, 2e-3}, Case{"q4_k", 1e-2, 2e-3},
                                            Case{"q4_k", 1e-2, 2e-3, true},
-                                           Case{"q4_k_m", 1e-2, 2e-3},
-                                           Case{"q5_k", 1e-2, 2e-3},
+                                           Case{"q4_k_m", 1e-2, 2e-3}, Case{"q5_k", 1e-2, 2e-3},
                                            Case{"f32", 1e-5, 1e-5, false, true}),
                          [](const auto& info) {
-                           return absl::StrCat(info.param.type, info.param.with_cpu ? "_with_cpu" : "",
+                           return absl::StrCat(info.param.type,
+                                               info.param.with_cpu ? "_with_cpu" : "",
                                                info.param.moe ? "_qwen3moe" : "");
                          });
 
