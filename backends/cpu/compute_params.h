@@ -27,6 +27,9 @@ struct ComputeParams {
   Barrier* barrier = nullptr;  // all nth threads; nullptr when nth == 1.
 
   KernelError* error = nullptr;  // where Fail() reports; never nullptr inside a stream.
+  // The graph's weights are more than the last-level cache keeps between steps, so every
+  // product reads its weights from DRAM (WeightsComeFromMemory).
+  bool weights_from_memory = false;
 
   // Records a run-time error (the kernel then skips the bad item and carries on, so that all
   // threads still reach the same Sync calls).

@@ -84,6 +84,7 @@ absl::Status CpuStream::Compute(Graph& graph) {
       (reinterpret_cast<uintptr_t>(wdata_.data()) + kScratchAlign - 1) & ~(kScratchAlign - 1));
   KernelError error;
   const Tensor* failed_node = nullptr;
+  const bool weights_from_memory = WeightsComeFromMemory(graph);
   pool_.Run([&](int ith) {
     ComputeParams p;
     p.ith = ith;
@@ -92,6 +93,7 @@ absl::Status CpuStream::Compute(Graph& graph) {
     p.wsize = wsize;
     p.barrier = pool_.size() > 1 ? &barrier_ : nullptr;
     p.error = &error;
+    p.weights_from_memory = weights_from_memory;
     for (Tensor* node : graph.nodes) {
       if (IsViewOp(node->op) || node->NumElements() == 0) continue;
       RunNode(p, node);

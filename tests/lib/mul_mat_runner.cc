@@ -10,7 +10,7 @@
 
 namespace tg::testing {
 
-void RunMulMatKernel(Tensor* dst, int nth, cpu::KernelError* error) {
+void RunMulMatKernel(Tensor* dst, int nth, cpu::KernelError* error, bool weights_from_memory) {
   const bool id = dst->op == Op::kMulMatId;
   const size_t wsize = id ? cpu::MulMatIdWorkSize(dst, nth) : cpu::MulMatWorkSize(dst, nth);
   std::vector<uint8_t> work(wsize + 1);
@@ -25,6 +25,7 @@ void RunMulMatKernel(Tensor* dst, int nth, cpu::KernelError* error) {
       p.wsize = wsize;
       p.barrier = nth > 1 ? &barrier : nullptr;
       p.error = error;
+      p.weights_from_memory = weights_from_memory;
       if (id) {
         cpu::ComputeMulMatId(p, dst);
       } else {
@@ -35,7 +36,7 @@ void RunMulMatKernel(Tensor* dst, int nth, cpu::KernelError* error) {
   for (std::thread& t : threads) t.join();
 }
 
-std::vector<float> RunMulMat(Tensor* a, Tensor* b, int nth) {
+std::vector<float> RunMulMat(Tensor* a, Tensor* b, int nth, bool weights_from_memory) {
   Tensor dst;
   dst.type = DType::kF32;
   dst.ne[0] = a->ne[1], dst.ne[1] = b->ne[1], dst.ne[2] = b->ne[2], dst.ne[3] = b->ne[3];
@@ -46,7 +47,7 @@ std::vector<float> RunMulMat(Tensor* a, Tensor* b, int nth) {
   dst.src[0] = a;
   dst.src[1] = b;
   cpu::KernelError error;
-  RunMulMatKernel(&dst, nth, &error);
+  RunMulMatKernel(&dst, nth, &error, weights_from_memory);
   EXPECT_FALSE(error.set.load()) << error.message;
   return out;
 }

@@ -9,12 +9,16 @@
 #include <cstddef>
 
 #include "backends/cpu/compute_params.h"
+#include "core/graph.h"
 #include "core/tensor.h"
 
 namespace tg::cpu {
 
 void ComputeGetRows(const ComputeParams& p, Tensor* dst);
 void ComputeSetRows(const ComputeParams& p, Tensor* dst);
+// Whether the weights of the graph's products (MUL_MAT, MUL_MAT_ID) together exceed what
+// the last-level cache keeps from one step to the next (ComputeParams::weights_from_memory).
+bool WeightsComeFromMemory(const Graph& graph);
 void ComputeMulMat(const ComputeParams& p, Tensor* dst);
 size_t MulMatWorkSize(const Tensor* dst, int nth);
 void ComputeMulMatId(const ComputeParams& p, Tensor* dst);

@@ -94,7 +94,7 @@ class MulMatPathsTest : public ::testing::TestWithParam<DType> {};
 // Decode-sized products (1-4 columns; float rows one at a time, merged row runs, Q4_0 tails)
 // and prefill-sized ones (17-70 columns; the packed GEMM for the 32-element block types with
 // row and column tails), at K = 288 (Q4_0: 9 blocks, no full 16-block chunk) and 768 (one chunk + 8
-// blocks).
+// blocks); decode both in cached tiles of rows and one row at a time (weights from memory).
 TEST_P(MulMatPathsTest, StoriesShapesMatchReference) {
   const DType type = GetParam();
   int run = 0;
@@ -102,12 +102,16 @@ TEST_P(MulMatPathsTest, StoriesShapesMatchReference) {
     if (k % BlockSize(type) != 0) continue;
     for (int64_t m : {1, 15, 16, 33, 250}) {
       for (int64_t n : {1, 2, 4, 17, 70}) {
-        const int nth = 1 + run % 3;
-        Owned a = MakeWeights(type, k, m, 10 + run);
-        Owned b = MakeF32(k, n, 20 + run);
-        EXPECT_LT(Nmse(RunMulMat(&a.t, &b.t, nth), Reference(a.t, b.t)), Tolerance(type))
-            << DTypeName(type) << " K=" << k << " M=" << m << " N=" << n << " threads=" << nth;
-        ++run;
+        for (bool from_memory : {false, true}) {
+          const int nth = 1 + run % 3;
+          Owned a = MakeWeights(type, k, m, 10 + run);
+          Owned b = MakeF32(k, n, 20 + run);
+          EXPECT_LT(Nmse(RunMulMat(&a.t, &b.t, nth, from_memory), Reference(a.t, b.t)),
+                    Tolerance(type))
+              << DTypeName(type) << " K=" << k << " M=" << m << " N=" << n << " threads=" << nth
+              << " weights from memory " << from_memory;
+          ++run;
+        }
       }
     }
   }

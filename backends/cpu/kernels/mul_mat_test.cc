@@ -365,14 +365,17 @@ TEST_P(MulMatIdTypeTest, MatchesReference) {
   int run = 0;
   for (int64_t b_rows : {int64_t{1}, int64_t{3}}) {
     for (int64_t tokens : {1, 9}) {
-      const int nth = 1 + run % 4;
-      MulMatIdCase c = MakeIdCase(type, k, 21, 5, 3, b_rows, tokens, 1200 + run);
-      KernelError error;
-      RunMulMatKernel(&c.dst.t, nth, &error);
-      EXPECT_FALSE(error.set.load()) << error.message;
-      EXPECT_LT(Nmse(Output(c), ReferenceMulMatId(c)), Tolerance(type))
-          << Describe(type, k, 21, tokens, nth) << " b_rows " << b_rows;
-      ++run;
+      for (bool from_memory : {false, true}) {  // tiles of rows, or one row at a time.
+        const int nth = 1 + run % 4;
+        MulMatIdCase c = MakeIdCase(type, k, 21, 5, 3, b_rows, tokens, 1200 + run);
+        KernelError error;
+        RunMulMatKernel(&c.dst.t, nth, &error, from_memory);
+        EXPECT_FALSE(error.set.load()) << error.message;
+        EXPECT_LT(Nmse(Output(c), ReferenceMulMatId(c)), Tolerance(type))
+            << Describe(type, k, 21, tokens, nth) << " b_rows " << b_rows
+            << " weights from memory " << from_memory;
+        ++run;
+      }
     }
   }
 }
