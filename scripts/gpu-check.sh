@@ -119,6 +119,12 @@ compare() {  # name model compare_devices.py-args...
     --require "$dev" --label "$name" "$@"
 }
 
+# The top-5 logit tolerance against the CPU for a model tag: 1e-2 for the quantized models
+# (their activations' rounding flips, see stage_correctness), 1e-3 otherwise.
+logit_tol() {
+  case $1 in *q4_0 | *q8_0 | *q4_k) echo 1e-2 ;; *) echo 1e-3 ;; esac
+}
+
 stage_correctness() {
   run_check "tg_ops_${dev,,}" python3 "$here/run_if_device.py" --tg-run "$bin/tg-run" --device "$dev" \
     --expect '[1-9][0-9]* passed, 0 failed' -- "$bin/tg-ops" test -b "$dev"
@@ -152,8 +158,9 @@ stage_correctness() {
   # ones) keep 1e-3 and 32 identical tokens on both prompts.
   for m in "${models[@]}"; do
     tag=$(basename "$m" .gguf)
-    local tol=1e-3 long=(--tokens-only)
-    case $tag in *q4_0 | *q8_0 | *q4_k) tol=1e-2 long=(--n 1 --tol 1e-2) ;; esac
+    local tol long=(--tokens-only)
+    tol=$(logit_tol "$tag")
+    [ "$tol" = 1e-3 ] || long=(--n 1 --tol "$tol")
     # Short prompt (matrix-vector path, CUDA graphs) with an F32 cache: the CPU's tokens and logits.
     compare "${tag}_${dev,,}" "$m" --base "--device $base" --test "--device $dev" --kv-type f32 --tol "$tol"
     # A long prompt (int8 tiles or cuBLAS, F16 cache): the CPU's tokens (float weights), the
@@ -169,10 +176,8 @@ stage_correctness() {
   # Tensor parallelism over two slices of the GPU: the CUDA collectives (peer-to-peer).
   for m in "$here/models/stories260K.gguf" "$work/synth15m-q4_0.gguf"; do
     tag=$(basename "$m" .gguf)
-    local slice_tol=1e-3
-    [[ $tag == *q4_0 ]] && slice_tol=1e-2  # quantized activations: see the models above.
     TG_CUDA_DEVICES=2 compare "${tag}_sm_tensor_slices" "$m" --base "--device $base" \
-      --test "-sm tensor --device ${split_devs}" --tol "$slice_tol"
+      --test "-sm tensor --device ${split_devs}" --tol "$(logit_tol "$tag")"
   done
   # rpc-server on its default devices (-d 0 is the first GPU) on loopback, used by tg-run.
   compare rpc_server_d0 "$here/models/stories260K.gguf" --base "--device $base" \

@@ -46,6 +46,7 @@ absl::Status PeerPushes::Send(const pb::PeerPush& cmd,
   if (sources.size() != static_cast<size_t>(cmd.pieces_size())) {
     return absl::InternalError("peer_push: a source buffer per piece expected");
   }
+  for (const pb::PushPiece& p : cmd.pieces()) TG_RETURN_IF_ERROR(LostStatus(p.grant()));
   TG_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, peers_->ChannelFor(cmd.endpoint()));
   pb::PeerDeliverRequest request;
   for (int i = 0; i < cmd.pieces_size(); ++i) {
@@ -57,7 +58,6 @@ absl::Status PeerPushes::Send(const pb::PeerPush& cmd,
     data->resize(p.size());
     TG_RETURN_IF_ERROR(sources[i]->Read(p.offset(), data->data(), p.size()));
   }
-  if (absl::Status lost = LostBefore(cmd); !lost.ok()) return lost;
   auto stub = pb::TensorGrid::NewStub(channel);
   auto deliver = [&](bool wait_for_ready, absl::Duration limit) {
     grpc::ClientContext ctx;
@@ -81,17 +81,12 @@ absl::Status PeerPushes::Send(const pb::PeerPush& cmd,
   return result;
 }
 
-absl::Status PeerPushes::LostBefore(const pb::PeerPush& cmd) {
+absl::Status PeerPushes::LostStatus(const std::string& grant) {
   absl::MutexLock lock(&lost_mu_);
-  for (const pb::PushPiece& p : cmd.pieces()) {
-    if (auto it = lost_.find(p.grant()); it != lost_.end()) return Again(it->second);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status PeerPushes::Again(const absl::Status& lost) {
-  return absl::Status(lost.code(),
-                      absl::StrCat("an earlier piece of this buffer was lost: ", lost.message()));
+  auto it = lost_.find(grant);
+  if (it == lost_.end()) return absl::OkStatus();
+  return absl::Status(it->second.code(), absl::StrCat("an earlier piece of this buffer was lost: ",
+                                                      it->second.message()));
 }
 
 void PeerPushes::RecordLost(const std::string& grant, const absl::Status& status) {
@@ -136,10 +131,7 @@ absl::Status PeerPushes::Receive(const pb::PeerDeliverRequest& request) {
 absl::Status PeerPushes::Await(const pb::AwaitPush& cmd, const std::string& grant,
                                SessionBuffer& dst) {
   TG_RETURN_IF_ERROR(dst.CheckRange(cmd.dst_offset(), cmd.size()));
-  {
-    absl::MutexLock lock(&lost_mu_);
-    if (auto it = lost_.find(grant); it != lost_.end()) return Again(it->second);
-  }
+  TG_RETURN_IF_ERROR(LostStatus(grant));
   absl::Status status = AwaitPiece(cmd, grant, dst);
   if (absl::IsDeadlineExceeded(status) || absl::IsUnavailable(status)) RecordLost(grant, status);
   return status;

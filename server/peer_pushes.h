@@ -80,9 +80,8 @@ class PeerPushes {
   // Await's wait for the piece and its write into dst.
   absl::Status AwaitPiece(const tensorgrid::v1::AwaitPush& cmd, const std::string& grant,
                           SessionBuffer& dst);
-  // The lost-grant bookkeeping (see Await).
-  absl::Status LostBefore(const tensorgrid::v1::PeerPush& cmd) ABSL_LOCKS_EXCLUDED(lost_mu_);
-  static absl::Status Again(const absl::Status& lost);
+  // The lost-grant bookkeeping (see Await): OK, or the error that lost a piece of `grant`.
+  absl::Status LostStatus(const std::string& grant) ABSL_LOCKS_EXCLUDED(lost_mu_);
   void RecordLost(const std::string& grant, const absl::Status& status)
       ABSL_LOCKS_EXCLUDED(lost_mu_);
 
