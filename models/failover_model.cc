@@ -9,6 +9,23 @@
 #include "models/failover_plan.h"
 
 namespace tg {
+namespace {
+
+// Reads the replies still on their way from the devices of `left`: a graph of the old model
+// that waited on a piece from the lost server fails on a server left, often after the client
+// saw the loss itself, and that error would fail the reload's first call on that server.
+// Such errors are about the old model and are dropped; one that names a server of `left`
+// is returned: that server is lost too.
+absl::Status DrainServersLeft(const DevicePlan& left) {
+  for (Device* device : left.devices) {
+    TG_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device->CreateStream());
+    const absl::Status drained = stream->Synchronize();
+    if (LostServer(drained, left).has_value()) return drained;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<FailoverModel>> FailoverModel::Load(const std::string& path,
                                                                    const LoadOptions& options,
@@ -35,6 +52,10 @@ absl::StatusOr<FailoverEvent> FailoverModel::Recover(const absl::Status& error) 
     absl::StrAppend(&event.server, event.server.empty() ? "" : ",", *lost);
     TG_ASSIGN_OR_RETURN(options_.plan, PlanWithout(options_.plan, *lost, reason));
     model_.reset();  // its buffers on the servers left go before the new ones are made.
+    if (absl::Status drained = DrainServersLeft(options_.plan); !drained.ok()) {
+      reason = drained;
+      continue;
+    }
     absl::StatusOr<std::unique_ptr<LlamaModel>> model = LlamaModel::Load(path_, options_);
     if (model.ok()) {
       model_ = std::move(*model);

@@ -3,7 +3,8 @@
 // Recover() drops that server's devices (the same split mode, -ts renormalised; one device
 // left runs -sm none) and loads the model from its file again on the rest; servers that hold
 // the weights in their --cache or model dir take them from there. Sessions on the old model
-// must be gone before Recover() (FailoverSession sees to its own). Not thread-safe.
+// must be gone before Recover() (FailoverSession sees to its own); replies the servers left
+// still owe the old model are read and dropped first. Not thread-safe.
 #ifndef TENSORGRID_MODELS_FAILOVER_MODEL_H_
 #define TENSORGRID_MODELS_FAILOVER_MODEL_H_
 

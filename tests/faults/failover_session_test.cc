@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "backends/register_builtin.h"
 #include "client/connection.h"
+#include "client/remote_buffer.h"
 #include "client/remote_device.h"
 #include "core/registry.h"
 #include "gmock/gmock.h"
@@ -312,6 +313,30 @@ TEST_F(FailoverSessionTest, AnErrorThatNamesNoServerLeavesTheSessionAsItWas) {
   EXPECT_EQ(session->failovers(), 0);
   EXPECT_EQ(session->n_past(), static_cast<int64_t>(prompt_.size()));
   EXPECT_TRUE(session->Decode(prompt_).ok());
+}
+
+// A server left can still owe a reply that fails because of the lost one (a graph that
+// waited on its piece, here a pull from it): that error must not fail the reload there.
+TEST_F(FailoverSessionTest, AServerLeftThatStillOwesAnErrorAboutTheLostOneTakesTheReload) {
+  auto model = *FailoverModel::Load(path_, Layers(2), /*failover=*/true);
+  auto buffer = *remotes_[1]->default_buffer_type()->Allocate(256);
+  Lose(0);
+  namespace pb = ::tensorgrid::v1;
+  pb::SessionRequest pull;
+  pull.mutable_peer_pull()->set_endpoint(Endpoint(0));
+  pull.mutable_peer_pull()->set_grant("the lost server's grant");
+  pull.mutable_peer_pull()->set_size(256);
+  pull.mutable_peer_pull()->set_dst_buffer(static_cast<rpc::RemoteBuffer*>(buffer.get())->handle());
+  ASSERT_TRUE(families_[1]->connection()->Post(std::move(pull)).ok());
+  buffer.reset();
+  const absl::StatusOr<FailoverEvent> event =
+      model->Recover(absl::UnavailableError(absl::StrCat("rpc-server ", Endpoint(0), " is gone")));
+  ASSERT_TRUE(event.ok()) << event.status();
+  EXPECT_EQ(event->server, Endpoint(0));
+  EXPECT_THAT(event->plan.devices, ::testing::ElementsAre(remotes_[1]));
+  auto session = *FailoverSession::Create(*model, Options());
+  const std::vector<int32_t> want = Reference();
+  EXPECT_EQ(Argmax(*session->Decode(prompt_)), want[0]);
 }
 
 }  // namespace
