@@ -176,6 +176,13 @@ absl::StatusOr<pb::OpenModelFileReply> Connection::OpenModelFile(absl::string_vi
   return reply.model_file();
 }
 
+absl::StatusOr<uint64_t> Connection::CacheBlobs() {
+  Request request;
+  request.mutable_cache_stats();
+  TG_ASSIGN_OR_RETURN(Reply reply, Call(std::move(request)));
+  return reply.cache_stats().cache_blobs();
+}
+
 namespace {
 
 grpc::ByteBuffer Serialized(const pb::UploadMessage& message) {
@@ -224,6 +231,8 @@ absl::StatusOr<UploadResult> Connection::UploadOnce(const UploadJob& job,
     h->set_sha256(digest->data(), digest->size());
     h->set_model_file(job.model_file);
     h->set_file_offset(job.file_offset);
+  } else {
+    h->set_store(job.store);
   }
   UploadResult result;
   pb::UploadReply reply;

@@ -60,6 +60,11 @@ class Connection {
   bool HasModelDir() const {
     return hello_.protocol_minor() >= rpc::kMinorModelFiles && hello_.has_model_dir();
   }
+  // Whether the server hashes and stores bytes sent without a hash (UploadHeader.store):
+  // a cache, and protocol minor 6.
+  bool StoresUnhashed() const {
+    return hello_.protocol_minor() >= rpc::kMinorStoreUnhashed && hello_.has_cache();
+  }
   int upload_streams() const { return options_.upload_streams; }
 
   // The session commands (SessionChannel's rules), after the uploads in flight: Call sends
@@ -105,6 +110,8 @@ class Connection {
   // none, PERMISSION_DENIED for a name outside its --model-dir.
   absl::StatusOr<tensorgrid::v1::OpenModelFileReply> OpenModelFile(absl::string_view name,
                                                                    const ModelIdentity& identity);
+  // How many blobs the server's cache holds now (CacheStats; 0 without a cache).
+  absl::StatusOr<uint64_t> CacheBlobs();
   // Reads a range over a Download stream.
   absl::Status Download(uint64_t buffer, uint64_t offset, void* data, size_t size);
 

@@ -24,6 +24,7 @@ namespace {
 struct ServerPlan {
   Connection* connection = nullptr;
   bool need_digest = false;  // it can use piece hashes (a cache, or its own copy of the file).
+  bool store = false;        // its cache is empty: it hashes and stores what it gets itself.
   uint64_t model_file = 0;   // OpenModelFile handle; 0: it has no copy.
   std::string model_file_name;
   uint64_t bytes = 0;
@@ -68,6 +69,13 @@ absl::StatusOr<std::vector<ServerPlan>> PlanServers(
           return file.status();
         }
       }
+      // An empty cache has none of the pieces: hashing them here would only slow the load
+      // (the server hashes what it stores anyway).
+      if (plan.need_digest && plan.model_file == 0 && conn->StoresUnhashed()) {
+        TG_ASSIGN_OR_RETURN(const uint64_t blobs, conn->CacheBlobs());
+        plan.store = blobs == 0;
+        plan.need_digest = !plan.store;
+      }
       plans.push_back(std::move(plan));
     }
     plans[it->second].bytes += c.range.size;
@@ -96,10 +104,16 @@ std::vector<Job> MakeJobs(const ModelFileView& file, absl::Span<const WeightCopy
       u.borrowed = file.bytes.data() + u.file_offset;
       u.borrowed_size = std::min(kPieceBytes, c.range.size - done);
       u.cacheable = plan.need_digest;
+      u.store = plan.store;
       u.model_file = plan.model_file;
       auto it = known.find(u.file_offset);
-      if (u.cacheable && it != known.end() && it->second->range.size == u.borrowed_size) {
+      if ((plan.need_digest || plan.store) && it != known.end() &&
+          it->second->range.size == u.borrowed_size) {
+        // A sidecar's digest costs nothing to send, and the server checks it (a stale
+        // sidecar is found) as it hashes what it stores.
         u.digest = it->second->digest;
+        u.cacheable = true;
+        u.store = false;
       }
       jobs.push_back(std::move(job));
     }
@@ -141,8 +155,8 @@ absl::StatusOr<std::vector<BufferLoad>> UploadModelWeights(const ModelFileView& 
       IdentityOf(file.bytes.subspan(0, file.data_start), file.bytes.size());
   absl::flat_hash_map<Connection*, size_t> index;
   TG_ASSIGN_OR_RETURN(std::vector<ServerPlan> plans, PlanServers(copies, identity, &index));
-  const bool any_digest =
-      std::any_of(plans.begin(), plans.end(), [](const ServerPlan& p) { return p.need_digest; });
+  const bool any_digest = std::any_of(plans.begin(), plans.end(),
+                                      [](const ServerPlan& p) { return p.need_digest || p.store; });
   const std::vector<FileRange> pieces = SplitIntoPieces(file.tensors);
   std::optional<std::vector<PieceHash>> sidecar;
   if (any_digest) sidecar = ReadSidecarFor(file, pieces, warn);
@@ -154,7 +168,7 @@ absl::StatusOr<std::vector<BufferLoad>> UploadModelWeights(const ModelFileView& 
 
   // Per buffer: what its jobs did, filled in by the pools' threads.
   struct Tally {
-    std::atomic<uint64_t> sent{0}, cached{0}, from_file{0}, bytes{0};
+    std::atomic<uint64_t> sent{0}, cached{0}, from_file{0}, bytes{0}, hashed{0};
     std::atomic<int64_t> last_done_ns{0};
   };
   const absl::Time start = absl::Now();
@@ -213,7 +227,10 @@ absl::StatusOr<std::vector<BufferLoad>> UploadModelWeights(const ModelFileView& 
     });
     status = ParallelForEach(jobs.size(), hashing ? options.hash_threads : 1, [&](size_t i) {
       UploadJob& u = jobs[i].upload;
-      if (u.cacheable && !u.digest.has_value()) u.digest = Sha256(u.data(), u.size());
+      if (u.cacheable && !u.digest.has_value()) {
+        u.digest = Sha256(u.data(), u.size());
+        tally_of.at(jobs[i].buffer)->hashed += u.size();
+      }
       return plans[jobs[i].server].connection->QueueUpload(std::move(u));
     });
     for (const ServerPlan& p : plans) {
@@ -232,6 +249,7 @@ absl::StatusOr<std::vector<BufferLoad>> UploadModelWeights(const ModelFileView& 
     load.sent = t->sent.load();
     load.cached = t->cached.load();
     load.from_file = t->from_file.load();
+    load.hashed = t->hashed.load();
     load.seconds = t->last_done_ns.load() / 1e9;
     load.model_file = plans[index.at(conn)].model_file_name;
     loads.push_back(std::move(load));

@@ -4,7 +4,8 @@
 //   - the bytes go from the mapped file to gRPC without a copy;
 //   - piece hashes (proto/model_identity.h) come from the file's .tghash sidecar when it is
 //     valid, else are computed on all cores while earlier pieces are already being sent, and
-//     not at all when no server can use them (no cache, no copy of the file);
+//     not at all when no server can use them (no cache, no copy of the file, or an empty
+//     cache: that server hashes what it stores itself);
 //   - a server that has the same file under its --model-dir reads each piece from its own
 //     disk (OpenModelFile) and one with a weight cache answers from it: no bytes cross the
 //     network for those.
@@ -47,6 +48,7 @@ struct BufferLoad {
   uint64_t sent = 0;       // over the network.
   uint64_t cached = 0;     // from the server's weight cache (--cache).
   uint64_t from_file = 0;  // read by the server from its own copy of the file (--model-dir).
+  uint64_t hashed = 0;     // hashed by this client to ask for them (not from a sidecar).
   double seconds = 0;      // from the start of the load until its last piece was in place.
   std::string model_file;  // the server's copy of the file (relative to its --model-dir).
 };

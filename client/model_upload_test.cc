@@ -178,10 +178,14 @@ TEST_F(ModelUploadTest, ACacheServesTheSecondLoad) {
     absl::StatusOr<std::vector<BufferLoad>> loads = Upload(Copies(s));
     ASSERT_TRUE(loads.ok()) << loads.status();
     EXPECT_EQ((*loads)[0].sent, TensorBytes());
+    // The cache was empty: the server hashed what it stored, the client nothing.
+    EXPECT_EQ((*loads)[0].hashed, 0u);
   }
   Server s = Start({}, cache);  // a restart on the same cache.
   absl::StatusOr<std::vector<BufferLoad>> loads = Upload(Copies(s));
   ASSERT_TRUE(loads.ok()) << loads.status();
+  // The client asks by hash now, and the server's blobs are under the right ones.
+  EXPECT_EQ((*loads)[0].hashed, TensorBytes());
   EXPECT_EQ((*loads)[0].sent, 0u);
   EXPECT_EQ((*loads)[0].cached, TensorBytes());
   ExpectLanded(s);

@@ -41,6 +41,9 @@ struct UploadJob {
   size_t borrowed_size = 0;
   bool cacheable = false;  // send the SHA-256 (the server may have the bytes; it verifies them).
   std::optional<Sha256Digest> digest;  // known already (a .tghash sidecar); else computed.
+  // Not cacheable: the server hashes the bytes and stores them in its cache (an empty one:
+  // nothing to look up, so nothing to hash here). Connection::StoresUnhashed servers only.
+  bool store = false;
   // With the digest: the piece at file_offset of the model file the server gave this handle
   // for (OpenModelFile), so that it may read the bytes from its own copy.
   uint64_t model_file = 0;

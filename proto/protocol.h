@@ -14,7 +14,7 @@ inline constexpr uint32_t kProtocolVersion = 2;
 // server sends 0): a client uses an addition only when the server's minor has it, and
 // otherwise does what it did before (a server also answers a command it does not know
 // UNIMPLEMENTED). Reset to 0 when kProtocolVersion is bumped.
-inline constexpr uint32_t kProtocolMinor = 5;
+inline constexpr uint32_t kProtocolMinor = 6;
 // The minor that brought WriteRows/ReadRows (2D reads and writes of a buffer's rows).
 inline constexpr uint32_t kMinorRows = 1;
 // The minor that brought PeerPull.after / PeerCopyRequest.after (a pull waits at the source
@@ -29,6 +29,9 @@ inline constexpr uint32_t kMinorCollectives = 4;
 // The minor that brought PeerPush, AwaitPush and PeerDeliver (a server pushes to another in
 // its own command order).
 inline constexpr uint32_t kMinorPush = 5;
+// The minor that brought UploadHeader.store and CacheStatsReply.cache_blobs (the server hashes
+// and stores what a client sends without a hash).
+inline constexpr uint32_t kMinorStoreUnhashed = 6;
 // Default port of rpc-server.
 inline constexpr int kDefaultPort = 50052;
 // Bulk streams carry at most this much per message.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <system_error>
@@ -30,8 +31,11 @@ namespace fs = std::filesystem;
 
 // Blobs live in DIR/<first kFanoutDigits hex digits>/ so that no directory holds millions.
 constexpr size_t kFanoutDigits = 2;
-// Marks an unfinished write: DIR/ab/<hex>.tmp.<pid>.<counter>.
+// Marks an unfinished write: DIR/ab/<hex>.tmp.<pid>.<counter>, or DIR/incoming.tmp.<pid>.<n>
+// while the digest is not known yet (StoreHashing).
 constexpr char kTempMarker[] = ".tmp.";
+// StoreHashing copies, hashes and writes this much at a time (stays in the L2 cache).
+constexpr size_t kStoreBlockBytes = size_t{1} << 20;
 
 absl::Status ErrnoError(int err, absl::string_view what, absl::string_view path) {
   return absl::ErrnoToStatus(err, absl::StrCat("blob cache: ", what, " ", path));
@@ -46,6 +50,8 @@ class FdCloser {
   }
   FdCloser(const FdCloser&) = delete;
   FdCloser& operator=(const FdCloser&) = delete;
+  // Hands the descriptor over without closing it.
+  int Release() { return std::exchange(fd_, -1); }
   // Closes now, reporting the error (a deferred write error can surface here).
   int Close() {
     const int rc = ::close(fd_);
@@ -132,6 +138,14 @@ absl::Status BlobCache::Scan() {
   for (fs::directory_iterator top(dir_, ec), end; !ec && top != end; top.increment(ec)) {
     const std::string sub_name = top->path().filename().string();
     std::error_code type_ec;
+    if (sub_name.find(kTempMarker) != std::string::npos && top->is_regular_file(type_ec)) {
+      // StoreHashing's write cut short by a crash.
+      const std::string path = top->path().string();
+      if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+        return ErrnoError(errno, "cannot remove stale temp file", path);
+      }
+      continue;
+    }
     if (sub_name.size() != kFanoutDigits || !IsLowerHex(sub_name) || !top->is_directory(type_ec)) {
       continue;
     }
@@ -333,26 +347,80 @@ absl::StatusOr<std::pair<std::string, int>> BlobCache::WriteTemp(const rpc::Sha2
   return std::make_pair(tmp, fd);
 }
 
-absl::Status BlobCache::Store(const rpc::Sha256Digest& digest, const void* data, size_t size) {
-  if (max_bytes_ != 0 && size > max_bytes_) return absl::OkStatus();
-  const std::string path = BlobPath(digest);
-  bool present = false;
+bool BlobCache::MarkUsedIfPresent(const rpc::Sha256Digest& digest) {
   {
     absl::MutexLock lock(&mu_);
-    if (auto it = index_.find(digest); it != index_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second.lru_pos);
-      present = true;
-    }
+    auto it = index_.find(digest);
+    if (it == index_.end()) return false;
+    lru_.splice(lru_.begin(), lru_, it->second.lru_pos);
   }
-  if (present) {
-    ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // Best effort, as in Read.
-    return absl::OkStatus();
-  }
+  ::utimensat(AT_FDCWD, BlobPath(digest).c_str(), nullptr, 0);  // Best effort, as in Read.
+  return true;
+}
+
+absl::Status BlobCache::Store(const rpc::Sha256Digest& digest, const void* data, size_t size) {
+  if (max_bytes_ != 0 && size > max_bytes_) return absl::OkStatus();
+  if (MarkUsedIfPresent(digest)) return absl::OkStatus();
   // The slow part (the write) runs unlocked; the rename and the index update are done
   // together under the lock, so the index always matches the directory.
   TG_ASSIGN_OR_RETURN(const auto written, WriteTemp(digest, data, size));
-  const std::string& tmp = written.first;
-  FdCloser closer(written.second);
+  return Publish(written.first, written.second, digest, size);
+}
+
+absl::StatusOr<std::pair<std::string, int>> BlobCache::OpenIncoming() const {
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = absl::StrCat(dir_, "/incoming", kTempMarker, ::getpid(), ".", counter++);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError(errno, "cannot create", tmp);
+  return std::make_pair(tmp, fd);
+}
+
+absl::StatusOr<BlobCache::Stored> BlobCache::StoreHashing(
+    const void* data, size_t size, const std::optional<rpc::Sha256Digest>& expect) {
+  Stored stored;
+  std::string tmp;
+  int fd = -1;
+  const bool present = expect.has_value() && Contains(*expect);  // then it is only marked used.
+  if ((max_bytes_ == 0 || size <= max_bytes_) && !present) {
+    absl::StatusOr<std::pair<std::string, int>> opened = OpenIncoming();
+    if (opened.ok()) {
+      std::tie(tmp, fd) = *opened;
+    } else {
+      stored.store_error = opened.status();
+    }
+  }
+  FdCloser closer(fd);
+  rpc::Sha256Stream hasher;
+  const auto* from = static_cast<const uint8_t*>(data);
+  std::vector<uint8_t> block(std::min(size, kStoreBlockBytes));
+  for (size_t at = 0; at < size;) {
+    const size_t n = std::min(block.size(), size - at);
+    std::memcpy(block.data(), from + at, n);
+    hasher.Update(block.data(), n);
+    if (fd >= 0 && stored.store_error.ok()) stored.store_error = WriteAll(fd, block.data(), n, tmp);
+    at += n;
+  }
+  const std::optional<rpc::Sha256Digest> digest = hasher.Final();
+  const bool keep = digest.has_value() && (!expect.has_value() || *digest == *expect) && fd >= 0 &&
+                    stored.store_error.ok();
+  if (!keep && !tmp.empty()) ::unlink(tmp.c_str());
+  if (!digest.has_value()) return absl::ResourceExhaustedError("blob cache: SHA-256 failed");
+  stored.digest = *digest;
+  if (present && *digest == *expect) MarkUsedIfPresent(*digest);
+  if (keep) stored.store_error = Publish(tmp, closer.Release(), *digest, size);
+  return stored;
+}
+
+absl::Status BlobCache::Publish(const std::string& tmp, int fd, const rpc::Sha256Digest& digest,
+                                uint64_t size) {
+  FdCloser closer(fd);
+  const std::string path = BlobPath(digest);
+  const std::string sub_dir = path.substr(0, path.rfind('/'));
+  if (::mkdir(sub_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoError(err, "cannot create directory", sub_dir);
+  }
   absl::MutexLock lock(&mu_);
   if (auto it = index_.find(digest); it != index_.end()) {  // Another writer won the race.
     lru_.splice(lru_.begin(), lru_, it->second.lru_pos);
@@ -367,7 +435,7 @@ absl::Status BlobCache::Store(const rpc::Sha256Digest& digest, const void* data,
   InsertLocked(digest, size);
   // These are the bytes the caller verified, written by us: the next Read need not hash them
   // while the file keeps the state it has now that it is in place (a rename moves ctime).
-  index_.at(digest).verified = FileStateOf(written.second);
+  index_.at(digest).verified = FileStateOf(fd);
   if (closer.Close() != 0) {
     const int err = errno;
     RemoveLocked(digest).IgnoreError();  // a deferred write error: the bytes may not be there.

@@ -57,6 +57,21 @@ class BlobCache {
   absl::Status Store(const rpc::Sha256Digest& digest, const void* data, size_t size)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // What StoreHashing did: the bytes' digest, and why they were not stored, if they were not
+  // (an I/O error; OK when stored, already present, over max_bytes or not `expect`ed).
+  struct Stored {
+    rpc::Sha256Digest digest;
+    absl::Status store_error;
+  };
+  // Stores bytes that may change while it runs (a buffer other streams can write): each block
+  // is copied to private memory, hashed and written from there, so the blob always holds
+  // what its name says, whatever `data` held before or after. With `expect`, bytes that hash
+  // otherwise are not stored (the caller compares the digest). Evicts as Store does. An error
+  // only when hashing itself failed (out of memory).
+  absl::StatusOr<Stored> StoreHashing(const void* data, size_t size,
+                                      const std::optional<rpc::Sha256Digest>& expect)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Whether the index holds the blob (Read still verifies it).
   bool Contains(const rpc::Sha256Digest& digest) const ABSL_LOCKS_EXCLUDED(mu_);
   // Sum of the sizes of the indexed blobs.
@@ -94,6 +109,14 @@ class BlobCache {
   // and its descriptor, still open (the caller takes its state once it is in place).
   absl::StatusOr<std::pair<std::string, int>> WriteTemp(const rpc::Sha256Digest& digest,
                                                         const void* data, size_t size) const;
+  // Marks the blob used (LRU order, mtime) when the index holds it.
+  bool MarkUsedIfPresent(const rpc::Sha256Digest& digest) ABSL_LOCKS_EXCLUDED(mu_);
+  // Creates a temp file in DIR itself, for bytes whose digest is not known yet.
+  absl::StatusOr<std::pair<std::string, int>> OpenIncoming() const;
+  // Moves a fully written temp file (its descriptor `fd` still open; closed here) into place
+  // as the blob `digest`, indexes it as verified and evicts; a blob already there wins.
+  absl::Status Publish(const std::string& tmp, int fd, const rpc::Sha256Digest& digest,
+                       uint64_t size) ABSL_LOCKS_EXCLUDED(mu_);
   // The blob's file state when Read may serve it without hashing, else nullopt.
   std::optional<FileState> TrustedState(const rpc::Sha256Digest& digest) const
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -8,10 +8,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -165,6 +168,70 @@ TEST_F(BlobCacheTest, StoreThenReadRoundTrips) {
   EXPECT_EQ(FilesUnder(dir_).size(), 1u);
 }
 
+// StoreHashing names the blob by what it wrote: the NIST vector names the file here, and a
+// mismatch with the expected digest, or an oversized blob, leaves nothing on disk.
+TEST_F(BlobCacheTest, StoreHashingNamesTheBlobByWhatItWrote) {
+  auto cache = OpenCache(4 << 20);
+  ASSERT_NE(cache, nullptr);
+  const std::string abc = "abc";
+  absl::StatusOr<BlobCache::Stored> stored = cache->StoreHashing(abc.data(), 3, std::nullopt);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_TRUE(stored->store_error.ok()) << stored->store_error;
+  const std::string hex = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+  EXPECT_EQ(DigestHex(stored->digest), hex);
+  std::ifstream in(absl::StrCat(dir_, "/ba/", hex));
+  std::string on_disk;
+  in >> on_disk;
+  EXPECT_EQ(on_disk, "abc");
+  // More than one block (1 MiB) at a time, expected right: stored; then read back.
+  const std::vector<uint8_t> big = RandomBytes((1 << 20) + 4321, 50);
+  stored = cache->StoreHashing(big.data(), big.size(), DigestOf(big));
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->digest, DigestOf(big));
+  ExpectHit(*cache, big);
+  // Expected wrong: the real digest comes back, nothing is stored.
+  const std::vector<uint8_t> other = RandomBytes(5000, 51);
+  stored = cache->StoreHashing(other.data(), other.size(), DigestOf(big));
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->digest, DigestOf(other));
+  EXPECT_FALSE(cache->Contains(DigestOf(other)));
+  // Over max_bytes: hashed, not stored.
+  const std::vector<uint8_t> huge = RandomBytes((4 << 20) + 1, 52);
+  stored = cache->StoreHashing(huge.data(), huge.size(), std::nullopt);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->digest, DigestOf(huge));
+  EXPECT_FALSE(cache->Contains(DigestOf(huge)));
+  EXPECT_EQ(FilesUnder(dir_).size(), 2u);  // abc and big: no temp file left behind.
+}
+
+// A writer changing the bytes while they are stored (another upload stream into the same
+// buffer range) can change what is stored, never make a blob differ from its name.
+TEST_F(BlobCacheTest, BytesChangingDuringAStoreNeverMakeABlobDifferFromItsName) {
+  auto cache = OpenCache(0);
+  ASSERT_NE(cache, nullptr);
+  std::vector<uint8_t> data = RandomBytes(8 << 20, 53);
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (uint32_t i = 0; !done.load(); ++i) data[(i * 7919) % data.size()] ^= 0x5a;
+  });
+  for (int round = 0; round < 4; ++round) {
+    absl::StatusOr<BlobCache::Stored> stored =
+        cache->StoreHashing(data.data(), data.size(), std::nullopt);
+    ASSERT_TRUE(stored.ok()) << stored.status();
+  }
+  done = true;
+  writer.join();
+  // Every blob on disk hashes to its name (sha256 of the file, not the cache's own Read).
+  int blobs = 0;
+  for (const fs::path& path : FilesUnder(dir_)) {
+    std::ifstream in(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(DigestHex(Sha256(bytes.data(), bytes.size())), path.filename().string());
+    ++blobs;
+  }
+  EXPECT_GE(blobs, 1);
+}
+
 TEST_F(BlobCacheTest, EmptyBlob) {
   auto cache = OpenCache(0);
   ASSERT_NE(cache, nullptr);
@@ -311,12 +378,15 @@ TEST_F(BlobCacheTest, ReopenFindsBlobsAndRemovesTempFiles) {
   // Leftovers of a write cut short, and an unrelated file that must be left alone.
   const std::string tmp = absl::StrCat(PathOf(DigestOf(a)), ".tmp.123.0");
   std::ofstream(tmp) << "partial";
+  const std::string incoming = absl::StrCat(dir_, "/incoming.tmp.123.1");  // StoreHashing's.
+  std::ofstream(incoming) << "partial";
   const std::string other = absl::StrCat(dir_, "/README");
   std::ofstream(other) << "not a blob";
 
   auto cache = OpenCache(0);
   ASSERT_NE(cache, nullptr);
   EXPECT_FALSE(fs::exists(tmp));
+  EXPECT_FALSE(fs::exists(incoming));
   EXPECT_TRUE(fs::exists(other));
   EXPECT_EQ(cache->blob_count(), 2u);
   EXPECT_EQ(cache->total_bytes(), a.size() + b.size());

@@ -206,6 +206,7 @@ grpc::Status TensorGridService::Session(
   env.grants = &grants_;
   env.peers = &peers_;
   env.models = options_.models;
+  env.cache = options_.cache;
   env.collectives = &collectives_;
   env.recycler = recycler_;
   env.pushes = &pushes_;

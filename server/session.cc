@@ -10,6 +10,7 @@
 #include "core/context.h"
 #include "core/status_macros.h"
 #include "proto/protocol.h"
+#include "server/blob_cache.h"
 #include "server/collective_runner.h"
 #include "server/grant_table.h"
 #include "server/log.h"
@@ -465,6 +466,7 @@ absl::StatusOr<Session::Work> Session::Prepare(const pb::SessionRequest& req,
       stats->set_uploaded_bytes(uploaded_bytes_.load());
       stats->set_cache_hit_bytes(cache_hit_bytes_.load());
       stats->set_model_file_bytes(model_file_bytes_.load());
+      stats->set_cache_blobs(env_.cache == nullptr ? 0 : env_.cache->blob_count());
       return Work{};
     }
     case pb::SessionRequest::kOpenModelFile:

@@ -43,6 +43,7 @@
 
 namespace tg::server {
 
+class BlobCache;
 class CollectiveRunner;
 class GrantTable;
 class Metrics;
@@ -59,6 +60,7 @@ struct SessionEnv {
   GrantTable* grants = nullptr;             // GrantPeerRead is UNIMPLEMENTED without it.
   PeerClient* peers = nullptr;              // PeerPull is UNIMPLEMENTED without it.
   ModelIndex* models = nullptr;             // --model-dir; OpenModelFile is NOT_FOUND without it.
+  const BlobCache* cache = nullptr;         // --cache; CacheStats says 0 blobs without it.
   CollectiveRunner* collectives = nullptr;  // AllReduce is UNIMPLEMENTED without it.
   // Keeps freed large host buffers for the next session's load; none kept without it.
   std::shared_ptr<SessionBufferRecycler> recycler;

@@ -27,9 +27,10 @@ absl::StatusOr<std::unique_ptr<UploadSink>> UploadSink::Start(std::shared_ptr<Se
     TG_ASSIGN_OR_RETURN(digest, rpc::DigestFromBytes(header.sha256()));
   }
   // make_unique cannot reach the private constructor.
+  const bool store = header.store() && cache != nullptr;
   std::unique_ptr<UploadSink> sink(new UploadSink(std::move(session), std::move(buffer),
-                                                  header.offset(), header.size(), digest, cache,
-                                                  metrics));
+                                                  header.offset(), header.size(), digest, store,
+                                                  cache, metrics));
   uint64_t file = 0;
   if (header.model_file() != 0) {
     TG_ASSIGN_OR_RETURN(file, sink->session_->ModelFile(header.model_file()));
@@ -46,12 +47,14 @@ absl::StatusOr<std::unique_ptr<UploadSink>> UploadSink::Start(std::shared_ptr<Se
 
 UploadSink::UploadSink(std::shared_ptr<Session> session, std::shared_ptr<SessionBuffer> buffer,
                        uint64_t offset, uint64_t size, std::optional<rpc::Sha256Digest> digest,
-                       BlobCache* cache, Metrics* metrics)
+                       bool store, BlobCache* cache, Metrics* metrics)
     : session_(std::move(session)),
       buffer_(std::move(buffer)),
       offset_(offset),
       size_(size),
       digest_(digest),
+      store_(cache != nullptr && (digest.has_value() || store)),
+      hash_(digest.has_value() && !store_),
       cache_(cache),
       metrics_(metrics) {}
 
@@ -129,7 +132,7 @@ absl::Status UploadSink::ReceiveChunk(absl::Span<const absl::string_view> parts)
   }
   for (absl::string_view p : parts) {
     TG_RETURN_IF_ERROR(buffer_->Write(offset_ + received_, p.data(), p.size()));
-    if (digest_.has_value()) hasher_.Update(p.data(), p.size());
+    if (hash_) hasher_.Update(p.data(), p.size());
     received_ += p.size();
   }
   if (metrics_ != nullptr) metrics_->UploadBytes(size);
@@ -143,32 +146,39 @@ absl::StatusOr<uint64_t> UploadSink::Finish() {
     return absl::InvalidArgumentError(absl::StrFormat(
         "upload: received %d of the %d bytes the header announced", received_, size_));
   }
-  if (!digest_.has_value()) return received_;
+  if (store_) return Store();
+  if (!hash_) return received_;
   const std::optional<rpc::Sha256Digest> got = hasher_.Final();
-  if (!got.has_value() || *got != *digest_) {
-    return absl::DataLossError(absl::StrCat(
-        "upload: the bytes hash to sha256 ", got.has_value() ? rpc::DigestHex(*got) : "(none)",
-        ", not to the sha256 ", rpc::DigestHex(*digest_), " given in the header"));
-  }
-  if (cache_ != nullptr) StoreInCache();
+  if (!got.has_value() || *got != *digest_) return Mismatch(got);
   return received_;
 }
 
-void UploadSink::StoreInCache() {
-  absl::Status stored;
+absl::Status UploadSink::Mismatch(const std::optional<rpc::Sha256Digest>& got) const {
+  return absl::DataLossError(absl::StrCat(
+      "upload: the bytes hash to sha256 ", got.has_value() ? rpc::DigestHex(*got) : "(none)",
+      ", not to the sha256 ", rpc::DigestHex(*digest_), " given in the header"));
+}
+
+absl::StatusOr<uint64_t> UploadSink::Store() {
+  // The cache hashes what it writes, from the buffer (or a copy of device memory): another
+  // stream writing the range meanwhile cannot put bytes into a blob under another name.
+  absl::StatusOr<BlobCache::Stored> stored;
   if (const uint8_t* host = buffer_->HostPointer(offset_); host != nullptr) {
-    stored = cache_->Store(*digest_, host, size_);
+    stored = cache_->StoreHashing(host, size_, digest_);
   } else {
     std::string stage(size_, '\0');
-    stored = buffer_->Read(offset_, stage.data(), size_);
-    if (stored.ok()) stored = cache_->Store(*digest_, stage.data(), size_);
+    TG_RETURN_IF_ERROR(buffer_->Read(offset_, stage.data(), size_));
+    stored = cache_->StoreHashing(stage.data(), size_, digest_);
   }
-  if (!stored.ok()) {
-    kServerLog.Warn(
-        "cache store failed",
-        {{"digest", rpc::DigestHex(*digest_)}, {"bytes", size_}, {"error", stored.message()}});
+  if (!stored.ok()) return stored.status();
+  if (digest_.has_value() && stored->digest != *digest_) return Mismatch(stored->digest);
+  if (!stored->store_error.ok()) {
+    kServerLog.Warn("cache store failed", {{"digest", rpc::DigestHex(stored->digest)},
+                                           {"bytes", size_},
+                                           {"error", stored->store_error.message()}});
   }
   if (metrics_ != nullptr) metrics_->SetCacheBytes(cache_->total_bytes());
+  return received_;
 }
 
 }  // namespace tg::server

@@ -4,7 +4,8 @@
 // weight cache, reads it into the buffer at once ("have it": the client sends nothing more).
 // Otherwise Receive() takes the chunks into the buffer in order and Finish() checks that exactly
 // the announced bytes came, that they hash to the header's SHA-256 when it gave one, and stores
-// hashed uploads in the cache. Not thread-safe: one sink serves one stream. The session and cache
+// hashed uploads in the cache, and those whose header asked for it (store) under the hash of
+// what came. Not thread-safe: one sink serves one stream. The session and cache
 // may be used concurrently by others (a Free mid-upload is safe: the sink holds the buffer).
 #ifndef TENSORGRID_SERVER_UPLOAD_SINK_H_
 #define TENSORGRID_SERVER_UPLOAD_SINK_H_
@@ -59,12 +60,13 @@ class UploadSink {
   absl::Status ReceiveChunk(absl::Span<const absl::string_view> parts);
   // The client finished sending. INVALID_ARGUMENT when fewer bytes came than announced,
   // DATA_LOSS naming both digests when they do not hash to the header's; otherwise stores
-  // them in the cache (a failed store is logged, not an error) and returns the byte count.
+  // them in the cache when hashed (under the header's digest, or with `store` under their
+  // own; a failed store is logged, not an error) and returns the byte count.
   absl::StatusOr<uint64_t> Finish();
 
  private:
   UploadSink(std::shared_ptr<Session> session, std::shared_ptr<SessionBuffer> buffer,
-             uint64_t offset, uint64_t size, std::optional<rpc::Sha256Digest> digest,
+             uint64_t offset, uint64_t size, std::optional<rpc::Sha256Digest> digest, bool store,
              BlobCache* cache, Metrics* metrics);
 
   // Reads the bytes from a --model-dir file into the buffer; false when no indexed file
@@ -74,14 +76,22 @@ class UploadSink {
   absl::StatusOr<bool> ReadFromCache();
   // Fills the buffer range through `read` (into host memory, or a staging copy).
   absl::StatusOr<bool> ReadInto(const std::function<absl::StatusOr<bool>(uint8_t*)>& read);
-  // Stores the received range under the digest; failures are only logged.
-  void StoreInCache();
+  // Finish with a cache: stores the received range under its hash (DATA_LOSS when that is
+  // not the header's); a failed store is only logged.
+  absl::StatusOr<uint64_t> Store();
+  // DATA_LOSS: the bytes hash to `got`, not to digest_.
+  absl::Status Mismatch(const std::optional<rpc::Sha256Digest>& got) const;
 
   const std::shared_ptr<Session> session_;
   const std::shared_ptr<SessionBuffer> buffer_;
   const uint64_t offset_;
   const uint64_t size_;
   const std::optional<rpc::Sha256Digest> digest_;
+  // Finish stores the range in the cache (hashing it as it writes): with a cache, when the
+  // header gave a digest or asked for `store`.
+  const bool store_;
+  // Without a cache: hash the chunks as they come, to check them against digest_.
+  const bool hash_;
   BlobCache* const cache_;
   Metrics* const metrics_;
   rpc::Sha256Stream hasher_;

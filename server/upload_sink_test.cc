@@ -1,5 +1,6 @@
 // Tests of server/upload_sink (in-process, no gRPC): a miss stored into a real on-disk cache
-// and then served from it, the SHA-256 test vector stored under its name, hash and size
+// and then served from it, the SHA-256 test vector stored under its name (given by the client,
+// or computed by the server for an upload that asks it to store), hash and size
 // mismatches, ranges outside the buffer, the chunk limit and the cache's size limit, a
 // corrupt cached blob, and a buffer freed mid-upload.
 #include "server/upload_sink.h"
@@ -187,6 +188,40 @@ TEST_F(UploadSinkTest, WithoutAHashNothingIsCached) {
   ASSERT_TRUE(Upload(a, 0, "abc", "").ok());
   EXPECT_EQ(Read(a, 0, 3), "abc");
   EXPECT_EQ(cache_->blob_count(), 0u);
+}
+
+// UploadHeader.store: no digest from the client; the server keeps the bytes under their own
+// SHA-256 (the FIPS vector names the file, not the code under test), and CacheStats counts it.
+TEST_F(UploadSinkTest, StoreWithoutAHashKeepsTheBytesUnderTheirOwnHash) {
+  SessionEnv env;
+  env.devices = testing::TwoCpuDevices();
+  env.cache = cache_.get();
+  session_ = std::make_shared<Session>("store-test", env);
+  EXPECT_EQ(Stats().cache_blobs(), 0u);
+  const uint64_t a = Alloc(16);
+  pb::UploadMessage header = UploadHeaderMessage(session_->id(), a, 2, 3);
+  header.mutable_header()->set_store(true);
+  absl::StatusOr<std::unique_ptr<UploadSink>> sink =
+      UploadSink::Start(session_, header.header(), cache_.get(), &metrics_);
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  ASSERT_TRUE((*sink)->Receive(UploadChunk("ab")).ok());
+  ASSERT_TRUE((*sink)->Receive(UploadChunk("c")).ok());
+  absl::StatusOr<uint64_t> got = (*sink)->Finish();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, 3u);
+  EXPECT_EQ(Read(a, 2, 3), "abc");
+  EXPECT_EQ(ReadFile(BlobPath(kAbcSha256Hex)), "abc");
+  EXPECT_EQ(Stats().cache_blobs(), 1u);
+  // Served from the cache to a client that asks by the hash.
+  sink = Start(Alloc(3), 0, 3, Unhex(kAbcSha256Hex));
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  EXPECT_TRUE((*sink)->have_it());
+  // Without a cache the flag changes nothing.
+  sink = UploadSink::Start(session_, header.header(), nullptr, &metrics_);
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  ASSERT_TRUE((*sink)->Receive(UploadChunk("xyz")).ok());
+  EXPECT_TRUE((*sink)->Finish().ok());
+  EXPECT_EQ(cache_->blob_count(), 1u);
 }
 
 TEST_F(UploadSinkTest, HashMismatchIsRefusedAndNotCached) {
