@@ -457,6 +457,56 @@ void RunExpertTiles(const ComputeParams& p, const DotKernels& kern, const Expert
   }
 }
 
+// Prefill with enough tokens per expert for the packed GEMM (qgemm.h), as MUL_MAT takes it.
+bool UseExpertQGemm(const Tensor* a, int64_t n_slots) {
+  return !ScalarDotKernelsForced() && QGemmSupports(a->type) &&
+         n_slots / std::max<int64_t>(a->ne[2], 1) > kStreamingMaxCols &&
+         a->nb[1] < (size_t{1} << 26);
+}
+
+// RunExpertTiles for the packed GEMM: items are (expert, column block, tile of kQGemmRows
+// rows), each tile packed once per item into this thread's `pack`.
+void RunExpertQGemm(const ComputeParams& p, const ExpertGroups& g, const ActView& act, void* pack,
+                    Tensor* dst) {
+  const Tensor* a = dst->src[0];
+  const Tensor* b = dst->src[1];
+  const int64_t k = a->ne[0], m = a->ne[1], n_experts = a->ne[2];
+  const int64_t n_used = dst->ne[1], n_slots = dst->ne[1] * dst->ne[2];
+  const int64_t row_tiles = (m + kQGemmRows - 1) / kQGemmRows;
+  const int64_t col_block = ColumnBlock(act.nb1, n_slots);
+  auto items_of = [&](int64_t e) {
+    const int64_t cols = g.offsets[e + 1] - g.offsets[e];
+    return row_tiles * ((cols + col_block - 1) / col_block);
+  };
+  int64_t total = 0;
+  for (int64_t e = 0; e < n_experts; ++e) total += items_of(e);
+  int64_t it0, it1;
+  SplitRange(total, p.ith, p.nth, &it0, &it1);
+  const void* b_cols[kQGemmCols];
+  float* c_cols[kQGemmCols];
+  int64_t first = 0;  // first item of expert e.
+  for (int64_t e = 0; e < n_experts && first < it1; first += items_of(e), ++e) {
+    const int64_t cols = g.offsets[e + 1] - g.offsets[e];
+    for (int64_t it = std::max(it0, first); it < std::min(it1, first + items_of(e)); ++it) {
+      const int64_t rt = (it - first) % row_tiles, cb = (it - first) / row_tiles;
+      const int64_t row0 = rt * kQGemmRows;
+      const int rows = static_cast<int>(std::min<int64_t>(kQGemmRows, m - row0));
+      QGemmPack(a->type, k, At<const char>(a, 0, row0, e, 0), a->nb[1], rows, pack);
+      const int64_t col_end = std::min(cols, (cb + 1) * col_block);
+      for (int64_t j0 = cb * col_block; j0 < col_end; j0 += kQGemmCols) {
+        const int nc = static_cast<int>(std::min<int64_t>(kQGemmCols, col_end - j0));
+        for (int j = 0; j < nc; ++j) {
+          const int32_t slot = g.slots[g.offsets[e] + j0 + j];
+          const int64_t i = slot % n_used, t = slot / n_used;
+          b_cols[j] = act.Row(i % b->ne[1], t, 0);
+          c_cols[j] = At<float>(dst, row0, i, t, 0);
+        }
+        QGemmTile(a->type, k, pack, rows, b_cols, nc, c_cols);
+      }
+    }
+  }
+}
+
 // Slots with an invalid expert id read as zeros (the node has failed anyway), as do those
 // of experts outside the node's expert range.
 void ZeroInvalidSlots(const ComputeParams& p, const ExpertGroups& g, Tensor* dst) {
@@ -487,6 +537,20 @@ void ComputeMulMatId(const ComputeParams& p, Tensor* dst) {
   range.first = dst->op_params[kMulMatIdFirstExpert];
   range.ranged = dst->op_params[kMulMatIdExpertCount] > 0;
   if (p.ith == 0) BuildGroups(p, ids, n_experts, range, g);
+  if (UseExpertQGemm(a, n_slots)) {
+    const int64_t k = a->ne[0];
+    const size_t stride = QGemmActStride(k);
+    char* act_base = AlignUp(base + GroupsBytes(n_experts, n_slots));
+    const DType type = a->type;
+    const ActView act = ConvertActivations(  // syncs: the groups are complete after it.
+        p, act_base, stride,
+        [type](const float* x, void* y, int64_t len) { QGemmActFromF32(type, x, y, len); }, b);
+    void* pack = act_base + b->NumRows() * stride + p.nth * RoundUp(k * sizeof(float), kAlign) +
+                 p.ith * RoundUp(QGemmPackBytes(k), kAlign);
+    RunExpertQGemm(p, g, act, pack, dst);
+    ZeroInvalidSlots(p, g, dst);
+    return;
+  }
   const ActView act =
       PrepareActivations(p, base + GroupsBytes(n_experts, n_slots), kern, a->type, b);
   if (!NeedsConversion(kern, b)) p.Sync();  // the groups must be complete either way.
@@ -498,7 +562,9 @@ size_t MulMatIdWorkSize(const Tensor* dst, int nth) {
   const Tensor* a = dst->src[0];
   const Tensor* b = dst->src[1];
   const Tensor* ids = dst->src[2];
-  return kAlign + GroupsBytes(a->ne[2], ids->ne[0] * ids->ne[1]) + ActWorkSize(a->type, b, nth);
+  size_t act = ActWorkSize(a->type, b, nth);
+  if (QGemmSupports(a->type)) act = std::max(act, QGemmWorkSize(a, b, nth));
+  return kAlign + GroupsBytes(a->ne[2], ids->ne[0] * ids->ne[1]) + act;
 }
 
 }  // namespace tg::cpu

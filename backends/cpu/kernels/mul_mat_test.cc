@@ -364,7 +364,8 @@ TEST_P(MulMatIdTypeTest, MatchesReference) {
   const int64_t k = BlockSize(type) == 1 ? 64 : 2 * BlockSize(type);
   int run = 0;
   for (int64_t b_rows : {int64_t{1}, int64_t{3}}) {
-    for (int64_t tokens : {1, 9}) {
+    // 40 tokens: 24 slots per expert, a prefill (the packed GEMM where the build has it).
+    for (int64_t tokens : {1, 9, 40}) {
       for (bool from_memory : {false, true}) {  // tiles of rows, or one row at a time.
         const int nth = 1 + run % 4;
         MulMatIdCase c = MakeIdCase(type, k, 21, 5, 3, b_rows, tokens, 1200 + run);
@@ -372,8 +373,8 @@ TEST_P(MulMatIdTypeTest, MatchesReference) {
         RunMulMatKernel(&c.dst.t, nth, &error, from_memory);
         EXPECT_FALSE(error.set.load()) << error.message;
         EXPECT_LT(Nmse(Output(c), ReferenceMulMatId(c)), Tolerance(type))
-            << Describe(type, k, 21, tokens, nth) << " b_rows " << b_rows
-            << " weights from memory " << from_memory;
+            << Describe(type, k, 21, tokens, nth) << " b_rows " << b_rows << " weights from memory "
+            << from_memory;
         ++run;
       }
     }
@@ -411,25 +412,27 @@ TEST(MulMatIdTest, ExpertRangeComputesItsExpertsAndZerosTheRest) {
   for (DType type : {DType::kF32, DType::kQ8_0, DType::kQ4_K}) {
     for (int nth : {1, 3}) {
       for (int32_t first : {0, 3, 5}) {
-        const int64_t k = BlockSize(type) == 1 ? 40 : BlockSize(type);
-        MulMatIdCase c = MakeIdCase(type, k, 9, 2, 3, 1, 6, 1400 + first);
-        c.dst.t.op_params[kMulMatIdFirstExpert] = first;
-        c.dst.t.op_params[kMulMatIdExpertCount] = 2;
-        std::mt19937 rng(1500 + first);
-        int32_t* ids = reinterpret_cast<int32_t*>(c.ids.bytes.data());
-        int in_range = 0;
-        for (int64_t i = 0; i < 3 * 6; ++i) {
-          ids[i] = static_cast<int32_t>(rng() % 7);
-          in_range += ids[i] >= first && ids[i] < first + 2;
+        for (int64_t tokens : {6, 60}) {  // 60: a prefill (the packed GEMM where built).
+          const int64_t k = BlockSize(type) == 1 ? 40 : BlockSize(type);
+          MulMatIdCase c = MakeIdCase(type, k, 9, 2, 3, 1, tokens, 1400 + first);
+          c.dst.t.op_params[kMulMatIdFirstExpert] = first;
+          c.dst.t.op_params[kMulMatIdExpertCount] = 2;
+          std::mt19937 rng(1500 + first);
+          int32_t* ids = reinterpret_cast<int32_t*>(c.ids.bytes.data());
+          int in_range = 0;
+          for (int64_t i = 0; i < 3 * tokens; ++i) {
+            ids[i] = static_cast<int32_t>(rng() % 7);
+            in_range += ids[i] >= first && ids[i] < first + 2;
+          }
+          ASSERT_GT(in_range, 0);
+          std::fill(reinterpret_cast<float*>(c.dst.bytes.data()),
+                    reinterpret_cast<float*>(c.dst.bytes.data() + c.dst.bytes.size()), NAN);
+          KernelError error;
+          RunMulMatKernel(&c.dst.t, nth, &error);
+          EXPECT_FALSE(error.set.load()) << error.message;
+          EXPECT_LT(Nmse(Output(c), ReferenceMulMatId(c)), Tolerance(type))
+              << DTypeName(type) << " first " << first << " nth " << nth << " tokens " << tokens;
         }
-        ASSERT_GT(in_range, 0);
-        std::fill(reinterpret_cast<float*>(c.dst.bytes.data()),
-                  reinterpret_cast<float*>(c.dst.bytes.data() + c.dst.bytes.size()), NAN);
-        KernelError error;
-        RunMulMatKernel(&c.dst.t, nth, &error);
-        EXPECT_FALSE(error.set.load()) << error.message;
-        EXPECT_LT(Nmse(Output(c), ReferenceMulMatId(c)), Tolerance(type))
-            << DTypeName(type) << " first " << first << " nth " << nth;
       }
     }
   }

@@ -1,5 +1,5 @@
 // Packed GEMM for the 32-element block types (Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4) against
-// Q8_0 activations on AVX-512 VNNI (prefill).
+// Q8_0 activations on AVX-512 VNNI, and (all but IQ4_NL) on AVX2 (prefill).
 //
 // The row-wise tile kernels spend most of their time on per-block scale arithmetic: every
 // 32-element block of every (row, column) pair needs its own scale product and
@@ -15,6 +15,12 @@
 // plus an offset, looked up while packing) and the activations signed; the offset times the
 // block's activation sum is subtracted through the accumulator's initial value, which the
 // activation format carries per block. Q5_1's minimum adds m * d_y * sum(q_y) per block.
+//
+// AVX2 has no VPDPBUSD: VPMADDUBSW multiplies the unsigned weight bytes by the signed
+// activation bytes into 16-bit pair sums, and VPMADDWD against ones widens them. A pair sum
+// must fit 16 bits, so the offsets stay small there: Q8_0 is packed signed (offset 0) and
+// multiplied as |w| times the activation with w's sign (VPSIGNB), and IQ4_NL (levels up to
+// +113, offset 128) keeps the row-wise kernels. A tile's 16 rows are two 8-lane halves.
 #include "backends/cpu/kernels/qgemm.h"
 
 #include <cstring>
@@ -23,6 +29,7 @@
 #include "backends/cpu/kernels/vec_dot_simd.h"
 #include "core/fp16.h"
 #include "core/quant_blocks.h"
+#include "core/quants.h"
 
 namespace tg::cpu {
 namespace {
@@ -49,10 +56,14 @@ struct alignas(64) PackedBlock {
 static_assert(sizeof(PackedBlock) == 640);
 
 // The packed weights are unsigned bytes w = value + offset: Q4_0's nibble (q + 8), Q5_0's
-// five bits (q + 16), Q5_1's five bits (its minimum is separate), Q8_0's q + 128, IQ4_NL's
-// level + 128 and MXFP4's doubled E2M1 level + 12.
+// five bits (q + 16), Q5_1's five bits (its minimum is separate), Q8_0's q + 128 (AVX2:
+// signed, offset 0), IQ4_NL's level + 128 and MXFP4's doubled E2M1 level + 12.
 int WeightOffset(DType type) {
   switch (type) {
+#if !defined(TG_CPU_AVX512)
+    case DType::kQ8_0:
+      return 0;
+#endif
     case DType::kQ4_0:
       return 8;
     case DType::kQ5_0:
@@ -66,12 +77,45 @@ int WeightOffset(DType type) {
   }
 }
 
+#if defined(TG_CPU_SIMD)
+// Where a block's fields are, and how its 32 quants become unsigned bytes.
+struct PackLayout {
+  size_t block_bytes;
+  int scale_at;   // f16 scale (Q5_1 also an f16 minimum right after it); -1: E8M0 byte at 0.
+  int high_at;    // 32-bit mask of fifth bits, -1 for none.
+  int quants_at;  // nibbles or (Q8_0) bytes.
+  bool nibbles;
+  const int8_t* levels;  // nibble -> level table, or nullptr (the nibble is the quant).
+};
+
+PackLayout LayoutOf(DType type) {
+  switch (type) {
+    case DType::kQ4_0:
+      return {sizeof(BlockQ4_0), 0, -1, 2, true, nullptr};
+    case DType::kQ5_0:
+      return {sizeof(BlockQ5_0), 0, 2, 6, true, nullptr};
+    case DType::kQ5_1:
+      return {sizeof(BlockQ5_1), 0, 4, 8, true, nullptr};
+    case DType::kIQ4_NL:
+      return {sizeof(BlockIQ4_NL), 0, -1, 2, true, kIQ4NLValues};
+    case DType::kMXFP4:
+      return {sizeof(BlockMXFP4), -1, -1, 1, true, kMXFP4Values};
+    default:
+      return {sizeof(BlockQ8_0), 0, -1, 2, false, nullptr};
+  }
+}
+
+#endif  // TG_CPU_SIMD
+
 }  // namespace
 
 bool QGemmSupports(DType type) {
 #if defined(TG_CPU_AVX512)
   return type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kQ5_0 ||
          type == DType::kQ5_1 || type == DType::kIQ4_NL || type == DType::kMXFP4;
+#elif defined(TG_CPU_SIMD)
+  return type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kQ5_0 ||
+         type == DType::kQ5_1 || type == DType::kMXFP4;
 #else
   (void)type;
   return false;
@@ -100,33 +144,6 @@ size_t QGemmPackBytes(int64_t k) { return static_cast<size_t>(k / kQK8_0) * size
 
 #if defined(TG_CPU_AVX512)
 namespace {
-
-// Where a block's fields are, and how its 32 quants become unsigned bytes.
-struct PackLayout {
-  size_t block_bytes;
-  int scale_at;   // f16 scale (Q5_1 also an f16 minimum right after it); -1: E8M0 byte at 0.
-  int high_at;    // 32-bit mask of fifth bits, -1 for none.
-  int quants_at;  // nibbles or (Q8_0) bytes.
-  bool nibbles;
-  const int8_t* levels;  // nibble -> level table, or nullptr (the nibble is the quant).
-};
-
-PackLayout LayoutOf(DType type) {
-  switch (type) {
-    case DType::kQ4_0:
-      return {sizeof(BlockQ4_0), 0, -1, 2, true, nullptr};
-    case DType::kQ5_0:
-      return {sizeof(BlockQ5_0), 0, 2, 6, true, nullptr};
-    case DType::kQ5_1:
-      return {sizeof(BlockQ5_1), 0, 4, 8, true, nullptr};
-    case DType::kIQ4_NL:
-      return {sizeof(BlockIQ4_NL), 0, -1, 2, true, kIQ4NLValues};
-    case DType::kMXFP4:
-      return {sizeof(BlockMXFP4), -1, -1, 1, true, kMXFP4Values};
-    default:
-      return {sizeof(BlockQ8_0), 0, -1, 2, false, nullptr};
-  }
-}
 
 // 2^(e - 128) for 16 E8M0 bytes (E8M0ToFloatHalf, vectorized).
 __m512 E8M0HalfScales(__m512i e) {
@@ -207,6 +224,50 @@ void QGemmPack(DType type, int64_t k, const char* a, size_t a_stride, int rows, 
     }
   }
 }
+#elif defined(TG_CPU_SIMD)
+// Row by row, in plain code: a tile is packed once per column block and serves hundreds of
+// activation columns.
+void QGemmPack(DType type, int64_t k, const char* a, size_t a_stride, int rows, void* pack) {
+  const int64_t nblocks = k / kQK8_0;
+  PackedBlock* out = static_cast<PackedBlock*>(pack);
+  const PackLayout lay = LayoutOf(type);
+  const int offset = WeightOffset(type);
+  for (int64_t b = 0; b < nblocks; ++b) {
+    if (rows < kQGemmRows) std::memset(&out[b], 0, sizeof(PackedBlock));  // scale 0, quants 0.
+    for (int r = 0; r < rows; ++r) {
+      const uint8_t* x = reinterpret_cast<const uint8_t*>(a + r * a_stride + b * lay.block_bytes);
+      if (lay.scale_at < 0) {
+        out[b].d[r] = E8M0ToFloatHalf(x[0]);
+      } else {
+        uint16_t h[2];
+        std::memcpy(h, x + lay.scale_at, sizeof(h));
+        out[b].d[r] = HalfToFloat(h[0]);
+        out[b].m[r] = HalfToFloat(h[1]);  // Q5_1's minimum; the next field's bytes otherwise.
+      }
+      // The 32 unsigned bytes in element order (a raw nibble with its fifth bit is the value
+      // plus the offset already), then 4 at a time into the row's place in each group.
+      alignas(32) uint8_t v[kQK8_0];
+      const uint8_t* q = x + lay.quants_at;
+      if (!lay.nibbles) {
+        for (int i = 0; i < kQK8_0; ++i) v[i] = static_cast<uint8_t>(q[i] + offset);
+      } else {
+        for (int i = 0; i < kQK8_0 / 2; ++i) {
+          v[i] = q[i] & 0x0F;
+          v[i + kQK8_0 / 2] = q[i] >> 4;
+        }
+        if (lay.levels != nullptr) {
+          for (int i = 0; i < kQK8_0; ++i) v[i] = static_cast<uint8_t>(lay.levels[v[i]] + offset);
+        }
+        if (lay.high_at >= 0) {
+          uint32_t qh;
+          std::memcpy(&qh, x + lay.high_at, sizeof(qh));
+          for (int i = 0; i < kQK8_0; ++i) v[i] |= static_cast<uint8_t>(((qh >> i) & 1) << 4);
+        }
+      }
+      for (int g = 0; g < kGroups; ++g) std::memcpy(&out[b].q[g][4 * r], v + 4 * g, 4);
+    }
+  }
+}
 #else
 void QGemmPack(DType, int64_t, const char*, size_t, int, void*) {}
 #endif
@@ -279,6 +340,88 @@ void QGemmTile(DType type, int64_t k, const void* pack, int rows, const void* co
   }
   const __mmask16 m = static_cast<__mmask16>((1u << rows) - 1);
   for (int j = 0; j < cols; ++j) _mm512_mask_storeu_ps(c[j], m, acc[j]);
+}
+#elif defined(TG_CPU_SIMD)
+namespace {
+
+// acc[2 j + h] holds rows 8 h .. 8 h + 7 of column j.
+template <int C, bool kMin, bool kSigned>
+void Tile(int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, __m256* acc) {
+  for (int j = 0; j < 2 * C; ++j) acc[j] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const __m256 dx[2] = {_mm256_load_ps(w[b].d), _mm256_load_ps(w[b].d + 8)};
+    for (int j = 0; j < C; ++j) {
+      const ActBlock& yb = y[j][b];
+      __m256i s[2] = {_mm256_set1_epi32(yb.corr), _mm256_set1_epi32(yb.corr)};
+      for (int g = 0; g < kGroups; ++g) {
+        int32_t v;
+        std::memcpy(&v, yb.qs + 4 * g, 4);
+        const __m256i a4 = _mm256_set1_epi32(v);
+        for (int h = 0; h < 2; ++h) {
+          const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(w[b].q[g] + 32 * h));
+          const __m256i p =
+              kSigned ? _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a4, q))
+                      : _mm256_maddubs_epi16(q, a4);
+          s[h] = _mm256_add_epi32(s[h], _mm256_madd_epi16(p, ones));
+        }
+      }
+      const __m256 dy = _mm256_set1_ps(yb.d);
+      for (int h = 0; h < 2; ++h) {
+        acc[2 * j + h] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[h]), _mm256_mul_ps(dx[h], dy), acc[2 * j + h]);
+        if (kMin) {
+          acc[2 * j + h] = _mm256_fmadd_ps(_mm256_load_ps(w[b].m + 8 * h), _mm256_set1_ps(yb.ds),
+                                           acc[2 * j + h]);
+        }
+      }
+    }
+  }
+}
+
+// Four columns at a time: 8 accumulators stay in registers beside the loads.
+template <bool kMin, bool kSigned>
+void RunTile(int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, int cols,
+             __m256* acc) {
+  for (int j = 0; j < cols; j += 4) {
+    switch (cols - j) {
+      case 1:
+        Tile<1, kMin, kSigned>(nblocks, w, y + j, acc + 2 * j);
+        break;
+      case 2:
+        Tile<2, kMin, kSigned>(nblocks, w, y + j, acc + 2 * j);
+        break;
+      case 3:
+        Tile<3, kMin, kSigned>(nblocks, w, y + j, acc + 2 * j);
+        break;
+      default:
+        Tile<4, kMin, kSigned>(nblocks, w, y + j, acc + 2 * j);
+    }
+  }
+}
+
+}  // namespace
+
+void QGemmTile(DType type, int64_t k, const void* pack, int rows, const void* const* b, int cols,
+               float* const* c) {
+  const int64_t nblocks = k / kQK8_0;
+  const PackedBlock* w = static_cast<const PackedBlock*>(pack);
+  const ActBlock* y[kQGemmCols];
+  for (int j = 0; j < cols; ++j) y[j] = static_cast<const ActBlock*>(b[j]);
+  __m256 acc[2 * kQGemmCols];
+  if (type == DType::kQ8_0) {
+    RunTile<false, true>(nblocks, w, y, cols, acc);
+  } else if (type == DType::kQ5_1) {
+    RunTile<true, false>(nblocks, w, y, cols, acc);
+  } else {
+    RunTile<false, false>(nblocks, w, y, cols, acc);
+  }
+  for (int j = 0; j < cols; ++j) {
+    alignas(32) float out[kQGemmRows];
+    _mm256_store_ps(out, acc[2 * j]);
+    _mm256_store_ps(out + 8, acc[2 * j + 1]);
+    std::memcpy(c[j], out, rows * sizeof(float));
+  }
 }
 #else
 void QGemmTile(DType, int64_t, const void*, int, const void* const*, int, float* const*) {}
