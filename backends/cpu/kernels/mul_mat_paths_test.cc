@@ -142,7 +142,7 @@ TEST(QGemmTest, TileRowAndColumnCounts) {
   if (!QGemmSupports(DType::kQ8_0)) GTEST_SKIP() << "no packed GEMM in this build";
   for (DType type :
        {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kMXFP4}) {
-    if (!QGemmSupports(type)) continue;  // IQ4_NL on AVX2: the row-wise kernels.
+    if (!QGemmSupports(type)) continue;
     const int64_t k = 96;
     Owned a = MakeWeights(type, k, kQGemmRows, 50);
     Owned x = MakeF32(k, kQGemmCols, 51);

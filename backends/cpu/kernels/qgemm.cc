@@ -1,5 +1,5 @@
 // Packed GEMM for the 32-element block types (Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4) against
-// Q8_0 activations on AVX-512 VNNI, and (all but IQ4_NL) on AVX2 (prefill).
+// Q8_0 activations on AVX-512 VNNI and on AVX2 (prefill).
 //
 // The row-wise tile kernels spend most of their time on per-block scale arithmetic: every
 // 32-element block of every (row, column) pair needs its own scale product and
@@ -18,9 +18,9 @@
 //
 // AVX2 has no VPDPBUSD: VPMADDUBSW multiplies the unsigned weight bytes by the signed
 // activation bytes into 16-bit pair sums, and VPMADDWD against ones widens them. A pair sum
-// must fit 16 bits, so the offsets stay small there: Q8_0 is packed signed (offset 0) and
-// multiplied as |w| times the activation with w's sign (VPSIGNB), and IQ4_NL (levels up to
-// +113, offset 128) keeps the row-wise kernels. A tile's 16 rows are two 8-lane halves.
+// must fit 16 bits, so the offsets stay small there: Q8_0 and IQ4_NL (whose levels reach
+// +113) are packed signed (offset 0) and multiplied as |w| times the activation with w's
+// sign (VPSIGNB). A tile's 16 rows are two 8-lane halves.
 #include "backends/cpu/kernels/qgemm.h"
 
 #include <cstring>
@@ -56,12 +56,13 @@ struct alignas(64) PackedBlock {
 static_assert(sizeof(PackedBlock) == 640);
 
 // The packed weights are unsigned bytes w = value + offset: Q4_0's nibble (q + 8), Q5_0's
-// five bits (q + 16), Q5_1's five bits (its minimum is separate), Q8_0's q + 128 (AVX2:
-// signed, offset 0), IQ4_NL's level + 128 and MXFP4's doubled E2M1 level + 12.
+// five bits (q + 16), Q5_1's five bits (its minimum is separate), Q8_0's q + 128, IQ4_NL's
+// level + 128 (on AVX2 both signed: offset 0) and MXFP4's doubled E2M1 level + 12.
 int WeightOffset(DType type) {
   switch (type) {
 #if !defined(TG_CPU_AVX512)
     case DType::kQ8_0:
+    case DType::kIQ4_NL:
       return 0;
 #endif
     case DType::kQ4_0:
@@ -115,7 +116,7 @@ bool QGemmSupports(DType type) {
          type == DType::kQ5_1 || type == DType::kIQ4_NL || type == DType::kMXFP4;
 #elif defined(TG_CPU_SIMD)
   return type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kQ5_0 ||
-         type == DType::kQ5_1 || type == DType::kMXFP4;
+         type == DType::kQ5_1 || type == DType::kIQ4_NL || type == DType::kMXFP4;
 #else
   (void)type;
   return false;
@@ -409,7 +410,7 @@ void QGemmTile(DType type, int64_t k, const void* pack, int rows, const void* co
   const ActBlock* y[kQGemmCols];
   for (int j = 0; j < cols; ++j) y[j] = static_cast<const ActBlock*>(b[j]);
   __m256 acc[2 * kQGemmCols];
-  if (type == DType::kQ8_0) {
+  if (type == DType::kQ8_0 || type == DType::kIQ4_NL) {  // packed signed (WeightOffset 0).
     RunTile<false, true>(nblocks, w, y, cols, acc);
   } else if (type == DType::kQ5_1) {
     RunTile<true, false>(nblocks, w, y, cols, acc);
