@@ -411,19 +411,11 @@ void BuildGroups(const ComputeParams& p, const Tensor* ids, int64_t n_experts,
 
 namespace {
 
-// The tiles of each expert's rows x its columns; threads take contiguous ranges of items
-// (expert, column block, tile of rows).
-void RunExpertTiles(const ComputeParams& p, const DotKernels& kern, const ExpertGroups& g,
-                    const ActView& act, Tensor* dst) {
-  const Tensor* a = dst->src[0];
-  const Tensor* b = dst->src[1];
-  const int64_t k = a->ne[0], m = a->ne[1], n_experts = a->ne[2];
-  const int64_t n_used = dst->ne[1], n_slots = dst->ne[1] * dst->ne[2];
-  // Tokens per expert are few in decode, many in prefill: one tiling for the whole node.
-  const int64_t tile_rows =
-      TileRows(p, kern, n_slots / std::max<int64_t>(n_experts, 1), WeightBytes(a));
-  const int64_t row_tiles = (m + tile_rows - 1) / tile_rows;
-  const int64_t col_block = ColumnBlock(act.nb1, n_slots);
+// Calls fn(e, row_tile, col_begin, col_end) for this thread's share of a MUL_MAT_ID node's
+// items (expert, column block, tile of rows): a contiguous range of the list of all of them.
+template <class Fn>
+void ForEachExpertItem(const ComputeParams& p, const ExpertGroups& g, int64_t n_experts,
+                       int64_t row_tiles, int64_t col_block, Fn&& fn) {
   auto items_of = [&](int64_t e) {
     const int64_t cols = g.offsets[e + 1] - g.offsets[e];
     return row_tiles * ((cols + col_block - 1) / col_block);
@@ -432,29 +424,51 @@ void RunExpertTiles(const ComputeParams& p, const DotKernels& kern, const Expert
   for (int64_t e = 0; e < n_experts; ++e) total += items_of(e);
   int64_t it0, it1;
   SplitRange(total, p.ith, p.nth, &it0, &it1);
-
-  const void* b_cols[kMaxTileCols];
-  float* c_cols[kMaxTileCols];
   int64_t first = 0;  // first item of expert e.
   for (int64_t e = 0; e < n_experts && first < it1; first += items_of(e), ++e) {
     const int64_t cols = g.offsets[e + 1] - g.offsets[e];
     for (int64_t it = std::max(it0, first); it < std::min(it1, first + items_of(e)); ++it) {
       const int64_t rt = (it - first) % row_tiles, cb = (it - first) / row_tiles;
-      const int64_t row0 = rt * tile_rows, rows = std::min(tile_rows, m - row0);
-      const int64_t col_end = std::min(cols, (cb + 1) * col_block);
-      for (int64_t j0 = cb * col_block; j0 < col_end; j0 += kMaxTileCols) {
-        const int64_t nc = std::min<int64_t>(kMaxTileCols, col_end - j0);
-        for (int64_t j = 0; j < nc; ++j) {
-          const int32_t slot = g.slots[g.offsets[e] + j0 + j];
-          const int64_t i = slot % n_used, t = slot / n_used;
-          b_cols[j] = act.Row(i % b->ne[1], t, 0);
-          c_cols[j] = At<float>(dst, row0, i, t, 0);
-        }
-        RunTiles(kern, k, At<const char>(a, 0, row0, e, 0), a->nb[1], rows, tile_rows, b_cols,
-                 c_cols, nc);
-      }
+      fn(e, rt, cb * col_block, std::min(cols, (cb + 1) * col_block));
     }
   }
+}
+
+// The activation rows and output columns (from weight row row0) of expert e's columns
+// [j0, j0 + n): its slots in token order.
+void ExpertColumns(const ExpertGroups& g, const ActView& act, Tensor* dst, int64_t e, int64_t j0,
+                   int64_t n, int64_t row0, const void** b_cols, float** c_cols) {
+  const int64_t n_used = dst->ne[1], b_rows = dst->src[1]->ne[1];
+  for (int64_t j = 0; j < n; ++j) {
+    const int32_t slot = g.slots[g.offsets[e] + j0 + j];
+    const int64_t i = slot % n_used, t = slot / n_used;
+    b_cols[j] = act.Row(i % b_rows, t, 0);
+    c_cols[j] = At<float>(dst, row0, i, t, 0);
+  }
+}
+
+// The tiles of each expert's rows x its columns.
+void RunExpertTiles(const ComputeParams& p, const DotKernels& kern, const ExpertGroups& g,
+                    const ActView& act, Tensor* dst) {
+  const Tensor* a = dst->src[0];
+  const int64_t k = a->ne[0], m = a->ne[1], n_experts = a->ne[2];
+  const int64_t n_slots = dst->ne[1] * dst->ne[2];
+  // Tokens per expert are few in decode, many in prefill: one tiling for the whole node.
+  const int64_t tile_rows =
+      TileRows(p, kern, n_slots / std::max<int64_t>(n_experts, 1), WeightBytes(a));
+  const int64_t row_tiles = (m + tile_rows - 1) / tile_rows;
+  const void* b_cols[kMaxTileCols];
+  float* c_cols[kMaxTileCols];
+  ForEachExpertItem(p, g, n_experts, row_tiles, ColumnBlock(act.nb1, n_slots),
+                    [&](int64_t e, int64_t rt, int64_t col_begin, int64_t col_end) {
+                      const int64_t row0 = rt * tile_rows, rows = std::min(tile_rows, m - row0);
+                      for (int64_t j0 = col_begin; j0 < col_end; j0 += kMaxTileCols) {
+                        const int64_t nc = std::min<int64_t>(kMaxTileCols, col_end - j0);
+                        ExpertColumns(g, act, dst, e, j0, nc, row0, b_cols, c_cols);
+                        RunTiles(kern, k, At<const char>(a, 0, row0, e, 0), a->nb[1], rows,
+                                 tile_rows, b_cols, c_cols, nc);
+                      }
+                    });
 }
 
 // Prefill with enough tokens per expert for the packed GEMM (qgemm.h), as MUL_MAT takes it.
@@ -464,47 +478,27 @@ bool UseExpertQGemm(const Tensor* a, int64_t n_slots) {
          a->nb[1] < (size_t{1} << 26);
 }
 
-// RunExpertTiles for the packed GEMM: items are (expert, column block, tile of kQGemmRows
-// rows), each tile packed once per item into this thread's `pack`.
+// RunExpertTiles for the packed GEMM: tiles of kQGemmRows rows, each packed once per item into
+// this thread's `pack`.
 void RunExpertQGemm(const ComputeParams& p, const ExpertGroups& g, const ActView& act, void* pack,
                     Tensor* dst) {
   const Tensor* a = dst->src[0];
-  const Tensor* b = dst->src[1];
-  const int64_t k = a->ne[0], m = a->ne[1], n_experts = a->ne[2];
-  const int64_t n_used = dst->ne[1], n_slots = dst->ne[1] * dst->ne[2];
-  const int64_t row_tiles = (m + kQGemmRows - 1) / kQGemmRows;
-  const int64_t col_block = ColumnBlock(act.nb1, n_slots);
-  auto items_of = [&](int64_t e) {
-    const int64_t cols = g.offsets[e + 1] - g.offsets[e];
-    return row_tiles * ((cols + col_block - 1) / col_block);
-  };
-  int64_t total = 0;
-  for (int64_t e = 0; e < n_experts; ++e) total += items_of(e);
-  int64_t it0, it1;
-  SplitRange(total, p.ith, p.nth, &it0, &it1);
+  const int64_t k = a->ne[0], m = a->ne[1];
+  const int64_t n_slots = dst->ne[1] * dst->ne[2];
   const void* b_cols[kQGemmCols];
   float* c_cols[kQGemmCols];
-  int64_t first = 0;  // first item of expert e.
-  for (int64_t e = 0; e < n_experts && first < it1; first += items_of(e), ++e) {
-    const int64_t cols = g.offsets[e + 1] - g.offsets[e];
-    for (int64_t it = std::max(it0, first); it < std::min(it1, first + items_of(e)); ++it) {
-      const int64_t rt = (it - first) % row_tiles, cb = (it - first) / row_tiles;
-      const int64_t row0 = rt * kQGemmRows;
-      const int rows = static_cast<int>(std::min<int64_t>(kQGemmRows, m - row0));
-      QGemmPack(a->type, k, At<const char>(a, 0, row0, e, 0), a->nb[1], rows, pack);
-      const int64_t col_end = std::min(cols, (cb + 1) * col_block);
-      for (int64_t j0 = cb * col_block; j0 < col_end; j0 += kQGemmCols) {
-        const int nc = static_cast<int>(std::min<int64_t>(kQGemmCols, col_end - j0));
-        for (int j = 0; j < nc; ++j) {
-          const int32_t slot = g.slots[g.offsets[e] + j0 + j];
-          const int64_t i = slot % n_used, t = slot / n_used;
-          b_cols[j] = act.Row(i % b->ne[1], t, 0);
-          c_cols[j] = At<float>(dst, row0, i, t, 0);
+  ForEachExpertItem(
+      p, g, a->ne[2], (m + kQGemmRows - 1) / kQGemmRows, ColumnBlock(act.nb1, n_slots),
+      [&](int64_t e, int64_t rt, int64_t col_begin, int64_t col_end) {
+        const int64_t row0 = rt * kQGemmRows;
+        const int rows = static_cast<int>(std::min<int64_t>(kQGemmRows, m - row0));
+        QGemmPack(a->type, k, At<const char>(a, 0, row0, e, 0), a->nb[1], rows, pack);
+        for (int64_t j0 = col_begin; j0 < col_end; j0 += kQGemmCols) {
+          const int nc = static_cast<int>(std::min<int64_t>(kQGemmCols, col_end - j0));
+          ExpertColumns(g, act, dst, e, j0, nc, row0, b_cols, c_cols);
+          QGemmTile(a->type, k, pack, rows, b_cols, nc, c_cols);
         }
-        QGemmTile(a->type, k, pack, rows, b_cols, nc, c_cols);
-      }
-    }
-  }
+      });
 }
 
 // Slots with an invalid expert id read as zeros (the node has failed anyway), as do those

@@ -302,8 +302,6 @@ void Tile(int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, __m51
   }
 }
 
-}  // namespace
-
 template <bool kMin>
 void RunTile(int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, int cols,
              __m512* acc) {
@@ -327,12 +325,9 @@ void RunTile(int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, in
   }
 }
 
-void QGemmTile(DType type, int64_t k, const void* pack, int rows, const void* const* b, int cols,
-               float* const* c) {
-  const int64_t nblocks = k / kQK8_0;
-  const PackedBlock* w = static_cast<const PackedBlock*>(pack);
-  const ActBlock* y[kQGemmCols];
-  for (int j = 0; j < cols; ++j) y[j] = static_cast<const ActBlock*>(b[j]);
+// QGemmTile's work, on the packed tile and the activation rows.
+void IsaTile(DType type, int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, int rows,
+             int cols, float* const* c) {
   __m512 acc[kQGemmCols];
   if (type == DType::kQ5_1) {
     RunTile<true>(nblocks, w, y, cols, acc);
@@ -342,6 +337,8 @@ void QGemmTile(DType type, int64_t k, const void* pack, int rows, const void* co
   const __mmask16 m = static_cast<__mmask16>((1u << rows) - 1);
   for (int j = 0; j < cols; ++j) _mm512_mask_storeu_ps(c[j], m, acc[j]);
 }
+
+}  // namespace
 #elif defined(TG_CPU_SIMD)
 namespace {
 
@@ -401,14 +398,9 @@ void RunTile(int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, in
   }
 }
 
-}  // namespace
-
-void QGemmTile(DType type, int64_t k, const void* pack, int rows, const void* const* b, int cols,
-               float* const* c) {
-  const int64_t nblocks = k / kQK8_0;
-  const PackedBlock* w = static_cast<const PackedBlock*>(pack);
-  const ActBlock* y[kQGemmCols];
-  for (int j = 0; j < cols; ++j) y[j] = static_cast<const ActBlock*>(b[j]);
+// QGemmTile's work, on the packed tile and the activation rows.
+void IsaTile(DType type, int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, int rows,
+             int cols, float* const* c) {
   __m256 acc[2 * kQGemmCols];
   if (type == DType::kQ8_0 || type == DType::kIQ4_NL) {  // packed signed (WeightOffset 0).
     RunTile<false, true>(nblocks, w, y, cols, acc);
@@ -424,8 +416,19 @@ void QGemmTile(DType type, int64_t k, const void* pack, int rows, const void* co
     std::memcpy(c[j], out, rows * sizeof(float));
   }
 }
+
+}  // namespace
 #else
-void QGemmTile(DType, int64_t, const void*, int, const void* const*, int, float* const*) {}
+namespace {
+void IsaTile(DType, int64_t, const PackedBlock*, const ActBlock* const*, int, int, float* const*) {}
+}  // namespace
 #endif
+
+void QGemmTile(DType type, int64_t k, const void* pack, int rows, const void* const* b, int cols,
+               float* const* c) {
+  const ActBlock* y[kQGemmCols];
+  for (int j = 0; j < cols; ++j) y[j] = static_cast<const ActBlock*>(b[j]);
+  IsaTile(type, k / kQK8_0, static_cast<const PackedBlock*>(pack), y, rows, cols, c);
+}
 
 }  // namespace tg::cpu
