@@ -193,11 +193,15 @@ void MulMatGemm(const ComputeParams& p, Tensor* dst) {
 }
 
 // 32-element block weights with many activation rows: packed 16-row tiles (qgemm.h).
-bool UseQGemm(const Tensor* a, const Tensor* b) {
+// Whether weights `a` go through the packed GEMM for `cols` activation columns per matrix
+// (a prefill, not a decode).
+bool QGemmTakes(const Tensor* a, int64_t cols) {
   // The packing gathers address a tile's rows with 32-bit offsets.
-  return !ScalarDotKernelsForced() && QGemmSupports(a->type) && b->ne[1] > kStreamingMaxCols &&
+  return !ScalarDotKernelsForced() && QGemmSupports(a->type) && cols > kStreamingMaxCols &&
          a->nb[1] < (size_t{1} << 26);
 }
+
+bool UseQGemm(const Tensor* a, const Tensor* b) { return QGemmTakes(a, b->ne[1]); }
 
 size_t QGemmActStride(int64_t k) { return RoundUp(QGemmActRowBytes(k), kAlign); }
 
@@ -209,22 +213,34 @@ size_t QGemmWorkSize(const Tensor* a, const Tensor* b, int nth) {
              (RoundUp(k * sizeof(float), kAlign) + RoundUp(QGemmPackBytes(k), kAlign));
 }
 
-void MulMatQGemm(const ComputeParams& p, Tensor* dst) {
-  const Tensor* a = dst->src[0];
-  const Tensor* b = dst->src[1];
-  const int64_t k = a->ne[0], m = a->ne[1], n = b->ne[1];
+// The packed GEMM's scratch at `scratch` (laid out as QGemmWorkSize counts it): b converted
+// to its activation format (all threads, then a Sync), and this thread's packed tile.
+struct QGemmScratch {
+  ActView act;
+  void* pack;
+};
+QGemmScratch PrepareQGemm(const ComputeParams& p, void* scratch, const Tensor* a, const Tensor* b) {
+  const int64_t k = a->ne[0];
   const size_t stride = QGemmActStride(k);
-  char* base = AlignUp(p.wdata);
+  char* base = AlignUp(scratch);
   const DType type = a->type;
   const ActView act = ConvertActivations(
       p, base, stride,
       [type](const float* x, void* y, int64_t len) { QGemmActFromF32(type, x, y, len); }, b);
-  void* pack = base + b->NumRows() * stride + p.nth * RoundUp(k * sizeof(float), kAlign) +
-               p.ith * RoundUp(QGemmPackBytes(k), kAlign);
+  return {act, base + b->NumRows() * stride + p.nth * RoundUp(k * sizeof(float), kAlign) +
+                   p.ith * RoundUp(QGemmPackBytes(k), kAlign)};
+}
+
+void MulMatQGemm(const ComputeParams& p, Tensor* dst) {
+  const Tensor* a = dst->src[0];
+  const Tensor* b = dst->src[1];
+  const int64_t k = a->ne[0], m = a->ne[1], n = b->ne[1];
+  const DType type = a->type;
+  const auto [act, pack] = PrepareQGemm(p, p.wdata, a, b);
 
   const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
   const int64_t row_tiles = (m + kQGemmRows - 1) / kQGemmRows;
-  const int64_t col_block = ColumnBlock(stride, n);
+  const int64_t col_block = ColumnBlock(act.nb1, n);
   const int64_t col_blocks = (n + col_block - 1) / col_block;
   int64_t it0, it1;
   SplitRange(b->ne[3] * b->ne[2] * col_blocks * row_tiles, p.ith, p.nth, &it0, &it1);
@@ -471,13 +487,6 @@ void RunExpertTiles(const ComputeParams& p, const DotKernels& kern, const Expert
                     });
 }
 
-// Prefill with enough tokens per expert for the packed GEMM (qgemm.h), as MUL_MAT takes it.
-bool UseExpertQGemm(const Tensor* a, int64_t n_slots) {
-  return !ScalarDotKernelsForced() && QGemmSupports(a->type) &&
-         n_slots / std::max<int64_t>(a->ne[2], 1) > kStreamingMaxCols &&
-         a->nb[1] < (size_t{1} << 26);
-}
-
 // RunExpertTiles for the packed GEMM: tiles of kQGemmRows rows, each packed once per item into
 // this thread's `pack`.
 void RunExpertQGemm(const ComputeParams& p, const ExpertGroups& g, const ActView& act, void* pack,
@@ -531,16 +540,10 @@ void ComputeMulMatId(const ComputeParams& p, Tensor* dst) {
   range.first = dst->op_params[kMulMatIdFirstExpert];
   range.ranged = dst->op_params[kMulMatIdExpertCount] > 0;
   if (p.ith == 0) BuildGroups(p, ids, n_experts, range, g);
-  if (UseExpertQGemm(a, n_slots)) {
-    const int64_t k = a->ne[0];
-    const size_t stride = QGemmActStride(k);
-    char* act_base = AlignUp(base + GroupsBytes(n_experts, n_slots));
-    const DType type = a->type;
-    const ActView act = ConvertActivations(  // syncs: the groups are complete after it.
-        p, act_base, stride,
-        [type](const float* x, void* y, int64_t len) { QGemmActFromF32(type, x, y, len); }, b);
-    void* pack = act_base + b->NumRows() * stride + p.nth * RoundUp(k * sizeof(float), kAlign) +
-                 p.ith * RoundUp(QGemmPackBytes(k), kAlign);
+  // Prefill: as many tokens per expert as MUL_MAT takes the packed GEMM for.
+  if (QGemmTakes(a, n_slots / std::max<int64_t>(n_experts, 1))) {
+    // PrepareQGemm syncs: the groups are complete after it.
+    const auto [act, pack] = PrepareQGemm(p, base + GroupsBytes(n_experts, n_slots), a, b);
     RunExpertQGemm(p, g, act, pack, dst);
     ZeroInvalidSlots(p, g, dst);
     return;
