@@ -31,8 +31,8 @@ namespace fs = std::filesystem;
 
 // Blobs live in DIR/<first kFanoutDigits hex digits>/ so that no directory holds millions.
 constexpr size_t kFanoutDigits = 2;
-// Marks an unfinished write: DIR/ab/<hex>.tmp.<pid>.<counter>, or DIR/incoming.tmp.<pid>.<n>
-// while the digest is not known yet (StoreHashing).
+// Marks an unfinished write: DIR/incoming.tmp.<pid>.<counter> (StoreHashing), or, from
+// earlier versions, DIR/ab/<hex>.tmp.<pid>.<counter>.
 constexpr char kTempMarker[] = ".tmp.";
 // StoreHashing copies, hashes and writes this much at a time (stays in the L2 cache).
 constexpr size_t kStoreBlockBytes = size_t{1} << 20;
@@ -139,7 +139,7 @@ absl::Status BlobCache::Scan() {
     const std::string sub_name = top->path().filename().string();
     std::error_code type_ec;
     if (sub_name.find(kTempMarker) != std::string::npos && top->is_regular_file(type_ec)) {
-      // StoreHashing's write cut short by a crash.
+      // A write cut short by a crash.
       const std::string path = top->path().string();
       if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
         return ErrnoError(errno, "cannot remove stale temp file", path);
@@ -322,31 +322,6 @@ absl::StatusOr<bool> BlobCache::Read(const rpc::Sha256Digest& digest, void* dst,
   return true;
 }
 
-absl::StatusOr<std::pair<std::string, int>> BlobCache::WriteTemp(const rpc::Sha256Digest& digest,
-                                                                 const void* data,
-                                                                 size_t size) const {
-  static std::atomic<uint64_t> counter{0};
-  const std::string path = BlobPath(digest);
-  const std::string sub_dir = path.substr(0, path.rfind('/'));
-  if (::mkdir(sub_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return ErrnoError(errno, "cannot create directory", sub_dir);
-  }
-  // pid + counter keep concurrent writers (threads, or a second cache object) apart.
-  const std::string tmp = absl::StrCat(path, kTempMarker, ::getpid(), ".", counter++);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError(errno, "cannot create", tmp);
-  // No fsync: it made a load that fills the cache as slow as the disk (620 MB in 3.4 s on
-  // the benchmark host), and a blob cut short by a crash of the machine costs nothing but a
-  // miss, since a blob from an earlier run is hashed on its first read (see Read).
-  const absl::Status status = WriteAll(fd, data, size, tmp);
-  if (!status.ok()) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return status;
-  }
-  return std::make_pair(tmp, fd);
-}
-
 bool BlobCache::MarkUsedIfPresent(const rpc::Sha256Digest& digest) {
   {
     absl::MutexLock lock(&mu_);
@@ -359,12 +334,13 @@ bool BlobCache::MarkUsedIfPresent(const rpc::Sha256Digest& digest) {
 }
 
 absl::Status BlobCache::Store(const rpc::Sha256Digest& digest, const void* data, size_t size) {
-  if (max_bytes_ != 0 && size > max_bytes_) return absl::OkStatus();
-  if (MarkUsedIfPresent(digest)) return absl::OkStatus();
-  // The slow part (the write) runs unlocked; the rename and the index update are done
-  // together under the lock, so the index always matches the directory.
-  TG_ASSIGN_OR_RETURN(const auto written, WriteTemp(digest, data, size));
-  return Publish(written.first, written.second, digest, size);
+  TG_ASSIGN_OR_RETURN(const Stored stored, StoreHashing(data, size, digest));
+  if (stored.digest != digest) {
+    return absl::DataLossError(absl::StrCat("blob cache: bytes hash to ",
+                                            rpc::DigestHex(stored.digest), ", not to ",
+                                            rpc::DigestHex(digest), "; not stored"));
+  }
+  return stored.store_error;
 }
 
 absl::StatusOr<std::pair<std::string, int>> BlobCache::OpenIncoming() const {
@@ -389,6 +365,11 @@ absl::StatusOr<BlobCache::Stored> BlobCache::StoreHashing(
       stored.store_error = opened.status();
     }
   }
+  // The slow part (the write) runs unlocked; the rename and the index update are done
+  // together under the lock (Publish), so the index always matches the directory. No fsync:
+  // it made a load that fills the cache as slow as the disk (620 MB in 3.4 s on the
+  // benchmark host), and a blob cut short by a crash of the machine costs nothing but a
+  // miss, since a blob from an earlier run is hashed on its first read (see Read).
   FdCloser closer(fd);
   rpc::Sha256Stream hasher;
   const auto* from = static_cast<const uint8_t*>(data);
@@ -433,7 +414,7 @@ absl::Status BlobCache::Publish(const std::string& tmp, int fd, const rpc::Sha25
     return ErrnoError(err, absl::StrCat("cannot rename ", tmp, " to"), path);
   }
   InsertLocked(digest, size);
-  // These are the bytes the caller verified, written by us: the next Read need not hash them
+  // These are the bytes StoreHashing hashed as it wrote them: the next Read need not hash them
   // while the file keeps the state it has now that it is in place (a rename moves ctime).
   index_.at(digest).verified = FileStateOf(fd);
   if (closer.Close() != 0) {

@@ -50,10 +50,11 @@ class BlobCache {
   absl::StatusOr<bool> Read(const rpc::Sha256Digest& digest, void* dst, size_t size)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Stores bytes the caller already verified to hash to digest, atomically (see above), then
-  // evicts least-recently-used blobs while the total exceeds max_bytes (never the one just
-  // written). A blob already present is just marked used. A blob larger than max_bytes is not
-  // stored (OK status). Concurrent stores of the same digest are safe.
+  // Stores bytes that hash to digest, atomically (see above), then evicts least-recently-used
+  // blobs while the total exceeds max_bytes (never the one just written): StoreHashing with
+  // `digest` expected. Bytes that hash otherwise are DATA_LOSS and not stored. A blob already
+  // present is just marked used. A blob larger than max_bytes is not stored (OK status).
+  // Concurrent stores of the same digest are safe.
   absl::Status Store(const rpc::Sha256Digest& digest, const void* data, size_t size)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -105,10 +106,6 @@ class BlobCache {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts least recently used blobs, except `keep` (may be null), down to max_bytes_.
   absl::Status EvictLocked(const rpc::Sha256Digest* keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes data to a new temp file beside the blob's final path; returns its path
-  // and its descriptor, still open (the caller takes its state once it is in place).
-  absl::StatusOr<std::pair<std::string, int>> WriteTemp(const rpc::Sha256Digest& digest,
-                                                        const void* data, size_t size) const;
   // Marks the blob used (LRU order, mtime) when the index holds it.
   bool MarkUsedIfPresent(const rpc::Sha256Digest& digest) ABSL_LOCKS_EXCLUDED(mu_);
   // Creates a temp file in DIR itself, for bytes whose digest is not known yet.

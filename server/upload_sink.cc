@@ -27,10 +27,9 @@ absl::StatusOr<std::unique_ptr<UploadSink>> UploadSink::Start(std::shared_ptr<Se
     TG_ASSIGN_OR_RETURN(digest, rpc::DigestFromBytes(header.sha256()));
   }
   // make_unique cannot reach the private constructor.
-  const bool store = header.store() && cache != nullptr;
   std::unique_ptr<UploadSink> sink(new UploadSink(std::move(session), std::move(buffer),
-                                                  header.offset(), header.size(), digest, store,
-                                                  cache, metrics));
+                                                  header.offset(), header.size(), digest,
+                                                  header.store(), cache, metrics));
   uint64_t file = 0;
   if (header.model_file() != 0) {
     TG_ASSIGN_OR_RETURN(file, sink->session_->ModelFile(header.model_file()));
