@@ -361,6 +361,18 @@ void UnpackScaleMinK4(int j, const uint8_t* packed, uint8_t* scale, uint8_t* min
   }
 }
 
+// The scales and mins of sub-blocks 2c and 2c + 1 of a Q4_K or Q5_K block (the two halves of
+// its c-th 32 bytes of quants), times the block's d and dmin.
+struct SubBlockPair {
+  float d1, m1, d2, m2;
+};
+SubBlockPair SubBlockPairK4(const uint8_t* packed, int c, float d, float dmin) {
+  uint8_t sc1, m1, sc2, m2;
+  UnpackScaleMinK4(2 * c, packed, &sc1, &m1);
+  UnpackScaleMinK4(2 * c + 1, packed, &sc2, &m2);
+  return {d * sc1, dmin * m1, d * sc2, dmin * m2};
+}
+
 void PackScaleMinK4(int j, uint8_t scale, uint8_t min, uint8_t* packed) {
   if (j < 4) {
     packed[j] = scale;
@@ -928,11 +940,7 @@ void DequantizeRowQ4_K(const BlockQ4_K* x, float* y, int64_t n) {
     const float dmin = HalfToFloat(x[b].dmin);
     for (int c = 0; c < kQK_K / 64; ++c, y += 64) {
       const uint8_t* q = x[b].qs + 32 * c;
-      uint8_t sc, m;
-      UnpackScaleMinK4(2 * c, x[b].scales, &sc, &m);
-      const float d1 = d * sc, m1 = dmin * m;
-      UnpackScaleMinK4(2 * c + 1, x[b].scales, &sc, &m);
-      const float d2 = d * sc, m2 = dmin * m;
+      const auto [d1, m1, d2, m2] = SubBlockPairK4(x[b].scales, c, d, dmin);
       for (int i = 0; i < 32; ++i) y[i] = d1 * (q[i] & 0xF) - m1;
       for (int i = 0; i < 32; ++i) y[i + 32] = d2 * (q[i] >> 4) - m2;
     }
@@ -1028,11 +1036,7 @@ void DequantizeRowQ5_K(const BlockQ5_K* x, float* y, int64_t n) {
     const float dmin = HalfToFloat(x[b].dmin);
     for (int c = 0; c < kQK_K / 64; ++c, y += 64) {
       const uint8_t* q = x[b].qs + 32 * c;
-      uint8_t sc, m;
-      UnpackScaleMinK4(2 * c, x[b].scales, &sc, &m);
-      const float d1 = d * sc, m1 = dmin * m;
-      UnpackScaleMinK4(2 * c + 1, x[b].scales, &sc, &m);
-      const float d2 = d * sc, m2 = dmin * m;
+      const auto [d1, m1, d2, m2] = SubBlockPairK4(x[b].scales, c, d, dmin);
       const int bit1 = 1 << (2 * c), bit2 = 1 << (2 * c + 1);
       for (int i = 0; i < 32; ++i) {
         y[i] = d1 * ((q[i] & 0xF) + (x[b].qh[i] & bit1 ? kFifthBit : 0)) - m1;

@@ -29,6 +29,14 @@ namespace tg::server::testing {
 
 namespace pb = ::tensorgrid::v1;
 
+// Reply codes as the session writes them (SessionReply.code: an absl::StatusCode).
+inline constexpr int kOk = 0;
+inline constexpr int kInvalid = static_cast<int>(absl::StatusCode::kInvalidArgument);
+inline constexpr int kNotFound = static_cast<int>(absl::StatusCode::kNotFound);
+inline constexpr int kExhausted = static_cast<int>(absl::StatusCode::kResourceExhausted);
+inline constexpr int kPrecondition = static_cast<int>(absl::StatusCode::kFailedPrecondition);
+inline constexpr int kUnimplemented = static_cast<int>(absl::StatusCode::kUnimplemented);
+
 // Two CPU devices (CPU0, CPU1); must run before the registry is first used.
 inline std::vector<Device*> TwoCpuDevices() {
   setenv("TG_CPU_DEVICES", "2", 1);

@@ -26,12 +26,12 @@ using testing::ReadRowsRequest;
 using testing::RowsOf;
 using testing::WriteRequest;
 using testing::WriteRowsRequest;
+using testing::kOk;
+using testing::kInvalid;
+using testing::kNotFound;
+using testing::kUnimplemented;
 namespace pb = ::tensorgrid::v1;
 
-constexpr int kOk = 0;
-constexpr int kInvalid = static_cast<int>(absl::StatusCode::kInvalidArgument);
-constexpr int kNotFound = static_cast<int>(absl::StatusCode::kNotFound);
-constexpr int kUnimplemented = static_cast<int>(absl::StatusCode::kUnimplemented);
 constexpr size_t kBufferBytes = 256;
 
 std::string Pattern(size_t n, uint32_t seed) {

@@ -23,13 +23,12 @@ using testing::MatMulAdd;
 using testing::ReadRequest;
 using testing::RowsCompute;
 using testing::WriteRequest;
+using testing::kOk;
+using testing::kInvalid;
+using testing::kNotFound;
+using testing::kExhausted;
+using testing::kPrecondition;
 namespace pb = ::tensorgrid::v1;
-
-constexpr int kOk = 0;
-constexpr int kInvalid = static_cast<int>(absl::StatusCode::kInvalidArgument);
-constexpr int kNotFound = static_cast<int>(absl::StatusCode::kNotFound);
-constexpr int kExhausted = static_cast<int>(absl::StatusCode::kResourceExhausted);
-constexpr int kPrecondition = static_cast<int>(absl::StatusCode::kFailedPrecondition);
 
 class SessionTest : public ::testing::Test {
  protected:
