@@ -322,15 +322,14 @@ absl::StatusOr<bool> BlobCache::Read(const rpc::Sha256Digest& digest, void* dst,
   return true;
 }
 
-bool BlobCache::MarkUsedIfPresent(const rpc::Sha256Digest& digest) {
+void BlobCache::MarkUsedIfPresent(const rpc::Sha256Digest& digest) {
   {
     absl::MutexLock lock(&mu_);
     auto it = index_.find(digest);
-    if (it == index_.end()) return false;
+    if (it == index_.end()) return;
     lru_.splice(lru_.begin(), lru_, it->second.lru_pos);
   }
   ::utimensat(AT_FDCWD, BlobPath(digest).c_str(), nullptr, 0);  // Best effort, as in Read.
-  return true;
 }
 
 absl::Status BlobCache::Store(const rpc::Sha256Digest& digest, const void* data, size_t size) {

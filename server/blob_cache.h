@@ -107,7 +107,7 @@ class BlobCache {
   // Evicts least recently used blobs, except `keep` (may be null), down to max_bytes_.
   absl::Status EvictLocked(const rpc::Sha256Digest* keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks the blob used (LRU order, mtime) when the index holds it.
-  bool MarkUsedIfPresent(const rpc::Sha256Digest& digest) ABSL_LOCKS_EXCLUDED(mu_);
+  void MarkUsedIfPresent(const rpc::Sha256Digest& digest) ABSL_LOCKS_EXCLUDED(mu_);
   // Creates a temp file in DIR itself, for bytes whose digest is not known yet.
   absl::StatusOr<std::pair<std::string, int>> OpenIncoming() const;
   // Moves a fully written temp file (its descriptor `fd` still open; closed here) into place

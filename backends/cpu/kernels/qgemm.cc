@@ -111,10 +111,7 @@ PackLayout LayoutOf(DType type) {
 }  // namespace
 
 bool QGemmSupports(DType type) {
-#if defined(TG_CPU_AVX512)
-  return type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kQ5_0 ||
-         type == DType::kQ5_1 || type == DType::kIQ4_NL || type == DType::kMXFP4;
-#elif defined(TG_CPU_SIMD)
+#if defined(TG_CPU_SIMD)  // AVX2, and AVX-512 VNNI.
   return type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kQ5_0 ||
          type == DType::kQ5_1 || type == DType::kIQ4_NL || type == DType::kMXFP4;
 #else
