@@ -11,6 +11,7 @@
 // shape (16 experts, 4 used) runs the MoE router's ops (SOFT_MAX, TOP_K, SUM_ROWS, DIV,
 // MUL_MAT_ID) on Vulkan0 too. Skips where no Vulkan device is present.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -48,9 +49,11 @@ struct Decoded {
 };
 
 std::string SynthModel(const std::string& type, bool moe) {
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            absl::StrCat("tg_vk_synth15m_", type, moe ? "_moe" : "", ".gguf"))
-                               .string();
+  // The process id keeps cases that ctest runs side by side off each other's files.
+  const std::string path =
+      (std::filesystem::temp_directory_path() /
+       absl::StrCat("tg_vk_synth15m_", type, moe ? "_moe" : "", "_", getpid(), ".gguf"))
+          .string();
   std::vector<std::string> args = {path, "--dims", "288,768,6,6,6,32000", "--type", type};
   if (moe) {
     for (const char* a :
