@@ -1,8 +1,10 @@
 #include "core/ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <numbers>
 
 #include "absl/strings/str_cat.h"
 #include "core/shape_rules.h"
@@ -81,6 +83,29 @@ TensorOr Rope(Context& ctx, Tensor* a, Tensor* pos, Tensor* freq_factors, const 
                             F32Slot(p.beta_slow)};
   return MakeNode(ctx, Op::kRope, {a, pos, freq_factors}, params);
 }
+RopeParams RopeParamsOf(const Tensor& rope) {
+  RopeParams p;
+  p.n_dims = rope.op_params[0];
+  p.mode = rope.op_params[1];
+  p.n_ctx_orig = rope.op_params[2];
+  p.freq_base = rope.ParamF32(3);
+  p.freq_scale = rope.ParamF32(4);
+  p.ext_factor = rope.ParamF32(5);
+  p.attn_factor = rope.ParamF32(6);
+  p.beta_fast = rope.ParamF32(7);
+  p.beta_slow = rope.ParamF32(8);
+  return p;
+}
+YarnRamp YarnRampOf(const RopeParams& p) {
+  // The dimension whose wavelength fits n_rot times into n_ctx_orig; double precision, as
+  // every backend computes it.
+  auto corr_dim = [&](double n_rot) {
+    return p.n_dims * std::log(p.n_ctx_orig / (n_rot * 2.0 * std::numbers::pi)) /
+           (2.0 * std::log(static_cast<double>(p.freq_base)));
+  };
+  return {std::max(0.0, std::floor(corr_dim(p.beta_fast))),
+          std::min(p.n_dims - 1.0, std::ceil(corr_dim(p.beta_slow)))};
+}
 TensorOr SoftMax(Context& ctx, Tensor* a, Tensor* mask, float scale, Tensor* sinks) {
   return MakeNode(ctx, Op::kSoftMax, {a, mask, sinks}, {F32Slot(scale), F32Slot(0.0f)});
 }
@@ -101,6 +126,17 @@ TensorOr Sample(Context& ctx, Tensor* logits, Tensor* pos, Tensor* recent, const
                             static_cast<int32_t>(static_cast<uint32_t>(p.seed)),
                             static_cast<int32_t>(static_cast<uint32_t>(p.seed >> 32))};
   return MakeNode(ctx, Op::kSample, {logits, pos, recent}, params);
+}
+SampleParams SampleParamsOf(const Tensor& sample) {
+  SampleParams p;
+  p.temperature = sample.ParamF32(0);
+  p.top_k = sample.op_params[1];
+  p.top_p = sample.ParamF32(2);
+  p.min_p = sample.ParamF32(3);
+  p.repeat_penalty = sample.ParamF32(4);
+  p.seed = uint64_t{static_cast<uint32_t>(sample.op_params[5])} |
+           uint64_t{static_cast<uint32_t>(sample.op_params[6])} << 32;
+  return p;
 }
 TensorOr Argsort(Context& ctx, Tensor* a, SortOrder order) {
   return MakeNode(ctx, Op::kArgsort, {a}, {static_cast<int32_t>(order)});

@@ -29,6 +29,15 @@ struct RopeParams {
 };
 inline constexpr int32_t kRopeNormal = 0;
 inline constexpr int32_t kRopeNeox = 2;
+// The parameters a ROPE node was built with (Rope's op_params read back; kernels use this).
+RopeParams RopeParamsOf(const Tensor& rope);
+// YaRN's ramp between interpolated and extrapolated frequencies runs over the pairs [lo, hi]:
+// ggml_rope_yarn_corr_dims at beta_fast and beta_slow, floored/ceiled into [0, n_dims - 1].
+struct YarnRamp {
+  double lo = 0;
+  double hi = 0;
+};
+YarnRamp YarnRampOf(const RopeParams& p);
 
 // SAMPLE parameters (op_params: 0 f32 temperature, 1 top_k, 2 f32 top_p, 3 f32 min_p,
 // 4 f32 repeat_penalty, 5 and 6 the seed's low and high 32 bits; see docs/ops.md).
@@ -43,6 +52,8 @@ struct SampleParams {
 
   friend bool operator==(const SampleParams&, const SampleParams&) = default;
 };
+// The parameters a SAMPLE node was built with (Sample's op_params read back).
+SampleParams SampleParamsOf(const Tensor& sample);
 
 TensorOr GetRows(Context& ctx, Tensor* a, Tensor* idx);
 TensorOr SetRows(Context& ctx, Tensor* dst, Tensor* rows, Tensor* idx);

@@ -182,6 +182,42 @@ TEST_F(BuilderTest, SampleRule) {
               HasSubstr("not finite"));
 }
 
+// Kernels read a node's parameters through RopeParamsOf / SampleParamsOf: each field comes
+// back as built (all distinct, so two swapped slots would show).
+TEST_F(BuilderTest, ParametersReadBackAsBuilt) {
+  // Every field, in declaration order.
+  const RopeParams rp{8, kRopeNeox, 4096, 500000.0f, 0.25f, 0.75f, 1.5f, 24.0f, 2.0f};
+  auto rope = Rope(ctx_, T(DType::kF32, {8, 4, 3}), T(DType::kI32, {3}), nullptr, rp);
+  ASSERT_TRUE(rope.ok()) << rope.status();
+  const RopeParams r = RopeParamsOf(**rope);
+  EXPECT_THAT(
+      (std::vector<double>{double(r.n_dims), double(r.mode), double(r.n_ctx_orig), r.freq_base,
+                           r.freq_scale, r.ext_factor, r.attn_factor, r.beta_fast, r.beta_slow}),
+      ElementsAre(8, kRopeNeox, 4096, 500000, 0.25, 0.75, 1.5, 24, 2));
+
+  const SampleParams sp{0.7f, 12, 0.9f, 0.02f, 1.3f, 0xfedc'ba98'7654'3210ull};
+  auto sample = Sample(ctx_, T(DType::kF32, {100, 3}), T(DType::kI32, {3}), nullptr, sp);
+  ASSERT_TRUE(sample.ok()) << sample.status();
+  EXPECT_EQ(SampleParamsOf(**sample), sp);
+}
+
+// ggml_rope_yarn_corr_dims worked by hand: n_dims ln(n_ctx_orig / (beta 2 pi)) / (2 ln base).
+TEST_F(BuilderTest, YarnRampIsGgmlsCorrectionRange) {
+  // 128 ln(4096 / (32 2 pi)) / (2 ln 10000) = 20.94 -> 20; at beta 1: 45.03 -> 46.
+  RopeParams p{.n_dims = 128, .n_ctx_orig = 4096, .freq_base = 10000.0f};
+  EXPECT_EQ(YarnRampOf(p).lo, 20);
+  EXPECT_EQ(YarnRampOf(p).hi, 46);
+  // 8 ln(16 / (32 2 pi)) / (2 ln 10000) = -1.10 and 8 ln(16 / (2 pi)) / ... = 0.41: clamped
+  // below at 0; the top (1) is inside [0, n_dims - 1].
+  p.n_dims = 8;
+  p.n_ctx_orig = 16;
+  EXPECT_EQ(YarnRampOf(p).lo, 0);
+  EXPECT_EQ(YarnRampOf(p).hi, 1);
+  // A context so long that the slow end passes the last dimension: clamped to n_dims - 1.
+  p.n_ctx_orig = 1 << 30;
+  EXPECT_EQ(YarnRampOf(p).hi, 7);
+}
+
 TEST_F(BuilderTest, RouterOpRules) {
   Tensor* probs = T(DType::kF32, {16, 7});
   auto ids = TopK(ctx_, probs, 4);

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "backends/cuda/cuda_status.h"
 #include "core/dtype.h"
+#include "core/ops.h"
 
 namespace tg::cuda {
 
@@ -34,17 +35,16 @@ bool ChecksIndices(const Tensor& node) {
 namespace {
 
 RopeArgs ReadRopeArgs(const Tensor& node) {
-  RopeArgs r;
-  r.n_dims = node.op_params[0];
-  r.neox = (node.op_params[1] & kRopeModeNeox) != 0;
-  r.n_ctx_orig = node.op_params[2];
-  r.freq_base = node.ParamF32(3);
-  r.freq_scale = node.ParamF32(4);
-  r.ext_factor = node.ParamF32(5);
-  r.attn_factor = node.ParamF32(6);
-  r.beta_fast = node.ParamF32(7);
-  r.beta_slow = node.ParamF32(8);
-  return r;
+  const RopeParams p = RopeParamsOf(node);
+  return {.n_dims = p.n_dims,
+          .neox = (p.mode & kRopeNeox) != 0,
+          .n_ctx_orig = p.n_ctx_orig,
+          .freq_base = p.freq_base,
+          .freq_scale = p.freq_scale,
+          .ext_factor = p.ext_factor,
+          .attn_factor = p.attn_factor,
+          .beta_fast = p.beta_fast,
+          .beta_slow = p.beta_slow};
 }
 
 cudaError_t Launch(NodeContext& ctx, Tensor* node) {

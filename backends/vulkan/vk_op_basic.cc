@@ -2,7 +2,6 @@
 // SWIGLU_OAI, RMS_NORM, SOFT_MAX, ROPE, ARGMAX, SUM_ROWS. Push-constant structs mirror the
 // shaders' blocks.
 #include <cmath>
-#include <numbers>
 
 #include "backends/vulkan/vk_ops.h"
 #include "core/ops.h"
@@ -234,15 +233,6 @@ absl::Status RecordSumRows(Recorder& rec, const Tensor* node) {
   return RecordRowKernel(rec, node, "sum_rows", kRowGroup);
 }
 
-namespace {
-
-// ggml_rope_yarn_corr_dim, in double as the CPU computes it.
-double YarnCorrDim(int n_dims, int n_ctx_orig, double n_rot, double base) {
-  return n_dims * std::log(n_ctx_orig / (n_rot * 2.0 * std::numbers::pi)) / (2.0 * std::log(base));
-}
-
-}  // namespace
-
 absl::Status RecordRope(Recorder& rec, const Tensor* node) {
   const Tensor* a = node->src[0];
   const Tensor* pos = node->src[1];
@@ -255,21 +245,16 @@ absl::Status RecordRope(Recorder& rec, const Tensor* node) {
     pc.a_nb[i] = U32(a->nb[i]);
     pc.ne[i] = U32(a->ne[i]);
   }
-  const int n_dims = node->op_params[0];
-  const int n_ctx_orig = node->op_params[2];
-  const double base = node->ParamF32(3);
-  pc.n_dims = static_cast<uint32_t>(n_dims);
-  pc.neox = (node->op_params[1] & kRopeNeox) != 0 ? 1 : 0;
-  pc.log2_base = static_cast<float>(std::log2(base));
-  pc.freq_scale = node->ParamF32(4);
-  pc.ext_factor = node->ParamF32(5);
-  pc.attn_factor = node->ParamF32(6);
-  const double lo =
-      std::max(0.0, std::floor(YarnCorrDim(n_dims, n_ctx_orig, node->ParamF32(7), base)));
-  const double hi =
-      std::min(n_dims - 1.0, std::ceil(YarnCorrDim(n_dims, n_ctx_orig, node->ParamF32(8), base)));
-  pc.corr_lo = static_cast<float>(lo);
-  pc.corr_hi = static_cast<float>(hi);
+  const RopeParams p = RopeParamsOf(*node);
+  pc.n_dims = static_cast<uint32_t>(p.n_dims);
+  pc.neox = (p.mode & kRopeNeox) != 0 ? 1 : 0;
+  pc.log2_base = static_cast<float>(std::log2(double{p.freq_base}));
+  pc.freq_scale = p.freq_scale;
+  pc.ext_factor = p.ext_factor;
+  pc.attn_factor = p.attn_factor;
+  const YarnRamp ramp = YarnRampOf(p);
+  pc.corr_lo = static_cast<float>(ramp.lo);
+  pc.corr_hi = static_cast<float>(ramp.hi);
   pc.mscale_yarn = static_cast<float>(
       pc.attn_factor * (1.0 + 0.1 * std::log(1.0 / static_cast<double>(pc.freq_scale))));
   std::vector<AddressRange> reads = {rec.Range(a), rec.Range(pos)};

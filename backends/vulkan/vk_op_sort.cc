@@ -47,13 +47,14 @@ absl::Status RecordSample(Recorder& rec, const Tensor* node) {
   pc.ne1 = U32(logits->ne[1]);
   pc.ne2 = U32(logits->ne[2]);
   pc.ne3 = U32(logits->ne[3]);
-  pc.temperature = node->ParamF32(0);
-  pc.top_k = static_cast<uint32_t>(node->op_params[1]);
-  pc.top_p = node->ParamF32(2);
-  pc.min_p = node->ParamF32(3);
-  pc.penalty = node->ParamF32(4);
-  pc.seed_lo = static_cast<uint32_t>(node->op_params[5]);
-  pc.seed_hi = static_cast<uint32_t>(node->op_params[6]);
+  const SampleParams p = SampleParamsOf(*node);
+  pc.temperature = p.temperature;
+  pc.top_k = static_cast<uint32_t>(p.top_k);
+  pc.top_p = p.top_p;
+  pc.min_p = p.min_p;
+  pc.penalty = p.repeat_penalty;
+  pc.seed_lo = static_cast<uint32_t>(p.seed);
+  pc.seed_hi = static_cast<uint32_t>(p.seed >> 32);
   std::vector<AddressRange> reads = {rec.Range(logits), rec.Range(pos)};
   if (recent != nullptr && pc.penalty != 1.0f) {  // as the CPU: a penalty of 1 changes nothing.
     pc.recent = rec.Address(recent);

@@ -9,40 +9,16 @@
 
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/simd_math.h"
+#include "core/ops.h"
 
 namespace tg::cpu {
 namespace {
 
-constexpr int32_t kRopeModeNeox = 2;
 constexpr double kTwoPi = 2.0 * std::numbers::pi;
 constexpr double kYarnMinRampWidth = 0.001;  // ggml's guard against a zero-width ramp.
 constexpr double kYarnMscaleSlope = 0.1;     // mscale = 1 + 0.1 * ln(1 / freq_scale).
 
-struct RopeParams {
-  int n_dims;
-  bool neox;
-  int n_ctx_orig;
-  double freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow;
-};
-
-RopeParams ReadParams(const Tensor& dst) {
-  RopeParams r;
-  r.n_dims = dst.op_params[0];
-  r.neox = (dst.op_params[1] & kRopeModeNeox) != 0;
-  r.n_ctx_orig = dst.op_params[2];
-  r.freq_base = dst.ParamF32(3);
-  r.freq_scale = dst.ParamF32(4);
-  r.ext_factor = dst.ParamF32(5);
-  r.attn_factor = dst.ParamF32(6);
-  r.beta_fast = dst.ParamF32(7);
-  r.beta_slow = dst.ParamF32(8);
-  return r;
-}
-
-// ggml_rope_yarn_corr_dim: the dimension whose wavelength fits n_rot times in n_ctx_orig.
-double YarnCorrDim(const RopeParams& r, double n_rot) {
-  return r.n_dims * std::log(r.n_ctx_orig / (n_rot * kTwoPi)) / (2.0 * std::log(r.freq_base));
-}
+bool IsNeox(const RopeParams& r) { return (r.mode & kRopeNeox) != 0; }
 
 // Per pair i, theta = pos * freq[i]: freq_base^(-2i/n_dims) / ff[i], blended between the
 // interpolated (freq_scale) and extrapolated frequency by the YaRN ramp. Double precision so
@@ -50,8 +26,7 @@ double YarnCorrDim(const RopeParams& r, double n_rot) {
 void PairFrequencies(const RopeParams& r, const Tensor* ff, std::vector<double>* freq) {
   const int half = r.n_dims / 2;
   freq->resize(half);
-  const double lo = std::max(0.0, std::floor(YarnCorrDim(r, r.beta_fast)));
-  const double hi = std::min(r.n_dims - 1.0, std::ceil(YarnCorrDim(r, r.beta_slow)));
+  const auto [lo, hi] = YarnRampOf(r);
   // base^(-2i/n_dims) by repeated multiplication: one pow per call instead of one per
   // pair (decoding calls ROPE per token), and in double the drift stays ~1e-15.
   const double step = std::pow(r.freq_base, -2.0 / r.n_dims);
@@ -66,9 +41,9 @@ void PairFrequencies(const RopeParams& r, const Tensor* ff, std::vector<double>*
     double ramp_mix = 0.0;
     if (r.ext_factor != 0.0) {
       const double y = (i - lo) / std::max(kYarnMinRampWidth, hi - lo);
-      ramp_mix = (1.0 - std::min(1.0, std::max(0.0, y))) * r.ext_factor;
+      ramp_mix = (1.0 - std::min(1.0, std::max(0.0, y))) * double{r.ext_factor};
     }
-    (*freq)[i] = f * (r.freq_scale * (1.0 - ramp_mix) + ramp_mix);
+    (*freq)[i] = f * (double{r.freq_scale} * (1.0 - ramp_mix) + ramp_mix);
   }
 }
 
@@ -83,7 +58,7 @@ void FillCache(const RopeParams& r, const std::vector<double>& freq, double pos,
     const float t = static_cast<float>(theta - kTwoPi * std::nearbyint(theta / kTwoPi));
     const float c = std::cos(t) * mscale;
     const float s = std::sin(t) * mscale;
-    if (r.neox) {
+    if (IsNeox(r)) {
       cs[i] = c;
       sn[i] = s;
     } else {
@@ -139,10 +114,12 @@ void RotateNeox(float* d, const float* x, const float* cs, const float* sn, int 
 void ComputeRope(const ComputeParams& p, Tensor* dst) {
   const Tensor& a = *dst->src[0];
   const Tensor& pos = *dst->src[1];
-  const RopeParams r = ReadParams(*dst);
+  const RopeParams r = RopeParamsOf(*dst);
+  const double attn_factor = r.attn_factor;
   const float mscale = static_cast<float>(
-      r.ext_factor != 0.0 ? r.attn_factor * (1.0 + kYarnMscaleSlope * std::log(1.0 / r.freq_scale))
-                          : r.attn_factor);
+      r.ext_factor != 0.0
+          ? attn_factor * (1.0 + kYarnMscaleSlope * std::log(1.0 / double{r.freq_scale}))
+          : attn_factor);
   const int64_t head_dim = a.ne[0], n_head = a.ne[1], n_tok = a.ne[2];
 
   thread_local std::vector<double> freq;
@@ -174,7 +151,7 @@ void ComputeRope(const ComputeParams& p, Tensor* dst) {
       }
       x = d;
     }
-    if (r.neox) {
+    if (IsNeox(r)) {
       RotateNeox(d, x, cs, sn, r.n_dims);
     } else {
       RotateNormal(d, x, cs, sn, r.n_dims);

@@ -15,6 +15,7 @@
 #include "backends/cpu/kernels/philox.h"
 #include "backends/cpu/kernels/row_walk.h"
 #include "backends/cpu/kernels/simd_math.h"  // the intrinsics (and GCC 12's warning fix).
+#include "core/ops.h"
 
 namespace tg::cpu {
 namespace {
@@ -31,31 +32,14 @@ bool Before(const Candidate& a, const Candidate& b) {
   return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
 }
 
-struct Params {
-  double temperature;
-  int64_t top_k;  // 0: all.
-  double top_p;
-  double min_p;
-  float penalty;
-  uint64_t seed;
-};
-
-Params ParamsOf(const Tensor& dst) {
-  return {dst.ParamF32(0),
-          dst.op_params[1],
-          dst.ParamF32(2),
-          dst.ParamF32(3),
-          dst.ParamF32(4),
-          uint64_t{static_cast<uint32_t>(dst.op_params[5])} |
-              uint64_t{static_cast<uint32_t>(dst.op_params[6])} << 32};
+bool Penalized(const Tensor& dst) {
+  return dst.src[2] != nullptr && SampleParamsOf(dst).repeat_penalty != 1.0f;
 }
-
-bool Penalized(const Tensor& dst) { return dst.src[2] != nullptr && dst.ParamF32(4) != 1.0f; }
 
 // Candidate slots one row needs: k, or the whole row.
 int64_t CandidateSlots(const Tensor& dst) {
   const int64_t n = dst.src[0]->ne[0];
-  const int64_t k = dst.op_params[1];
+  const int64_t k = SampleParamsOf(dst).top_k;
   return k == 0 || k > n ? n : k;
 }
 
@@ -157,16 +141,16 @@ int64_t AllSorted(const float* x, int64_t n, Candidate* out) {
 }
 
 // The draw among m > 0 candidates, best first (docs/ops.md: weights, top-p, min-p, draw).
-int32_t Draw(const Candidate* c, int64_t m, const Params& p, double u, double* w) {
+int32_t Draw(const Candidate* c, int64_t m, const SampleParams& p, double u, double* w) {
   double total = 0;
   for (int64_t i = 0; i < m; ++i) {
     w[i] = std::exp((static_cast<double>(c[i].logit) - static_cast<double>(c[0].logit)) /
-                    p.temperature);
+                    static_cast<double>(p.temperature));
     total += w[i];
   }
   int64_t keep = m;
   if (p.top_p < 1) {
-    const double nucleus = p.top_p * total;
+    const double nucleus = static_cast<double>(p.top_p) * total;
     double acc = 0;
     for (int64_t i = 0; i < m; ++i) {
       acc += w[i];
@@ -202,7 +186,7 @@ size_t SampleWorkSize(const Tensor* dst, int nth) { return nth * ThreadScratch(*
 void ComputeSample(const ComputeParams& p, Tensor* dst) {
   const Tensor& logits = *dst->src[0];
   const auto* pos = static_cast<const int32_t*>(dst->src[1]->data);
-  const Params params = ParamsOf(*dst);
+  const SampleParams params = SampleParamsOf(*dst);
   const int64_t n = logits.ne[0];
   auto* scratch = static_cast<uint8_t*>(p.wdata) + p.ith * ThreadScratch(*dst);
   float* row = Penalized(*dst) ? reinterpret_cast<float*>(scratch) : nullptr;
@@ -214,8 +198,8 @@ void ComputeSample(const ComputeParams& p, Tensor* dst) {
     const float* x = RowPtr<const float>(logits, i1, i2, i3);
     if (row != nullptr) {
       const Tensor& recent = *dst->src[2];
-      PenalizeInto(x, n, static_cast<const int32_t*>(recent.data), recent.ne[0], params.penalty,
-                   row);
+      PenalizeInto(x, n, static_cast<const int32_t*>(recent.data), recent.ne[0],
+                   params.repeat_penalty, row);
       x = row;
     }
     int32_t* out = RowPtr<int32_t>(*dst, i1, i2, i3);
