@@ -2,10 +2,14 @@
 // with a time limit is still going when the limit passes. gRPC's synchronous streams have no
 // per-read timeout; a watchdog thread that calls ClientContext::TryCancel turns a read or
 // write that would block forever into one that fails. One operation armed at a time.
-// Thread-safe; the callback runs on the watchdog's thread.
+// Arm and Disarm wake the thread only when a deadline comes earlier than the one it sleeps
+// towards: a session arms around every read and write, and on a host whose cores are all
+// computing each wake-up takes one from a compute thread. Thread-safe; the callback runs on
+// the watchdog's thread.
 #ifndef TENSORGRID_CLIENT_STALL_WATCHDOG_H_
 #define TENSORGRID_CLIENT_STALL_WATCHDOG_H_
 
+#include <cstdint>
 #include <functional>
 #include <thread>
 
@@ -26,15 +30,20 @@ class StallWatchdog {
   void Arm(absl::Duration limit) ABSL_LOCKS_EXCLUDED(mu_);
   // The operation ended; true when the callback fired for it.
   bool Disarm() ABSL_LOCKS_EXCLUDED(mu_);
+  // Times the thread has woken up so far (for tests).
+  int64_t wakeups() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Loop();
 
   const std::function<void()> on_stall_;
-  absl::Mutex mu_;
-  absl::Time deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  mutable absl::Mutex mu_;
+  absl::Time deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();  // of the armed operation.
+  absl::Time sleeping_until_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();  // the thread's.
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;  // a deadline before sleeping_until_ came.
   bool fired_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t wakeups_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;  // last: starts after the state it reads.
 };
 
