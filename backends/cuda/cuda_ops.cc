@@ -32,20 +32,19 @@ bool ChecksIndices(const Tensor& node) {
   return node.op == Op::kGetRows || node.op == Op::kSetRows || node.op == Op::kMulMatId;
 }
 
-namespace {
-
-RopeArgs ReadRopeArgs(const Tensor& node) {
-  const RopeParams p = RopeParamsOf(node);
+RopeArgs RopeArgsOf(const RopeParams& p) {
+  const YarnRamp ramp = YarnRampOf(p);
   return {.n_dims = p.n_dims,
           .neox = (p.mode & kRopeNeox) != 0,
-          .n_ctx_orig = p.n_ctx_orig,
           .freq_base = p.freq_base,
           .freq_scale = p.freq_scale,
           .ext_factor = p.ext_factor,
           .attn_factor = p.attn_factor,
-          .beta_fast = p.beta_fast,
-          .beta_slow = p.beta_slow};
+          .ramp_lo = ramp.lo,
+          .ramp_hi = ramp.hi};
 }
+
+namespace {
 
 cudaError_t Launch(NodeContext& ctx, Tensor* node) {
   const TensorView dst = ViewOf(*node);
@@ -78,7 +77,7 @@ cudaError_t Launch(NodeContext& ctx, Tensor* node) {
       return LaunchSoftMax(dst, a, optional(node->src[1], &extra), node->ParamF32(0), s);
     case Op::kRope:
       return LaunchRope(dst, a, ViewOf(*node->src[1]), optional(node->src[2], &extra),
-                        ReadRopeArgs(*node), s);
+                        RopeArgsOf(RopeParamsOf(*node)), s);
     case Op::kArgmax:
       return LaunchArgmax(dst, a, s);
     case Op::kCpy:
@@ -112,7 +111,7 @@ cudaError_t LaunchFused(NodeContext& ctx, const FusedStep& step) {
       if (r0.src[2] != nullptr) ff = ViewOf(*r0.src[2]);
       return LaunchRopePair(ViewOf(r0), ViewOf(*r0.src[0]), ViewOf(r1), ViewOf(*r1.src[0]),
                             ViewOf(*r0.src[1]), r0.src[2] != nullptr ? &ff : nullptr,
-                            ReadRopeArgs(r0), ctx.stream);
+                            RopeArgsOf(RopeParamsOf(r0)), ctx.stream);
     }
     default:
       return cudaErrorInvalidValue;

@@ -14,6 +14,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/scratch_pool.h"
 #include "backends/cuda/tensor_view.h"
+#include "core/ops.h"
 #include "core/tensor.h"
 
 namespace tg::cuda {
@@ -28,6 +29,9 @@ struct NodeContext {
 };
 
 TensorView ViewOf(const Tensor& t);
+
+// The ROPE kernel's arguments for `p`, YaRN's correction range included.
+RopeArgs RopeArgsOf(const RopeParams& p);
 
 // True for nodes whose kernels check indices at run time (they report to ctx.err).
 bool ChecksIndices(const Tensor& node);

@@ -1,6 +1,7 @@
 // ROPE's rotation angle per (pair, position), shared by the CUDA kernel and the host tests:
 // the CPU backend's numerics (backends/cpu/kernels/rope.cc): frequencies and angles in
-// double, reduced to [-pi, pi] before single-precision cos/sin, YaRN as ggml's rope_yarn.
+// double, reduced to [-pi, pi] before single-precision cos/sin, YaRN as ggml's rope_yarn
+// (its correction range computed once on the host, RopeArgsOf in cuda_ops.h).
 // Pure; thread-safe.
 #ifndef TENSORGRID_BACKENDS_CUDA_ROPE_MATH_H_
 #define TENSORGRID_BACKENDS_CUDA_ROPE_MATH_H_
@@ -12,22 +13,12 @@
 
 namespace tg::cuda {
 
-inline constexpr int kRopeModeNeox = 2;
-
 struct RopeArgs {
   int n_dims = 0;
   bool neox = false;
-  int n_ctx_orig = 0;
   float freq_base = 10000.0f, freq_scale = 1.0f, ext_factor = 0.0f, attn_factor = 1.0f;
-  float beta_fast = 32.0f, beta_slow = 1.0f;
+  double ramp_lo = 0, ramp_hi = 0;  // YaRN's ramp over the pairs (core's YarnRampOf).
 };
-
-// ggml_rope_yarn_corr_dim: the dimension whose wavelength fits n_rot times in n_ctx_orig.
-TG_HD double RopeYarnCorrDim(const RopeArgs& r, double n_rot) {
-  constexpr double kTwoPi = 6.283185307179586476925286766559;
-  return r.n_dims * log(r.n_ctx_orig / (n_rot * kTwoPi)) /
-         (2.0 * log(static_cast<double>(r.freq_base)));
-}
 
 // The output scale: attn_factor, times YaRN's 1 + 0.1 ln(1 / freq_scale) when YaRN is on.
 TG_HD float RopeMscale(const RopeArgs& r) {
@@ -47,9 +38,7 @@ TG_HD void RopeCosSin(const RopeArgs& r, int i, float factor, int32_t pos, float
   double f = pow(static_cast<double>(r.freq_base), -2.0 * i / r.n_dims) / factor;
   double ramp_mix = 0.0;
   if (r.ext_factor != 0.0f) {
-    const double lo = fmax(0.0, floor(RopeYarnCorrDim(r, r.beta_fast)));
-    const double hi = fmin(r.n_dims - 1.0, ceil(RopeYarnCorrDim(r, r.beta_slow)));
-    const double y = (i - lo) / fmax(kYarnMinRampWidth, hi - lo);
+    const double y = (i - r.ramp_lo) / fmax(kYarnMinRampWidth, r.ramp_hi - r.ramp_lo);
     ramp_mix = (1.0 - fmin(1.0, fmax(0.0, y))) * r.ext_factor;
   }
   f *= r.freq_scale * (1.0 - ramp_mix) + ramp_mix;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backends/cuda/cuda_ops.h"
 #include "core/context.h"
 #include "core/ops.h"
 #include "gtest/gtest.h"
@@ -21,20 +22,6 @@ struct RopeCase {
   bool freq_factors;
   int32_t first_pos;
 };
-
-RopeArgs ArgsOf(const RopeParams& p) {
-  RopeArgs r;
-  r.n_dims = p.n_dims;
-  r.neox = (p.mode & kRopeModeNeox) != 0;
-  r.n_ctx_orig = p.n_ctx_orig;
-  r.freq_base = p.freq_base;
-  r.freq_scale = p.freq_scale;
-  r.ext_factor = p.ext_factor;
-  r.attn_factor = p.attn_factor;
-  r.beta_fast = p.beta_fast;
-  r.beta_slow = p.beta_slow;
-  return r;
-}
 
 TEST(RopeMathTest, KernelElementMathMatchesReference) {
   RopeParams normal;
@@ -73,7 +60,7 @@ TEST(RopeMathTest, KernelElementMathMatchesReference) {
     (*node)->data = want.data();
     ASSERT_TRUE(ref::Compute(*node).ok());
 
-    const RopeArgs args = ArgsOf(c.p);
+    const RopeArgs args = RopeArgsOf(c.p);
     const float mscale = RopeMscale(args);
     double worst = 0.0;
     for (int64_t k = 0; k < a->NumElements(); ++k) {
