@@ -17,7 +17,7 @@ bool IsWeightRowFor(const Tensor* w, const Tensor* norm) {
 }  // namespace
 
 std::vector<FusedGroup> PlanFusion(absl::Span<Tensor* const> order, const RangeOf& range_of,
-                                   bool register_kernels) {
+                                   int64_t max_product_columns) {
   // The computing nodes in order; views record nothing.
   std::vector<const Tensor*> work;
   for (const Tensor* n : order) {
@@ -35,7 +35,8 @@ std::vector<FusedGroup> PlanFusion(absl::Span<Tensor* const> order, const RangeO
       i += 2;
       continue;
     }
-    if (register_kernels && next != nullptr && CanMultiplyTogether(*n, *next)) {
+    if (next != nullptr && CanMultiplyTogether(*n, *next) &&
+        n->src[1]->ne[1] <= max_product_columns) {
       if (third != nullptr && third->op == Op::kSwiglu && third->src[0] == n &&
           third->src[1] == next && n->ne[0] == next->ne[0] && third->IsContiguous() &&
           !range_of(third).Overlaps(range_of(n->src[1]))) {

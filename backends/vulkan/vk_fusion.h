@@ -2,9 +2,12 @@
 // the number of dispatches of a decode step (each costs lavapipe two thread hand-offs) and
 // the reads between them. A group is one node, or
 //  - RMS_NORM then MUL by a weight row of the norm's length: rms_norm.comp writes both;
-//  - on register-kernel devices, 2-3 MUL_MATs of the same activations (q, k, v);
-//  - on register-kernel devices, MUL_MAT gate, MUL_MAT up of the same activations and the
-//    SWIGLU of the two, all three written by one kernel.
+//  - 2-3 MUL_MATs of the same activations (q, k, v);
+//  - MUL_MAT gate, MUL_MAT up of the same activations and the SWIGLU of the two, all three
+//    written by one kernel;
+//  the two matrix groups only where the device's fused kernel takes that many activation
+//  columns (any on CPU-like devices, few on GPUs: decode, whose tiled prompt kernel has no
+//  fused mode).
 // Every member's result is still written: a graph may be one split of a larger one, whose
 // other splits read what this one cannot see. A fused kernel must not write memory it still
 // reads: the graph allocator may give the SWIGLU the activations' memory (their last reader
@@ -14,6 +17,7 @@
 #ifndef TENSORGRID_BACKENDS_VULKAN_VK_FUSION_H_
 #define TENSORGRID_BACKENDS_VULKAN_VK_FUSION_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -31,10 +35,10 @@ struct FusedGroup {
 };
 
 // Groups `order` (a permutation of graph.nodes, views included) whose tensors span
-// `range_of`. `register_kernels`: the device takes the register-blocked MUL_MAT kernels that
-// the matrix fusions need.
+// `range_of`. Products fuse when their activations have at most `max_product_columns`
+// columns (FusedProductColumns of the device; 0: never).
 std::vector<FusedGroup> PlanFusion(absl::Span<Tensor* const> order, const RangeOf& range_of,
-                                   bool register_kernels);
+                                   int64_t max_product_columns);
 
 }  // namespace tg::vulkan
 

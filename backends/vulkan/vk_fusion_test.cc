@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "core/context.h"
 #include "core/ops.h"
 
@@ -15,6 +17,8 @@ AddressRange Apart(const Tensor* t) {
   const uint64_t a = reinterpret_cast<uintptr_t>(t) << 8;
   return {a, a + 1};
 }
+
+constexpr int64_t kAnyColumns = std::numeric_limits<int64_t>::max();
 
 std::vector<FusionKind> Kinds(const std::vector<FusedGroup>& groups) {
   std::vector<FusionKind> out;
@@ -56,7 +60,7 @@ void BuildLayer(Layer* l, bool extra_norm_reader) {
 TEST(FusionTest, FusesNormMulQkvAndGateUpSwiglu) {
   Layer l;
   BuildLayer(&l, false);
-  const std::vector<FusedGroup> groups = PlanFusion(l.graph.nodes, Apart, true);
+  const std::vector<FusedGroup> groups = PlanFusion(l.graph.nodes, Apart, kAnyColumns);
   EXPECT_EQ(Kinds(groups),
             (std::vector<FusionKind>{FusionKind::kRmsNormMul, FusionKind::kMulMatMulti,
                                      FusionKind::kGateUpSwiglu}));
@@ -64,19 +68,30 @@ TEST(FusionTest, FusesNormMulQkvAndGateUpSwiglu) {
   EXPECT_EQ(groups[2].nodes, (std::vector<const Tensor*>{l.gate, l.up, l.act}));
   // The SWIGLU placed over the activations (the allocator reused them): not fused.
   const std::vector<FusedGroup> reused = PlanFusion(
-      l.graph.nodes, [&](const Tensor* t) { return t == l.act ? Apart(l.v) : Apart(t); }, true);
+      l.graph.nodes, [&](const Tensor* t) { return t == l.act ? Apart(l.v) : Apart(t); },
+      kAnyColumns);
   EXPECT_EQ(reused.back().kind, FusionKind::kSingle);
   EXPECT_EQ(reused.back().nodes[0], l.act);
 }
 
-// Devices without the register-blocked kernels fuse only the norm.
-TEST(FusionTest, OnlyTheNormFusesWithoutRegisterKernels) {
+// Products of more activation columns than the device's fused kernel takes (the layer has 3)
+// stay apart; the norm fuses whatever the columns.
+TEST(FusionTest, ProductsOfMoreColumnsThanTheKernelTakesStayApart) {
+  for (const int64_t max_columns : {int64_t{0}, int64_t{2}}) {
+    Layer l;
+    BuildLayer(&l, true);
+    const std::vector<FusedGroup> groups = PlanFusion(l.graph.nodes, Apart, max_columns);
+    ASSERT_FALSE(groups.empty());
+    EXPECT_EQ(groups[0].kind, FusionKind::kRmsNormMul);
+    for (size_t i = 1; i < groups.size(); ++i) {
+      EXPECT_EQ(groups[i].kind, FusionKind::kSingle) << "max_columns " << max_columns;
+    }
+  }
   Layer l;
-  BuildLayer(&l, true);
-  const std::vector<FusedGroup> groups = PlanFusion(l.graph.nodes, Apart, false);
-  ASSERT_FALSE(groups.empty());
-  EXPECT_EQ(groups[0].kind, FusionKind::kRmsNormMul);
-  for (size_t i = 1; i < groups.size(); ++i) EXPECT_EQ(groups[i].kind, FusionKind::kSingle);
+  BuildLayer(&l, false);
+  EXPECT_EQ(Kinds(PlanFusion(l.graph.nodes, Apart, 3)),
+            (std::vector<FusionKind>{FusionKind::kRmsNormMul, FusionKind::kMulMatMulti,
+                                     FusionKind::kGateUpSwiglu}));
 }
 
 // Products of different activations, or a SWIGLU of other operands, stay apart.
@@ -90,7 +105,7 @@ TEST(FusionTest, UnrelatedNeighboursStayApart) {
   Tensor* p2 = *MulMat(c, w2, y);
   Tensor* s = *Swiglu(c, p2, p1);  // operands swapped: not gate x, up x of one input.
   Graph g = *BuildGraph({s});
-  for (const FusedGroup& grp : PlanFusion(g.nodes, Apart, true)) {
+  for (const FusedGroup& grp : PlanFusion(g.nodes, Apart, kAnyColumns)) {
     EXPECT_EQ(grp.kind, FusionKind::kSingle);
   }
 }

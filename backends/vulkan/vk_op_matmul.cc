@@ -5,7 +5,11 @@
 // projections). On CPU-like devices (lavapipe) every MUL_MAT runs the register-blocked kernel
 // (mul_mat_reg.comp); on GPUs few activation columns go to the matrix-vector kernel and many
 // to the shared-memory tiled one. TG_VULKAN_KERNELS=gpu|cpu overrides the choice (tests).
+// The fused groups of vk_fusion.h (q/k/v; gate, up and their SWIGLU) run in one dispatch of
+// the register kernel or the matrix-vector kernel, in the same modes with the same push
+// constants.
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "backends/vulkan/vk_device.h"
@@ -180,15 +184,39 @@ namespace {
 // unit, few enough to stay in registers.
 uint32_t RegColumns(int64_t n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8; }
 
-enum RegMode : uint32_t { kRegSingle = 0, kRegMulti = 1, kRegSwiglu = 2 };
+// The modes of mul_mat_reg.comp and mul_mat_vec.comp.
+enum ProductMode : uint32_t { kSingle = 0, kMulti = 1, kSwiglu = 2 };
 
-absl::Status DispatchReg(Recorder& rec, RegMode mode, uint32_t type, int64_t rows, int64_t n,
+absl::Status DispatchReg(Recorder& rec, ProductMode mode, uint32_t type, int64_t rows, int64_t n,
                          uint32_t batches, const MatMulPC& pc, absl::Span<const AddressRange> reads,
                          absl::Span<const AddressRange> writes) {
   const uint32_t tn = RegColumns(n);
   const uint32_t spec[] = {kRegGroup, type, tn, rec.device()->info().subgroup_size, mode};
   const uint32_t groups[3] = {Ceil(rows, kRegGroup), Ceil(n, tn), batches};
   return rec.Dispatch("mul_mat_reg", spec, &pc, sizeof(pc), groups, reads, writes);
+}
+
+absl::Status DispatchVec(Recorder& rec, ProductMode mode, uint32_t type, int64_t rows, int64_t n,
+                         uint32_t batches, const MatMulPC& pc, absl::Span<const AddressRange> reads,
+                         absl::Span<const AddressRange> writes) {
+  const uint32_t spec[] = {kMatVecGroup, type, kMatVecRows, mode};
+  const uint32_t groups[3] = {Ceil(rows, kMatVecRows), U32(n), batches};
+  return rec.Dispatch("mul_mat_vec", spec, &pc, sizeof(pc), groups, reads, writes);
+}
+
+// A fused group's dispatch: the register kernel, or on GPUs the matrix-vector one (PlanFusion
+// fuses only products of at most FusedProductColumns columns there).
+absl::Status DispatchFused(Recorder& rec, ProductMode mode, uint32_t type, int64_t rows,
+                           int64_t n, const MatMulPC& pc, absl::Span<const AddressRange> reads,
+                           absl::Span<const AddressRange> writes) {
+  if (rec.device()->register_kernels()) {
+    return DispatchReg(rec, mode, type, rows, n, 1, pc, reads, writes);
+  }
+  return DispatchVec(rec, mode, type, rows, n, 1, pc, reads, writes);
+}
+
+bool UsesMatVec(const VulkanDevice& device, int64_t columns) {
+  return columns <= kMatVecMaxCols || device.info().max_shared_memory < kTileShared;
 }
 
 }  // namespace
@@ -203,12 +231,10 @@ absl::Status RecordMulMat(Recorder& rec, const Tensor* node) {
   const uint32_t type = static_cast<uint32_t>(a->type);
   const MatMulPC pc = ProductPC(rec, node, act);
   if (rec.device()->register_kernels()) {
-    return DispatchReg(rec, kRegSingle, type, a->ne[1], b->ne[1], batches, pc, reads, writes);
+    return DispatchReg(rec, kSingle, type, a->ne[1], b->ne[1], batches, pc, reads, writes);
   }
-  if (b->ne[1] <= kMatVecMaxCols || rec.device()->info().max_shared_memory < kTileShared) {
-    const uint32_t spec[] = {kMatVecGroup, type, kMatVecRows};
-    const uint32_t groups[3] = {Ceil(pc.M, kMatVecRows), U32(b->ne[1]), batches};
-    return rec.Dispatch("mul_mat_vec", spec, &pc, sizeof(pc), groups, reads, writes);
+  if (UsesMatVec(*rec.device(), b->ne[1])) {
+    return DispatchVec(rec, kSingle, type, a->ne[1], b->ne[1], batches, pc, reads, writes);
   }
   const uint32_t spec[] = {kTileGroup, type, kTileM, kTileN, kThreadM, kThreadN};
   const uint32_t groups[3] = {Ceil(pc.M, kTileM), Ceil(pc.N, kTileN), batches};
@@ -222,6 +248,13 @@ bool CanMultiplyTogether(const Tensor& x, const Tensor& y) {
   return x.op == Op::kMulMat && y.op == Op::kMulMat && y.src[1] == b && a2->type == a->type &&
          a2->ne[0] == a->ne[0] && a->ne[2] * a->ne[3] == 1 && a2->ne[2] * a2->ne[3] == 1 &&
          b->ne[2] * b->ne[3] == 1 && x.IsContiguous() && y.IsContiguous();
+}
+
+int64_t FusedProductColumns(const VulkanDevice& device) {
+  if (device.register_kernels() || UsesMatVec(device, std::numeric_limits<int64_t>::max())) {
+    return std::numeric_limits<int64_t>::max();
+  }
+  return kMatVecMaxCols;
 }
 
 absl::Status RecordMulMatMulti(Recorder& rec, absl::Span<const Tensor* const> nodes) {
@@ -249,8 +282,7 @@ absl::Status RecordMulMatMulti(Recorder& rec, absl::Span<const Tensor* const> no
   }
   if (nodes.size() < 3) pc.a_nb3 = 0;  // no third matrix: M2 = 0.
   if (nodes.size() < 2) pc.a_nb2 = 0;
-  return DispatchReg(rec, kRegMulti, static_cast<uint32_t>(type), rows, b->ne[1], 1, pc, reads,
-                     writes);
+  return DispatchFused(rec, kMulti, static_cast<uint32_t>(type), rows, b->ne[1], pc, reads, writes);
 }
 
 absl::Status RecordGateUpSwiglu(Recorder& rec, const Tensor* gate, const Tensor* up,
@@ -270,8 +302,8 @@ absl::Status RecordGateUpSwiglu(Recorder& rec, const Tensor* gate, const Tensor*
   pc.q[2] = rec.Address(up);
   const AddressRange reads[] = {act.range, rec.Range(gate->src[0]), rec.Range(up->src[0])};
   const AddressRange writes[] = {rec.Range(swiglu), rec.Range(gate), rec.Range(up)};
-  return DispatchReg(rec, kRegSwiglu, static_cast<uint32_t>(type), gate->src[0]->ne[1], b->ne[1], 1,
-                     pc, reads, writes);
+  return DispatchFused(rec, kSwiglu, static_cast<uint32_t>(type), gate->src[0]->ne[1], b->ne[1], pc,
+                       reads, writes);
 }
 
 absl::Status RecordMulMatId(Recorder& rec, const Tensor* node) {

@@ -62,6 +62,9 @@ absl::Status RecordMulMatId(Recorder& rec, const Tensor* node);
 // Fused kernels (vk_fusion.h decides when): several MUL_MATs of the same activations in one
 // dispatch; SWIGLU(gate x, up x) straight from the two products; RMS_NORM times a weight row.
 bool CanMultiplyTogether(const Tensor& x, const Tensor& y);
+// The most activation columns a fused group of products may have on `device`: any for the
+// register kernels; on GPUs as many as the matrix-vector kernel takes.
+int64_t FusedProductColumns(const VulkanDevice& device);
 absl::Status RecordMulMatMulti(Recorder& rec, absl::Span<const Tensor* const> nodes);
 absl::Status RecordGateUpSwiglu(Recorder& rec, const Tensor* gate, const Tensor* up,
                                 const Tensor* swiglu);

@@ -309,7 +309,7 @@ absl::Status VulkanStream::Compute(Graph& graph) {
   }
   absl::Status status;
   const RangeOf range_of = [&](const Tensor* t) { return rec.Range(t); };
-  for (const FusedGroup& g : PlanFusion(order, range_of, device_->register_kernels())) {
+  for (const FusedGroup& g : PlanFusion(order, range_of, FusedProductColumns(*device_))) {
     status = RecordGroup(rec, g);
     if (!status.ok()) break;
   }
