@@ -21,6 +21,7 @@
 #include "backends/register_builtin.h"
 #include "cli/arg_parser.h"
 #include "cli/device_flags.h"
+#include "core/deadlock_detection.h"
 #include "core/registry.h"
 #include "core/status_macros.h"
 #include "proto/protocol.h"
@@ -250,6 +251,10 @@ void LogListening(const ServerConfig& config, RpcServer& server) {
 
 int Main(int argc, char** argv) {
   BoundHostHeap();
+  if (absl::Status s = ConfigureDeadlockDetection(); !s.ok()) {
+    kServerLog.Error(s.message());
+    return 1;
+  }
   Flags f;
   ArgParser p("rpc-server");
   p.AddString("-H", "--host", &f.host, "address to bind (default 127.0.0.1)");

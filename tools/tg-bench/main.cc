@@ -26,6 +26,7 @@
 #include "backends/register_builtin.h"
 #include "cli/arg_parser.h"
 #include "cli/device_flags.h"
+#include "core/deadlock_detection.h"
 #include "core/registry.h"
 #include "core/scheduler_probe.h"
 #include "core/status_macros.h"
@@ -410,6 +411,10 @@ absl::Status Run(const BenchFlags& f) {
 }  // namespace tg
 
 int main(int argc, char** argv) {
+  if (absl::Status s = tg::ConfigureDeadlockDetection(); !s.ok()) {
+    std::fprintf(stderr, "tg-bench: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   tg::BenchFlags f;
   tg::ArgParser p("tg-bench");
   p.AddString("-m", "--model", &f.model, "GGUF model (default: the synthetic demo model)");

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "core/deadlock_detection.h"
 #include "models/synth/synth.h"
 #include "models/synth/synth_options.h"
 #include "tools/tg-gguf/hash.h"
@@ -67,6 +68,7 @@ int Synth(absl::Span<char* const> args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (absl::Status s = tg::ConfigureDeadlockDetection(); !s.ok()) return Fail(s, kExitUsage);
   const absl::Span<char* const> args(argv + 1, argc - 1);
   if (args.empty()) {
     std::fputs(kUsage, stderr);

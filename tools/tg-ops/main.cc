@@ -6,6 +6,7 @@
 
 #include "backends/register_builtin.h"
 #include "cli/device_flags.h"
+#include "core/deadlock_detection.h"
 #include "tools/tg-ops/commands.h"
 #include "tools/tg-ops/devices.h"
 #include "tools/tg-ops/options.h"
@@ -23,6 +24,7 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   using tg::ops_tool::Command;
+  if (absl::Status s = tg::ConfigureDeadlockDetection(); !s.ok()) return Fail(s);
   absl::StatusOr<tg::ops_tool::Options> opts =
       tg::ops_tool::ParseOptions(absl::MakeConstSpan(argv + 1, argc - 1));
   if (!opts.ok()) return Fail(opts.status());

@@ -13,6 +13,7 @@
 #include "cli/arg_parser.h"
 #include "cli/device_flags.h"
 #include "client/client_metrics.h"
+#include "core/deadlock_detection.h"
 #include "core/status_macros.h"
 #include "models/failover_model.h"
 #include "models/failover_session.h"
@@ -238,6 +239,10 @@ absl::Status Run(const RunFlags& f) {
 }  // namespace tg
 
 int main(int argc, char** argv) {
+  if (absl::Status s = tg::ConfigureDeadlockDetection(); !s.ok()) {
+    std::fprintf(stderr, "tg-run: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   tg::RunFlags f;
   tg::ArgParser p("tg-run");
   p.AddString("-m", "--model", &f.model, "GGUF model (default: a synthetic demo model)");
