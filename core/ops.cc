@@ -106,6 +106,12 @@ YarnRamp YarnRampOf(const RopeParams& p) {
   return {std::max(0.0, std::floor(corr_dim(p.beta_fast))),
           std::min(p.n_dims - 1.0, std::ceil(corr_dim(p.beta_slow)))};
 }
+float RopeMscaleOf(const RopeParams& p) {
+  constexpr double kYarnMscaleSlope = 0.1;
+  if (p.ext_factor == 0.0f) return p.attn_factor;
+  return static_cast<float>(static_cast<double>(p.attn_factor) *
+                            (1.0 + kYarnMscaleSlope * std::log(1.0 / double{p.freq_scale})));
+}
 TensorOr SoftMax(Context& ctx, Tensor* a, Tensor* mask, float scale, Tensor* sinks) {
   return MakeNode(ctx, Op::kSoftMax, {a, mask, sinks}, {F32Slot(scale), F32Slot(0.0f)});
 }

@@ -38,6 +38,9 @@ struct YarnRamp {
   double hi = 0;
 };
 YarnRamp YarnRampOf(const RopeParams& p);
+// The scale of ROPE's output: attn_factor, times YaRN's 1 + 0.1 ln(1 / freq_scale) when YaRN
+// is on (ext_factor != 0); computed in double and rounded once.
+float RopeMscaleOf(const RopeParams& p);
 
 // SAMPLE parameters (op_params: 0 f32 temperature, 1 top_k, 2 f32 top_p, 3 f32 min_p,
 // 4 f32 repeat_penalty, 5 and 6 the seed's low and high 32 bits; see docs/ops.md).

@@ -218,6 +218,15 @@ TEST_F(BuilderTest, YarnRampIsGgmlsCorrectionRange) {
   EXPECT_EQ(YarnRampOf(p).hi, 7);
 }
 
+// ROPE's output scale worked by hand: attn_factor alone without YaRN, times
+// 1 + 0.1 ln(1 / freq_scale) with it: 1.5 (1 + 0.1 ln 4) = 1.70794415.
+TEST_F(BuilderTest, RopeMscaleIsAttnFactorTimesYarnsFactor) {
+  RopeParams p{.n_dims = 64, .freq_scale = 0.25f, .attn_factor = 1.5f};
+  EXPECT_EQ(RopeMscaleOf(p), 1.5f);
+  p.ext_factor = 1.0f;
+  EXPECT_NEAR(RopeMscaleOf(p), 1.70794415, 1e-7);
+}
+
 TEST_F(BuilderTest, RouterOpRules) {
   Tensor* probs = T(DType::kF32, {16, 7});
   auto ids = TopK(ctx_, probs, 4);

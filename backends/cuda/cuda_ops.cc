@@ -39,7 +39,7 @@ RopeArgs RopeArgsOf(const RopeParams& p) {
           .freq_base = p.freq_base,
           .freq_scale = p.freq_scale,
           .ext_factor = p.ext_factor,
-          .attn_factor = p.attn_factor,
+          .mscale = RopeMscaleOf(p),
           .ramp_lo = ramp.lo,
           .ramp_hi = ramp.hi};
 }

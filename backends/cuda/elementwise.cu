@@ -131,8 +131,8 @@ __global__ void SoftMaxKernel(TensorView dst, TensorView a, TensorView mask, boo
 // One thread per output element; the pair's partner is read from the source. With a second
 // tensor (dst1/a1, n1 elements: ROPE of Q and K fused) elements n .. n + n1 - 1 are its.
 __global__ void RopeKernel(TensorView dst0, TensorView a0, TensorView dst1, TensorView a1,
-                           TensorView pos, TensorView ff, bool has_ff, RopeArgs args, float mscale,
-                           int64_t n, int64_t n1) {
+                           TensorView pos, TensorView ff, bool has_ff, RopeArgs args, int64_t n,
+                           int64_t n1) {
   for (int64_t k0 = GlobalThread(); k0 < n + n1; k0 += GridThreads()) {
     const bool second = k0 >= n;
     const int64_t k = second ? k0 - n : k0;
@@ -152,7 +152,7 @@ __global__ void RopeKernel(TensorView dst0, TensorView a0, TensorView dst1, Tens
     const float factor =
         has_ff ? *reinterpret_cast<const float*>(ff.data + p.pair * ff.nb[0]) : 1.0f;
     float c, s;
-    RopeCosSin(args, p.pair, factor, position, mscale, &c, &s);
+    RopeCosSin(args, p.pair, factor, position, &c, &s);
     F32At(dst, i) = RopeRotate(p.first, x, xp, c, s);
   }
 }
@@ -247,8 +247,7 @@ cudaError_t LaunchRope(const TensorView& dst, const TensorView& a, const TensorV
                        const TensorView* ff, const RopeArgs& args, cudaStream_t stream) {
   const int64_t n = NumElements(dst);
   return LaunchOn(ElementwiseLaunch(n), stream, RopeKernel, dst, a, TensorView{}, TensorView{}, pos,
-                  ff != nullptr ? *ff : TensorView{}, ff != nullptr, args, RopeMscale(args), n,
-                  int64_t{0});
+                  ff != nullptr ? *ff : TensorView{}, ff != nullptr, args, n, int64_t{0});
 }
 
 cudaError_t LaunchRopePair(const TensorView& dst0, const TensorView& a0, const TensorView& dst1,
@@ -256,8 +255,7 @@ cudaError_t LaunchRopePair(const TensorView& dst0, const TensorView& a0, const T
                            const RopeArgs& args, cudaStream_t stream) {
   const int64_t n0 = NumElements(dst0), n1 = NumElements(dst1);
   return LaunchOn(ElementwiseLaunch(n0 + n1), stream, RopeKernel, dst0, a0, dst1, a1, pos,
-                  ff != nullptr ? *ff : TensorView{}, ff != nullptr, args, RopeMscale(args), n0,
-                  n1);
+                  ff != nullptr ? *ff : TensorView{}, ff != nullptr, args, n0, n1);
 }
 
 cudaError_t LaunchArgmax(const TensorView& dst, const TensorView& a, cudaStream_t stream) {

@@ -1,7 +1,8 @@
 // ROPE's rotation angle per (pair, position), shared by the CUDA kernel and the host tests:
 // the CPU backend's numerics (backends/cpu/kernels/rope.cc): frequencies and angles in
 // double, reduced to [-pi, pi] before single-precision cos/sin, YaRN as ggml's rope_yarn
-// (its correction range computed once on the host, RopeArgsOf in cuda_ops.h).
+// (its correction range and the output scale computed once on the host, RopeArgsOf in
+// cuda_ops.h).
 // Pure; thread-safe.
 #ifndef TENSORGRID_BACKENDS_CUDA_ROPE_MATH_H_
 #define TENSORGRID_BACKENDS_CUDA_ROPE_MATH_H_
@@ -16,23 +17,14 @@ namespace tg::cuda {
 struct RopeArgs {
   int n_dims = 0;
   bool neox = false;
-  float freq_base = 10000.0f, freq_scale = 1.0f, ext_factor = 0.0f, attn_factor = 1.0f;
+  float freq_base = 10000.0f, freq_scale = 1.0f, ext_factor = 0.0f;
+  float mscale = 1.0f;              // the output scale (core's RopeMscaleOf).
   double ramp_lo = 0, ramp_hi = 0;  // YaRN's ramp over the pairs (core's YarnRampOf).
 };
 
-// The output scale: attn_factor, times YaRN's 1 + 0.1 ln(1 / freq_scale) when YaRN is on.
-TG_HD float RopeMscale(const RopeArgs& r) {
-  constexpr double kYarnMscaleSlope = 0.1;
-  return static_cast<float>(
-      r.ext_factor != 0.0f
-          ? r.attn_factor * (1.0 + kYarnMscaleSlope * log(1.0 / static_cast<double>(r.freq_scale)))
-          : static_cast<double>(r.attn_factor));
-}
-
-// cos and sin (times mscale) of pair i's angle at position pos; factor: the pair's frequency
+// cos and sin (times r.mscale) of pair i's angle at position pos; factor: the pair's frequency
 // factor (1 when there are none).
-TG_HD void RopeCosSin(const RopeArgs& r, int i, float factor, int32_t pos, float mscale, float* c,
-                      float* s) {
+TG_HD void RopeCosSin(const RopeArgs& r, int i, float factor, int32_t pos, float* c, float* s) {
   constexpr double kTwoPi = 6.283185307179586476925286766559;
   constexpr double kYarnMinRampWidth = 0.001;  // ggml's guard against a zero-width ramp.
   double f = pow(static_cast<double>(r.freq_base), -2.0 * i / r.n_dims) / factor;
@@ -44,8 +36,8 @@ TG_HD void RopeCosSin(const RopeArgs& r, int i, float factor, int32_t pos, float
   f *= r.freq_scale * (1.0 - ramp_mix) + ramp_mix;
   const double theta = pos * f;
   const float t = static_cast<float>(theta - kTwoPi * rint(theta / kTwoPi));
-  *c = cosf(t) * mscale;
-  *s = sinf(t) * mscale;
+  *c = cosf(t) * r.mscale;
+  *s = sinf(t) * r.mscale;
 }
 
 // Element i0 (< n_dims) of a rotated row x (contiguous view through get(j)): its pair index,

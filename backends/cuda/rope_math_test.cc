@@ -61,7 +61,6 @@ TEST(RopeMathTest, KernelElementMathMatchesReference) {
     ASSERT_TRUE(ref::Compute(*node).ok());
 
     const RopeArgs args = RopeArgsOf(c.p);
-    const float mscale = RopeMscale(args);
     double worst = 0.0;
     for (int64_t k = 0; k < a->NumElements(); ++k) {
       const int64_t i0 = k % c.head_dim, row = k / c.head_dim, t = row / c.n_head;
@@ -70,8 +69,7 @@ TEST(RopeMathTest, KernelElementMathMatchesReference) {
       if (i0 < args.n_dims) {
         const RopePair p = RopePairOf(args, static_cast<int>(i0));
         float cs, sn;
-        RopeCosSin(args, p.pair, ff != nullptr ? factors[p.pair] : 1.0f, positions[t], mscale, &cs,
-                   &sn);
+        RopeCosSin(args, p.pair, ff != nullptr ? factors[p.pair] : 1.0f, positions[t], &cs, &sn);
         got = RopeRotate(p.first, r[i0], r[p.partner], cs, sn);
       }
       worst = std::max(worst, std::fabs(static_cast<double>(got) - want[k]));

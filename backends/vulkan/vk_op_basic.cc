@@ -131,8 +131,8 @@ struct RopePC {
   uint32_t a_nb[4];
   uint32_t ne[4];
   uint32_t n_dims, neox, n;
-  float log2_base, freq_scale, ext_factor, attn_factor;
-  float corr_lo, corr_hi, mscale_yarn;
+  float log2_base, freq_scale, ext_factor, mscale;
+  float corr_lo, corr_hi;
 };
 static_assert(sizeof(SoftMaxPC) <= kPushConstantBytes && sizeof(RopePC) <= kPushConstantBytes);
 
@@ -251,12 +251,10 @@ absl::Status RecordRope(Recorder& rec, const Tensor* node) {
   pc.log2_base = static_cast<float>(std::log2(double{p.freq_base}));
   pc.freq_scale = p.freq_scale;
   pc.ext_factor = p.ext_factor;
-  pc.attn_factor = p.attn_factor;
+  pc.mscale = RopeMscaleOf(p);
   const YarnRamp ramp = YarnRampOf(p);
   pc.corr_lo = static_cast<float>(ramp.lo);
   pc.corr_hi = static_cast<float>(ramp.hi);
-  pc.mscale_yarn = static_cast<float>(
-      pc.attn_factor * (1.0 + 0.1 * std::log(1.0 / static_cast<double>(pc.freq_scale))));
   std::vector<AddressRange> reads = {rec.Range(a), rec.Range(pos)};
   if (ff != nullptr) {
     pc.ff = rec.Address(ff);

@@ -16,7 +16,6 @@ namespace {
 
 constexpr double kTwoPi = 2.0 * std::numbers::pi;
 constexpr double kYarnMinRampWidth = 0.001;  // ggml's guard against a zero-width ramp.
-constexpr double kYarnMscaleSlope = 0.1;     // mscale = 1 + 0.1 * ln(1 / freq_scale).
 
 bool IsNeox(const RopeParams& r) { return (r.mode & kRopeNeox) != 0; }
 
@@ -115,11 +114,7 @@ void ComputeRope(const ComputeParams& p, Tensor* dst) {
   const Tensor& a = *dst->src[0];
   const Tensor& pos = *dst->src[1];
   const RopeParams r = RopeParamsOf(*dst);
-  const double attn_factor = r.attn_factor;
-  const float mscale = static_cast<float>(
-      r.ext_factor != 0.0
-          ? attn_factor * (1.0 + kYarnMscaleSlope * std::log(1.0 / double{r.freq_scale}))
-          : attn_factor);
+  const float mscale = RopeMscaleOf(r);
   const int64_t head_dim = a.ne[0], n_head = a.ne[1], n_tok = a.ne[2];
 
   thread_local std::vector<double> freq;

@@ -1,8 +1,9 @@
 #version 460
 // ROPE (normal and neox pairs, freq factors, YaRN, partial rotation): one invocation per
 // element pair of the contiguous result; dimensions from n_dims on are copied. The YaRN
-// correction dims and log2(freq_base) come from the host in double precision; sin and cos
-// are computed here to about one ulp (the built-ins may be much coarser).
+// correction dims, log2(freq_base) and the output scale come from the host in double
+// precision (core/ops.h); sin and cos are computed here to about one ulp (the built-ins may be
+// much coarser).
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;
@@ -12,8 +13,8 @@ layout(push_constant) uniform PC {
   uint a_nb0, a_nb1, a_nb2, a_nb3;
   uint ne0, ne1, ne2, ne3;
   uint n_dims, neox, n;
-  float log2_base, freq_scale, ext_factor, attn_factor;
-  float corr_lo, corr_hi, mscale_yarn;
+  float log2_base, freq_scale, ext_factor, mscale;
+  float corr_lo, corr_hi;
 } pc;
 
 const float kTwoPiHi = 6.28125;                       // 8 significant bits: k * hi is exact.
@@ -58,19 +59,17 @@ void main() {
   float freq = exp2(-2.0 * float(i) / float(pc.n_dims) * pc.log2_base);
   if (pc.ff != 0ul) freq /= F32s(pc.ff).v[i];
   float ramp_mix = 0.0;
-  float mscale = pc.attn_factor;
   if (pc.ext_factor != 0.0) {
     const float y = (float(i) - pc.corr_lo) / max(0.001, pc.corr_hi - pc.corr_lo);
     ramp_mix = (1.0 - min(1.0, max(0.0, y))) * pc.ext_factor;
-    mscale = pc.mscale_yarn;
   }
   const float theta = p * (freq * (pc.freq_scale * (1.0 - ramp_mix) + ramp_mix));
   const float k = round(theta / 6.283185307179586);
   precise float t = ((theta - k * kTwoPiHi) - k * kTwoPiMid) - k * kTwoPiLo;
   float s, c;
   sin_cos(t, s, c);
-  c *= mscale;
-  s *= mscale;
+  c *= pc.mscale;
+  s *= pc.mscale;
   const uint e0 = pc.neox != 0u ? i : 2u * i;
   const uint e1 = pc.neox != 0u ? i + n_pairs : 2u * i + 1u;
   const float x0 = load_f32(src + uint64_t(e0) * pc.a_nb0);
