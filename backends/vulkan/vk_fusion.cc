@@ -31,7 +31,9 @@ std::vector<FusedGroup> PlanFusion(absl::Span<Tensor* const> order, const RangeO
     if (n->op == Op::kRmsNorm && next != nullptr && next->op == Op::kMul && next->src[0] == n &&
         IsWeightRowFor(next->src[1], n) && n->IsContiguous() && next->IsContiguous() &&
         !range_of(next).Overlaps(range_of(n->src[0]))) {
-      groups.push_back({FusionKind::kRmsNormMul, {n, next}});
+      const Tensor* product =
+          third != nullptr && third->op == Op::kMulMat && third->src[1] == next ? third : nullptr;
+      groups.push_back({FusionKind::kRmsNormMul, {n, next}, product});
       i += 2;
       continue;
     }

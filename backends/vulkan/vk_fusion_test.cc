@@ -66,6 +66,11 @@ TEST(FusionTest, FusesNormMulQkvAndGateUpSwiglu) {
                                      FusionKind::kGateUpSwiglu}));
   EXPECT_EQ(groups[1].nodes, (std::vector<const Tensor*>{l.q, l.k, l.v}));
   EXPECT_EQ(groups[2].nodes, (std::vector<const Tensor*>{l.gate, l.up, l.act}));
+  // The norm's kernel may prepare q's (and so k's and v's) activations; no other group has a
+  // product to prepare for.
+  EXPECT_EQ(groups[0].product, l.q);
+  EXPECT_EQ(groups[1].product, nullptr);
+  EXPECT_EQ(groups[2].product, nullptr);
   // The SWIGLU placed over the activations (the allocator reused them): not fused.
   const std::vector<FusedGroup> reused = PlanFusion(
       l.graph.nodes, [&](const Tensor* t) { return t == l.act ? Apart(l.v) : Apart(t); },
@@ -83,6 +88,9 @@ TEST(FusionTest, ProductsOfMoreColumnsThanTheKernelTakesStayApart) {
     const std::vector<FusedGroup> groups = PlanFusion(l.graph.nodes, Apart, max_columns);
     ASSERT_FALSE(groups.empty());
     EXPECT_EQ(groups[0].kind, FusionKind::kRmsNormMul);
+    // Unfused products still take their activations from the norm's kernel: only q's here,
+    // the one recorded right after it.
+    EXPECT_EQ(groups[0].product, l.q) << "max_columns " << max_columns;
     for (size_t i = 1; i < groups.size(); ++i) {
       EXPECT_EQ(groups[i].kind, FusionKind::kSingle) << "max_columns " << max_columns;
     }
@@ -108,6 +116,24 @@ TEST(FusionTest, UnrelatedNeighboursStayApart) {
   for (const FusedGroup& grp : PlanFusion(g.nodes, Apart, kAnyColumns)) {
     EXPECT_EQ(grp.kind, FusionKind::kSingle);
   }
+}
+
+// The norm's kernel prepares activations only for a product of its own result recorded right
+// after it.
+TEST(FusionTest, TheNormPreparesOnlyTheNextProductOfItsResult) {
+  Context c;
+  Tensor* x = *c.NewTensor(DType::kF32, {64, 2});
+  Tensor* y = *c.NewTensor(DType::kF32, {64, 2});
+  Tensor* w = *c.NewTensor(DType::kF32, {64});
+  Tensor* wq = *c.NewTensor(DType::kQ8_0, {64, 16});
+  Tensor* norm = *RmsNorm(c, x, 1e-5f);
+  Tensor* normed = *Mul(c, norm, w);
+  Tensor* of_normed = *MulMat(c, wq, normed);
+  Tensor* of_y = *MulMat(c, wq, y);
+  const std::vector<Tensor*> first = {norm, normed, of_normed, of_y};
+  const std::vector<Tensor*> second = {norm, normed, of_y, of_normed};
+  EXPECT_EQ(PlanFusion(first, Apart, 0)[0].product, of_normed);
+  EXPECT_EQ(PlanFusion(second, Apart, 0)[0].product, nullptr);
 }
 
 }  // namespace

@@ -3,8 +3,10 @@
 // shaders' blocks.
 #include <cmath>
 
+#include "absl/algorithm/container.h"
 #include "backends/vulkan/vk_ops.h"
 #include "core/ops.h"
+#include "core/status_macros.h"
 
 namespace tg::vulkan {
 namespace {
@@ -98,6 +100,8 @@ struct RmsNormPC {
   uint32_t a_nb[4];
   uint32_t ne[4];
   float eps;
+  uint32_t qformat;  // ActivationsAhead::format
+  uint64_t q;
 };
 
 // softmax.comp
@@ -139,10 +143,11 @@ static_assert(sizeof(SoftMaxPC) <= kPushConstantBytes && sizeof(RopePC) <= kPush
 }  // namespace
 
 absl::Status RecordRmsNorm(Recorder& rec, const Tensor* node) {
-  return RecordRmsNormMul(rec, node, nullptr);
+  return RecordRmsNormMul(rec, node, nullptr, nullptr);
 }
 
-absl::Status RecordRmsNormMul(Recorder& rec, const Tensor* node, const Tensor* mul) {
+absl::Status RecordRmsNormMul(Recorder& rec, const Tensor* node, const Tensor* mul,
+                              const Tensor* product) {
   const Tensor* a = node->src[0];
   RmsNormPC pc{};
   pc.a = rec.Address(a);
@@ -160,8 +165,26 @@ absl::Status RecordRmsNormMul(Recorder& rec, const Tensor* node, const Tensor* m
     pc.ne[i] = U32(a->ne[i]);
   }
   pc.eps = node->ParamF32(0);
+  // The product's quantized activations, computed from a and the weight row after the result
+  // is written: only where the kernel's writes leave those two as they were.
+  ActivationsAhead ahead;
+  const Tensor* result = mul != nullptr ? mul : node;
+  const bool inputs_kept = absl::c_none_of(writes, [&](const AddressRange& w) {
+    return absl::c_any_of(reads, [&](const AddressRange& r) { return w.Overlaps(r); });
+  });
+  if (product != nullptr && product->src[1] == result && result->IsContiguous() && inputs_kept) {
+    TG_ASSIGN_OR_RETURN(ahead, PrepareActivationsAhead(rec, product));
+  }
+  if (ahead.format != 0) {
+    pc.qformat = ahead.format;
+    pc.q = ahead.scratch.begin;
+    writes.push_back(ahead.scratch);
+  }
   const uint32_t spec[] = {kRowGroup};
-  return rec.Dispatch1D("rms_norm", spec, &pc, sizeof(pc), a->NumRows(), reads, writes);
+  TG_RETURN_IF_ERROR(
+      rec.Dispatch1D("rms_norm", spec, &pc, sizeof(pc), a->NumRows(), reads, writes));
+  CommitActivationsAhead(rec, product, ahead);
+  return absl::OkStatus();
 }
 
 absl::Status RecordSoftMax(Recorder& rec, const Tensor* node) {

@@ -142,6 +142,36 @@ absl::StatusOr<Activations> PrepareActivations(Recorder& rec, DType weight, cons
   return out;
 }
 
+}  // namespace
+
+absl::StatusOr<ActivationsAhead> PrepareActivationsAhead(Recorder& rec, const Tensor* product) {
+  const Tensor* b = product->src[1];
+  const ActFormat format = FormatFor(product->src[0]->type, b);
+  if (format != kActQ8_0 && format != kActQ8_K) return ActivationsAhead{};
+  const Recorder::ConvertedActivations& cache = rec.converted();
+  ActivationsAhead ahead;
+  ahead.format = format;
+  ahead.slot = cache.valid ? 1 - cache.slot : 0;  // the slot the product's cache does not hold.
+  TG_ASSIGN_OR_RETURN(
+      ahead.scratch,
+      rec.Scratch(ahead.slot, ActRowBytes(format, b->ne[0]) * static_cast<uint64_t>(b->NumRows())));
+  return ahead;
+}
+
+void CommitActivationsAhead(Recorder& rec, const Tensor* product, const ActivationsAhead& ahead) {
+  if (ahead.format == 0) return;
+  Recorder::ConvertedActivations& cache = rec.converted();
+  const Tensor* b = product->src[1];
+  cache.valid = true;
+  cache.slot = ahead.slot;
+  cache.src = b;
+  cache.format = ahead.format;
+  cache.source = rec.Range(b);
+  cache.converted = ahead.scratch;
+}
+
+namespace {
+
 // The push constants of `node` = src0 x src1 with the activations at `act`.
 MatMulPC ProductPC(Recorder& rec, const Tensor* node, const Activations& act) {
   const Tensor* a = node->src[0];
@@ -206,8 +236,8 @@ absl::Status DispatchVec(Recorder& rec, ProductMode mode, uint32_t type, int64_t
 
 // A fused group's dispatch: the register kernel, or on GPUs the matrix-vector one (PlanFusion
 // fuses only products of at most FusedProductColumns columns there).
-absl::Status DispatchFused(Recorder& rec, ProductMode mode, uint32_t type, int64_t rows,
-                           int64_t n, const MatMulPC& pc, absl::Span<const AddressRange> reads,
+absl::Status DispatchFused(Recorder& rec, ProductMode mode, uint32_t type, int64_t rows, int64_t n,
+                           const MatMulPC& pc, absl::Span<const AddressRange> reads,
                            absl::Span<const AddressRange> writes) {
   if (rec.device()->register_kernels()) {
     return DispatchReg(rec, mode, type, rows, n, 1, pc, reads, writes);

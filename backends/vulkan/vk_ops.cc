@@ -184,7 +184,7 @@ absl::Status RecordGroup(Recorder& rec, const FusedGroup& group) {
   const std::vector<const Tensor*>& n = group.nodes;
   switch (group.kind) {
     case FusionKind::kRmsNormMul:
-      return RecordRmsNormMul(rec, n[0], n[1]);
+      return RecordRmsNormMul(rec, n[0], n[1], group.product);
     case FusionKind::kMulMatMulti:
       return RecordMulMatMulti(rec, n);
     case FusionKind::kGateUpSwiglu:

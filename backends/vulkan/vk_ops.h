@@ -68,7 +68,21 @@ int64_t FusedProductColumns(const VulkanDevice& device);
 absl::Status RecordMulMatMulti(Recorder& rec, absl::Span<const Tensor* const> nodes);
 absl::Status RecordGateUpSwiglu(Recorder& rec, const Tensor* gate, const Tensor* up,
                                 const Tensor* swiglu);
-absl::Status RecordRmsNormMul(Recorder& rec, const Tensor* norm, const Tensor* mul);
+// `product` (may be nullptr): the MUL_MAT recorded next, multiplying mul's result; when it
+// wants quantized activations the kernel writes them too (PrepareActivationsAhead).
+absl::Status RecordRmsNormMul(Recorder& rec, const Tensor* norm, const Tensor* mul,
+                              const Tensor* product);
+// Activations that the kernel writing `product`'s activations b can quantize as it writes b,
+// so that the product needs no mul_mat_act dispatch: mul_mat_act.comp's format (1 Q8_0, 2
+// Q8_K) and the scratch to write them to; format 0 when the product reads b as it is (float
+// weights). After that kernel's dispatch, CommitActivationsAhead hands them to the product.
+struct ActivationsAhead {
+  uint32_t format = 0;
+  int slot = 0;  // of the recorder's scratch.
+  AddressRange scratch;
+};
+absl::StatusOr<ActivationsAhead> PrepareActivationsAhead(Recorder& rec, const Tensor* product);
+void CommitActivationsAhead(Recorder& rec, const Tensor* product, const ActivationsAhead& ahead);
 absl::Status RecordFlashAttn(Recorder& rec, const Tensor* node);
 // True when `node` (a FLASH_ATTN) runs the decode kernel on `device`: few queries and a device
 // that takes it (VulkanDevice::decode_attention).

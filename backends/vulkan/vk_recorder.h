@@ -62,8 +62,9 @@ class Recorder {
 
   // Scratch memory: `bytes` at the given slot (0 or 1), each slot half the scratch.
   absl::StatusOr<AddressRange> Scratch(int slot, uint64_t bytes) const;
-  // The activations a MUL_MAT converted last (scratch slot, source range, format), valid until
-  // something writes the source or the slot.
+  // The activations converted last for a MUL_MAT, by mul_mat_act or ahead by the kernel that
+  // wrote them (scratch slot, source range, format), valid until something writes the source
+  // or the slot.
   struct ConvertedActivations {
     bool valid = false;
     const Tensor* src = nullptr;

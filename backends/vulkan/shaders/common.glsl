@@ -89,6 +89,18 @@ float div_rn(float a, float b) {
   return q1;
 }
 
+// ggml's nearest_int: round to nearest even through the float's mantissa.
+int nearest_int(float v) {
+  precise float shifted = v + 12582912.0;
+  return (floatBitsToInt(shifted) & 0x007fffff) - 0x00400000;
+}
+
+// C's roundf: halves away from zero.
+float round_away(float v) {
+  const float t = trunc(v);
+  return abs(v - t) >= 0.5 ? t + sign(v) : t;
+}
+
 // A float's significand as a 24-bit integer with its top bit set (subnormals normalized) and
 // the biased exponent that goes with it: x = m * 2^(e - 150). x finite and nonzero.
 uint significand(uint bits, out int e) {

@@ -8,22 +8,10 @@ float qx[256];  // the values of the block being quantized (per invocation).
 void store_u8(uint64_t a, uint v) { U8s(a).v[0] = uint8_t(v & 0xFFu); }
 void store_f16(uint64_t a, float v) { U16s(a).v[0] = uint16_t(f32_to_f16(v)); }
 
-// ggml's nearest_int: round to nearest even through the float's mantissa.
-int nearest_int(float v) {
-  precise float shifted = v + 12582912.0;
-  return (floatBitsToInt(shifted) & 0x007fffff) - 0x00400000;
-}
-
 // float -> int8 as ggml's (int8_t) cast compiles on x86 (truncate; out of range: 0x80).
 int trunc_to_int8(float v) {
   const int wide = (v > -2147483648.0 && v < 2147483648.0) ? int(v) : int(0x80000000u);
   return (wide << 24) >> 24;
-}
-
-// C's roundf: halves away from zero.
-float round_away(float v) {
-  const float t = trunc(v);
-  return abs(v - t) >= 0.5 ? t + sign(v) : t;
 }
 
 void quantize_q8_0(uint64_t b) {
