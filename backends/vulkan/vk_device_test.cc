@@ -443,9 +443,9 @@ TEST(VulkanDeviceTest, LongRowsAndContextsComputeCompletely) {
   EXPECT_LT(matmul, 1e-5);  // activations rounded to Q8_0 on both, summed in other orders.
 }
 
-// The fused kernels (norm times weight, also quantizing the result for the products after it;
-// three matrices of one input in one dispatch; gate/up/swiglu) give the CPU's results, and
-// they do fuse: fewer dispatches than nodes. Both
+// The fused kernels (a sum, its norm times weight, also quantizing the result for the products
+// after it; three matrices of one input in one dispatch; gate/up/swiglu) give the CPU's
+// results, and they do fuse: fewer dispatches than nodes. Both
 // kernel styles: the register kernels lavapipe takes, and the matrix-vector kernel's fused
 // modes that GPUs take for decode (forced with TG_VULKAN_KERNELS=gpu). Rows of 62 put the
 // matrices' seams inside the matrix-vector kernel's workgroups of 4 rows.
@@ -483,7 +483,34 @@ TEST(VulkanDeviceTest, FusedKernelsMatchTheCpu) {
       // unfused, the products alone would be 5 dispatches.
       EXPECT_LE(dispatches, type == DType::kF16 ? 6 : 7)
           << DTypeName(type) << (gpu ? " gpu kernels" : "");
+      // A residual sum, its norm times w and a product of that: the sum, the norm, the MUL and
+      // the product's activations in one dispatch, the product in the next.
+      auto summed = [type](Context& ctx, std::vector<Tensor*>* in) {
+        Tensor* x = *ctx.NewTensor(DType::kF32, {256, 5});
+        Tensor* z = *ctx.NewTensor(DType::kF32, {256, 5});
+        Tensor* w = *ctx.NewTensor(DType::kF32, {256});
+        Tensor* wq = *ctx.NewTensor(type, {256, 62});
+        *in = {x, z, w, wq};
+        Tensor* sum = *Add(ctx, x, z);
+        sum->flags |= kFlagOutput;  // read later, as a residual stream is: kept apart.
+        return *MulMat(ctx, wq, *Mul(ctx, *RmsNorm(ctx, sum, 1e-5f), w));
+      };
+      EXPECT_LT(VulkanVsCpuNmse(device, summed, &dispatches), type == DType::kF16 ? 1e-9 : 1e-5)
+          << DTypeName(type) << (gpu ? " gpu kernels" : "");
+      EXPECT_EQ(dispatches, 2) << DTypeName(type) << (gpu ? " gpu kernels" : "");
     }
+    // The sum the fused norm writes, read again after it: sum + norm(sum) * w in two dispatches.
+    int dispatches = 0;
+    auto residual = [](Context& ctx, std::vector<Tensor*>* in) {
+      Tensor* x = *ctx.NewTensor(DType::kF32, {256, 5});
+      Tensor* z = *ctx.NewTensor(DType::kF32, {256, 5});
+      Tensor* w = *ctx.NewTensor(DType::kF32, {256});
+      *in = {x, z, w};
+      Tensor* sum = *Add(ctx, x, z);
+      return *Add(ctx, sum, *Mul(ctx, *RmsNorm(ctx, sum, 1e-5f), w));
+    };
+    EXPECT_LT(VulkanVsCpuNmse(device, residual, &dispatches), 1e-12) << (gpu ? "gpu kernels" : "");
+    EXPECT_EQ(dispatches, 2) << (gpu ? "gpu kernels" : "");
   }
 }
 

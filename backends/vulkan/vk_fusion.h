@@ -1,7 +1,8 @@
 // Kernel fusion: the nodes of a recorded order grouped into what one dispatch computes, to cut
 // the number of dispatches of a decode step (each costs lavapipe two thread hand-offs) and
 // the reads between them. A group is one node, or
-//  - RMS_NORM then MUL by a weight row of the norm's length: rms_norm.comp writes both (and
+//  - RMS_NORM then MUL by a weight row of the norm's length, and before them the ADD of two
+//    like tensors that the norm reads (a residual sum): rms_norm.comp writes them all (and
 //    the activations of the MUL_MAT after them, when it multiplies their result);
 //  - 2-3 MUL_MATs of the same activations (q, k, v);
 //  - MUL_MAT gate, MUL_MAT up of the same activations and the SWIGLU of the two, all three
@@ -28,13 +29,13 @@
 
 namespace tg::vulkan {
 
-enum class FusionKind { kSingle, kRmsNormMul, kMulMatMulti, kGateUpSwiglu };
+enum class FusionKind { kSingle, kRmsNormMul, kAddRmsNormMul, kMulMatMulti, kGateUpSwiglu };
 
 struct FusedGroup {
   FusionKind kind = FusionKind::kSingle;
   std::vector<const Tensor*> nodes;  // in order; the last one's result is the group's output.
-  // kRmsNormMul: the MUL_MAT right after the group when it multiplies the group's output (the
-  // kernel may then prepare its activations too); else nullptr.
+  // kRmsNormMul, kAddRmsNormMul: the MUL_MAT right after the group when it multiplies the
+  // group's output (the kernel may then prepare its activations too); else nullptr.
   const Tensor* product = nullptr;
 };
 

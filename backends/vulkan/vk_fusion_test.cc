@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "core/context.h"
@@ -134,6 +135,47 @@ TEST(FusionTest, TheNormPreparesOnlyTheNextProductOfItsResult) {
   const std::vector<Tensor*> second = {norm, normed, of_y, of_normed};
   EXPECT_EQ(PlanFusion(first, Apart, 0)[0].product, of_normed);
   EXPECT_EQ(PlanFusion(second, Apart, 0)[0].product, nullptr);
+}
+
+// A residual sum before the norm joins its group when it adds two like tensors; where the
+// allocator put the group's results over the sum's operands, only exactly in place.
+TEST(FusionTest, TheSumBeforeTheNormJoinsItsGroup) {
+  Context c;
+  Tensor* x = *c.NewTensor(DType::kF32, {64, 2});
+  Tensor* z = *c.NewTensor(DType::kF32, {64, 2});
+  Tensor* row = *c.NewTensor(DType::kF32, {64, 1});
+  Tensor* w = *c.NewTensor(DType::kF32, {64});
+  Tensor* wq = *c.NewTensor(DType::kQ8_0, {64, 16});
+  Tensor* sum = *Add(c, x, z);
+  Tensor* norm = *RmsNorm(c, sum, 1e-5f);
+  Tensor* normed = *Mul(c, norm, w);
+  Tensor* q = *MulMat(c, wq, normed);
+  const std::vector<Tensor*> order = {sum, norm, normed, q};
+  std::vector<FusedGroup> groups = PlanFusion(order, Apart, kAnyColumns);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].kind, FusionKind::kAddRmsNormMul);
+  EXPECT_EQ(groups[0].nodes, (std::vector<const Tensor*>{sum, norm, normed}));
+  EXPECT_EQ(groups[0].product, q);
+  // The norm exactly over x (in place): still one group; shifted by one element: apart.
+  const std::vector<const Tensor*> tensors = {x, z, w, wq, sum, norm, normed, q};
+  auto over_x = [&](uint64_t shift) {  // each tensor its bytes at 1 MiB apart, the norm on x's.
+    return [=](const Tensor* t) {
+      const uint64_t slot =
+          std::find(tensors.begin(), tensors.end(), t == norm ? x : t) - tensors.begin();
+      const uint64_t begin = (slot << 20) + (t == norm ? 4 * shift : 0);
+      return AddressRange{begin, begin + t->NumBytes()};
+    };
+  };
+  EXPECT_EQ(PlanFusion(order, over_x(0), kAnyColumns)[0].kind, FusionKind::kAddRmsNormMul);
+  groups = PlanFusion(order, over_x(1), kAnyColumns);
+  EXPECT_EQ(Kinds(groups), (std::vector<FusionKind>{FusionKind::kSingle, FusionKind::kRmsNormMul,
+                                                    FusionKind::kSingle}));
+  // A broadcast row added: not a plain sum.
+  Tensor* bsum = *Add(c, x, row);
+  Tensor* bnorm = *RmsNorm(c, bsum, 1e-5f);
+  Tensor* bnormed = *Mul(c, bnorm, w);
+  groups = PlanFusion(std::vector<Tensor*>{bsum, bnorm, bnormed}, Apart, kAnyColumns);
+  EXPECT_EQ(Kinds(groups), (std::vector<FusionKind>{FusionKind::kSingle, FusionKind::kRmsNormMul}));
 }
 
 }  // namespace

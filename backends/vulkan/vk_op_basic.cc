@@ -3,7 +3,7 @@
 // shaders' blocks.
 #include <cmath>
 
-#include "absl/algorithm/container.h"
+#include "backends/vulkan/vk_device.h"
 #include "backends/vulkan/vk_ops.h"
 #include "core/ops.h"
 #include "core/status_macros.h"
@@ -101,7 +101,7 @@ struct RmsNormPC {
   uint32_t ne[4];
   float eps;
   uint32_t qformat;  // ActivationsAhead::format
-  uint64_t q;
+  uint64_t q, b, sum;
 };
 
 // softmax.comp
@@ -138,52 +138,58 @@ struct RopePC {
   float log2_base, freq_scale, ext_factor, mscale;
   float corr_lo, corr_hi;
 };
-static_assert(sizeof(SoftMaxPC) <= kPushConstantBytes && sizeof(RopePC) <= kPushConstantBytes);
+static_assert(sizeof(SoftMaxPC) <= kPushConstantBytes && sizeof(RopePC) <= kPushConstantBytes &&
+              sizeof(RmsNormPC) <= kPushConstantBytes);
 
 }  // namespace
 
 absl::Status RecordRmsNorm(Recorder& rec, const Tensor* node) {
-  return RecordRmsNormMul(rec, node, nullptr, nullptr);
+  return RecordNormGroup(rec, {.norm = node});
 }
 
-absl::Status RecordRmsNormMul(Recorder& rec, const Tensor* node, const Tensor* mul,
-                              const Tensor* product) {
-  const Tensor* a = node->src[0];
+absl::Status RecordNormGroup(Recorder& rec, const NormGroup& group) {
+  const Tensor* norm = group.norm;
+  const Tensor* a = group.add != nullptr ? group.add->src[0] : norm->src[0];
   RmsNormPC pc{};
   pc.a = rec.Address(a);
-  pc.d = rec.Address(node);
+  pc.d = rec.Address(norm);
   std::vector<AddressRange> reads = {rec.Range(a)};
-  std::vector<AddressRange> writes = {rec.Range(node)};
-  if (mul != nullptr) {
-    pc.w = rec.Address(mul->src[1]);
-    pc.dw = rec.Address(mul);
-    reads.push_back(rec.Range(mul->src[1]));
-    writes.push_back(rec.Range(mul));
+  std::vector<AddressRange> writes = {rec.Range(norm)};
+  if (group.add != nullptr) {
+    pc.b = rec.Address(group.add->src[1]);
+    pc.sum = rec.Address(group.add);
+    reads.push_back(rec.Range(group.add->src[1]));
+    writes.push_back(rec.Range(group.add));
+  }
+  if (group.mul != nullptr) {
+    pc.w = rec.Address(group.mul->src[1]);
+    pc.dw = rec.Address(group.mul);
+    reads.push_back(rec.Range(group.mul->src[1]));
+    writes.push_back(rec.Range(group.mul));
   }
   for (int i = 0; i < 4; ++i) {
     pc.a_nb[i] = U32(a->nb[i]);
     pc.ne[i] = U32(a->ne[i]);
   }
-  pc.eps = node->ParamF32(0);
-  // The product's quantized activations, computed from a and the weight row after the result
-  // is written: only where the kernel's writes leave those two as they were.
+  pc.eps = norm->ParamF32(0);
+  // The product's quantized activations, from the row's results kept in shared memory: where
+  // a row fits beside the reduction's.
   ActivationsAhead ahead;
-  const Tensor* result = mul != nullptr ? mul : node;
-  const bool inputs_kept = absl::c_none_of(writes, [&](const AddressRange& w) {
-    return absl::c_any_of(reads, [&](const AddressRange& r) { return w.Overlaps(r); });
-  });
-  if (product != nullptr && product->src[1] == result && result->IsContiguous() && inputs_kept) {
-    TG_ASSIGN_OR_RETURN(ahead, PrepareActivationsAhead(rec, product));
+  const Tensor* result = group.mul != nullptr ? group.mul : norm;
+  const uint64_t row_bytes = static_cast<uint64_t>(a->ne[0]) * sizeof(float);
+  if (group.product != nullptr && group.product->src[1] == result && result->IsContiguous() &&
+      row_bytes + kReduceSharedBytes <= rec.device()->info().max_shared_memory) {
+    TG_ASSIGN_OR_RETURN(ahead, PrepareActivationsAhead(rec, group.product));
   }
   if (ahead.format != 0) {
     pc.qformat = ahead.format;
     pc.q = ahead.scratch.begin;
     writes.push_back(ahead.scratch);
   }
-  const uint32_t spec[] = {kRowGroup};
+  const uint32_t spec[] = {kRowGroup, ahead.format != 0 ? U32(a->ne[0]) : 1u};
   TG_RETURN_IF_ERROR(
       rec.Dispatch1D("rms_norm", spec, &pc, sizeof(pc), a->NumRows(), reads, writes));
-  CommitActivationsAhead(rec, product, ahead);
+  CommitActivationsAhead(rec, group.product, ahead);
   return absl::OkStatus();
 }
 

@@ -184,7 +184,10 @@ absl::Status RecordGroup(Recorder& rec, const FusedGroup& group) {
   const std::vector<const Tensor*>& n = group.nodes;
   switch (group.kind) {
     case FusionKind::kRmsNormMul:
-      return RecordRmsNormMul(rec, n[0], n[1], group.product);
+      return RecordNormGroup(rec, {.norm = n[0], .mul = n[1], .product = group.product});
+    case FusionKind::kAddRmsNormMul:
+      return RecordNormGroup(rec,
+                             {.add = n[0], .norm = n[1], .mul = n[2], .product = group.product});
     case FusionKind::kMulMatMulti:
       return RecordMulMatMulti(rec, n);
     case FusionKind::kGateUpSwiglu:

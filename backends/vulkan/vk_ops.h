@@ -33,6 +33,8 @@ absl::Status RecordGroup(Recorder& rec, const FusedGroup& group);
 // Workgroup sizes of the kernels (multiples of every subgroup size in use: 8 .. 64).
 inline constexpr uint32_t kElementwiseGroup = 256;
 inline constexpr uint32_t kRowGroup = 128;
+// Shared memory of reduce.glsl's workgroup sums and maxima.
+inline constexpr uint64_t kReduceSharedBytes = 32 * sizeof(float);
 // ARGSORT, TOP_K and SAMPLE walk a long row once per radix pass (sort_rows.glsl): more
 // invocations keep each one's loop count low (lavapipe ends an invocation after 65535 loop
 // iterations in all).
@@ -60,7 +62,8 @@ absl::Status RecordSetRows(Recorder& rec, const Tensor* node);
 absl::Status RecordMulMat(Recorder& rec, const Tensor* node);
 absl::Status RecordMulMatId(Recorder& rec, const Tensor* node);
 // Fused kernels (vk_fusion.h decides when): several MUL_MATs of the same activations in one
-// dispatch; SWIGLU(gate x, up x) straight from the two products; RMS_NORM times a weight row.
+// dispatch; SWIGLU(gate x, up x) straight from the two products; RMS_NORM of a sum, times a
+// weight row.
 bool CanMultiplyTogether(const Tensor& x, const Tensor& y);
 // The most activation columns a fused group of products may have on `device`: any for the
 // register kernels; on GPUs as many as the matrix-vector kernel takes.
@@ -68,10 +71,16 @@ int64_t FusedProductColumns(const VulkanDevice& device);
 absl::Status RecordMulMatMulti(Recorder& rec, absl::Span<const Tensor* const> nodes);
 absl::Status RecordGateUpSwiglu(Recorder& rec, const Tensor* gate, const Tensor* up,
                                 const Tensor* swiglu);
-// `product` (may be nullptr): the MUL_MAT recorded next, multiplying mul's result; when it
-// wants quantized activations the kernel writes them too (PrepareActivationsAhead).
-absl::Status RecordRmsNormMul(Recorder& rec, const Tensor* norm, const Tensor* mul,
-                              const Tensor* product);
+// RMS_NORM with what rms_norm.comp computes in the same dispatch: the ADD before it, the MUL
+// by its weight row after it, and the quantized activations of `product`, the MUL_MAT
+// recorded next, when it multiplies the group's result (PrepareActivationsAhead).
+struct NormGroup {
+  const Tensor* add = nullptr;  // the norm's input, a + b of the same shape; may be nullptr.
+  const Tensor* norm = nullptr;
+  const Tensor* mul = nullptr;      // may be nullptr.
+  const Tensor* product = nullptr;  // may be nullptr.
+};
+absl::Status RecordNormGroup(Recorder& rec, const NormGroup& group);
 // Activations that the kernel writing `product`'s activations b can quantize as it writes b,
 // so that the product needs no mul_mat_act dispatch: mul_mat_act.comp's format (1 Q8_0, 2
 // Q8_K) and the scratch to write them to; format 0 when the product reads b as it is (float

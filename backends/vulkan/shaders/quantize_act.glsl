@@ -1,8 +1,9 @@
 // MUL_MAT activations quantized as the CPU does, packed in 32-value units (act_unit.glsl):
 // QuantizeBlockQ8_0 per 32 values (Q4_0 and Q8_0 weights), QuantizeBlockQ8_K per 256 (Q4_K
 // and Q6_K weights). Value k of the row being quantized is act_in(k), which the including
-// shader defines before this file: mul_mat_act.comp reads it from memory, rms_norm.comp
-// computes it (RMS_NORM x MUL, whose result a product multiplies next). Needs common.glsl.
+// shader defines before this file: mul_mat_act.comp reads it from memory, rms_norm.comp from
+// the row it computed (RMS_NORM x MUL, whose result a product multiplies next). Needs
+// common.glsl.
 #include "act_unit.glsl"
 
 // Packs 32 quants q (each in [-128, 127]) with scale d into unit `u` of the row at `row`.
