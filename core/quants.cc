@@ -545,16 +545,11 @@ void PackQ6K(const int8_t* l, BlockQ6_K* y) {
 void QuantizeBlockQ6_K(const float* x, BlockQ6_K* y) {
   int8_t l[kQK_K];
   float scales[kQ6KNumGroups];
-  float max_scale = 0;  // signed scale of largest magnitude.
-  float max_abs_scale = 0;
   for (int g = 0; g < kQ6KNumGroups; ++g) {
     scales[g] = MakeQxQuants(kQ6KGroup, kQ6KHalfRange, x + kQ6KGroup * g, l + kQ6KGroup * g);
-    if (std::fabs(scales[g]) > max_abs_scale) {
-      max_abs_scale = std::fabs(scales[g]);
-      max_scale = scales[g];
-    }
   }
-  if (max_abs_scale < kGroupMaxEps) {
+  const float max_scale = SignedAbsMax(scales, kQ6KNumGroups);
+  if (std::fabs(max_scale) < kGroupMaxEps) {
     std::memset(y, 0, sizeof(*y));
     return;
   }
@@ -659,15 +654,10 @@ void PackTwoBits(const int8_t* l, uint8_t* qs) {
 void QuantizeBlockQ3_K(const float* x, BlockQ3_K* y) {
   int8_t l[kQK_K];
   float scales[kQ3KNumGroups];
-  float max_scale = 0;  // signed scale of largest magnitude.
-  float amax = 0;
   for (int g = 0; g < kQ3KNumGroups; ++g) {
     scales[g] = MakeQ3Quants(kQ3KGroup, kQ3KHalfRange, x + kQ3KGroup * g, l + kQ3KGroup * g);
-    if (std::fabs(scales[g]) > amax) {
-      amax = std::fabs(scales[g]);
-      max_scale = scales[g];
-    }
   }
+  const float max_scale = SignedAbsMax(scales, kQ3KNumGroups);
   std::memset(y->scales, 0, sizeof(y->scales));
   if (max_scale != 0) {
     const float iscale = -32.f / max_scale;
