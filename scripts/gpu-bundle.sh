@@ -74,6 +74,29 @@ else
   echo "gpu-bundle: no llama.cpp git bundle at $peer_bundle: the check runs without its peer" >&2
 fi
 
+# llama.cpp's Vulkan build for `gpu-check.sh vulkan`: the peer's prebuilt libraries (set up by
+# PEER_VARIANT=vulkan ../shared/peer/llama-cpp-peer.sh setup) and its minibench with every
+# layer on the GPU, about 9 MiB compressed; skipped when the peer is not set up.
+peer_vk=${PEER_DIR:-$HOME/.cache/tensorgrid-peer}
+vk_bins=$peer_vk/linux-x64-vulkan/package/bins/linux-x64-vulkan
+if [ -f "$vk_bins/libggml-vulkan.so" ] && [ -d "$peer_vk/src/include" ]; then
+  vk_stage=$(mktemp -d)
+  mkdir -p "$vk_stage/lib"
+  cp "$vk_bins"/{libggml-base.so,libggml-vulkan.so,libggml-cpu-x64.so,libggml-cpu-haswell.so} \
+    "$vk_bins"/libggml.vulkan.*.so "$vk_bins"/libllama.vulkan.*.so "$vk_stage/lib/"
+  # minibench.c with n_gpu_layers from $NGL (bench_vulkan.sh builds the same for lavapipe).
+  sed 's/mp.n_gpu_layers=0;/mp.n_gpu_layers=getenv("NGL")?atoi(getenv("NGL")):0;/' \
+    ../shared/peer/minibench.c >"$vk_stage/minibench_ngl.c"
+  gcc -O2 -o "$vk_stage/minibench-ngl" "$vk_stage/minibench_ngl.c" -I"$peer_vk/src/include" \
+    -I"$peer_vk/src/ggml-include" -L"$vk_stage/lib" \
+    -l:"$(cd "$vk_stage/lib" && ls libllama.vulkan.*.so)" -l:"$(cd "$vk_stage/lib" && ls libggml.vulkan.*.so)" \
+    -l:libggml-base.so -lm
+  tar -C "$vk_stage" -cf - minibench-ngl lib | xz -T0 -6 >"$out/peer-vulkan.tar.xz"
+  rm -rf "$vk_stage"
+else
+  echo "gpu-bundle: no llama.cpp Vulkan peer in $peer_vk: gpu-check.sh vulkan runs without it" >&2
+fi
+
 # What the binaries need from the machine: the newest glibc symbol version, and cuBLAS.
 newest() {  # newest version of symbol family $1 (GLIBC, GLIBCXX) the files $2.. import
   local family=$1

@@ -13,8 +13,12 @@
 # bundled source: several minutes, resumable), speed (tg-bench and llama-bench pp512/tg128
 # of synthetic models of SHAPES (15m,1b,8b) in TYPES (q4_0,q4_k,q8_0); with 8b, the tg128
 # roofline against the device-to-device copy bandwidth), split (TG_CUDA_DEVICES=2: -sm tensor
-# and -sm layer against -sm none). Stages may run in separate calls: the llama.cpp build and
-# the synthetic models stay in the bundle folder.
+# and -sm layer against -sm none), vulkan (the same GPU through NVIDIA's Vulkan driver as
+# Vulkan0: tg-ops, stories260K and the 15M shape against the CPU, dispatches per decode step,
+# pp512/tg128 against CUDA0 and, when the bundle carries peer-vulkan.tar.xz, against
+# llama.cpp's Vulkan build with every layer on the GPU, bar 100%; a few minutes). Stages may
+# run in separate calls: the llama.cpp build and the synthetic models stay in the bundle
+# folder.
 #
 # TG_GPU_CHECK_DEVICE (default CUDA0) and TG_GPU_CHECK_BASE (default CPU) name the device under
 # test and the yardstick: TG_CPU_DEVICES=2 TG_GPU_CHECK_DEVICE=CPU1 TG_GPU_CHECK_BASE=CPU0
@@ -29,8 +33,8 @@ stage=${1:-all}
 shapes=${2:-15m,1b,8b}
 types=${3:-q4_0,q4_k,q8_0}
 case $stage in
-  all | correctness | peer | speed | split) ;;
-  *) echo "usage: gpu-check.sh [all|correctness|peer|speed|split [SHAPES [TYPES]]]" >&2; exit 2 ;;
+  all | correctness | peer | speed | split | vulkan) ;;
+  *) echo "usage: gpu-check.sh [all|correctness|peer|speed|split|vulkan [SHAPES [TYPES]]]" >&2; exit 2 ;;
 esac
 dev=${TG_GPU_CHECK_DEVICE:-CUDA0}
 base=${TG_GPU_CHECK_BASE:-CPU}
@@ -324,16 +328,68 @@ stage_split() {
   done
 }
 
+# --- Vulkan on the same GPU (issue 13) -------------------------------------------------------
+vk=${TG_GPU_CHECK_VULKAN:-Vulkan0}
+# llama.cpp's Vulkan build (the peer's prebuilt libraries and minibench, packed by
+# gpu-bundle.sh): "pp tg" t/s of a model with every layer on the GPU, empty when absent.
+peer_vulkan() {
+  local dir=$work/peer-vulkan
+  [ -f "$here/peer-vulkan.tar.xz" ] || return 0
+  [ -d "$dir" ] || { mkdir -p "$dir" && tar -C "$dir" -xJf "$here/peer-vulkan.tar.xz"; } || return 0
+  GGML_VK_VISIBLE_DEVICES=${TG_GPU_CHECK_PEER_VK:-0} NGL=99 LD_LIBRARY_PATH="$dir/lib" \
+    "$dir/minibench-ngl" "$dir/lib" "$1" 4 512 128 3 2>>"$logs/peer-vulkan.err" |
+    sed -n 's/^pp512: mean \([0-9.]*\).*tg128: mean \([0-9.]*\).*/\1 \2/p'
+}
+
+stage_vulkan() {
+  if ! grep -q "^ *$vk " "$logs/devices.txt"; then
+    report SKIP vulkan "no $vk among the devices (is NVIDIA's Vulkan ICD installed?): $(grep -i vulkan "$logs/devices.txt" | tail -1)"
+    return
+  fi
+  run_check "tg_ops_${vk,,}" python3 "$here/run_if_device.py" --tg-run "$bin/tg-run" --device "$vk" \
+    --expect '[1-9][0-9]* passed, 0 failed' -- "$bin/tg-ops" test -b "$vk"
+  synth_model 15m q8_0 || return
+  local models=("$here/models/stories260K.gguf" "$model") m tag tol peer_figs test o c p calls
+  for m in "${models[@]}"; do
+    tag=$(basename "$m" .gguf)
+    tol=$(logit_tol "$tag")
+    run_check "${tag}_${vk,,}" python3 "$here/compare_devices.py" --tg-run "$bin/tg-run" --model "$m" \
+      --require "$vk" --label "${tag}_${vk,,}" --base "--device $base" --test "--device $vk" \
+      --kv-type f32 --tol "$tol"
+    # Dispatches per decode step: the profiler's calls over 16 generated tokens (32 steps
+    # with tg-bench's warm-up run).
+    calls=$(TG_VULKAN_PROFILE=1 "$bin/tg-bench" -m "$m" --device "$vk" -p 0 -n 16 -r 1 2>&1 |
+      awk '$3 == "calls" {s += $2} END {if (s) printf "%.0f", s / 32}')
+    report INFO "dispatches_${tag}_${vk,,}" "${calls:-?} per decode step"
+    bench "bench_${tag}_${vk,,}" "$bin/tg-bench" -m "$m" --device "$vk"
+    o=$figs
+    bench "bench_${tag}_${dev,,}" "$bin/tg-bench" -m "$m" --device "$dev"
+    c=$figs
+    peer_figs=$(peer_vulkan "$m")
+    [ -f "$here/peer-vulkan.tar.xz" ] && [ -z "$peer_figs" ] &&
+      report FAIL "peer_vulkan_${tag}" "minibench gave no figures: $(tail -1 "$logs/peer-vulkan.err" 2>/dev/null)"
+    for test in pp512 tg128; do
+      [ -n "$(figure "$o" $test)" ] || continue
+      p=$(echo "$peer_figs" | awk -v t=$test '{print t == "pp512" ? $1 : $2}')
+      report_line "$(python3 "$here/speed_report.py" compare "${test}_${tag}_${vk,,}" \
+        "$(figure "$o" $test)" "${p:--}" "$([ -n "$p" ] && echo 100 || echo -)")"
+      report INFO "${test}_${tag}_${dev,,}" "$(figure "$c" $test) t/s on $dev for reference"
+    done
+  done
+}
+
 case $stage in
   correctness) stage_correctness ;;
   peer) stage_peer ;;
   speed) stage_speed ;;
   split) stage_split ;;
+  vulkan) stage_vulkan ;;
   all)
     stage_correctness
     stage_peer
     stage_speed
     stage_split
+    stage_vulkan
     ;;
 esac
 
