@@ -118,6 +118,11 @@ built $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -m)
 EOF
 
 size_kib=$(du -sk "$out" | cut -f1)
+if (( size_kib > max_mib * 1024 )) && [ -f "$out/peer-vulkan.tar.xz" ]; then
+  rm "$out/peer-vulkan.tar.xz"  # the optional part: gpu-check.sh vulkan then gives INFO figures.
+  echo "gpu-bundle: over $max_mib MiB with llama.cpp's Vulkan build: left out" >&2
+  size_kib=$(du -sk "$out" | cut -f1)
+fi
 echo "gpu-bundle: $out: $(( size_kib / 1024 )) MiB ($(ls "$out/bin" | wc -l) programs, $(ls "$out/lib" | wc -l) libraries)"
 if (( size_kib > max_mib * 1024 )); then
   echo "gpu-bundle: the bundle is over $max_mib MiB" >&2
