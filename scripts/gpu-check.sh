@@ -72,11 +72,11 @@ find_lib_dirs() {  # directories holding $1
   for d in "${dirs[@]}"; do [ -e "$d/$1" ] && echo "$d"; done | awk '!seen[$0]++'
   ldconfig -p 2>/dev/null | awk -v lib="$1" '$1 == lib {print $NF}' | xargs -r -n1 dirname
 }
-cuda_dirs=$(find_lib_dirs "$cublas" | head -1)
+cuda_dirs=$(find_lib_dirs "$cublas" | sed -n 1p)  # sed reads to the end: no SIGPIPE for xargs
 # cuBLAS needs libcublasLt beside it (same folder for the toolkit, a sibling package for pip).
-lt_dir=$(find_lib_dirs "${cublas/libcublas/libcublasLt}" | head -1)
+lt_dir=$(find_lib_dirs "${cublas/libcublas/libcublasLt}" | sed -n 1p)
 # NCCL (optional: without it the collectives use the peer-to-peer kernels).
-nccl_dir=$(find_lib_dirs libnccl.so.2 | head -1)
+nccl_dir=$(find_lib_dirs libnccl.so.2 | sed -n 1p)
 export LD_LIBRARY_PATH="$here/lib${cuda_dirs:+:$cuda_dirs}${lt_dir:+:$lt_dir}${nccl_dir:+:$nccl_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # The machine's C++ runtime unless it is too old for the bundle: then the bundle's copy.
 if ! "$bin/tg-gguf" --help >/dev/null 2>&1; then
