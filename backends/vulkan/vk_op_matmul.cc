@@ -95,6 +95,31 @@ uint64_t ActRowBytes(ActFormat format, uint64_t k) {
   return format == kActPlain ? k * sizeof(float) : k / 32 * kActUnitBytes;
 }
 
+// Scratch for b's activations converted to `format`: in the slot the cache does not hold, so
+// that the cached conversion stays intact until the new one is committed.
+absl::StatusOr<ActivationsAhead> ReserveConverted(Recorder& rec, ActFormat format,
+                                                  const Tensor* b) {
+  const Recorder::ConvertedActivations& cache = rec.converted();
+  ActivationsAhead ahead;
+  ahead.format = format;
+  ahead.slot = cache.valid ? 1 - cache.slot : 0;
+  TG_ASSIGN_OR_RETURN(
+      ahead.scratch,
+      rec.Scratch(ahead.slot, ActRowBytes(format, b->ne[0]) * static_cast<uint64_t>(b->NumRows())));
+  return ahead;
+}
+
+// After the dispatch that wrote them: b's converted activations are those in `ahead`.
+void CommitConverted(Recorder& rec, const Tensor* b, const ActivationsAhead& ahead) {
+  Recorder::ConvertedActivations& cache = rec.converted();
+  cache.valid = true;
+  cache.src = b;
+  cache.format = ahead.format;
+  cache.slot = ahead.slot;
+  cache.source = rec.Range(b);
+  cache.converted = ahead.scratch;
+}
+
 absl::StatusOr<Activations> PrepareActivations(Recorder& rec, DType weight, const Tensor* b) {
   const ActFormat format = FormatFor(weight, b);
   if (format == kActNone) {
@@ -106,15 +131,14 @@ absl::StatusOr<Activations> PrepareActivations(Recorder& rec, DType weight, cons
   out.nb1 = U32(row_bytes);
   out.nb2 = U32(row_bytes * b->ne[1]);
   out.nb3 = U32(row_bytes * b->ne[1] * b->ne[2]);
-  Recorder::ConvertedActivations& cache = rec.converted();
+  const Recorder::ConvertedActivations& cache = rec.converted();
   if (cache.valid && cache.src == b && cache.format == format) {
     out.address = cache.converted.begin;
     out.range = cache.converted;
     return out;
   }
-  const int slot = cache.valid ? 1 - cache.slot : 0;
-  TG_ASSIGN_OR_RETURN(const AddressRange scratch,
-                      rec.Scratch(slot, row_bytes * static_cast<uint64_t>(b->NumRows())));
+  TG_ASSIGN_OR_RETURN(const ActivationsAhead converted, ReserveConverted(rec, format, b));
+  const AddressRange scratch = converted.scratch;
   ActPC pc{};
   pc.b = rec.Address(b);
   pc.d = scratch.begin;
@@ -131,12 +155,7 @@ absl::StatusOr<Activations> PrepareActivations(Recorder& rec, DType weight, cons
   const AddressRange writes[] = {scratch};
   TG_RETURN_IF_ERROR(rec.Dispatch1D("mul_mat_act", spec, &pc, sizeof(pc),
                                     Ceil(pc.n, kElementwiseGroup), reads, writes));
-  cache.valid = true;
-  cache.src = b;
-  cache.format = format;
-  cache.slot = slot;
-  cache.source = rec.Range(b);
-  cache.converted = scratch;
+  CommitConverted(rec, b, converted);
   out.address = scratch.begin;
   out.range = scratch;
   return out;
@@ -148,26 +167,11 @@ absl::StatusOr<ActivationsAhead> PrepareActivationsAhead(Recorder& rec, const Te
   const Tensor* b = product->src[1];
   const ActFormat format = FormatFor(product->src[0]->type, b);
   if (format != kActQ8_0 && format != kActQ8_K) return ActivationsAhead{};
-  const Recorder::ConvertedActivations& cache = rec.converted();
-  ActivationsAhead ahead;
-  ahead.format = format;
-  ahead.slot = cache.valid ? 1 - cache.slot : 0;  // the slot the product's cache does not hold.
-  TG_ASSIGN_OR_RETURN(
-      ahead.scratch,
-      rec.Scratch(ahead.slot, ActRowBytes(format, b->ne[0]) * static_cast<uint64_t>(b->NumRows())));
-  return ahead;
+  return ReserveConverted(rec, format, b);
 }
 
 void CommitActivationsAhead(Recorder& rec, const Tensor* product, const ActivationsAhead& ahead) {
-  if (ahead.format == 0) return;
-  Recorder::ConvertedActivations& cache = rec.converted();
-  const Tensor* b = product->src[1];
-  cache.valid = true;
-  cache.slot = ahead.slot;
-  cache.src = b;
-  cache.format = ahead.format;
-  cache.source = rec.Range(b);
-  cache.converted = ahead.scratch;
+  if (ahead.format != 0) CommitConverted(rec, product->src[1], ahead);
 }
 
 namespace {
