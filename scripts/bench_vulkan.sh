@@ -23,11 +23,7 @@ cmake --preset release >/dev/null && cmake --build --preset release --target tg-
 PEER_VARIANT=vulkan bash "$peer" setup >/dev/null
 # The peer harness with n_gpu_layers from $NGL (the shared source, one line changed).
 lib="$peer_dir/linux-x64-vulkan/package/bins/linux-x64-vulkan"
-sed 's/mp.n_gpu_layers=0;/mp.n_gpu_layers=getenv("NGL")?atoi(getenv("NGL")):0;/' \
-  ../shared/peer/minibench.c > "$out/minibench_ngl.c"
-gcc -O2 -o "$out/minibench-ngl" "$out/minibench_ngl.c" -I"$peer_dir/src/include" \
-  -I"$peer_dir/src/ggml-include" -L"$lib" -l:"$(cd "$lib" && ls libllama*.so | grep -v common | head -1)" \
-  -l:"$(cd "$lib" && ls libggml.*.so | head -1)" -l:libggml-base.so -lm -Wl,-rpath,"$lib"
+PEER_DIR=$peer_dir bash scripts/minibench-ngl.sh "$out/minibench-ngl" "$lib" "$lib"
 
 q8=$out/stories15M-shape-q8_0.gguf
 [ -f "$q8" ] || ./build/release/tools/tg-gguf/tg-gguf synth "$q8" --dims 288,768,6,6,6,32000 --type q8_0 >/dev/null

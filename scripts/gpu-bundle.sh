@@ -76,7 +76,7 @@ fi
 
 # llama.cpp's Vulkan build for `gpu-check.sh vulkan`: the peer's prebuilt libraries (set up by
 # PEER_VARIANT=vulkan ../shared/peer/llama-cpp-peer.sh setup) and its minibench with every
-# layer on the GPU, about 9 MiB compressed; skipped when the peer is not set up.
+# layer on the GPU, 6.7 MiB compressed; skipped when the peer is not set up.
 peer_vk=${PEER_DIR:-$HOME/.cache/tensorgrid-peer}
 vk_bins=$peer_vk/linux-x64-vulkan/package/bins/linux-x64-vulkan
 if [ -f "$vk_bins/libggml-vulkan.so" ] && [ -d "$peer_vk/src/include" ]; then
@@ -84,13 +84,7 @@ if [ -f "$vk_bins/libggml-vulkan.so" ] && [ -d "$peer_vk/src/include" ]; then
   mkdir -p "$vk_stage/lib"
   cp "$vk_bins"/{libggml-base.so,libggml-vulkan.so,libggml-cpu-x64.so,libggml-cpu-haswell.so} \
     "$vk_bins"/libggml.vulkan.*.so "$vk_bins"/libllama.vulkan.*.so "$vk_stage/lib/"
-  # minibench.c with n_gpu_layers from $NGL (bench_vulkan.sh builds the same for lavapipe).
-  sed 's/mp.n_gpu_layers=0;/mp.n_gpu_layers=getenv("NGL")?atoi(getenv("NGL")):0;/' \
-    ../shared/peer/minibench.c >"$vk_stage/minibench_ngl.c"
-  gcc -O2 -o "$vk_stage/minibench-ngl" "$vk_stage/minibench_ngl.c" -I"$peer_vk/src/include" \
-    -I"$peer_vk/src/ggml-include" -L"$vk_stage/lib" \
-    -l:"$(cd "$vk_stage/lib" && ls libllama.vulkan.*.so)" -l:"$(cd "$vk_stage/lib" && ls libggml.vulkan.*.so)" \
-    -l:libggml-base.so -lm
+  PEER_DIR=$peer_vk bash scripts/minibench-ngl.sh "$vk_stage/minibench-ngl" "$vk_stage/lib"
   tar -C "$vk_stage" -cf - minibench-ngl lib | xz -T0 -6 >"$out/peer-vulkan.tar.xz"
   rm -rf "$vk_stage"
 else
