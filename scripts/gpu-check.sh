@@ -116,11 +116,11 @@ run_check() {  # name command...: PASS/FAIL/SKIP from the exit code (77 = skip),
   case $rc in 0) report PASS "$name" "$detail" ;; 77) report SKIP "$name" "$detail" ;; *) report FAIL "$name" "$detail" ;; esac
 }
 
-compare() {  # name model compare_devices.py-args...
+compare() {  # name model compare_devices.py-args... (the device under test: $require, else $dev)
   local name=$1 model=$2
   shift 2
   run_check "$name" python3 "$here/compare_devices.py" --tg-run "$bin/tg-run" --model "$model" \
-    --require "$dev" --label "$name" "$@"
+    --require "${require:-$dev}" --label "$name" "$@"
 }
 
 # The top-5 logit tolerance against the CPU for a model tag: 1e-2 for the quantized models
@@ -353,8 +353,7 @@ stage_vulkan() {
   for m in "${models[@]}"; do
     tag=$(basename "$m" .gguf)
     tol=$(logit_tol "$tag")
-    run_check "${tag}_${vk,,}" python3 "$here/compare_devices.py" --tg-run "$bin/tg-run" --model "$m" \
-      --require "$vk" --label "${tag}_${vk,,}" --base "--device $base" --test "--device $vk" \
+    require=$vk compare "${tag}_${vk,,}" "$m" --base "--device $base" --test "--device $vk" \
       --kv-type f32 --tol "$tol"
     # Dispatches per decode step: the profiler's calls over 16 generated tokens (32 steps
     # with tg-bench's warm-up run).
