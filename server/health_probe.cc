@@ -22,6 +22,7 @@
 #include "core/status_macros.h"
 #include "health_probe.grpc.pb.h"
 #include "server/flag_file.h"
+#include "server/host_port.h"
 #include "server/log.h"
 
 namespace tg::server {
@@ -113,10 +114,6 @@ absl::Status FromCheck(const HealthProbeOptions& o, const grpc::Status& st,
   return absl::OkStatus();
 }
 
-bool IsWildcardHost(absl::string_view host) {
-  return host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]";
-}
-
 // Drops the server plugins other builders added process-wide (reflection), so the health
 // port serves grpc.health.v1 and nothing else.
 class NoPluginsOption : public grpc::ServerBuilderOption {
@@ -196,7 +193,7 @@ int RunHealthProbe(absl::string_view spec, const std::string& tls_cert_file,
 
 HealthProbeOptions ProbeOptionsFor(const ServerConfig& config, int port) {
   HealthProbeOptions o;
-  o.target = JoinHostPort(IsWildcardHost(config.host) ? "127.0.0.1" : config.host, port);
+  o.target = JoinHostPort(LocalDialHost(config.host), port);
   o.pinned_cert_pem = config.tls_cert_pem;
   o.token = config.auth_token;
   return o;

@@ -1,9 +1,17 @@
 #include "server/metrics.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <exception>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "prometheus/counter.h"
@@ -11,6 +19,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "server/host_port.h"
 
 namespace tg::server {
 namespace {
@@ -21,6 +30,25 @@ prometheus::Gauge* NewGauge(prometheus::Registry& r, const char* name, const cha
 
 prometheus::Counter* NewCounter(prometheus::Registry& r, const char* name, const char* help) {
   return &prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
+}
+
+// Opens and closes a TCP connection to the listener bound to host:port. Best effort:
+// failures are ignored.
+void TouchListener(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string dial = LocalDialHost(host);
+  if (getaddrinfo(dial.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const bool connected = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    close(fd);
+    if (connected) break;
+  }
+  freeaddrinfo(found);
 }
 
 }  // namespace
@@ -50,19 +78,45 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                    .Register(r);
 }
 
-Metrics::~Metrics() = default;
+Metrics::~Metrics() { StopExposer(); }
+
+void Metrics::StopExposer() {
+  if (exposer_ == nullptr) return;
+  // civetweb's listening thread polls its socket in rounds of 2 s and sees the stop request
+  // only between rounds, so every server shutdown waited up to 2 s for it. A connection ends
+  // the round at once: keep connecting until the exposer is gone.
+  std::atomic<bool> stopped{false};
+  std::thread waker([&] {
+    while (!stopped.load(std::memory_order_acquire)) {
+      TouchListener(exposer_host_, exposer_port_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  exposer_.reset();
+  stopped.store(true, std::memory_order_release);
+  waker.join();
+  exposer_port_ = 0;
+}
 
 absl::Status Metrics::StartExposer(const std::string& host, int port) {
-  const std::string address = absl::StrCat(host, ":", port);
+  // Debian's civetweb, which prometheus-cpp serves with, is built without IPv6: a wildcard
+  // host (:: included) is served on every IPv4 address, and an IPv6 host cannot be.
+  const std::string bind_host = IsWildcardHost(host) ? "0.0.0.0" : host;
+  const std::string address = JoinHostPort(bind_host, port);
   try {  // prometheus-cpp (civetweb) reports a failed bind by throwing.
     exposer_ = std::make_unique<prometheus::Exposer>(address, 2);
     exposer_->RegisterCollectable(registry_);
     const std::vector<int> ports = exposer_->GetListeningPorts();
     exposer_port_ = ports.empty() ? port : ports.front();
+    exposer_host_ = bind_host;
   } catch (const std::exception& e) {
     exposer_.reset();
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot serve metrics on ", address, ": ", e.what(),
+        absl::StrContains(bind_host, ':')
+            ? " (the metrics server has no IPv6 support: bind to an IPv4 address or to ::, "
+              "which serves metrics on every IPv4 address)"
+            : ""));
   }
   return absl::OkStatus();
 }

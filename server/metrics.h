@@ -34,6 +34,9 @@ class Metrics {
   // Serves /metrics on host:port (port 0 picks a free one); UNAVAILABLE when it cannot bind.
   absl::Status StartExposer(const std::string& host, int port);
   int exposer_port() const { return exposer_port_; }  // 0 when not serving.
+  // Stops serving /metrics, within milliseconds (the destructor calls it). Not concurrently
+  // with StartExposer.
+  void StopExposer();
 
   void SessionOpened();
   void SessionClosed();
@@ -68,6 +71,7 @@ class Metrics {
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string exposer_host_;
   int exposer_port_ = 0;
   prometheus::Gauge* sessions_active_;
   prometheus::Gauge* buffers_;

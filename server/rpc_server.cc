@@ -6,7 +6,6 @@
 
 #include <chrono>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "server/blob_cache.h"
@@ -16,20 +15,6 @@
 #include "server/service.h"
 
 namespace tg::server {
-
-bool IsLoopbackHost(absl::string_view host) {
-  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {
-    host = host.substr(1, host.size() - 2);
-  }
-  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
-}
-
-std::string JoinHostPort(absl::string_view host, int port) {
-  if (absl::StrContains(host, ':') && !absl::StartsWith(host, "[")) {
-    return absl::StrCat("[", host, "]:", port);
-  }
-  return absl::StrCat(host, ":", port);
-}
 
 absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const ServerConfig& config) {
   if (config.devices.empty()) return absl::InvalidArgumentError("no devices to serve");

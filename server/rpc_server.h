@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "core/backend.h"
 #include "proto/protocol.h"
+#include "server/host_port.h"
 #include "server/peer_client.h"
 
 namespace grpc {
@@ -48,11 +49,6 @@ struct ServerConfig {
   std::vector<std::string> model_dirs;
   int index_threads = 0;  // hashing threads of the index; 0: one per core.
 };
-
-// True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost).
-bool IsLoopbackHost(absl::string_view host);
-// "host:port", with brackets around an IPv6 host.
-std::string JoinHostPort(absl::string_view host, int port);
 
 class RpcServer {
  public:

@@ -4,6 +4,11 @@
 #ifndef TENSORGRID_SERVER_SERVER_TEST_UTIL_H_
 #define TENSORGRID_SERVER_SERVER_TEST_UTIL_H_
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -354,6 +359,26 @@ inline absl::Status RunMatMulAddCheck(
   r = handle(FreeRequest(3, buffer));
   if (r.code() != 0) return absl::InternalError(absl::StrCat("free: ", r.message()));
   return absl::OkStatus();
+}
+
+// GET /metrics from 127.0.0.1:port over a plain socket: the HTTP response, or "" when nothing
+// accepts the connection.
+inline std::string ScrapeMetrics(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string req = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    (void)!write(fd, req.data(), req.size());
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
+  }
+  close(fd);
+  return out;
 }
 
 }  // namespace tg::server::testing

@@ -4,10 +4,7 @@
 // server must still compute a MUL_MAT + ADD graph correctly on a fresh session.
 #include "server/service.h"
 
-#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -161,25 +158,6 @@ std::string RandomBytes(size_t n, uint32_t seed) {
     c = static_cast<char>(x >> 24);
   }
   return s;
-}
-
-// GET /metrics over a plain socket.
-std::string Scrape(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  std::string out;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string req = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
-    (void)!write(fd, req.data(), req.size());
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
-  }
-  close(fd);
-  return out;
 }
 
 class ServiceTest : public ::testing::Test {
@@ -901,24 +879,13 @@ TEST_F(ServiceTest, SixteenConcurrentSessionsThenNothingHeld) {
   EXPECT_EQ(server_->metrics().buffer_bytes(), 0);
   EXPECT_EQ(server_->metrics().sessions_active(), 0);
   // And what Prometheus would see.
-  const std::string text = Scrape(server_->metrics().exposer_port());
+  const std::string text = testing::ScrapeMetrics(server_->metrics().exposer_port());
   EXPECT_NE(text.find("\ntg_buffers 0\n"), std::string::npos) << text;
   EXPECT_NE(text.find("\ntg_buffer_bytes 0\n"), std::string::npos);
   EXPECT_NE(text.find("\ntg_sessions_total 16\n"), std::string::npos);
   EXPECT_NE(text.find("tg_compute_total 48"), std::string::npos);
   EXPECT_NE(text.find("tg_requests_total{code=\"OK\"}"), std::string::npos);
   ExpectHealthy();
-}
-
-TEST(RpcServerHelpers, Loopback) {
-  EXPECT_TRUE(IsLoopbackHost("127.0.0.1"));
-  EXPECT_TRUE(IsLoopbackHost("localhost"));
-  EXPECT_TRUE(IsLoopbackHost("::1"));
-  EXPECT_TRUE(IsLoopbackHost("[::1]"));
-  EXPECT_FALSE(IsLoopbackHost("0.0.0.0"));
-  EXPECT_FALSE(IsLoopbackHost("10.1.2.3"));
-  EXPECT_EQ(JoinHostPort("::1", 5), "[::1]:5");
-  EXPECT_EQ(JoinHostPort("h", 5), "h:5");
 }
 
 }  // namespace
