@@ -1,15 +1,13 @@
-// A reusable spinning barrier: the CPU backend's threads meet here between nodes, the meta
-// device's per-device threads between the steps of a collective. Spins briefly (nodes are
-// microseconds long), then yields. Thread-safe; the thread count is fixed at construction.
+// A reusable barrier: the CPU backend's threads meet here between nodes, the meta device's
+// per-device threads between the steps of a collective. A waiter spins briefly (nodes are
+// microseconds long), yields a few times, then sleeps (a meta device's ranks may wait
+// milliseconds for a remote device). Thread-safe; the thread count is fixed at construction.
 #ifndef TENSORGRID_CORE_SPIN_BARRIER_H_
 #define TENSORGRID_CORE_SPIN_BARRIER_H_
 
 #include <atomic>
-#include <thread>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "core/wait_word.h"
 
 namespace tg {
 
@@ -22,29 +20,19 @@ class Barrier {
 
   void Wait() {
     if (n_ == 1) return;
-    const int phase = phase_.load(std::memory_order_relaxed);
+    const int phase = phase_.Load();
     if (arrived_.fetch_add(1, std::memory_order_acq_rel) == n_ - 1) {
       arrived_.store(0, std::memory_order_relaxed);
-      phase_.store(phase + 1, std::memory_order_release);
+      phase_.Increment();
       return;
     }
-    for (int spins = 0; phase_.load(std::memory_order_acquire) == phase; ++spins) {
-      if (spins < kSpinsBeforeYield) {
-#if defined(__x86_64__)
-        _mm_pause();
-#endif
-      } else {
-        std::this_thread::yield();
-      }
-    }
+    phase_.WaitWhile(phase);
   }
 
  private:
-  // ~a few microseconds of pause before giving the core away (matters with oversubscription).
-  static constexpr int kSpinsBeforeYield = 4096;
   const int n_;
   alignas(64) std::atomic<int> arrived_{0};
-  alignas(64) std::atomic<int> phase_{0};
+  WaitWord phase_;
 };
 
 }  // namespace tg

@@ -1,9 +1,5 @@
 #include "core/thread_pool.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 namespace tg {
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
@@ -12,12 +8,8 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_.store(true);
-    generation_.fetch_add(1);
-  }
-  cv_.notify_all();
+  stop_.store(true, std::memory_order_relaxed);
+  generation_.Increment();  // publishes stop_ and wakes every worker.
   for (std::thread& t : workers_) t.join();
 }
 
@@ -27,42 +19,22 @@ void ThreadPool::Run(const std::function<void(int)>& fn) {
     return;
   }
   job_ = &fn;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
-  }
-  cv_.notify_all();
+  pending_.Store(n_threads_ - 1);
+  generation_.Increment();  // publishes job_ and wakes sleeping workers.
   fn(0);
-  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
-    if (spins < kSpinsBeforeSleep) {
-#if defined(__x86_64__)
-      _mm_pause();
-#endif
-    } else {
-      std::this_thread::yield();  // oversubscribed (several virtual CPU devices): let others run.
-    }
+  for (int left = pending_.Load(); left != 0; left = pending_.Load()) {
+    pending_.WaitWhile(left);
   }
 }
 
 void ThreadPool::WorkerLoop(int ith) {
-  uint64_t seen = 0;
+  int seen = 0;
   for (;;) {
-    int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinsBeforeSleep) {
-#if defined(__x86_64__)
-      _mm_pause();
-#endif
-      ++spins;
-    }
-    if (generation_.load(std::memory_order_acquire) == seen) {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-    }
-    seen = generation_.load(std::memory_order_acquire);
-    if (stop_.load()) return;
+    generation_.WaitWhile(seen);
+    seen = generation_.Load();
+    if (stop_.load(std::memory_order_relaxed)) return;
     (*job_)(ith);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    pending_.FetchSub(1, /*wake_at=*/0);
   }
 }
 

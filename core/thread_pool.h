@@ -1,16 +1,17 @@
 // ThreadPool: persistent worker threads that run one function on all threads at once (the
 // caller is thread 0): a CPU stream runs a graph this way, the meta device one thread per
-// device. Workers spin briefly between jobs (decode steps come back to back), then sleep.
-// Run() is called by one thread at a time.
+// device. Workers wait for the next job as a WaitWord does (spin briefly: decode steps come
+// back to back; then sleep), and Run() waits for them the same way. Run() is called by one
+// thread at a time.
 #ifndef TENSORGRID_CORE_THREAD_POOL_H_
 #define TENSORGRID_CORE_THREAD_POOL_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "core/wait_word.h"
 
 namespace tg {
 
@@ -28,17 +29,12 @@ class ThreadPool {
  private:
   void WorkerLoop(int ith);
 
-  // Spin iterations before a worker sleeps on the condition variable (~100 us).
-  static constexpr int kSpinsBeforeSleep = 20000;
-
   const int n_threads_;
   std::vector<std::thread> workers_;
   const std::function<void(int)>* job_ = nullptr;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  WaitWord generation_{0};  // counts jobs (wrapping); workers wait for it to move.
+  WaitWord pending_{0};     // workers still running the current job.
   std::atomic<bool> stop_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
 };
 
 }  // namespace tg
