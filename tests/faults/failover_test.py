@@ -41,8 +41,9 @@ RECOVERY_RE = re.compile(r"rpc-server (\S+) lost at token (\d+) \((.*)\); recove
                          r"([0-9.]+) s, now on (.*)")
 BENCH_RE = re.compile(r"^tg-bench: rpc-server (\S+) lost in (\S+) (warm-up|repetition \d+) "
                       r"\((.*)\); recovered in ([0-9.]+) s, now on (.*)$", re.M)
-BENCH_REPS = 150   # repetitions per row: the run lasts seconds, so the kill lands inside it.
-BENCH_KILL_GRAPHS = 100  # graphs server 1 computes before the kill: tg-bench is measuring.
+BENCH_REPS = 60    # repetitions per row: the kill lands early in the first (pp) row.
+BENCH_GEN = 4      # tokens of the tg row, which runs all its repetitions after the kill.
+BENCH_KILL_GRAPHS = 40  # graphs server 1 computes before the kill (4 per pp repetition).
 
 
 def metric(c, i, name):
@@ -58,7 +59,7 @@ def bench(a):
     ok = True
     with Cluster(a.rpc_server, n=3, devices=1) as c:
         devs = sum((c.remote_devices(i) for i in range(3)), [])
-        cmd = [a.tg_bench, "-m", a.model, "-p", "32", "-n", "16", "-r", str(BENCH_REPS), "-o",
+        cmd = [a.tg_bench, "-m", a.model, "-p", "32", "-n", str(BENCH_GEN), "-r", str(BENCH_REPS), "-o",
                "json", "-t", "1", "-sm", "layer", "--rpc", ",".join(c.endpoints), "--device",
                ",".join(devs)] + (["--rpc-failover"] if failover else [])
         g = Generation(cmd)
@@ -101,8 +102,8 @@ def bench(a):
         rows = json.loads(g.stdout)
         names = [("pp" if r["n_gen"] == 0 else "tg") + str(r["n_prompt"] or r["n_gen"])
                  for r in rows]
-        if names != ["pp32", "tg16"]:
-            print(f"FAIL: want rows pp32 and tg16, got {names}")
+        if names != ["pp32", f"tg{BENCH_GEN}"]:
+            print(f"FAIL: want rows pp32 and tg{BENCH_GEN}, got {names}")
             return 1
         hit = names.index(lines[0][1])
         for i, r in enumerate(rows):
