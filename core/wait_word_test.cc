@@ -1,5 +1,6 @@
-// Tests of WaitWord, and of the Barrier and ThreadPool built on it: waiters see every change,
-// sleepers are woken, and a long wait sleeps instead of burning a core.
+// Tests of WaitWord: waiters see every change, sleepers are woken, and a long wait sleeps
+// instead of burning a core (core/spin_barrier_test.cc and core/thread_pool_test.cc test the
+// Barrier and ThreadPool built on it).
 #include "core/wait_word.h"
 
 #include <sys/resource.h>
@@ -7,10 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
-#include <vector>
 
-#include "core/spin_barrier.h"
-#include "core/thread_pool.h"
 #include "gtest/gtest.h"
 
 namespace tg {
@@ -78,44 +76,6 @@ TEST(WaitWordTest, ALongWaitSleepsInsteadOfSpinning) {
   // Spinning or yielding through the 500 ms would use most of it (at least a third of a
   // core on a loaded machine); the pause and yield phases take well under a millisecond.
   EXPECT_LT(cpu.load(), 0.05) << "CPU seconds used while waiting 0.5 s";
-}
-
-// Oversubscribed on purpose (more threads than this machine's cores), so that waiters reach
-// every phase: spinning, yielding and sleeping.
-TEST(BarrierTest, EveryThreadSeesEveryOtherThreadsWritesOfThePhase) {
-  constexpr int kThreads = 6;
-  constexpr int kPhases = 3000;
-  Barrier barrier(kThreads);
-  std::vector<std::atomic<int>> reached(kThreads);
-  std::atomic<int> errors{0};
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kThreads; ++i) {
-    threads.emplace_back([&, i] {
-      for (int p = 1; p <= kPhases; ++p) {
-        reached[i].store(p, std::memory_order_relaxed);
-        if (p % 500 == i) std::this_thread::sleep_for(milliseconds(2));  // a late arrival.
-        barrier.Wait();
-        for (int j = 0; j < kThreads; ++j) {
-          if (reached[j].load(std::memory_order_relaxed) < p) errors.fetch_add(1);
-        }
-        barrier.Wait();  // nobody starts the next phase before all have checked this one.
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  EXPECT_EQ(errors.load(), 0);
-}
-
-TEST(ThreadPoolTest, RunReturnsAfterEveryWorkerFinished) {
-  ThreadPool pool(4);
-  std::vector<int> hits(4, 0);
-  for (int job = 0; job < 2000; ++job) {
-    pool.Run([&](int ith) {
-      if (job % 400 == 0 && ith == 3) std::this_thread::sleep_for(milliseconds(5));  // Run sleeps.
-      ++hits[ith];
-    });
-    for (int i = 0; i < 4; ++i) ASSERT_EQ(hits[i], job + 1) << "thread " << i << ", job " << job;
-  }
 }
 
 }  // namespace

@@ -32,23 +32,28 @@ prometheus::Counter* NewCounter(prometheus::Registry& r, const char* name, const
   return &prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
 }
 
-// Opens and closes a TCP connection to the listener bound to host:port. Best effort:
-// failures are ignored.
-void TouchListener(const std::string& host, int port) {
+// The addresses of the listener bound to host:port, as this machine dials them; nullptr when
+// they cannot be resolved. Free with freeaddrinfo.
+addrinfo* ListenerAddresses(const std::string& host, int port) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
   addrinfo* found = nullptr;
   const std::string dial = LocalDialHost(host);
-  if (getaddrinfo(dial.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return;
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+  if (getaddrinfo(dial.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return nullptr;
+  return found;
+}
+
+// Opens and closes a TCP connection to the first of `addresses` that accepts one. Best
+// effort: failures are ignored.
+void TouchListener(const addrinfo* addresses) {
+  for (const addrinfo* a = addresses; a != nullptr; a = a->ai_next) {
     const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) continue;
     const bool connected = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
     close(fd);
     if (connected) break;
   }
-  freeaddrinfo(found);
 }
 
 }  // namespace
@@ -85,16 +90,18 @@ void Metrics::StopExposer() {
   // civetweb's listening thread polls its socket in rounds of 2 s and sees the stop request
   // only between rounds, so every server shutdown waited up to 2 s for it. A connection ends
   // the round at once: keep connecting until the exposer is gone.
+  addrinfo* const listener = ListenerAddresses(exposer_host_, exposer_port_);
   std::atomic<bool> stopped{false};
   std::thread waker([&] {
     while (!stopped.load(std::memory_order_acquire)) {
-      TouchListener(exposer_host_, exposer_port_);
+      TouchListener(listener);
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   });
   exposer_.reset();
   stopped.store(true, std::memory_order_release);
   waker.join();
+  if (listener != nullptr) freeaddrinfo(listener);
   exposer_port_ = 0;
 }
 
