@@ -86,6 +86,8 @@ class Connection {
   // A new tag for a piece pushed to this server (AwaitPush.tag): unique in its session.
   uint64_t NextPushTag() { return ++push_tags_; }
   uint64_t last_sent_id() const { return session_->last_sent_id(); }
+  // Session messages written so far (a batch is one).
+  uint64_t messages_sent() const { return session_->messages_sent(); }
   bool has_queued_writes() const { return session_->has_queued_writes(); }
   // Commands in between go to the server as one Batch message (SessionChannel::BeginBatch).
   void BeginBatch() { session_->BeginBatch(); }
@@ -126,6 +128,8 @@ class Connection {
 
   // A grant for another server to read `buffer` (PeerCopy); cached per buffer.
   absl::StatusOr<std::string> PeerReadGrant(uint64_t buffer);
+  // True when PeerReadGrant(buffer) answers from the cache, without a round trip.
+  bool HasPeerReadGrant(uint64_t buffer) const { return grants_.Find(buffer).has_value(); }
   // The buffer is being freed: its grant and inline outputs go.
   void ForgetBuffer(uint64_t buffer);
 

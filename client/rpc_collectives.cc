@@ -123,6 +123,17 @@ absl::Status RpcCommunicator::OnServers(absl::Span<Tensor* const> tensors,
     if (it == servers.end()) it = servers.insert(servers.end(), Server{c, {}});
     it->members.push_back(i);
   }
+  // A grant not cached yet costs a round trip to its server, which first runs the commands
+  // queued there, and one of them may wait for another server's part of an earlier
+  // all-reduce: whatever a batch holds (Stream::BeginBatch) is sent everywhere first.
+  bool asks = false;
+  for (const Server& s : servers) {
+    asks = asks ||
+           (servers.size() > 1 && !s.connection->HasPeerReadGrant(bufs[s.members[0]]->handle()));
+  }
+  for (const Server& s : servers) {
+    if (asks) TG_RETURN_IF_ERROR(s.connection->Flush());
+  }
   pb::AllReduce base;
   base.set_collective(g_next_collective.fetch_add(1));
   base.set_count(static_cast<uint64_t>(tensors[0]->NumElements()));

@@ -50,6 +50,8 @@ class RpcCommunicator : public Communicator {
   // Sums tensors[i] (on the devices given to Init, in order: F32, contiguous, equal sizes)
   // in place.
   absl::Status AllReduce(absl::Span<Tensor* const> tensors) override;
+  // On the servers, AllReduce posts one command per device and waits for nothing.
+  bool QueuesOnly() const override { return on_servers_; }
   bool on_servers() const { return on_servers_; }
 
  private:

@@ -177,6 +177,7 @@ bool SessionChannel::WriteStreamLocked(const Request& message) {
   in_flight_bytes_ += message.ByteSizeLong() + AskedBytes(message);
   const absl::Duration limit = deadlines_->ForCommands(in_flight_bytes_);
   watchdog_.Arm(limit);
+  ++messages_sent_;
   const bool written = stream_->Write(message);
   if (watchdog_.Disarm()) {
     stalled_after_ = limit;
@@ -304,6 +305,11 @@ absl::Status SessionChannel::WaitFor(uint64_t id) {
 uint64_t SessionChannel::last_sent_id() const {
   absl::MutexLock lock(&mu_);
   return next_id_ - 1;
+}
+
+uint64_t SessionChannel::messages_sent() const {
+  absl::MutexLock lock(&mu_);
+  return messages_sent_;
 }
 
 bool SessionChannel::has_queued_writes() const {

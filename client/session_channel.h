@@ -81,6 +81,8 @@ class SessionChannel {
 
   // The request id of the last command sent or held (0: none yet).
   uint64_t last_sent_id() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Messages written to the stream so far (a batch is one).
+  uint64_t messages_sent() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Commands posted between BeginBatch and EndBatch are held and sent together as one Batch
   // message, so that the server reads one message and writes one (or a few) for a burst of
@@ -148,6 +150,7 @@ class SessionChannel {
   const std::unique_ptr<grpc::ClientContext> context_;  // outlives stream_.
   std::unique_ptr<Stream> stream_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t messages_sent_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);  // sent or held, oldest first.
   int batch_depth_ ABSL_GUARDED_BY(mu_) = 0;
   Request batch_ ABSL_GUARDED_BY(mu_);  // the held commands (batch_.batch().commands()).

@@ -175,6 +175,10 @@ class Communicator {
   virtual ~Communicator() = default;
   // Sums tensors[i] (one per device given to Init, same shape and type) in place.
   virtual absl::Status AllReduce(absl::Span<Tensor* const> tensors) = 0;
+  // Optional: true when AllReduce only queues the sum behind each device's queued work and
+  // waits for nothing (the devices' streams wait for it), so that a caller may hold the
+  // streams' work in a batch (Stream::BeginBatch) across it. Default: it may wait.
+  virtual bool QueuesOnly() const { return false; }
 };
 
 // Optional per-family collectives (ggml's comm_* proc addresses).

@@ -55,6 +55,8 @@ class AllReducer {
   int n_ranks() const { return static_cast<int>(devices_.size()); }
   // "collectives", "ring", "ring-bf16" or "butterfly": what a tensor of `bytes` gets.
   const char* AlgorithmFor(size_t bytes) const;
+  // True when RunRank only queues work on the devices' streams (Communicator::QueuesOnly).
+  bool QueuesOnly() const { return communicator_ != nullptr && communicator_->QueuesOnly(); }
 
   // Rank `rank`'s part of summing `tensors` (one per device, in device order: F32,
   // contiguous, equal element counts) in place. All ranks call it with the same span and

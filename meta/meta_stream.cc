@@ -89,7 +89,14 @@ absl::Status MetaStream::Upload(PartitionPlan& plan, Graph& graph) {
 absl::Status MetaStream::Execute(PartitionPlan& plan) {
   failed_.store(false);
   for (absl::Status& s : rank_status_) s = absl::OkStatus();
-  pool_.Run([&](int rank) { RunRank(rank, plan); });
+  // Every device's work of the plan may go out as one batch (one message to a remote
+  // device) when nothing in it waits for a device before the end: all collectives are
+  // all-reduces that only queue (RPC devices summed by their servers).
+  bool batch = reducer_->QueuesOnly();
+  for (const PlanStep& step : plan.steps) {
+    for (const CommOp& op : step.comms) batch = batch && op.kind == CommOp::Kind::kAllReduce;
+  }
+  pool_.Run([&](int rank) { RunRank(rank, plan, batch); });
   for (const PlanStep& step : plan.steps) {
     for (const Graph& g : step.graphs) stats_.splits += g.nodes.empty() ? 0 : 1;
   }
@@ -99,11 +106,12 @@ absl::Status MetaStream::Execute(PartitionPlan& plan) {
   return absl::OkStatus();
 }
 
-void MetaStream::RunRank(int rank, PartitionPlan& plan) {
+void MetaStream::RunRank(int rank, PartitionPlan& plan, bool batch) {
   auto fail = [&](absl::Status s) {
     if (rank_status_[rank].ok()) rank_status_[rank] = std::move(s);
     failed_.store(true);
   };
+  if (batch) streams_[rank]->BeginBatch();
   auto t0 = std::chrono::steady_clock::now();
   for (PlanStep& step : plan.steps) {
     Graph& g = step.graphs[rank];
@@ -131,6 +139,9 @@ void MetaStream::RunRank(int rank, PartitionPlan& plan) {
   // Compute returns when every device is done: a device whose Compute only queued the work
   // (a remote one) must not still be writing, or answering, when the next Compute lays its
   // tensors into the same memory.
+  if (batch) {
+    if (absl::Status s = streams_[rank]->EndBatch(); !s.ok()) fail(std::move(s));
+  }
   if (absl::Status s = streams_[rank]->Synchronize(); !s.ok()) fail(std::move(s));
   if (rank == 0) stats_.compute_us += MicrosSince(t0);
 }

@@ -2,10 +2,11 @@
 // partition plan (graph_partition.h), replayed for later graphs of that structure; each
 // Compute then gives the plan's tensors memory in the stream's per-device compute memory
 // (plan_memory.h), scatters the inputs written since, and runs the plan with one host
-// thread per device:
-// every device's subgraph of a step on its own stream, then the step's collectives
-// (all-reduce, all-gather) among the threads. Outputs are registered with their buffers so
-// that Buffer::GetTensor gathers them. Synchronous: Compute returns when every device is
+// thread per device: every device's subgraph of a step on its own stream, then the step's
+// collectives (all-reduce, all-gather) among the threads. When no collective waits for a
+// device (all-reduces that only queue), each device's work of the plan is one batch
+// (Stream::BeginBatch: one message to a remote device). Outputs are registered with their
+// buffers so that Buffer::GetTensor gathers them. Synchronous: Compute returns when every device is
 // done. Used by one thread at a time (as every Stream).
 #ifndef TENSORGRID_META_META_STREAM_H_
 #define TENSORGRID_META_META_STREAM_H_
@@ -50,7 +51,7 @@ class MetaStream : public Stream {
   absl::StatusOr<std::shared_ptr<PartitionPlan>> PlanFor(Graph& graph);
   absl::Status Upload(PartitionPlan& plan, Graph& graph);
   absl::Status Execute(PartitionPlan& plan);
-  void RunRank(int rank, PartitionPlan& plan);
+  void RunRank(int rank, PartitionPlan& plan, bool batch);
   absl::Status RunComm(int rank, CommOp& op, bool wait_for_peers);
   void Register(const std::shared_ptr<PartitionPlan>& plan, Graph& graph);
 
