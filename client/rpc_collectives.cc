@@ -69,8 +69,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> RpcCollectives::Init(
       return absl::InvalidArgumentError(absl::StrCat(
           "RPC all-reduce needs distinct remote devices, got ", d != nullptr ? d->name() : "null"));
     }
-    // A server before AllReduce would answer it UNIMPLEMENTED: stage through the client.
-    on_servers = on_servers && remote->connection()->hello().protocol_minor() >= kMinorCollectives;
+    // A server before AllReduce would answer it UNIMPLEMENTED, and one before
+    // PeerReduceStream could not take its peers' pieces: stage through the client.
+    on_servers = on_servers && remote->connection()->hello().protocol_minor() >= kMinorReduceStream;
   }
   std::unique_ptr<RpcCommunicator> c(new RpcCommunicator(options_, on_servers));
   c->devices_.assign(devices.begin(), devices.end());

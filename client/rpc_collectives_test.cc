@@ -34,10 +34,10 @@ namespace {
 class RpcCollectivesTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(RegisterBuiltinBackends().ok()); }
-  // One server of the minor before AllReduce with the CPU as two devices.
-  void StartOlder() {
+  // One server of `minor` with the CPU as two devices.
+  void StartOlder(uint32_t minor) {
     Device* cpu = Registry::Get().CpuDevice();
-    servers_.StartOlder({cpu, cpu}, kMinorCollectives - 1);
+    servers_.StartOlder({cpu, cpu}, minor);
   }
   // `servers` servers with the CPU as two devices each.
   void Start(int servers) {
@@ -139,7 +139,14 @@ TEST_F(RpcCollectivesTest, StagedThroughTheClientCountsItsBytes) {
 // the all-reduce is staged through the client, with the same sums.
 TEST_F(RpcCollectivesTest, OlderServerGetsTheStagedPath) {
   Start(1);
-  StartOlder();
+  StartOlder(kMinorCollectives - 1);
+  Check({}, 288, /*want_on_servers=*/false);
+}
+
+// The same for a server before PeerReduceStream, which its peers could not send pieces to.
+TEST_F(RpcCollectivesTest, ServerBeforeReduceStreamsGetsTheStagedPath) {
+  Start(1);
+  StartOlder(kMinorReduceStream - 1);
   Check({}, 288, /*want_on_servers=*/false);
 }
 

@@ -14,7 +14,7 @@ inline constexpr uint32_t kProtocolVersion = 2;
 // server sends 0): a client uses an addition only when the server's minor has it, and
 // otherwise does what it did before (a server also answers a command it does not know
 // UNIMPLEMENTED). Reset to 0 when kProtocolVersion is bumped.
-inline constexpr uint32_t kProtocolMinor = 6;
+inline constexpr uint32_t kProtocolMinor = 7;
 // The minor that brought WriteRows/ReadRows (2D reads and writes of a buffer's rows).
 inline constexpr uint32_t kMinorRows = 1;
 // The minor that brought PeerPull.after / PeerCopyRequest.after (a pull waits at the source
@@ -32,6 +32,10 @@ inline constexpr uint32_t kMinorPush = 5;
 // The minor that brought UploadHeader.store and CacheStatsReply.cache_blobs (the server hashes
 // and stores what a client sends without a hash).
 inline constexpr uint32_t kMinorStoreUnhashed = 6;
+// The minor that brought PeerReduceStream: servers send all-reduce pieces to each other on
+// one stream per session and peer (a server before it takes only PeerReduce calls, so the
+// client runs all-reduces on servers only when every one of them has this minor).
+inline constexpr uint32_t kMinorReduceStream = 7;
 // Default port of rpc-server.
 inline constexpr int kDefaultPort = 50052;
 // Bulk streams carry at most this much per message.

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <deque>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -67,61 +66,6 @@ void Decode(const std::string& wire, bool bf16, bool add, float* v) {
 
 }  // namespace
 
-// The pushes of one exchange: started without waiting for their replies, so that the
-// session thread goes straight on to wait for its peer's piece (under load each wait for a
-// reply is a thread wake-up on the collective's critical path). A failed push is seen at
-// the next wait; all are waited for before the exchange ends.
-class PushesInFlight {
- public:
-  ~PushesInFlight() { WaitAll().IgnoreError(); }  // the calls use calls_ until done.
-
-  void Start(std::shared_ptr<grpc::Channel> channel, const std::string& endpoint,
-             pb::PeerReduceRequest request) {
-    Call& c = calls_.emplace_back();
-    c.endpoint = endpoint;
-    c.stub = pb::TensorGrid::NewStub(std::move(channel));
-    c.ctx.set_deadline(std::chrono::system_clock::now() +
-                       absl::ToChronoMilliseconds(CollectiveRunner::kPushDeadline));
-    c.request = std::move(request);
-    {
-      absl::MutexLock lock(&mu_);
-      ++outstanding_;
-    }
-    c.stub->async()->PeerReduce(&c.ctx, &c.request, &c.reply, [this, &c](grpc::Status st) {
-      absl::Status s = PeerClient::PeerStatus(c.endpoint, st, "peer_reduce");
-      absl::MutexLock lock(&mu_);
-      if (!s.ok() && status_.ok()) status_ = std::move(s);
-      --outstanding_;
-    });
-  }
-
-  // The first failure so far.
-  absl::Status status() {
-    absl::MutexLock lock(&mu_);
-    return status_;
-  }
-
-  absl::Status WaitAll() {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](int* n) { return *n == 0; }, &outstanding_));
-    return status_;
-  }
-
- private:
-  struct Call {
-    std::string endpoint;
-    std::unique_ptr<pb::TensorGrid::Stub> stub;
-    grpc::ClientContext ctx;
-    pb::PeerReduceRequest request;
-    pb::PeerReduceReply reply;
-  };
-  std::deque<Call> calls_;  // a deque: a started call's address never changes.
-  absl::Mutex mu_;
-  int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-};
-
 absl::Status CollectiveRunner::Run(const std::string& session_id, BufferFinder find,
                                    const pb::AllReduce& cmd) {
   const std::pair<std::string, uint64_t> key(session_id, cmd.collective());
@@ -145,7 +89,7 @@ absl::Status CollectiveRunner::Run(const std::string& session_id, BufferFinder f
   }
   absl::Status status;
   if (first) {
-    status = RunPart(find, cmd);
+    status = RunPart(session_id, find, cmd);
     absl::MutexLock lock(&mu_);
     part->done = true;
     part->status = status;
@@ -215,7 +159,8 @@ absl::StatusOr<CollectiveRunner::Local> CollectiveRunner::Resolve(BufferFinder f
   return local;
 }
 
-absl::Status CollectiveRunner::RunPart(BufferFinder find, const pb::AllReduce& cmd) {
+absl::Status CollectiveRunner::RunPart(const std::string& session_id, BufferFinder find,
+                                       const pb::AllReduce& cmd) {
   TG_ASSIGN_OR_RETURN(const Local local, Resolve(find, cmd));
   const int m = cmd.servers_size();
   // Every peer is checked before anything is sent: one outside --peers fails the command
@@ -228,7 +173,7 @@ absl::Status CollectiveRunner::RunPart(BufferFinder find, const pb::AllReduce& c
   std::vector<float> sum;
   TG_RETURN_IF_ERROR(LocalSum(local, count, &sum));
   if (m > 1) {
-    absl::Status s = Exchange(cmd, &sum);
+    absl::Status s = Exchange(session_id, cmd, &sum);
     mailbox_.Drop(cmd.servers(cmd.rank()).grant(), cmd.collective());
     TG_RETURN_IF_ERROR(s);
   }
@@ -281,7 +226,8 @@ absl::Status CollectiveRunner::LocalSum(const Local& local, size_t count, std::v
   return absl::OkStatus();
 }
 
-absl::Status CollectiveRunner::Exchange(const pb::AllReduce& cmd, std::vector<float>* sum) {
+absl::Status CollectiveRunner::Exchange(const std::string& session_id, const pb::AllReduce& cmd,
+                                        std::vector<float>* sum) {
   const int m = cmd.servers_size();
   const int rank = static_cast<int>(cmd.rank());
   const size_t count = sum->size();
@@ -296,18 +242,49 @@ absl::Status CollectiveRunner::Exchange(const pb::AllReduce& cmd, std::vector<fl
   const std::vector<ExchangeStep> steps =
       ring ? RingSchedule(m, rank, count) : ButterflySchedule(m, rank, count);
   const absl::Time deadline = absl::Now() + kPieceWait;
-  PushesInFlight pushes;
+  // The streams to the peers this server sends to, each opened once.
+  std::vector<std::shared_ptr<PeerReduceStream>> streams(m);
   for (const ExchangeStep& step : steps) {
-    if (step.send_to >= 0) TG_RETURN_IF_ERROR(Push(cmd, step, bf16, *sum, pushes));
-    if (step.recv_from >= 0) TG_RETURN_IF_ERROR(Pull(cmd, step, bf16, deadline, pushes, sum));
+    if (step.send_to < 0 || streams[step.send_to] != nullptr) continue;
+    TG_ASSIGN_OR_RETURN(streams[step.send_to],
+                        StreamFor(session_id, cmd.servers(step.send_to).endpoint()));
   }
-  return pushes.WaitAll();
+  for (const ExchangeStep& step : steps) {
+    if (step.send_to >= 0) TG_RETURN_IF_ERROR(Push(cmd, step, bf16, *sum, *streams[step.send_to]));
+    if (step.recv_from >= 0) TG_RETURN_IF_ERROR(Pull(cmd, step, bf16, deadline, streams, sum));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<PeerReduceStream>> CollectiveRunner::StreamFor(
+    const std::string& session_id, const std::string& endpoint) {
+  TG_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, peers_->ChannelFor(endpoint));
+  std::shared_ptr<PeerReduceStream> ended;  // destroyed (waited for) outside the lock.
+  absl::MutexLock lock(&streams_mu_);
+  std::shared_ptr<PeerReduceStream>& stream = streams_[{session_id, endpoint}];
+  // A stream that ended (the peer restarted, or refused a piece) failed the collective that
+  // saw it; the next one opens a new stream.
+  if (stream != nullptr && !stream->status().ok()) ended = std::move(stream);
+  if (stream == nullptr) stream = std::make_shared<PeerReduceStream>(channel, endpoint);
+  return stream;
+}
+
+void CollectiveRunner::EndSession(const std::string& session_id) {
+  std::vector<std::shared_ptr<PeerReduceStream>> ended;  // closed outside the lock.
+  absl::MutexLock lock(&streams_mu_);
+  for (auto it = streams_.begin(); it != streams_.end();) {
+    if (it->first.first == session_id) {
+      ended.push_back(std::move(it->second));
+      streams_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
 }
 
 absl::Status CollectiveRunner::Push(const pb::AllReduce& cmd, const ExchangeStep& step, bool bf16,
-                                    const std::vector<float>& sum, PushesInFlight& pushes) {
+                                    const std::vector<float>& sum, PeerReduceStream& stream) {
   const pb::CollectiveServer& to = cmd.servers(step.send_to);
-  TG_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, peers_->ChannelFor(to.endpoint()));
   const std::string wire = Encode(sum, step.send_begin, step.send_end, bf16);
   const size_t parts = Parts(wire.size());
   for (size_t p = 0; p < parts; ++p) {
@@ -319,13 +296,13 @@ absl::Status CollectiveRunner::Push(const pb::AllReduce& cmd, const ExchangeStep
     req.set_from_rank(cmd.rank());
     const size_t at = p * rpc::kChunkBytes;
     req.set_data(wire.substr(at, std::min(rpc::kChunkBytes, wire.size() - at)));
-    pushes.Start(channel, to.endpoint(), std::move(req));
+    TG_RETURN_IF_ERROR(stream.Send(std::move(req)));
   }
-  return pushes.status();
+  return absl::OkStatus();
 }
 
 absl::Status CollectiveRunner::Pull(const pb::AllReduce& cmd, const ExchangeStep& step, bool bf16,
-                                    absl::Time deadline, PushesInFlight& pushes,
+                                    absl::Time deadline, const PeerStreams& streams,
                                     std::vector<float>* sum) {
   const std::string& from = cmd.servers(step.recv_from).endpoint();
   const size_t want = WireBytes(step.recv_end - step.recv_begin, bf16);
@@ -336,7 +313,10 @@ absl::Status CollectiveRunner::Pull(const pb::AllReduce& cmd, const ExchangeStep
     PieceKey key{cmd.servers(cmd.rank()).grant(), cmd.collective(), step.id,
                  static_cast<uint32_t>(p), static_cast<uint32_t>(step.recv_from)};
     TG_ASSIGN_OR_RETURN(std::string wire, mailbox_.Take(key, deadline, kPeerPoll, [&] {
-      TG_RETURN_IF_ERROR(pushes.status());
+      // A piece of ours the peers refused, or could not be sent, fails the exchange.
+      for (const auto& s : streams) {
+        if (s != nullptr) TG_RETURN_IF_ERROR(s->status());
+      }
       return peers_->CheckAlive(from, &failures);
     }));
     const size_t expect = std::min(rpc::kChunkBytes, want - got);

@@ -2,11 +2,12 @@
 // AllReduce and PeerReduce). AllReduce, one command per device taking part: the first of a
 // collective's commands to arrive runs this server's whole part (its devices' tensors summed
 // here, through the device family's Collectives when they share one, else on the host; then
-// the exchange with the other servers, a ring or a butterfly over PeerReduce; then the sum
-// written to every device's tensor), and the others wait for that part to be done, so that
-// the part runs once whether the session runs its devices' commands one after the other or
-// each on its own thread. PeerReduce files a peer's piece in the mailbox, for grants of this
-// server only (the grant the receiving session made is the capability).
+// the exchange with the other servers, a ring or a butterfly whose pieces go over one
+// PeerReduceStream per session and peer; then the sum written to every device's tensor),
+// and the others wait for that part to be done, so that the part runs once whether the
+// session runs its devices' commands one after the other or each on its own thread. Receive
+// files a peer's piece in the mailbox, for grants of this server only (the grant the
+// receiving session made is the capability).
 //
 // Peers are reached through PeerClient: --peers (PERMISSION_DENIED before any connection,
 // every endpoint checked before anything is sent) and the peer TLS options apply. A peer
@@ -31,6 +32,7 @@
 #include "absl/time/time.h"
 #include "core/backend.h"
 #include "server/allreduce_schedule.h"
+#include "server/peer_reduce_stream.h"
 #include "server/reduce_mailbox.h"
 #include "server/session_buffer.h"
 #include "tensorgrid/v1/tensorgrid.pb.h"
@@ -40,7 +42,6 @@ namespace tg::server {
 class GrantTable;
 class Metrics;
 class PeerClient;
-class PushesInFlight;
 
 using BufferFinder =
     absl::FunctionRef<absl::StatusOr<std::shared_ptr<SessionBuffer>>(uint64_t handle)>;
@@ -62,8 +63,6 @@ class CollectiveRunner {
   static constexpr absl::Duration kPieceWait = absl::Seconds(60);
   // How often a wait looks at the peer's channel.
   static constexpr absl::Duration kPeerPoll = absl::Milliseconds(200);
-  // How long one push may take.
-  static constexpr absl::Duration kPushDeadline = absl::Seconds(30);
 
   // `peers`, `grants` must outlive the runner; `metrics` may be null.
   CollectiveRunner(PeerClient* peers, GrantTable* grants, Metrics* metrics)
@@ -72,8 +71,11 @@ class CollectiveRunner {
   // The AllReduce command of session `session_id`, whose buffers `find` resolves.
   absl::Status Run(const std::string& session_id, BufferFinder find,
                    const tensorgrid::v1::AllReduce& cmd) ABSL_LOCKS_EXCLUDED(mu_);
-  // A peer's PeerReduce: NOT_FOUND for a grant this server did not make.
+  // A peer's piece (PeerReduceStream, or PeerReduce from servers before it): NOT_FOUND for
+  // a grant this server did not make.
   absl::Status Receive(const tensorgrid::v1::PeerReduceRequest& request);
+  // The session is gone: its streams to peers are closed.
+  void EndSession(const std::string& session_id) ABSL_LOCKS_EXCLUDED(streams_mu_);
 
   size_t held_bytes() const { return mailbox_.held_bytes(); }
 
@@ -89,17 +91,27 @@ class CollectiveRunner {
     std::vector<uint64_t> offsets;
   };
 
-  absl::Status RunPart(BufferFinder find, const tensorgrid::v1::AllReduce& cmd);
+  using PeerStreams = std::vector<std::shared_ptr<PeerReduceStream>>;
+
+  absl::Status RunPart(const std::string& session_id, BufferFinder find,
+                       const tensorgrid::v1::AllReduce& cmd);
   absl::StatusOr<Local> Resolve(BufferFinder find, const tensorgrid::v1::AllReduce& cmd) const;
   // Sums the local tensors into `sum`.
   absl::Status LocalSum(const Local& local, size_t count, std::vector<float>* sum)
       ABSL_LOCKS_EXCLUDED(comm_mu_);
-  absl::Status Exchange(const tensorgrid::v1::AllReduce& cmd, std::vector<float>* sum);
-  // Starts the step's pushes without waiting for them.
+  absl::Status Exchange(const std::string& session_id, const tensorgrid::v1::AllReduce& cmd,
+                        std::vector<float>* sum);
+  // The session's stream to `endpoint`, opened on first use and again after it ended.
+  absl::StatusOr<std::shared_ptr<PeerReduceStream>> StreamFor(const std::string& session_id,
+                                                              const std::string& endpoint)
+      ABSL_LOCKS_EXCLUDED(streams_mu_);
+  // Queues the step's pieces on the stream without waiting for them.
   absl::Status Push(const tensorgrid::v1::AllReduce& cmd, const ExchangeStep& step, bool bf16,
-                    const std::vector<float>& sum, PushesInFlight& pushes);
+                    const std::vector<float>& sum, PeerReduceStream& stream);
+  // Takes the step's pieces from the mailbox; `streams` (this exchange's, by rank) are
+  // watched for a piece of ours that could not be delivered.
   absl::Status Pull(const tensorgrid::v1::AllReduce& cmd, const ExchangeStep& step, bool bf16,
-                    absl::Time deadline, PushesInFlight& pushes, std::vector<float>* sum);
+                    absl::Time deadline, const PeerStreams& streams, std::vector<float>* sum);
 
   PeerClient* const peers_;
   GrantTable* const grants_;
@@ -113,6 +125,11 @@ class CollectiveRunner {
   absl::Mutex comm_mu_;
   absl::flat_hash_map<std::vector<Device*>, std::unique_ptr<Communicator>> communicators_
       ABSL_GUARDED_BY(comm_mu_);
+  // The pieces a session sends to a peer go over one stream, per (session id, endpoint):
+  // a piece the peer refuses ends only that session's stream.
+  absl::Mutex streams_mu_;
+  absl::flat_hash_map<std::pair<std::string, std::string>, std::shared_ptr<PeerReduceStream>>
+      streams_ ABSL_GUARDED_BY(streams_mu_);
 };
 
 }  // namespace tg::server

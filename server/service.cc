@@ -245,6 +245,7 @@ grpc::Status TensorGridService::Session(
     session->Quiesce();  // nothing may write to the stream once this handler returns.
     replies.WaitSent();
   }
+  collectives_.EndSession(id);
   {
     absl::MutexLock lock(&mu_);
     sessions_.erase(id);
@@ -399,6 +400,35 @@ grpc::Status TensorGridService::PeerReduce(grpc::ServerContext* context,
                                            pb::PeerReduceReply* reply) {
   // As PeerCopy: the grant is the capability, not the bearer token.
   return ToGrpc(collectives_.Receive(*request));
+}
+
+namespace {
+
+// One PeerReduceStream: as PeerReduce, piece by piece; the first piece refused ends the
+// stream with its error.
+class ReduceStreamReactor final
+    : public grpc::ServerBidiReactor<pb::PeerReduceRequest, pb::PeerReduceReply> {
+ public:
+  explicit ReduceStreamReactor(CollectiveRunner* runner) : runner_(runner) { StartRead(&piece_); }
+
+ private:
+  void OnReadDone(bool ok) override {
+    if (!ok) return Finish(grpc::Status::OK);  // the sender closed or cancelled it.
+    if (absl::Status s = runner_->Receive(piece_); !s.ok()) return Finish(ToGrpc(s));
+    StartRead(&piece_);
+  }
+  void OnDone() override { delete this; }
+
+  CollectiveRunner* const runner_;
+  pb::PeerReduceRequest piece_;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<pb::PeerReduceRequest, pb::PeerReduceReply>*
+TensorGridService::PeerReduceStream(grpc::CallbackServerContext* context) {
+  // As PeerCopy: the grant in each piece is the capability, not the bearer token.
+  return new ReduceStreamReactor(&collectives_);
 }
 
 grpc::Status TensorGridService::PeerDeliver(grpc::ServerContext* context,

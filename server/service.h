@@ -1,7 +1,7 @@
-// TensorGridService: the tensorgrid.v1 gRPC service (sync API). Owns the server-wide
-// session table and grant table; Session streams create and destroy Sessions, Upload and
-// Download reach into them by session id, PeerCopy serves grants to other servers.
-// Thread-safe (gRPC calls every method from its own threads).
+// TensorGridService: the tensorgrid.v1 gRPC service (sync API, but for PeerReduceStream). Owns the
+// server-wide session table and grant table; Session streams create and destroy Sessions, Upload
+// and Download reach into them by session id, PeerCopy serves grants to other servers. Thread-safe
+// (gRPC calls every method from its own threads).
 #ifndef TENSORGRID_SERVER_SERVICE_H_
 #define TENSORGRID_SERVER_SERVICE_H_
 
@@ -39,7 +39,9 @@ struct ServiceOptions {
   PeerClientOptions peer;          // PeerPull: allowed peers, TLS.
 };
 
-class TensorGridService final : public ::tensorgrid::v1::TensorGrid::Service {
+class TensorGridService final
+    : public ::tensorgrid::v1::TensorGrid::WithCallbackMethod_PeerReduceStream<
+          ::tensorgrid::v1::TensorGrid::Service> {
  public:
   explicit TensorGridService(ServiceOptions options);
   ~TensorGridService() override;
@@ -63,6 +65,10 @@ class TensorGridService final : public ::tensorgrid::v1::TensorGrid::Service {
   grpc::Status PeerReduce(grpc::ServerContext* context,
                           const ::tensorgrid::v1::PeerReduceRequest* request,
                           ::tensorgrid::v1::PeerReduceReply* reply) override;
+  // Callback API: each piece is filed on the gRPC thread that read it, with no hand-off to
+  // a handler thread.
+  grpc::ServerBidiReactor<::tensorgrid::v1::PeerReduceRequest, ::tensorgrid::v1::PeerReduceReply>*
+  PeerReduceStream(grpc::CallbackServerContext* context) override;
   grpc::Status PeerDeliver(grpc::ServerContext* context,
                            const ::tensorgrid::v1::PeerDeliverRequest* request,
                            ::tensorgrid::v1::PeerDeliverReply* reply) override;

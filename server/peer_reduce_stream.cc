@@ -1,0 +1,107 @@
+#include "server/peer_reduce_stream.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/peer_client.h"
+
+namespace tg::server {
+
+namespace pb = ::tensorgrid::v1;
+
+PeerReduceStream::PeerReduceStream(const std::shared_ptr<grpc::Channel>& channel,
+                                   std::string endpoint)
+    : endpoint_(std::move(endpoint)), stub_(pb::TensorGrid::NewStub(channel)) {
+  stub_->async()->PeerReduceStream(&context_, this);
+  // The peer never sends: this read completes when the call ends, whoever ends it.
+  StartRead(&ignored_);
+  AddHold();
+  StartCall();
+}
+
+PeerReduceStream::~PeerReduceStream() {
+  bool release = false;
+  {
+    absl::MutexLock lock(&mu_);
+    ended_ = true;
+    release = std::exchange(hold_, false);
+  }
+  context_.TryCancel();
+  if (release) RemoveHold();
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&done_));
+}
+
+absl::Status PeerReduceStream::Send(pb::PeerReduceRequest piece) {
+  const pb::PeerReduceRequest* next = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return StatusLocked();
+    queue_.push_back(std::move(piece));
+    if (!writing_) {
+      writing_ = true;
+      next = &queue_.front();  // a deque's elements stay put as others are added.
+    }
+  }
+  if (next != nullptr) StartWrite(next);
+  return absl::OkStatus();
+}
+
+absl::Status PeerReduceStream::status() const {
+  absl::MutexLock lock(&mu_);
+  return ended_ ? StatusLocked() : absl::OkStatus();
+}
+
+absl::Status PeerReduceStream::StatusLocked() const {
+  // Until OnDone says why, a call that ended is a peer that cannot be reached.
+  if (!done_ || status_.ok())
+    return absl::UnavailableError(absl::StrCat("peer unreachable: ", endpoint_));
+  return status_;
+}
+
+void PeerReduceStream::OnWriteDone(bool ok) {
+  const pb::PeerReduceRequest* next = nullptr;
+  bool release = false;
+  {
+    absl::MutexLock lock(&mu_);
+    queue_.pop_front();
+    if (!ok || ended_) {
+      ended_ = true;
+      writing_ = false;
+      queue_.clear();
+      release = std::exchange(hold_, false);
+    } else if (queue_.empty()) {
+      writing_ = false;
+    } else {
+      next = &queue_.front();
+    }
+  }
+  if (next != nullptr) StartWrite(next);
+  if (release) RemoveHold();
+}
+
+void PeerReduceStream::OnReadDone(bool ok) {
+  if (ok) {  // the peer sent something it should not: ignore it, keep watching for the end.
+    StartRead(&ignored_);
+    return;
+  }
+  bool release = false;
+  {
+    absl::MutexLock lock(&mu_);
+    ended_ = true;
+    // A write in flight fails now and lets go of the hold itself.
+    if (!writing_) release = std::exchange(hold_, false);
+  }
+  if (release) RemoveHold();
+}
+
+void PeerReduceStream::OnDone(const grpc::Status& status) {
+  absl::Status s = PeerClient::PeerStatus(endpoint_, status, "peer_reduce");
+  absl::MutexLock lock(&mu_);
+  ended_ = true;
+  queue_.clear();
+  status_ = std::move(s);
+  done_ = true;
+}
+
+}  // namespace tg::server
