@@ -550,8 +550,12 @@ class Net:
         self._ro_mounts[i] = d
 
     def writable_cache(self, i):
+        """Undoes readonly_cache. Lazily: a cache file the server has open at that moment
+        (a blob it is reading) would make a plain umount fail with "target is busy"; the
+        file keeps the read-only mount until it is closed, every later open sees the
+        writable directory."""
         d = self._ro_mounts.pop(i)
-        sh("nsenter", "-t", str(self.pid(i)), "-m", "--", "umount", d)
+        sh("nsenter", "-t", str(self.pid(i)), "-m", "--", "umount", "--lazy", d)
 
     # -- observations --
     def metrics(self, i, timeout=10):
