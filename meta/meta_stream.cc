@@ -89,13 +89,11 @@ absl::Status MetaStream::Upload(PartitionPlan& plan, Graph& graph) {
 absl::Status MetaStream::Execute(PartitionPlan& plan) {
   failed_.store(false);
   for (absl::Status& s : rank_status_) s = absl::OkStatus();
-  // Every device's work of the plan may go out as one batch (one message to a remote
-  // device) when nothing in it waits for a device before the end: all collectives are
-  // all-reduces that only queue (RPC devices summed by their servers).
-  bool batch = reducer_->QueuesOnly();
-  for (const PlanStep& step : plan.steps) {
-    for (const CommOp& op : step.comms) batch = batch && op.kind == CommOp::Kind::kAllReduce;
-  }
+  // Each device's work of the plan goes out in batches (one message to a remote device)
+  // when its all-reduces only queue (RPC devices summed by their servers): one batch for
+  // the plan, cut before each step whose collectives wait for the devices (an all-gather
+  // staged through the host), so that nothing is held back while anyone waits.
+  const bool batch = reducer_->QueuesOnly();
   pool_.Run([&](int rank) { RunRank(rank, plan, batch); });
   for (const PlanStep& step : plan.steps) {
     for (const Graph& g : step.graphs) stats_.splits += g.nodes.empty() ? 0 : 1;
@@ -119,6 +117,12 @@ void MetaStream::RunRank(int rank, PartitionPlan& plan, bool batch) {
       if (absl::Status s = streams_[rank]->Compute(g); !s.ok()) fail(std::move(s));
     }
     if (step.comms.empty()) continue;
+    bool waits = false;
+    for (const CommOp& op : step.comms) waits = waits || op.kind == CommOp::Kind::kAllGather;
+    // Every rank sends what it holds before any rank waits (the barrier).
+    if (batch && waits) {
+      if (absl::Status s = streams_[rank]->EndBatch(); !s.ok()) fail(std::move(s));
+    }
     // Collectives run even after a failure (on whatever the memory holds), so that every
     // rank passes the same barriers; the first error is reported.
     barrier_.Wait();
@@ -131,6 +135,7 @@ void MetaStream::RunRank(int rank, PartitionPlan& plan, bool batch) {
         fail(std::move(s));
       }
     }
+    if (batch && waits) streams_[rank]->BeginBatch();
     if (rank == 0) {
       stats_.transfer_us += MicrosSince(t0);
       t0 = std::chrono::steady_clock::now();

@@ -3,10 +3,11 @@
 // Compute then gives the plan's tensors memory in the stream's per-device compute memory
 // (plan_memory.h), scatters the inputs written since, and runs the plan with one host
 // thread per device: every device's subgraph of a step on its own stream, then the step's
-// collectives (all-reduce, all-gather) among the threads. When no collective waits for a
-// device (all-reduces that only queue), each device's work of the plan is one batch
-// (Stream::BeginBatch: one message to a remote device). Outputs are registered with their
-// buffers so that Buffer::GetTensor gathers them. Synchronous: Compute returns when every device is
+// collectives (all-reduce, all-gather) among the threads. When the all-reduces only queue
+// (RPC devices summed by their servers), each device's work goes out in batches
+// (Stream::BeginBatch: one message to a remote device), cut only before collectives that
+// wait for the devices. Outputs are registered with their buffers so that
+// Buffer::GetTensor gathers them. Synchronous: Compute returns when every device is
 // done. Used by one thread at a time (as every Stream).
 #ifndef TENSORGRID_META_META_STREAM_H_
 #define TENSORGRID_META_META_STREAM_H_

@@ -1,12 +1,15 @@
 // The meta backend over devices of two rpc-servers (in-process, on loopback), with the
 // all-reduce run by the servers among themselves: y = silu(x + W2 (W1 x)), W1 cut by rows
-// and W2 by columns, so that one all-reduce sums W2's partial products before the silu. Checked against the same
-// sum in double precision on the host, and for the messages it costs: each server gets the
-// whole plan (its computes and its AllReduce) as one message per Compute, and no tensor
-// passes through the client.
+// and W2 by columns, so that one all-reduce sums W2's partial products before the silu.
+// Checked against the same sum in double precision on the host, and for the messages it
+// costs: each server gets the whole plan (its computes and its AllReduce) as one message per
+// Compute, and no tensor passes through the client. With an RMS norm of W1 x in between, an
+// all-gather staged through the client joins the plan.
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "client/client_metrics.h"
@@ -58,84 +61,137 @@ class RemoteTensorSplitTest : public ::testing::Test {
     return static_cast<rpc::RemoteDevice*>(servers_.devices()[d])->connection();
   }
 
+  // Places W1 and W2 (random) in one weights buffer of the meta device.
+  void PlaceWeights() {
+    w1_ = testing::RandomFloats(kIn * kHidden, 1);
+    w2_ = testing::RandomFloats(kHidden * kIn, 2);
+    tw1_ = *weights_ctx_.NewTensor(DType::kF32, {kIn, kHidden});
+    tw2_ = *weights_ctx_.NewTensor(DType::kF32, {kHidden, kIn});
+    tw1_->SetName("w1");
+    tw2_->SetName("w2");
+    BufferType* bt = meta_->default_buffer_type();
+    const size_t w2_at =
+        (bt->AllocSize(*tw1_) + bt->alignment() - 1) / bt->alignment() * bt->alignment();
+    auto weights = bt->Allocate(w2_at + bt->AllocSize(*tw2_));
+    ASSERT_TRUE(weights.ok()) << weights.status();
+    weights_ = std::move(*weights);
+    weights_->set_usage(BufferUsage::kWeights);
+    for (auto [t, at, v] : {std::tuple{tw1_, size_t{0}, &w1_}, std::tuple{tw2_, w2_at, &w2_}}) {
+      t->flags |= kFlagWeight;
+      ASSERT_TRUE(PlaceTensor(weights_.get(), t, at).ok());
+      ASSERT_TRUE(weights_->SetTensor(t, v->data(), 0, v->size() * sizeof(float)).ok());
+    }
+  }
+
+  // y = silu(x + W2 h), h = W1 x, or its RMS norm with `norm` (which needs the whole of h:
+  // an all-gather), on the host in double precision; each value with the sum of the
+  // magnitudes that make it (for the tolerance).
+  void Reference(const std::vector<float>& x, bool norm, std::vector<double>* want,
+                 std::vector<double>* scale) const {
+    want->assign(kIn * kTokens, 0.0);
+    scale->assign(kIn * kTokens, 0.0);
+    for (int64_t tok = 0; tok < kTokens; ++tok) {
+      std::vector<double> h(kHidden);
+      double sq = 0;
+      for (int64_t j = 0; j < kHidden; ++j) {
+        for (int64_t k = 0; k < kIn; ++k) h[j] += double{w1_[j * kIn + k]} * x[tok * kIn + k];
+        sq += h[j] * h[j];
+      }
+      if (norm) {
+        for (double& v : h) v /= std::sqrt(sq / kHidden + kEps);
+      }
+      for (int64_t i = 0; i < kIn; ++i) {
+        double v = x[tok * kIn + i], mag = std::fabs(v);
+        for (int64_t j = 0; j < kHidden; ++j) {
+          v += double{w2_[i * kHidden + j]} * h[j];
+          mag += std::fabs(double{w2_[i * kHidden + j]} * h[j]);
+        }
+        (*want)[tok * kIn + i] = v / (1.0 + std::exp(-v));  // silu
+        (*scale)[tok * kIn + i] = mag;
+      }
+    }
+  }
+
+  // Runs the graph three times (new x each time) on one stream, checking y against the
+  // host; `per_run` (optional) is called after each Compute with its run index.
+  void RunAndCheck(bool norm, const std::function<void(int, const meta::PartitionPlan&)>& per_run) {
+    auto stream = meta_->CreateStream();
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    GraphAllocator allocator(meta_->default_buffer_type());
+    for (int run = 0; run < 3; ++run) {
+      SCOPED_TRACE(run);
+      const std::vector<float> x = testing::RandomFloats(kIn * kTokens, 10 + run);
+      Context ctx;
+      Tensor* tx = *ctx.NewTensor(DType::kF32, {kIn, kTokens});
+      tx->SetName("x");
+      tx->flags |= kFlagInput;
+      Tensor* h = *MulMat(ctx, tw1_, tx);
+      if (norm) h = *RmsNorm(ctx, h, kEps);
+      Tensor* y = *Silu(ctx, *Add(ctx, tx, *MulMat(ctx, tw2_, h)));
+      auto graph = BuildGraph({y});
+      ASSERT_TRUE(graph.ok()) << graph.status();
+      ASSERT_TRUE(allocator.Allocate(*graph).ok());
+      ASSERT_TRUE(tx->buffer->SetTensor(tx, x.data(), 0, x.size() * sizeof(float)).ok());
+      absl::Status s = (*stream)->Compute(*graph);
+      ASSERT_TRUE(s.ok()) << s;
+      const meta::PartitionPlan* plan = static_cast<meta::MetaStream*>(stream->get())->last_plan();
+      ASSERT_NE(plan, nullptr);
+      if (per_run) per_run(run, *plan);
+
+      std::vector<float> got(kIn * kTokens);
+      ASSERT_TRUE(y->buffer->GetTensor(y, got.data(), 0, got.size() * sizeof(float)).ok());
+      std::vector<double> want, scale;
+      Reference(x, norm, &want, &scale);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-5 * scale[i]) << "element " << i;
+      }
+    }
+  }
+
+  static constexpr float kEps = 1e-5f;
+  std::vector<float> w1_, w2_;
+  Context weights_ctx_;
+  Tensor* tw1_ = nullptr;
+  Tensor* tw2_ = nullptr;
+
   rpc::testing::LoopbackServers servers_;
   std::unique_ptr<meta::MetaDevice> meta_;
   std::unique_ptr<Buffer> weights_;
 };
 
 TEST_F(RemoteTensorSplitTest, ServersSumThePlanSentAsOneMessageEach) {
-  const std::vector<float> w1 = testing::RandomFloats(kIn * kHidden, 1);
-  const std::vector<float> w2 = testing::RandomFloats(kHidden * kIn, 2);
-  Context weights_ctx;
-  Tensor* tw1 = *weights_ctx.NewTensor(DType::kF32, {kIn, kHidden});
-  Tensor* tw2 = *weights_ctx.NewTensor(DType::kF32, {kHidden, kIn});
-  tw1->SetName("w1");
-  tw2->SetName("w2");
-  BufferType* bt = meta_->default_buffer_type();
-  const size_t w2_at =
-      (bt->AllocSize(*tw1) + bt->alignment() - 1) / bt->alignment() * bt->alignment();
-  auto weights = bt->Allocate(w2_at + bt->AllocSize(*tw2));
-  ASSERT_TRUE(weights.ok()) << weights.status();
-  weights_ = std::move(*weights);
-  weights_->set_usage(BufferUsage::kWeights);
-  for (auto [t, at, v] : {std::tuple{tw1, size_t{0}, &w1}, std::tuple{tw2, w2_at, &w2}}) {
-    t->flags |= kFlagWeight;
-    ASSERT_TRUE(PlaceTensor(weights_.get(), t, at).ok());
-    ASSERT_TRUE(weights_->SetTensor(t, v->data(), 0, v->size() * sizeof(float)).ok());
-  }
-  auto stream = meta_->CreateStream();
-  ASSERT_TRUE(stream.ok()) << stream.status();
-  GraphAllocator allocator(bt);
-
+  PlaceWeights();
   const uint64_t staged_before = rpc::ClientMetrics::Get().allreduce_client_bytes.load();
-  for (int run = 0; run < 3; ++run) {
-    SCOPED_TRACE(run);
-    const std::vector<float> x = testing::RandomFloats(kIn * kTokens, 10 + run);
-    Context ctx;
-    Tensor* tx = *ctx.NewTensor(DType::kF32, {kIn, kTokens});
-    tx->SetName("x");
-    tx->flags |= kFlagInput;
-    Tensor* h = *MulMat(ctx, tw1, tx);
-    Tensor* z = *MulMat(ctx, tw2, h);
-    Tensor* y = *Silu(ctx, *Add(ctx, tx, z));
-    auto graph = BuildGraph({y});
-    ASSERT_TRUE(graph.ok()) << graph.status();
-    ASSERT_TRUE(allocator.Allocate(*graph).ok());
-    ASSERT_TRUE(tx->buffer->SetTensor(tx, x.data(), 0, x.size() * sizeof(float)).ok());
-
-    const uint64_t sent0 = ConnectionOf(0)->messages_sent();
-    const uint64_t sent1 = ConnectionOf(1)->messages_sent();
-    absl::Status s = (*stream)->Compute(*graph);
-    ASSERT_TRUE(s.ok()) << s;
-    const meta::PartitionPlan* plan = static_cast<meta::MetaStream*>(stream->get())->last_plan();
-    ASSERT_NE(plan, nullptr);
-    EXPECT_EQ(plan->comm_count, 1);
-    // The first run also asks each server for its grant (a call of its own).
-    if (run > 0) {
-      EXPECT_EQ(ConnectionOf(0)->messages_sent() - sent0, 1u);
-      EXPECT_EQ(ConnectionOf(1)->messages_sent() - sent1, 1u);
-    }
-
-    std::vector<float> got(kIn * kTokens);
-    ASSERT_TRUE(y->buffer->GetTensor(y, got.data(), 0, got.size() * sizeof(float)).ok());
-    for (int64_t tok = 0; tok < kTokens; ++tok) {
-      std::vector<double> hid(kHidden);
-      for (int64_t j = 0; j < kHidden; ++j) {
-        for (int64_t k = 0; k < kIn; ++k) hid[j] += double{w1[j * kIn + k]} * x[tok * kIn + k];
+  const uint64_t on_servers_before = rpc::ClientMetrics::Get().allreduce_on_servers.load();
+  uint64_t sent[2] = {ConnectionOf(0)->messages_sent(), ConnectionOf(1)->messages_sent()};
+  RunAndCheck(/*norm=*/false, [&](int run, const meta::PartitionPlan& plan) {
+    EXPECT_EQ(plan.comm_count, 1);
+    for (int d = 0; d < 2; ++d) {
+      const uint64_t now = ConnectionOf(d)->messages_sent();
+      // The first run also asks each server for its grant (a call of its own).
+      if (run > 0) {
+        EXPECT_EQ(now - sent[d], 1u) << "server " << d;
       }
-      for (int64_t i = 0; i < kIn; ++i) {
-        double want = x[tok * kIn + i], scale = std::fabs(want);
-        for (int64_t j = 0; j < kHidden; ++j) {
-          want += double{w2[i * kHidden + j]} * hid[j];
-          scale += std::fabs(double{w2[i * kHidden + j]} * hid[j]);
-        }
-        want /= 1.0 + std::exp(-want);  // silu
-        ASSERT_NEAR(got[tok * kIn + i], want, 1e-5 * scale) << "token " << tok << " row " << i;
-      }
+      sent[d] = now;
     }
-  }
+  });
   EXPECT_EQ(rpc::ClientMetrics::Get().allreduce_client_bytes.load(), staged_before);
-  EXPECT_GE(rpc::ClientMetrics::Get().allreduce_on_servers.load(), 3u);
+  EXPECT_EQ(rpc::ClientMetrics::Get().allreduce_on_servers.load() - on_servers_before, 3u);
+}
+
+// With an all-gather staged through the client in the plan (the norm needs the whole of h),
+// the batches are cut before it (every rank sends what it holds before any rank reads a
+// slice): the sums stay right and the run never waits on a held command.
+TEST_F(RemoteTensorSplitTest, AllGatherThroughTheClientKeepsTheSumsRight) {
+  PlaceWeights();
+  RunAndCheck(/*norm=*/true, [&](int, const meta::PartitionPlan& plan) {
+    int gathers = 0;
+    for (const meta::PlanStep& step : plan.steps) {
+      for (const meta::CommOp& op : step.comms)
+        gathers += op.kind == meta::CommOp::Kind::kAllGather;
+    }
+    EXPECT_GE(gathers, 1);
+  });
 }
 
 }  // namespace
