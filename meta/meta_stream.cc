@@ -118,7 +118,7 @@ void MetaStream::RunRank(int rank, PartitionPlan& plan, bool batch) {
     }
     if (step.comms.empty()) continue;
     bool waits = false;
-    for (const CommOp& op : step.comms) waits = waits || op.kind == CommOp::Kind::kAllGather;
+    for (const CommOp& op : step.comms) waits = waits || Waits(op);
     // Every rank sends what it holds before any rank waits (the barrier).
     if (batch && waits) {
       if (absl::Status s = streams_[rank]->EndBatch(); !s.ok()) fail(std::move(s));
@@ -151,9 +151,19 @@ void MetaStream::RunRank(int rank, PartitionPlan& plan, bool batch) {
   if (rank == 0) stats_.compute_us += MicrosSince(t0);
 }
 
+bool MetaStream::Waits(const CommOp& op) const {
+  if (!reducer_->QueuesOnly()) return true;
+  return op.kind == CommOp::Kind::kAllGather && (device_->options().allreduce.force_staging ||
+                                                 !GathersBySum(*op.full, op.state, op.src, op.dst));
+}
+
 // Collectives read other ranks' tensors; those stay as they are until the ranks meet at
 // the next step's barrier unless the graph writes into graph tensors (wait_for_peers).
 absl::Status MetaStream::RunComm(int rank, CommOp& op, bool wait_for_peers) {
+  if (op.kind == CommOp::Kind::kAllGather && !Waits(op)) {
+    return GatherBySumRank(rank, *op.full, op.state, op.src, op.dst, *streams_[rank], *reducer_,
+                           wait_for_peers, barrier_);
+  }
   if (op.kind == CommOp::Kind::kAllGather) {
     return AllGatherRank(rank, *op.full, op.state, op.src, op.dst,
                          device_->options().allreduce.force_staging, wait_for_peers, barrier_);

@@ -4,11 +4,11 @@
 // (plan_memory.h), scatters the inputs written since, and runs the plan with one host
 // thread per device: every device's subgraph of a step on its own stream, then the step's
 // collectives (all-reduce, all-gather) among the threads. When the all-reduces only queue
-// (RPC devices summed by their servers), each device's work goes out in batches
-// (Stream::BeginBatch: one message to a remote device), cut only before collectives that
-// wait for the devices. Outputs are registered with their buffers so that
-// Buffer::GetTensor gathers them. Synchronous: Compute returns when every device is
-// done. Used by one thread at a time (as every Stream).
+// (RPC devices summed by their servers), all-gathers run as all-reduces of zero-padded
+// slices and each device's work goes out in batches (Stream::BeginBatch: one message to a
+// remote device), cut only before collectives that wait for the devices. Outputs are registered
+// with their buffers so that Buffer::GetTensor gathers them. Synchronous: Compute returns when
+// every device is done. Used by one thread at a time (as every Stream).
 #ifndef TENSORGRID_META_META_STREAM_H_
 #define TENSORGRID_META_META_STREAM_H_
 
@@ -54,6 +54,10 @@ class MetaStream : public Stream {
   absl::Status Execute(PartitionPlan& plan);
   void RunRank(int rank, PartitionPlan& plan, bool batch);
   absl::Status RunComm(int rank, CommOp& op, bool wait_for_peers);
+  // True when `op` waits for the devices on the host: every collective unless the
+  // all-reduces only queue (AllReducer::QueuesOnly), then the all-gathers that cannot run as
+  // a sum (GathersBySum).
+  bool Waits(const CommOp& op) const;
   void Register(const std::shared_ptr<PartitionPlan>& plan, Graph& graph);
 
   // Plans kept for reuse: a prompt graph and a decode graph, with room to spare.

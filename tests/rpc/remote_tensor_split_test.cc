@@ -4,7 +4,7 @@
 // Checked against the same sum in double precision on the host, and for the messages it
 // costs: each server gets the whole plan (its computes and its AllReduce) as one message per
 // Compute, and no tensor passes through the client. With an RMS norm of W1 x in between, an
-// all-gather staged through the client joins the plan.
+// all-gather joins the plan, run by the servers as a sum.
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -179,19 +179,35 @@ TEST_F(RemoteTensorSplitTest, ServersSumThePlanSentAsOneMessageEach) {
   EXPECT_EQ(rpc::ClientMetrics::Get().allreduce_on_servers.load() - on_servers_before, 3u);
 }
 
-// With an all-gather staged through the client in the plan (the norm needs the whole of h),
-// the batches are cut before it (every rank sends what it holds before any rank reads a
-// slice): the sums stay right and the run never waits on a held command.
-TEST_F(RemoteTensorSplitTest, AllGatherThroughTheClientKeepsTheSumsRight) {
+// With an RMS norm of W1 x, the plan all-gathers h (the norm needs all of it); over the
+// servers that runs as an all-reduce of zero-padded slices, queued like the rest: the same
+// one message per server per Compute, nothing through the client, the sums right.
+TEST_F(RemoteTensorSplitTest, AllGatherRunsAsASumOnTheServers) {
   PlaceWeights();
-  RunAndCheck(/*norm=*/true, [&](int, const meta::PartitionPlan& plan) {
+  const uint64_t staged_before = rpc::ClientMetrics::Get().allreduce_client_bytes.load();
+  const uint64_t on_servers_before = rpc::ClientMetrics::Get().allreduce_on_servers.load();
+  uint64_t sent[2] = {ConnectionOf(0)->messages_sent(), ConnectionOf(1)->messages_sent()};
+  int64_t comms = 0;
+  RunAndCheck(/*norm=*/true, [&](int run, const meta::PartitionPlan& plan) {
     int gathers = 0;
     for (const meta::PlanStep& step : plan.steps) {
-      for (const meta::CommOp& op : step.comms)
+      for (const meta::CommOp& op : step.comms) {
         gathers += op.kind == meta::CommOp::Kind::kAllGather;
+      }
     }
     EXPECT_GE(gathers, 1);
+    comms += plan.comm_count;
+    for (int d = 0; d < 2; ++d) {
+      const uint64_t now = ConnectionOf(d)->messages_sent();
+      if (run > 0) {
+        EXPECT_EQ(now - sent[d], 1u) << "server " << d;
+      }
+      sent[d] = now;
+    }
   });
+  EXPECT_EQ(rpc::ClientMetrics::Get().allreduce_client_bytes.load(), staged_before);
+  EXPECT_EQ(rpc::ClientMetrics::Get().allreduce_on_servers.load() - on_servers_before,
+            static_cast<uint64_t>(comms));
 }
 
 }  // namespace
