@@ -148,6 +148,31 @@ class RemoteTensorSplitTest : public ::testing::Test {
     }
   }
 
+  // RunAndCheck, and that every collective ran on the servers with nothing through the
+  // client, each server getting one message per Compute (after the first, which also asks
+  // for the grants); `check_plan` looks at each run's plan.
+  void RunOnServers(bool norm, const std::function<void(const meta::PartitionPlan&)>& check_plan) {
+    rpc::ClientMetrics& metrics = rpc::ClientMetrics::Get();
+    const uint64_t staged_before = metrics.allreduce_client_bytes.load();
+    const uint64_t on_servers_before = metrics.allreduce_on_servers.load();
+    uint64_t sent[2] = {ConnectionOf(0)->messages_sent(), ConnectionOf(1)->messages_sent()};
+    int64_t comms = 0;
+    RunAndCheck(norm, [&](int run, const meta::PartitionPlan& plan) {
+      check_plan(plan);
+      comms += plan.comm_count;
+      for (int d = 0; d < 2; ++d) {
+        const uint64_t now = ConnectionOf(d)->messages_sent();
+        if (run > 0) {
+          EXPECT_EQ(now - sent[d], 1u) << "server " << d;
+        }
+        sent[d] = now;
+      }
+    });
+    EXPECT_EQ(metrics.allreduce_client_bytes.load(), staged_before);
+    EXPECT_EQ(metrics.allreduce_on_servers.load() - on_servers_before,
+              static_cast<uint64_t>(comms));
+  }
+
   static constexpr float kEps = 1e-5f;
   std::vector<float> w1_, w2_;
   Context weights_ctx_;
@@ -161,34 +186,16 @@ class RemoteTensorSplitTest : public ::testing::Test {
 
 TEST_F(RemoteTensorSplitTest, ServersSumThePlanSentAsOneMessageEach) {
   PlaceWeights();
-  const uint64_t staged_before = rpc::ClientMetrics::Get().allreduce_client_bytes.load();
-  const uint64_t on_servers_before = rpc::ClientMetrics::Get().allreduce_on_servers.load();
-  uint64_t sent[2] = {ConnectionOf(0)->messages_sent(), ConnectionOf(1)->messages_sent()};
-  RunAndCheck(/*norm=*/false, [&](int run, const meta::PartitionPlan& plan) {
-    EXPECT_EQ(plan.comm_count, 1);
-    for (int d = 0; d < 2; ++d) {
-      const uint64_t now = ConnectionOf(d)->messages_sent();
-      // The first run also asks each server for its grant (a call of its own).
-      if (run > 0) {
-        EXPECT_EQ(now - sent[d], 1u) << "server " << d;
-      }
-      sent[d] = now;
-    }
+  RunOnServers(/*norm=*/false, [](const meta::PartitionPlan& plan) {
+    EXPECT_EQ(plan.comm_count, 1);  // the all-reduce of W2's partial products.
   });
-  EXPECT_EQ(rpc::ClientMetrics::Get().allreduce_client_bytes.load(), staged_before);
-  EXPECT_EQ(rpc::ClientMetrics::Get().allreduce_on_servers.load() - on_servers_before, 3u);
 }
 
 // With an RMS norm of W1 x, the plan all-gathers h (the norm needs all of it); over the
-// servers that runs as an all-reduce of zero-padded slices, queued like the rest: the same
-// one message per server per Compute, nothing through the client, the sums right.
+// servers that runs as an all-reduce of zero-padded slices, queued like the rest.
 TEST_F(RemoteTensorSplitTest, AllGatherRunsAsASumOnTheServers) {
   PlaceWeights();
-  const uint64_t staged_before = rpc::ClientMetrics::Get().allreduce_client_bytes.load();
-  const uint64_t on_servers_before = rpc::ClientMetrics::Get().allreduce_on_servers.load();
-  uint64_t sent[2] = {ConnectionOf(0)->messages_sent(), ConnectionOf(1)->messages_sent()};
-  int64_t comms = 0;
-  RunAndCheck(/*norm=*/true, [&](int run, const meta::PartitionPlan& plan) {
+  RunOnServers(/*norm=*/true, [](const meta::PartitionPlan& plan) {
     int gathers = 0;
     for (const meta::PlanStep& step : plan.steps) {
       for (const meta::CommOp& op : step.comms) {
@@ -196,18 +203,7 @@ TEST_F(RemoteTensorSplitTest, AllGatherRunsAsASumOnTheServers) {
       }
     }
     EXPECT_GE(gathers, 1);
-    comms += plan.comm_count;
-    for (int d = 0; d < 2; ++d) {
-      const uint64_t now = ConnectionOf(d)->messages_sent();
-      if (run > 0) {
-        EXPECT_EQ(now - sent[d], 1u) << "server " << d;
-      }
-      sent[d] = now;
-    }
   });
-  EXPECT_EQ(rpc::ClientMetrics::Get().allreduce_client_bytes.load(), staged_before);
-  EXPECT_EQ(rpc::ClientMetrics::Get().allreduce_on_servers.load() - on_servers_before,
-            static_cast<uint64_t>(comms));
 }
 
 }  // namespace
