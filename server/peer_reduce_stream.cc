@@ -23,8 +23,7 @@ PeerReduceStream::~PeerReduceStream() {
   bool release = false;
   {
     absl::MutexLock lock(&mu_);
-    ended_ = true;
-    release = std::exchange(hold_, false);
+    release = EndLocked();
   }
   context_.TryCancel();
   if (release) RemoveHold();
@@ -66,10 +65,9 @@ void PeerReduceStream::OnWriteDone(bool ok) {
     absl::MutexLock lock(&mu_);
     queue_.pop_front();
     if (!ok || ended_) {
-      ended_ = true;
       writing_ = false;
       queue_.clear();
-      release = std::exchange(hold_, false);
+      release = EndLocked();
     } else if (queue_.empty()) {
       writing_ = false;
     } else {
@@ -88,11 +86,18 @@ void PeerReduceStream::OnReadDone(bool ok) {
   bool release = false;
   {
     absl::MutexLock lock(&mu_);
-    ended_ = true;
-    // A write in flight fails now and lets go of the hold itself.
-    if (!writing_) release = std::exchange(hold_, false);
+    if (writing_) {
+      ended_ = true;  // the write in flight fails now and lets go of the hold itself.
+    } else {
+      release = EndLocked();
+    }
   }
   if (release) RemoveHold();
+}
+
+bool PeerReduceStream::EndLocked() {
+  ended_ = true;
+  return std::exchange(hold_, false);
 }
 
 void PeerReduceStream::OnDone(const grpc::Status& status) {

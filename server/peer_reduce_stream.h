@@ -40,8 +40,10 @@ class PeerReduceStream final : public grpc::ClientBidiReactor<tensorgrid::v1::Pe
   void OnWriteDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_);
   void OnReadDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_);
   void OnDone(const grpc::Status& status) override ABSL_LOCKS_EXCLUDED(mu_);
-  // The call is over (a failed write or read): lets gRPC finish it, so that OnDone says why.
-  void EndLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The call is over (closed, or a write or read failed): nothing more is sent. True when
+  // the caller is to let go of the hold (RemoveHold, outside the lock), so that gRPC ends the
+  // call and OnDone says why.
+  bool EndLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status StatusLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string endpoint_;
