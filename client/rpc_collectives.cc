@@ -1,5 +1,6 @@
 #include "client/rpc_collectives.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -127,13 +128,12 @@ absl::Status RpcCommunicator::OnServers(absl::Span<Tensor* const> tensors,
   // A grant not cached yet costs a round trip to its server, which first runs the commands
   // queued there, and one of them may wait for another server's part of an earlier
   // all-reduce: whatever a batch holds (Stream::BeginBatch) is sent everywhere first.
-  bool asks = false;
-  for (const Server& s : servers) {
-    asks = asks ||
-           (servers.size() > 1 && !s.connection->HasPeerReadGrant(bufs[s.members[0]]->handle()));
-  }
-  for (const Server& s : servers) {
-    if (asks) TG_RETURN_IF_ERROR(s.connection->Flush());
+  const bool asks =
+      servers.size() > 1 && std::any_of(servers.begin(), servers.end(), [&](const Server& s) {
+        return !s.connection->HasPeerReadGrant(bufs[s.members[0]]->handle());
+      });
+  if (asks) {
+    for (const Server& s : servers) TG_RETURN_IF_ERROR(s.connection->Flush());
   }
   pb::AllReduce base;
   base.set_collective(g_next_collective.fetch_add(1));
