@@ -133,15 +133,15 @@ absl::Status Connection::Flush() {
 
 bool Connection::orders_pulls() const { return hello_.protocol_minor() >= kMinorOrderedPull; }
 
-absl::Status Connection::QueueWrite(uint64_t buffer, uint64_t offset, const void* data,
-                                    size_t size) {
+absl::Status Connection::QueueWrite(uint32_t device, uint64_t buffer, uint64_t offset,
+                                    const void* data, size_t size) {
   // Writes that no longer fit go out first: an upload still in flight to the same range
   // must land before them.
   if (session_->queued_write_bytes() + size > QueuedWrites::kMaxBytes) {
     TG_RETURN_IF_ERROR(WaitUploads());
   }
   inline_outputs_.StaleBefore(session_->last_sent_id() + 1);  // the write goes after them.
-  return session_->QueueWrite(buffer, offset, data, size);
+  return session_->QueueWrite(device, buffer, offset, data, size);
 }
 
 absl::Status Connection::Upload(uint64_t buffer, uint64_t offset, const void* data, size_t size,

@@ -89,12 +89,16 @@ class Connection {
   // Session messages written so far (a batch is one).
   uint64_t messages_sent() const { return session_->messages_sent(); }
   bool has_queued_writes() const { return session_->has_queued_writes(); }
+  bool has_queued_writes_for(uint32_t device) const {
+    return session_->has_queued_writes_for(device);
+  }
   // Commands in between go to the server as one Batch message (SessionChannel::BeginBatch).
   void BeginBatch() { session_->BeginBatch(); }
   absl::Status EndBatch() { return session_->EndBatch(); }
 
   // A small write that rides along with the next command (SessionChannel::QueueWrite).
-  absl::Status QueueWrite(uint64_t buffer, uint64_t offset, const void* data, size_t size);
+  absl::Status QueueWrite(uint32_t device, uint64_t buffer, uint64_t offset, const void* data,
+                          size_t size);
 
   // Writes bytes into a buffer range through the upload pool (parallel streams), after the
   // commands posted before; `cacheable` sends their SHA-256 so a server that has them

@@ -1,26 +1,41 @@
 #include "client/queued_writes.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace tg::rpc {
 
-void QueuedWrites::Add(uint64_t buffer, uint64_t offset, const void* data, size_t size) {
-  tensorgrid::v1::WriteRange& w = writes_.emplace_back();
-  w.set_buffer(buffer);
-  w.set_offset(offset);
-  w.set_data(data, size);
+void QueuedWrites::Add(uint32_t device, uint64_t buffer, uint64_t offset, const void* data,
+                       size_t size) {
+  Write& w = writes_.emplace_back();
+  w.device = device;
+  w.range.set_buffer(buffer);
+  w.range.set_offset(offset);
+  w.range.set_data(data, size);
   bytes_ += size;
 }
 
+bool QueuedWrites::HasFor(uint32_t device) const {
+  return std::any_of(writes_.begin(), writes_.end(),
+                     [device](const Write& w) { return w.device == device; });
+}
+
 void QueuedWrites::MoveInto(tensorgrid::v1::Compute& compute) {
-  for (tensorgrid::v1::WriteRange& w : writes_) *compute.add_inputs() = std::move(w);
-  writes_.clear();
-  bytes_ = 0;
+  std::vector<Write> rest;
+  for (Write& w : writes_) {
+    if (w.device != compute.device()) {
+      rest.push_back(std::move(w));
+      continue;
+    }
+    bytes_ -= w.range.data().size();
+    *compute.add_inputs() = std::move(w.range);
+  }
+  writes_ = std::move(rest);
 }
 
 std::vector<tensorgrid::v1::SessionRequest> QueuedWrites::TakeAsCommands() {
   std::vector<tensorgrid::v1::SessionRequest> out(writes_.size());
-  for (size_t i = 0; i < writes_.size(); ++i) *out[i].mutable_write() = std::move(writes_[i]);
+  for (size_t i = 0; i < writes_.size(); ++i) *out[i].mutable_write() = std::move(writes_[i].range);
   writes_.clear();
   bytes_ = 0;
   return out;

@@ -1,5 +1,6 @@
 // QueuedWrites: the writes come out in the order queued, as Compute inputs or as Write
-// commands, with their bytes; taking them empties the queue.
+// commands, with their bytes; taking them empties the queue; a Compute takes only those of
+// its own device.
 #include "client/queued_writes.h"
 
 #include <string>
@@ -13,9 +14,9 @@ namespace {
 namespace pb = tensorgrid::v1;
 
 void Queue(QueuedWrites& q) {
-  q.Add(3, 16, "abc", 3);
-  q.Add(4, 0, "de", 2);
-  q.Add(3, 17, "f", 1);
+  q.Add(0, 3, 16, "abc", 3);
+  q.Add(0, 4, 0, "de", 2);
+  q.Add(0, 3, 17, "f", 1);
 }
 
 void ExpectWrites(const std::vector<pb::WriteRange>& got) {
@@ -51,6 +52,28 @@ TEST(QueuedWritesTest, BecomeTheInputsOfACompute) {
   ExpectWrites({compute.inputs().begin() + 1, compute.inputs().end()});
   EXPECT_TRUE(q.empty());
   EXPECT_EQ(q.bytes(), 0);
+}
+
+TEST(QueuedWritesTest, AComputeTakesOnlyTheWritesOfItsDevice) {
+  QueuedWrites q;
+  q.Add(1, 7, 0, "x", 1);
+  Queue(q);  // device 0
+  q.Add(1, 7, 1, "yz", 2);
+  EXPECT_TRUE(q.HasFor(0));
+  EXPECT_TRUE(q.HasFor(1));
+  EXPECT_FALSE(q.HasFor(2));
+  pb::Compute compute;
+  compute.set_device(0);
+  q.MoveInto(compute);
+  ExpectWrites({compute.inputs().begin(), compute.inputs().end()});
+  EXPECT_FALSE(q.HasFor(0));
+  EXPECT_EQ(q.bytes(), 3);
+  // Device 1's stay, in their order, for its own Compute or as commands.
+  std::vector<pb::SessionRequest> rest = q.TakeAsCommands();
+  ASSERT_EQ(rest.size(), 2);
+  EXPECT_EQ(rest[0].write().data(), "x");
+  EXPECT_EQ(rest[1].write().data(), "yz");
+  EXPECT_TRUE(q.empty());
 }
 
 TEST(QueuedWritesTest, BecomeWriteCommands) {

@@ -72,7 +72,7 @@ absl::Status RemoteBuffer::SetTensor(Tensor* t, const void* data, size_t offset,
     return connection_->Upload(handle_, at, data, size, cacheable);
   }
   if (size > kInlineWriteBytes) return connection_->Upload(handle_, at, data, size, false);
-  return connection_->QueueWrite(handle_, at, data, size);
+  return connection_->QueueWrite(type_->remote_device()->index(), handle_, at, data, size);
 }
 
 absl::Status RemoteBuffer::GetTensor(const Tensor* t, void* data, size_t offset, size_t size) {
@@ -212,6 +212,31 @@ absl::Status RemoteBuffer::MemsetTensor(Tensor* t, uint8_t value, size_t offset,
   return connection_->Post(std::move(request));
 }
 
+absl::Status RemoteBuffer::PostCopy(const RemoteBuffer& from, const Tensor* src, Tensor* dst,
+                                    bool src_ready) {
+  if (from.connection_ != connection_) {
+    return absl::InvalidArgumentError(absl::StrCat("remote copy: the source is on ",
+                                                   from.connection_->endpoint(), ", not on ",
+                                                   connection_->endpoint()));
+  }
+  const size_t bytes = src->NumBytes();
+  if (bytes != dst->NumBytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("remote copy: %d bytes into %d", bytes, dst->NumBytes()));
+  }
+  TG_RETURN_IF_ERROR(CheckTensorRange(*src, 0, bytes));
+  TG_RETURN_IF_ERROR(CheckTensorRange(*dst, 0, bytes));
+  pb::SessionRequest request;
+  pb::CopyRange* c = request.mutable_copy();
+  c->mutable_src()->set_buffer(from.handle_);
+  c->mutable_src()->set_offset(from.OffsetOf(*src));
+  c->mutable_src()->set_size(bytes);
+  c->set_dst_buffer(handle_);
+  c->set_dst_offset(OffsetOf(*dst));
+  c->set_src_ready(src_ready);
+  return connection_->Post(std::move(request));
+}
+
 absl::Status RemoteBuffer::CopyFrom(const Tensor* src, Tensor* dst) {
   if (src->buffer == nullptr) return absl::UnimplementedError("copy from a tensor without memory");
   const size_t bytes = src->NumBytes();
@@ -226,14 +251,7 @@ absl::Status RemoteBuffer::CopyFrom(const Tensor* src, Tensor* dst) {
   TG_RETURN_IF_ERROR(CheckTensorRange(*src, 0, bytes));
   if (remote->connection_ == connection_) {
     // Same server: it copies device to device (or inside one device) itself.
-    pb::SessionRequest request;
-    pb::CopyRange* c = request.mutable_copy();
-    c->mutable_src()->set_buffer(remote->handle_);
-    c->mutable_src()->set_offset(remote->OffsetOf(*src));
-    c->mutable_src()->set_size(bytes);
-    c->set_dst_buffer(handle_);
-    c->set_dst_offset(OffsetOf(*dst));
-    return connection_->Post(std::move(request));
+    return PostCopy(*remote, src, dst, /*src_ready=*/false);
   }
   // Another server: this one pulls the bytes straight from it (PeerCopy), never through us.
   // The source's queued work must be done first, and our pull must finish before the source

@@ -22,6 +22,7 @@ class RemoteBufferType : public BufferType {
   RemoteBufferType(RemoteDevice* device, std::string name, size_t alignment, size_t max_size);
   absl::string_view name() const override { return name_; }
   Device* device() const override;
+  RemoteDevice* remote_device() const { return device_; }
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t size) override;
   size_t alignment() const override { return alignment_; }
   size_t max_size() const override { return max_size_; }
@@ -61,6 +62,10 @@ class RemoteBuffer : public Buffer {
   // in order behind what was sent before; its reply is copied into `data` when it is
   // collected (the next Drain or WaitFor that reaches it).
   absl::Status PostRead(uint64_t at, void* data, size_t size);
+  // Posts a Copy of src (in `from`, a buffer of the same server) into dst (in this buffer),
+  // which the server runs in order behind the work of dst's device and, unless src_ready
+  // (the caller has seen src's writers finish), of src's device too.
+  absl::Status PostCopy(const RemoteBuffer& from, const Tensor* src, Tensor* dst, bool src_ready);
 
  private:
   // True when the server takes WriteRows/ReadRows.

@@ -214,6 +214,7 @@ absl::Status RemoteStream::Compute(Graph& graph) {
       &id));
   last_outputs_ = std::move(pending);
   last_compute_id_ = id;
+  waited_here_ = false;
   return SendHeldPulls();
 }
 
@@ -227,7 +228,7 @@ absl::Status RemoteStream::GetTensorAsync(const Tensor* t, void* data, size_t of
   // Right after its Compute (nothing sent or queued since), an output comes with the
   // Compute's reply, or came with it already.
   if (last_outputs_ != nullptr && last_compute_id_ == connection->last_sent_id() &&
-      !connection->has_queued_writes() &&
+      !connection->has_queued_writes_for(device_->index()) &&
       (last_outputs_->Attach(buffer->handle(), at, size, data) ||
        connection->inline_outputs().Read(buffer->handle(), at, data, size))) {
     return absl::OkStatus();
@@ -245,7 +246,10 @@ absl::Status RemoteStream::CopyTensorAsync(const Tensor* src, Tensor* dst) {
   }
   if (from->connection() == connection) {
     TG_RETURN_IF_ERROR(SendHeld());
-    return to->CopyFrom(src, dst);  // posts a Copy, which the server runs in order.
+    // The server runs it in order behind dst's device, and behind src's unless nothing of
+    // this server was waited for (WaitEvent) since the last Compute: then the caller has
+    // seen src's writers finish, and src's device need not pause for the copy.
+    return to->PostCopy(*from, src, dst, /*src_ready=*/!waited_here_);
   }
   if (!OrdersPullsFrom(*from->connection())) {
     return absl::UnimplementedError("async copy between servers needs ordered peer pulls");
@@ -355,7 +359,10 @@ absl::Status RemoteStream::WaitEvent(Event* event) {
   TG_RETURN_IF_ERROR(SendHeld());
   auto* e = dynamic_cast<RemoteEvent*>(event);
   if (e == nullptr) return absl::UnimplementedError("waits only for events of rpc-servers");
-  if (e->connection() == device_->connection()) return absl::OkStatus();
+  if (e->connection() == device_->connection()) {
+    waited_here_ = true;  // the split's copies follow the source's work there.
+    return absl::OkStatus();
+  }
   // Another server's work reaches this one's memory only through a copy: an ordered pull
   // (CopyTensorAsync) waits for it at the source, a copy through the client reads it behind
   // it. So with ordered pulls on both sides nothing needs to wait here.

@@ -46,7 +46,9 @@ class RemoteStream : public Stream {
   // `data` is filled when an event recorded after this call has happened (or at
   // Synchronize); it must stay valid until then.
   absl::Status GetTensorAsync(const Tensor* t, void* data, size_t offset, size_t size) override;
-  // Between two tensors of the same server (the server copies), or from another server that,
+  // Between two tensors of the same server (the server copies; in order behind src's device
+  // only when this stream waited for an event of the server since its last Compute, since
+  // without a wait the caller has seen src's writers finish), or from another server that,
   // like this one, orders peer pulls (protocol minor 2): a PeerPull posted at once that
   // waits at the source for the source's command this stream last waited for (WaitEvent;
   // PeerPull.after), so neither the client nor this server waits for the source's reply.
@@ -96,6 +98,9 @@ class RemoteStream : public Stream {
   // a pull from it waits there for that command (PeerPull.after). Without a wait, the
   // caller has synchronized the source itself and the pull need not wait.
   absl::flat_hash_map<const Connection*, uint64_t> waited_;
+  // This stream waited for an event of its own server since its last Compute (WaitEvent):
+  // a copy from another device of the server follows that device's work there.
+  bool waited_here_ = false;
   // The pieces this stream pushes, held until one of the two streams does anything else;
   // shared with the destination's stream, which sends them before its own commands.
   std::shared_ptr<HeldPush> push_;

@@ -31,7 +31,8 @@ SessionChannel::SessionChannel(std::unique_ptr<grpc::ClientContext> context, std
       own_deadlines_(deadlines == nullptr ? std::make_unique<CallDeadlines>() : nullptr),
       deadlines_(deadlines == nullptr ? own_deadlines_.get() : deadlines),
       context_(std::move(context)),
-      watchdog_([this] { context_->TryCancel(); }) {}
+      read_watchdog_([this] { context_->TryCancel(); }),
+      write_watchdog_([this] { context_->TryCancel(); }) {}
 
 absl::StatusOr<std::unique_ptr<SessionChannel>> SessionChannel::Open(
     tensorgrid::v1::TensorGrid::Stub& stub, std::unique_ptr<grpc::ClientContext> context,
@@ -41,7 +42,7 @@ absl::StatusOr<std::unique_ptr<SessionChannel>> SessionChannel::Open(
   absl::MutexLock lock(&c->mu_);
   c->stream_ = stub.Session(c->context_.get());
   Reply started;
-  TG_RETURN_IF_ERROR(c->ReadOneLocked(&started));
+  TG_RETURN_IF_ERROR(c->ReadStartedLocked(&started));
   if (started.code() != 0 || !started.has_started()) {
     const int code =
         started.code() != 0 ? started.code() : static_cast<int>(absl::StatusCode::kInternal);
@@ -58,10 +59,10 @@ SessionChannel::~SessionChannel() {
   if (stream_ == nullptr || !broken_.ok()) return;
   DrainLocked().IgnoreError();
   if (!broken_.ok()) return;
-  watchdog_.Arm(deadlines_->ForTransfer(0));  // a stalled server never sends its status.
+  read_watchdog_.Arm(deadlines_->ForTransfer(0));  // a stalled server never sends its status.
   stream_->WritesDone();
   stream_->Finish().ok();
-  watchdog_.Disarm();
+  read_watchdog_.Disarm();
 }
 
 absl::Status SessionChannel::ReplyStatus(const Reply& reply) const {
@@ -71,6 +72,9 @@ absl::Status SessionChannel::ReplyStatus(const Reply& reply) const {
 }
 
 absl::Status SessionChannel::BrokenLocked(absl::string_view what) {
+  // The stream has ended (or a watchdog cancelled it), so a read in progress ends soon; it
+  // may find the cause first.
+  mu_.Await(absl::Condition(this, &SessionChannel::NotReading));
   if (!broken_.ok()) return broken_;
   grpc::Status s = stream_->Finish();
   if (stalled_after_ > absl::ZeroDuration()) {
@@ -142,7 +146,9 @@ absl::Status SessionChannel::FlushWritesLocked() {
 absl::StatusOr<uint64_t> SessionChannel::SendLocked(Request request, bool may_batch) {
   if (!broken_.ok()) return broken_;
   if (request.has_compute()) {
-    // The queued writes are the graph's inputs: they travel in the same message.
+    // The queued writes into the device's memory are the graph's inputs: they travel in the
+    // same message. Those of other devices wait for their own (their buffers are not this
+    // graph's, and riding here would hold their devices' queues on the server for it).
     queued_.MoveInto(*request.mutable_compute());
   } else {
     TG_RETURN_IF_ERROR(FlushWritesLocked());
@@ -162,12 +168,12 @@ absl::Status SessionChannel::EndBatch() {
   return SendBatchLocked();
 }
 
-absl::Status SessionChannel::QueueWrite(uint64_t buffer, uint64_t offset, const void* data,
-                                        size_t size) {
+absl::Status SessionChannel::QueueWrite(uint32_t device, uint64_t buffer, uint64_t offset,
+                                        const void* data, size_t size) {
   absl::MutexLock lock(&mu_);
   if (!broken_.ok()) return broken_;
   if (queued_.bytes() + size > QueuedWrites::kMaxBytes) TG_RETURN_IF_ERROR(FlushWritesLocked());
-  queued_.Add(buffer, offset, data, size);
+  queued_.Add(device, buffer, offset, data, size);
   return absl::OkStatus();
 }
 
@@ -176,22 +182,21 @@ absl::Status SessionChannel::QueueWrite(uint64_t buffer, uint64_t offset, const 
 bool SessionChannel::WriteStreamLocked(const Request& message) {
   in_flight_bytes_ += message.ByteSizeLong() + AskedBytes(message);
   const absl::Duration limit = deadlines_->ForCommands(in_flight_bytes_);
-  watchdog_.Arm(limit);
+  write_watchdog_.Arm(limit);
   ++messages_sent_;
   const bool written = stream_->Write(message);
-  if (watchdog_.Disarm()) {
+  if (write_watchdog_.Disarm()) {
     stalled_after_ = limit;
     return false;
   }
   return written;
 }
 
-absl::Status SessionChannel::ReadOneLocked(Reply* reply) {
-  if (!broken_.ok()) return broken_;
-  const absl::Duration limit = deadlines_->ForCommands(in_flight_bytes_);
-  watchdog_.Arm(limit);
+absl::Status SessionChannel::ReadStartedLocked(Reply* reply) {
+  const absl::Duration limit = deadlines_->ForCommands(0);
+  read_watchdog_.Arm(limit);
   const bool read = stream_->Read(reply);
-  if (watchdog_.Disarm()) {
+  if (read_watchdog_.Disarm()) {
     stalled_after_ = limit;
     return BrokenLocked("waiting for a reply");
   }
@@ -200,8 +205,25 @@ absl::Status SessionChannel::ReadOneLocked(Reply* reply) {
 }
 
 absl::Status SessionChannel::HandleReplyLocked() {
+  if (!broken_.ok()) return broken_;
+  if (reading_) {
+    mu_.Await(absl::Condition(this, &SessionChannel::NotReading));
+    return absl::OkStatus();
+  }
+  reading_ = true;
+  const absl::Duration limit = deadlines_->ForCommands(in_flight_bytes_);
+  Stream* stream = stream_.get();
   Reply reply;
-  TG_RETURN_IF_ERROR(ReadOneLocked(&reply));
+  read_watchdog_.Arm(limit);
+  mu_.Unlock();
+  const bool read = stream->Read(&reply);
+  mu_.Lock();
+  reading_ = false;
+  if (read_watchdog_.Disarm()) {
+    stalled_after_ = limit;
+    return BrokenLocked("waiting for a reply");
+  }
+  if (!read) return BrokenLocked("read failed");
   if (!reply.has_batch()) return HandleOneReplyLocked(reply);
   for (Reply& one : *reply.mutable_batch()->mutable_replies()) {
     TG_RETURN_IF_ERROR(HandleOneReplyLocked(one));
@@ -240,8 +262,17 @@ absl::Status SessionChannel::TakeDeferredErrorLocked(uint64_t up_to) {
 absl::Status SessionChannel::DrainLocked() {
   TG_RETURN_IF_ERROR(FlushWritesLocked());
   TG_RETURN_IF_ERROR(SendBatchLocked());
-  while (!pending_.empty()) TG_RETURN_IF_ERROR(HandleReplyLocked());
-  return TakeDeferredErrorLocked();
+  // What other threads post while this one waits is theirs to wait for.
+  return WaitForLocked(next_id_ - 1);
+}
+
+absl::Status SessionChannel::WaitForLocked(uint64_t id) {
+  if (batch_.has_batch() && batch_.batch().commands_size() > 0 &&
+      batch_.batch().commands(0).id() <= id) {
+    TG_RETURN_IF_ERROR(SendBatchLocked());
+  }
+  while (!pending_.empty() && pending_.front().id <= id) TG_RETURN_IF_ERROR(HandleReplyLocked());
+  return TakeDeferredErrorLocked(id);
 }
 
 // ---- Waiting ----
@@ -250,18 +281,15 @@ absl::StatusOr<SessionChannel::Reply> SessionChannel::Call(Request request, uint
   absl::MutexLock lock(&mu_);
   TG_ASSIGN_OR_RETURN(const uint64_t sent, SendLocked(std::move(request), false));
   if (id != nullptr) *id = sent;
-  // An error of an earlier posted command wins, but this command's reply is still read so
-  // that the stream stays in step.
-  absl::Status earlier = DrainLocked();
-  Reply reply;
-  TG_RETURN_IF_ERROR(ReadOneLocked(&reply));
-  if (reply.id() != sent || reply.has_batch()) {
-    return OutOfOrderLocked(reply.id(), absl::StrCat(sent));
-  }
-  in_flight_bytes_ = 0;
-  TG_RETURN_IF_ERROR(earlier);
-  TG_RETURN_IF_ERROR(ReplyStatus(reply));
-  return reply;
+  // Whoever reads the reply (this thread or another waiter) hands it over. An error of an
+  // earlier posted command wins (the first error up to `sent` is the one returned).
+  auto reply = std::make_shared<Reply>();
+  pending_.push_back({sent, [reply](Reply& r) {
+                        *reply = std::move(r);
+                        return absl::OkStatus();
+                      }});
+  TG_RETURN_IF_ERROR(WaitForLocked(sent));
+  return std::move(*reply);
 }
 
 absl::Status SessionChannel::Post(Request request, ReplyHandler on_reply, uint64_t* id) {
@@ -294,12 +322,7 @@ absl::Status SessionChannel::DrainIfBusy() {
 
 absl::Status SessionChannel::WaitFor(uint64_t id) {
   absl::MutexLock lock(&mu_);
-  if (batch_.has_batch() && batch_.batch().commands_size() > 0 &&
-      batch_.batch().commands(0).id() <= id) {
-    TG_RETURN_IF_ERROR(SendBatchLocked());
-  }
-  while (!pending_.empty() && pending_.front().id <= id) TG_RETURN_IF_ERROR(HandleReplyLocked());
-  return TakeDeferredErrorLocked(id);
+  return WaitForLocked(id);
 }
 
 uint64_t SessionChannel::last_sent_id() const {
@@ -315,6 +338,11 @@ uint64_t SessionChannel::messages_sent() const {
 bool SessionChannel::has_queued_writes() const {
   absl::MutexLock lock(&mu_);
   return !queued_.empty();
+}
+
+bool SessionChannel::has_queued_writes_for(uint32_t device) const {
+  absl::MutexLock lock(&mu_);
+  return queued_.HasFor(device);
 }
 
 size_t SessionChannel::queued_write_bytes() const {

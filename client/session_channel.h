@@ -6,8 +6,11 @@
 // queued with QueueWrite ride along with the next command. After a transport failure the
 // channel is broken: every later call returns the same status. No read or write of the stream
 // waits longer than CallDeadlines::ForCommands of the bytes in flight: past it a watchdog
-// cancels the stream and the channel is broken with DEADLINE_EXCEEDED ("stalled"). Thread-safe;
-// one lock guards the stream and everything that must change in step with it.
+// cancels the stream and the channel is broken with DEADLINE_EXCEEDED ("stalled"). Thread-safe:
+// one lock guards the writes and everything that must change in step with the stream; the
+// replies are read by one waiting thread at a time with the lock released, so that other
+// threads post (and the other waiters wait) meanwhile: two devices of one server, each
+// driven by its own thread, are not held to one another's replies.
 #ifndef TENSORGRID_CLIENT_SESSION_CHANNEL_H_
 #define TENSORGRID_CLIENT_SESSION_CHANNEL_H_
 
@@ -92,12 +95,14 @@ class SessionChannel {
   void BeginBatch() ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status EndBatch() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // A small write that rides along with the next command: inside the next Compute, or
-  // posted just before any other command. When QueuedWrites::kMaxBytes would be passed, the
+  // A small write that rides along with the next command: inside the next Compute of its
+  // device, or posted just before any other command. When QueuedWrites::kMaxBytes would be passed, the
   // queued writes are posted first.
-  absl::Status QueueWrite(uint64_t buffer, uint64_t offset, const void* data, size_t size)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // `device`: the server's device whose memory `buffer` is (QueuedWrites).
+  absl::Status QueueWrite(uint32_t device, uint64_t buffer, uint64_t offset, const void* data,
+                          size_t size) ABSL_LOCKS_EXCLUDED(mu_);
   bool has_queued_writes() const ABSL_LOCKS_EXCLUDED(mu_);
+  bool has_queued_writes_for(uint32_t device) const ABSL_LOCKS_EXCLUDED(mu_);
   size_t queued_write_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -121,25 +126,31 @@ class SessionChannel {
   absl::Status SendBatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Posts the queued writes as Write commands.
   absl::Status FlushWritesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ReadOneLocked(Reply* reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads the Started reply (Open: nobody else uses the channel yet).
+  absl::Status ReadStartedLocked(Reply* reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // stream_->Write under the watchdog; counts the message's bytes (and those it asks back)
   // as in flight.
   bool WriteStreamLocked(const Request& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status DrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reads one reply message and handles the pending commands it answers (one, or several
-  // when it is a BatchReply).
+  absl::Status WaitForLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads one reply message, with mu_ released during the read, and handles the pending
+  // commands it answers (one, or several when it is a BatchReply). When another thread is
+  // reading, waits for it to handle its message instead: the caller looks again.
   absl::Status HandleReplyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status HandleOneReplyLocked(Reply& reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The first error reply not yet returned, when its command's id is <= up_to.
   absl::Status TakeDeferredErrorLocked(uint64_t up_to = UINT64_MAX)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks the channel broken by a failed read or write (the stream's final status says why,
-  // or the watchdog when it cancelled the stream).
+  // or a watchdog when it cancelled the stream). Waits for a read in progress to end first:
+  // the stream's Finish may not run beside a Read.
   absl::Status BrokenLocked(absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks the channel broken by a reply that does not answer the command it should.
   absl::Status OutOfOrderLocked(uint64_t got, absl::string_view want)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReplyStatus(const Reply& reply) const;
+  // For mu_.Await: no thread is reading.
+  bool NotReading() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !reading_; }
 
   const std::string endpoint_;
   std::string session_id_;                        // set by Open.
@@ -152,6 +163,7 @@ class SessionChannel {
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t messages_sent_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);  // sent or held, oldest first.
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;  // a thread is in stream_->Read, unlocked.
   int batch_depth_ ABSL_GUARDED_BY(mu_) = 0;
   Request batch_ ABSL_GUARDED_BY(mu_);  // the held commands (batch_.batch().commands()).
   size_t batch_bytes_ ABSL_GUARDED_BY(mu_) = 0;
@@ -161,9 +173,12 @@ class SessionChannel {
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   // Request bytes sent and reply bytes asked for since no command was pending.
   size_t in_flight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // The limit the watchdog enforced when it cancelled the stream; zero: it did not.
+  // The limit a watchdog enforced when it cancelled the stream; zero: none did.
   absl::Duration stalled_after_ ABSL_GUARDED_BY(mu_);
-  StallWatchdog watchdog_;  // last: its thread cancels context_, and it stops first.
+  // Last: their threads cancel context_, and they stop first. A read and a write may be in
+  // progress at once, each under its own.
+  StallWatchdog read_watchdog_;
+  StallWatchdog write_watchdog_;
 };
 
 }  // namespace tg::rpc

@@ -1,16 +1,20 @@
 // SessionChannel against a real rpc-server on loopback: replies in order, errors that reach
 // only the waits at or after their command, batches held until they end, fill up or are
-// waited for, queued writes riding along, and the broken state. What the server holds is
-// read over a separate Download stream, so it shows what was sent without a wait on the
-// channel sending it.
+// waited for, queued writes riding along, posts beside a thread waiting for a reply, and the
+// broken state. What the server holds is read over a separate Download stream, so it shows
+// what was sent without a wait on the channel sending it.
 #include "client/session_channel.h"
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -232,8 +236,8 @@ TEST_F(SessionChannelTest, WaitingForAHeldCommandSendsTheBatch) {
 }
 
 TEST_F(SessionChannelTest, QueuedWritesGoBeforeTheNextCommand) {
-  ASSERT_TRUE(channel_->QueueWrite(buffer_, 0, "uv", 2).ok());
-  ASSERT_TRUE(channel_->QueueWrite(buffer_, 1, "w", 1).ok());  // in order: "uw".
+  ASSERT_TRUE(channel_->QueueWrite(0, buffer_, 0, "uv", 2).ok());
+  ASSERT_TRUE(channel_->QueueWrite(0, buffer_, 1, "w", 1).ok());  // in order: "uw".
   EXPECT_TRUE(channel_->has_queued_writes());
   EXPECT_EQ(channel_->queued_write_bytes(), 3);
   absl::SleepFor(kHeld);
@@ -251,7 +255,7 @@ TEST_F(SessionChannelTest, QueuedWritesGoBeforeTheNextCommand) {
 TEST_F(SessionChannelTest, QueuedWritesTravelInsideTheNextCompute) {
   std::vector<float> table(12);
   for (int i = 0; i < 12; ++i) table[i] = 10.0f * i;
-  ASSERT_TRUE(channel_->QueueWrite(buffer_, 0, table.data(), 48).ok());
+  ASSERT_TRUE(channel_->QueueWrite(0, buffer_, 0, table.data(), 48).ok());
   const uint64_t before = channel_->last_sent_id();
   auto call = channel_->Call(RowsCompute(0, buffer_, false, 2, 0));
   ASSERT_TRUE(call.ok()) << call.status();
@@ -268,14 +272,68 @@ TEST_F(SessionChannelTest, QueuedWritesTravelInsideTheNextCompute) {
 
 TEST_F(SessionChannelTest, QueuedWritesOverTheLimitArePostedFirst) {
   const std::string big(QueuedWrites::kMaxBytes / 2 + 1, 'b');
-  ASSERT_TRUE(channel_->QueueWrite(buffer_, 0, big.data(), big.size()).ok());
+  ASSERT_TRUE(channel_->QueueWrite(0, buffer_, 0, big.data(), big.size()).ok());
   const uint64_t before = channel_->last_sent_id();
-  ASSERT_TRUE(channel_->QueueWrite(buffer_, big.size(), big.data(), big.size()).ok());
+  ASSERT_TRUE(channel_->QueueWrite(0, buffer_, big.size(), big.data(), big.size()).ok());
   EXPECT_EQ(channel_->last_sent_id(), before + 1);  // the first went as a Write.
   EXPECT_EQ(channel_->queued_write_bytes(), big.size());
   EXPECT_TRUE(Arrives(0, big));
   ASSERT_TRUE(channel_->Drain().ok());
   EXPECT_EQ(OnServer(big.size(), big.size()), big);
+}
+
+// One thread waits for a reply that does not come yet: a PeerPull whose source command (on
+// a second session) is not sent. Another thread's Post goes out meanwhile instead of waiting
+// for that reply (two devices of one server, each driven by its own thread).
+TEST_F(SessionChannelTest, AnotherThreadPostsWhileOneWaitsForAReply) {
+  auto source =
+      SessionChannel::Open(*stub_, std::make_unique<grpc::ClientContext>(), server_->address());
+  ASSERT_TRUE(source.ok()) << source.status();
+  auto alloc = (*source)->Call(AllocRequest(0, 0, 4096));
+  ASSERT_TRUE(alloc.ok()) << alloc.status();
+  const uint64_t src_buffer = alloc->alloc_buffer().buffer();
+  pb::SessionRequest grant;
+  grant.mutable_grant_peer_read()->set_buffer(src_buffer);
+  auto granted = (*source)->Call(grant);
+  ASSERT_TRUE(granted.ok()) << granted.status();
+
+  const std::string payload = "pulled after the source's write";
+  pb::SessionRequest pull;
+  pb::PeerPull* p = pull.mutable_peer_pull();
+  p->set_endpoint(server_->address());
+  p->set_grant(granted->grant().grant());
+  p->set_size(payload.size());
+  p->set_dst_buffer(buffer_);
+  p->set_after((*source)->last_sent_id() + 1);  // the write below, not sent yet.
+  uint64_t pull_id = 0;
+  ASSERT_TRUE(channel_->Post(pull, nullptr, &pull_id).ok());
+  const uint64_t sent_before = channel_->messages_sent();
+  std::atomic<bool> waited{false};
+  absl::Status wait_status;
+  std::thread waiter([&] {
+    wait_status = channel_->WaitFor(pull_id);
+    waited = true;
+  });
+  absl::SleepFor(kHeld);  // the waiter is reading by now.
+
+  std::future<absl::Status> post = std::async(std::launch::async, [&] {
+    return channel_->Post(WriteRequest(0, buffer_, 100, "later"));
+  });
+  const bool posted = post.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  EXPECT_TRUE(posted) << "Post waited for another thread's reply";
+  EXPECT_FALSE(waited);
+  if (posted) {
+    EXPECT_TRUE(post.get().ok());
+    EXPECT_EQ(channel_->messages_sent(), sent_before + 1);
+  }
+
+  // The source's write lets the pull (and so the waiter, and the write behind it) finish.
+  ASSERT_TRUE((*source)->Call(WriteRequest(0, src_buffer, 0, payload)).ok());
+  waiter.join();
+  EXPECT_TRUE(wait_status.ok()) << wait_status;
+  ASSERT_TRUE(channel_->Drain().ok());
+  EXPECT_EQ(OnServer(0, payload.size()), payload);
+  EXPECT_EQ(OnServer(100, 5), "later");
 }
 
 TEST_F(SessionChannelTest, AGoneServerBreaksTheChannelForGood) {
@@ -285,7 +343,7 @@ TEST_F(SessionChannelTest, AGoneServerBreaksTheChannelForGood) {
   EXPECT_NE(first.message().find("is gone"), std::string::npos) << first;
   EXPECT_EQ(channel_->Call(ReadRequest(0, buffer_, 0, 1)).status(), first);
   EXPECT_EQ(channel_->Post(ReadRequest(0, buffer_, 0, 1)), first);
-  EXPECT_EQ(channel_->QueueWrite(buffer_, 0, "z", 1), first);
+  EXPECT_EQ(channel_->QueueWrite(0, buffer_, 0, "z", 1), first);
   EXPECT_EQ(channel_->DrainIfBusy(), first);
 }
 

@@ -403,11 +403,12 @@ absl::StatusOr<Session::Work> Session::Prepare(const pb::SessionRequest& req,
       const pb::CopyRange& c = req.copy();
       TG_ASSIGN_OR_RETURN(auto src, FindBuffer(c.src().buffer()));
       TG_ASSIGN_OR_RETURN(auto dst, FindBuffer(c.dst_buffer()));
-      // Between two devices: both lanes, so that it follows the work of each.
-      Work work = OnLaneOf(*src, [src, dst, &c](pb::SessionReply*) {
+      // Between two devices: both lanes, so that it follows the work of each; a source the
+      // client knows is ready is read beside its device's later work, on dst's lane only.
+      Work work = OnLaneOf(*dst, [src, dst, &c](pb::SessionReply*) {
         return SessionBuffer::Copy(*src, c.src().offset(), *dst, c.dst_offset(), c.src().size());
       });
-      work.lanes.push_back(lane_of_[dst->device_index()]);
+      if (!c.src_ready()) work.lanes.push_back(lane_of_[src->device_index()]);
       return work;
     }
     case pb::SessionRequest::kCompute:

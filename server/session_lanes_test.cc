@@ -1,12 +1,15 @@
 // Tests of the session's device lanes (server/device_lanes.h as the session uses it): the
 // computes of two devices run at the same time, and commands that share a buffer keep the
-// order they came in, across devices too (a copy between devices), in batches that go
-// through the lanes exactly as a client's do.
+// order they came in, across devices too (a copy between devices, unless the client says its
+// source is ready), in batches that go through the lanes exactly as a client's do.
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/cpu_device.h"
@@ -46,33 +49,77 @@ class Meeting {
   int arrived_ = 0;
 };
 
-class MeetingStream : public cpu::CpuStream {
+// A CPU device whose streams call `before` ahead of each compute; an error from it is the
+// compute's.
+class HookDevice : public cpu::CpuDevice {
  public:
-  MeetingStream(Device* device, Meeting* meeting) : CpuStream(device, 1), meeting_(meeting) {}
-  absl::Status Compute(Graph& graph) override {
-    if (!meeting_->Arrive()) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(device()->name(), " computed alone: the other device never started"));
-    }
-    return CpuStream::Compute(graph);
-  }
-
- private:
-  Meeting* meeting_;
-};
-
-// A CPU device whose streams meet the other device's before each compute.
-class MeetingDevice : public cpu::CpuDevice {
- public:
-  MeetingDevice(std::string name, Meeting* meeting)
-      : CpuDevice(name, "meeting:" + name, 1), meeting_(meeting) {}
+  using Hook = std::function<absl::Status(const Device&)>;
+  HookDevice(std::string name, Hook before)
+      : CpuDevice(name, "hook:" + name, 1), before_(std::move(before)) {}
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
-    return std::unique_ptr<Stream>(std::make_unique<MeetingStream>(this, meeting_));
+    return std::unique_ptr<Stream>(std::make_unique<HookStream>(this, &before_));
   }
 
  private:
-  Meeting* meeting_;
+  class HookStream : public cpu::CpuStream {
+   public:
+    HookStream(Device* device, const Hook* before) : CpuStream(device, 1), before_(before) {}
+    absl::Status Compute(Graph& graph) override {
+      if (absl::Status s = (*before_)(*device()); !s.ok()) return s;
+      return CpuStream::Compute(graph);
+    }
+
+   private:
+    const Hook* before_;
+  };
+
+  const Hook before_;
 };
+
+// A device whose computes first meet the other device's (Meeting::Arrive).
+HookDevice MeetingDevice(std::string name, Meeting* meeting) {
+  return HookDevice(std::move(name), [meeting](const Device& d) {
+    if (meeting->Arrive()) return absl::OkStatus();
+    return absl::DeadlineExceededError(
+        absl::StrCat(d.name(), " computed alone: the other device never started"));
+  });
+}
+
+// Where a test lets a device's compute go on: the compute says it began and waits (at most
+// kMeetTimeout) for the test to open the gate.
+class Gate {
+ public:
+  bool Pass() {
+    std::unique_lock<std::mutex> lock(mu_);
+    began_ = true;
+    changed_.notify_all();
+    return changed_.wait_for(lock, kMeetTimeout, [&] { return open_; });
+  }
+  bool WaitBegan() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return changed_.wait_for(lock, kMeetTimeout, [&] { return began_; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  bool began_ = false;
+  bool open_ = false;
+};
+
+// A device whose computes wait at `gate` (Gate::Pass).
+HookDevice GateDevice(std::string name, Gate* gate) {
+  return HookDevice(std::move(name), [gate](const Device& d) {
+    if (gate->Pass()) return absl::OkStatus();
+    return absl::DeadlineExceededError(
+        absl::StrCat(d.name(), " was held: what the test waited for never came"));
+  });
+}
 
 pb::SessionRequest Batch(std::vector<pb::SessionRequest> commands) {
   pb::SessionRequest r;
@@ -99,7 +146,7 @@ uint64_t Alloc(Session& s, uint64_t id, uint32_t device, uint64_t size) {
 
 TEST(SessionLanesTest, ComputesOfTwoDevicesOverlap) {
   Meeting meeting;
-  MeetingDevice dev0("M0", &meeting), dev1("M1", &meeting);
+  HookDevice dev0 = MeetingDevice("M0", &meeting), dev1 = MeetingDevice("M1", &meeting);
   SessionEnv env;
   env.devices = {&dev0, &dev1};
   Session s("lanes", env);
@@ -152,6 +199,46 @@ TEST(SessionLanesTest, CommandsSharingABufferKeepTheirOrderAcrossDevices) {
     EXPECT_EQ(r[5].read().data(), std::string(kOutBytes, '\0')) << "round " << round;
     EXPECT_TRUE(NearlyEqual(ToFloats(r[6].read().data()), other.Expected())) << "round " << round;
   }
+}
+
+// A copy whose source the client has seen finish (CopyRange.src_ready) follows only the
+// destination device's work: it runs, and a read of what it brought returns, while the
+// source's device is still busy with later work (the next micro-batch of a pipeline).
+TEST(SessionLanesTest, ACopyOfAReadySourceDoesNotWaitForTheSourceDevice) {
+  Gate gate;
+  HookDevice dev0 = GateDevice("G0", &gate);
+  cpu::CpuDevice dev1("C1", "cpu:C1", 1);
+  SessionEnv env;
+  env.devices = {&dev0, &dev1};
+  Session s("ready", env);
+  const uint64_t b0 = Alloc(s, 1, 0, MatMulAdd::kBufferBytes);
+  const uint64_t b1 = Alloc(s, 2, 1, MatMulAdd::kBufferBytes);
+  constexpr uint64_t kFreeAt = 1536;  // free space in both buffers.
+  const std::string bytes = "the source's bytes, written before";
+  ASSERT_EQ(s.Handle(WriteRequest(3, b0, kFreeAt, bytes)).code(), 0);
+  const MatMulAdd mm(7);
+  pb::SessionRequest copy;
+  copy.set_id(5);
+  pb::CopyRange* c = copy.mutable_copy();
+  c->mutable_src()->set_buffer(b0);
+  c->mutable_src()->set_offset(kFreeAt);
+  c->mutable_src()->set_size(bytes.size());
+  c->set_dst_buffer(b1);
+  c->set_dst_offset(kFreeAt);
+  c->set_src_ready(true);
+  std::vector<pb::SessionReply> replies;
+  std::thread client([&] { replies = Serve(s, Batch({mm.Compute(4, b0, 0, 80, true), copy})); });
+  ASSERT_TRUE(gate.WaitBegan());
+  // Device 0 is held in its compute; the copy behind it, on device 1 only, has run.
+  const pb::SessionReply read = s.Handle(ReadRequest(6, b1, kFreeAt, bytes.size()));
+  gate.Open();
+  client.join();
+  EXPECT_EQ(read.code(), 0) << read.message();
+  EXPECT_EQ(read.read().data(), bytes);
+  ASSERT_EQ(replies.size(), 2u);
+  for (const pb::SessionReply& r : replies) EXPECT_EQ(r.code(), 0) << r.message();
+  ASSERT_EQ(replies[0].compute().outputs_size(), 1);
+  EXPECT_TRUE(NearlyEqual(ToFloats(replies[0].compute().outputs(0)), mm.Expected()));
 }
 
 }  // namespace
