@@ -6,7 +6,9 @@
 #          rounds (ours, then llama.cpp's, per model); medians at the end;
 #   devs   two devices of one rpc-server (TG_CPU_DEVICES=2 rpc-server -d 0,1 -t 1) against
 #          one device of it: pp512 with -sm layer --n-copies 4 (pipelined) and 1, and
-#          -sm none on device 0; ROUNDS interleaved rounds, medians.
+#          -sm none on device 0; the same two and one devices in the client's own process
+#          (TG_CPU_DEVICES=2, -t 1), which is what overlapping two computes on this host
+#          can give at most; ROUNDS interleaved rounds, medians.
 #          With BASE=DIR (another build's build/release, e.g. of main), its rpc-server and
 #          tg-bench run in the same rounds too (a "before" column).
 # Usage: bash scripts/bench_rpc_layer.sh [layer|devs|all] [ROUNDS] [REPS]
@@ -95,10 +97,15 @@ if [ "$what" = devs ] || [ "$what" = all ]; then
     if [ -n "${BASE:-}" ]; then
       base4=$(base_ts -m "$m15m" -p 512 -n 0 --rpc "$f" -sm layer --device "RPC[$f]/0,RPC[$f]/1" --n-copies 4)
     fi
-    echo "two-devices-pipe4 $two4 two-devices-pipe1 $two1 one-device $one base-two-devices-pipe4 $base4"
+    local4=$(TG_CPU_DEVICES=2 ours_ts -m "$m15m" -p 512 -n 0 -sm layer --device CPU0,CPU1 --n-copies 4)
+    local1=$(TG_CPU_DEVICES=2 ours_ts -m "$m15m" -p 512 -n 0 --device CPU0)
+    echo "two-devices-pipe4 $two4 two-devices-pipe1 $two1 one-device $one base-two-devices-pipe4 $base4" \
+         "local-two-pipe4 $local4 local-one $local1"
   done | tee "$work/devs"
   echo "median: two devices --n-copies 4 $(awk '{print $2}' "$work/devs" | median)," \
        "--n-copies 1 $(awk '{print $4}' "$work/devs" | median), one device $(awk '{print $6}' "$work/devs" | median)," \
-       "base two devices --n-copies 4 $(awk '{print $8}' "$work/devs" | median)"
+       "base two devices --n-copies 4 $(awk '{print $8}' "$work/devs" | median);" \
+       "in-process: two devices --n-copies 4 $(awk '{print $10}' "$work/devs" | median)," \
+       "one device $(awk '{print $12}' "$work/devs" | median)"
   echo "(load after: $(cut -d' ' -f1-3 /proc/loadavg))"
 fi
