@@ -34,7 +34,9 @@ wait_port() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/n
 # Starts `$@` in the background, remembering its pid for cleanup.
 spawn() { "$@" >>"$work/servers.log" 2>&1 & pids+=($!); }
 median() { sort -n | awk '{ v[NR] = $1 } END { printf "%.1f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-ours_ts() { $bin/tools/tg-bench/tg-bench -r "$reps" -t 1 -o csv "$@" 2>/dev/null | tail -n 1 | cut -d, -f13; }
+# --no-split-probe: the split-overhead probe costs seconds over rpc-servers and is not in
+# avg_ts (a BASE from before 2026-11-29 lacks the flag, and runs the probe).
+ours_ts() { $bin/tools/tg-bench/tg-bench -r "$reps" -t 1 -o csv --no-split-probe "$@" 2>/dev/null | tail -n 1 | cut -d, -f13; }
 base_ts() { "$BASE"/tools/tg-bench/tg-bench -r "$reps" -t 1 -o csv "$@" 2>/dev/null | tail -n 1 | cut -d, -f13; }
 # llama-bench's csv: avg_ts is the column named avg_ts.
 llama_ts() {

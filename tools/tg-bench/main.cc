@@ -56,6 +56,7 @@ struct BenchFlags {
   float temp = 0.0f;    // > 0, tg: SAMPLE on the device at this temperature, fed back.
   int64_t greedy_batch = SessionOptions{}.greedy_batch;
   bool rpc_failover = false;
+  bool no_split_probe = false;  // skip the split-overhead line (about 4 s over rpc-servers).
 };
 
 struct TestResult {
@@ -400,7 +401,9 @@ absl::Status Run(const BenchFlags& f) {
   TG_ASSIGN_OR_RETURN(rep.results, RunTests(*model, threads, copies, pps, tgs, f));
   rep.model = &model->model();  // after the tests: a failover loads it again.
   rep.devices = DeviceColumn(model->model());
-  TG_ASSIGN_OR_RETURN(rep.probe, ProbeSplits(model->model()));  // with the last -t.
+  if (!f.no_split_probe) {
+    TG_ASSIGN_OR_RETURN(rep.probe, ProbeSplits(model->model()));  // with the last -t.
+  }
   if (f.output == "md") PrintMarkdown(rep);
   if (f.output == "csv") PrintCsv(rep);
   if (f.output == "json") PrintJson(rep);
@@ -439,6 +442,9 @@ int main(int argc, char** argv) {
       absl::StrCat("--greedy or --temp on an rpc-server: decode steps sent in one message, 1..",
                    tg::kMaxGreedyBatch, " (default 0: as many as take ", tg::kGreedyBatchUs, " us)")
           .c_str());
+  p.AddBool(nullptr, "--no-split-probe", &f.no_split_probe,
+            "several devices: skip measuring the cost of one more split after the tests (the "
+            "'split overhead' line; csv split_overhead_us 0), which takes seconds over rpc-servers");
   p.AddBool(nullptr, "--rpc-failover", &f.rpc_failover,
             "when an rpc-server is lost, run the test again on the remaining devices (the same "
             "split, -ts renormalised) and say so on stderr");
