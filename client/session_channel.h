@@ -96,9 +96,8 @@ class SessionChannel {
   absl::Status EndBatch() ABSL_LOCKS_EXCLUDED(mu_);
 
   // A small write that rides along with the next command: inside the next Compute of its
-  // device, or posted just before any other command. When QueuedWrites::kMaxBytes would be passed, the
-  // queued writes are posted first.
-  // `device`: the server's device whose memory `buffer` is (QueuedWrites).
+  // device (the server's device whose memory `buffer` is), or posted just before any other
+  // command. When QueuedWrites::kMaxBytes would be passed, the queued writes are posted first.
   absl::Status QueueWrite(uint32_t device, uint64_t buffer, uint64_t offset, const void* data,
                           size_t size) ABSL_LOCKS_EXCLUDED(mu_);
   bool has_queued_writes() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -163,7 +162,7 @@ class SessionChannel {
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t messages_sent_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);  // sent or held, oldest first.
-  bool reading_ ABSL_GUARDED_BY(mu_) = false;  // a thread is in stream_->Read, unlocked.
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;         // a thread is in stream_->Read, unlocked.
   int batch_depth_ ABSL_GUARDED_BY(mu_) = 0;
   Request batch_ ABSL_GUARDED_BY(mu_);  // the held commands (batch_.batch().commands()).
   size_t batch_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -316,9 +316,8 @@ TEST_F(SessionChannelTest, AnotherThreadPostsWhileOneWaitsForAReply) {
   });
   absl::SleepFor(kHeld);  // the waiter is reading by now.
 
-  std::future<absl::Status> post = std::async(std::launch::async, [&] {
-    return channel_->Post(WriteRequest(0, buffer_, 100, "later"));
-  });
+  std::future<absl::Status> post = std::async(
+      std::launch::async, [&] { return channel_->Post(WriteRequest(0, buffer_, 100, "later")); });
   const bool posted = post.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
   EXPECT_TRUE(posted) << "Post waited for another thread's reply";
   EXPECT_FALSE(waited);

@@ -442,9 +442,10 @@ int main(int argc, char** argv) {
       absl::StrCat("--greedy or --temp on an rpc-server: decode steps sent in one message, 1..",
                    tg::kMaxGreedyBatch, " (default 0: as many as take ", tg::kGreedyBatchUs, " us)")
           .c_str());
-  p.AddBool(nullptr, "--no-split-probe", &f.no_split_probe,
-            "several devices: skip measuring the cost of one more split after the tests (the "
-            "'split overhead' line; csv split_overhead_us 0), which takes seconds over rpc-servers");
+  p.AddBool(
+      nullptr, "--no-split-probe", &f.no_split_probe,
+      "several devices: skip measuring the cost of one more split after the tests (the "
+      "'split overhead' line; csv split_overhead_us 0), which takes seconds over rpc-servers");
   p.AddBool(nullptr, "--rpc-failover", &f.rpc_failover,
             "when an rpc-server is lost, run the test again on the remaining devices (the same "
             "split, -ts renormalised) and say so on stderr");
