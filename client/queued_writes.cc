@@ -21,16 +21,19 @@ bool QueuedWrites::HasFor(uint32_t device) const {
 }
 
 void QueuedWrites::MoveInto(tensorgrid::v1::Compute& compute) {
-  std::vector<Write> rest;
-  for (Write& w : writes_) {
+  // The others close up in place, in order: the queue keeps its memory for the next step.
+  size_t kept = 0;
+  for (size_t i = 0; i < writes_.size(); ++i) {
+    Write& w = writes_[i];
     if (w.device != compute.device()) {
-      rest.push_back(std::move(w));
+      if (kept != i) writes_[kept] = std::move(w);
+      ++kept;
       continue;
     }
     bytes_ -= w.range.data().size();
     *compute.add_inputs() = std::move(w.range);
   }
-  writes_ = std::move(rest);
+  writes_.resize(kept);
 }
 
 std::vector<tensorgrid::v1::SessionRequest> QueuedWrites::TakeAsCommands() {

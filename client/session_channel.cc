@@ -42,7 +42,7 @@ absl::StatusOr<std::unique_ptr<SessionChannel>> SessionChannel::Open(
   absl::MutexLock lock(&c->mu_);
   c->stream_ = stub.Session(c->context_.get());
   Reply started;
-  TG_RETURN_IF_ERROR(c->ReadStartedLocked(&started));
+  TG_RETURN_IF_ERROR(c->ReadLocked(&started));
   if (started.code() != 0 || !started.has_started()) {
     const int code =
         started.code() != 0 ? started.code() : static_cast<int>(absl::StatusCode::kInternal);
@@ -192,10 +192,15 @@ bool SessionChannel::WriteStreamLocked(const Request& message) {
   return written;
 }
 
-absl::Status SessionChannel::ReadStartedLocked(Reply* reply) {
-  const absl::Duration limit = deadlines_->ForCommands(0);
+absl::Status SessionChannel::ReadLocked(Reply* reply) {
+  reading_ = true;
+  const absl::Duration limit = deadlines_->ForCommands(in_flight_bytes_);
+  Stream* stream = stream_.get();
   read_watchdog_.Arm(limit);
-  const bool read = stream_->Read(reply);
+  mu_.Unlock();
+  const bool read = stream->Read(reply);
+  mu_.Lock();
+  reading_ = false;
   if (read_watchdog_.Disarm()) {
     stalled_after_ = limit;
     return BrokenLocked("waiting for a reply");
@@ -210,20 +215,8 @@ absl::Status SessionChannel::HandleReplyLocked() {
     mu_.Await(absl::Condition(this, &SessionChannel::NotReading));
     return absl::OkStatus();
   }
-  reading_ = true;
-  const absl::Duration limit = deadlines_->ForCommands(in_flight_bytes_);
-  Stream* stream = stream_.get();
   Reply reply;
-  read_watchdog_.Arm(limit);
-  mu_.Unlock();
-  const bool read = stream->Read(&reply);
-  mu_.Lock();
-  reading_ = false;
-  if (read_watchdog_.Disarm()) {
-    stalled_after_ = limit;
-    return BrokenLocked("waiting for a reply");
-  }
-  if (!read) return BrokenLocked("read failed");
+  TG_RETURN_IF_ERROR(ReadLocked(&reply));
   if (!reply.has_batch()) return HandleOneReplyLocked(reply);
   for (Reply& one : *reply.mutable_batch()->mutable_replies()) {
     TG_RETURN_IF_ERROR(HandleOneReplyLocked(one));

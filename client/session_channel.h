@@ -125,16 +125,17 @@ class SessionChannel {
   absl::Status SendBatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Posts the queued writes as Write commands.
   absl::Status FlushWritesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reads the Started reply (Open: nobody else uses the channel yet).
-  absl::Status ReadStartedLocked(Reply* reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads one message with mu_ released (reading_ set meanwhile; the caller made sure no
+  // other thread reads), under the read watchdog; a failed read breaks the channel.
+  absl::Status ReadLocked(Reply* reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // stream_->Write under the watchdog; counts the message's bytes (and those it asks back)
   // as in flight.
   bool WriteStreamLocked(const Request& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status DrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WaitForLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reads one reply message, with mu_ released during the read, and handles the pending
-  // commands it answers (one, or several when it is a BatchReply). When another thread is
-  // reading, waits for it to handle its message instead: the caller looks again.
+  // Reads one reply message (ReadLocked) and handles the pending commands it answers (one,
+  // or several when it is a BatchReply). When another thread is reading, waits for it to
+  // handle its message instead: the caller looks again.
   absl::Status HandleReplyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status HandleOneReplyLocked(Reply& reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The first error reply not yet returned, when its command's id is <= up_to.
