@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/enum_names.h"
 #include "core/fp16.h"
 #include "core/quant_blocks.h"
 #include "gtest/gtest.h"
@@ -30,27 +31,13 @@ constexpr RowKind kAllRowKinds[] = {RowKind::kGauss,   RowKind::kUniform,  RowKi
                                     RowKind::kLarge,   RowKind::kPositive, RowKind::kZeros,
                                     RowKind::kOutlier, RowKind::kMixed};
 
-const char* RowKindName(RowKind kind) {
-  switch (kind) {
-    case RowKind::kGauss:
-      return "gauss";
-    case RowKind::kUniform:
-      return "uniform";
-    case RowKind::kSmall:
-      return "small";
-    case RowKind::kLarge:
-      return "large";
-    case RowKind::kPositive:
-      return "positive";
-    case RowKind::kZeros:
-      return "zeros";
-    case RowKind::kOutlier:
-      return "outlier";
-    case RowKind::kMixed:
-      return "mixed";
-  }
-  return "?";
-}
+constexpr EnumName<RowKind> kRowKindNames[] = {
+    {RowKind::kGauss, "gauss"},     {RowKind::kUniform, "uniform"},   {RowKind::kSmall, "small"},
+    {RowKind::kLarge, "large"},     {RowKind::kPositive, "positive"}, {RowKind::kZeros, "zeros"},
+    {RowKind::kOutlier, "outlier"}, {RowKind::kMixed, "mixed"},
+};
+
+const char* RowKindName(RowKind kind) { return NameOf(kRowKindNames, kind); }
 
 // A row of n values; every magnitude stays inside the f16 range so that all types apply.
 std::vector<float> MakeRow(RowKind kind, int64_t n, uint32_t seed) {

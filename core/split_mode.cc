@@ -1,28 +1,26 @@
 #include "core/split_mode.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
+#include "core/enum_names.h"
 
 namespace tg {
 
+namespace {
+
+constexpr EnumName<SplitMode> kSplitModes[] = {
+    {SplitMode::kNone, "none"}, {SplitMode::kLayer, "layer"}, {SplitMode::kTensor, "tensor"}};
+
+}  // namespace
+
 absl::StatusOr<SplitMode> ParseSplitMode(absl::string_view name) {
-  if (name == "none") return SplitMode::kNone;
-  if (name == "layer") return SplitMode::kLayer;
-  if (name == "tensor") return SplitMode::kTensor;
+  if (std::optional<SplitMode> mode = ValueOf(kSplitModes, name)) return *mode;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown split mode '", name, "' (none, layer, tensor)"));
+      absl::StrCat("unknown split mode '", name, "' (", NameList(kSplitModes), ")"));
 }
 
-absl::string_view SplitModeName(SplitMode mode) {
-  switch (mode) {
-    case SplitMode::kNone:
-      return "none";
-    case SplitMode::kLayer:
-      return "layer";
-    case SplitMode::kTensor:
-      return "tensor";
-  }
-  return "none";
-}
+absl::string_view SplitModeName(SplitMode mode) { return NameOf(kSplitModes, mode, "none"); }
 
 std::vector<float> ProportionsFromMemory(const std::vector<Device*>& devices) {
   std::vector<float> p;

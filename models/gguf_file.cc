@@ -19,6 +19,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/enum_names.h"
 #include "core/status_macros.h"
 
 namespace tg {
@@ -115,39 +116,17 @@ std::string IntegerToString(const GgufValue& v) {
   return "?";
 }
 
+constexpr EnumName<GgufType> kGgufTypes[] = {
+    {GgufType::kUint8, "uint8"},     {GgufType::kInt8, "int8"},     {GgufType::kUint16, "uint16"},
+    {GgufType::kInt16, "int16"},     {GgufType::kUint32, "uint32"}, {GgufType::kInt32, "int32"},
+    {GgufType::kFloat32, "float32"}, {GgufType::kBool, "bool"},     {GgufType::kString, "string"},
+    {GgufType::kArray, "array"},     {GgufType::kUint64, "uint64"}, {GgufType::kInt64, "int64"},
+    {GgufType::kFloat64, "float64"},
+};
+
 }  // namespace
 
-absl::string_view GgufTypeName(GgufType type) {
-  switch (type) {
-    case GgufType::kUint8:
-      return "uint8";
-    case GgufType::kInt8:
-      return "int8";
-    case GgufType::kUint16:
-      return "uint16";
-    case GgufType::kInt16:
-      return "int16";
-    case GgufType::kUint32:
-      return "uint32";
-    case GgufType::kInt32:
-      return "int32";
-    case GgufType::kFloat32:
-      return "float32";
-    case GgufType::kBool:
-      return "bool";
-    case GgufType::kString:
-      return "string";
-    case GgufType::kArray:
-      return "array";
-    case GgufType::kUint64:
-      return "uint64";
-    case GgufType::kInt64:
-      return "int64";
-    case GgufType::kFloat64:
-      return "float64";
-  }
-  return "unknown";
-}
+absl::string_view GgufTypeName(GgufType type) { return NameOf(kGgufTypes, type, "unknown"); }
 
 // Reads a whole GGUF image into a GgufFile, validating as it goes. One instance per parse.
 class GgufParser {

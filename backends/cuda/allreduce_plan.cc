@@ -4,20 +4,17 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/enum_names.h"
 
 namespace tg::cuda {
 
-const char* AllReduceAlgorithmName(AllReduceAlgorithm a) {
-  switch (a) {
-    case AllReduceAlgorithm::kOneShot:
-      return "one-shot";
-    case AllReduceAlgorithm::kTwoShot:
-      return "two-shot";
-    case AllReduceAlgorithm::kNccl:
-      return "nccl";
-  }
-  return "?";
-}
+constexpr EnumName<AllReduceAlgorithm> kAlgorithmNames[] = {
+    {AllReduceAlgorithm::kOneShot, "one-shot"},
+    {AllReduceAlgorithm::kTwoShot, "two-shot"},
+    {AllReduceAlgorithm::kNccl, "nccl"},
+};
+
+const char* AllReduceAlgorithmName(AllReduceAlgorithm a) { return NameOf(kAlgorithmNames, a); }
 
 absl::Status CheckAllReduceTopology(const AllReduceTopology& topology) {
   if (topology.n_ranks < 1) return absl::InvalidArgumentError("all-reduce over no ranks");

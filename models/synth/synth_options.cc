@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "core/enum_names.h"
 #include "core/status_macros.h"
 
 namespace tg::synth {
@@ -215,19 +216,13 @@ absl::Status ApplyFlag(absl::string_view flag, absl::string_view value, SynthOpt
 
 int64_t MinSynthVocab() { return kSpecialTokens + kByteTokens + kMinPieces; }
 
-const char* SynthArchName(SynthArch arch) {
-  switch (arch) {
-    case SynthArch::kQwen3Moe:
-      return "qwen3moe";
-    case SynthArch::kMixtral:
-      return "mixtral";
-    case SynthArch::kGptOss:
-      return "gpt-oss";
-    case SynthArch::kLlama:
-      break;
-  }
-  return "llama";
-}
+constexpr EnumName<SynthArch> kArchNames[] = {
+    {SynthArch::kQwen3Moe, "qwen3moe"},
+    {SynthArch::kMixtral, "mixtral"},
+    {SynthArch::kGptOss, "gpt-oss"},
+};
+
+const char* SynthArchName(SynthArch arch) { return NameOf(kArchNames, arch, "llama"); }
 
 const char* GgufArchName(SynthArch arch) {
   if (arch == SynthArch::kMixtral) return "llama";

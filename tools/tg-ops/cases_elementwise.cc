@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/enum_names.h"
 #include "core/ops.h"
 #include "core/status_macros.h"
 #include "tools/tg-ops/case_helpers.h"
@@ -25,17 +26,12 @@ TensorOr Operand(CaseBuilder& b, Shape4 ne, Layout layout, float lo = -1.0f, flo
   return b.Uniform(DType::kF32, ne, lo, hi);
 }
 
-const char* LayoutNote(Layout layout) {
-  switch (layout) {
-    case Layout::kTransposed:
-      return "transposed";
-    case Layout::kPaddedRows:
-      return "padded rows";
-    case Layout::kContiguous:
-      break;
-  }
-  return "";
-}
+constexpr EnumName<Layout> kLayoutNotes[] = {
+    {Layout::kTransposed, "transposed"},
+    {Layout::kPaddedRows, "padded rows"},
+};
+
+const char* LayoutNote(Layout layout) { return NameOf(kLayoutNotes, layout, ""); }
 
 OpCase BinaryCase(Op op, Shape4 a_ne, Shape4 b_ne, Layout layout = Layout::kContiguous) {
   return {op, LayoutNote(layout), kNmseExact, [=](CaseBuilder& b) -> TensorOr {

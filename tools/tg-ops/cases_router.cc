@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/enum_names.h"
 #include "core/ops.h"
 #include "core/status_macros.h"
 #include "tools/tg-ops/case_helpers.h"
@@ -18,23 +19,15 @@ constexpr double kExactIds = 0.0;
 // How a case's F32 rows are made.
 enum class Rows { kUniform, kTransposed, kAllEqual, kSomeInf, kSomeNan, kFewValues };
 
-const char* RowsNote(Rows rows) {
-  switch (rows) {
-    case Rows::kTransposed:
-      return "transposed";
-    case Rows::kAllEqual:
-      return "all values equal";
-    case Rows::kSomeInf:
-      return "-inf entries, one all -inf row";
-    case Rows::kSomeNan:
-      return "NaN entries, one all NaN row";
-    case Rows::kFewValues:
-      return "64 distinct values: ties";
-    case Rows::kUniform:
-      break;
-  }
-  return "";
-}
+constexpr EnumName<Rows> kRowsNotes[] = {
+    {Rows::kTransposed, "transposed"},
+    {Rows::kAllEqual, "all values equal"},
+    {Rows::kSomeInf, "-inf entries, one all -inf row"},
+    {Rows::kSomeNan, "NaN entries, one all NaN row"},
+    {Rows::kFewValues, "64 distinct values: ties"},
+};
+
+const char* RowsNote(Rows rows) { return NameOf(kRowsNotes, rows, ""); }
 
 TensorOr RowsOperand(CaseBuilder& b, Shape4 ne, Rows rows) {
   constexpr double kInfShare = 0.5;

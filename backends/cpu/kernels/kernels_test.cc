@@ -24,6 +24,7 @@
 #include "backends/cpu/compute_params.h"
 #include "backends/cpu/kernels/simd_math.h"
 #include "core/dtype.h"
+#include "core/enum_names.h"
 #include "core/fp16.h"
 #include "core/quants.h"
 #include "core/spin_barrier.h"
@@ -55,19 +56,14 @@ enum class Layout {
   kPermuted,    // memory order (2, 0, 1, 3): dim 2 innermost.
 };
 
-const char* LayoutName(Layout l) {
-  switch (l) {
-    case Layout::kContiguous:
-      return "contiguous";
-    case Layout::kPadded:
-      return "padded";
-    case Layout::kTransposed:
-      return "transposed";
-    case Layout::kPermuted:
-      return "permuted";
-  }
-  return "?";
-}
+constexpr EnumName<Layout> kLayoutNames[] = {
+    {Layout::kContiguous, "contiguous"},
+    {Layout::kPadded, "padded"},
+    {Layout::kTransposed, "transposed"},
+    {Layout::kPermuted, "permuted"},
+};
+
+const char* LayoutName(Layout l) { return NameOf(kLayoutNames, l); }
 
 // A tensor's values in logical order, as doubles.
 struct Dense {
