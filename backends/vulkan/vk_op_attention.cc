@@ -17,9 +17,9 @@ namespace {
 // flash_attn_common.glsl
 struct FlashAttnPC {
   uint64_t q, k, v, m, d;
-  uint32_t q_nb1, q_nb2, q_nb3, m_nb1;
-  uint32_t k_nb1, k_nb2, k_nb3, m_type;
-  uint32_t v_nb1, v_nb2, v_nb3, n_kv;
+  uint32_t q_nb[3], m_nb1;  // q, k and v: dimensions 1 to 3
+  uint32_t k_nb[3], m_type;
+  uint32_t v_nb[3], n_kv;
   uint32_t n_q, H, H_kv, B;
   float scale;
 };
@@ -56,15 +56,9 @@ FlashAttnPC PushConstants(Recorder& rec, const Tensor* node, std::vector<Address
   pc.k = rec.Address(k);
   pc.v = rec.Address(v);
   pc.d = rec.Address(node);
-  pc.q_nb1 = U32(q->nb[1]);
-  pc.q_nb2 = U32(q->nb[2]);
-  pc.q_nb3 = U32(q->nb[3]);
-  pc.k_nb1 = U32(k->nb[1]);
-  pc.k_nb2 = U32(k->nb[2]);
-  pc.k_nb3 = U32(k->nb[3]);
-  pc.v_nb1 = U32(v->nb[1]);
-  pc.v_nb2 = U32(v->nb[2]);
-  pc.v_nb3 = U32(v->nb[3]);
+  PutDims<1>(pc.q_nb, q->nb);
+  PutDims<1>(pc.k_nb, k->nb);
+  PutDims<1>(pc.v_nb, v->nb);
   pc.n_kv = U32(k->ne[1]);
   pc.n_q = U32(q->ne[1]);
   pc.H = U32(q->ne[2]);

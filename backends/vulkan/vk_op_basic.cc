@@ -45,10 +45,8 @@ absl::Status RecordElementwise(Recorder& rec, const Tensor* node) {
   ElementwisePC pc{};
   pc.a = rec.Address(a);
   pc.d = rec.Address(node);
-  for (int i = 0; i < 4; ++i) {
-    pc.ne[i] = U32(node->ne[i]);
-    pc.a_nb[i] = U32(a->nb[i]);
-  }
+  PutDims(pc.ne, node->ne);
+  PutDims(pc.a_nb, a->nb);
   switch (node->op) {
     case Op::kAdd:
       pc.op = kOpAdd;
@@ -79,10 +77,8 @@ absl::Status RecordElementwise(Recorder& rec, const Tensor* node) {
   std::vector<AddressRange> reads = {rec.Range(a)};
   if (b != nullptr) {
     pc.b = rec.Address(b);
-    for (int i = 0; i < 4; ++i) {
-      pc.b_ne[i] = U32(b->ne[i]);
-      pc.b_nb[i] = U32(b->nb[i]);
-    }
+    PutDims(pc.b_ne, b->ne);
+    PutDims(pc.b_nb, b->nb);
     reads.push_back(rec.Range(b));
   }
   pc.n = U32(node->NumElements());
@@ -125,8 +121,8 @@ struct RowKernelPC {
 // argmax.comp
 struct ArgmaxPC {
   uint64_t a, d;
-  uint32_t a_nb1, a_nb2, a_nb3, ne0;
-  uint32_t ne1, ne2, ne3;
+  uint32_t a_nb[3];  // dimensions 1 to 3
+  uint32_t ne[4];
 };
 
 // rope.comp
@@ -167,10 +163,8 @@ absl::Status RecordNormGroup(Recorder& rec, const NormGroup& group) {
     reads.push_back(rec.Range(group.mul->src[1]));
     writes.push_back(rec.Range(group.mul));
   }
-  for (int i = 0; i < 4; ++i) {
-    pc.a_nb[i] = U32(a->nb[i]);
-    pc.ne[i] = U32(a->ne[i]);
-  }
+  PutDims(pc.a_nb, a->nb);
+  PutDims(pc.ne, a->ne);
   pc.eps = norm->ParamF32(0);
   // The product's quantized activations, from the row's results kept in shared memory: where
   // a row fits beside the reduction's.
@@ -199,14 +193,12 @@ absl::Status RecordSoftMax(Recorder& rec, const Tensor* node) {
   SoftMaxPC pc{};
   pc.a = rec.Address(a);
   pc.d = rec.Address(node);
-  for (int i = 0; i < 4; ++i) {
-    pc.a_nb[i] = U32(a->nb[i]);
-    pc.ne[i] = U32(a->ne[i]);
-  }
+  PutDims(pc.a_nb, a->nb);
+  PutDims(pc.ne, a->ne);
   std::vector<AddressRange> reads = {rec.Range(a)};
   if (mask != nullptr) {
     pc.m = rec.Address(mask);
-    for (int i = 0; i < 4; ++i) pc.m_nb[i] = U32(mask->nb[i]);
+    PutDims(pc.m_nb, mask->nb);
     pc.m_ne2 = U32(mask->ne[2]);
     pc.m_ne3 = U32(mask->ne[3]);
     pc.m_type = static_cast<uint32_t>(mask->type);
@@ -227,13 +219,8 @@ absl::Status RecordArgmax(Recorder& rec, const Tensor* node) {
   ArgmaxPC pc{};
   pc.a = rec.Address(a);
   pc.d = rec.Address(node);
-  pc.a_nb1 = U32(a->nb[1]);
-  pc.a_nb2 = U32(a->nb[2]);
-  pc.a_nb3 = U32(a->nb[3]);
-  pc.ne0 = U32(a->ne[0]);
-  pc.ne1 = U32(a->ne[1]);
-  pc.ne2 = U32(a->ne[2]);
-  pc.ne3 = U32(a->ne[3]);
+  PutDims<1>(pc.a_nb, a->nb);
+  PutDims(pc.ne, a->ne);
   const uint32_t spec[] = {kRowGroup};
   const AddressRange reads[] = {rec.Range(a)};
   const AddressRange writes[] = {rec.Range(node)};
@@ -246,10 +233,8 @@ absl::Status RecordRowKernel(Recorder& rec, const Tensor* node, absl::string_vie
   RowKernelPC pc{};
   pc.a = rec.Address(a);
   pc.d = rec.Address(node);
-  for (int i = 0; i < 4; ++i) {
-    pc.a_nb[i] = U32(a->nb[i]);
-    pc.ne[i] = U32(a->ne[i]);
-  }
+  PutDims(pc.a_nb, a->nb);
+  PutDims(pc.ne, a->ne);
   pc.p0 = p0;
   pc.p1 = p1;
   const uint32_t spec[] = {group};
@@ -270,10 +255,8 @@ absl::Status RecordRope(Recorder& rec, const Tensor* node) {
   pc.a = rec.Address(a);
   pc.pos = rec.Address(pos);
   pc.d = rec.Address(node);
-  for (int i = 0; i < 4; ++i) {
-    pc.a_nb[i] = U32(a->nb[i]);
-    pc.ne[i] = U32(a->ne[i]);
-  }
+  PutDims(pc.a_nb, a->nb);
+  PutDims(pc.ne, a->ne);
   const RopeParams p = RopeParamsOf(*node);
   pc.n_dims = static_cast<uint32_t>(p.n_dims);
   pc.neox = (p.mode & kRopeNeox) != 0 ? 1 : 0;

@@ -15,18 +15,19 @@ struct CpyPC {
 // cpy_quant.comp
 struct CpyQuantPC {
   uint64_t a, d;
-  uint32_t ne0, a_ne1, a_ne2, a_ne3;
-  uint32_t a_nb[4];
-  uint32_t d_ne1, d_ne2, d_nb1, d_nb2;
-  uint32_t d_nb3, a_type, d_type, n_blocks;
+  uint32_t a_ne[4], a_nb[4];
+  uint32_t d_ne[2];  // dimensions 1 and 2
+  uint32_t d_nb[3];  // dimensions 1 to 3
+  uint32_t a_type, d_type, n_blocks;
 };
 
 // get_rows.comp
 struct GetRowsPC {
   uint64_t a, idx, d, err;
   uint32_t a_nb[4];
-  uint32_t ne0, nr, ne2, ne3;
-  uint32_t idx_nb0, idx_nb1, idx_nb2, a_ne1;
+  uint32_t ne[4];      // of the result
+  uint32_t idx_nb[3];  // dimensions 0 to 2
+  uint32_t a_ne1;
   uint32_t a_type, tag;
 };
 
@@ -35,9 +36,10 @@ struct SetRowsPC {
   uint64_t d, b, idx, err;
   uint32_t d_nb[4];
   uint32_t b_nb[4];
-  uint32_t ne0, nr, ne2, ne3;
-  uint32_t idx_nb0, idx_nb1, idx_nb2, c1;
-  uint32_t c2, d_ne1, d_type, tag;
+  uint32_t b_ne[4];
+  uint32_t idx_nb[3];  // dimensions 0 to 2
+  uint32_t idx_ne[2];  // dimensions 1 and 2
+  uint32_t d_ne1, d_type, tag;
 };
 static_assert(sizeof(CpyPC) <= kPushConstantBytes && sizeof(SetRowsPC) <= kPushConstantBytes);
 
@@ -59,16 +61,10 @@ absl::Status RecordCpy(Recorder& rec, const Tensor* node) {
     CpyQuantPC pc{};
     pc.a = rec.Address(a);
     pc.d = rec.Address(d);
-    pc.ne0 = U32(a->ne[0]);
-    pc.a_ne1 = U32(a->ne[1]);
-    pc.a_ne2 = U32(a->ne[2]);
-    pc.a_ne3 = U32(a->ne[3]);
-    for (int i = 0; i < 4; ++i) pc.a_nb[i] = U32(a->nb[i]);
-    pc.d_ne1 = U32(d->ne[1]);
-    pc.d_ne2 = U32(d->ne[2]);
-    pc.d_nb1 = U32(d->nb[1]);
-    pc.d_nb2 = U32(d->nb[2]);
-    pc.d_nb3 = U32(d->nb[3]);
+    PutDims(pc.a_ne, a->ne);
+    PutDims(pc.a_nb, a->nb);
+    PutDims<1>(pc.d_ne, d->ne);
+    PutDims<1>(pc.d_nb, d->nb);
     pc.a_type = static_cast<uint32_t>(a->type);
     pc.d_type = static_cast<uint32_t>(d->type);
     pc.n_blocks = U32(d->NumElements() / BlockSize(d->type));
@@ -79,12 +75,10 @@ absl::Status RecordCpy(Recorder& rec, const Tensor* node) {
   CpyPC pc{};
   pc.a = rec.Address(a);
   pc.d = rec.Address(d);
-  for (int i = 0; i < 4; ++i) {
-    pc.a_ne[i] = U32(a->ne[i]);
-    pc.a_nb[i] = U32(a->nb[i]);
-    pc.d_ne[i] = U32(d->ne[i]);
-    pc.d_nb[i] = U32(d->nb[i]);
-  }
+  PutDims(pc.a_ne, a->ne);
+  PutDims(pc.a_nb, a->nb);
+  PutDims(pc.d_ne, d->ne);
+  PutDims(pc.d_nb, d->nb);
   pc.a_type = static_cast<uint32_t>(a->type);
   pc.d_type = static_cast<uint32_t>(d->type);
   pc.n = U32(d->NumElements());
@@ -100,14 +94,9 @@ absl::Status RecordGetRows(Recorder& rec, const Tensor* node) {
   pc.idx = rec.Address(idx);
   pc.d = rec.Address(node);
   pc.err = rec.error_address();
-  for (int i = 0; i < 4; ++i) pc.a_nb[i] = U32(a->nb[i]);
-  pc.ne0 = U32(node->ne[0]);
-  pc.nr = U32(node->ne[1]);
-  pc.ne2 = U32(node->ne[2]);
-  pc.ne3 = U32(node->ne[3]);
-  pc.idx_nb0 = U32(idx->nb[0]);
-  pc.idx_nb1 = U32(idx->nb[1]);
-  pc.idx_nb2 = U32(idx->nb[2]);
+  PutDims(pc.a_nb, a->nb);
+  PutDims(pc.ne, node->ne);
+  PutDims(pc.idx_nb, idx->nb);
   pc.a_ne1 = U32(a->ne[1]);
   pc.a_type = static_cast<uint32_t>(a->type);
   pc.tag = rec.ErrorTag(node);
@@ -126,19 +115,11 @@ absl::Status RecordSetRows(Recorder& rec, const Tensor* node) {
   pc.b = rec.Address(b);
   pc.idx = rec.Address(idx);
   pc.err = rec.error_address();
-  for (int i = 0; i < 4; ++i) {
-    pc.d_nb[i] = U32(dst->nb[i]);
-    pc.b_nb[i] = U32(b->nb[i]);
-  }
-  pc.ne0 = U32(b->ne[0]);
-  pc.nr = U32(b->ne[1]);
-  pc.ne2 = U32(b->ne[2]);
-  pc.ne3 = U32(b->ne[3]);
-  pc.idx_nb0 = U32(idx->nb[0]);
-  pc.idx_nb1 = U32(idx->nb[1]);
-  pc.idx_nb2 = U32(idx->nb[2]);
-  pc.c1 = U32(idx->ne[1]);
-  pc.c2 = U32(idx->ne[2]);
+  PutDims(pc.d_nb, dst->nb);
+  PutDims(pc.b_nb, b->nb);
+  PutDims(pc.b_ne, b->ne);
+  PutDims(pc.idx_nb, idx->nb);
+  PutDims<1>(pc.idx_ne, idx->ne);
   pc.d_ne1 = U32(dst->ne[1]);
   pc.d_type = static_cast<uint32_t>(dst->type);
   pc.tag = rec.ErrorTag(node);

@@ -52,7 +52,7 @@ ActFormat FormatFor(DType weight, const Tensor* b) {
 // mul_mat_act.comp
 struct ActPC {
   uint64_t b, d;
-  uint32_t K, ne1, ne2, ne3;
+  uint32_t ne[4];  // b's, ne[0] = K
   uint32_t b_nb[4];
   uint32_t format, n;
 };
@@ -61,9 +61,8 @@ struct ActPC {
 // mul_mat_reg.comp's fused modes give some slots other meanings and use q (see the shader).
 struct MatMulPC {
   uint64_t a, b, d;
-  uint32_t K, M, N, a_nb1;
-  uint32_t a_nb2, a_nb3, b_nb1, b_nb2;
-  uint32_t b_nb3, d_nb1, d_nb2, d_nb3;
+  uint32_t K, M, N;
+  uint32_t a_nb[3], b_nb[3], d_nb[3];  // dimensions 1 to 3
   uint32_t ne12, r2, r3;
   uint64_t q[4];
 };
@@ -73,8 +72,8 @@ static_assert(sizeof(MatMulPC) <= kPushConstantBytes);
 struct MatIdPC {
   uint64_t a, b, d, ids, err;
   uint32_t K, M, n_used, b_ne1;
-  uint32_t a_nb1, a_nb2, b_nb1, b_nb2;
-  uint32_t d_nb1, d_nb2, ids_nb0, ids_nb1;
+  uint32_t a_nb[2], b_nb[2], d_nb[2];  // dimensions 1 and 2
+  uint32_t ids_nb[2];                  // dimensions 0 and 1
   uint32_t E, tag;
   int32_t first;    // the id of expert 0 of `as` (an expert range), and
   uint32_t ranged;  // 1 when `as` is such a range: other ids are zero rows, not errors.
@@ -86,7 +85,7 @@ uint32_t Ceil(uint64_t n, uint64_t d) { return static_cast<uint32_t>((n + d - 1)
 // Where the kernels read the activations: b itself or its converted copy.
 struct Activations {
   uint64_t address;
-  uint32_t nb1, nb2, nb3;
+  uint32_t nb[3];  // dimensions 1 to 3
   AddressRange range;
 };
 
@@ -123,14 +122,14 @@ void CommitConverted(Recorder& rec, const Tensor* b, const ActivationsAhead& ahe
 absl::StatusOr<Activations> PrepareActivations(Recorder& rec, DType weight, const Tensor* b) {
   const ActFormat format = FormatFor(weight, b);
   if (format == kActNone) {
-    return Activations{rec.Address(b), U32(b->nb[1]), U32(b->nb[2]), U32(b->nb[3]), rec.Range(b)};
+    return Activations{rec.Address(b), {U32(b->nb[1]), U32(b->nb[2]), U32(b->nb[3])}, rec.Range(b)};
   }
   const uint64_t k = static_cast<uint64_t>(b->ne[0]);
   const uint64_t row_bytes = ActRowBytes(format, k);
   Activations out;
-  out.nb1 = U32(row_bytes);
-  out.nb2 = U32(row_bytes * b->ne[1]);
-  out.nb3 = U32(row_bytes * b->ne[1] * b->ne[2]);
+  out.nb[0] = U32(row_bytes);
+  out.nb[1] = U32(row_bytes * b->ne[1]);
+  out.nb[2] = U32(row_bytes * b->ne[1] * b->ne[2]);
   const Recorder::ConvertedActivations& cache = rec.converted();
   if (cache.valid && cache.src == b && cache.format == format) {
     out.address = cache.converted.begin;
@@ -142,11 +141,8 @@ absl::StatusOr<Activations> PrepareActivations(Recorder& rec, DType weight, cons
   ActPC pc{};
   pc.b = rec.Address(b);
   pc.d = scratch.begin;
-  pc.K = U32(k);
-  pc.ne1 = U32(b->ne[1]);
-  pc.ne2 = U32(b->ne[2]);
-  pc.ne3 = U32(b->ne[3]);
-  for (int i = 0; i < 4; ++i) pc.b_nb[i] = U32(b->nb[i]);
+  PutDims(pc.ne, b->ne);
+  PutDims(pc.b_nb, b->nb);
   pc.format = format;
   const uint64_t block = format == kActPlain ? 1 : (format == kActQ8_0 ? kQK8_0 : kQK_K);
   pc.n = U32(static_cast<uint64_t>(b->NumElements()) / block);
@@ -187,15 +183,9 @@ MatMulPC ProductPC(Recorder& rec, const Tensor* node, const Activations& act) {
   pc.K = U32(a->ne[0]);
   pc.M = U32(a->ne[1]);
   pc.N = U32(b->ne[1]);
-  pc.a_nb1 = U32(a->nb[1]);
-  pc.a_nb2 = U32(a->nb[2]);
-  pc.a_nb3 = U32(a->nb[3]);
-  pc.b_nb1 = act.nb1;
-  pc.b_nb2 = act.nb2;
-  pc.b_nb3 = act.nb3;
-  pc.d_nb1 = U32(node->nb[1]);
-  pc.d_nb2 = U32(node->nb[2]);
-  pc.d_nb3 = U32(node->nb[3]);
+  PutDims<1>(pc.a_nb, a->nb);
+  std::ranges::copy(act.nb, pc.b_nb);
+  PutDims<1>(pc.d_nb, node->nb);
   pc.ne12 = U32(b->ne[2]);
   pc.r2 = U32(b->ne[2] / a->ne[2]);
   pc.r3 = U32(b->ne[3] / a->ne[3]);
@@ -299,8 +289,8 @@ absl::Status RecordMulMatMulti(Recorder& rec, absl::Span<const Tensor* const> no
   MatMulPC pc = ProductPC(rec, nodes[0], act);
   pc.a = act.address;
   uint64_t* const matrices[3] = {&pc.b, &pc.d, &pc.q[0]};
-  uint32_t* const rows_of[3] = {&pc.M, &pc.a_nb2, &pc.a_nb3};
-  uint32_t* const nb1_of[3] = {&pc.a_nb1, &pc.b_nb2, &pc.b_nb3};
+  uint32_t* const rows_of[3] = {&pc.M, &pc.a_nb[1], &pc.a_nb[2]};
+  uint32_t* const nb1_of[3] = {&pc.a_nb[0], &pc.b_nb[1], &pc.b_nb[2]};
   std::vector<AddressRange> reads = {act.range};
   std::vector<AddressRange> writes;
   int64_t rows = 0;
@@ -314,8 +304,8 @@ absl::Status RecordMulMatMulti(Recorder& rec, absl::Span<const Tensor* const> no
     reads.push_back(rec.Range(a));
     writes.push_back(rec.Range(nodes[i]));
   }
-  if (nodes.size() < 3) pc.a_nb3 = 0;  // no third matrix: M2 = 0.
-  if (nodes.size() < 2) pc.a_nb2 = 0;
+  if (nodes.size() < 3) pc.a_nb[2] = 0;  // no third matrix: M2 = 0.
+  if (nodes.size() < 2) pc.a_nb[1] = 0;
   return DispatchFused(rec, kMulti, static_cast<uint32_t>(type), rows, b->ne[1], pc, reads, writes);
 }
 
@@ -329,8 +319,8 @@ absl::Status RecordGateUpSwiglu(Recorder& rec, const Tensor* gate, const Tensor*
   pc.a = act.address;
   pc.b = rec.Address(gate->src[0]);
   pc.d = rec.Address(up->src[0]);
-  pc.b_nb2 = U32(up->src[0]->nb[1]);
-  pc.d_nb1 = U32(swiglu->nb[1]);
+  pc.b_nb[1] = U32(up->src[0]->nb[1]);
+  pc.d_nb[0] = U32(swiglu->nb[1]);
   pc.q[0] = rec.Address(swiglu);
   pc.q[1] = rec.Address(gate);
   pc.q[2] = rec.Address(up);
@@ -355,14 +345,10 @@ absl::Status RecordMulMatId(Recorder& rec, const Tensor* node) {
   pc.M = U32(as->ne[1]);
   pc.n_used = U32(ids->ne[0]);
   pc.b_ne1 = U32(b->ne[1]);
-  pc.a_nb1 = U32(as->nb[1]);
-  pc.a_nb2 = U32(as->nb[2]);
-  pc.b_nb1 = act.nb1;
-  pc.b_nb2 = act.nb2;
-  pc.d_nb1 = U32(node->nb[1]);
-  pc.d_nb2 = U32(node->nb[2]);
-  pc.ids_nb0 = U32(ids->nb[0]);
-  pc.ids_nb1 = U32(ids->nb[1]);
+  PutDims<1>(pc.a_nb, as->nb);
+  std::copy_n(act.nb, 2, pc.b_nb);
+  PutDims<1>(pc.d_nb, node->nb);
+  PutDims(pc.ids_nb, ids->nb);
   pc.E = U32(as->ne[2]);
   pc.tag = rec.ErrorTag(node);
   pc.first = node->op_params[kMulMatIdFirstExpert];

@@ -12,8 +12,9 @@ namespace {
 // sample.comp
 struct SamplePC {
   uint64_t l, pos, recent, d;
-  uint32_t l_nb1, l_nb2, l_nb3, ne0;
-  uint32_t ne1, ne2, ne3, n_recent;
+  uint32_t l_nb[3];  // dimensions 1 to 3
+  uint32_t ne[4];
+  uint32_t n_recent;
   float temperature, top_p, min_p, penalty;
   uint32_t top_k, seed_lo, seed_hi;
 };
@@ -40,13 +41,8 @@ absl::Status RecordSample(Recorder& rec, const Tensor* node) {
   pc.l = rec.Address(logits);
   pc.pos = rec.Address(pos);
   pc.d = rec.Address(node);
-  pc.l_nb1 = U32(logits->nb[1]);
-  pc.l_nb2 = U32(logits->nb[2]);
-  pc.l_nb3 = U32(logits->nb[3]);
-  pc.ne0 = U32(logits->ne[0]);
-  pc.ne1 = U32(logits->ne[1]);
-  pc.ne2 = U32(logits->ne[2]);
-  pc.ne3 = U32(logits->ne[3]);
+  PutDims<1>(pc.l_nb, logits->nb);
+  PutDims(pc.ne, logits->ne);
   const SampleParams p = SampleParamsOf(*node);
   pc.temperature = p.temperature;
   pc.top_k = static_cast<uint32_t>(p.top_k);

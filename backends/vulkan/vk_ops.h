@@ -4,6 +4,7 @@
 #ifndef TENSORGRID_BACKENDS_VULKAN_VK_OPS_H_
 #define TENSORGRID_BACKENDS_VULKAN_VK_OPS_H_
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -100,6 +101,14 @@ uint64_t MulMatScratchBytes(const Tensor& node);
 
 // Narrowing for push constants: SupportsNode keeps every size and stride below 2^32.
 inline uint32_t U32(uint64_t v) { return static_cast<uint32_t>(v); }
+
+// Dimensions First .. First + N - 1 of a tensor's sizes or strides (ne, nb) as push constants:
+// PutDims(pc.ne, t->ne) all four, PutDims<1>(pc.nb, t->nb) the row strides of an nb[3].
+template <size_t First = 0, size_t N, typename T>
+void PutDims(uint32_t (&dst)[N], const T (&src)[kMaxDims]) {
+  static_assert(First + N <= static_cast<size_t>(kMaxDims));
+  for (size_t i = 0; i < N; ++i) dst[i] = U32(src[First + i]);
+}
 
 }  // namespace tg::vulkan
 
