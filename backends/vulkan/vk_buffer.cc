@@ -9,6 +9,18 @@
 #include "core/status_macros.h"
 
 namespace tg::vulkan {
+namespace {
+
+// Where bytes [offset, offset + size) of t start in `buffer`'s range, for a synchronous access:
+// the range checked, and the work every stream of the device has submitted done.
+absl::StatusOr<uint64_t> SyncAccessAt(const VulkanBuffer& buffer, const Tensor& t, size_t offset,
+                                      size_t size) {
+  TG_RETURN_IF_ERROR(CheckTensorRange(t, offset, size));
+  TG_RETURN_IF_ERROR(buffer.device()->WaitForStreams());
+  return buffer.OffsetOf(t.data) + offset;
+}
+
+}  // namespace
 
 VulkanBufferType::VulkanBufferType(VulkanDevice* device, bool host)
     : device_(device), host_(host), name_(absl::StrCat(device->name(), host ? "_Host" : "")) {}
@@ -43,9 +55,7 @@ VulkanBuffer* BufferOn(const VulkanDevice* device, const Tensor& t) {
 }
 
 absl::Status VulkanBuffer::SetTensor(Tensor* t, const void* data, size_t offset, size_t size) {
-  TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
-  TG_RETURN_IF_ERROR(device()->WaitForStreams());
-  const uint64_t at = OffsetOf(t->data) + offset;
+  TG_ASSIGN_OR_RETURN(const uint64_t at, SyncAccessAt(*this, *t, offset, size));
   if (uint8_t* p = range_.mapped()) {
     std::memcpy(p + at, data, size);
     return absl::OkStatus();
@@ -54,9 +64,7 @@ absl::Status VulkanBuffer::SetTensor(Tensor* t, const void* data, size_t offset,
 }
 
 absl::Status VulkanBuffer::GetTensor(const Tensor* t, void* data, size_t offset, size_t size) {
-  TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
-  TG_RETURN_IF_ERROR(device()->WaitForStreams());
-  const uint64_t at = OffsetOf(t->data) + offset;
+  TG_ASSIGN_OR_RETURN(const uint64_t at, SyncAccessAt(*this, *t, offset, size));
   if (const uint8_t* p = range_.mapped()) {
     std::memcpy(data, p + at, size);
     return absl::OkStatus();
@@ -65,9 +73,7 @@ absl::Status VulkanBuffer::GetTensor(const Tensor* t, void* data, size_t offset,
 }
 
 absl::Status VulkanBuffer::MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) {
-  TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
-  TG_RETURN_IF_ERROR(device()->WaitForStreams());
-  const uint64_t at = OffsetOf(t->data) + offset;
+  TG_ASSIGN_OR_RETURN(const uint64_t at, SyncAccessAt(*this, *t, offset, size));
   if (uint8_t* p = range_.mapped()) {
     std::memset(p + at, value, size);
     return absl::OkStatus();
