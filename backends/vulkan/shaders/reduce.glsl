@@ -3,12 +3,18 @@
 // control flow); workgroups of at most 32 subgroups.
 shared float reduce_scratch[32];
 
-float workgroup_sum(float v) {
-  v = subgroupAdd(v);
-  if (gl_NumSubgroups == 1u) return v;
+// Each subgroup's result v into reduce_scratch[gl_SubgroupID] (one invocation writes it), for
+// the whole workgroup to read once this returns.
+void share_subgroup_results(float v) {
   barrier();
   if (subgroupElect()) reduce_scratch[gl_SubgroupID] = v;
   barrier();
+}
+
+float workgroup_sum(float v) {
+  v = subgroupAdd(v);
+  if (gl_NumSubgroups == 1u) return v;
+  share_subgroup_results(v);
   float t = 0.0;
   for (uint i = 0u; i < gl_NumSubgroups; ++i) t += reduce_scratch[i];
   return t;
@@ -17,9 +23,7 @@ float workgroup_sum(float v) {
 float workgroup_max(float v) {
   v = subgroupMax(v);
   if (gl_NumSubgroups == 1u) return v;
-  barrier();
-  if (subgroupElect()) reduce_scratch[gl_SubgroupID] = v;
-  barrier();
+  share_subgroup_results(v);
   float t = reduce_scratch[0];
   for (uint i = 1u; i < gl_NumSubgroups; ++i) t = max(t, reduce_scratch[i]);
   return t;
