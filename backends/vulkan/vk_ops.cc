@@ -98,6 +98,37 @@ bool CanQuantizeInto(DType type) {
 // they quantize into, or the same quantized type (cpy_quant.comp moves the blocks).
 bool CanWrite(DType dst, DType src) { return IsPlain(dst) || CanQuantizeInto(dst) || dst == src; }
 
+// The function that records each op with a kernel (vk_op_*.cc); the ops not listed (views and
+// leafs) compute nothing.
+struct OpRecorder {
+  Op op;
+  absl::Status (*record)(Recorder& rec, const Tensor* node);
+};
+constexpr OpRecorder kOpRecorders[] = {
+    {Op::kAdd, RecordElementwise},
+    {Op::kMul, RecordElementwise},
+    {Op::kDiv, RecordElementwise},
+    {Op::kScale, RecordElementwise},
+    {Op::kSilu, RecordElementwise},
+    {Op::kSwiglu, RecordElementwise},
+    {Op::kSwigluOai, RecordElementwise},
+    {Op::kRmsNorm, RecordRmsNorm},
+    {Op::kSoftMax, RecordSoftMax},
+    {Op::kRope, RecordRope},
+    {Op::kArgmax, RecordArgmax},
+    {Op::kSumRows, RecordSumRows},
+    {Op::kArgsort, RecordArgsort},
+    {Op::kTopK, RecordArgsort},
+    {Op::kSample, RecordSample},
+    {Op::kCpy, RecordCpy},
+    {Op::kCont, RecordCpy},
+    {Op::kGetRows, RecordGetRows},
+    {Op::kSetRows, RecordSetRows},
+    {Op::kMulMat, RecordMulMat},
+    {Op::kMulMatId, RecordMulMatId},
+    {Op::kFlashAttn, RecordFlashAttn},
+};
+
 }  // namespace
 
 bool SupportsNode(const PhysicalInfo& info, const Tensor& node) {
@@ -199,46 +230,10 @@ absl::Status RecordGroup(Recorder& rec, const FusedGroup& group) {
 }
 
 absl::Status RecordNode(Recorder& rec, const Tensor* node) {
-  switch (node->op) {
-    case Op::kAdd:
-    case Op::kMul:
-    case Op::kDiv:
-    case Op::kScale:
-    case Op::kSilu:
-    case Op::kSwiglu:
-    case Op::kSwigluOai:
-      return RecordElementwise(rec, node);
-    case Op::kRmsNorm:
-      return RecordRmsNorm(rec, node);
-    case Op::kSoftMax:
-      return RecordSoftMax(rec, node);
-    case Op::kRope:
-      return RecordRope(rec, node);
-    case Op::kArgmax:
-      return RecordArgmax(rec, node);
-    case Op::kSumRows:
-      return RecordSumRows(rec, node);
-    case Op::kArgsort:
-    case Op::kTopK:
-      return RecordArgsort(rec, node);
-    case Op::kSample:
-      return RecordSample(rec, node);
-    case Op::kCpy:
-    case Op::kCont:
-      return RecordCpy(rec, node);
-    case Op::kGetRows:
-      return RecordGetRows(rec, node);
-    case Op::kSetRows:
-      return RecordSetRows(rec, node);
-    case Op::kMulMat:
-      return RecordMulMat(rec, node);
-    case Op::kMulMatId:
-      return RecordMulMatId(rec, node);
-    case Op::kFlashAttn:
-      return RecordFlashAttn(rec, node);
-    default:
-      return absl::OkStatus();  // views and leafs compute nothing.
+  for (const OpRecorder& entry : kOpRecorders) {
+    if (entry.op == node->op) return entry.record(rec, node);
   }
+  return absl::OkStatus();  // views and leafs compute nothing.
 }
 
 }  // namespace tg::vulkan
