@@ -1,7 +1,9 @@
 // Recording of the element-wise and row-wise ops: ADD, MUL, DIV, SCALE, SILU, SWIGLU,
 // SWIGLU_OAI, RMS_NORM, SOFT_MAX, ROPE, ARGMAX, SUM_ROWS. Push-constant structs mirror the
 // shaders' blocks.
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "backends/vulkan/vk_device.h"
 #include "backends/vulkan/vk_ops.h"
@@ -24,16 +26,9 @@ struct ElementwisePC {
 };
 static_assert(sizeof(ElementwisePC) <= kPushConstantBytes);
 
-// elementwise.comp's OP_* values, 0 to 6 in this order.
-enum ElementwiseOp : uint32_t {
-  kOpAdd,
-  kOpMul,
-  kOpScale,
-  kOpSilu,
-  kOpSwiglu,
-  kOpDiv,
-  kOpSwigluOai
-};
+// elementwise.comp's OP_* values: each op's index here (OP_ADD = 0 .. OP_SWIGLU_OAI = 6).
+constexpr Op kElementwiseOps[] = {Op::kAdd,    Op::kMul, Op::kScale,    Op::kSilu,
+                                  Op::kSwiglu, Op::kDiv, Op::kSwigluOai};
 
 uint64_t GroupsFor(uint64_t n, uint32_t group) { return (n + group - 1) / group; }
 
@@ -47,32 +42,14 @@ absl::Status RecordElementwise(Recorder& rec, const Tensor* node) {
   pc.d = rec.Address(node);
   PutDims(pc.ne, node->ne);
   PutDims(pc.a_nb, a->nb);
-  switch (node->op) {
-    case Op::kAdd:
-      pc.op = kOpAdd;
-      break;
-    case Op::kMul:
-      pc.op = kOpMul;
-      break;
-    case Op::kScale:
-      pc.op = kOpScale;
-      pc.p0 = node->ParamF32(0);
-      pc.p1 = node->ParamF32(1);
-      break;
-    case Op::kSilu:
-      pc.op = kOpSilu;
-      break;
-    case Op::kDiv:
-      pc.op = kOpDiv;
-      break;
-    case Op::kSwigluOai:
-      pc.op = kOpSwigluOai;
-      pc.p0 = node->ParamF32(kSwigluOaiAlpha);
-      pc.p1 = node->ParamF32(kSwigluOaiLimit);
-      break;
-    default:
-      pc.op = kOpSwiglu;
-      break;
+  pc.op = static_cast<uint32_t>(std::ranges::find(kElementwiseOps, node->op) -
+                                std::begin(kElementwiseOps));
+  if (node->op == Op::kScale) {
+    pc.p0 = node->ParamF32(0);
+    pc.p1 = node->ParamF32(1);
+  } else if (node->op == Op::kSwigluOai) {
+    pc.p0 = node->ParamF32(kSwigluOaiAlpha);
+    pc.p1 = node->ParamF32(kSwigluOaiLimit);
   }
   std::vector<AddressRange> reads = {rec.Range(a)};
   if (b != nullptr) {
@@ -90,11 +67,24 @@ absl::Status RecordElementwise(Recorder& rec, const Tensor* node) {
 
 namespace {
 
+// The rows a row kernel (or rope.comp) walks: its source's strides and sizes, the same block of
+// push constants in each of their shaders.
+struct RowsPC {
+  uint32_t a_nb[4];
+  uint32_t ne[4];
+};
+
+RowsPC RowsOf(const Tensor& a) {
+  RowsPC rows;
+  PutDims(rows.a_nb, a.nb);
+  PutDims(rows.ne, a.ne);
+  return rows;
+}
+
 // rms_norm.comp
 struct RmsNormPC {
   uint64_t a, d, w, dw;
-  uint32_t a_nb[4];
-  uint32_t ne[4];
+  RowsPC rows;
   float eps;
   uint32_t qformat;  // ActivationsAhead::format
   uint64_t q, b, sum;
@@ -103,8 +93,7 @@ struct RmsNormPC {
 // softmax.comp
 struct SoftMaxPC {
   uint64_t a, m, d, sinks;
-  uint32_t a_nb[4];
-  uint32_t ne[4];
+  RowsPC rows;
   uint32_t m_nb[4];
   uint32_t m_ne2, m_ne3, m_type;
   float scale;
@@ -113,8 +102,7 @@ struct SoftMaxPC {
 // sum_rows.comp, argsort.comp
 struct RowKernelPC {
   uint64_t a, d;
-  uint32_t a_nb[4];
-  uint32_t ne[4];
+  RowsPC rows;
   uint32_t p0, p1;
 };
 
@@ -128,8 +116,7 @@ struct ArgmaxPC {
 // rope.comp
 struct RopePC {
   uint64_t a, pos, ff, d;
-  uint32_t a_nb[4];
-  uint32_t ne[4];
+  RowsPC rows;
   uint32_t n_dims, neox, n;
   float log2_base, freq_scale, ext_factor, mscale;
   float corr_lo, corr_hi;
@@ -163,8 +150,7 @@ absl::Status RecordNormGroup(Recorder& rec, const NormGroup& group) {
     reads.push_back(rec.Range(group.mul->src[1]));
     writes.push_back(rec.Range(group.mul));
   }
-  PutDims(pc.a_nb, a->nb);
-  PutDims(pc.ne, a->ne);
+  pc.rows = RowsOf(*a);
   pc.eps = norm->ParamF32(0);
   // The product's quantized activations, from the row's results kept in shared memory: where
   // a row fits beside the reduction's.
@@ -193,8 +179,7 @@ absl::Status RecordSoftMax(Recorder& rec, const Tensor* node) {
   SoftMaxPC pc{};
   pc.a = rec.Address(a);
   pc.d = rec.Address(node);
-  PutDims(pc.a_nb, a->nb);
-  PutDims(pc.ne, a->ne);
+  pc.rows = RowsOf(*a);
   std::vector<AddressRange> reads = {rec.Range(a)};
   if (mask != nullptr) {
     pc.m = rec.Address(mask);
@@ -233,8 +218,7 @@ absl::Status RecordRowKernel(Recorder& rec, const Tensor* node, absl::string_vie
   RowKernelPC pc{};
   pc.a = rec.Address(a);
   pc.d = rec.Address(node);
-  PutDims(pc.a_nb, a->nb);
-  PutDims(pc.ne, a->ne);
+  pc.rows = RowsOf(*a);
   pc.p0 = p0;
   pc.p1 = p1;
   const uint32_t spec[] = {group};
@@ -255,8 +239,7 @@ absl::Status RecordRope(Recorder& rec, const Tensor* node) {
   pc.a = rec.Address(a);
   pc.pos = rec.Address(pos);
   pc.d = rec.Address(node);
-  PutDims(pc.a_nb, a->nb);
-  PutDims(pc.ne, a->ne);
+  pc.rows = RowsOf(*a);
   const RopeParams p = RopeParamsOf(*node);
   pc.n_dims = static_cast<uint32_t>(p.n_dims);
   pc.neox = (p.mode & kRopeNeox) != 0 ? 1 : 0;
