@@ -1,6 +1,7 @@
 // What the Vulkan kernels can run and how a node is recorded: the entry points the device
 // (SupportsOp) and the stream (Compute) use. One Record* function per op family, in
-// vk_op_*.cc.
+// vk_op_*.cc. Thread-safety: the queries (SupportsNode, CheckNodePlacement, ...) only read; the
+// Record* functions write into their Recorder, used by one stream's thread.
 #ifndef TENSORGRID_BACKENDS_VULKAN_VK_OPS_H_
 #define TENSORGRID_BACKENDS_VULKAN_VK_OPS_H_
 
