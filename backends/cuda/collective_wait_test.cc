@@ -3,8 +3,12 @@
 // a hang) after sleeping rather than spinning; and the timeout's environment value.
 #include "backends/cuda/collective_wait.h"
 
+#include <cstdint>
 #include <string>
 
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -13,10 +17,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// A fake clock, and the polls of the waits on it.
 struct FakeClock {
   int64_t now = 1000;
   int64_t slept = 0;
   int sleeps = 0;
+  int64_t polls = 0;
   WaitClock clock() {
     return {[this] { return now; },
             [this](int64_t us) {
@@ -25,55 +31,55 @@ struct FakeClock {
               ++sleeps;
             }};
   }
+  // WaitForCollective on this clock; `poll` runs with `polls` already counting it.
+  absl::Status Wait(absl::FunctionRef<CollectiveProgress()> poll, int64_t timeout_us,
+                    absl::string_view what) {
+    return WaitForCollective(
+        [&] {
+          ++polls;
+          return poll();
+        },
+        timeout_us, what, clock());
+  }
 };
 
 TEST(CollectiveWaitTest, DoneIsOk) {
   FakeClock fc;
-  int polls = 0;
-  const absl::Status s = WaitForCollective(
+  const absl::Status s = fc.Wait(
       [&] {
-        ++polls;
         fc.now += 5;
-        return CollectiveProgress{polls == 3, absl::OkStatus()};
+        return CollectiveProgress{fc.polls == 3, absl::OkStatus()};
       },
-      1000000, "ncclAllReduce", fc.clock());
+      1000000, "ncclAllReduce");
   EXPECT_TRUE(s.ok()) << s;
-  EXPECT_EQ(polls, 3);
+  EXPECT_EQ(fc.polls, 3);
   EXPECT_EQ(fc.sleeps, 0);  // short waits spin.
 }
 
 TEST(CollectiveWaitTest, AsyncErrorEndsTheWaitNamingTheCall) {
   FakeClock fc;
-  int polls = 0;
-  const absl::Status s = WaitForCollective(
+  const absl::Status s = fc.Wait(
       [&] {
-        ++polls;
-        if (polls < 100) return CollectiveProgress{};
+        if (fc.polls < 100) return CollectiveProgress{};
         return CollectiveProgress{false, absl::UnavailableError("remote process exited")};
       },
-      int64_t{1} << 40, "ncclAllReduce of 16 KiB over 2 GPUs", fc.clock());
+      int64_t{1} << 40, "ncclAllReduce of 16 KiB over 2 GPUs");
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("ncclAllReduce of 16 KiB over 2 GPUs: remote process exited"));
-  EXPECT_EQ(polls, 100);
+  EXPECT_EQ(fc.polls, 100);
 }
 
 TEST(CollectiveWaitTest, NeverFinishingEndsAtTheTimeoutWithoutSpinning) {
   FakeClock fc;
-  int64_t polls = 0;
   constexpr int64_t kTimeout = 3 * 1000000;
-  const absl::Status s = WaitForCollective(
-      [&] {
-        ++polls;
-        return CollectiveProgress{};
-      },
-      kTimeout, "ncclAllReduce", fc.clock());
+  const absl::Status s = fc.Wait([] { return CollectiveProgress{}; }, kTimeout, "ncclAllReduce");
   EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("did not finish in 3 s"));
   EXPECT_THAT(s.message(), HasSubstr("TG_NCCL_TIMEOUT_S"));
   EXPECT_GE(fc.now - 1000, kTimeout);
   EXPECT_LE(fc.now - 1000, kTimeout + kMaxPollSleepUs);
   // Sleeps grow to kMaxPollSleepUs: about one poll per millisecond, not millions.
-  EXPECT_LT(polls, kSpinPolls + 2 * kTimeout / kMaxPollSleepUs);
+  EXPECT_LT(fc.polls, kSpinPolls + 2 * kTimeout / kMaxPollSleepUs);
 }
 
 TEST(CollectiveWaitTest, TimeoutFromTheEnvironment) {

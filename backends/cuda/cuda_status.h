@@ -22,19 +22,21 @@ absl::Status CublasError(cublasStatus_t err, absl::string_view call);
 
 }  // namespace tg::cuda
 
-// Returns from the enclosing function with CudaError when `expr` (a cudaError_t) fails.
-#define TG_CUDA_RETURN_IF_ERROR(expr)                                           \
-  do {                                                                          \
-    if (const cudaError_t _tg_cuda_err = (expr); _tg_cuda_err != cudaSuccess) { \
-      return ::tg::cuda::CudaError(_tg_cuda_err, #expr);                        \
-    }                                                                           \
+// Returns error(result, text) from the enclosing function when `expr`, of type `type`, is not
+// `success`; text is expr's source (the two macros below).
+#define TG_CUDA_RETURN_IF_FAILED(expr, text, type, success, error)   \
+  do {                                                               \
+    if (const type _tg_cuda_err = (expr); _tg_cuda_err != success) { \
+      return error(_tg_cuda_err, text);                              \
+    }                                                                \
   } while (0)
 
-#define TG_CUBLAS_RETURN_IF_ERROR(expr)                                                          \
-  do {                                                                                           \
-    if (const cublasStatus_t _tg_cublas_err = (expr); _tg_cublas_err != CUBLAS_STATUS_SUCCESS) { \
-      return ::tg::cuda::CublasError(_tg_cublas_err, #expr);                                     \
-    }                                                                                            \
-  } while (0)
+// Returns from the enclosing function with CudaError when `expr` (a cudaError_t) fails.
+#define TG_CUDA_RETURN_IF_ERROR(expr) \
+  TG_CUDA_RETURN_IF_FAILED(expr, #expr, cudaError_t, cudaSuccess, ::tg::cuda::CudaError)
+// Likewise with CublasError for a cublasStatus_t.
+#define TG_CUBLAS_RETURN_IF_ERROR(expr)                                        \
+  TG_CUDA_RETURN_IF_FAILED(expr, #expr, cublasStatus_t, CUBLAS_STATUS_SUCCESS, \
+                           ::tg::cuda::CublasError)
 
 #endif  // TENSORGRID_BACKENDS_CUDA_CUDA_STATUS_H_

@@ -22,31 +22,31 @@ CudaTuning FromMap(const std::map<std::string, std::string>& env, std::vector<st
       notes);
 }
 
-TEST(CudaTuningTest, DefaultsWithoutTheEnvironment) {
+// The tuning `env` gives has want's values and adds no note.
+void ExpectTuningWithoutNotes(const std::map<std::string, std::string>& env,
+                              const CudaTuning& want) {
   std::vector<std::string> notes;
-  const CudaTuning t = FromMap({}, &notes);
-  EXPECT_EQ(t.mmq_max_batch, kDefaultMmqMaxBatch);
-  EXPECT_EQ(t.graph_max_tokens, kDefaultGraphMaxTokens);
-  EXPECT_EQ(t.fa_mma_min_queries, kDefaultFlashAttnMmaMinQueries);
-  EXPECT_TRUE(t.graphs);
-  EXPECT_TRUE(t.fusion);
+  const CudaTuning t = FromMap(env, &notes);
+  EXPECT_EQ(t.mmq_max_batch, want.mmq_max_batch);
+  EXPECT_EQ(t.graph_max_tokens, want.graph_max_tokens);
+  EXPECT_EQ(t.fa_mma_min_queries, want.fa_mma_min_queries);
+  EXPECT_EQ(t.graphs, want.graphs);
+  EXPECT_EQ(t.fusion, want.fusion);
   EXPECT_TRUE(notes.empty());
 }
 
+TEST(CudaTuningTest, DefaultsWithoutTheEnvironment) {
+  ExpectTuningWithoutNotes({}, {kDefaultMmqMaxBatch, kDefaultGraphMaxTokens,
+                                kDefaultFlashAttnMmaMinQueries, true, true});
+}
+
 TEST(CudaTuningTest, OverridesApply) {
-  std::vector<std::string> notes;
-  const CudaTuning t = FromMap({{"TG_CUDA_MMQ_MAX_BATCH", "0"},
-                                {"TG_CUDA_GRAPH_MAX_TOKENS", "1"},
-                                {"TG_CUDA_FA_MMA_MIN_QUERIES", "128"},
-                                {"TG_CUDA_GRAPHS", "0"},
-                                {"TG_CUDA_FUSION", "0"}},
-                               &notes);
-  EXPECT_EQ(t.mmq_max_batch, 0);
-  EXPECT_EQ(t.graph_max_tokens, 1);
-  EXPECT_EQ(t.fa_mma_min_queries, 128);
-  EXPECT_FALSE(t.graphs);
-  EXPECT_FALSE(t.fusion);
-  EXPECT_TRUE(notes.empty());
+  ExpectTuningWithoutNotes({{"TG_CUDA_MMQ_MAX_BATCH", "0"},
+                            {"TG_CUDA_GRAPH_MAX_TOKENS", "1"},
+                            {"TG_CUDA_FA_MMA_MIN_QUERIES", "128"},
+                            {"TG_CUDA_GRAPHS", "0"},
+                            {"TG_CUDA_FUSION", "0"}},
+                           {0, 1, 128, false, false});
 }
 
 TEST(CudaTuningTest, BadValuesKeepTheDefaultAndSaySo) {

@@ -74,8 +74,8 @@ __device__ BatchTarget TargetOf(const MatVecArgs& p, int64_t bt) {
 // Copies bytes [offset, offset + bytes) of rows row0 .. row0 + R - 1 of each matrix into their
 // shared-memory slots: 16-byte vectors where the plan allows, the tail in 2-byte pieces.
 __device__ void StageRows(unsigned char* stage, const char* w0, const char* w1, int n_mats,
-                          const MatVecArgs& p, const MatVecPlan& plan, int64_t row0,
-                          int64_t offset, int bytes) {
+                          const MatVecArgs& p, const MatVecPlan& plan, int64_t row0, int64_t offset,
+                          int bytes) {
   const int R = plan.rows_per_block;
   const int vecs = plan.stage_vec == 16 ? bytes / 16 : 0;
   const int n_slots = n_mats * R;
@@ -247,8 +247,8 @@ cudaError_t Run(Kernel kernel, const MatVecArgs& args, const MatVecPlan& plan,
                 cudaStream_t stream) {
   const Launch l = MatVecLaunch(args.m, args.n_batch, plan.rows_per_block);
   if (l.empty()) return cudaSuccess;
-  kernel<<<dim3(l.grid.x, l.grid.y, l.grid.z), dim3(l.block.x), static_cast<size_t>(plan.smem_bytes),
-           stream>>>(args, plan);
+  kernel<<<dim3(l.grid.x, l.grid.y, l.grid.z), dim3(l.block.x),
+           static_cast<size_t>(plan.smem_bytes), stream>>>(args, plan);
   return LaunchResult();
 }
 
@@ -265,34 +265,33 @@ cudaError_t LaunchQuant(const MatVecArgs& args, bool aligned, cudaStream_t strea
 
 template <int kType>
 cudaError_t LaunchFloat(const MatVecArgs& args, bool aligned, cudaStream_t stream) {
-  const bool vec = aligned && args.k % 8 == 0 && Aligned16(args.act) && args.act_col_bytes % 16 == 0;
+  const bool vec =
+      aligned && args.k % 8 == 0 && Aligned16(args.act) && args.act_col_bytes % 16 == 0;
   return Run(MatVecFloatKernel<kType>, args, PlanMatVec(kType, args.k, vec, 1), stream);
 }
+
+// The launcher of each weight type the kernels take.
+struct MatVecLauncher {
+  int weight_type;
+  cudaError_t (*launch)(const MatVecArgs& args, bool aligned, cudaStream_t stream);
+};
+constexpr MatVecLauncher kMatVecLaunchers[] = {
+    {kTypeF32, LaunchFloat<kTypeF32>},   {kTypeF16, LaunchFloat<kTypeF16>},
+    {kTypeBF16, LaunchFloat<kTypeBF16>}, {kTypeQ4_0, LaunchQuant<kTypeQ4_0>},
+    {kTypeQ8_0, LaunchQuant<kTypeQ8_0>}, {kTypeQ4_K, LaunchQuant<kTypeQ4_K>},
+    {kTypeQ6_K, LaunchQuant<kTypeQ6_K>},
+};
 
 }  // namespace
 
 cudaError_t LaunchMatVec(const MatVecArgs& args, cudaStream_t stream) {
   // Every row of every matrix (and expert) starts 16-byte aligned.
-  const bool aligned = Aligned16(args.w) && args.w_nb1 % 16 == 0 && args.w_nb2 % 16 == 0 &&
-                       args.w_nb3 % 16 == 0;
-  switch (args.weight_type) {
-    case kTypeF32:
-      return LaunchFloat<kTypeF32>(args, aligned, stream);
-    case kTypeF16:
-      return LaunchFloat<kTypeF16>(args, aligned, stream);
-    case kTypeBF16:
-      return LaunchFloat<kTypeBF16>(args, aligned, stream);
-    case kTypeQ4_0:
-      return LaunchQuant<kTypeQ4_0>(args, aligned, stream);
-    case kTypeQ8_0:
-      return LaunchQuant<kTypeQ8_0>(args, aligned, stream);
-    case kTypeQ4_K:
-      return LaunchQuant<kTypeQ4_K>(args, aligned, stream);
-    case kTypeQ6_K:
-      return LaunchQuant<kTypeQ6_K>(args, aligned, stream);
-    default:
-      return cudaErrorInvalidValue;
+  const bool aligned =
+      Aligned16(args.w) && args.w_nb1 % 16 == 0 && args.w_nb2 % 16 == 0 && args.w_nb3 % 16 == 0;
+  for (const MatVecLauncher& l : kMatVecLaunchers) {
+    if (l.weight_type == args.weight_type) return l.launch(args, aligned, stream);
   }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace tg::cuda

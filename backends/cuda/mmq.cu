@@ -16,8 +16,8 @@
 namespace tg::cuda {
 namespace {
 
-constexpr int kWarpRows = 16;                       // rows per warp.
-constexpr int kColFrags = kMmqCols / 8;             // n-fragments of 8 columns.
+constexpr int kWarpRows = 16;            // rows per warp.
+constexpr int kColFrags = kMmqCols / 8;  // n-fragments of 8 columns.
 constexpr int kUnitsPerThread = kMmqRows * kMmqGroups / kMmqThreads;
 static_assert(kMmqRows == kWarpRows * (kMmqThreads / 32), "one 16-row strip per warp");
 static_assert(kMmqRows == kMmqCols, "the loaders cover rows and columns alike");
@@ -103,8 +103,8 @@ __device__ void ComputeStage(const TileShared& s, float (&acc)[kColFrags][4]) {
       for (int i = 0; i < 4; ++i) {
         const RowCol rc = MmaC(lane, i);
         const int c = 8 * f + rc.col;
-        acc[f][i] += GroupUpdate(lo[f][i], hi[f][i], i < 2 ? w_lo : w_hi, s.a_d[c][gg],
-                                 s.a_sum[c][gg]);
+        acc[f][i] +=
+            GroupUpdate(lo[f][i], hi[f][i], i < 2 ? w_lo : w_hi, s.a_d[c][gg], s.a_sum[c][gg]);
       }
     }
   }
@@ -142,6 +142,18 @@ __global__ void __launch_bounds__(kMmqThreads) MmqKernel(MmqArgs p) {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The kernel of each weight type the tiles take.
+struct MmqKernelOf {
+  int weight_type;
+  void (*kernel)(MmqArgs p);
+};
+constexpr MmqKernelOf kMmqKernels[] = {
+    {kTypeQ4_0, MmqKernel<kTypeQ4_0>},
+    {kTypeQ8_0, MmqKernel<kTypeQ8_0>},
+    {kTypeQ4_K, MmqKernel<kTypeQ4_K>},
+    {kTypeQ6_K, MmqKernel<kTypeQ6_K>},
+};
+
 }  // namespace
 
 bool MmqFits(const MmqArgs& args) {
@@ -154,23 +166,13 @@ cudaError_t LaunchMmq(const MmqArgs& args, cudaStream_t stream) {
   const dim3 grid(static_cast<uint32_t>(CeilDiv(args.m, kMmqRows)),
                   static_cast<uint32_t>(CeilDiv(args.n, kMmqCols)),
                   static_cast<uint32_t>(args.b2 * args.b3));
-  switch (args.weight_type) {
-    case kTypeQ4_0:
-      MmqKernel<kTypeQ4_0><<<grid, kMmqThreads, 0, stream>>>(args);
-      break;
-    case kTypeQ8_0:
-      MmqKernel<kTypeQ8_0><<<grid, kMmqThreads, 0, stream>>>(args);
-      break;
-    case kTypeQ4_K:
-      MmqKernel<kTypeQ4_K><<<grid, kMmqThreads, 0, stream>>>(args);
-      break;
-    case kTypeQ6_K:
-      MmqKernel<kTypeQ6_K><<<grid, kMmqThreads, 0, stream>>>(args);
-      break;
-    default:
-      return cudaErrorInvalidValue;
+  for (const MmqKernelOf& k : kMmqKernels) {
+    if (k.weight_type == args.weight_type) {
+      k.kernel<<<grid, kMmqThreads, 0, stream>>>(args);
+      return LaunchResult();
+    }
   }
-  return LaunchResult();
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace tg::cuda

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/dtype.h"
@@ -68,19 +70,33 @@ std::vector<float> CoreDequantized(DType type, const std::vector<uint8_t>& q, in
   return out;
 }
 
-TEST(QuantMathTest, DequantAtMatchesCoreDequantizeRowBitForBit) {
+// A row of every quantized type, quantized from random floats (variant 0) or random bytes
+// (variant 1): TestBlocks of the parameters.
+class QuantRowTest : public ::testing::TestWithParam<std::tuple<DType, int>> {
+ protected:
+  DType type() const { return std::get<0>(GetParam()); }
+  int variant() const { return std::get<1>(GetParam()); }
+  std::vector<uint8_t> Blocks(int64_t n, uint32_t seed) const {
+    return TestBlocks(type(), n, variant(), seed);
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(AllQuantTypes, QuantRowTest,
+                         ::testing::Combine(::testing::ValuesIn(kQuantTypes),
+                                            ::testing::Values(0, 1)),
+                         [](const ::testing::TestParamInfo<QuantRowTest::ParamType>& info) {
+                           return std::string(DTypeName(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) == 0 ? "_quantized" : "_random_bytes");
+                         });
+
+TEST_P(QuantRowTest, DequantAtMatchesCoreDequantizeRowBitForBit) {
   constexpr int64_t kN = 1024;
-  for (DType type : kQuantTypes) {
-    for (int variant = 0; variant < 2; ++variant) {
-      const std::vector<uint8_t> q = TestBlocks(type, kN, variant, 11);
-      const std::vector<float> want = CoreDequantized(type, q, kN);
-      for (int64_t i = 0; i < kN; ++i) {
-        const float got =
-            DequantAt(static_cast<int>(type), reinterpret_cast<const char*>(q.data()), i);
-        ASSERT_TRUE(SameBits(got, want[i])) << DTypeName(type) << " variant " << variant
-                                            << " element " << i << ": " << got << " vs " << want[i];
-      }
-    }
+  const std::vector<uint8_t> q = Blocks(kN, 11);
+  const std::vector<float> want = CoreDequantized(type(), q, kN);
+  for (int64_t i = 0; i < kN; ++i) {
+    const float got =
+        DequantAt(static_cast<int>(type()), reinterpret_cast<const char*>(q.data()), i);
+    ASSERT_TRUE(SameBits(got, want[i])) << "element " << i << ": " << got << " vs " << want[i];
   }
 }
 
@@ -160,27 +176,22 @@ float UnitDot(DType type, const uint8_t* w, int64_t u, const BlockQ8_1& a) {
 // Each 32-element dot equals the f64 dot of the dequantized weights (core's dequantizer)
 // with the dequantized activations, to float rounding: a wrong nibble, scale or offset
 // would be off by far more.
-TEST(QuantMathTest, BlockDotsMatchTheDequantizedProducts) {
+TEST_P(QuantRowTest, BlockDotsMatchTheDequantizedProducts) {
   constexpr int64_t kN = 2048;
-  for (DType type : kQuantTypes) {
-    for (int variant = 0; variant < 2; ++variant) {
-      const std::vector<uint8_t> w = TestBlocks(type, kN, variant, 31);
-      const std::vector<float> wf = CoreDequantized(type, w, kN);
-      const std::vector<float> x = testing::RandomFloats(kN, 33, -2.0f, 2.0f);
-      std::vector<BlockQ8_1> a(kN / 32);
-      QuantizeActRow(static_cast<int>(type), x.data(), a.data(), kN);
-      for (int64_t u = 0; u < kN / 32; ++u) {
-        double want = 0.0, scale = 0.0;
-        for (int j = 0; j < 32; ++j) {
-          const double p = static_cast<double>(wf[32 * u + j]) * a[u].qs[j] * a[u].d;
-          want += p;
-          scale += std::fabs(p);
-        }
-        const float got = UnitDot(type, w.data(), u, a[u]);
-        ASSERT_NEAR(got, want, 1e-5 * scale + 1e-30)
-            << DTypeName(type) << " variant " << variant << " unit " << u;
-      }
+  const std::vector<uint8_t> w = Blocks(kN, 31);
+  const std::vector<float> wf = CoreDequantized(type(), w, kN);
+  const std::vector<float> x = testing::RandomFloats(kN, 33, -2.0f, 2.0f);
+  std::vector<BlockQ8_1> a(kN / 32);
+  QuantizeActRow(static_cast<int>(type()), x.data(), a.data(), kN);
+  for (int64_t u = 0; u < kN / 32; ++u) {
+    double want = 0.0, scale = 0.0;
+    for (int j = 0; j < 32; ++j) {
+      const double p = static_cast<double>(wf[32 * u + j]) * a[u].qs[j] * a[u].d;
+      want += p;
+      scale += std::fabs(p);
     }
+    const float got = UnitDot(type(), w.data(), u, a[u]);
+    ASSERT_NEAR(got, want, 1e-5 * scale + 1e-30) << "unit " << u;
   }
 }
 

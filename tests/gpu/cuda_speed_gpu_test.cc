@@ -21,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/device_run.h"
+#include "tests/gpu/forced_allreduce.h"
 #include "tests/lib/test_util.h"
 
 namespace tg {
@@ -260,11 +261,8 @@ TEST_F(CudaSpeedGpuTest, CollectivesOnOneDeviceAreTheIdentity) {
   using Algo = cuda::AllReduceAlgorithm;
   for (Algo algo : {Algo::kOneShot, Algo::kTwoShot, Algo::kNccl}) {
     for (bool bf16 : {false, true}) {
-      cuda::CollectiveOptions o;
-      o.force = algo;
-      o.thresholds.bf16_min_bytes = bf16 ? 0 : SIZE_MAX;
       absl::StatusOr<std::unique_ptr<cuda::CudaCommunicator>> comm =
-          collectives.InitWith(devices, o);
+          collectives.InitWith(devices, testing::ForcedAllReduce(algo, bf16));
       if (algo == Algo::kNccl && !comm.ok()) {
         // NCCL itself is tested with one rank where it is installed (gpu-check.sh finds it).
         std::printf("NCCL not testable here: %s\n", comm.status().ToString().c_str());

@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/device_run.h"
+#include "tests/gpu/forced_allreduce.h"
 #include "tests/lib/test_util.h"
 
 namespace tg {
@@ -95,11 +96,8 @@ TEST_F(CudaSplitGpuTest, AllReduceSumsInRankOrderOnEveryPath) {
                              b = RandomFloats(n, 81, -2.0f, 2.0f);
     for (Algo algo : {Algo::kOneShot, Algo::kTwoShot}) {
       for (bool bf16 : {false, true}) {
-        cuda::CollectiveOptions o;
-        o.force = algo;
-        o.thresholds.bf16_min_bytes = bf16 ? 0 : SIZE_MAX;
         absl::StatusOr<std::unique_ptr<cuda::CudaCommunicator>> comm =
-            collectives.InitWith(devices, o);
+            collectives.InitWith(devices, testing::ForcedAllReduce(algo, bf16));
         ASSERT_TRUE(comm.ok()) << comm.status();
         EXPECT_FALSE((*comm)->topology().nccl);  // one GPU: NCCL would refuse.
         Tensor* ta = OnDevice(d0_, a);
@@ -153,9 +151,8 @@ TEST_F(CudaSplitGpuTest, AllReduceOrdersAfterProducersAndBeforeConsumers) {
   cuda::CudaCollectives collectives;
   Device* devices[] = {d0_, d1_};
   for (auto algo : {cuda::AllReduceAlgorithm::kOneShot, cuda::AllReduceAlgorithm::kTwoShot}) {
-    cuda::CollectiveOptions o;
-    o.force = algo;
-    std::unique_ptr<cuda::CudaCommunicator> comm = *collectives.InitWith(devices, o);
+    std::unique_ptr<cuda::CudaCommunicator> comm =
+        *collectives.InitWith(devices, testing::ForcedAllReduce(algo, /*bf16=*/false));
     for (int r = 0; r < 2; ++r)
       ASSERT_TRUE(produce[r]->stream()->Compute(produce[r]->graph()).ok());
     ASSERT_TRUE(comm->AllReduce(y).ok());
