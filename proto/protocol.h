@@ -10,32 +10,36 @@ namespace tg::rpc {
 // Bumped on any incompatible change of tensorgrid.proto; checked by Hello together with
 // tg::OpTableFingerprint().
 inline constexpr uint32_t kProtocolVersion = 2;
-// Compatible additions since kProtocolVersion, sent in HelloReply.protocol_minor (an older
+// Compatible additions since kProtocolVersion, in the order they came, each numbered by the
+// minor that brought it. HelloReply.protocol_minor is the newest minor a server has (an older
 // server sends 0): a client uses an addition only when the server's minor has it, and
 // otherwise does what it did before (a server also answers a command it does not know
-// UNIMPLEMENTED). Reset to 0 when kProtocolVersion is bumped.
-inline constexpr uint32_t kProtocolMinor = 7;
-// The minor that brought WriteRows/ReadRows (2D reads and writes of a buffer's rows).
-inline constexpr uint32_t kMinorRows = 1;
-// The minor that brought PeerPull.after / PeerCopyRequest.after (a pull waits at the source
-// for the command that writes what it reads).
-inline constexpr uint32_t kMinorOrderedPull = 2;
-// The minor that brought model loading from the server's own files: OpenModelFile,
-// UploadHeader.model_file/file_offset, UploadReply.source, HelloReply.has_cache/has_model_dir
-// and CacheStatsReply.model_file_bytes.
-inline constexpr uint32_t kMinorModelFiles = 3;
-// The minor that brought AllReduce and PeerReduce (all-reduce among servers).
-inline constexpr uint32_t kMinorCollectives = 4;
-// The minor that brought PeerPush, AwaitPush and PeerDeliver (a server pushes to another in
-// its own command order).
-inline constexpr uint32_t kMinorPush = 5;
-// The minor that brought UploadHeader.store and CacheStatsReply.cache_blobs (the server hashes
-// and stores what a client sends without a hash).
-inline constexpr uint32_t kMinorStoreUnhashed = 6;
-// The minor that brought PeerReduceStream: servers send all-reduce pieces to each other on
-// one stream per session and peer (a server before it takes only PeerReduce calls, so the
-// client runs all-reduces on servers only when every one of them has this minor).
-inline constexpr uint32_t kMinorReduceStream = 7;
+// UNIMPLEMENTED). A new addition goes last; the list is emptied when kProtocolVersion is
+// bumped.
+enum ProtocolMinor : uint32_t {
+  // WriteRows/ReadRows (2D reads and writes of a buffer's rows).
+  kMinorRows = 1,
+  // PeerPull.after / PeerCopyRequest.after (a pull waits at the source for the command that
+  // writes what it reads).
+  kMinorOrderedPull,
+  // Model loading from the server's own files: OpenModelFile, UploadHeader.model_file/
+  // file_offset, UploadReply.source, HelloReply.has_cache/has_model_dir and
+  // CacheStatsReply.model_file_bytes.
+  kMinorModelFiles,
+  // AllReduce and PeerReduce (all-reduce among servers).
+  kMinorCollectives,
+  // PeerPush, AwaitPush and PeerDeliver (a server pushes to another in its own command order).
+  kMinorPush,
+  // UploadHeader.store and CacheStatsReply.cache_blobs (the server hashes and stores what a
+  // client sends without a hash).
+  kMinorStoreUnhashed,
+  // PeerReduceStream: servers send all-reduce pieces to each other on one stream per session
+  // and peer (a server before it takes only PeerReduce calls, so the client runs all-reduces
+  // on servers only when every one of them has this minor).
+  kMinorReduceStream,
+};
+// The minor this build speaks: the newest addition.
+inline constexpr uint32_t kProtocolMinor = kMinorReduceStream;
 // Default port of rpc-server.
 inline constexpr int kDefaultPort = 50052;
 // Bulk streams carry at most this much per message.

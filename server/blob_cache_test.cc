@@ -39,6 +39,13 @@ std::vector<uint8_t> RandomBytes(size_t size, uint32_t seed) {
   return bytes;
 }
 
+// `count` blobs of `size` random bytes, blob i from seed first_seed + i.
+std::vector<std::vector<uint8_t>> RandomBlobs(int count, size_t size, uint32_t first_seed) {
+  std::vector<std::vector<uint8_t>> blobs;
+  for (int i = 0; i < count; ++i) blobs.push_back(RandomBytes(size, first_seed + i));
+  return blobs;
+}
+
 Sha256Digest DigestOf(const std::vector<uint8_t>& bytes) {
   return Sha256(bytes.data(), bytes.size());
 }
@@ -139,6 +146,17 @@ class BlobCacheTest : public ::testing::Test {
     EXPECT_EQ(got, want);
   }
 
+  // Stores `blob` under its own digest.
+  static absl::Status Store(BlobCache& cache, const std::vector<uint8_t>& blob) {
+    return cache.Store(DigestOf(blob), blob.data(), blob.size());
+  }
+
+  // Expects `blob` not in the cache: not in the index, and no file of it.
+  void ExpectAbsent(const BlobCache& cache, const std::vector<uint8_t>& blob) const {
+    EXPECT_FALSE(cache.Contains(DigestOf(blob)));
+    EXPECT_FALSE(fs::exists(PathOf(DigestOf(blob))));
+  }
+
   void ExpectMiss(BlobCache& cache, const Sha256Digest& digest, size_t size) {
     std::vector<uint8_t> got(size);
     auto hit = cache.Read(digest, got.data(), got.size());
@@ -155,7 +173,7 @@ TEST_F(BlobCacheTest, StoreThenReadRoundTrips) {
   ASSERT_NE(cache, nullptr);
   EXPECT_TRUE(fs::is_directory(dir_));
   const std::vector<uint8_t> blob = RandomBytes(100000, 1);
-  ASSERT_TRUE(cache->Store(DigestOf(blob), blob.data(), blob.size()).ok());
+  ASSERT_TRUE(Store(*cache, blob).ok());
   EXPECT_TRUE(cache->Contains(DigestOf(blob)));
   EXPECT_EQ(cache->blob_count(), 1u);
   EXPECT_EQ(cache->total_bytes(), blob.size());
@@ -163,7 +181,7 @@ TEST_F(BlobCacheTest, StoreThenReadRoundTrips) {
   ExpectHit(*cache, blob);
 
   // Storing it again only touches it.
-  ASSERT_TRUE(cache->Store(DigestOf(blob), blob.data(), blob.size()).ok());
+  ASSERT_TRUE(Store(*cache, blob).ok());
   EXPECT_EQ(cache->blob_count(), 1u);
   EXPECT_EQ(FilesUnder(dir_).size(), 1u);
 }
@@ -253,7 +271,7 @@ TEST_F(BlobCacheTest, MissOnSizeMismatch) {
   auto cache = OpenCache(0);
   ASSERT_NE(cache, nullptr);
   const std::vector<uint8_t> blob = RandomBytes(4096, 2);
-  ASSERT_TRUE(cache->Store(DigestOf(blob), blob.data(), blob.size()).ok());
+  ASSERT_TRUE(Store(*cache, blob).ok());
   ExpectMiss(*cache, DigestOf(blob), blob.size() - 1);
   ExpectMiss(*cache, DigestOf(blob), blob.size() + 1);
   // The blob itself is fine and stays.
@@ -289,8 +307,8 @@ TEST_F(BlobCacheTest, TruncatedOrDeletedFileMisses) {
   ASSERT_NE(cache, nullptr);
   const std::vector<uint8_t> a = RandomBytes(1000, 4);
   const std::vector<uint8_t> b = RandomBytes(1000, 5);
-  ASSERT_TRUE(cache->Store(DigestOf(a), a.data(), a.size()).ok());
-  ASSERT_TRUE(cache->Store(DigestOf(b), b.data(), b.size()).ok());
+  ASSERT_TRUE(Store(*cache, a).ok());
+  ASSERT_TRUE(Store(*cache, b).ok());
   fs::resize_file(PathOf(DigestOf(a)), 500);
   fs::remove(PathOf(DigestOf(b)));
   ExpectMiss(*cache, DigestOf(a), a.size());
@@ -304,24 +322,21 @@ TEST_F(BlobCacheTest, EvictsLeastRecentlyUsed) {
   constexpr size_t kBlob = 1000;
   auto cache = OpenCache(2 * kBlob);
   ASSERT_NE(cache, nullptr);
-  std::vector<std::vector<uint8_t>> blobs;
-  for (uint32_t i = 0; i < 4; ++i) blobs.push_back(RandomBytes(kBlob, 10 + i));
+  const std::vector<std::vector<uint8_t>> blobs = RandomBlobs(4, kBlob, 10);
 
-  ASSERT_TRUE(cache->Store(DigestOf(blobs[0]), blobs[0].data(), kBlob).ok());
-  ASSERT_TRUE(cache->Store(DigestOf(blobs[1]), blobs[1].data(), kBlob).ok());
+  ASSERT_TRUE(Store(*cache, blobs[0]).ok());
+  ASSERT_TRUE(Store(*cache, blobs[1]).ok());
   // The third evicts the oldest, the first.
-  ASSERT_TRUE(cache->Store(DigestOf(blobs[2]), blobs[2].data(), kBlob).ok());
-  EXPECT_FALSE(cache->Contains(DigestOf(blobs[0])));
-  EXPECT_FALSE(fs::exists(PathOf(DigestOf(blobs[0]))));
+  ASSERT_TRUE(Store(*cache, blobs[2]).ok());
+  ExpectAbsent(*cache, blobs[0]);
   EXPECT_TRUE(cache->Contains(DigestOf(blobs[1])));
   EXPECT_TRUE(cache->Contains(DigestOf(blobs[2])));
 
   // Touching the second makes the third the least recently used.
   ExpectHit(*cache, blobs[1]);
-  ASSERT_TRUE(cache->Store(DigestOf(blobs[3]), blobs[3].data(), kBlob).ok());
+  ASSERT_TRUE(Store(*cache, blobs[3]).ok());
   EXPECT_TRUE(cache->Contains(DigestOf(blobs[1])));
-  EXPECT_FALSE(cache->Contains(DigestOf(blobs[2])));
-  EXPECT_FALSE(fs::exists(PathOf(DigestOf(blobs[2]))));
+  ExpectAbsent(*cache, blobs[2]);
   EXPECT_TRUE(cache->Contains(DigestOf(blobs[3])));
   EXPECT_EQ(cache->blob_count(), 2u);
   EXPECT_EQ(cache->total_bytes(), 2 * kBlob);
@@ -333,16 +348,12 @@ TEST_F(BlobCacheTest, ReadTouchProtectsFirstBlob) {
   constexpr size_t kBlob = 512;
   auto cache = OpenCache(3 * kBlob);
   ASSERT_NE(cache, nullptr);
-  std::vector<std::vector<uint8_t>> blobs;
-  for (uint32_t i = 0; i < 4; ++i) blobs.push_back(RandomBytes(kBlob, 20 + i));
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(cache->Store(DigestOf(blobs[i]), blobs[i].data(), kBlob).ok());
-  }
+  const std::vector<std::vector<uint8_t>> blobs = RandomBlobs(4, kBlob, 20);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Store(*cache, blobs[i]).ok());
   ExpectHit(*cache, blobs[0]);
-  ASSERT_TRUE(cache->Store(DigestOf(blobs[3]), blobs[3].data(), kBlob).ok());
+  ASSERT_TRUE(Store(*cache, blobs[3]).ok());
   EXPECT_TRUE(cache->Contains(DigestOf(blobs[0])));
-  EXPECT_FALSE(cache->Contains(DigestOf(blobs[1])));
-  EXPECT_FALSE(fs::exists(PathOf(DigestOf(blobs[1]))));
+  ExpectAbsent(*cache, blobs[1]);
   EXPECT_TRUE(cache->Contains(DigestOf(blobs[2])));
   EXPECT_TRUE(cache->Contains(DigestOf(blobs[3])));
   ExpectHit(*cache, blobs[0]);
@@ -354,14 +365,13 @@ TEST_F(BlobCacheTest, NeverEvictsTheBlobJustWrittenAndSkipsOversized) {
   const std::vector<uint8_t> a = RandomBytes(600, 30);
   const std::vector<uint8_t> b = RandomBytes(700, 31);
   const std::vector<uint8_t> huge = RandomBytes(1001, 32);
-  ASSERT_TRUE(cache->Store(DigestOf(a), a.data(), a.size()).ok());
-  ASSERT_TRUE(cache->Store(DigestOf(b), b.data(), b.size()).ok());
+  ASSERT_TRUE(Store(*cache, a).ok());
+  ASSERT_TRUE(Store(*cache, b).ok());
   EXPECT_FALSE(cache->Contains(DigestOf(a)));
   EXPECT_TRUE(cache->Contains(DigestOf(b)));
   // Larger than max_bytes: OK, but not stored, and nothing else is evicted for it.
-  ASSERT_TRUE(cache->Store(DigestOf(huge), huge.data(), huge.size()).ok());
-  EXPECT_FALSE(cache->Contains(DigestOf(huge)));
-  EXPECT_FALSE(fs::exists(PathOf(DigestOf(huge))));
+  ASSERT_TRUE(Store(*cache, huge).ok());
+  ExpectAbsent(*cache, huge);
   EXPECT_TRUE(cache->Contains(DigestOf(b)));
   EXPECT_EQ(cache->total_bytes(), b.size());
 }
@@ -372,8 +382,8 @@ TEST_F(BlobCacheTest, ReopenFindsBlobsAndRemovesTempFiles) {
   {
     auto cache = OpenCache(0);
     ASSERT_NE(cache, nullptr);
-    ASSERT_TRUE(cache->Store(DigestOf(a), a.data(), a.size()).ok());
-    ASSERT_TRUE(cache->Store(DigestOf(b), b.data(), b.size()).ok());
+    ASSERT_TRUE(Store(*cache, a).ok());
+    ASSERT_TRUE(Store(*cache, b).ok());
   }
   // Leftovers of a write cut short, and an unrelated file that must be left alone.
   const std::string tmp = absl::StrCat(PathOf(DigestOf(a)), ".tmp.123.0");
@@ -396,14 +406,11 @@ TEST_F(BlobCacheTest, ReopenFindsBlobsAndRemovesTempFiles) {
 
 TEST_F(BlobCacheTest, ReopenKeepsLruOrderAndEvictsToNewLimit) {
   constexpr size_t kBlob = 256;
-  std::vector<std::vector<uint8_t>> blobs;
-  for (uint32_t i = 0; i < 3; ++i) blobs.push_back(RandomBytes(kBlob, 50 + i));
+  const std::vector<std::vector<uint8_t>> blobs = RandomBlobs(3, kBlob, 50);
   {
     auto cache = OpenCache(0);
     ASSERT_NE(cache, nullptr);
-    for (const auto& blob : blobs) {
-      ASSERT_TRUE(cache->Store(DigestOf(blob), blob.data(), kBlob).ok());
-    }
+    for (const auto& blob : blobs) ASSERT_TRUE(Store(*cache, blob).ok());
   }
   // Give the files distinct, known ages: blob 1 oldest, then 2, then 0 (as if read last).
   const int order[] = {1, 2, 0};
@@ -413,8 +420,7 @@ TEST_F(BlobCacheTest, ReopenKeepsLruOrderAndEvictsToNewLimit) {
   }
   auto cache = OpenCache(2 * kBlob);  // A smaller limit: the oldest goes at once.
   ASSERT_NE(cache, nullptr);
-  EXPECT_FALSE(cache->Contains(DigestOf(blobs[1])));
-  EXPECT_FALSE(fs::exists(PathOf(DigestOf(blobs[1]))));
+  ExpectAbsent(*cache, blobs[1]);
   EXPECT_TRUE(cache->Contains(DigestOf(blobs[2])));
   EXPECT_TRUE(cache->Contains(DigestOf(blobs[0])));
 }
@@ -426,8 +432,8 @@ TEST_F(BlobCacheTest, ReadIsRememberedAcrossReopen) {
   {
     auto cache = OpenCache(0);
     ASSERT_NE(cache, nullptr);
-    ASSERT_TRUE(cache->Store(DigestOf(a), a.data(), kBlob).ok());
-    ASSERT_TRUE(cache->Store(DigestOf(b), b.data(), kBlob).ok());
+    ASSERT_TRUE(Store(*cache, a).ok());
+    ASSERT_TRUE(Store(*cache, b).ok());
     // Both written long ago, a before b; then a is read.
     const struct timespec old_a[2] = {{1000000, 0}, {1000000, 0}};
     const struct timespec old_b[2] = {{2000000, 0}, {2000000, 0}};
@@ -495,8 +501,7 @@ TEST_F(BlobCacheTest, ConcurrentStoresAndReads) {
   // Room for a third of the blobs, so eviction races with reads and stores.
   auto cache = OpenCache(8 * kBlob);
   ASSERT_NE(cache, nullptr);
-  std::vector<std::vector<uint8_t>> blobs;
-  for (int i = 0; i < kBlobs; ++i) blobs.push_back(RandomBytes(kBlob, 100 + i));
+  const std::vector<std::vector<uint8_t>> blobs = RandomBlobs(kBlobs, kBlob, 100);
 
   std::vector<std::string> errors(kThreads);
   std::vector<int> hits(kThreads, 0);

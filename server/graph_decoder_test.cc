@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
 #include "proto/protocol.h"
 #include "server/server_test_util.h"
@@ -55,6 +57,25 @@ class GraphDecoderTest : public ::testing::Test {
     return Decode(desc);
   }
 
+  // Expects decoding `desc` for CPU0 to fail INVALID_ARGUMENT with a message saying `says`.
+  void ExpectRejected(const GraphDesc& desc, absl::string_view says) {
+    auto decoded = DecodeGraph(desc, devices_[0], resolve_);
+    ASSERT_FALSE(decoded.ok()) << "decoded; wanted a refusal saying " << says;
+    EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(decoded.status().message().find(says), std::string::npos)
+        << decoded.status().message();
+  }
+
+  // Runs a decoded graph on a new stream of CPU0, where buffers_[1] is.
+  absl::Status Compute(DecodedGraph& decoded) {
+    absl::StatusOr<std::unique_ptr<Stream>> stream = devices_[0]->CreateStream();
+    if (!stream.ok()) return stream.status();
+    return (*stream)->Compute(decoded.graph);
+  }
+
+  // The bytes of buffer handle 1.
+  uint8_t* Base() { return static_cast<uint8_t*>(buffers_[1]->base()); }
+
   std::vector<Device*> devices_;
   std::map<uint64_t, std::unique_ptr<Buffer>> buffers_;
   BufferResolver resolve_;
@@ -67,13 +88,11 @@ TEST_F(GraphDecoderTest, ValidGraphComputesLikeNaiveLoop) {
   EXPECT_EQ((*decoded)->graph.nodes.size(), 2u);
   EXPECT_EQ((*decoded)->graph.leafs.size(), 3u);
   EXPECT_EQ((*decoded)->handles, std::vector<uint64_t>{1});
-  auto* base = static_cast<uint8_t*>(buffers_[1]->base());
+  uint8_t* base = Base();
   std::memcpy(base + MatMulAdd::kAOff, mm.a.data(), mm.a.size() * 4);
   std::memcpy(base + MatMulAdd::kXOff, mm.x.data(), mm.x.size() * 4);
   std::memcpy(base + MatMulAdd::kBOff, mm.b.data(), mm.b.size() * 4);
-  auto stream = devices_[0]->CreateStream();
-  ASSERT_TRUE(stream.ok());
-  ASSERT_TRUE((*stream)->Compute((*decoded)->graph).ok());
+  ASSERT_TRUE(Compute(**decoded).ok());
   std::vector<float> out(MatMulAdd::M * MatMulAdd::N);
   std::memcpy(out.data(), base + MatMulAdd::kOutOff, out.size() * 4);
   EXPECT_TRUE(testing::NearlyEqual(out, mm.Expected()));
@@ -180,9 +199,7 @@ TEST_F(GraphDecoderTest, CyclicGraphOrForwardReference) {
   MatMulAdd mm(1);
   auto desc = mm.Graph(1);
   desc.mutable_tensors(3)->set_src(1, 5);  // MUL_MAT reads the ADD after it.
-  auto r = DecodeGraph(desc, devices_[0], resolve_);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("cyclic graph or forward reference"), std::string::npos);
+  ExpectRejected(desc, "cyclic graph or forward reference");
   // itself:
   EXPECT_EQ(DecodeEdited([](GraphDesc& d) { d.mutable_tensors(3)->set_src(0, 4); }),
             absl::StatusCode::kInvalidArgument);
@@ -269,8 +286,7 @@ TEST_F(GraphDecoderTest, Views) {
   (void)out;
   auto ok = DecodeGraph(g.desc(), devices_[0], resolve_);
   ASSERT_TRUE(ok.ok()) << ok.status();
-  EXPECT_EQ(static_cast<uint8_t*>((*ok)->tensors[1]->data),
-            static_cast<uint8_t*>(buffers_[1]->base()) + 128);
+  EXPECT_EQ(static_cast<uint8_t*>((*ok)->tensors[1]->data), Base() + 128);
   g.At(view).set_view_offs(192);  // past the base tensor's end.
   EXPECT_EQ(Decode(g.desc()), absl::StatusCode::kInvalidArgument);
   g.At(view).set_view_offs(128);
@@ -295,7 +311,7 @@ TEST_F(GraphDecoderTest, SampleDecodesAndRuns) {
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   const std::vector<float> logits = testing::Floats(16, 3);
   const int32_t pos[2] = {5, 6};
-  auto* base = static_cast<uint8_t*>(buffers_[1]->base());
+  uint8_t* base = Base();
   const auto top = [&](int row, float rp, int32_t penalized) {
     int best = 0;
     float best_v = -INFINITY;
@@ -310,9 +326,7 @@ TEST_F(GraphDecoderTest, SampleDecodesAndRuns) {
   std::memcpy(base, logits.data(), logits.size() * 4);
   std::memcpy(base + 64, pos, sizeof(pos));
   std::memcpy(base + 128, recent, sizeof(recent));
-  auto stream = devices_[0]->CreateStream();
-  ASSERT_TRUE(stream.ok());
-  ASSERT_TRUE((*stream)->Compute((*decoded)->graph).ok());
+  ASSERT_TRUE(Compute(**decoded).ok());
   int32_t got[2];
   std::memcpy(got, base + 256, sizeof(got));
   EXPECT_EQ(got[0], top(0, 4.0f, recent[0]));
@@ -337,11 +351,8 @@ TEST_F(GraphDecoderTest, SampleParametersOutOfRangeAreRejected) {
   for (const Case& c : cases) {
     std::array<int32_t, 7> params = SampleSlots(0.8f, 1.1f);
     params[c.slot] = c.value;
-    auto decoded = DecodeGraph(SampleGraph(1, params), devices_[0], resolve_);
-    ASSERT_FALSE(decoded.ok()) << "slot " << c.slot;
-    EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(decoded.status().message().find(c.names), std::string::npos)
-        << decoded.status().message();
+    SCOPED_TRACE(absl::StrCat("slot ", c.slot));
+    ExpectRejected(SampleGraph(1, params), c.names);
   }
   auto desc = SampleGraph(1, SampleSlots(0.8f, 1.0f));
   desc.mutable_tensors(1)->set_type(static_cast<uint32_t>(DType::kF32));  // positions: F32.
@@ -369,11 +380,9 @@ TEST_F(GraphDecoderTest, RouterOpsDecodeAndComputeAndBadParamsAreRejected) {
   auto decoded = DecodeGraph(router(2), devices_[0], resolve_);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   const float probs[12] = {0.1f, 0.5f, 0.2f, 0.5f, 0.0f, -1.0f, 3, 2, 1, 4, 5, 6};
-  auto* base = static_cast<uint8_t*>(buffers_[1]->base());
+  uint8_t* base = Base();
   std::memcpy(base, probs, sizeof(probs));
-  auto stream = devices_[0]->CreateStream();
-  ASSERT_TRUE(stream.ok());
-  ASSERT_TRUE((*stream)->Compute((*decoded)->graph).ok());
+  ASSERT_TRUE(Compute(**decoded).ok());
   int32_t ids[4];
   std::memcpy(ids, base + 64, sizeof(ids));
   // Row 0: the tie at 0.5 goes to the smaller index; row 1: 6 then 5.
@@ -383,16 +392,10 @@ TEST_F(GraphDecoderTest, RouterOpsDecodeAndComputeAndBadParamsAreRejected) {
   EXPECT_EQ(ids[3], 4);
 
   for (int32_t k : {0, 7, -1}) {
-    auto bad = DecodeGraph(router(k, Op::kTopK, 1), devices_[0], resolve_);
-    ASSERT_FALSE(bad.ok()) << "k " << k;
-    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(bad.status().message().find("must be in [1, 6]"), std::string::npos)
-        << bad.status().message();
+    SCOPED_TRACE(absl::StrCat("k ", k));
+    ExpectRejected(router(k, Op::kTopK, 1), "must be in [1, 6]");
   }
-  auto bad_order = DecodeGraph(router(2, Op::kArgsort, 6), devices_[0], resolve_);
-  ASSERT_FALSE(bad_order.ok());
-  EXPECT_NE(bad_order.status().message().find("order 2 unknown"), std::string::npos)
-      << bad_order.status().message();
+  ExpectRejected(router(2, Op::kArgsort, 6), "order 2 unknown");
   EXPECT_TRUE(DecodeGraph(router(1, Op::kArgsort, 6), devices_[0], resolve_).ok());
 }
 
@@ -411,11 +414,9 @@ TEST_F(GraphDecoderTest, SwigluOaiDecodesAndComputesAndBadLimitIsRejected) {
   auto decoded = DecodeGraph(swiglu(1.702f, 7.0f), devices_[0], resolve_);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   const float in[8] = {-1.0f, 0.5f, 8.0f, 10.0f, -9.0f, 0.0f, 1.0f, 9.0f};
-  auto* base = static_cast<uint8_t*>(buffers_[1]->base());
+  uint8_t* base = Base();
   std::memcpy(base, in, sizeof(in));
-  auto stream = devices_[0]->CreateStream();
-  ASSERT_TRUE(stream.ok());
-  ASSERT_TRUE((*stream)->Compute((*decoded)->graph).ok());
+  ASSERT_TRUE(Compute(**decoded).ok());
   float out[4];
   std::memcpy(out, base + 64, sizeof(out));
   // x = min(gate, 7), y = clamp(up, -7, 7): x sigmoid(1.702 x) (y + 1).
@@ -425,11 +426,8 @@ TEST_F(GraphDecoderTest, SwigluOaiDecodesAndComputesAndBadLimitIsRejected) {
     EXPECT_NEAR(out[i], want, 1e-5 * (1 + std::abs(want))) << i;
   }
   for (float limit : {0.0f, -1.0f, std::numeric_limits<float>::infinity()}) {
-    auto bad = DecodeGraph(swiglu(1.702f, limit), devices_[0], resolve_);
-    ASSERT_FALSE(bad.ok()) << "limit " << limit;
-    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(bad.status().message().find("must be positive and finite"), std::string::npos)
-        << bad.status().message();
+    SCOPED_TRACE(absl::StrCat("limit ", limit));
+    ExpectRejected(swiglu(1.702f, limit), "must be positive and finite");
   }
 }
 

@@ -7,6 +7,7 @@
 #include <net/if.h>
 #include <netdb.h>
 
+#include <initializer_list>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -29,6 +30,18 @@ std::string Dial(const PeerAllowList& l, const char* endpoint) {
   return t->address;
 }
 
+// Expects Check to let each of `endpoints` through, dialling it as given.
+void ExpectDialledAsGiven(const PeerAllowList& l, std::initializer_list<const char*> endpoints) {
+  for (const char* endpoint : endpoints) EXPECT_EQ(Dial(l, endpoint), endpoint);
+}
+
+// Expects Check to refuse each of `endpoints` as not allowed.
+void ExpectDenied(const PeerAllowList& l, std::initializer_list<const char*> endpoints) {
+  for (const char* endpoint : endpoints) {
+    EXPECT_EQ(Dial(l, endpoint), "PERMISSION_DENIED") << endpoint;
+  }
+}
+
 TEST(PeerAllowListTest, ParsesAndNormalizes) {
   EXPECT_EQ(List(kList).ToString(),
             "10.1.0.0/16,192.168.5.7:9000,[::1]:7000,fd00::/8,db,cache:50052");
@@ -48,29 +61,18 @@ TEST(PeerAllowListTest, MalformedEntriesNameThemselves) {
 
 TEST(PeerAllowListTest, AddressesInsideRangesAndPortsThatMatch) {
   const PeerAllowList l = List(kList);
-  EXPECT_EQ(Dial(l, "10.1.255.3:80"), "10.1.255.3:80");
-  EXPECT_EQ(Dial(l, "10.2.0.1:80"), "PERMISSION_DENIED");
-  EXPECT_EQ(Dial(l, "10.0.255.255:80"), "PERMISSION_DENIED");
-  EXPECT_EQ(Dial(l, "192.168.5.7:9000"), "192.168.5.7:9000");
-  EXPECT_EQ(Dial(l, "192.168.5.7:9001"), "PERMISSION_DENIED");
-  EXPECT_EQ(Dial(l, "192.168.5.8:9000"), "PERMISSION_DENIED");
-  EXPECT_EQ(Dial(l, "[::1]:7000"), "[::1]:7000");
-  EXPECT_EQ(Dial(l, "[::1]:7001"), "PERMISSION_DENIED");
-  EXPECT_EQ(Dial(l, "[fdff:1::5]:1"), "[fdff:1::5]:1");
-  EXPECT_EQ(Dial(l, "[fe00::5]:1"), "PERMISSION_DENIED");
+  ExpectDialledAsGiven(l, {"10.1.255.3:80", "192.168.5.7:9000", "[::1]:7000", "[fdff:1::5]:1"});
+  ExpectDenied(l, {"10.2.0.1:80", "10.0.255.255:80", "192.168.5.7:9001", "192.168.5.8:9000",
+                   "[::1]:7001", "[fe00::5]:1", "127.0.0.1:7000"});
   // An IPv4 address spelled as IPv6 is the IPv4 address.
   EXPECT_EQ(Dial(l, "[::ffff:10.1.9.9]:80"), "10.1.9.9:80");
-  EXPECT_EQ(Dial(l, "[::ffff:10.9.9.9]:80"), "PERMISSION_DENIED");
-  EXPECT_EQ(Dial(l, "127.0.0.1:7000"), "PERMISSION_DENIED");
+  ExpectDenied(l, {"[::ffff:10.9.9.9]:80"});
 }
 
 TEST(PeerAllowListTest, NamesMatchAsGivenWithTheirPort) {
   const PeerAllowList l = List(kList);
-  EXPECT_EQ(Dial(l, "db:1234"), "db:1234");
-  EXPECT_EQ(Dial(l, "Db:1"), "Db:1");
-  EXPECT_EQ(Dial(l, "cache:50052"), "cache:50052");
-  EXPECT_EQ(Dial(l, "cache:50053"), "PERMISSION_DENIED");
-  EXPECT_EQ(Dial(l, "db.evil.example:1234"), "PERMISSION_DENIED");
+  ExpectDialledAsGiven(l, {"db:1234", "Db:1", "cache:50052"});
+  ExpectDenied(l, {"cache:50053", "db.evil.example:1234"});
   absl::StatusOr<PeerTarget> t = l.Check("db:1234");
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->server_name, "");
@@ -82,8 +84,8 @@ TEST(PeerAllowListTest, NamesResolveIntoRangesAndKeepTheirNameForTls) {
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_TRUE(t->address == "127.0.0.1:5" || t->address == "[::1]:5") << t->address;
   EXPECT_EQ(t->server_name, "localhost");
-  EXPECT_EQ(Dial(l, "no-such-host.invalid:5"), "PERMISSION_DENIED");
-  EXPECT_EQ(Dial(List("10.0.0.0/8"), "localhost:5"), "PERMISSION_DENIED");
+  ExpectDenied(l, {"no-such-host.invalid:5"});
+  ExpectDenied(List("10.0.0.0/8"), {"localhost:5"});
 }
 
 TEST(PeerAllowListTest, RefusalsSayWhyAndMalformedEndpointsAreInvalid) {
@@ -119,11 +121,9 @@ bool OwnIpv4(in_addr* addr, int* prefix) {
 
 TEST(PeerAllowListTest, DefaultIsLoopbackAndOwnSubnets) {
   const PeerAllowList l = PeerAllowList::Default();
-  EXPECT_EQ(Dial(l, "127.0.0.1:50052"), "127.0.0.1:50052");
-  EXPECT_EQ(Dial(l, "127.9.9.9:1"), "127.9.9.9:1");
-  EXPECT_EQ(Dial(l, "[::1]:50052"), "[::1]:50052");
+  ExpectDialledAsGiven(l, {"127.0.0.1:50052", "127.9.9.9:1", "[::1]:50052"});
   // TEST-NET-3 (RFC 5737): documentation only, never a real subnet of a test machine.
-  EXPECT_EQ(Dial(l, "203.0.113.9:50052"), "PERMISSION_DENIED");
+  ExpectDenied(l, {"203.0.113.9:50052"});
   in_addr own;
   int prefix = 0;
   if (!OwnIpv4(&own, &prefix)) GTEST_SKIP() << "no IPv4 interface besides loopback";

@@ -186,6 +186,14 @@ class ServiceTest : public ::testing::Test {
     stub_ = Connect(server_->address());
   }
 
+  // Calls Hello with `request`, sending `token` as the bearer token unless it is empty.
+  grpc::Status Hello(const pb::HelloRequest& request, const std::string& token = "") {
+    grpc::ClientContext ctx;
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+    pb::HelloReply reply;
+    return stub_->Hello(&ctx, request, &reply);
+  }
+
   // The server still serves a valid compute on a fresh session.
   void ExpectHealthy(uint32_t seed = 21) {
     SessionStream s(stub_.get(), token_);
@@ -267,9 +275,7 @@ TEST_F(ServiceTest, HelloVersionOrFingerprintMismatch) {
   {
     pb::HelloRequest h = GoodHello();
     h.set_protocol_version(rpc::kProtocolVersion + 1);
-    grpc::ClientContext ctx;
-    pb::HelloReply reply;
-    grpc::Status st = stub_->Hello(&ctx, h, &reply);
+    grpc::Status st = Hello(h);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
     EXPECT_NE(st.error_message().find(absl::StrCat("version ", rpc::kProtocolVersion + 1)),
               std::string::npos);
@@ -279,9 +285,7 @@ TEST_F(ServiceTest, HelloVersionOrFingerprintMismatch) {
   {
     pb::HelloRequest h = GoodHello();
     h.set_op_table_fingerprint(0x1234);
-    grpc::ClientContext ctx;
-    pb::HelloReply reply;
-    grpc::Status st = stub_->Hello(&ctx, h, &reply);
+    grpc::Status st = Hello(h);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
     EXPECT_NE(st.error_message().find("0000000000001234"), std::string::npos);
     EXPECT_NE(st.error_message().find(absl::StrFormat("%016x", OpTableFingerprint())),
@@ -437,27 +441,13 @@ TEST_F(ServiceTest, BearerToken) {
   ServerConfig config;
   config.auth_token = "s3cret-token";
   StartServer(config);
-  {
-    grpc::ClientContext ctx;
-    pb::HelloReply reply;
-    grpc::Status st = stub_->Hello(&ctx, GoodHello(), &reply);
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-    EXPECT_NE(st.error_message().find("missing"), std::string::npos);
-  }
-  {
-    grpc::ClientContext ctx;
-    ctx.AddMetadata("authorization", "Bearer wrong");
-    pb::HelloReply reply;
-    grpc::Status st = stub_->Hello(&ctx, GoodHello(), &reply);
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-    EXPECT_NE(st.error_message().find("wrong"), std::string::npos);
-  }
-  {
-    grpc::ClientContext ctx;
-    ctx.AddMetadata("authorization", "Bearer s3cret-token");
-    pb::HelloReply reply;
-    EXPECT_TRUE(stub_->Hello(&ctx, GoodHello(), &reply).ok());
-  }
+  grpc::Status hello = Hello(GoodHello());
+  EXPECT_EQ(hello.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(hello.error_message().find("missing"), std::string::npos);
+  hello = Hello(GoodHello(), "wrong");
+  EXPECT_EQ(hello.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(hello.error_message().find("wrong"), std::string::npos);
+  EXPECT_TRUE(Hello(GoodHello(), "s3cret-token").ok());
   {  // a session stream without the token.
     SessionStream s(stub_.get(), "");
     EXPECT_FALSE(s.ok());

@@ -10,26 +10,25 @@
 
 #include "gtest/gtest.h"
 #include "proto/protocol.h"
-#include "server/grant_table.h"
-#include "server/metrics.h"
 #include "server/server_test_util.h"
 #include "server/session.h"
 #include "server/session_buffer.h"
+#include "server/session_test_fixture.h"
 #include "tests/lib/strided_reference.h"
 
 namespace tg::server {
 namespace {
 
 using testing::AllocRequest;
+using testing::kInvalid;
+using testing::kNotFound;
+using testing::kOk;
+using testing::kUnimplemented;
 using testing::ReadRequest;
 using testing::ReadRowsRequest;
 using testing::RowsOf;
 using testing::WriteRequest;
 using testing::WriteRowsRequest;
-using testing::kOk;
-using testing::kInvalid;
-using testing::kNotFound;
-using testing::kUnimplemented;
 namespace pb = ::tensorgrid::v1;
 
 constexpr size_t kBufferBytes = 256;
@@ -71,13 +70,11 @@ std::string ReferenceRead(const Shape& s, const std::string& buffer) {
   return std::string(v.begin(), v.end());
 }
 
-class SessionRowsTest : public ::testing::Test {
+class SessionRowsTest : public testing::SessionEnvTest {
  protected:
   void SetUp() override {
-    env_.devices = testing::TwoCpuDevices();
-    ASSERT_EQ(env_.devices.size(), 2u);
-    env_.metrics = &metrics_;
-    env_.grants = &grants_;
+    SessionEnvTest::SetUp();
+    ASSERT_FALSE(HasFatalFailure());
     session_ = std::make_unique<Session>("rows", env_);
   }
 
@@ -97,9 +94,6 @@ class SessionRowsTest : public ::testing::Test {
     return r.read().data();
   }
 
-  Metrics metrics_;
-  GrantTable grants_;
-  SessionEnv env_;
   std::unique_ptr<Session> session_;
   uint64_t next_id_ = 1;
 };

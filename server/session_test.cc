@@ -13,32 +13,26 @@
 #include "server/metrics.h"
 #include "server/server_test_util.h"
 #include "server/session_buffer_recycler.h"
+#include "server/session_test_fixture.h"
 
 namespace tg::server {
 namespace {
 
 using testing::AllocRequest;
 using testing::FreeRequest;
+using testing::kExhausted;
+using testing::kInvalid;
+using testing::kNotFound;
+using testing::kOk;
+using testing::kPrecondition;
 using testing::MatMulAdd;
 using testing::ReadRequest;
 using testing::RowsCompute;
 using testing::WriteRequest;
-using testing::kOk;
-using testing::kInvalid;
-using testing::kNotFound;
-using testing::kExhausted;
-using testing::kPrecondition;
 namespace pb = ::tensorgrid::v1;
 
-class SessionTest : public ::testing::Test {
+class SessionTest : public testing::SessionEnvTest {
  protected:
-  void SetUp() override {
-    env_.devices = testing::TwoCpuDevices();
-    ASSERT_EQ(env_.devices.size(), 2u);
-    env_.metrics = &metrics_;
-    env_.grants = &grants_;
-  }
-
   std::unique_ptr<Session> NewSession(uint64_t mem_limit = 0) {
     SessionEnv env = env_;
     env.mem_limit = mem_limit;
@@ -58,9 +52,6 @@ class SessionTest : public ::testing::Test {
     EXPECT_TRUE(st.ok()) << st;
   }
 
-  Metrics metrics_;
-  GrantTable grants_;
-  SessionEnv env_;
   uint64_t next_id_ = 1;
 };
 
