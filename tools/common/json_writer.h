@@ -26,6 +26,9 @@ class JsonWriter {
 
  private:
   void Separate();
+  // Writes an opening bracket and starts a container / ends the innermost one.
+  JsonWriter& Open(char bracket);
+  JsonWriter& Close(char bracket);
   std::string out_;
   std::vector<bool> first_;  // per open container: nothing written yet.
   bool after_key_ = false;
