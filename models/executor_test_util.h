@@ -30,6 +30,13 @@ namespace tg::testing {
 
 inline constexpr int64_t kToyVocab = 8;
 
+// The object a StatusOr holds, or null after a failed expectation showing its status.
+template <typename T>
+std::unique_ptr<T> ValueOrNull(absl::StatusOr<std::unique_ptr<T>> created) {
+  EXPECT_TRUE(created.ok()) << created.status();
+  return created.ok() ? std::move(*created) : nullptr;
+}
+
 // The toy model: logits of token t = table[t] + bias, with the table on one device and the
 // bias on another (a graph then spans both). Row t peaks at (3t + 1) mod kToyVocab; the
 // rest is small and uneven, so that every logit differs.
@@ -65,6 +72,12 @@ class ToyModel {
   std::vector<int32_t> HostChain(int32_t token, int n) const {
     std::vector<int32_t> out;
     for (int i = 0; i < n; ++i) out.push_back(token = HostArgmax(token));
+    return out;
+  }
+  // What Generate leaves in got = {token} after n picks: `token`, then its HostChain.
+  std::vector<int32_t> HostChainFrom(int32_t token, int n) const {
+    std::vector<int32_t> out = {token};
+    for (int32_t t : HostChain(token, n)) out.push_back(t);
     return out;
   }
 
