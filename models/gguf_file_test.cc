@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/gguf_writer.h"
+#include "models/shared_model_path.h"
 
 namespace tg {
 namespace {
@@ -344,9 +345,7 @@ TEST(GgufFileIo, OpenErrors) {
 // The real model
 
 TEST(GgufRealModel, Stories260K) {
-  const char* shared = std::getenv("TG_SHARED_DIR");
-  const std::string path =
-      absl::StrCat(shared != nullptr ? shared : "../shared", "/models/stories260K.gguf");
+  const std::string path = SharedModelPath("stories260K.gguf");
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
     std::printf("skipping: %s not found (set TG_SHARED_DIR)\n", path.c_str());

@@ -8,7 +8,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -21,6 +20,7 @@
 #include "models/executor_test_util.h"
 #include "models/llama_model.h"
 #include "models/llama_session.h"
+#include "models/shared_model_path.h"
 #include "reference/reference_ops.h"
 
 namespace tg {
@@ -60,8 +60,7 @@ int32_t HostDraw(absl::Span<const float> logits, const std::vector<int32_t>& his
 class SessionSampleTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* shared = std::getenv("TG_SHARED_DIR");
-    path_ = std::string(shared != nullptr ? shared : "../shared") + "/models/stories260K.gguf";
+    path_ = SharedModelPath("stories260K.gguf");
     if (!std::ifstream(path_).good()) GTEST_SKIP() << path_ << " not found";
     so_.n_ctx = 64;
     so_.kv_pad = 16;

@@ -3,7 +3,6 @@
 // regex, the Unicode helpers, and the real stories260K vocabulary against llama.cpp's ids.
 #include "models/tokenizer.h"
 
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "models/gguf_file.h"
 #include "models/gguf_writer.h"
+#include "models/shared_model_path.h"
 #include "models/tokenizer_bpe.h"
 #include "models/unicode.h"
 
@@ -561,8 +561,7 @@ TEST(UnicodeTest, ByteLevelMapping) {
 // ---- The real stories260K vocabulary ---------------------------------------------------
 
 TEST(Stories260KTest, MatchesLlamaCpp) {
-  const char* shared = std::getenv("TG_SHARED_DIR");
-  const std::string path = absl::StrCat(shared ? shared : "../shared", "/models/stories260K.gguf");
+  const std::string path = SharedModelPath("stories260K.gguf");
   auto file = GgufFile::Open(path);
   if (!file.ok()) GTEST_SKIP() << "stories260K.gguf not available: " << file.status();
   auto tok = Tokenizer::FromGguf(**file);

@@ -33,6 +33,7 @@
 #include "models/failover_model.h"
 #include "models/llama_model.h"
 #include "models/llama_session.h"
+#include "models/shared_model_path.h"
 
 extern "C" char** environ;
 
@@ -103,8 +104,7 @@ Device* LocalCpu() {
 class FailoverSessionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* shared = std::getenv("TG_SHARED_DIR");
-    path_ = std::string(shared != nullptr ? shared : "../shared") + "/models/stories260K.gguf";
+    path_ = SharedModelPath("stories260K.gguf");
     if (!std::ifstream(path_).good()) GTEST_SKIP() << path_ << " not found";
     cpu_ = LocalCpu();
     ASSERT_NE(cpu_, nullptr);

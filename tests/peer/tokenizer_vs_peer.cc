@@ -32,6 +32,7 @@
 #include "absl/strings/strip.h"
 #include "models/gguf_file.h"
 #include "models/gguf_writer.h"
+#include "models/shared_model_path.h"
 #include "models/tokenizer.h"
 #include "models/tokenizer_bpe.h"
 #include "models/unicode.h"
@@ -465,9 +466,7 @@ std::vector<BpeSpec> BpeSpecs() {
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Models(
     const std::string& work_dir) {
   std::vector<std::pair<std::string, std::string>> models;
-  const char* shared = std::getenv("TG_SHARED_DIR");
-  const std::string stories =
-      absl::StrCat(shared ? shared : "../shared", "/models/stories260K.gguf");
+  const std::string stories = SharedModelPath("stories260K.gguf");
   if (access(stories.c_str(), R_OK) == 0) {
     models.emplace_back("stories260K", stories);
   } else {

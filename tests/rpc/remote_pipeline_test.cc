@@ -5,7 +5,6 @@
 // the local CPU.
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -25,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "models/llama_model.h"
 #include "models/llama_session.h"
+#include "models/shared_model_path.h"
 #include "server/rpc_server.h"
 
 namespace tg {
@@ -260,8 +260,7 @@ TEST_F(RemotePipelineTest, BatchedStepsGetTheirOwnResults) {
 class RemoteGreedyTest : public RemotePipelineTest, public ::testing::WithParamInterface<int> {
  protected:
   void SetUp() override {
-    const char* shared = std::getenv("TG_SHARED_DIR");
-    path_ = std::string(shared != nullptr ? shared : "../shared") + "/models/stories260K.gguf";
+    path_ = SharedModelPath("stories260K.gguf");
     if (!std::ifstream(path_).good()) GTEST_SKIP() << path_ << " not found";
     RemotePipelineTest::SetUp();
     LoadOptions local;
