@@ -24,17 +24,16 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "backends/register_builtin.h"
 #include "client/connection.h"
 #include "client/remote_buffer.h"
 #include "client/remote_device.h"
-#include "core/registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/failover_model.h"
 #include "models/llama_model.h"
 #include "models/llama_session.h"
 #include "models/shared_model_path.h"
+#include "tests/lib/test_util.h"
 
 extern "C" char** environ;
 
@@ -94,20 +93,12 @@ class ServerProcess {
   std::string address_;
 };
 
-Device* LocalCpu() {
-  if (!RegisterBuiltinBackends().ok()) return nullptr;
-  for (Device* d : Registry::Get().devices()) {
-    if (d->type() == DeviceType::kCpu) return d;
-  }
-  return nullptr;
-}
-
 class FailoverSessionTest : public ::testing::Test {
  protected:
   void SetUp() override {
     path_ = SharedModelPath("stories260K.gguf");
     if (!std::ifstream(path_).good()) GTEST_SKIP() << path_ << " not found";
-    cpu_ = LocalCpu();
+    cpu_ = testing::CpuDevice();
     ASSERT_NE(cpu_, nullptr);
     char dir[] = "/tmp/tg-failover-session-XXXXXX";
     ASSERT_NE(mkdtemp(dir), nullptr);
