@@ -11,14 +11,19 @@
 namespace tg::synth {
 
 // llama.cpp's llama_token_type values (tokenizer.ggml.token_type).
-inline constexpr int32_t kTokenNormal = 1;
-inline constexpr int32_t kTokenUnknown = 2;
-inline constexpr int32_t kTokenControl = 3;
-inline constexpr int32_t kTokenByte = 6;
+enum TokenType : int32_t {
+  kTokenNormal = 1,
+  kTokenUnknown = 2,
+  kTokenControl = 3,
+  kTokenByte = 6,
+};
 
-inline constexpr uint32_t kUnkId = 0;
-inline constexpr uint32_t kBosId = 1;
-inline constexpr uint32_t kEosId = 2;
+// The special tokens, the first three of the vocabulary.
+enum SpecialTokenId : uint32_t {
+  kUnkId = 0,
+  kBosId = 1,
+  kEosId = 2,
+};
 
 struct SpmVocab {
   std::vector<std::string> tokens;
