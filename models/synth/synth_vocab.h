@@ -8,15 +8,9 @@
 #include <string>
 #include <vector>
 
-namespace tg::synth {
+#include "models/token_type.h"
 
-// llama.cpp's llama_token_type values (tokenizer.ggml.token_type).
-enum TokenType : int32_t {
-  kTokenNormal = 1,
-  kTokenUnknown = 2,
-  kTokenControl = 3,
-  kTokenByte = 6,
-};
+namespace tg::synth {
 
 // The special tokens, the first three of the vocabulary.
 enum SpecialTokenId : uint32_t {

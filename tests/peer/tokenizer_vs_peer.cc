@@ -33,6 +33,7 @@
 #include "models/gguf_file.h"
 #include "models/gguf_writer.h"
 #include "models/shared_model_path.h"
+#include "models/token_type.h"
 #include "models/tokenizer.h"
 #include "models/tokenizer_bpe.h"
 #include "models/unicode.h"
@@ -41,12 +42,6 @@ namespace tg {
 namespace {
 
 constexpr int kExitSkip = 77;
-constexpr int32_t kTokenTypeUndefined = 0;
-constexpr int32_t kTokenTypeNormal = 1;
-constexpr int32_t kTokenTypeControl = 3;
-constexpr int32_t kTokenTypeUserDefined = 4;
-constexpr int32_t kTokenTypeUnused = 5;
-constexpr int32_t kTokenTypeByte = 6;
 constexpr int kLlama3Merges = 400;
 constexpr int kQwen2Merges = 300;
 constexpr int kGpt2Merges = 300;
