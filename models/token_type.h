@@ -8,15 +8,17 @@
 
 namespace tg {
 
+// llama.cpp numbers them 0 to 6 in this order.
 enum TokenType : int32_t {
-  kTokenTypeUndefined = 0,
-  kTokenTypeNormal = 1,
-  kTokenTypeUnknown = 2,
-  kTokenTypeControl = 3,
-  kTokenTypeUserDefined = 4,
-  kTokenTypeUnused = 5,
-  kTokenTypeByte = 6,
+  kTokenTypeUndefined,
+  kTokenTypeNormal,
+  kTokenTypeUnknown,
+  kTokenTypeControl,
+  kTokenTypeUserDefined,
+  kTokenTypeUnused,
+  kTokenTypeByte,
 };
+static_assert(kTokenTypeByte == 6, "llama.cpp's LLAMA_TOKEN_TYPE_BYTE");
 
 }  // namespace tg
 

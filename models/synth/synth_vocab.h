@@ -12,11 +12,11 @@
 
 namespace tg::synth {
 
-// The special tokens, the first three of the vocabulary.
+// The ids of the special tokens: the vocabulary starts with them, in this order.
 enum SpecialTokenId : uint32_t {
-  kUnkId = 0,
-  kBosId = 1,
-  kEosId = 2,
+  kUnkId,
+  kBosId,
+  kEosId,
 };
 
 struct SpmVocab {
