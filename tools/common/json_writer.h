@@ -26,7 +26,8 @@ class JsonWriter {
 
  private:
   void Separate();
-  // Writes an opening bracket and starts a container / ends the innermost one.
+  // Open writes `bracket` and starts a container; Close writes `bracket` and ends the
+  // innermost one.
   JsonWriter& Open(char bracket);
   JsonWriter& Close(char bracket);
   std::string out_;
