@@ -256,6 +256,17 @@ inline absl::Status Generate(Executor& e, PickSteps& steps, int64_t max_tokens,
   });
 }
 
+// Generates up to max_tokens greedy picks with `steps` after `first` and expects Generate to
+// end with `code` after the host's first n picks, n positions used.
+inline void ExpectGenerationEnds(const ToyModel& model, Executor& e, ToyGreedy& steps,
+                                 int32_t first, int64_t max_tokens, absl::StatusCode code, int n) {
+  std::vector<int32_t> got = {first};
+  const absl::Status end = Generate(e, steps, max_tokens, got);
+  ASSERT_EQ(end.code(), code) << end;
+  EXPECT_EQ(got, model.HostChainFrom(first, n));
+  EXPECT_EQ(steps.n_past, n);
+}
+
 // A CPU device with events and a stream that counts what it is asked. CPU work is done
 // when Compute returns, so an event has happened once recorded; the `fail_wait`-th wait
 // (1: the first) fails with INTERNAL. CreateEvent returns `create_event` when it is not OK.
