@@ -246,14 +246,20 @@ class ToyGreedy : public PickSteps {
   std::unique_ptr<ToyBatch> step_;
 };
 
+// A token callback for the Generate calls: appends each pick to `got` and asks for more until
+// `got` holds `stop_at` tokens.
+inline auto AppendTo(std::vector<int32_t>& got, size_t stop_at = SIZE_MAX) {
+  return [&got, stop_at](int32_t t) {
+    got.push_back(t);
+    return got.size() < stop_at;
+  };
+}
+
 // Executor::Generate from got.back(), appending every pick to `got`; stops once `got` holds
 // `stop_at` tokens.
 inline absl::Status Generate(Executor& e, PickSteps& steps, int64_t max_tokens,
                              std::vector<int32_t>& got, size_t stop_at = SIZE_MAX) {
-  return e.Generate(steps, got.back(), max_tokens, [&](int32_t t) {
-    got.push_back(t);
-    return got.size() < stop_at;
-  });
+  return e.Generate(steps, got.back(), max_tokens, AppendTo(got, stop_at));
 }
 
 // Generates up to max_tokens greedy picks with `steps` after `first` and expects Generate to

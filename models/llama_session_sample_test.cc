@@ -101,10 +101,7 @@ class SessionSampleTest : public ::testing::Test {
 // DecodeSample on the prompt, then Generate of n more: every pick.
 std::vector<int32_t> DeviceGeneration(LlamaSession& s, const SamplingParams& p, int n) {
   std::vector<int32_t> got = {*s.DecodeSample(kPrompt, p)};
-  EXPECT_TRUE(s.Generate(got.back(), n, p, [&](int32_t t) {
-                 got.push_back(t);
-                 return true;
-               }).ok());
+  EXPECT_TRUE(s.Generate(got.back(), n, p, testing::AppendTo(got)).ok());
   return got;
 }
 
@@ -179,10 +176,7 @@ TEST_F(SessionSampleTest, DrawsDependOnTheSeed) {
   auto model = Load(&dev0_);
   auto s = *LlamaSession::Create(*model, so_);
   std::vector<int32_t> greedy = {*s->DecodeGreedy(kPrompt)};
-  ASSERT_TRUE(s->GenerateGreedy(greedy.back(), 30, [&](int32_t t) {
-                 greedy.push_back(t);
-                 return true;
-               }).ok());
+  ASSERT_TRUE(s->GenerateGreedy(greedy.back(), 30, testing::AppendTo(greedy)).ok());
   const std::vector<int32_t> seven = HostGeneration(Defaults(7), 30);
   EXPECT_NE(seven, greedy);
   EXPECT_NE(seven, HostGeneration(Defaults(8), 30));
@@ -216,17 +210,11 @@ TEST_F(SessionSampleTest, ResumesAfterDiscardedStepsFromTheCallersToken) {
   so_.greedy_batch = 4;
   auto s = *LlamaSession::Create(*model, so_);
   std::vector<int32_t> got = {*s->DecodeSample(kPrompt, p)};
-  ASSERT_TRUE(s->Generate(got.back(), 30, p, [&](int32_t t) {
-                 got.push_back(t);
-                 return got.size() < 11;
-               }).ok());
+  ASSERT_TRUE(s->Generate(got.back(), 30, p, testing::AppendTo(got, 11)).ok());
   ASSERT_EQ(got.size(), 11u);
   EXPECT_EQ(s->n_past(), static_cast<int64_t>(kPrompt.size()) + 10);
   got.back() = kForced;
-  ASSERT_TRUE(s->Generate(kForced, 20, p, [&](int32_t t) {
-                 got.push_back(t);
-                 return true;
-               }).ok());
+  ASSERT_TRUE(s->Generate(kForced, 20, p, testing::AppendTo(got)).ok());
   EXPECT_EQ(got, want);
 }
 

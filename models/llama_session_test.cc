@@ -231,10 +231,7 @@ TEST_F(LayerSplitSessionTest, GenerateGreedyQueuedAheadMatchesDecodeGreedy) {
     events.batch_computes.clear();
     auto s = *LlamaSession::Create(*model, so);
     std::vector<int32_t> got = {*s->DecodeGreedy(prompt)};
-    ASSERT_TRUE(s->GenerateGreedy(got.back(), 40, [&](int32_t t) {
-                   got.push_back(t);
-                   return true;
-                 }).ok());
+    ASSERT_TRUE(s->GenerateGreedy(got.back(), 40, testing::AppendTo(got)).ok());
     EXPECT_EQ(got, want);
     EXPECT_EQ(s->n_past(), static_cast<int64_t>(prompt.size()) + 40);
     EXPECT_FALSE(events.batch_computes.empty());  // the steps went in Stream batches.
