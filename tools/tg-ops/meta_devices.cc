@@ -46,7 +46,8 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> MakeMetaDevices(
     names.emplace_back(devices[d]->name());
   }
   const std::string over = absl::StrJoin(names, ",");
-  // META splits each tensor along its outermost cuttable axis, META-K along dimension 0 where it can.
+  // META splits each tensor along its outermost cuttable axis, META-K along dimension 0
+  // where it can.
   const struct {
     const char* prefix;
     meta::SplitState (*split)(const Tensor&, const std::vector<float>&);
