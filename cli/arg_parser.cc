@@ -1,51 +1,62 @@
 #include "cli/arg_parser.h"
 
+#include <utility>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace tg {
 
+namespace {
+
+// A setter that parses the flag's value into *value with `parse`; on failure the error names
+// the flag, what it expects and the value given.
+template <typename T>
+ArgParser::Setter ParsedSetter(const char* long_name, T* value,
+                               bool (*parse)(absl::string_view, T*), const char* expected) {
+  return [value, long_name, parse, expected](absl::string_view v) {
+    if (!parse(v, value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(long_name, " expects ", expected, ", got '", v, "'"));
+    }
+    return absl::OkStatus();
+  };
+}
+
+}  // namespace
+
+void ArgParser::Add(const char* short_name, const char* long_name, const char* help,
+                    bool takes_value, Setter set) {
+  options_.push_back({short_name ? short_name : "", long_name, help, takes_value, std::move(set)});
+}
+
 void ArgParser::AddString(const char* short_name, const char* long_name, std::string* value,
                           const char* help) {
-  options_.push_back(
-      {short_name ? short_name : "", long_name, help, true, [value](absl::string_view v) {
-         *value = std::string(v);
-         return absl::OkStatus();
-       }});
+  Add(short_name, long_name, help, true, [value](absl::string_view v) {
+    *value = std::string(v);
+    return absl::OkStatus();
+  });
 }
 
 void ArgParser::AddInt(const char* short_name, const char* long_name, int64_t* value,
                        const char* help) {
-  options_.push_back({short_name ? short_name : "", long_name, help, true,
-                      [value, long_name](absl::string_view v) {
-                        if (!absl::SimpleAtoi(v, value)) {
-                          return absl::InvalidArgumentError(
-                              absl::StrCat(long_name, " expects an integer, got '", v, "'"));
-                        }
-                        return absl::OkStatus();
-                      }});
+  Add(short_name, long_name, help, true,
+      ParsedSetter<int64_t>(long_name, value, &absl::SimpleAtoi<int64_t>, "an integer"));
 }
 
 void ArgParser::AddFloat(const char* short_name, const char* long_name, float* value,
                          const char* help) {
-  options_.push_back({short_name ? short_name : "", long_name, help, true,
-                      [value, long_name](absl::string_view v) {
-                        if (!absl::SimpleAtof(v, value)) {
-                          return absl::InvalidArgumentError(
-                              absl::StrCat(long_name, " expects a number, got '", v, "'"));
-                        }
-                        return absl::OkStatus();
-                      }});
+  Add(short_name, long_name, help, true,
+      ParsedSetter<float>(long_name, value, &absl::SimpleAtof, "a number"));
 }
 
 void ArgParser::AddBool(const char* short_name, const char* long_name, bool* value,
                         const char* help) {
-  options_.push_back(
-      {short_name ? short_name : "", long_name, help, false, [value](absl::string_view) {
-         *value = true;
-         return absl::OkStatus();
-       }});
+  Add(short_name, long_name, help, false, [value](absl::string_view) {
+    *value = true;
+    return absl::OkStatus();
+  });
 }
 
 const ArgParser::Option* ArgParser::Find(absl::string_view name) const {

@@ -31,14 +31,19 @@ class ArgParser {
   const std::vector<std::string>& positional() const { return positional_; }
   std::string Usage(absl::string_view synopsis) const;
 
+  // Sets an option from its value (the empty view for a flag that takes none).
+  using Setter = std::function<absl::Status(absl::string_view)>;
+
  private:
   struct Option {
     std::string short_name;
     std::string long_name;
     std::string help;
     bool takes_value;
-    std::function<absl::Status(absl::string_view)> set;
+    Setter set;
   };
+  void Add(const char* short_name, const char* long_name, const char* help, bool takes_value,
+           Setter set);
   const Option* Find(absl::string_view name) const;
 
   std::string program_;

@@ -30,6 +30,13 @@ namespace tg::testing {
 
 inline constexpr int64_t kToyVocab = 8;
 
+// The object a StatusOr holds, or null after a failed expectation showing its status.
+template <typename T>
+std::unique_ptr<T> ValueOrNull(absl::StatusOr<std::unique_ptr<T>> created) {
+  EXPECT_TRUE(created.ok()) << created.status();
+  return created.ok() ? std::move(*created) : nullptr;
+}
+
 // The toy model: logits of token t = table[t] + bias, with the table on one device and the
 // bias on another (a graph then spans both). Row t peaks at (3t + 1) mod kToyVocab; the
 // rest is small and uneven, so that every logit differs.
@@ -65,6 +72,12 @@ class ToyModel {
   std::vector<int32_t> HostChain(int32_t token, int n) const {
     std::vector<int32_t> out;
     for (int i = 0; i < n; ++i) out.push_back(token = HostArgmax(token));
+    return out;
+  }
+  // What Generate leaves in got = {token} after n picks: `token`, then its HostChain.
+  std::vector<int32_t> HostChainFrom(int32_t token, int n) const {
+    std::vector<int32_t> out = {token};
+    for (int32_t t : HostChain(token, n)) out.push_back(t);
     return out;
   }
 
@@ -233,14 +246,31 @@ class ToyGreedy : public PickSteps {
   std::unique_ptr<ToyBatch> step_;
 };
 
+// A token callback for the Generate calls: appends each pick to `got` and asks for more until
+// `got` holds `stop_at` tokens.
+inline auto AppendTo(std::vector<int32_t>& got, size_t stop_at = SIZE_MAX) {
+  return [&got, stop_at](int32_t t) {
+    got.push_back(t);
+    return got.size() < stop_at;
+  };
+}
+
 // Executor::Generate from got.back(), appending every pick to `got`; stops once `got` holds
 // `stop_at` tokens.
 inline absl::Status Generate(Executor& e, PickSteps& steps, int64_t max_tokens,
                              std::vector<int32_t>& got, size_t stop_at = SIZE_MAX) {
-  return e.Generate(steps, got.back(), max_tokens, [&](int32_t t) {
-    got.push_back(t);
-    return got.size() < stop_at;
-  });
+  return e.Generate(steps, got.back(), max_tokens, AppendTo(got, stop_at));
+}
+
+// Generates up to max_tokens greedy picks with `steps` after `first` and expects Generate to
+// end with `code` after the host's first n picks, n positions used.
+inline void ExpectGenerationEnds(const ToyModel& model, Executor& e, ToyGreedy& steps,
+                                 int32_t first, int64_t max_tokens, absl::StatusCode code, int n) {
+  std::vector<int32_t> got = {first};
+  const absl::Status end = Generate(e, steps, max_tokens, got);
+  ASSERT_EQ(end.code(), code) << end;
+  EXPECT_EQ(got, model.HostChainFrom(first, n));
+  EXPECT_EQ(steps.n_past, n);
 }
 
 // A CPU device with events and a stream that counts what it is asked. CPU work is done

@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/gguf_writer.h"
+#include "models/shared_model_path.h"
 
 namespace tg {
 namespace {
@@ -127,6 +128,14 @@ void ExpectError(const Bytes& bytes, absl::StatusCode code, const std::string& t
   EXPECT_EQ(s.code(), code) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr(text));
   EXPECT_EQ(std::string(s.message()).find('\n'), std::string::npos) << "not one line: " << s;
+}
+
+// SmallFile() with the T at `pos` set to `v` fails to parse with `code` and `text`.
+template <typename T>
+void ExpectPokedError(size_t pos, T v, absl::StatusCode code, const std::string& text) {
+  Bytes b = SmallFile();
+  Poke<T>(b, pos, v);
+  ExpectError(b, code, text);
 }
 
 std::string TempPath(const std::string& name) {
@@ -344,9 +353,7 @@ TEST(GgufFileIo, OpenErrors) {
 // The real model
 
 TEST(GgufRealModel, Stories260K) {
-  const char* shared = std::getenv("TG_SHARED_DIR");
-  const std::string path =
-      absl::StrCat(shared != nullptr ? shared : "../shared", "/models/stories260K.gguf");
+  const std::string path = SharedModelPath("stories260K.gguf");
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
     std::printf("skipping: %s not found (set TG_SHARED_DIR)\n", path.c_str());
@@ -494,16 +501,14 @@ TEST(GgufHostile, HugeStringLengths) {
 }
 
 TEST(GgufHostile, BadMetadataTypes) {
-  Bytes b = SmallFile();
-  Poke<uint32_t>(b, After(b, "aa"), 13);
-  ExpectError(b, absl::StatusCode::kInvalidArgument, "key 'aa' value type 13 is unknown");
-  b = SmallFile();
-  Poke<uint32_t>(b, After(b, "arr") + 4, 0xFFFFFFFF);
-  ExpectError(b, absl::StatusCode::kInvalidArgument,
-              "key 'arr' array element type 4294967295 is unknown");
-  b = SmallFile();
-  Poke<uint8_t>(b, After(b, "flag") + 4, 2);
-  ExpectError(b, absl::StatusCode::kInvalidArgument, "key 'flag' bool value 2 is not 0 or 1");
+  const Bytes small = SmallFile();
+  ExpectPokedError<uint32_t>(After(small, "aa"), 13, absl::StatusCode::kInvalidArgument,
+                             "key 'aa' value type 13 is unknown");
+  ExpectPokedError<uint32_t>(After(small, "arr") + 4, 0xFFFFFFFF,
+                             absl::StatusCode::kInvalidArgument,
+                             "key 'arr' array element type 4294967295 is unknown");
+  ExpectPokedError<uint8_t>(After(small, "flag") + 4, 2, absl::StatusCode::kInvalidArgument,
+                            "key 'flag' bool value 2 is not 0 or 1");
 }
 
 TEST(GgufHostile, DuplicatesAndNesting) {
@@ -538,57 +543,57 @@ TEST(GgufHostile, BadAlignment) {
 }
 
 TEST(GgufHostile, BadShapes) {
-  Bytes b = SmallFile();
-  const size_t t0 = After(b, "t0");
-  Poke<uint32_t>(b, t0, 5);
-  ExpectError(b, absl::StatusCode::kInvalidArgument, "tensor 't0' has 5 dimensions (at most 4)");
-  b = SmallFile();
-  Poke<int64_t>(b, NeAt(t0, 1), -4);
-  ExpectError(b, absl::StatusCode::kInvalidArgument, "tensor 't0' dimension 1 is negative (-4)");
-  b = SmallFile();
-  Poke<int64_t>(b, NeAt(t0, 1), int64_t{1} << 61);  // 8 * 2^61 = 2^64 elements.
-  ExpectError(b, absl::StatusCode::kInvalidArgument,
-              "tensor 't0' shape [8, 2305843009213693952] has more than 2^63 elements");
-  b = SmallFile();
-  Poke<int64_t>(b, NeAt(t0, 1), int64_t{1} << 59);  // 2^62 elements of 4 bytes: 2^64 bytes.
-  ExpectError(b, absl::StatusCode::kInvalidArgument, "tensor 't0' byte size overflows");
-  b = SmallFile();
-  Poke<int64_t>(b, NeAt(After(b, "t1"), 0), 33);
-  ExpectError(b, absl::StatusCode::kInvalidArgument,
-              "tensor 't1' row length 33 is not a multiple of the q8_0 block size 32");
+  const Bytes small = SmallFile();
+  const size_t t0 = After(small, "t0");
+  ExpectPokedError<uint32_t>(t0, 5, absl::StatusCode::kInvalidArgument,
+                             "tensor 't0' has 5 dimensions (at most 4)");
+  ExpectPokedError<int64_t>(NeAt(t0, 1), -4, absl::StatusCode::kInvalidArgument,
+                            "tensor 't0' dimension 1 is negative (-4)");
+  // 8 * 2^61 = 2^64 elements.
+  ExpectPokedError<int64_t>(
+      NeAt(t0, 1), int64_t{1} << 61, absl::StatusCode::kInvalidArgument,
+      "tensor 't0' shape [8, 2305843009213693952] has more than 2^63 elements");
+  // 2^62 elements of 4 bytes: 2^64 bytes.
+  ExpectPokedError<int64_t>(NeAt(t0, 1), int64_t{1} << 59, absl::StatusCode::kInvalidArgument,
+                            "tensor 't0' byte size overflows");
+  ExpectPokedError<int64_t>(
+      NeAt(After(small, "t1"), 0), 33, absl::StatusCode::kInvalidArgument,
+      "tensor 't1' row length 33 is not a multiple of the q8_0 block size 32");
 }
 
 TEST(GgufHostile, UnknownTensorType) {
-  Bytes b = SmallFile();
-  Poke<uint32_t>(b, TypeAt(After(b, "t0"), 2), 99);
-  ExpectError(b, absl::StatusCode::kUnimplemented, "tensor 't0' has unsupported type id 99");
-  Poke<uint32_t>(b, TypeAt(After(b, "t0"), 2), 3);  // Q4_1: real, but not supported here.
-  ExpectError(b, absl::StatusCode::kUnimplemented, "tensor 't0' has unsupported type id 3");
+  const size_t type = TypeAt(After(SmallFile(), "t0"), 2);
+  ExpectPokedError<uint32_t>(type, 99, absl::StatusCode::kUnimplemented,
+                             "tensor 't0' has unsupported type id 99");
+  // Q4_1: real, but not supported here.
+  ExpectPokedError<uint32_t>(type, 3, absl::StatusCode::kUnimplemented,
+                             "tensor 't0' has unsupported type id 3");
 }
 
 TEST(GgufHostile, BadOffsets) {
-  Bytes b = SmallFile();
-  const size_t data_start = b.size() - 256;  // t0 128 + t1 68 (+28 padding) + t2 32.
-  Poke<uint64_t>(b, OffsetAt(After(b, "t2"), 1), 256);
-  ExpectError(b, absl::StatusCode::kOutOfRange,
-              absl::StrCat("tensor 't2' data [", data_start + 256, ", ", data_start + 288,
-                           ") lies past the end of the file (", b.size(), " bytes)"));
-  Poke<uint64_t>(b, OffsetAt(After(b, "t2"), 1), ~uint64_t{31});  // the sum overflows u64.
-  ExpectError(b, absl::StatusCode::kOutOfRange, "lies past the end of the file");
-  b = SmallFile();
-  Poke<uint64_t>(b, OffsetAt(After(b, "t2"), 1), 232);
-  ExpectError(b, absl::StatusCode::kInvalidArgument,
-              "tensor 't2' offset 232 is not a multiple of the alignment 32");
+  const Bytes small = SmallFile();
+  const size_t data_start = small.size() - 256;  // t0 128 + t1 68 (+28 padding) + t2 32.
+  const size_t offset = OffsetAt(After(small, "t2"), 1);
+  ExpectPokedError<uint64_t>(
+      offset, 256, absl::StatusCode::kOutOfRange,
+      absl::StrCat("tensor 't2' data [", data_start + 256, ", ", data_start + 288,
+                   ") lies past the end of the file (", small.size(), " bytes)"));
+  // The sum overflows u64.
+  ExpectPokedError<uint64_t>(offset, ~uint64_t{31}, absl::StatusCode::kOutOfRange,
+                             "lies past the end of the file");
+  ExpectPokedError<uint64_t>(offset, 232, absl::StatusCode::kInvalidArgument,
+                             "tensor 't2' offset 232 is not a multiple of the alignment 32");
 }
 
 TEST(GgufHostile, OverlappingTensors) {
-  Bytes b = SmallFile();
-  Poke<uint64_t>(b, OffsetAt(After(b, "t1"), 2), 96);  // inside t0's [0, 128).
-  ExpectError(b, absl::StatusCode::kInvalidArgument,
-              "tensors 't0' [0, 128) and 't1' [96, 164) overlap");
-  b = SmallFile();
-  Poke<uint64_t>(b, OffsetAt(After(b, "t2"), 1), 0);  // same start as t0.
-  ExpectError(b, absl::StatusCode::kInvalidArgument, "overlap");
+  const Bytes small = SmallFile();
+  // Inside t0's [0, 128).
+  ExpectPokedError<uint64_t>(OffsetAt(After(small, "t1"), 2), 96,
+                             absl::StatusCode::kInvalidArgument,
+                             "tensors 't0' [0, 128) and 't1' [96, 164) overlap");
+  // The same start as t0.
+  ExpectPokedError<uint64_t>(OffsetAt(After(small, "t2"), 1), 0, absl::StatusCode::kInvalidArgument,
+                             "overlap");
 }
 
 TEST(GgufHostile, RandomMutationsNeverCrash) {

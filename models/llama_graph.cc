@@ -136,11 +136,8 @@ class GraphBuilder {
   absl::StatusOr<Tensor*> FeedForward(int64_t il, Tensor* h) {
     const LlamaLayer& l = m_.layers()[il];
     if (hp_.moe()) {
-      const MoeFfnWeights w{l.ffn_gate_inp,  l.ffn_gate_exps,  l.ffn_up_exps,
-                            l.ffn_down_exps, l.ffn_gate_inp_b, l.ffn_gate_exps_b,
-                            l.ffn_up_exps_b, l.ffn_down_exps_b};
       return BuildMoeFfn(
-          ctx_, h, w,
+          ctx_, h, l.moe,
           {hp_.n_expert_used, hp_.expert_weights_norm, hp_.expert_weights_scale, hp_.gpt_oss_moe});
     }
     TG_ASSIGN_OR_RETURN(Tensor * gate, MulMat(ctx_, l.ffn_gate, h));

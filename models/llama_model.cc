@@ -144,15 +144,15 @@ absl::Status LlamaModel::CreateLayerWeights(int64_t i) {
   TG_ASSIGN_OR_RETURN(l.ffn_norm, Weight(p + ffn_norm, {n_embd}, d));
   if (hp.moe()) {
     const int64_t f = hp.n_ff_exp, e = hp.n_expert;
-    TG_ASSIGN_OR_RETURN(l.ffn_gate_inp, Weight(p + "ffn_gate_inp.weight", {n_embd, e}, d));
-    TG_ASSIGN_OR_RETURN(l.ffn_gate_exps, Weight(p + "ffn_gate_exps.weight", {n_embd, f, e}, d));
-    TG_ASSIGN_OR_RETURN(l.ffn_up_exps, Weight(p + "ffn_up_exps.weight", {n_embd, f, e}, d));
-    TG_ASSIGN_OR_RETURN(l.ffn_down_exps, Weight(p + "ffn_down_exps.weight", {f, n_embd, e}, d));
+    TG_ASSIGN_OR_RETURN(l.moe.gate_inp, Weight(p + "ffn_gate_inp.weight", {n_embd, e}, d));
+    TG_ASSIGN_OR_RETURN(l.moe.gate_exps, Weight(p + "ffn_gate_exps.weight", {n_embd, f, e}, d));
+    TG_ASSIGN_OR_RETURN(l.moe.up_exps, Weight(p + "ffn_up_exps.weight", {n_embd, f, e}, d));
+    TG_ASSIGN_OR_RETURN(l.moe.down_exps, Weight(p + "ffn_down_exps.weight", {f, n_embd, e}, d));
     if (!hp.gpt_oss_moe) return absl::OkStatus();
-    TG_ASSIGN_OR_RETURN(l.ffn_gate_inp_b, Weight(p + "ffn_gate_inp.bias", {e}, d));
-    TG_ASSIGN_OR_RETURN(l.ffn_gate_exps_b, Weight(p + "ffn_gate_exps.bias", {f, e}, d));
-    TG_ASSIGN_OR_RETURN(l.ffn_up_exps_b, Weight(p + "ffn_up_exps.bias", {f, e}, d));
-    TG_ASSIGN_OR_RETURN(l.ffn_down_exps_b, Weight(p + "ffn_down_exps.bias", {n_embd, e}, d));
+    TG_ASSIGN_OR_RETURN(l.moe.gate_inp_b, Weight(p + "ffn_gate_inp.bias", {e}, d));
+    TG_ASSIGN_OR_RETURN(l.moe.gate_exps_b, Weight(p + "ffn_gate_exps.bias", {f, e}, d));
+    TG_ASSIGN_OR_RETURN(l.moe.up_exps_b, Weight(p + "ffn_up_exps.bias", {f, e}, d));
+    TG_ASSIGN_OR_RETURN(l.moe.down_exps_b, Weight(p + "ffn_down_exps.bias", {n_embd, e}, d));
     return absl::OkStatus();
   }
   TG_ASSIGN_OR_RETURN(l.ffn_gate, Weight(p + "ffn_gate.weight", {n_embd, hp.n_ff}, d));

@@ -19,6 +19,7 @@
 #include "models/gguf_file.h"
 #include "models/layer_placement.h"
 #include "models/llama_hparams.h"
+#include "models/moe_ffn.h"
 #include "models/tokenizer.h"
 
 namespace tg {
@@ -40,17 +41,10 @@ struct LlamaLayer {
   Tensor* ffn_gate = nullptr;
   Tensor* ffn_up = nullptr;
   Tensor* ffn_down = nullptr;
-  // Mixture of experts (hparams().moe(); then ffn_gate/up/down are absent): the router
-  // [n_embd, n_expert] and the experts stacked along dimension 2.
-  Tensor* ffn_gate_inp = nullptr;
-  Tensor* ffn_gate_exps = nullptr;  // [n_embd, n_ff_exp, n_expert]
-  Tensor* ffn_up_exps = nullptr;    // [n_embd, n_ff_exp, n_expert]
-  Tensor* ffn_down_exps = nullptr;  // [n_ff_exp, n_embd, n_expert]
-  // gpt-oss's biases: the router's [n_expert] and each expert's row [width, n_expert].
-  Tensor* ffn_gate_inp_b = nullptr;
-  Tensor* ffn_gate_exps_b = nullptr;
-  Tensor* ffn_up_exps_b = nullptr;
-  Tensor* ffn_down_exps_b = nullptr;
+  // Mixture of experts (hparams().moe(); then ffn_gate/up/down are absent): blk.N.ffn_*_exps
+  // and the router blk.N.ffn_gate_inp (D = n_embd, F = n_ff_exp, E = n_expert), with
+  // gpt-oss's biases.
+  MoeFfnWeights moe;
 };
 
 // One weight to write: the tensor, placed in its buffer, and its bytes in the mapped file.

@@ -8,7 +8,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -21,6 +20,7 @@
 #include "models/executor_test_util.h"
 #include "models/llama_model.h"
 #include "models/llama_session.h"
+#include "models/shared_model_path.h"
 #include "reference/reference_ops.h"
 
 namespace tg {
@@ -60,8 +60,7 @@ int32_t HostDraw(absl::Span<const float> logits, const std::vector<int32_t>& his
 class SessionSampleTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* shared = std::getenv("TG_SHARED_DIR");
-    path_ = std::string(shared != nullptr ? shared : "../shared") + "/models/stories260K.gguf";
+    path_ = SharedModelPath("stories260K.gguf");
     if (!std::ifstream(path_).good()) GTEST_SKIP() << path_ << " not found";
     so_.n_ctx = 64;
     so_.kv_pad = 16;
@@ -102,10 +101,7 @@ class SessionSampleTest : public ::testing::Test {
 // DecodeSample on the prompt, then Generate of n more: every pick.
 std::vector<int32_t> DeviceGeneration(LlamaSession& s, const SamplingParams& p, int n) {
   std::vector<int32_t> got = {*s.DecodeSample(kPrompt, p)};
-  EXPECT_TRUE(s.Generate(got.back(), n, p, [&](int32_t t) {
-                 got.push_back(t);
-                 return true;
-               }).ok());
+  EXPECT_TRUE(s.Generate(got.back(), n, p, testing::AppendTo(got)).ok());
   return got;
 }
 
@@ -180,10 +176,7 @@ TEST_F(SessionSampleTest, DrawsDependOnTheSeed) {
   auto model = Load(&dev0_);
   auto s = *LlamaSession::Create(*model, so_);
   std::vector<int32_t> greedy = {*s->DecodeGreedy(kPrompt)};
-  ASSERT_TRUE(s->GenerateGreedy(greedy.back(), 30, [&](int32_t t) {
-                 greedy.push_back(t);
-                 return true;
-               }).ok());
+  ASSERT_TRUE(s->GenerateGreedy(greedy.back(), 30, testing::AppendTo(greedy)).ok());
   const std::vector<int32_t> seven = HostGeneration(Defaults(7), 30);
   EXPECT_NE(seven, greedy);
   EXPECT_NE(seven, HostGeneration(Defaults(8), 30));
@@ -217,17 +210,11 @@ TEST_F(SessionSampleTest, ResumesAfterDiscardedStepsFromTheCallersToken) {
   so_.greedy_batch = 4;
   auto s = *LlamaSession::Create(*model, so_);
   std::vector<int32_t> got = {*s->DecodeSample(kPrompt, p)};
-  ASSERT_TRUE(s->Generate(got.back(), 30, p, [&](int32_t t) {
-                 got.push_back(t);
-                 return got.size() < 11;
-               }).ok());
+  ASSERT_TRUE(s->Generate(got.back(), 30, p, testing::AppendTo(got, 11)).ok());
   ASSERT_EQ(got.size(), 11u);
   EXPECT_EQ(s->n_past(), static_cast<int64_t>(kPrompt.size()) + 10);
   got.back() = kForced;
-  ASSERT_TRUE(s->Generate(kForced, 20, p, [&](int32_t t) {
-                 got.push_back(t);
-                 return true;
-               }).ok());
+  ASSERT_TRUE(s->Generate(kForced, 20, p, testing::AppendTo(got)).ok());
   EXPECT_EQ(got, want);
 }
 

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -20,6 +19,7 @@
 #include "models/gguf_file.h"
 #include "models/gguf_writer.h"
 #include "models/llama_model.h"
+#include "models/shared_model_path.h"
 
 namespace tg {
 namespace {
@@ -29,8 +29,7 @@ namespace {
 class LayerSplitSessionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* shared = std::getenv("TG_SHARED_DIR");
-    path_ = std::string(shared != nullptr ? shared : "../shared") + "/models/stories260K.gguf";
+    path_ = SharedModelPath("stories260K.gguf");
     if (!std::ifstream(path_).good()) GTEST_SKIP() << path_ << " not found";
   }
 
@@ -232,10 +231,7 @@ TEST_F(LayerSplitSessionTest, GenerateGreedyQueuedAheadMatchesDecodeGreedy) {
     events.batch_computes.clear();
     auto s = *LlamaSession::Create(*model, so);
     std::vector<int32_t> got = {*s->DecodeGreedy(prompt)};
-    ASSERT_TRUE(s->GenerateGreedy(got.back(), 40, [&](int32_t t) {
-                   got.push_back(t);
-                   return true;
-                 }).ok());
+    ASSERT_TRUE(s->GenerateGreedy(got.back(), 40, testing::AppendTo(got)).ok());
     EXPECT_EQ(got, want);
     EXPECT_EQ(s->n_past(), static_cast<int64_t>(prompt.size()) + 40);
     EXPECT_FALSE(events.batch_computes.empty());  // the steps went in Stream batches.

@@ -18,16 +18,13 @@ namespace {
 class ScheduledExecutorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto model = ToyModel::Create(&dev0_, &dev1_);
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = std::move(*model);
+    model_ = ValueOrNull(ToyModel::Create(&dev0_, &dev1_));
+    ASSERT_NE(model_, nullptr);
   }
 
   std::unique_ptr<ScheduledExecutor> NewExecutor(int n_copies) {
     Device* devices[] = {&dev0_, &dev1_};
-    auto e = ScheduledExecutor::Create(devices, n_copies);
-    EXPECT_TRUE(e.ok()) << e.status();
-    return e.ok() ? std::move(*e) : nullptr;
+    return ValueOrNull(ScheduledExecutor::Create(devices, n_copies));
   }
 
   static std::vector<int32_t> Tokens(int n) {

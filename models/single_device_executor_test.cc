@@ -19,15 +19,12 @@ namespace {
 class SingleDeviceExecutorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto model = ToyModel::Create(&device_, &device_);
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = std::move(*model);
+    model_ = ValueOrNull(ToyModel::Create(&device_, &device_));
+    ASSERT_NE(model_, nullptr);
   }
 
   std::unique_ptr<SingleDeviceExecutor> NewExecutor(int greedy_batch = 1) {
-    auto e = SingleDeviceExecutor::Create(&device_, greedy_batch);
-    EXPECT_TRUE(e.ok()) << e.status();
-    return e.ok() ? std::move(*e) : nullptr;
+    return ValueOrNull(SingleDeviceExecutor::Create(&device_, greedy_batch));
   }
 
   // Runs `tokens` at n_past and checks every row's logits against the host's.
@@ -39,13 +36,6 @@ class SingleDeviceExecutorTest : public ::testing::Test {
     EXPECT_EQ(static_cast<int>(batch.built.size()), expected_builds);
     EXPECT_EQ(batch.fills, 1);
     ExpectHostLogits(*model_, batch, tokens);
-  }
-
-  // `token`, then n picks computed on the host.
-  std::vector<int32_t> Chain(int32_t token, int n) const {
-    std::vector<int32_t> out = {token};
-    for (int32_t t : model_->HostChain(token, n)) out.push_back(t);
-    return out;
   }
 
   EventCpuDevice device_{"EV"};
@@ -126,10 +116,8 @@ TEST_F(SingleDeviceExecutorTest, GreedyStepsQueuedAheadPickTheHostsChain) {
     device_.batch_computes.clear();
     auto e = NewExecutor(greedy_batch);
     ToyGreedy steps(*model_, *e, /*n_ctx=*/64);
-    std::vector<int32_t> got = {2};
-    ASSERT_TRUE(Generate(*e, steps, 30, got).ok());
-    EXPECT_EQ(got, Chain(2, 30));
-    EXPECT_EQ(steps.n_past, 30);
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectGenerationEnds(*model_, *e, steps, 2, 30, absl::StatusCode::kOk, 30));
     EXPECT_EQ(steps.decoded_one, 0);
     EXPECT_EQ(steps.step_builds, 8);  // positions 0..29: n_kv 4, 8, ..., 32.
     int sent = 0;
@@ -151,7 +139,7 @@ TEST_F(SingleDeviceExecutorTest, StoppingEarlyAdvancesByThePicksHandedOver) {
   EXPECT_EQ(steps.n_past, 7);
   // Going on continues the chain from the last pick: the discarded steps left nothing.
   ASSERT_TRUE(Generate(*e, steps, 10, got).ok());
-  EXPECT_EQ(got, Chain(5, 17));
+  EXPECT_EQ(got, model_->HostChainFrom(5, 17));
   EXPECT_EQ(steps.n_past, 17);
 }
 
@@ -160,11 +148,7 @@ TEST_F(SingleDeviceExecutorTest, AFullContextEndsWithOutOfRangeAfterEveryPositio
     SCOPED_TRACE(absl::StrCat("greedy_batch ", greedy_batch));
     auto e = NewExecutor(greedy_batch);
     ToyGreedy steps(*model_, *e, /*n_ctx=*/10);
-    std::vector<int32_t> got = {1};
-    const absl::Status end = Generate(*e, steps, 100, got);
-    EXPECT_TRUE(absl::IsOutOfRange(end)) << end;
-    EXPECT_EQ(got, Chain(1, 10));
-    EXPECT_EQ(steps.n_past, 10);
+    ExpectGenerationEnds(*model_, *e, steps, 1, 100, absl::StatusCode::kOutOfRange, 10);
   }
 }
 
@@ -172,11 +156,7 @@ TEST_F(SingleDeviceExecutorTest, AWaitErrorIsReturnedAfterThePicksBeforeIt) {
   auto e = NewExecutor(3);
   device_.fail_wait = 5;
   ToyGreedy steps(*model_, *e, /*n_ctx=*/64);
-  std::vector<int32_t> got = {6};
-  const absl::Status s = Generate(*e, steps, 20, got);
-  EXPECT_TRUE(absl::IsInternal(s)) << s;
-  EXPECT_EQ(got, Chain(6, 4));
-  EXPECT_EQ(steps.n_past, 4);
+  ExpectGenerationEnds(*model_, *e, steps, 6, 20, absl::StatusCode::kInternal, 4);
 }
 
 TEST_F(SingleDeviceExecutorTest, WithoutEventsGreedyStepsGoOneAtATime) {
@@ -184,12 +164,10 @@ TEST_F(SingleDeviceExecutorTest, WithoutEventsGreedyStepsGoOneAtATime) {
   auto model = *ToyModel::Create(&cpu, &cpu);
   auto e = *SingleDeviceExecutor::Create(&cpu, 0);
   ToyGreedy steps(*model, *e, /*n_ctx=*/64);
-  std::vector<int32_t> got = {3};
-  ASSERT_TRUE(Generate(*e, steps, 12, got).ok());
-  EXPECT_EQ(got, Chain(3, 12));
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectGenerationEnds(*model_, *e, steps, 3, 12, absl::StatusCode::kOk, 12));
   EXPECT_EQ(steps.decoded_one, 12);
   EXPECT_EQ(steps.step_builds, 0);
-  EXPECT_EQ(steps.n_past, 12);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "models/token_type.h"
 #include "models/tokenizer_bpe.h"
 #include "models/tokenizer_spm.h"
 
@@ -21,17 +22,6 @@ constexpr char kModelKey[] = "tokenizer.ggml.model";
 constexpr char kTokensKey[] = "tokenizer.ggml.tokens";
 constexpr char kScoresKey[] = "tokenizer.ggml.scores";
 constexpr char kTokenTypeKey[] = "tokenizer.ggml.token_type";
-
-// GGUF tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
-enum GgufTokenType : int32_t {
-  kTypeUndefined = 0,
-  kTypeNormal = 1,
-  kTypeUnknown = 2,
-  kTypeControl = 3,
-  kTypeUserDefined = 4,
-  kTypeUnused = 5,
-  kTypeByte = 6,
-};
 
 // Token texts llama.cpp treats as special although the file may not mark them: the first
 // match of each group becomes that special id (unless its key is set) and a control token.
@@ -91,17 +81,17 @@ constexpr absl::string_view kEogTexts[] = {"<|eot_id|>",
 
 uint32_t AttrFromType(int32_t type) {
   switch (type) {
-    case kTypeNormal:
+    case kTokenTypeNormal:
       return kAttrNormal;
-    case kTypeUnknown:
+    case kTokenTypeUnknown:
       return kAttrUnknown;
-    case kTypeControl:
+    case kTokenTypeControl:
       return kAttrControl;
-    case kTypeUserDefined:
+    case kTokenTypeUserDefined:
       return kAttrUserDefined;
-    case kTypeUnused:
+    case kTokenTypeUnused:
       return kAttrUnused;
-    case kTypeByte:
+    case kTokenTypeByte:
       return kAttrByte;
     default:
       return kAttrUndefined;

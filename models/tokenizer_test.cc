@@ -3,7 +3,6 @@
 // regex, the Unicode helpers, and the real stories260K vocabulary against llama.cpp's ids.
 #include "models/tokenizer.h"
 
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +13,8 @@
 #include "gtest/gtest.h"
 #include "models/gguf_file.h"
 #include "models/gguf_writer.h"
+#include "models/shared_model_path.h"
+#include "models/token_type.h"
 #include "models/tokenizer_bpe.h"
 #include "models/unicode.h"
 
@@ -23,12 +24,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
-
-constexpr int32_t kTypeNormal = 1;
-constexpr int32_t kTypeUnknown = 2;
-constexpr int32_t kTypeControl = 3;
-constexpr int32_t kTypeUserDefined = 4;
-constexpr int32_t kTypeByte = 6;
 
 // A tokenizer together with the GGUF bytes and file it was read from.
 struct Loaded {
@@ -59,12 +54,13 @@ Loaded MustLoad(const GgufWriter& w) {
 struct SpmVocab {
   std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
   std::vector<float> scores = {0, 0, 0};
-  std::vector<int32_t> types = {kTypeUnknown, kTypeControl, kTypeControl};
+  std::vector<int32_t> types = {kTokenTypeUnknown, kTokenTypeControl, kTokenTypeControl};
 
   explicit SpmVocab(bool with_bytes = true) {
-    for (int b = 0; with_bytes && b < 256; ++b) Add(absl::StrFormat("<0x%02X>", b), 0, kTypeByte);
+    for (int b = 0; with_bytes && b < 256; ++b)
+      Add(absl::StrFormat("<0x%02X>", b), 0, kTokenTypeByte);
   }
-  int32_t Add(const std::string& text, float score, int32_t type = kTypeNormal) {
+  int32_t Add(const std::string& text, float score, int32_t type = kTokenTypeNormal) {
     tokens.push_back(text);
     scores.push_back(score);
     types.push_back(type);
@@ -187,7 +183,7 @@ TEST(SpmTokenizerTest, ControlTokensRenderAsTextButDecodeSkipsThem) {
 TEST(SpmTokenizerTest, UserDefinedTokensAreCutOutOfTheText) {
   SpmVocab v;
   for (const char* p : {"▁", "a", "▁a"}) v.Add(p, -1);
-  const int32_t ud = v.Add("<tag>", 0, kTypeUserDefined);
+  const int32_t ud = v.Add("<tag>", 0, kTokenTypeUserDefined);
   const int32_t spacea = v.Id("▁a");
   Loaded l = MustLoad(v.Writer());
   ASSERT_TRUE(l.tok);
@@ -252,7 +248,7 @@ struct BpeVocab {
   BpeVocab() {
     for (int b = 0; b < 256; ++b) Add(ByteLevel(std::string(1, static_cast<char>(b))));
   }
-  int32_t Add(const std::string& text, int32_t type = kTypeNormal) {
+  int32_t Add(const std::string& text, int32_t type = kTokenTypeNormal) {
     for (size_t i = 0; i < tokens.size(); ++i) {
       if (tokens[i] == text) return static_cast<int32_t>(i);
     }
@@ -330,9 +326,9 @@ TEST(BpeTokenizerTest, Llama3TakesWholeWordTokensWithoutMerges) {
 
 TEST(BpeTokenizerTest, BosFollowsThePreTokenizerAndTheFlag) {
   BpeVocab v;
-  const int32_t bot = v.Add("<|begin_of_text|>", kTypeControl);
-  const int32_t eot = v.Add("<|eot_id|>", kTypeControl);
-  const int32_t im_end = v.Add("<|im_end|>", kTypeControl);
+  const int32_t bot = v.Add("<|begin_of_text|>", kTokenTypeControl);
+  const int32_t eot = v.Add("<|eot_id|>", kTokenTypeControl);
+  const int32_t im_end = v.Add("<|im_end|>", kTokenTypeControl);
   GgufWriter w = v.Writer("llama-bpe");
   w.SetU32("tokenizer.ggml.bos_token_id", bot);
   w.SetU32("tokenizer.ggml.eos_token_id", eot);
@@ -357,7 +353,7 @@ TEST(BpeTokenizerTest, BosFollowsThePreTokenizerAndTheFlag) {
 
 TEST(BpeTokenizerTest, ControlTokenTextIsNotParsed) {
   BpeVocab v;
-  v.Add("<|eot_id|>", kTypeControl);
+  v.Add("<|eot_id|>", kTokenTypeControl);
   Loaded l = MustLoad(v.Writer("llama-bpe"));
   ASSERT_TRUE(l.tok);
   // parse_special = false: the text of a control token is ordinary text.
@@ -370,7 +366,7 @@ TEST(BpeTokenizerTest, RoundTripsText) {
   v.Merge("h", "e");
   v.Merge(" t", "he");
   // Without a bos_token_id llama.cpp's BPE BOS is id 11, the byte-level "\v".
-  const int32_t bot = v.Add("<|begin_of_text|>", kTypeControl);
+  const int32_t bot = v.Add("<|begin_of_text|>", kTokenTypeControl);
   for (const char* pre : {"llama-bpe", "qwen2", "gpt-2", "default"}) {
     GgufWriter w = v.Writer(pre);
     w.SetU32("tokenizer.ggml.bos_token_id", bot);
@@ -561,8 +557,7 @@ TEST(UnicodeTest, ByteLevelMapping) {
 // ---- The real stories260K vocabulary ---------------------------------------------------
 
 TEST(Stories260KTest, MatchesLlamaCpp) {
-  const char* shared = std::getenv("TG_SHARED_DIR");
-  const std::string path = absl::StrCat(shared ? shared : "../shared", "/models/stories260K.gguf");
+  const std::string path = SharedModelPath("stories260K.gguf");
   auto file = GgufFile::Open(path);
   if (!file.ok()) GTEST_SKIP() << "stories260K.gguf not available: " << file.status();
   auto tok = Tokenizer::FromGguf(**file);

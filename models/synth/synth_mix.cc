@@ -33,26 +33,17 @@ DType KQuantsMType(DType base, const MatrixSlot& slot, int64_t n_layer) {
 }  // namespace
 
 DType FallbackType(DType type, int64_t ne0) {
+  // tensor_type_fallback as listed in synth_mix.h; F16 for any other type.
+  constexpr struct {
+    DType type;
+    DType fallback;
+  } kFallbacks[] = {
+      {DType::kQ2_K, DType::kQ4_0}, {DType::kQ3_K, DType::kQ4_0}, {DType::kQ4_K, DType::kQ5_0},
+      {DType::kQ5_K, DType::kQ5_1}, {DType::kQ6_K, DType::kQ8_0}, {DType::kIQ4_XS, DType::kIQ4_NL},
+  };
   DType fallback = DType::kF16;
-  switch (type) {
-    case DType::kQ2_K:
-    case DType::kQ3_K:
-      fallback = DType::kQ4_0;
-      break;
-    case DType::kQ4_K:
-      fallback = DType::kQ5_0;
-      break;
-    case DType::kQ5_K:
-      fallback = DType::kQ5_1;
-      break;
-    case DType::kQ6_K:
-      fallback = DType::kQ8_0;
-      break;
-    case DType::kIQ4_XS:
-      fallback = DType::kIQ4_NL;
-      break;
-    default:
-      break;
+  for (const auto& f : kFallbacks) {
+    if (f.type == type) fallback = f.fallback;
   }
   return Fits(fallback, ne0) ? fallback : DType::kF16;
 }

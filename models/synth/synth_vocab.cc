@@ -87,7 +87,7 @@ void AddWordMerges(absl::string_view word, size_t n, absl::flat_hash_set<std::st
     if (seen->insert(prefix + next).second) {
       v->merges.push_back(absl::StrCat(prefix, " ", next));
       v->tokens.push_back(prefix + next);
-      v->types.push_back(kTokenNormal);
+      v->types.push_back(kTokenTypeNormal);
     }
     prefix += next;
   }
@@ -103,7 +103,7 @@ BpeVocab MakeBpeVocab(int64_t n_vocab) {
   absl::flat_hash_set<std::string> seen;
   for (int b = 0; b < kBytes; ++b) {
     v.tokens.push_back(ByteLevel(std::string(1, static_cast<char>(b))));
-    v.types.push_back(kTokenNormal);
+    v.types.push_back(kTokenTypeNormal);
     seen.insert(v.tokens.back());
   }
   for (const char* w : kWords) {
@@ -117,14 +117,14 @@ BpeVocab MakeBpeVocab(int64_t n_vocab) {
     std::string filler = absl::StrCat(ByteLevel(" "), "x", Letters(i, 4));
     if (seen.insert(filler).second) {
       v.tokens.push_back(std::move(filler));
-      v.types.push_back(kTokenNormal);
+      v.types.push_back(kTokenTypeNormal);
     }
   }
   v.bos = static_cast<uint32_t>(v.tokens.size());
   v.eos = v.bos + 1;
   for (const char* special : {"<|startoftext|>", "<|endoftext|>"}) {
     v.tokens.push_back(special);
-    v.types.push_back(kTokenControl);
+    v.types.push_back(kTokenTypeControl);
   }
   return v;
 }
@@ -133,12 +133,12 @@ SpmVocab MakeSpmVocab(int64_t n_vocab) {
   constexpr int kBytes = 256;
   SpmVocab v;
   v.tokens = {"<unk>", "<s>", "</s>"};
-  v.types = {kTokenUnknown, kTokenControl, kTokenControl};
+  v.types = {kTokenTypeUnknown, kTokenTypeControl, kTokenTypeControl};
   for (int b = 0; b < kBytes; ++b) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
     v.tokens.push_back(name);
-    v.types.push_back(kTokenByte);
+    v.types.push_back(kTokenTypeByte);
   }
   v.scores.assign(v.tokens.size(), 0.0f);  // as in llama 2: special and byte tokens score 0.
   const size_t n_pieces = static_cast<size_t>(n_vocab) - v.tokens.size();
@@ -146,7 +146,7 @@ SpmVocab MakeSpmVocab(int64_t n_vocab) {
   for (size_t i = 0; i < pieces.size(); ++i) {
     v.tokens.push_back(std::move(pieces[i]));
     v.scores.push_back(-static_cast<float>(i + 1));  // earlier pieces merge first.
-    v.types.push_back(kTokenNormal);
+    v.types.push_back(kTokenTypeNormal);
   }
   return v;
 }

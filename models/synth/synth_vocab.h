@@ -8,17 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "models/token_type.h"
+
 namespace tg::synth {
 
-// llama.cpp's llama_token_type values (tokenizer.ggml.token_type).
-inline constexpr int32_t kTokenNormal = 1;
-inline constexpr int32_t kTokenUnknown = 2;
-inline constexpr int32_t kTokenControl = 3;
-inline constexpr int32_t kTokenByte = 6;
-
-inline constexpr uint32_t kUnkId = 0;
-inline constexpr uint32_t kBosId = 1;
-inline constexpr uint32_t kEosId = 2;
+// The ids of the special tokens: the vocabulary starts with them, in this order.
+enum SpecialTokenId : uint32_t {
+  kUnkId,
+  kBosId,
+  kEosId,
+};
 
 struct SpmVocab {
   std::vector<std::string> tokens;

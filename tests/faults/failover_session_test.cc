@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,16 +24,16 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "backends/register_builtin.h"
 #include "client/connection.h"
 #include "client/remote_buffer.h"
 #include "client/remote_device.h"
-#include "core/registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/failover_model.h"
 #include "models/llama_model.h"
 #include "models/llama_session.h"
+#include "models/shared_model_path.h"
+#include "tests/lib/test_util.h"
 
 extern "C" char** environ;
 
@@ -92,21 +93,12 @@ class ServerProcess {
   std::string address_;
 };
 
-Device* LocalCpu() {
-  if (!RegisterBuiltinBackends().ok()) return nullptr;
-  for (Device* d : Registry::Get().devices()) {
-    if (d->type() == DeviceType::kCpu) return d;
-  }
-  return nullptr;
-}
-
 class FailoverSessionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* shared = std::getenv("TG_SHARED_DIR");
-    path_ = std::string(shared != nullptr ? shared : "../shared") + "/models/stories260K.gguf";
+    path_ = SharedModelPath("stories260K.gguf");
     if (!std::ifstream(path_).good()) GTEST_SKIP() << path_ << " not found";
-    cpu_ = LocalCpu();
+    cpu_ = testing::CpuDevice();
     ASSERT_NE(cpu_, nullptr);
     char dir[] = "/tmp/tg-failover-session-XXXXXX";
     ASSERT_NE(mkdtemp(dir), nullptr);
@@ -168,6 +160,22 @@ class FailoverSessionTest : public ::testing::Test {
 
   std::string Endpoint(int i) const { return servers_[i]->address(); }
 
+  // A session over `model` that records its failovers in events_.
+  std::unique_ptr<FailoverSession> RecordingSession(FailoverModel& model) {
+    return *FailoverSession::Create(model, Options(),
+                                    [this](const FailoverEvent& e) { events_.push_back(e); });
+  }
+
+  // A generation callback that appends each token to `got` and loses `server` once `got`
+  // holds kLoseAt tokens.
+  std::function<bool(int32_t)> AppendLosingAt(std::vector<int32_t>& got, int server) {
+    return [this, &got, server](int32_t t) {
+      got.push_back(t);
+      if (got.size() == kLoseAt) Lose(server);
+      return true;
+    };
+  }
+
   std::string path_;
   std::string dir_;
   Device* cpu_ = nullptr;
@@ -186,14 +194,9 @@ int32_t Argmax(absl::Span<const float> logits) {
 TEST_F(FailoverSessionTest, GreedyGenerationGoesOnWithoutTheLostServer) {
   const std::vector<int32_t> want = Reference();
   auto model = *FailoverModel::Load(path_, Layers(kServers), /*failover=*/true);
-  auto session = *FailoverSession::Create(*model, Options(),
-                                          [&](const FailoverEvent& e) { events_.push_back(e); });
+  auto session = RecordingSession(*model);
   std::vector<int32_t> got = {Argmax(*session->Decode(prompt_))};
-  const absl::Status s = session->GenerateGreedy(got.back(), kTokens, [&](int32_t t) {
-    got.push_back(t);
-    if (got.size() == kLoseAt) Lose(1);
-    return true;
-  });
+  const absl::Status s = session->GenerateGreedy(got.back(), kTokens, AppendLosingAt(got, 1));
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(got, want);
   ASSERT_EQ(events_.size(), 1u);
@@ -220,14 +223,9 @@ TEST_F(FailoverSessionTest, SampledGenerationDrawsTheSameTokens) {
   for (int64_t i = 0; i < kTokens; ++i)
     want.push_back(*ref->DecodeSample({&want.back(), 1}, params));
   auto model = *FailoverModel::Load(path_, Layers(kServers), /*failover=*/true);
-  auto session = *FailoverSession::Create(*model, Options(),
-                                          [&](const FailoverEvent& e) { events_.push_back(e); });
+  auto session = RecordingSession(*model);
   std::vector<int32_t> got = {*session->DecodeSample(prompt_, params)};
-  const absl::Status s = session->Generate(got.back(), kTokens, params, [&](int32_t t) {
-    got.push_back(t);
-    if (got.size() == kLoseAt) Lose(2);
-    return true;
-  });
+  const absl::Status s = session->Generate(got.back(), kTokens, params, AppendLosingAt(got, 2));
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(got, want);
   ASSERT_EQ(events_.size(), 1u);
@@ -237,8 +235,7 @@ TEST_F(FailoverSessionTest, SampledGenerationDrawsTheSameTokens) {
 TEST_F(FailoverSessionTest, ADecodeRunsAgainOnTheServersLeft) {
   const std::vector<int32_t> want = Reference();
   auto model = *FailoverModel::Load(path_, Layers(2), /*failover=*/true);
-  auto session = *FailoverSession::Create(*model, Options(),
-                                          [&](const FailoverEvent& e) { events_.push_back(e); });
+  auto session = RecordingSession(*model);
   Lose(0);
   std::vector<int32_t> got = {Argmax(*session->Decode(prompt_))};
   for (int64_t i = 0; i < 4; ++i) got.push_back(Argmax(*session->Decode({&got.back(), 1})));
@@ -281,11 +278,7 @@ TEST_F(FailoverSessionTest, WithoutFailoverTheErrorNamesTheServer) {
   auto model = *FailoverModel::Load(path_, Layers(2), /*failover=*/false);
   auto session = *FailoverSession::Create(*model, Options());
   std::vector<int32_t> got = {Argmax(*session->Decode(prompt_))};
-  const absl::Status s = session->GenerateGreedy(got.back(), kTokens, [&](int32_t t) {
-    got.push_back(t);
-    if (got.size() == kLoseAt) Lose(1);
-    return true;
-  });
+  const absl::Status s = session->GenerateGreedy(got.back(), kTokens, AppendLosingAt(got, 1));
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), ::testing::HasSubstr(Endpoint(1))) << s;
   EXPECT_EQ(session->failovers(), 0);

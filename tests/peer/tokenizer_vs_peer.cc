@@ -32,6 +32,8 @@
 #include "absl/strings/strip.h"
 #include "models/gguf_file.h"
 #include "models/gguf_writer.h"
+#include "models/shared_model_path.h"
+#include "models/token_type.h"
 #include "models/tokenizer.h"
 #include "models/tokenizer_bpe.h"
 #include "models/unicode.h"
@@ -40,12 +42,6 @@ namespace tg {
 namespace {
 
 constexpr int kExitSkip = 77;
-constexpr int32_t kTokenTypeUndefined = 0;
-constexpr int32_t kTokenTypeNormal = 1;
-constexpr int32_t kTokenTypeControl = 3;
-constexpr int32_t kTokenTypeUserDefined = 4;
-constexpr int32_t kTokenTypeUnused = 5;
-constexpr int32_t kTokenTypeByte = 6;
 constexpr int kLlama3Merges = 400;
 constexpr int kQwen2Merges = 300;
 constexpr int kGpt2Merges = 300;
@@ -465,9 +461,7 @@ std::vector<BpeSpec> BpeSpecs() {
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Models(
     const std::string& work_dir) {
   std::vector<std::pair<std::string, std::string>> models;
-  const char* shared = std::getenv("TG_SHARED_DIR");
-  const std::string stories =
-      absl::StrCat(shared ? shared : "../shared", "/models/stories260K.gguf");
+  const std::string stories = SharedModelPath("stories260K.gguf");
   if (access(stories.c_str(), R_OK) == 0) {
     models.emplace_back("stories260K", stories);
   } else {

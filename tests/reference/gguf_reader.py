@@ -352,37 +352,33 @@ def deq_q3_k(raw):
     return (dl[:, :, None] * qv).reshape(-1)
 
 
-def deq_q4_k(raw):
-    # block_q4_K: d, dmin, scales[12], qs[128]
-    b = _blocks(raw, 144)
+def _deq_q45_k(raw, high_bits):
+    # block_q4_K: d, dmin, scales[12], qs[128]; block_q5_K has qh[32] between scales and qs.
+    qh_bytes = 32 if high_bits else 0
+    b = _blocks(raw, 144 + qh_bytes)
     nb = b.shape[0]
     d = _f16(b[:, 0:2])[:, None]
     dmin = _f16(b[:, 2:4])[:, None]
     sc, mn = _k_scale_min(b[:, 4:16])
-    qs = b[:, 16:144].reshape(nb, 4, 32)        # 4 chunks of 64 elements
-    q = np.stack([qs & 0x0F, qs >> 4], axis=2)  # (nb, 4, 2, 32): low nibbles first
-    q = q.reshape(nb, 8, 32).astype(np.float32)
-    d1 = d * sc                                  # (nb, 8)
+    qs = b[:, 16 + qh_bytes:].reshape(nb, 4, 32)            # 4 chunks of 64 elements
+    q = np.stack([qs & 0x0F, qs >> 4], axis=2).reshape(nb, 8, 32)  # low nibbles first
+    if high_bits:
+        # sub-block s (0..7) takes its high bit from bit s of qh[l]
+        qh = b[:, 16:48]                                     # (nb, 32)
+        hb = (qh[:, None, :] >> np.arange(8, dtype=np.uint8)[None, :, None]) & 1
+        q = q + (hb << 4)
+    q = q.astype(np.float32)
+    d1 = d * sc                                              # (nb, 8)
     m1 = dmin * mn
     return (d1[:, :, None] * q - m1[:, :, None]).reshape(-1)
+
+
+def deq_q4_k(raw):
+    return _deq_q45_k(raw, high_bits=False)
 
 
 def deq_q5_k(raw):
-    # block_q5_K: d, dmin, scales[12], qh[32], qs[128]
-    b = _blocks(raw, 176)
-    nb = b.shape[0]
-    d = _f16(b[:, 0:2])[:, None]
-    dmin = _f16(b[:, 2:4])[:, None]
-    sc, mn = _k_scale_min(b[:, 4:16])
-    qh = b[:, 16:48]                             # (nb, 32)
-    qs = b[:, 48:176].reshape(nb, 4, 32)
-    q = np.stack([qs & 0x0F, qs >> 4], axis=2).reshape(nb, 8, 32)
-    # sub-block s (0..7) takes its high bit from bit s of qh[l]
-    hb = (qh[:, None, :] >> np.arange(8, dtype=np.uint8)[None, :, None]) & 1
-    q = (q + (hb << 4)).astype(np.float32)
-    d1 = d * sc
-    m1 = dmin * mn
-    return (d1[:, :, None] * q - m1[:, :, None]).reshape(-1)
+    return _deq_q45_k(raw, high_bits=True)
 
 
 def deq_q6_k(raw):

@@ -5,14 +5,12 @@
 // the local CPU.
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "backends/register_builtin.h"
 #include "client/connection.h"
 #include "client/remote_device.h"
 #include "core/backend.h"
@@ -20,31 +18,24 @@
 #include "core/graph.h"
 #include "core/graph_allocator.h"
 #include "core/ops.h"
-#include "core/registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/llama_model.h"
 #include "models/llama_session.h"
+#include "models/shared_model_path.h"
 #include "server/rpc_server.h"
+#include "tests/lib/test_util.h"
 
 namespace tg {
 namespace {
 
 using ::testing::ElementsAreArray;
 
-Device* LocalCpu() {
-  if (!RegisterBuiltinBackends().ok()) return nullptr;
-  for (Device* d : Registry::Get().devices()) {
-    if (d->type() == DeviceType::kCpu) return d;
-  }
-  return nullptr;
-}
-
 // One rpc-server exposing the local CPU, and a client connection to it.
 class RemotePipelineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    cpu_ = LocalCpu();
+    cpu_ = testing::CpuDevice();
     ASSERT_NE(cpu_, nullptr);
     server::ServerConfig config;
     config.port = 0;
@@ -260,8 +251,7 @@ TEST_F(RemotePipelineTest, BatchedStepsGetTheirOwnResults) {
 class RemoteGreedyTest : public RemotePipelineTest, public ::testing::WithParamInterface<int> {
  protected:
   void SetUp() override {
-    const char* shared = std::getenv("TG_SHARED_DIR");
-    path_ = std::string(shared != nullptr ? shared : "../shared") + "/models/stories260K.gguf";
+    path_ = SharedModelPath("stories260K.gguf");
     if (!std::ifstream(path_).good()) GTEST_SKIP() << path_ << " not found";
     RemotePipelineTest::SetUp();
     LoadOptions local;

@@ -23,7 +23,6 @@ Exit 0 pass, 1 fail, 77 skipped.
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "faults"))
-from rpc_cluster import SKIP, Cluster, Server, exit_after, local_env, model_missing, model_test_args  # noqa: E402
+from rpc_cluster import (SKIP, Cluster, Server, exit_after, local_env,  # noqa: E402
+                         model_missing, model_test_args, openssl_missing)
 from rpc_peers_test import Checker, Listener, check_unlisted  # noqa: E402
 from rpc_split_test import compare, tg_run  # noqa: E402
 
@@ -173,8 +173,7 @@ def main():
                                          choices=["tokens", "kill", "peers", "mtls", "netns"]))])
     if model_missing(a.model):
         return SKIP
-    if a.case == "mtls" and shutil.which("openssl") is None:
-        print("skipped: openssl not installed")
+    if a.case == "mtls" and openssl_missing():
         return SKIP
     c = Checker()
     base = None

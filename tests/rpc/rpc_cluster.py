@@ -12,6 +12,7 @@ port through --port-file, so tests never collide on ports.
 import argparse
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -41,6 +42,30 @@ def model_missing(path):
         return False
     print(f"skipped: model {path} not found")
     return True
+
+
+def openssl_missing():
+    """True (after saying so) when openssl, which makes the TLS tests' keys, is not installed:
+    the test is skipped."""
+    if shutil.which("openssl") is not None:
+        return False
+    print("skipped: openssl not installed")
+    return True
+
+
+class Failures:
+    """A test's failures: fail(what) prints "FAIL: what"; exit_code() is 0 when there was
+    none, else 1."""
+
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, what):
+        print(f"FAIL: {what}")
+        self.count += 1
+
+    def exit_code(self):
+        return 1 if self.count else 0
 
 
 def local_env():

@@ -16,13 +16,13 @@ Exit 0 pass, 1 fail, 77 skipped (model or openssl missing).
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rpc_cluster import SKIP, Server, local_env, model_missing, model_test_args  # noqa: E402
+from rpc_cluster import (SKIP, Server, local_env, model_missing, model_test_args,  # noqa: E402
+                         openssl_missing)
 from rpc_peers_test import Checker, pull  # noqa: E402
 from rpc_tls_test import make_pki, openssl  # noqa: E402
 
@@ -58,10 +58,7 @@ def peer_tls_flags(d):
 
 def main():
     a = model_test_args([("--client", dict(required=True))])
-    if model_missing(a.model):
-        return SKIP
-    if shutil.which("openssl") is None:
-        print("skipped: openssl not installed")
+    if model_missing(a.model) or openssl_missing():
         return SKIP
     c = Checker()
     with tempfile.TemporaryDirectory(prefix="tg-peer-tls-") as d:

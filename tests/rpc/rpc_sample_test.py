@@ -19,7 +19,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rpc_cluster import SKIP, Cluster, local_env, model_missing, model_test_args  # noqa: E402
+from rpc_cluster import (SKIP, Cluster, Failures, local_env, model_missing,  # noqa: E402
+                         model_test_args)
 
 
 def tg_run(binary, model, n, sample, extra, env):
@@ -66,10 +67,9 @@ def main():
     greedy = tg_run(a.tg_run, a.model, a.n, ["--temp", "0"], ["-sm", "none"], env)
     if local is None or greedy is None:
         return 1
-    ok = True
+    fail = Failures()
     if local == greedy:
-        print(f"FAIL: {a.sample} gave the greedy tokens: nothing was drawn")
-        ok = False
+        fail(f"{a.sample} gave the greedy tokens: nothing was drawn")
     for label, servers, mode in [("one rpc-server", 1, "none"),
                                  ("two rpc-servers, -sm layer", 2, "layer")]:
         tokens = remote_run(a, sample, servers, mode, env)
@@ -80,10 +80,9 @@ def main():
         if not same:
             first = next(i for i, (x, y) in enumerate(zip(local + [None], tokens + [None]))
                          if x != y)
-            print(f"FAIL: differ at {first}: local {local[first:first + 4]}, "
-                  f"remote {tokens[first:first + 4]}")
-            ok = False
-    return 0 if ok else 1
+            fail(f"differ at {first}: local {local[first:first + 4]}, "
+                 f"remote {tokens[first:first + 4]}")
+    return fail.exit_code()
 
 
 if __name__ == "__main__":

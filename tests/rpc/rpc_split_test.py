@@ -19,6 +19,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rpc_cluster import SKIP, Cluster, local_env, model_missing, model_test_args  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "split"))
+import compare_split  # noqa: E402
+
 
 def tg_run(binary, model, n, extra, env=None):
     cmd = [binary, "-m", model, "-n", str(n), "--temp", "0", "--json", "--top-logits", "5",
@@ -34,17 +37,8 @@ def tg_run(binary, model, n, extra, env=None):
 
 
 def compare(base, other, tol, label):
-    base_top = {int(i): v for i, v in base["top_logits"]}
-    worst, ok = 0.0, True
-    for i, v in other["top_logits"]:
-        if int(i) not in base_top:
-            print(f"FAIL {label}: id {i} in the top-5 but not in -sm none's")
-            ok = False
-            continue
-        worst = max(worst, abs(v - base_top[int(i)]))
-    if worst > tol:
-        print(f"FAIL {label}: top-5 logits differ by {worst:.3e} > {tol:.1e}")
-        ok = False
+    ok, worst = compare_split.top_logits_within(base, other, tol, "-sm none's top-5",
+                                                f"{label}'s top-5")
     if base["tokens"] != other["tokens"]:
         print(f"FAIL {label}: greedy tokens differ: {base['tokens'][:12]} vs {other['tokens'][:12]}")
         ok = False

@@ -11,13 +11,13 @@ client are refused with a clear error. Also: binding 0.0.0.0 without TLS and a t
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rpc_cluster import SKIP, Cluster, local_env, model_missing, model_test_args  # noqa: E402
+from rpc_cluster import (SKIP, Cluster, Failures, local_env, model_missing,  # noqa: E402
+                         model_test_args, openssl_missing)
 
 
 def openssl(*args, cwd):
@@ -42,16 +42,13 @@ def make_pki(d):
 
 def main():
     a = model_test_args()
-    if model_missing(a.model):
-        return SKIP
-    if shutil.which("openssl") is None:
-        print("skipped: openssl not installed")
+    if model_missing(a.model) or openssl_missing():
         return SKIP
     env = local_env()
     common = ["-m", a.model, "-n", "16", "--temp", "0", "--json", "-t", "1"]
     base = subprocess.run([a.tg_run] + common, capture_output=True, text=True, env=env)
     want = json.loads(base.stdout)["tokens"]
-    ok = True
+    fail = Failures()
     with tempfile.TemporaryDirectory(prefix="tg-tls-") as d:
         make_pki(d)
         p = lambda name: os.path.join(d, name)  # noqa: E731
@@ -61,8 +58,7 @@ def main():
                            text=True, timeout=30)
         print(f"0.0.0.0 without TLS: exit {r.returncode}: {r.stderr.strip()[-300:]}")
         if r.returncode == 0 or "--insecure" not in r.stderr:
-            print("FAIL: a non-loopback bind without TLS and a token must need --insecure")
-            ok = False
+            fail("a non-loopback bind without TLS and a token must need --insecure")
 
         extra = ["--tls-cert", p("server.pem"), "--tls-key", p("server.key"),
                  "--auth-token-file", p("token")]
@@ -86,13 +82,11 @@ def main():
                 print(f"{label}: exit {r.returncode} {err}")
                 if should_work:
                     if r.returncode != 0 or json.loads(r.stdout)["tokens"] != want:
-                        print(f"FAIL: {label} should run the model: {r.stderr[-800:]}")
-                        ok = False
+                        fail(f"{label} should run the model: {r.stderr[-800:]}")
                 elif r.returncode == 0 or not err or c.endpoints[0] not in err[0]:
-                    print(f"FAIL: {label} should be refused with an error naming the server; "
-                          f"its stderr:\n{r.stderr[-6000:]}")
-                    ok = False
-    return 0 if ok else 1
+                    fail(f"{label} should be refused with an error naming the server; "
+                         f"its stderr:\n{r.stderr[-6000:]}")
+    return fail.exit_code()
 
 
 if __name__ == "__main__":

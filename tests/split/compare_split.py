@@ -46,6 +46,23 @@ def top_logits_within(base, other, tol, base_name, other_name):
     return ok, worst
 
 
+def runs_match(base, other, tol, top, base_name, other_name, label):
+    """True when `other` drew base's tokens and its top logits are within tol of base's, with a
+    FAIL line for each difference; then a summary line starting with `label`."""
+    ok, worst = top_logits_within(base, other, tol, f"{base_name}'s top-{top}",
+                                  f"{other_name}'s top-{top}")
+    same = base["tokens"] == other["tokens"]
+    if not same:
+        first = next(i for i, (x, y) in enumerate(zip(base["tokens"] + [None],
+                                                      other["tokens"] + [None])) if x != y)
+        print(f"FAIL: tokens differ at {first}: {base_name} {base['tokens'][first:first + 4]}, "
+              f"{other_name} {other['tokens'][first:first + 4]}")
+        ok = False
+    print(f"{label}: max top-{top} |diff| {worst:.2e}, {len(other['tokens'])} tokens "
+          f"{'identical' if same else 'DIFFER'}")
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tg-run", required=True)
@@ -70,14 +87,8 @@ def main():
     split = run(a.tg_run, a.model, a.n, a.top, a.kv_type, extra, env)
     if base is None or split is None:
         return 1
-    ok, worst = top_logits_within(base, split, a.tol, f"-sm none's top-{a.top}",
-                                  f"the split run's top-{a.top}")
-    if base["tokens"] != split["tokens"]:
-        first = next(i for i, (x, y) in enumerate(zip(base["tokens"] + [None], split["tokens"] + [None])) if x != y)
-        print(f"FAIL: greedy tokens differ at {first}: none {base['tokens'][first:first+4]} split {split['tokens'][first:first+4]}")
-        ok = False
-    print(f"{' '.join(extra)} on {a.devices} devices: max top-{a.top} |diff| {worst:.2e}, "
-          f"{len(split['tokens'])} tokens {'identical' if base['tokens'] == split['tokens'] else 'DIFFER'}")
+    ok = runs_match(base, split, a.tol, a.top, "-sm none", "the split run",
+                    f"{' '.join(extra)} on {a.devices} devices")
     return 0 if ok else 1
 
 

@@ -52,14 +52,8 @@ def main():
     if "devices=Vulkan0" not in log:  # rpc-server's "listening" log line.
         print(f"FAIL: the server does not serve Vulkan0:\n{log}")
         return 1
-    ok, worst = compare_split.top_logits_within(local, remote, a.tol, "the CPU's top-5",
-                                                "the remote top-5")
-    same = local["tokens"] == remote["tokens"]
-    if not same:
-        print(f"FAIL: tokens differ: CPU {local['tokens'][:8]}... remote {remote['tokens'][:8]}...")
-        ok = False
-    print(f"rpc-server -d Vulkan0: max top-5 |diff| {worst:.2e}, {len(remote['tokens'])} tokens "
-          f"{'identical' if same else 'DIFFER'}")
+    ok = compare_split.runs_match(local, remote, a.tol, 5, "the CPU", "the remote run",
+                                  "rpc-server -d Vulkan0")
     return 0 if ok else 1
 
 

@@ -26,6 +26,10 @@ class JsonWriter {
 
  private:
   void Separate();
+  // Open writes `bracket` and starts a container; Close writes `bracket` and ends the
+  // innermost one.
+  JsonWriter& Open(char bracket);
+  JsonWriter& Close(char bracket);
   std::string out_;
   std::vector<bool> first_;  // per open container: nothing written yet.
   bool after_key_ = false;

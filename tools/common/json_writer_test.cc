@@ -12,26 +12,11 @@
 #include <random>
 #include <string>
 
+#include "absl/strings/string_view.h"
+#include "models/unicode.h"
+
 namespace tg {
 namespace {
-
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 // Decodes one JSON string literal (RFC 8259 section 7); nullopt when it is not one: raw
 // control characters, unknown escapes, bad \u digits, unpaired surrogates, trailing bytes.
@@ -46,51 +31,27 @@ std::optional<std::string> DecodeJsonString(const std::string& q) {
       continue;
     }
     if (++i + 1 >= q.size()) return std::nullopt;
-    switch (q[i]) {
-      case '"':
-        out.push_back('"');
-        break;
-      case '\\':
-        out.push_back('\\');
-        break;
-      case '/':
-        out.push_back('/');
-        break;
-      case 'b':
-        out.push_back('\b');
-        break;
-      case 'f':
-        out.push_back('\f');
-        break;
-      case 'n':
-        out.push_back('\n');
-        break;
-      case 'r':
-        out.push_back('\r');
-        break;
-      case 't':
-        out.push_back('\t');
-        break;
-      case 'u': {
-        if (i + 5 >= q.size()) return std::nullopt;
-        uint32_t cp = 0;
-        for (int k = 1; k <= 4; ++k) {
-          const char h = q[i + k];
-          const int v = h >= '0' && h <= '9'   ? h - '0'
-                        : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                        : h >= 'A' && h <= 'F' ? h - 'A' + 10
-                                               : -1;
-          if (v < 0) return std::nullopt;
-          cp = cp * 16 + v;
-        }
-        if (cp >= 0xD800 && cp <= 0xDFFF) return std::nullopt;  // JsonQuote never needs them.
-        AppendUtf8(cp, &out);
-        i += 4;
-        break;
-      }
-      default:
-        return std::nullopt;
+    // The one-character escapes, then \uXXXX.
+    constexpr absl::string_view kEscapes = "\"\\/bfnrt";
+    constexpr absl::string_view kDecoded = "\"\\/\b\f\n\r\t";
+    if (const size_t k = kEscapes.find(q[i]); k != absl::string_view::npos) {
+      out.push_back(kDecoded[k]);
+      continue;
     }
+    if (q[i] != 'u' || i + 5 >= q.size()) return std::nullopt;
+    uint32_t cp = 0;
+    for (int k = 1; k <= 4; ++k) {
+      const char h = q[i + k];
+      const int v = h >= '0' && h <= '9'   ? h - '0'
+                    : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                    : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                           : -1;
+      if (v < 0) return std::nullopt;
+      cp = cp * 16 + v;
+    }
+    if (cp >= 0xD800 && cp <= 0xDFFF) return std::nullopt;  // JsonQuote never needs them.
+    AppendUtf8(cp, &out);
+    i += 4;
   }
   return out;
 }

@@ -46,19 +46,22 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> MakeMetaDevices(
     names.emplace_back(devices[d]->name());
   }
   const std::string over = absl::StrJoin(names, ",");
+  // META splits each tensor along its outermost cuttable axis, META-K along dimension 0
+  // where it can.
+  const struct {
+    const char* prefix;
+    meta::SplitState (*split)(const Tensor&, const std::vector<float>&);
+  } kinds[] = {{"META", &Outer}, {"META-K", &Inner}};
   std::vector<std::unique_ptr<Device>> out;
-  meta::MetaOptions outer;
-  outer.name = absl::StrCat("META(", over, ")");
-  TG_ASSIGN_OR_RETURN(std::unique_ptr<meta::MetaDevice> a,
-                      meta::MetaDevice::Create(
-                          devices, [p](const Tensor& t) { return Outer(t, p); }, outer));
-  out.push_back(std::move(a));
-  meta::MetaOptions inner;
-  inner.name = absl::StrCat("META-K(", over, ")");
-  TG_ASSIGN_OR_RETURN(std::unique_ptr<meta::MetaDevice> b,
-                      meta::MetaDevice::Create(
-                          devices, [p](const Tensor& t) { return Inner(t, p); }, inner));
-  out.push_back(std::move(b));
+  for (const auto& kind : kinds) {
+    meta::MetaOptions options;
+    options.name = absl::StrCat(kind.prefix, "(", over, ")");
+    TG_ASSIGN_OR_RETURN(
+        std::unique_ptr<meta::MetaDevice> device,
+        meta::MetaDevice::Create(
+            devices, [p, split = kind.split](const Tensor& t) { return split(t, p); }, options));
+    out.push_back(std::move(device));
+  }
   return out;
 }
 
