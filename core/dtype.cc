@@ -1,5 +1,8 @@
 #include "core/dtype.h"
 
+#include <algorithm>
+#include <array>
+#include <iterator>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -8,61 +11,62 @@
 
 namespace tg {
 
+namespace {
+
+struct TypeEntry {
+  DType type;
+  DTypeTraits traits;
+};
+
+// A block-quantized type's traits, from its block struct.
+template <typename Block>
+constexpr DTypeTraits Quantized(const char* name, int64_t block_size) {
+  return {name, block_size, sizeof(Block), true, alignof(Block)};
+}
+
+// In enum (GGUF type id) order.
+constexpr TypeEntry kTypes[] = {
+    {DType::kF32, {"f32", 1, 4, false, 4}},
+    {DType::kF16, {"f16", 1, 2, false, 2}},
+    {DType::kQ4_0, Quantized<BlockQ4_0>("q4_0", kQK4_0)},
+    {DType::kQ5_0, Quantized<BlockQ5_0>("q5_0", kQK5_0)},
+    {DType::kQ5_1, Quantized<BlockQ5_1>("q5_1", kQK5_1)},
+    {DType::kQ8_0, Quantized<BlockQ8_0>("q8_0", kQK8_0)},
+    {DType::kQ2_K, Quantized<BlockQ2_K>("q2_K", kQK_K)},
+    {DType::kQ3_K, Quantized<BlockQ3_K>("q3_K", kQK_K)},
+    {DType::kQ4_K, Quantized<BlockQ4_K>("q4_K", kQK_K)},
+    {DType::kQ5_K, Quantized<BlockQ5_K>("q5_K", kQK_K)},
+    {DType::kQ6_K, Quantized<BlockQ6_K>("q6_K", kQK_K)},
+    {DType::kIQ4_NL, Quantized<BlockIQ4_NL>("iq4_nl", kQK4_NL)},
+    {DType::kIQ4_XS, Quantized<BlockIQ4_XS>("iq4_xs", kQK_K)},
+    {DType::kI32, {"i32", 1, 4, false, 4}},
+    {DType::kBF16, {"bf16", 1, 2, false, 2}},
+    {DType::kMXFP4, Quantized<BlockMXFP4>("mxfp4", kQKMXFP4)},
+};
+
+static_assert(std::size(kTypes) == std::size(kAllDTypes), "every DType needs its traits");
+
+constexpr size_t MaxTypeId() {
+  size_t max_id = 0;
+  for (const TypeEntry& e : kTypes) max_id = std::max(max_id, static_cast<size_t>(e.type));
+  return max_id;
+}
+
+// kTypes' traits indexed by enum value (a GGUF type id), for a lookup without a scan: the copy
+// kernels ask for traits per row.
+constexpr std::array<const DTypeTraits*, MaxTypeId() + 1> kByValue = [] {
+  std::array<const DTypeTraits*, MaxTypeId() + 1> by_value{};
+  for (const TypeEntry& e : kTypes) by_value[static_cast<size_t>(e.type)] = &e.traits;
+  return by_value;
+}();
+
+}  // namespace
+
 const DTypeTraits& Traits(DType type) {
-  static constexpr DTypeTraits kF32{"f32", 1, 4, false, 4};
-  static constexpr DTypeTraits kF16{"f16", 1, 2, false, 2};
-  static constexpr DTypeTraits kBF16{"bf16", 1, 2, false, 2};
-  static constexpr DTypeTraits kI32{"i32", 1, 4, false, 4};
-  static constexpr DTypeTraits kQ8_0{"q8_0", kQK8_0, sizeof(BlockQ8_0), true, alignof(BlockQ8_0)};
-  static constexpr DTypeTraits kQ4_0{"q4_0", kQK4_0, sizeof(BlockQ4_0), true, alignof(BlockQ4_0)};
-  static constexpr DTypeTraits kQ5_0{"q5_0", kQK5_0, sizeof(BlockQ5_0), true, alignof(BlockQ5_0)};
-  static constexpr DTypeTraits kQ5_1{"q5_1", kQK5_1, sizeof(BlockQ5_1), true, alignof(BlockQ5_1)};
-  static constexpr DTypeTraits kQ2_K{"q2_K", kQK_K, sizeof(BlockQ2_K), true, alignof(BlockQ2_K)};
-  static constexpr DTypeTraits kQ3_K{"q3_K", kQK_K, sizeof(BlockQ3_K), true, alignof(BlockQ3_K)};
-  static constexpr DTypeTraits kQ4_K{"q4_K", kQK_K, sizeof(BlockQ4_K), true, alignof(BlockQ4_K)};
-  static constexpr DTypeTraits kQ5_K{"q5_K", kQK_K, sizeof(BlockQ5_K), true, alignof(BlockQ5_K)};
-  static constexpr DTypeTraits kQ6_K{"q6_K", kQK_K, sizeof(BlockQ6_K), true, alignof(BlockQ6_K)};
-  static constexpr DTypeTraits kIQ4_NL{"iq4_nl", kQK4_NL, sizeof(BlockIQ4_NL), true,
-                                       alignof(BlockIQ4_NL)};
-  static constexpr DTypeTraits kIQ4_XS{"iq4_xs", kQK_K, sizeof(BlockIQ4_XS), true,
-                                       alignof(BlockIQ4_XS)};
-  static constexpr DTypeTraits kMXFP4{"mxfp4", kQKMXFP4, sizeof(BlockMXFP4), true,
-                                      alignof(BlockMXFP4)};
-  switch (type) {
-    case DType::kF32:
-      return kF32;
-    case DType::kF16:
-      return kF16;
-    case DType::kBF16:
-      return kBF16;
-    case DType::kI32:
-      return kI32;
-    case DType::kQ8_0:
-      return kQ8_0;
-    case DType::kQ4_0:
-      return kQ4_0;
-    case DType::kQ5_0:
-      return kQ5_0;
-    case DType::kQ5_1:
-      return kQ5_1;
-    case DType::kQ2_K:
-      return kQ2_K;
-    case DType::kQ3_K:
-      return kQ3_K;
-    case DType::kQ4_K:
-      return kQ4_K;
-    case DType::kQ5_K:
-      return kQ5_K;
-    case DType::kQ6_K:
-      return kQ6_K;
-    case DType::kIQ4_NL:
-      return kIQ4_NL;
-    case DType::kIQ4_XS:
-      return kIQ4_XS;
-    case DType::kMXFP4:
-      return kMXFP4;
-  }
-  return kF32;  // unreachable for valid enum values; DTypeFromId guards network input.
+  const auto id = static_cast<size_t>(type);
+  const DTypeTraits* traits = id < kByValue.size() ? kByValue[id] : nullptr;
+  // f32 only for invalid enum values (unreachable: DTypeFromId guards network input).
+  return traits != nullptr ? *traits : kTypes[0].traits;
 }
 
 absl::StatusOr<DType> DTypeFromId(uint32_t id) {

@@ -97,6 +97,16 @@ void PackQ5(const uint8_t* q, uint8_t* qs, uint8_t* qh_bytes) {
   std::memcpy(qh_bytes, &qh, sizeof(qh));
 }
 
+// PackQ5's inverse: the 32 five-bit quants (0..31) of a block, in element order.
+void UnpackQ5(const uint8_t* qs, const uint8_t* qh_bytes, int* q) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, sizeof(qh));
+  for (int j = 0; j < kQ5Half; ++j) {
+    q[j] = (qs[j] & 0x0F) | (((qh >> j) << 4) & kQ5HighBit);
+    q[j + kQ5Half] = (qs[j] >> 4) | ((qh >> (j + 12)) & kQ5HighBit);
+  }
+}
+
 void QuantizeBlockQ5_0(const float* x, BlockQ5_0* y) {
   // As Q4_0: the signed extreme maps to -16 (quant 0), so d may be negative.
   const float d = SignedAbsMax(x, kQK5_0) / -16;
@@ -524,6 +534,28 @@ float MakeQxQuants(int n, int nmax, const float* x, int8_t* l) {
   return scale;
 }
 
+// Fits each `group`-element group of one super-block with `make_quants` (MakeQxQuants or
+// MakeQ3Quants: quants + half_range to l, the group's scale returned) into scales; returns
+// the scale of largest magnitude, with its sign.
+float FitGroups(float (*make_quants)(int, int, const float*, int8_t*), int group, int half_range,
+                const float* x, int8_t* l, float* scales) {
+  const int n_groups = kQK_K / group;
+  for (int g = 0; g < n_groups; ++g) {
+    scales[g] = make_quants(group, half_range, x + group * g, l + group * g);
+  }
+  return SignedAbsMax(scales, n_groups);
+}
+
+// Requantizes n elements against their stored scale d, to quants -half_range..half_range-1
+// stored + half_range; a group whose scale is 0 keeps l as it is.
+void RequantizeGroup(int n, int half_range, const float* x, float d, int8_t* l) {
+  if (d == 0.0f) return;
+  for (int i = 0; i < n; ++i) {
+    const int q = NearestInt(x[i] / d);
+    l[i] = static_cast<int8_t>(std::clamp(q, -half_range, half_range - 1) + half_range);
+  }
+}
+
 // Splits the 6-bit quants (0..63) of one super-block into ql (low 4 bits) and qh (top 2 bits).
 // Each 128-element half uses 64 ql bytes and 32 qh bytes: ql[l] holds elements l (low nibble)
 // and l+64 (high), ql[l+32] elements l+32 and l+96; qh[l] the top bits of l, l+32, l+64, l+96.
@@ -545,10 +577,7 @@ void PackQ6K(const int8_t* l, BlockQ6_K* y) {
 void QuantizeBlockQ6_K(const float* x, BlockQ6_K* y) {
   int8_t l[kQK_K];
   float scales[kQ6KNumGroups];
-  for (int g = 0; g < kQ6KNumGroups; ++g) {
-    scales[g] = MakeQxQuants(kQ6KGroup, kQ6KHalfRange, x + kQ6KGroup * g, l + kQ6KGroup * g);
-  }
-  const float max_scale = SignedAbsMax(scales, kQ6KNumGroups);
+  const float max_scale = FitGroups(MakeQxQuants, kQ6KGroup, kQ6KHalfRange, x, l, scales);
   if (std::fabs(max_scale) < kGroupMaxEps) {
     std::memset(y, 0, sizeof(*y));
     return;
@@ -560,13 +589,8 @@ void QuantizeBlockQ6_K(const float* x, BlockQ6_K* y) {
   }
   // Requantize against the stored scales; groups whose scale rounded to 0 keep the first pass.
   for (int g = 0; g < kQ6KNumGroups; ++g) {
-    const float d = HalfToFloat(y->d) * y->scales[g];
-    if (d == 0.0f) continue;
-    for (int i = 0; i < kQ6KGroup; ++i) {
-      const int q = NearestInt(x[kQ6KGroup * g + i] / d);
-      l[kQ6KGroup * g + i] =
-          static_cast<int8_t>(std::clamp(q, -kQ6KHalfRange, kQ6KHalfRange - 1) + kQ6KHalfRange);
-    }
+    RequantizeGroup(kQ6KGroup, kQ6KHalfRange, x + kQ6KGroup * g, HalfToFloat(y->d) * y->scales[g],
+                    l + kQ6KGroup * g);
   }
   PackQ6K(l, y);
 }
@@ -654,10 +678,7 @@ void PackTwoBits(const int8_t* l, uint8_t* qs) {
 void QuantizeBlockQ3_K(const float* x, BlockQ3_K* y) {
   int8_t l[kQK_K];
   float scales[kQ3KNumGroups];
-  for (int g = 0; g < kQ3KNumGroups; ++g) {
-    scales[g] = MakeQ3Quants(kQ3KGroup, kQ3KHalfRange, x + kQ3KGroup * g, l + kQ3KGroup * g);
-  }
-  const float max_scale = SignedAbsMax(scales, kQ3KNumGroups);
+  const float max_scale = FitGroups(MakeQ3Quants, kQ3KGroup, kQ3KHalfRange, x, l, scales);
   std::memset(y->scales, 0, sizeof(y->scales));
   if (max_scale != 0) {
     const float iscale = -32.f / max_scale;
@@ -672,13 +693,8 @@ void QuantizeBlockQ3_K(const float* x, BlockQ3_K* y) {
   }
   // Requantize against the stored scales; groups whose scale is 0 keep the first pass.
   for (int g = 0; g < kQ3KNumGroups; ++g) {
-    const float d = HalfToFloat(y->d) * UnpackScaleQ3K(g, y->scales);
-    if (d == 0.0f) continue;
-    for (int i = 0; i < kQ3KGroup; ++i) {
-      const int q = NearestInt(x[kQ3KGroup * g + i] / d);
-      l[kQ3KGroup * g + i] =
-          static_cast<int8_t>(std::clamp(q, -kQ3KHalfRange, kQ3KHalfRange - 1) + kQ3KHalfRange);
-    }
+    RequantizeGroup(kQ3KGroup, kQ3KHalfRange, x + kQ3KGroup * g,
+                    HalfToFloat(y->d) * UnpackScaleQ3K(g, y->scales), l + kQ3KGroup * g);
   }
   // Bit b of hmask[m] is the high bit of element 32 b + m; the low two bits go to qs.
   std::memset(y->hmask, 0, sizeof(y->hmask));
@@ -861,6 +877,28 @@ void QuantizeBlocks(const float* x, Block* y, int64_t n) {
   for (int64_t b = 0; b < n / kBlockSize; ++b) kFn(x + b * kBlockSize, y + b);
 }
 
+// The fifth bit of element i of sub-block `sub` (as a value): Q5_K's, none in Q4_K.
+int FifthBit(const BlockQ4_K&, int, int) { return 0; }
+int FifthBit(const BlockQ5_K& x, int i, int sub) { return x.qh[i] & (1 << sub) ? kFifthBit : 0; }
+
+// Q4_K and Q5_K rows: each 32-byte chunk of qs holds two sub-blocks (low nibbles the first,
+// high the second) with 6-bit scales and mins.
+template <typename Block>
+void DequantizeRowScaleMinK(const Block* x, float* y, int64_t n) {
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const float d = HalfToFloat(x[b].d);
+    const float dmin = HalfToFloat(x[b].dmin);
+    for (int c = 0; c < kQK_K / 64; ++c, y += 64) {
+      const uint8_t* q = x[b].qs + 32 * c;
+      const auto [d1, m1, d2, m2] = SubBlockPairK4(x[b].scales, c, d, dmin);
+      for (int i = 0; i < 32; ++i) y[i] = d1 * ((q[i] & 0xF) + FifthBit(x[b], i, 2 * c)) - m1;
+      for (int i = 0; i < 32; ++i) {
+        y[i + 32] = d2 * ((q[i] >> 4) + FifthBit(x[b], i, 2 * c + 1)) - m2;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void QuantizeRowQ4_0(const float* x, BlockQ4_0* y, int64_t n) {
@@ -924,18 +962,7 @@ void DequantizeRowQ8_0(const BlockQ8_0* x, float* y, int64_t n) {
   }
 }
 
-void DequantizeRowQ4_K(const BlockQ4_K* x, float* y, int64_t n) {
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const float d = HalfToFloat(x[b].d);
-    const float dmin = HalfToFloat(x[b].dmin);
-    for (int c = 0; c < kQK_K / 64; ++c, y += 64) {
-      const uint8_t* q = x[b].qs + 32 * c;
-      const auto [d1, m1, d2, m2] = SubBlockPairK4(x[b].scales, c, d, dmin);
-      for (int i = 0; i < 32; ++i) y[i] = d1 * (q[i] & 0xF) - m1;
-      for (int i = 0; i < 32; ++i) y[i + 32] = d2 * (q[i] >> 4) - m2;
-    }
-  }
-}
+void DequantizeRowQ4_K(const BlockQ4_K* x, float* y, int64_t n) { DequantizeRowScaleMinK(x, y, n); }
 
 void DequantizeRowQ6_K(const BlockQ6_K* x, float* y, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b) {
@@ -962,14 +989,9 @@ void DequantizeRowQ6_K(const BlockQ6_K* x, float* y, int64_t n) {
 void DequantizeRowQ5_0(const BlockQ5_0* x, float* y, int64_t n) {
   for (int64_t b = 0; b < n / kQK5_0; ++b, y += kQK5_0) {
     const float d = HalfToFloat(x[b].d);
-    uint32_t qh;
-    std::memcpy(&qh, x[b].qh, sizeof(qh));
-    for (int j = 0; j < kQ5Half; ++j) {
-      const int hi0 = ((qh >> j) << 4) & kQ5HighBit;
-      const int hi1 = (qh >> (j + 12)) & kQ5HighBit;
-      y[j] = (((x[b].qs[j] & 0x0F) | hi0) - 16) * d;
-      y[j + kQ5Half] = (((x[b].qs[j] >> 4) | hi1) - 16) * d;
-    }
+    int q[kQK5_0];
+    UnpackQ5(x[b].qs, x[b].qh, q);
+    for (int j = 0; j < kQK5_0; ++j) y[j] = (q[j] - 16) * d;
   }
 }
 
@@ -977,14 +999,9 @@ void DequantizeRowQ5_1(const BlockQ5_1* x, float* y, int64_t n) {
   for (int64_t b = 0; b < n / kQK5_1; ++b, y += kQK5_1) {
     const float d = HalfToFloat(x[b].d);
     const float m = HalfToFloat(x[b].m);
-    uint32_t qh;
-    std::memcpy(&qh, x[b].qh, sizeof(qh));
-    for (int j = 0; j < kQ5Half; ++j) {
-      const int hi0 = ((qh >> j) << 4) & kQ5HighBit;
-      const int hi1 = (qh >> (j + 12)) & kQ5HighBit;
-      y[j] = ((x[b].qs[j] & 0x0F) | hi0) * d + m;
-      y[j + kQ5Half] = ((x[b].qs[j] >> 4) | hi1) * d + m;
-    }
+    int q[kQK5_1];
+    UnpackQ5(x[b].qs, x[b].qh, q);
+    for (int j = 0; j < kQK5_1; ++j) y[j] = q[j] * d + m;
   }
 }
 
@@ -1020,23 +1037,7 @@ void DequantizeRowQ3_K(const BlockQ3_K* x, float* y, int64_t n) {
   }
 }
 
-void DequantizeRowQ5_K(const BlockQ5_K* x, float* y, int64_t n) {
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const float d = HalfToFloat(x[b].d);
-    const float dmin = HalfToFloat(x[b].dmin);
-    for (int c = 0; c < kQK_K / 64; ++c, y += 64) {
-      const uint8_t* q = x[b].qs + 32 * c;
-      const auto [d1, m1, d2, m2] = SubBlockPairK4(x[b].scales, c, d, dmin);
-      const int bit1 = 1 << (2 * c), bit2 = 1 << (2 * c + 1);
-      for (int i = 0; i < 32; ++i) {
-        y[i] = d1 * ((q[i] & 0xF) + (x[b].qh[i] & bit1 ? kFifthBit : 0)) - m1;
-      }
-      for (int i = 0; i < 32; ++i) {
-        y[i + 32] = d2 * ((q[i] >> 4) + (x[b].qh[i] & bit2 ? kFifthBit : 0)) - m2;
-      }
-    }
-  }
-}
+void DequantizeRowQ5_K(const BlockQ5_K* x, float* y, int64_t n) { DequantizeRowScaleMinK(x, y, n); }
 
 void DequantizeRowIQ4_NL(const BlockIQ4_NL* x, float* y, int64_t n) {
   for (int64_t b = 0; b < n / kQK4_NL; ++b, y += kQK4_NL) {
@@ -1088,80 +1089,76 @@ void DequantizeRowQ8_K(const BlockQ8_K* x, float* y, int64_t n) {
 // ---------------------------------------------------------------------------------------------
 // Dispatch
 
-void QuantizeRow(DType type, const float* src, void* dst, int64_t n) {
+namespace {
+
+void F32Row(const float* x, float* y, int64_t n) {
+  std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float));
+}
+
+// A type's row converters, with its element or block type T erased.
+struct RowCodec {
+  void (*quantize)(const float* src, void* dst, int64_t n);
+  void (*dequantize)(const void* src, float* dst, int64_t n);
+};
+
+template <typename T, void (*kQuantize)(const float*, T*, int64_t),
+          void (*kDequantize)(const T*, float*, int64_t)>
+constexpr RowCodec kCodec{
+    [](const float* src, void* dst, int64_t n) { kQuantize(src, static_cast<T*>(dst), n); },
+    [](const void* src, float* dst, int64_t n) {
+      kDequantize(static_cast<const T*>(src), dst, n);
+    }};
+
+// What an out-of-range DType value gets: rows are left as they are.
+constexpr RowCodec kNoCodec{[](const float*, void*, int64_t) {},
+                            [](const void*, float*, int64_t) {}};
+
+const RowCodec& CodecOf(DType type) {
   switch (type) {
     case DType::kF32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-      return;
+      return kCodec<float, F32Row, F32Row>;
     case DType::kF16:
-      return FloatToHalfRow(src, static_cast<uint16_t*>(dst), n);
+      return kCodec<uint16_t, FloatToHalfRow, HalfToFloatRow>;
     case DType::kBF16:
-      return FloatToBF16Row(src, static_cast<uint16_t*>(dst), n);
+      return kCodec<uint16_t, FloatToBF16Row, BF16ToFloatRow>;
     case DType::kI32:
-      return FloatToI32Row(src, static_cast<int32_t*>(dst), n);
+      return kCodec<int32_t, FloatToI32Row, I32ToFloatRow>;
     case DType::kQ8_0:
-      return QuantizeRowQ8_0(src, static_cast<BlockQ8_0*>(dst), n);
+      return kCodec<BlockQ8_0, QuantizeRowQ8_0, DequantizeRowQ8_0>;
     case DType::kQ4_0:
-      return QuantizeRowQ4_0(src, static_cast<BlockQ4_0*>(dst), n);
+      return kCodec<BlockQ4_0, QuantizeRowQ4_0, DequantizeRowQ4_0>;
     case DType::kQ4_K:
-      return QuantizeRowQ4_K(src, static_cast<BlockQ4_K*>(dst), n);
+      return kCodec<BlockQ4_K, QuantizeRowQ4_K, DequantizeRowQ4_K>;
     case DType::kQ6_K:
-      return QuantizeRowQ6_K(src, static_cast<BlockQ6_K*>(dst), n);
+      return kCodec<BlockQ6_K, QuantizeRowQ6_K, DequantizeRowQ6_K>;
     case DType::kQ5_0:
-      return QuantizeRowQ5_0(src, static_cast<BlockQ5_0*>(dst), n);
+      return kCodec<BlockQ5_0, QuantizeRowQ5_0, DequantizeRowQ5_0>;
     case DType::kQ5_1:
-      return QuantizeRowQ5_1(src, static_cast<BlockQ5_1*>(dst), n);
+      return kCodec<BlockQ5_1, QuantizeRowQ5_1, DequantizeRowQ5_1>;
     case DType::kQ2_K:
-      return QuantizeRowQ2_K(src, static_cast<BlockQ2_K*>(dst), n);
+      return kCodec<BlockQ2_K, QuantizeRowQ2_K, DequantizeRowQ2_K>;
     case DType::kQ3_K:
-      return QuantizeRowQ3_K(src, static_cast<BlockQ3_K*>(dst), n);
+      return kCodec<BlockQ3_K, QuantizeRowQ3_K, DequantizeRowQ3_K>;
     case DType::kQ5_K:
-      return QuantizeRowQ5_K(src, static_cast<BlockQ5_K*>(dst), n);
+      return kCodec<BlockQ5_K, QuantizeRowQ5_K, DequantizeRowQ5_K>;
     case DType::kIQ4_NL:
-      return QuantizeRowIQ4_NL(src, static_cast<BlockIQ4_NL*>(dst), n);
+      return kCodec<BlockIQ4_NL, QuantizeRowIQ4_NL, DequantizeRowIQ4_NL>;
     case DType::kIQ4_XS:
-      return QuantizeRowIQ4_XS(src, static_cast<BlockIQ4_XS*>(dst), n);
+      return kCodec<BlockIQ4_XS, QuantizeRowIQ4_XS, DequantizeRowIQ4_XS>;
     case DType::kMXFP4:
-      return QuantizeRowMXFP4(src, static_cast<BlockMXFP4*>(dst), n);
+      return kCodec<BlockMXFP4, QuantizeRowMXFP4, DequantizeRowMXFP4>;
   }
+  return kNoCodec;
+}
+
+}  // namespace
+
+void QuantizeRow(DType type, const float* src, void* dst, int64_t n) {
+  CodecOf(type).quantize(src, dst, n);
 }
 
 void DequantizeRow(DType type, const void* src, float* dst, int64_t n) {
-  switch (type) {
-    case DType::kF32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-      return;
-    case DType::kF16:
-      return HalfToFloatRow(static_cast<const uint16_t*>(src), dst, n);
-    case DType::kBF16:
-      return BF16ToFloatRow(static_cast<const uint16_t*>(src), dst, n);
-    case DType::kI32:
-      return I32ToFloatRow(static_cast<const int32_t*>(src), dst, n);
-    case DType::kQ8_0:
-      return DequantizeRowQ8_0(static_cast<const BlockQ8_0*>(src), dst, n);
-    case DType::kQ4_0:
-      return DequantizeRowQ4_0(static_cast<const BlockQ4_0*>(src), dst, n);
-    case DType::kQ4_K:
-      return DequantizeRowQ4_K(static_cast<const BlockQ4_K*>(src), dst, n);
-    case DType::kQ6_K:
-      return DequantizeRowQ6_K(static_cast<const BlockQ6_K*>(src), dst, n);
-    case DType::kQ5_0:
-      return DequantizeRowQ5_0(static_cast<const BlockQ5_0*>(src), dst, n);
-    case DType::kQ5_1:
-      return DequantizeRowQ5_1(static_cast<const BlockQ5_1*>(src), dst, n);
-    case DType::kQ2_K:
-      return DequantizeRowQ2_K(static_cast<const BlockQ2_K*>(src), dst, n);
-    case DType::kQ3_K:
-      return DequantizeRowQ3_K(static_cast<const BlockQ3_K*>(src), dst, n);
-    case DType::kQ5_K:
-      return DequantizeRowQ5_K(static_cast<const BlockQ5_K*>(src), dst, n);
-    case DType::kIQ4_NL:
-      return DequantizeRowIQ4_NL(static_cast<const BlockIQ4_NL*>(src), dst, n);
-    case DType::kIQ4_XS:
-      return DequantizeRowIQ4_XS(static_cast<const BlockIQ4_XS*>(src), dst, n);
-    case DType::kMXFP4:
-      return DequantizeRowMXFP4(static_cast<const BlockMXFP4*>(src), dst, n);
-  }
+  CodecOf(type).dequantize(src, dst, n);
 }
 
 }  // namespace tg

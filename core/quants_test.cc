@@ -258,25 +258,21 @@ TEST(QuantsRoundTripTest, Q4_0WithinHalfStepExceptClamped) {
 constexpr double kQ4KMaxNmse = 1e-2;
 constexpr double kQ6KMaxNmse = 1e-3;
 
-TEST(QuantsRoundTripTest, Q4_KNmse) {
+// Round-trips every test row through `type`, asserting each row's NMSE is below max_nmse, and
+// prints the worst.
+void ExpectNmseBelow(DType type, double max_nmse) {
   double worst = 0;
-  ForEachRoundTrip(DType::kQ4_K, [&](const auto& x, const auto& y, const auto&) {
+  ForEachRoundTrip(type, [&](const auto& x, const auto& y, const auto&) {
     const double nmse = Nmse(x, y);
     worst = std::max(worst, nmse);
-    ASSERT_LT(nmse, kQ4KMaxNmse);
+    ASSERT_LT(nmse, max_nmse);
   });
-  std::printf("q4_K worst nmse %.3g\n", worst);
+  std::printf("%s worst nmse %.3g\n", DTypeName(type), worst);
 }
 
-TEST(QuantsRoundTripTest, Q6_KNmse) {
-  double worst = 0;
-  ForEachRoundTrip(DType::kQ6_K, [&](const auto& x, const auto& y, const auto&) {
-    const double nmse = Nmse(x, y);
-    worst = std::max(worst, nmse);
-    ASSERT_LT(nmse, kQ6KMaxNmse);
-  });
-  std::printf("q6_K worst nmse %.3g\n", worst);
-}
+TEST(QuantsRoundTripTest, Q4_KNmse) { ExpectNmseBelow(DType::kQ4_K, kQ4KMaxNmse); }
+
+TEST(QuantsRoundTripTest, Q6_KNmse) { ExpectNmseBelow(DType::kQ6_K, kQ6KMaxNmse); }
 
 // The other types' bounds: the worst row of ForEachRoundTrip as measured (q5_0 3.4e-3,
 // q5_1 2.6e-3, q5_K 1.7e-3, q3_K 3.8e-2, q2_K 0.11, iq4_nl 1.1e-2, iq4_xs 8.2e-3, mxfp4
@@ -292,15 +288,7 @@ constexpr NmseBound kNewTypeBounds[] = {{DType::kQ5_0, 5e-3},      {DType::kQ5_1
                                         {DType::kIQ4_XS, 1.25e-2}, {DType::kMXFP4, 8e-2}};
 
 TEST(QuantsRoundTripTest, NewTypesNmse) {
-  for (const NmseBound& b : kNewTypeBounds) {
-    double worst = 0;
-    ForEachRoundTrip(b.type, [&](const auto& x, const auto& y, const auto&) {
-      const double nmse = Nmse(x, y);
-      worst = std::max(worst, nmse);
-      ASSERT_LT(nmse, b.max_nmse);
-    });
-    std::printf("%s worst nmse %.3g\n", DTypeName(b.type), worst);
-  }
+  for (const NmseBound& b : kNewTypeBounds) ExpectNmseBelow(b.type, b.max_nmse);
 }
 
 TEST(QuantsRoundTripTest, Q8_KWithinHalfStepAndBsums) {
@@ -424,14 +412,27 @@ TEST(QuantsLayoutTest, Q4_KHandBlock) {
   }
 }
 
-// Element e of a Q4_K block decoded straight from the format description.
-float DecodeQ4K(const BlockQ4_K& b, int e) {
+// What a Q4_K or Q5_K block holds for element e, straight from the format description: its
+// sub-block's 6-bit scale and min, and its low four bits.
+struct K4Element {
+  int sc;
+  int m;
+  int low;
+};
+
+template <typename Block>
+K4Element DecodeK4Element(const Block& b, int e) {
   const int sub = e / 32;
   const uint8_t* s = b.scales;
   const int sc = sub < 4 ? s[sub] & 63 : (s[sub + 4] & 15) | ((s[sub - 4] >> 6) << 4);
   const int m = sub < 4 ? s[sub + 4] & 63 : (s[sub + 4] >> 4) | ((s[sub] >> 6) << 4);
   const uint8_t byte = b.qs[32 * (sub / 2) + e % 32];
-  const int q = sub % 2 == 0 ? byte & 15 : byte >> 4;
+  return {sc, m, sub % 2 == 0 ? byte & 15 : byte >> 4};
+}
+
+// Element e of a Q4_K block decoded straight from the format description.
+float DecodeQ4K(const BlockQ4_K& b, int e) {
+  const auto [sc, m, q] = DecodeK4Element(b, e);
   return HalfToFloat(b.d) * sc * q - HalfToFloat(b.dmin) * m;
 }
 
@@ -521,13 +522,8 @@ float DecodeQ3K(const BlockQ3_K& b, int e) {
 }
 
 float DecodeQ5K(const BlockQ5_K& b, int e) {
-  const int sub = e / 32;
-  const uint8_t* s = b.scales;
-  const int sc = sub < 4 ? s[sub] & 63 : (s[sub + 4] & 15) | ((s[sub - 4] >> 6) << 4);
-  const int m = sub < 4 ? s[sub + 4] & 63 : (s[sub + 4] >> 4) | ((s[sub] >> 6) << 4);
-  const uint8_t byte = b.qs[32 * (sub / 2) + e % 32];
-  const int low = sub % 2 == 0 ? byte & 15 : byte >> 4;
-  const int high = (b.qh[e % 32] >> sub) & 1;
+  const auto [sc, m, low] = DecodeK4Element(b, e);
+  const int high = (b.qh[e % 32] >> (e / 32)) & 1;
   return HalfToFloat(b.d) * sc * (low | (high << 4)) - HalfToFloat(b.dmin) * m;
 }
 
@@ -680,20 +676,16 @@ TEST_P(QuantsDispatchTest, MatchesPerTypeRoutines) {
   DequantizeRow(type, via_dispatch.data(), y_dispatch.data(), n);
   switch (type) {
     case DType::kQ8_0:
-      QuantizeRowQ8_0(x.data(), reinterpret_cast<BlockQ8_0*>(direct.data()), n);
-      DequantizeRowQ8_0(reinterpret_cast<BlockQ8_0*>(direct.data()), y_direct.data(), n);
+      Direct<BlockQ8_0, QuantizeRowQ8_0, DequantizeRowQ8_0>(x, &direct, &y_direct);
       break;
     case DType::kQ4_0:
-      QuantizeRowQ4_0(x.data(), reinterpret_cast<BlockQ4_0*>(direct.data()), n);
-      DequantizeRowQ4_0(reinterpret_cast<BlockQ4_0*>(direct.data()), y_direct.data(), n);
+      Direct<BlockQ4_0, QuantizeRowQ4_0, DequantizeRowQ4_0>(x, &direct, &y_direct);
       break;
     case DType::kQ4_K:
-      QuantizeRowQ4_K(x.data(), reinterpret_cast<BlockQ4_K*>(direct.data()), n);
-      DequantizeRowQ4_K(reinterpret_cast<BlockQ4_K*>(direct.data()), y_direct.data(), n);
+      Direct<BlockQ4_K, QuantizeRowQ4_K, DequantizeRowQ4_K>(x, &direct, &y_direct);
       break;
     case DType::kQ6_K:
-      QuantizeRowQ6_K(x.data(), reinterpret_cast<BlockQ6_K*>(direct.data()), n);
-      DequantizeRowQ6_K(reinterpret_cast<BlockQ6_K*>(direct.data()), y_direct.data(), n);
+      Direct<BlockQ6_K, QuantizeRowQ6_K, DequantizeRowQ6_K>(x, &direct, &y_direct);
       break;
     case DType::kQ5_0:
       Direct<BlockQ5_0, QuantizeRowQ5_0, DequantizeRowQ5_0>(x, &direct, &y_direct);

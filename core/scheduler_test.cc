@@ -60,6 +60,13 @@ class TestDevice : public cpu::CpuDevice {
 
 bool AllOps(Op) { return true; }
 
+// A graph input of `type` and shape `ne` in `ctx`.
+Tensor* NewInput(Context& ctx, DType type, std::initializer_list<int64_t> ne) {
+  Tensor* t = *ctx.NewTensor(type, ne);
+  t->flags |= kFlagInput;
+  return t;
+}
+
 // A CPU device whose memory passes for device memory (is_host() false), as a GPU's. It
 // counts the bytes read out of it through Buffer::GetTensor and GetTensor2D.
 class NonHostDevice : public cpu::CpuDevice {
@@ -129,6 +136,13 @@ class SchedulerTest : public ::testing::Test {
     return std::move(*s);
   }
 
+  // The output of an MLP on weights `w0`, `w1` for input `x`, scheduled on CPU0 alone.
+  std::vector<float> OneDeviceMlp(Tensor* w0, Tensor* w1, const std::vector<float>& x);
+
+  // An MLP on weights `w0`, `w1` scheduled on `devices`.
+  struct ScheduledMlp;
+  ScheduledMlp ScheduleMlp(std::vector<Device*> devices, Tensor* w0, Tensor* w1);
+
   cpu::CpuDevice dev0_{"CPU0", "cpu:0", 1};
   cpu::CpuDevice dev1_{"CPU1", "cpu:1", 1};
   std::vector<std::unique_ptr<Device>> devices_;  // a test's own; outlive its buffers, streams.
@@ -152,9 +166,8 @@ struct Mlp {
 
 std::unique_ptr<Mlp> BuildMlp(Tensor* w0, Tensor* w1) {
   auto m = std::make_unique<Mlp>();
-  m->x = *m->ctx.NewTensor(DType::kF32, {w0->ne[0], 3});
+  m->x = NewInput(m->ctx, DType::kF32, {w0->ne[0], 3});
   m->x->SetName("x");
-  m->x->flags |= kFlagInput;
   m->y0 = *MulMat(m->ctx, w0, m->x);
   m->act = *Silu(m->ctx, m->y0);
   m->slice = *View(m->ctx, m->act, {m->act->ne[0], 2}, {m->act->nb[1]}, m->act->nb[1]);
@@ -175,18 +188,44 @@ std::vector<float> RunMlp(Scheduler& s, Mlp& m, const std::vector<float>& x) {
   return ReadF32(*m.out);
 }
 
+// Feeds `x` to a scheduled MLP, computes it, and expects the output to be `expected` to the bit.
+void ExpectMlpOutput(Scheduler& s, ScheduledGraph& g, Mlp& m, const std::vector<float>& x,
+                     const std::vector<float>& expected) {
+  ASSERT_TRUE(g.SetInput(m.x, x.data(), x.size() * sizeof(float)).ok());
+  ASSERT_TRUE(s.Compute(g).ok());
+  EXPECT_THAT(ReadF32(*m.out), ElementsAreArray(expected));
+}
+
+struct SchedulerTest::ScheduledMlp {
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<Mlp> mlp;
+  std::unique_ptr<ScheduledGraph> graph;
+};
+
+SchedulerTest::ScheduledMlp SchedulerTest::ScheduleMlp(std::vector<Device*> devices, Tensor* w0,
+                                                       Tensor* w1) {
+  ScheduledMlp r;
+  r.scheduler = MakeScheduler(std::move(devices));
+  r.mlp = BuildMlp(w0, w1);
+  r.graph = *r.scheduler->Schedule(r.mlp->graph);
+  return r;
+}
+
+std::vector<float> SchedulerTest::OneDeviceMlp(Tensor* w0, Tensor* w1,
+                                               const std::vector<float>& x) {
+  auto one = MakeScheduler({&dev0_});
+  auto ref = BuildMlp(w0, w1);
+  return RunMlp(*one, *ref, x);
+}
+
 TEST_F(SchedulerTest, WeightsPinTheirNodesAndResultsMatchOneDevice) {
   Tensor* w0 = Weight(dev0_, 8, 16, 1);
   Tensor* w1 = Weight(dev1_, 16, 4, 2);
   const std::vector<float> x = RandomFloats(8 * 3, 3);
 
-  auto one = MakeScheduler({&dev0_});
-  auto ref = BuildMlp(w0, w1);
-  const std::vector<float> expected = RunMlp(*one, *ref, x);
+  const std::vector<float> expected = OneDeviceMlp(w0, w1, x);
 
-  auto two = MakeScheduler({&dev0_, &dev1_});
-  auto m = BuildMlp(w0, w1);
-  auto g = *two->Schedule(m->graph);
+  auto [two, m, g] = ScheduleMlp({&dev0_, &dev1_}, w0, w1);
   EXPECT_EQ(g->DeviceOf(m->x), &dev0_);  // an input lives where it is first read.
   EXPECT_EQ(g->DeviceOf(m->y0), &dev0_);
   EXPECT_EQ(g->DeviceOf(m->act), &dev0_);    // expanded down from y0.
@@ -199,9 +238,7 @@ TEST_F(SchedulerTest, WeightsPinTheirNodesAndResultsMatchOneDevice) {
   ASSERT_EQ(g->splits()[1].inputs.size(), 1u);
   EXPECT_EQ(g->splits()[1].inputs[0].src, m->slice);
   EXPECT_EQ(g->splits()[1].inputs[0].copy->buffer->type()->device(), &dev1_);
-  ASSERT_TRUE(g->SetInput(m->x, x.data(), x.size() * sizeof(float)).ok());
-  ASSERT_TRUE(two->Compute(*g).ok());
-  EXPECT_THAT(ReadF32(*m->out), ElementsAreArray(expected));  // bit-identical.
+  ExpectMlpOutput(*two, *g, *m, x, expected);
   const SchedulerStats stats = two->stats();
   EXPECT_EQ(stats.splits, 2);
   EXPECT_EQ(stats.copies, 1);
@@ -264,11 +301,8 @@ TEST_F(SchedulerTest, APushingSourceCopiesWithoutAWait) {
     auto m = BuildMlp(w0, w1);
     results[pushes] = RunMlp(*s, *m, x);
   }
-  auto one = MakeScheduler({&dev0_});
-  Tensor* w0 = Weight(dev0_, 8, 16, 1);
-  Tensor* w1 = Weight(dev0_, 16, 4, 2);
-  auto ref = BuildMlp(w0, w1);
-  const std::vector<float> expected = RunMlp(*one, *ref, x);
+  const std::vector<float> expected =
+      OneDeviceMlp(Weight(dev0_, 8, 16, 1), Weight(dev0_, 16, 4, 2), x);
   EXPECT_THAT(results[1], ElementsAreArray(expected));
   EXPECT_THAT(results[0], ElementsAreArray(expected));
   // The last two entries are the end of the graph, which waits for both devices.
@@ -283,8 +317,7 @@ TEST_F(SchedulerTest, APushingSourceCopiesWithoutAWait) {
 TEST_F(SchedulerTest, AStridedViewCrossesThroughTheHostAsItsRowsOnly) {
   NonHostDevice dev;
   auto build = [](Context& ctx, Tensor* w0, Tensor* w1, Tensor** x, Tensor** slice) {
-    *x = *ctx.NewTensor(DType::kF32, {8, 3});
-    (*x)->flags |= kFlagInput;
+    *x = NewInput(ctx, DType::kF32, {8, 3});
     Tensor* act = *Silu(ctx, *MulMat(ctx, w0, *x));  // [16, 3]
     // Elements 4..9 of each of the 3 rows: 24 bytes per row, 64 bytes apart.
     *slice = *View(ctx, act, {6, 3}, {act->nb[1]}, 4 * sizeof(float));
@@ -328,8 +361,7 @@ TEST_F(SchedulerTest, SourcesKeepTheirMemoryUntilCopied) {
   std::vector<float> results[2];
   for (int run = 0; run < 2; ++run) {
     Context ctx;
-    Tensor* x = *ctx.NewTensor(DType::kF32, {8, 4});
-    x->flags |= kFlagInput;
+    Tensor* x = NewInput(ctx, DType::kF32, {8, 4});
     Tensor* x0 = *MulMat(ctx, w0, x);
     Tensor* chain = x0;
     for (int i = 0; i < 4; ++i) chain = *Scale(ctx, chain, 0.5f, 1.0f);
@@ -345,9 +377,7 @@ TEST_F(SchedulerTest, SourcesKeepTheirMemoryUntilCopied) {
 }
 
 TEST_F(SchedulerTest, GraphIsUnchangedOutsideTheScheduler) {
-  auto s = MakeScheduler({&dev0_, &dev1_});
-  auto m = BuildMlp(Weight(dev0_, 8, 16, 1), Weight(dev1_, 16, 4, 2));
-  auto g = *s->Schedule(m->graph);
+  auto [s, m, g] = ScheduleMlp({&dev0_, &dev1_}, Weight(dev0_, 8, 16, 1), Weight(dev1_, 16, 4, 2));
   EXPECT_EQ(m->y1->src[1], m->slice);
   ASSERT_TRUE(s->Compute(*g).ok());
   EXPECT_EQ(m->y1->src[1], m->slice);
@@ -358,10 +388,8 @@ TEST_F(SchedulerTest, SetRowsRunsWhereItsDestinationLives) {
   Tensor* cache = Weight(dev1_, 4, 6, 2);  // stands for a KV cache on device 1.
   cache->flags &= ~kFlagWeight;
   Context ctx;
-  Tensor* x = *ctx.NewTensor(DType::kF32, {8, 2});
-  x->flags |= kFlagInput;
-  Tensor* idx = *ctx.NewTensor(DType::kI32, {2});
-  idx->flags |= kFlagInput;
+  Tensor* x = NewInput(ctx, DType::kF32, {8, 2});
+  Tensor* idx = NewInput(ctx, DType::kI32, {2});
   Tensor* rows = *MulMat(ctx, w0, x);  // [4, 2] on device 0.
   Tensor* written = *SetRows(ctx, cache, rows, idx);
   Tensor* seen = *View(ctx, written, {4, 3}, {cache->nb[1]}, 0);
@@ -399,8 +427,7 @@ TEST_F(SchedulerTest, InputReadInPlaceWhenTheDeviceCanUseItsMemory) {
     Tensor* w0 = Weight(dev0_, 8, 4, 1);
     Tensor* w1 = Weight(*second, 8, 4, 2);
     Context ctx;
-    Tensor* x = *ctx.NewTensor(DType::kF32, {8, 2});
-    x->flags |= kFlagInput;
+    Tensor* x = NewInput(ctx, DType::kF32, {8, 2});
     Tensor* sum = *Add(ctx, *MulMat(ctx, w0, x), *MulMat(ctx, w1, x));
     Graph graph = *BuildGraph({sum});
     auto s = MakeScheduler({&dev0_, second});
@@ -423,20 +450,14 @@ TEST_F(SchedulerTest, UnsupportedOpGoesToADeviceThatSupportsIt) {
   Tensor* w0 = Weight(no_silu, 8, 16, 1);
   Tensor* w1 = Weight(no_silu, 16, 4, 2);
   const std::vector<float> x = RandomFloats(8 * 3, 3);
-  auto ref_sched = MakeScheduler({&dev0_});
-  auto ref = BuildMlp(w0, w1);
-  const std::vector<float> expected = RunMlp(*ref_sched, *ref, x);
+  const std::vector<float> expected = OneDeviceMlp(w0, w1, x);
 
-  auto s = MakeScheduler({&no_silu, &dev1_});
-  auto m = BuildMlp(w0, w1);
-  auto g = *s->Schedule(m->graph);
+  auto [s, m, g] = ScheduleMlp({&no_silu, &dev1_}, w0, w1);
   EXPECT_EQ(g->DeviceOf(m->y0), &no_silu);
   EXPECT_EQ(g->DeviceOf(m->act), &dev1_);
   EXPECT_EQ(g->DeviceOf(m->y1), &no_silu);
   EXPECT_EQ(g->splits().size(), 3u);
-  ASSERT_TRUE(g->SetInput(m->x, x.data(), x.size() * sizeof(float)).ok());
-  ASSERT_TRUE(s->Compute(*g).ok());
-  EXPECT_THAT(ReadF32(*m->out), ElementsAreArray(expected));
+  ExpectMlpOutput(*s, *g, *m, x, expected);
 }
 
 TEST_F(SchedulerTest, NoDeviceSupportingAnOpIsAnError) {
@@ -457,20 +478,14 @@ TEST_F(SchedulerTest, UpgradesToAHigherPriorityDeviceSharingTheMemory) {
   Tensor* w0 = Weight(dev0_, 8, 16, 1);
   Tensor* w1 = Weight(dev0_, 16, 4, 2);
   const std::vector<float> x = RandomFloats(8 * 3, 3);
-  auto ref_sched = MakeScheduler({&dev0_});
-  auto ref = BuildMlp(w0, w1);
-  const std::vector<float> expected = RunMlp(*ref_sched, *ref, x);
+  const std::vector<float> expected = OneDeviceMlp(w0, w1, x);
 
-  auto s = MakeScheduler({&blas, &dev0_});
-  auto m = BuildMlp(w0, w1);
-  auto g = *s->Schedule(m->graph);
+  auto [s, m, g] = ScheduleMlp({&blas, &dev0_}, w0, w1);
   EXPECT_EQ(g->DeviceOf(m->y0), &blas);  // pinned to CPU0 by w0, upgraded.
   EXPECT_EQ(g->DeviceOf(m->act), &dev0_);
   EXPECT_EQ(g->DeviceOf(m->y1), &blas);
   EXPECT_EQ(g->DeviceOf(m->out), &dev0_);
-  ASSERT_TRUE(g->SetInput(m->x, x.data(), x.size() * sizeof(float)).ok());
-  ASSERT_TRUE(s->Compute(*g).ok());
-  EXPECT_THAT(ReadF32(*m->out), ElementsAreArray(expected));
+  ExpectMlpOutput(*s, *g, *m, x, expected);
 }
 
 TEST_F(SchedulerTest, WeightInMemoryTheDeviceCannotUseIsCopied) {
@@ -482,8 +497,7 @@ TEST_F(SchedulerTest, WeightInMemoryTheDeviceCannotUseIsCopied) {
   std::vector<float> results[2];
   for (int run = 0; run < 2; ++run) {
     Context ctx;
-    Tensor* x = *ctx.NewTensor(DType::kF32, {8, 2});
-    x->flags |= kFlagInput;
+    Tensor* x = NewInput(ctx, DType::kF32, {8, 2});
     Tensor* y = *MulMat(ctx, w, x);
     Tensor* out = *Scale(ctx, y, 0.5f);
     Graph graph = *BuildGraph({out});
@@ -517,8 +531,7 @@ struct Product {
 
 std::unique_ptr<Product> BuildProduct(Tensor* w, int64_t batch) {
   auto p = std::make_unique<Product>();
-  p->x = *p->ctx.NewTensor(DType::kF32, {w->ne[0], batch});
-  p->x->flags |= kFlagInput;
+  p->x = NewInput(p->ctx, DType::kF32, {w->ne[0], batch});
   p->y = *MulMat(p->ctx, w, p->x);
   p->out = *Scale(p->ctx, p->y, 0.5f);
   p->graph = *BuildGraph({p->out});
@@ -646,10 +659,8 @@ TEST_F(SchedulerTest, RunTimeErrorNamesTheSplit) {
   Tensor* w0 = Weight(dev0_, 8, 4, 2);
   for (bool pipelined : {false, true}) {
     Context ctx;
-    Tensor* x = *ctx.NewTensor(DType::kF32, {8, 1});
-    x->flags |= kFlagInput;
-    Tensor* ids = *ctx.NewTensor(DType::kI32, {1});
-    ids->flags |= kFlagInput;
+    Tensor* x = NewInput(ctx, DType::kF32, {8, 1});
+    Tensor* ids = NewInput(ctx, DType::kI32, {1});
     Tensor* h = *MulMat(ctx, w0, x);           // CPU0
     Tensor* rows = *GetRows(ctx, table, ids);  // CPU1
     Tensor* out = *Add(ctx, *Scale(ctx, rows, 1.0f), *Scale(ctx, h, 1.0f));
@@ -686,9 +697,7 @@ TEST_F(SchedulerTest, BadBackendsAreRefused) {
 }
 
 TEST_F(SchedulerTest, InputsAreCheckedBySetInput) {
-  auto s = MakeScheduler({&dev0_, &dev1_});
-  auto m = BuildMlp(Weight(dev0_, 8, 16, 1), Weight(dev1_, 16, 4, 2));
-  auto g = *s->Schedule(m->graph);
+  auto [s, m, g] = ScheduleMlp({&dev0_, &dev1_}, Weight(dev0_, 8, 16, 1), Weight(dev1_, 16, 4, 2));
   float v = 0;
   EXPECT_EQ(g->SetInput(m->y0, &v, 4).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(g->SetInput(m->x, &v, 1 << 20).code(), absl::StatusCode::kOutOfRange);

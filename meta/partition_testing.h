@@ -2,6 +2,8 @@
 //   FakeShadowLookup  a ShadowLookup whose homes, resident shadows and input states are what
 //                     the test sets (tensors it was not told about are graph tensors);
 //   PartitionParts    the parts wired as the partitioner wires them, recording a fresh plan.
+//   TwoDevicePartsTest  a gtest fixture with PartitionParts over two CPU devices and a context
+//                     for the test's tensors.
 // Private plan memory comes from the devices the test gives. Not thread-safe.
 #ifndef TENSORGRID_META_PARTITION_TESTING_H_
 #define TENSORGRID_META_PARTITION_TESTING_H_
@@ -13,6 +15,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/backend.h"
+#include "core/context.h"
+#include "gtest/gtest.h"
 #include "meta/partition_plan.h"
 #include "meta/placements.h"
 #include "meta/plan_emitter.h"
@@ -20,6 +24,7 @@
 #include "meta/shadow_lookup.h"
 #include "meta/split_converter.h"
 #include "meta/state_deriver.h"
+#include "tests/lib/test_util.h"
 
 namespace tg::meta {
 
@@ -95,6 +100,14 @@ struct PartitionParts {
   ShadowBuilder shadows;
   SplitConverter converter;
   StateDeriver deriver;
+};
+
+class TwoDevicePartsTest : public ::testing::Test {
+ protected:
+  TwoDevicePartsTest() : parts_(2, testing::CpuDevice()) {}
+
+  PartitionParts parts_;
+  Context ctx_;
 };
 
 }  // namespace tg::meta

@@ -16,19 +16,14 @@ namespace {
 
 using Ranges = std::vector<AxisRange>;
 
-class SplitConverterTest : public ::testing::Test {
+class SplitConverterTest : public TwoDevicePartsTest {
  protected:
-  SplitConverterTest() : parts_(2, testing::CpuDevice()) {}
-
   Tensor* NewF32(std::initializer_list<int64_t> ne) { return *ctx_.NewTensor(DType::kF32, ne); }
   const std::vector<CommOp>& Comms() {
     parts_.emitter.Finish();
     EXPECT_FALSE(parts_.plan.steps.empty());
     return parts_.plan.steps.at(0).comms;
   }
-
-  PartitionParts parts_;
-  Context ctx_;
 };
 
 TEST_F(SplitConverterTest, APlainPartialIsAllReducedInPlace) {

@@ -20,10 +20,11 @@ const SplitState& Mirrored() {
 
 using SrcList = std::initializer_list<std::optional<SplitState>>;
 
-OpSplit Make(const SplitState& result, SrcList src = {}) {
+// The result's state and the sources', from source `first` on (the others unset).
+OpSplit Make(const SplitState& result, SrcList src = {}, int first = 0) {
   OpSplit o;
   o.result = result;
-  int i = 0;
+  int i = first;
   for (const auto& s : src) o.src[i++] = s;
   return o;
 }
@@ -38,13 +39,7 @@ OpSplit AllMirrored(const Tensor& n) {
 }
 
 // The result keeps the state of source 0; the others as required.
-OpSplit Same(const SplitState& s, SrcList rest = {}) {
-  OpSplit o;
-  o.result = s;
-  int i = 1;
-  for (const auto& r : rest) o.src[i++] = r;
-  return o;
-}
+OpSplit Same(const SplitState& s, SrcList rest = {}) { return Make(s, rest, 1); }
 
 bool BlockAligned(const SplitState& s, DType type) {
   const int64_t bs = BlockSize(type);

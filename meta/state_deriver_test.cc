@@ -17,10 +17,8 @@ namespace {
 
 using Ranges = std::vector<AxisRange>;
 
-class StateDeriverTest : public ::testing::Test {
+class StateDeriverTest : public TwoDevicePartsTest {
  protected:
-  StateDeriverTest() : parts_(2, testing::CpuDevice()) {}
-
   // A leaf in `state` with blank shadows.
   Tensor* Leaf(std::initializer_list<int64_t> ne, const SplitState& state) {
     Tensor* t = *ctx_.NewTensor(DType::kF32, ne);
@@ -35,9 +33,6 @@ class StateDeriverTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s;
     return p;
   }
-
-  PartitionParts parts_;
-  Context ctx_;
 };
 
 // y = W2 (W1 x) + x: W1 cut by rows cuts y along dim 0, W2 cut by columns makes a PARTIAL,

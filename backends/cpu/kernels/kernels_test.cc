@@ -300,6 +300,12 @@ void Wire(TestTensor& dst, Op op, std::initializer_list<Tensor*> srcs) {
   for (Tensor* s : srcs) dst.get()->src[i++] = s;
 }
 
+// Fills a 1-D I32 index tensor with `rows`, in order.
+void SetIndices(TestTensor& idx, std::initializer_list<int32_t> rows) {
+  int64_t i = 0;
+  for (int32_t r : rows) idx.Set(i++, 0, 0, 0, r);
+}
+
 // ---------------------------------------------------------------------------------------
 // Vector exp.
 
@@ -387,8 +393,7 @@ TEST(CpuKernelsTest, GetRowsReportsBadIndexAndWritesZeros) {
     TestTensor a(DType::kF16, {8, 5, 1, 1});
     a.FillRandom(rng, -1, 1);
     TestTensor idx(DType::kI32, {4, 1, 1, 1});
-    const int32_t rows[] = {1, 7, 4, -1};
-    for (int i = 0; i < 4; ++i) idx.Set(i, 0, 0, 0, rows[i]);
+    SetIndices(idx, {1, 7, 4, -1});
     TestTensor out(DType::kF32, {8, 4, 1, 1});
     out.FillRandom(rng, 5, 6);
     Wire(out, Op::kGetRows, {a.get(), idx.get()});
@@ -425,6 +430,16 @@ constexpr DType kSetRowsTypes[] = {DType::kF32,  DType::kF16,    DType::kBF16,  
                                    DType::kQ4_0, DType::kQ4_K,   DType::kQ6_K,  DType::kQ5_0,
                                    DType::kQ5_1, DType::kIQ4_NL, DType::kMXFP4, DType::kQ5_K,
                                    DType::kQ3_K, DType::kQ2_K,   DType::kIQ4_XS};
+
+// A SET_ROWS node writing b's rows into a at idx (a's own tensor with the op and sources).
+Tensor SetRowsNode(TestTensor& a, TestTensor& b, TestTensor& idx) {
+  Tensor dst = a.t();
+  dst.op = Op::kSetRows;
+  dst.src[0] = a.get();
+  dst.src[1] = b.get();
+  dst.src[2] = idx.get();
+  return dst;
+}
 
 // Expected bytes of a after SET_ROWS (distinct target rows, so the result is well defined).
 std::vector<uint8_t> SetRowsReference(const TestTensor& a, const TestTensor& b,
@@ -476,12 +491,8 @@ TEST(CpuKernelsTest, SetRowsMatchesReference) {
             for (int64_t i = 0; i < nr; ++i) idx.Set(i, j % c1, j / c1, 0, perm[i]);
           }
           const std::vector<uint8_t> want = SetRowsReference(a, b, idx);
-          Tensor dst = a.t();  // the result aliases a.
-          dst.op = Op::kSetRows;
-          dst.src[0] = a.get();
-          dst.src[1] = b.get();
-          dst.src[2] = idx.get();
-          dst.view_src = a.get();
+          Tensor dst = SetRowsNode(a, b, idx);
+          dst.view_src = a.get();  // the result aliases a.
           EXPECT_EQ(RunKernel(ComputeSetRows, &dst, nth), "");
           EXPECT_TRUE(a.Bytes() == want);
           EXPECT_TRUE(a.GuardsIntact());
@@ -499,15 +510,9 @@ TEST(CpuKernelsTest, SetRowsReportsBadIndexAndSkipsRow) {
     TestTensor b(DType::kF32, {32, 3, 1, 1});
     b.FillRandom(rng, -1, 1);
     TestTensor idx(DType::kI32, {3, 1, 1, 1});
-    idx.Set(0, 0, 0, 0, 2);
-    idx.Set(1, 0, 0, 0, 3);  // out of range: skipped.
-    idx.Set(2, 0, 0, 0, 0);
+    SetIndices(idx, {2, 3, 0});  // 3 is out of range: skipped.
     const std::vector<uint8_t> want = SetRowsReference(a, b, idx);
-    Tensor dst = a.t();
-    dst.op = Op::kSetRows;
-    dst.src[0] = a.get();
-    dst.src[1] = b.get();
-    dst.src[2] = idx.get();
+    Tensor dst = SetRowsNode(a, b, idx);
     const std::string err = RunKernel(ComputeSetRows, &dst, nth);
     EXPECT_NE(err.find("SET_ROWS: row index 3 out of range [0, 3)"), std::string::npos) << err;
     EXPECT_TRUE(a.Bytes() == want);

@@ -24,6 +24,7 @@
 #include "backends/cpu/kernels/qgemm.h"
 
 #include <cstring>
+#include <utility>
 
 #include "backends/cpu/kernels/quantize_act.h"
 #include "backends/cpu/kernels/vec_dot_simd.h"
@@ -299,27 +300,21 @@ void Tile(int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, __m51
   }
 }
 
+// Tiles<kMin, std::integer_sequence<int, kC...>>::kFns[C - 1] is Tile<C, kMin>.
+template <bool kMin, typename Seq>
+struct Tiles;
+template <bool kMin, int... kC>
+struct Tiles<kMin, std::integer_sequence<int, kC...>> {
+  using Fn = void (*)(int64_t, const PackedBlock*, const ActBlock* const*, __m512*);
+  static constexpr Fn kFns[] = {Tile<kC + 1, kMin>...};
+};
+
+// Tile<cols, kMin>: one pass over all the columns (1 to kQGemmCols).
 template <bool kMin>
 void RunTile(int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, int cols,
              __m512* acc) {
-  switch (cols) {
-    case 1:
-      return Tile<1, kMin>(nblocks, w, y, acc);
-    case 2:
-      return Tile<2, kMin>(nblocks, w, y, acc);
-    case 3:
-      return Tile<3, kMin>(nblocks, w, y, acc);
-    case 4:
-      return Tile<4, kMin>(nblocks, w, y, acc);
-    case 5:
-      return Tile<5, kMin>(nblocks, w, y, acc);
-    case 6:
-      return Tile<6, kMin>(nblocks, w, y, acc);
-    case 7:
-      return Tile<7, kMin>(nblocks, w, y, acc);
-    default:
-      return Tile<8, kMin>(nblocks, w, y, acc);
-  }
+  using AllTiles = Tiles<kMin, std::make_integer_sequence<int, kQGemmCols>>;
+  AllTiles::kFns[(cols >= 1 && cols < kQGemmCols ? cols : kQGemmCols) - 1](nblocks, w, y, acc);
 }
 
 // QGemmTile's work, on the packed tile and the activation rows.
@@ -378,21 +373,9 @@ void Tile(int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, __m25
 template <bool kMin, bool kSigned>
 void RunTile(int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, int cols,
              __m256* acc) {
-  for (int j = 0; j < cols; j += 4) {
-    switch (cols - j) {
-      case 1:
-        Tile<1, kMin, kSigned>(nblocks, w, y + j, acc + 2 * j);
-        break;
-      case 2:
-        Tile<2, kMin, kSigned>(nblocks, w, y + j, acc + 2 * j);
-        break;
-      case 3:
-        Tile<3, kMin, kSigned>(nblocks, w, y + j, acc + 2 * j);
-        break;
-      default:
-        Tile<4, kMin, kSigned>(nblocks, w, y + j, acc + 2 * j);
-    }
-  }
+  simd::ByColumnPasses<4>(cols, [&](auto n, int j) {
+    Tile<decltype(n)::value, kMin, kSigned>(nblocks, w, y + j, acc + 2 * j);
+  });
 }
 
 // QGemmTile's work, on the packed tile and the activation rows.

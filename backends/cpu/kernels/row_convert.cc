@@ -69,6 +69,28 @@ void FloatRowToBF16(const float* x, uint16_t* y, int64_t n) {
   for (; i < n; ++i) y[i] = FloatToBF16(x[i]);
 }
 
+float SameFloat(float v) { return v; }
+float I32ToFloat(int32_t v) { return static_cast<float>(v); }
+
+// Reads n elements of T, stride bytes apart, widened by kToFloat.
+template <typename T, float (*kToFloat)(T)>
+void LoadStrided(const uint8_t* p, size_t stride, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, p + i * stride, sizeof(v));
+    out[i] = kToFloat(v);
+  }
+}
+
+// Writes n f32 values as T (narrowed by kFromFloat), stride bytes apart.
+template <typename T, T (*kFromFloat)(float)>
+void StoreStrided(const float* in, uint8_t* p, size_t stride, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = kFromFloat(in[i]);
+    std::memcpy(p + i * stride, &v, sizeof(v));
+  }
+}
+
 // Reads n (<= kChunk) elements of a non-F32 or strided source as f32.
 void LoadF32(const TypeInfo& info, const void* src, size_t stride, float* out, int64_t n) {
   const auto* p = static_cast<const uint8_t*>(src);
@@ -80,31 +102,15 @@ void LoadF32(const TypeInfo& info, const void* src, size_t stride, float* out, i
   const bool dense = stride == info.block_bytes;
   switch (type) {
     case DType::kF32:
-      for (int64_t i = 0; i < n; ++i) std::memcpy(&out[i], p + i * stride, sizeof(float));
-      return;
+      return LoadStrided<float, SameFloat>(p, stride, out, n);
     case DType::kF16:
       if (dense) return HalfRowToFloat(static_cast<const uint16_t*>(src), out, n);
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + i * stride, sizeof(h));
-        out[i] = HalfToFloat(h);
-      }
-      return;
+      return LoadStrided<uint16_t, HalfToFloat>(p, stride, out, n);
     case DType::kBF16:
       if (dense) return BF16RowToFloat(static_cast<const uint16_t*>(src), out, n);
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + i * stride, sizeof(h));
-        out[i] = BF16ToFloat(h);
-      }
-      return;
+      return LoadStrided<uint16_t, BF16ToFloat>(p, stride, out, n);
     case DType::kI32:
-      for (int64_t i = 0; i < n; ++i) {
-        int32_t v;
-        std::memcpy(&v, p + i * stride, sizeof(v));
-        out[i] = static_cast<float>(v);
-      }
-      return;
+      return LoadStrided<int32_t, I32ToFloat>(p, stride, out, n);
     default:
       return;
   }
@@ -121,22 +127,13 @@ void StoreF32(const TypeInfo& info, const float* in, void* dst, size_t stride, i
   }
   switch (type) {
     case DType::kF32:
-      for (int64_t i = 0; i < n; ++i) std::memcpy(p + i * stride, &in[i], sizeof(float));
-      return;
+      return StoreStrided<float, SameFloat>(in, p, stride, n);
     case DType::kF16:
       if (dense) return FloatRowToHalf(in, static_cast<uint16_t*>(dst), n);
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t h = FloatToHalf(in[i]);
-        std::memcpy(p + i * stride, &h, sizeof(h));
-      }
-      return;
+      return StoreStrided<uint16_t, FloatToHalf>(in, p, stride, n);
     case DType::kBF16:
       if (dense) return FloatRowToBF16(in, static_cast<uint16_t*>(dst), n);
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t h = FloatToBF16(in[i]);
-        std::memcpy(p + i * stride, &h, sizeof(h));
-      }
-      return;
+      return StoreStrided<uint16_t, FloatToBF16>(in, p, stride, n);
     case DType::kI32:  // strided: one element at a time through the reference rounding.
       for (int64_t i = 0; i < n; ++i) QuantizeRow(type, &in[i], p + i * stride, 1);
       return;

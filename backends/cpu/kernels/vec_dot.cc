@@ -30,28 +30,16 @@ void FromF32Q8_K(const float* x, void* y, int64_t k) {
   QuantizeRowQ8_K(x, static_cast<BlockQ8_K*>(y), k);
 }
 
+float Identity(float v) { return v; }
+
 // Float dots accumulate in double: the scalar path is the accuracy yardstick, not a fast path.
-float DotF32(int64_t k, const void* a, const void* b) {
-  const float* x = static_cast<const float*>(a);
+// a holds k elements of T (kToFloat widens one), b k floats.
+template <typename T, float (*kToFloat)(T)>
+float DotFloat(int64_t k, const void* a, const void* b) {
+  const T* x = static_cast<const T*>(a);
   const float* y = static_cast<const float*>(b);
   double sum = 0.0;
-  for (int64_t i = 0; i < k; ++i) sum += static_cast<double>(x[i]) * y[i];
-  return static_cast<float>(sum);
-}
-
-float DotF16(int64_t k, const void* a, const void* b) {
-  const uint16_t* x = static_cast<const uint16_t*>(a);
-  const float* y = static_cast<const float*>(b);
-  double sum = 0.0;
-  for (int64_t i = 0; i < k; ++i) sum += static_cast<double>(HalfToFloat(x[i])) * y[i];
-  return static_cast<float>(sum);
-}
-
-float DotBF16(int64_t k, const void* a, const void* b) {
-  const uint16_t* x = static_cast<const uint16_t*>(a);
-  const float* y = static_cast<const float*>(b);
-  double sum = 0.0;
-  for (int64_t i = 0; i < k; ++i) sum += static_cast<double>(BF16ToFloat(x[i])) * y[i];
+  for (int64_t i = 0; i < k; ++i) sum += static_cast<double>(kToFloat(x[i])) * y[i];
   return static_cast<float>(sum);
 }
 
@@ -309,9 +297,11 @@ void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const
   }
 }
 
-constexpr DotKernels kF32{nullptr, F32RowBytes, Tile<DotF32>, kMaxTileRows};
-constexpr DotKernels kF16{nullptr, F32RowBytes, Tile<DotF16>, kMaxTileRows};
-constexpr DotKernels kBF16{nullptr, F32RowBytes, Tile<DotBF16>, kMaxTileRows};
+constexpr DotKernels kF32{nullptr, F32RowBytes, Tile<DotFloat<float, Identity>>, kMaxTileRows};
+constexpr DotKernels kF16{nullptr, F32RowBytes, Tile<DotFloat<uint16_t, HalfToFloat>>,
+                          kMaxTileRows};
+constexpr DotKernels kBF16{nullptr, F32RowBytes, Tile<DotFloat<uint16_t, BF16ToFloat>>,
+                           kMaxTileRows};
 constexpr DotKernels kQ8_0{FromF32Q8_0, Q8_0RowBytes, Tile<DotQ8_0>, 1};
 constexpr DotKernels kQ4_0{FromF32Q8_0, Q8_0RowBytes, Tile<DotQ4_0>, 1};
 constexpr DotKernels kQ4_K{FromF32Q8_K, Q8_KRowBytes, Tile<DotQ4_K>, 1};

@@ -36,16 +36,6 @@ void FromF32(const float* x, void* y, int64_t k) {
   }
 }
 
-// Unsigned bytes times signed bytes, as 8 int32 lanes added to `seed`.
-inline __m256i DotU8I8(__m256i seed, __m256i u, __m256i s) {
-#if defined(TG_CPU_AVX512)
-  return _mm256_dpbusd_epi32(seed, u, s);
-#else
-  return _mm256_add_epi32(seed,
-                          _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
-#endif
-}
-
 // The fifth bits of a Q5 block (bit j of qh for element j) as 0x10 in byte j.
 inline __m256i FifthBits(const uint8_t* qh_bytes) {
   uint32_t qh;
@@ -139,12 +129,8 @@ void BlockTile(int64_t nblocks, const char* a, size_t a_stride, const void* cons
                float* const* c) {
   static const typename T::Consts kConsts = T::MakeConsts();
   const typename T::Consts consts = kConsts;
-  __m256 acc[R][C];
-  for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < C; ++j) acc[r][j] = _mm256_setzero_ps();
-  }
-  const ActQ8S* y[C];
-  for (int j = 0; j < C; ++j) y[j] = static_cast<const ActQ8S*>(b[j]);
+  __m256 acc[R][C] = {};
+  const auto y = ActColumns<ActQ8S, C>(b);
   for (int64_t i = 0; i < nblocks; ++i) {
     __m256i yq[C], seed[C];
     __m256 dy[C], ds[C];
@@ -162,7 +148,7 @@ void BlockTile(int64_t nblocks, const char* a, size_t a_stride, const void* cons
       const __m256 dx = _mm256_set1_ps(T::Scale(x));
       const __m256 mx = T::kHasMin ? _mm256_set1_ps(T::Min(x)) : _mm256_setzero_ps();
       for (int j = 0; j < C; ++j) {
-        const __m256i p = T::kSigned ? DotI8Lanes(w, yq[j]) : DotU8I8(seed[j], w, yq[j]);
+        const __m256i p = T::kSigned ? DotI8Lanes(w, yq[j]) : DotU8I8Lanes(seed[j], w, yq[j]);
         acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dx, dy[j]), acc[r][j]);
         if (T::kHasMin) acc[r][j] = _mm256_fmadd_ps(mx, ds[j], acc[r][j]);
       }

@@ -77,7 +77,6 @@ struct LoadBF16 {
   static float Scalar(const void* p, int64_t i) { return BF16At(p, i); }
 };
 
-inline VecF ZeroF() { return _mm512_setzero_ps(); }
 inline VecF LoadF(const float* p) { return _mm512_loadu_ps(p); }
 inline VecF FmaddF(VecF a, VecF b, VecF c) { return _mm512_fmadd_ps(a, b, c); }
 
@@ -125,7 +124,6 @@ struct LoadBF16 {
   static float Scalar(const void* p, int64_t i) { return BF16At(p, i); }
 };
 
-inline VecF ZeroF() { return _mm256_setzero_ps(); }
 inline VecF LoadF(const float* p) { return _mm256_loadu_ps(p); }
 inline VecF FmaddF(VecF a, VecF b, VecF c) { return _mm256_fmadd_ps(a, b, c); }
 
@@ -149,12 +147,8 @@ constexpr int ColsPerPass(int rows) { return rows <= 4 ? 2 : 1; }
 // R weight rows x C activation rows; each loaded vector feeds R (or C) FMAs.
 template <typename L, int R, int C>
 void FloatTile(int64_t k, const char* a, size_t a_stride, const void* const* b, float* const* c) {
-  VecF acc[R][C];
-  for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < C; ++j) acc[r][j] = ZeroF();
-  }
-  const float* y[C];
-  for (int j = 0; j < C; ++j) y[j] = static_cast<const float*>(b[j]);
+  VecF acc[R][C] = {};
+  const auto y = ActColumns<float, C>(b);
   int64_t i = 0;
   for (; i + kLanes <= k; i += kLanes) {
     VecF bv[C];
@@ -167,7 +161,7 @@ void FloatTile(int64_t k, const char* a, size_t a_stride, const void* const* b, 
       for (int j = 0; j < C; ++j) acc[r][j] = FmaddF(av, bv[j], acc[r][j]);
     }
   }
-  FinishTile<L, R, C>(k, i, a, a_stride, y, acc, c);
+  FinishTile<L, R, C>(k, i, a, a_stride, y.data(), acc, c);
 }
 
 template <typename L, int R>

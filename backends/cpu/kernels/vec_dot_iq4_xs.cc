@@ -54,8 +54,7 @@ struct IQ4XSType {
     const __m512i shift = _mm512_setr_epi64(0, 0, 0x0004000400040004, 0x0004000400040004, 0, 0,
                                             0x0004000400040004, 0x0004000400040004);
     for (int v = 0; v < 4; ++v) {
-      const __m512i q = _mm512_broadcast_i64x4(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * v)));
+      const __m512i q = BroadcastBytes32(x.qs + 32 * v);
       const __m512i spread = _mm512_shuffle_i64x2(q, q, _MM_SHUFFLE(1, 1, 0, 0));
       w[v] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srlv_epi16(spread, shift), low4));
     }

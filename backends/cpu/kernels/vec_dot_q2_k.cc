@@ -24,12 +24,9 @@ struct Q2KType {
   static void Weights(const Block& x, __m512i w[4]) {
     const __m512i low2 = _mm512_set1_epi8(3);
     for (int v = 0; v < 4; ++v) {
-      const __m512i q = _mm512_broadcast_i64x4(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * (v / 2))));
+      const __m512i q = BroadcastBytes32(x.qs + 32 * (v / 2));
       const int s = 2 * (v % 2);
-      const __m512i shift =
-          _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * s)),
-                             _mm256_set1_epi16(static_cast<int16_t>(2 * s + 2)), 1);
+      const __m512i shift = HalfShifts(2 * s, 2 * s + 2);
       w[v] = _mm512_and_si512(_mm512_srlv_epi16(q, shift), low2);
     }
   }

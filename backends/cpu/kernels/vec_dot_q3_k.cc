@@ -42,18 +42,12 @@ struct Q3KType {
   static void Weights(const Block& x, __m512i w[4]) {
     const __m512i low2 = _mm512_set1_epi8(3);
     const __m512i one = _mm512_set1_epi8(1);
-    const __m512i hm =
-        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.hmask)));
+    const __m512i hm = BroadcastBytes32(x.hmask);
     for (int v = 0; v < 4; ++v) {
-      const __m512i q = _mm512_broadcast_i64x4(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * (v / 2))));
+      const __m512i q = BroadcastBytes32(x.qs + 32 * (v / 2));
       const int s = 2 * (v % 2);
-      const __m512i q_shift =
-          _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * s)),
-                             _mm256_set1_epi16(static_cast<int16_t>(2 * s + 2)), 1);
-      const __m512i h_shift =
-          _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * v)),
-                             _mm256_set1_epi16(static_cast<int16_t>(2 * v + 1)), 1);
+      const __m512i q_shift = HalfShifts(2 * s, 2 * s + 2);
+      const __m512i h_shift = HalfShifts(2 * v, 2 * v + 1);
       const __m512i low = _mm512_and_si512(_mm512_srlv_epi16(q, q_shift), low2);
       const __m512i high = _mm512_and_si512(_mm512_srlv_epi16(hm, h_shift), one);
       w[v] = _mm512_or_si512(low, _mm512_slli_epi16(high, 2));

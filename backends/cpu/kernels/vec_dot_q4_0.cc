@@ -95,25 +95,11 @@ void FromF32(const float* x, void* y, int64_t k) {
   }
 }
 
-// Sum of products of unsigned bytes x (< 128) and signed bytes y, as 8 int32 lanes added to
-// init.
-inline __m256i DotU8I8Lanes(__m256i init, __m256i x, __m256i y) {
-#if defined(TG_CPU_AVX512)
-  return _mm256_dpbusd_epi32(init, x, y);
-#else
-  return _mm256_add_epi32(init,
-                          _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1)));
-#endif
-}
-
 // Blocks [first, nblocks) one 32-byte vector at a time; y[j] points at block `first`.
 template <int R, int C>
 void BlockwiseTile(int64_t first, int64_t nblocks, const char* a, size_t a_stride,
                    const ActQ4Tail* const* y, float (&sums)[R][C]) {
-  __m256 acc[R][C];
-  for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < C; ++j) acc[r][j] = _mm256_setzero_ps();
-  }
+  __m256 acc[R][C] = {};
   for (int64_t i = first; i < nblocks; ++i) {
     __m256i yq[C], init[C];
     __m256 dy[C];
@@ -223,12 +209,8 @@ void ChunkTile(int64_t chunks, const char* a, size_t a_stride, const void* const
                float (&sums)[R][C]) {
   static const ChunkConsts consts = MakeChunkConsts();
   const ChunkConsts c = consts;
-  __m512 acc[R][C];
-  for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < C; ++j) acc[r][j] = _mm512_setzero_ps();
-  }
-  const ActQ4Chunk* y[C];
-  for (int j = 0; j < C; ++j) y[j] = static_cast<const ActQ4Chunk*>(b[j]);
+  __m512 acc[R][C] = {};
+  const auto y = ActColumns<ActQ4Chunk, C>(b);
   for (int64_t ch = 0; ch < chunks; ++ch) {
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = reinterpret_cast<const uint8_t*>(a + r * a_stride) + ch * kChunkBytes;

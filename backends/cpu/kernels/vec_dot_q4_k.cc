@@ -73,12 +73,8 @@ void Q4KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, 
   static const ScaleIndex kIndex = MakeScaleIndex();
   const ScaleIndex index = kIndex;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
-  __m512 acc[R][C];
-  for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < C; ++j) acc[r][j] = _mm512_setzero_ps();
-  }
-  const ActQ4K* y[C];
-  for (int j = 0; j < C; ++j) y[j] = static_cast<const ActQ4K*>(b[j]);
+  __m512 acc[R][C] = {};
+  const auto y = ActColumns<ActQ4K, C>(b);
   for (int64_t i = 0; i < nsb; ++i) {
     for (int r = 0; r < R; ++r) {
       const BlockQ4_K* x = reinterpret_cast<const BlockQ4_K*>(a + r * a_stride) + i;
@@ -119,12 +115,8 @@ constexpr int kColsPerPass = 4;
 template <int R, int C>
 void Q4KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, float* const* c) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
-  __m256 acc[R][C];
-  for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < C; ++j) acc[r][j] = _mm256_setzero_ps();
-  }
-  const ActQ4K* y[C];
-  for (int j = 0; j < C; ++j) y[j] = static_cast<const ActQ4K*>(b[j]);
+  __m256 acc[R][C] = {};
+  const auto y = ActColumns<ActQ4K, C>(b);
   for (int64_t i = 0; i < nsb; ++i) {
     for (int r = 0; r < R; ++r) {
       const BlockQ4_K* x = reinterpret_cast<const BlockQ4_K*>(a + r * a_stride) + i;

@@ -28,15 +28,11 @@ struct Q5KType {
   static void Weights(const Block& x, __m512i w[4]) {
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     const __m512i one = _mm512_set1_epi8(1);
-    const __m512i nib_shift = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(4), 1);
-    const __m512i qh =
-        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh)));
+    const __m512i nib_shift = HalfShifts(0, 4);
+    const __m512i qh = BroadcastBytes32(x.qh);
     for (int v = 0; v < 4; ++v) {
-      const __m512i q = _mm512_broadcast_i64x4(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * v)));
-      const __m512i bit_shift =
-          _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * v)),
-                             _mm256_set1_epi16(static_cast<int16_t>(2 * v + 1)), 1);
+      const __m512i q = BroadcastBytes32(x.qs + 32 * v);
+      const __m512i bit_shift = HalfShifts(2 * v, 2 * v + 1);
       const __m512i nib = _mm512_and_si512(_mm512_srlv_epi16(q, nib_shift), low4);
       const __m512i high = _mm512_and_si512(_mm512_srlv_epi16(qh, bit_shift), one);
       w[v] = _mm512_or_si512(nib, _mm512_slli_epi16(high, kFifthBitShift));

@@ -43,20 +43,15 @@ void Q6KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, 
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   const __m512i bits45 = _mm512_set1_epi8(0x30);
   constexpr int kOr = 0xEA;  // ternary logic (a & b) | c.
-  __m512 acc[R][C];
-  for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < C; ++j) acc[r][j] = _mm512_setzero_ps();
-  }
-  const ActQ8K* y[C];
-  for (int j = 0; j < C; ++j) y[j] = static_cast<const ActQ8K*>(b[j]);
+  __m512 acc[R][C] = {};
+  const auto y = ActColumns<ActQ8K, C>(b);
   for (int64_t i = 0; i < nsb; ++i) {
     for (int r = 0; r < R; ++r) {
       const BlockQ6_K* x = reinterpret_cast<const BlockQ6_K*>(a + r * a_stride) + i;
       __m512i w[4];
       for (int h = 0; h < 2; ++h) {
         const __m512i ql = _mm512_loadu_si512(x->ql + 64 * h);
-        const __m512i qh = _mm512_broadcast_i64x4(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qh + 32 * h)));
+        const __m512i qh = BroadcastBytes32(x->qh + 32 * h);
         const __m512i hl = _mm512_and_si512(_mm512_sllv_epi16(qh, k.shl_low), bits45);
         const __m512i hh = _mm512_and_si512(_mm512_srlv_epi16(qh, k.shr_high), bits45);
         w[2 * h] = _mm512_ternarylogic_epi32(ql, low4, hl, kOr);
@@ -109,8 +104,7 @@ void Q6KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, 
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i low2 = _mm256_set1_epi8(0x03);
   float acc[R][C] = {};
-  const ActQ8K* y[C];
-  for (int j = 0; j < C; ++j) y[j] = static_cast<const ActQ8K*>(b[j]);
+  const auto y = ActColumns<ActQ8K, C>(b);
   for (int64_t i = 0; i < nsb; ++i) {
     for (int r = 0; r < R; ++r) {
       const BlockQ6_K* x = reinterpret_cast<const BlockQ6_K*>(a + r * a_stride) + i;

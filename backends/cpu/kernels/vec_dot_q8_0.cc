@@ -19,12 +19,8 @@ void FromF32(const float* x, void* y, int64_t k) {
 template <int R, int C>
 void Q8Tile(int64_t nblocks, const char* a, size_t a_stride, const void* const* b,
             float* const* c) {
-  __m256 acc[R][C];
-  for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < C; ++j) acc[r][j] = _mm256_setzero_ps();
-  }
-  const ActQ8_0* y[C];
-  for (int j = 0; j < C; ++j) y[j] = static_cast<const ActQ8_0*>(b[j]);
+  __m256 acc[R][C] = {};
+  const auto y = ActColumns<ActQ8_0, C>(b);
   for (int64_t i = 0; i < nblocks; ++i) {
     __m256i yq[C];
     __m256 dy[C];

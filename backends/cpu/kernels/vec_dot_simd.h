@@ -3,6 +3,7 @@
 #ifndef TENSORGRID_BACKENDS_CPU_KERNELS_VEC_DOT_SIMD_H_
 #define TENSORGRID_BACKENDS_CPU_KERNELS_VEC_DOT_SIMD_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -95,6 +96,14 @@ void QuantTile(int64_t k, const void* a, size_t a_stride, int rows, const void* 
   TileInGroupsOf4(kRows, k, a, a_stride, rows, b, cols, c);
 }
 
+// The activation rows of a tile's C columns (b as the tile kernels receive it) as Act*.
+template <class Act, int C>
+std::array<const Act*, C> ActColumns(const void* const* b) {
+  std::array<const Act*, C> y;
+  for (int j = 0; j < C; ++j) y[j] = static_cast<const Act*>(b[j]);
+  return y;
+}
+
 // A 32-element block of Q8_0-quantized activations with its scale already widened to f32
 // (the dot kernels would otherwise convert it once per weight row).
 struct ActQ8_0 {
@@ -120,6 +129,17 @@ inline __m256i DotI8Lanes(__m256i x, __m256i y) {
   return _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sy);
 #else
   return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1));
+#endif
+}
+
+// Sum of the products of unsigned bytes u and signed bytes s, as 8 int32 lanes added to init
+// (without VNNI the pairwise int16 sums saturate: u below 128 keeps them exact).
+inline __m256i DotU8I8Lanes(__m256i init, __m256i u, __m256i s) {
+#if defined(TG_CPU_AVX512)
+  return _mm256_dpbusd_epi32(init, u, s);
+#else
+  return _mm256_add_epi32(init,
+                          _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif
 }
 

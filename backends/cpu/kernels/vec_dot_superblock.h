@@ -64,6 +64,17 @@ inline __m256i PairsToGroups(uint64_t bytes, bool is_signed) {
 
 #if defined(TG_CPU_AVX512)
 
+// The 32 bytes at p in both 256-bit halves of a register.
+inline __m512i BroadcastBytes32(const uint8_t* p) {
+  return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// Per-half int16 shift counts (for srlv_epi16): lo in the low 256 bits, hi in the high.
+inline __m512i HalfShifts(int lo, int hi) {
+  return _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(lo)),
+                            _mm256_set1_epi16(static_cast<int16_t>(hi)), 1);
+}
+
 // int16 lane -> scale slot of its group, for each 64-quant register: lanes cover byte pairs,
 // so lane l of register v holds elements 64 v + 2 l, 2 l + 1, in group 4 v + l / 8.
 struct SuperIndex {
@@ -201,14 +212,13 @@ void SuperTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b
   for (int r = 0; r < R; ++r) {
     for (int j = 0; j < C; ++j) acc[r][j] = Isa::Zero();
   }
-  const ActQ8K* y[C];
-  for (int j = 0; j < C; ++j) y[j] = static_cast<const ActQ8K*>(b[j]);
+  const auto y = ActColumns<ActQ8K, C>(b);
   for (int64_t i = 0; i < nsb; ++i) {
     for (int r = 0; r < R; ++r) {
       const auto& x = reinterpret_cast<const typename T::Block*>(a + r * a_stride)[i];
       const SuperScales s = T::GetScales(x);
       typename Isa::Ints isum[C];
-      Isa::template BlockDots<T, C>(x, s, y, i, consts, isum);
+      Isa::template BlockDots<T, C>(x, s, y.data(), i, consts, isum);
       for (int j = 0; j < C; ++j) {
         const ActQ8K& yj = y[j][i];
         acc[r][j] = Isa::AddScaled(isum[j], s.d * yj.d, acc[r][j]);
