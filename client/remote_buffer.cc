@@ -46,7 +46,7 @@ absl::StatusOr<std::unique_ptr<Buffer>> RemoteBufferType::Allocate(size_t size) 
 
 RemoteBuffer::RemoteBuffer(RemoteBufferType* type, Connection* connection, uint64_t handle,
                            size_t size)
-    : type_(type), connection_(connection), handle_(handle), size_(size) {}
+    : BasicBuffer(type, kFakeBase, size), connection_(connection), handle_(handle) {}
 
 RemoteBuffer::~RemoteBuffer() {
   connection_->ForgetBuffer(handle_);
@@ -55,8 +55,6 @@ RemoteBuffer::~RemoteBuffer() {
   // A server that is gone has freed it already.
   connection_->Post(std::move(request)).IgnoreError();
 }
-
-void* RemoteBuffer::base() const { return kFakeBase; }
 
 uint64_t RemoteBuffer::OffsetOf(const Tensor& t, size_t offset) const {
   return static_cast<uint64_t>(static_cast<const char*>(t.data) - kFakeBase) + offset;
@@ -72,7 +70,7 @@ absl::Status RemoteBuffer::SetTensor(Tensor* t, const void* data, size_t offset,
     return connection_->Upload(handle_, at, data, size, cacheable);
   }
   if (size > kInlineWriteBytes) return connection_->Upload(handle_, at, data, size, false);
-  return connection_->QueueWrite(type_->remote_device()->index(), handle_, at, data, size);
+  return connection_->QueueWrite(remote_type()->remote_device()->index(), handle_, at, data, size);
 }
 
 absl::Status RemoteBuffer::GetTensor(const Tensor* t, void* data, size_t offset, size_t size) {

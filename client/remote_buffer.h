@@ -35,14 +35,10 @@ class RemoteBufferType : public BufferType {
   size_t max_size_;
 };
 
-class RemoteBuffer : public Buffer {
+class RemoteBuffer : public BasicBuffer {
  public:
   RemoteBuffer(RemoteBufferType* type, Connection* connection, uint64_t handle, size_t size);
   ~RemoteBuffer() override;
-
-  BufferType* type() const override { return type_; }
-  void* base() const override;
-  size_t size() const override { return size_; }
   absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override;
   absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override;
   absl::Status MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) override;
@@ -74,10 +70,10 @@ class RemoteBuffer : public Buffer {
   // buffer; the reply fills them in `data` (r's host layout).
   absl::Status PostReadRows(uint64_t at, const StridedRange& r, size_t first, size_t n, void* data);
 
-  RemoteBufferType* type_;
+  RemoteBufferType* remote_type() const { return static_cast<RemoteBufferType*>(type()); }
+
   Connection* connection_;
   uint64_t handle_;
-  size_t size_;
 };
 
 // Writes up to this size go inline on the session stream; larger ones use Upload.

@@ -99,6 +99,24 @@ class Buffer {
   BufferUsage usage_ = BufferUsage::kAny;
 };
 
+// A Buffer whose type, base and size are fixed when it is made (what most backends' buffers
+// are); subclasses implement the data calls.
+class BasicBuffer : public Buffer {
+ public:
+  BufferType* type() const final { return type_; }  // the type that allocated it.
+  void* base() const final { return base_; }        // as given to the constructor.
+  size_t size() const final { return size_; }       // bytes, as given to the constructor.
+
+ protected:
+  // The values the accessors return for the buffer's whole life.
+  BasicBuffer(BufferType* type, void* base, size_t size) : type_(type), base_(base), size_(size) {}
+
+ private:
+  BufferType* const type_;
+  void* const base_;
+  const size_t size_;
+};
+
 // Places t at byte `offset` of `buffer` (checks alignment and range, then InitTensor).
 absl::Status PlaceTensor(Buffer* buffer, Tensor* t, size_t offset);
 // Points a view at its base's memory (the base must be placed).

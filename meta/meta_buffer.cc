@@ -54,7 +54,7 @@ absl::StatusOr<std::unique_ptr<Buffer>> MetaBufferType::Allocate(size_t size) {
 }
 
 MetaBuffer::MetaBuffer(MetaBufferType* type, uintptr_t base, size_t size)
-    : type_(type), device_(type->meta_device()), base_(base), size_(size) {
+    : BasicBuffer(type, reinterpret_cast<void*>(base), size), device_(type->meta_device()) {
   arenas_.resize(device_->n_devices());
 }
 
@@ -68,7 +68,7 @@ absl::Status MetaBuffer::InitTensor(Tensor* t) {
 }
 
 absl::Status MetaBuffer::CreateResidentShadows(Tensor* t) {
-  type_->BumpResidentGeneration();
+  meta_type()->BumpResidentGeneration();
   TG_ASSIGN_OR_RETURN(SplitState state, device_->DecideSplit(*t));
   ShadowSet set;
   set.state = state;
@@ -94,13 +94,14 @@ absl::Status MetaBuffer::PlaceInArena(int d, Tensor* shadow) {
   Arena& arena = arenas_[d];
   size_t offset = AlignUp(arena.used, bt->alignment());
   if (arena.chunks.empty() || offset + bytes > arena.chunks.back()->size()) {
-    const size_t share = size_ / device_->n_devices();
+    const size_t share = size() / device_->n_devices();
     const size_t chunk = std::max(bytes, std::clamp(share, kMinArenaChunk, kMaxArenaChunk));
     absl::StatusOr<std::unique_ptr<Buffer>> buffer = bt->Allocate(chunk);
     if (!buffer.ok()) {
-      return absl::Status(buffer.status().code(),
-                          absl::StrFormat("%s: placing '%s' on %s: %s", type_->name(), shadow->name,
-                                          device_->device(d)->name(), buffer.status().message()));
+      return absl::Status(
+          buffer.status().code(),
+          absl::StrFormat("%s: placing '%s' on %s: %s", type()->name(), shadow->name,
+                          device_->device(d)->name(), buffer.status().message()));
     }
     (*buffer)->set_usage(usage());
     arena.chunks.push_back(std::move(*buffer));
@@ -202,7 +203,7 @@ absl::Status MetaBuffer::GetTensor(const Tensor* t, void* data, size_t offset, s
   }
   if (!set.has_value()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        type_->name(), ": ", DescribeTensor(*t),
+        type()->name(), ": ", DescribeTensor(*t),
         " holds no data (not written, and not an output of the last graph its stream computed)"));
   }
   if (set->state.is_mirrored()) {

@@ -65,12 +65,9 @@ class MetaBufferType : public BufferType {
   std::atomic<uint64_t> resident_generation_{1};
 };
 
-class MetaBuffer : public Buffer {
+class MetaBuffer : public BasicBuffer {
  public:
   MetaBuffer(MetaBufferType* type, uintptr_t base, size_t size);
-  BufferType* type() const override { return type_; }
-  void* base() const override { return reinterpret_cast<void*>(base_); }
-  size_t size() const override { return size_; }
   absl::Status InitTensor(Tensor* t) override;
   absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override;
   absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override;
@@ -111,11 +108,9 @@ class MetaBuffer : public Buffer {
   };
   // The registered shadows of graph tensor t, if still valid (mu_ held).
   std::optional<ShadowSet> GraphShadows(const Tensor* t) const;
+  MetaBufferType* meta_type() const { return static_cast<MetaBufferType*>(type()); }
 
-  MetaBufferType* type_;
   MetaDevice* device_;
-  uintptr_t base_;
-  size_t size_;
 
   // Everything below is guarded by mu_.
   mutable std::mutex mu_;

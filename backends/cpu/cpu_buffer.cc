@@ -17,7 +17,7 @@ absl::StatusOr<std::unique_ptr<Buffer>> CpuBufferType::Allocate(size_t size) {
   return std::make_unique<CpuBuffer>(this, data, size);
 }
 
-CpuBuffer::~CpuBuffer() { std::free(data_); }
+CpuBuffer::~CpuBuffer() { std::free(base()); }
 
 absl::Status CpuBuffer::SetTensor(Tensor* t, const void* data, size_t offset, size_t size) {
   if (absl::Status s = CheckTensorRange(*t, offset, size); !s.ok()) return s;
@@ -42,14 +42,14 @@ absl::Status CpuBuffer::CopyFrom(const Tensor* src, Tensor* dst) {
     return absl::UnimplementedError("CPU: direct copy only from host memory");
   }
   if (src->NumBytes() != dst->NumBytes()) {
-    return absl::InvalidArgumentError(absl::StrFormat("CPU copy: %d bytes into %d",
-                                                      src->NumBytes(), dst->NumBytes()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("CPU copy: %d bytes into %d", src->NumBytes(), dst->NumBytes()));
   }
   return SetTensor(dst, src->data, 0, src->NumBytes());
 }
 
 absl::Status CpuBuffer::Clear(uint8_t value) {
-  if (data_ != nullptr) std::memset(data_, value, size_);
+  if (base() != nullptr) std::memset(base(), value, size());
   return absl::OkStatus();
 }
 

@@ -25,13 +25,10 @@ class CpuBufferType : public BufferType {
   Device* device_;
 };
 
-class CpuBuffer : public Buffer {
+class CpuBuffer : public BasicBuffer {
  public:
-  CpuBuffer(BufferType* type, void* data, size_t size) : type_(type), data_(data), size_(size) {}
+  CpuBuffer(BufferType* type, void* data, size_t size) : BasicBuffer(type, data, size) {}
   ~CpuBuffer() override;
-  BufferType* type() const override { return type_; }
-  void* base() const override { return data_; }
-  size_t size() const override { return size_; }
   absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override;
   absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override;
   absl::Status MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) override;
@@ -44,11 +41,6 @@ class CpuBuffer : public Buffer {
   }
   absl::Status CopyFrom(const Tensor* src, Tensor* dst) override;
   absl::Status Clear(uint8_t value) override;
-
- private:
-  BufferType* type_;
-  void* data_;
-  size_t size_;
 };
 
 }  // namespace tg::cpu

@@ -17,16 +17,12 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 
 // Host memory with the CPU's ownership semantics, but pinned (cudaMallocHost).
-class CudaHostBuffer : public Buffer {
+class CudaHostBuffer : public BasicBuffer {
  public:
-  CudaHostBuffer(BufferType* type, void* base, size_t size)
-      : type_(type), base_(base), size_(size) {}
+  CudaHostBuffer(BufferType* type, void* base, size_t size) : BasicBuffer(type, base, size) {}
   ~CudaHostBuffer() override {
-    if (base_ != nullptr) cudaFreeHost(base_);
+    if (base() != nullptr) cudaFreeHost(base());
   }
-  BufferType* type() const override { return type_; }
-  void* base() const override { return base_; }
-  size_t size() const override { return size_; }
   absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override {
     TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
     std::memcpy(static_cast<uint8_t*>(t->data) + offset, data, size);
@@ -49,14 +45,9 @@ class CudaHostBuffer : public Buffer {
     return HostGetTensor2D(t, data, r);
   }
   absl::Status Clear(uint8_t value) override {
-    if (base_ != nullptr) std::memset(base_, value, size_);
+    if (base() != nullptr) std::memset(base(), value, size());
     return absl::OkStatus();
   }
-
- private:
-  BufferType* type_;
-  void* base_;
-  size_t size_;
 };
 
 }  // namespace
@@ -95,10 +86,10 @@ absl::StatusOr<std::unique_ptr<Buffer>> CudaBufferType::Allocate(size_t size) {
 }
 
 CudaBuffer::~CudaBuffer() {
-  if (share_ != nullptr) share_->Release(size_);
-  if (base_ == nullptr) return;
+  if (share_ != nullptr) share_->Release(size());
+  if (base() == nullptr) return;
   cudaSetDevice(device_index_);
-  cudaFree(base_);  // waits for the device's work on it; errors have nowhere to go.
+  cudaFree(base());  // waits for the device's work on it; errors have nowhere to go.
 }
 
 absl::Status CudaBuffer::SetTensor(Tensor* t, const void* data, size_t offset, size_t size) {
@@ -161,7 +152,7 @@ absl::Status CudaBuffer::CopyFrom(const Tensor* src, Tensor* dst) {
   const size_t n = src->NumBytes();
   if (n != dst->NumBytes()) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s copy: %d bytes into %d", type_->name(), n, dst->NumBytes()));
+        absl::StrFormat("%s copy: %d bytes into %d", type()->name(), n, dst->NumBytes()));
   }
   TG_RETURN_IF_ERROR(CheckTensorRange(*src, 0, n));
   TG_RETURN_IF_ERROR(CheckTensorRange(*dst, 0, n));
@@ -182,9 +173,9 @@ absl::Status CudaBuffer::CopyFrom(const Tensor* src, Tensor* dst) {
 }
 
 absl::Status CudaBuffer::Clear(uint8_t value) {
-  if (base_ == nullptr) return absl::OkStatus();
+  if (base() == nullptr) return absl::OkStatus();
   TG_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_index_));
-  TG_CUDA_RETURN_IF_ERROR(cudaMemset(base_, value, size_));
+  TG_CUDA_RETURN_IF_ERROR(cudaMemset(base(), value, size()));
   return absl::OkStatus();
 }
 

@@ -38,15 +38,12 @@ class CudaBufferType : public BufferType {
 
 class MemoryShare;
 
-class CudaBuffer : public Buffer {
+class CudaBuffer : public BasicBuffer {
  public:
   // share: what the allocation was reserved from (released with the buffer); may be nullptr.
   CudaBuffer(CudaBufferType* type, int device_index, void* base, size_t size, MemoryShare* share)
-      : type_(type), device_index_(device_index), base_(base), size_(size), share_(share) {}
+      : BasicBuffer(type, base, size), device_index_(device_index), share_(share) {}
   ~CudaBuffer() override;
-  BufferType* type() const override { return type_; }
-  void* base() const override { return base_; }
-  size_t size() const override { return size_; }
   absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override;
   absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override;
   absl::Status MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) override;
@@ -60,10 +57,7 @@ class CudaBuffer : public Buffer {
   int device_index() const { return device_index_; }
 
  private:
-  CudaBufferType* type_;
   int device_index_;
-  void* base_;
-  size_t size_;
   MemoryShare* share_;
 };
 

@@ -20,6 +20,12 @@ absl::StatusOr<uint64_t> SyncAccessAt(const VulkanBuffer& buffer, const Tensor& 
   return buffer.OffsetOf(t.data) + offset;
 }
 
+// A buffer's base: host memory's mapped address, device memory's device address.
+void* BaseOf(const VulkanBufferType& type, const MemoryRange& range) {
+  return type.is_host() ? static_cast<void*>(range.mapped())
+                        : reinterpret_cast<void*>(static_cast<uintptr_t>(range.address()));
+}
+
 }  // namespace
 
 VulkanBufferType::VulkanBufferType(VulkanDevice* device, bool host)
@@ -37,10 +43,7 @@ absl::StatusOr<std::unique_ptr<Buffer>> VulkanBufferType::Allocate(size_t size) 
 }
 
 VulkanBuffer::VulkanBuffer(VulkanBufferType* type, MemoryRange range, size_t size)
-    : type_(type), range_(range), size_(size) {
-  base_ = type->is_host() ? static_cast<void*>(range.mapped())
-                          : reinterpret_cast<void*>(static_cast<uintptr_t>(range.address()));
-}
+    : BasicBuffer(type, BaseOf(*type, range), size), range_(range) {}
 
 VulkanBuffer::~VulkanBuffer() {
   // Kernels still queued may use the memory: let them finish before it is handed out again.
@@ -84,10 +87,10 @@ absl::Status VulkanBuffer::MemsetTensor(Tensor* t, uint8_t value, size_t offset,
 absl::Status VulkanBuffer::Clear(uint8_t value) {
   TG_RETURN_IF_ERROR(device()->WaitForStreams());
   if (uint8_t* p = range_.mapped()) {
-    std::memset(p, value, size_);
+    std::memset(p, value, size());
     return absl::OkStatus();
   }
-  return device()->transfers().Fill(range_, 0, value, size_);
+  return device()->transfers().Fill(range_, 0, value, size());
 }
 
 absl::Status VulkanBuffer::CopyFrom(const Tensor* src, Tensor* dst) {

@@ -42,32 +42,28 @@ class VulkanBufferType : public BufferType {
   std::string name_;
 };
 
-class VulkanBuffer : public Buffer {
+class VulkanBuffer : public BasicBuffer {
  public:
   VulkanBuffer(VulkanBufferType* type, MemoryRange range, size_t size);
   ~VulkanBuffer() override;
-  BufferType* type() const override { return type_; }
-  void* base() const override { return base_; }
-  size_t size() const override { return size_; }
   absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override;
   absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override;
   absl::Status MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) override;
   absl::Status CopyFrom(const Tensor* src, Tensor* dst) override;
   absl::Status Clear(uint8_t value) override;
 
-  VulkanDevice* device() const { return type_->vulkan_device(); }
+  VulkanDevice* device() const { return vulkan_type()->vulkan_device(); }
   const MemoryRange& range() const { return range_; }
-  bool host() const { return type_->is_host(); }
+  bool host() const { return type()->is_host(); }
   // Byte offset of `p` (an address inside this buffer, as tensors' data are) from its start.
   uint64_t OffsetOf(const void* p) const {
-    return reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(base_);
+    return reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(base());
   }
 
  private:
-  VulkanBufferType* type_;
+  VulkanBufferType* vulkan_type() const { return static_cast<VulkanBufferType*>(type()); }
+
   MemoryRange range_;
-  size_t size_;
-  void* base_;
 };
 
 // The VulkanBuffer holding t when it belongs to `device`, else nullptr.
