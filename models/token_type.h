@@ -8,17 +8,16 @@
 
 namespace tg {
 
-// llama.cpp numbers them 0 to 6 in this order.
+// llama.cpp's numbers (file-format values).
 enum TokenType : int32_t {
-  kTokenTypeUndefined,
-  kTokenTypeNormal,
-  kTokenTypeUnknown,
-  kTokenTypeControl,
-  kTokenTypeUserDefined,
-  kTokenTypeUnused,
-  kTokenTypeByte,
+  kTokenTypeUndefined = 0,
+  kTokenTypeNormal = 1,
+  kTokenTypeUnknown = 2,
+  kTokenTypeControl = 3,
+  kTokenTypeUserDefined = 4,
+  kTokenTypeUnused = 5,
+  kTokenTypeByte = 6,
 };
-static_assert(kTokenTypeByte == 6, "llama.cpp's LLAMA_TOKEN_TYPE_BYTE");
 
 }  // namespace tg
 

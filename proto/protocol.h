@@ -11,32 +11,32 @@ namespace tg::rpc {
 // tg::OpTableFingerprint().
 inline constexpr uint32_t kProtocolVersion = 2;
 // Compatible additions since kProtocolVersion, in the order they came, each numbered by the
-// minor that brought it. HelloReply.protocol_minor is the newest minor a server has (an older
-// server sends 0): a client uses an addition only when the server's minor has it, and
-// otherwise does what it did before (a server also answers a command it does not know
-// UNIMPLEMENTED). A new addition goes last; the list is emptied when kProtocolVersion is
+// minor that brought it (wire values: never renumbered). HelloReply.protocol_minor is the newest
+// minor a server has (an older server sends 0): a client uses an addition only when the server's
+// minor has it, and otherwise does what it did before (a server also answers a command it does not
+// know UNIMPLEMENTED). A new addition goes last; the list is emptied when kProtocolVersion is
 // bumped.
 enum ProtocolMinor : uint32_t {
   // WriteRows/ReadRows (2D reads and writes of a buffer's rows).
   kMinorRows = 1,
   // PeerPull.after / PeerCopyRequest.after (a pull waits at the source for the command that
   // writes what it reads).
-  kMinorOrderedPull,
+  kMinorOrderedPull = 2,
   // Model loading from the server's own files: OpenModelFile, UploadHeader.model_file/
   // file_offset, UploadReply.source, HelloReply.has_cache/has_model_dir and
   // CacheStatsReply.model_file_bytes.
-  kMinorModelFiles,
+  kMinorModelFiles = 3,
   // AllReduce and PeerReduce (all-reduce among servers).
-  kMinorCollectives,
+  kMinorCollectives = 4,
   // PeerPush, AwaitPush and PeerDeliver (a server pushes to another in its own command order).
-  kMinorPush,
+  kMinorPush = 5,
   // UploadHeader.store and CacheStatsReply.cache_blobs (the server hashes and stores what a
   // client sends without a hash).
-  kMinorStoreUnhashed,
+  kMinorStoreUnhashed = 6,
   // PeerReduceStream: servers send all-reduce pieces to each other on one stream per session
   // and peer (a server before it takes only PeerReduce calls, so the client runs all-reduces
   // on servers only when every one of them has this minor).
-  kMinorReduceStream,
+  kMinorReduceStream = 7,
 };
 // The minor this build speaks: the newest addition.
 inline constexpr uint32_t kProtocolMinor = kMinorReduceStream;
