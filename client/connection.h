@@ -88,7 +88,6 @@ class Connection {
   uint64_t last_sent_id() const { return session_->last_sent_id(); }
   // Session messages written so far (a batch is one).
   uint64_t messages_sent() const { return session_->messages_sent(); }
-  bool has_queued_writes() const { return session_->has_queued_writes(); }
   bool has_queued_writes_for(uint32_t device) const {
     return session_->has_queued_writes_for(device);
   }
