@@ -6,6 +6,7 @@
 //   NameOf(kSplitModes, mode)   -> "layer"
 //   ValueOf(kSplitModes, "tensor") -> SplitMode::kTensor
 //   NameList(kSplitModes)       -> "none, layer, tensor"
+//   NameList(kSplitModes, " ")  -> "none layer tensor"
 //
 // A linear scan: the tables are a handful of entries. Pure functions; thread-safe.
 #ifndef TENSORGRID_CORE_ENUM_NAMES_H_
@@ -43,12 +44,12 @@ constexpr std::optional<E> ValueOf(const EnumName<E> (&table)[N], absl::string_v
   return std::nullopt;
 }
 
-// The names in table order, joined by ", " (what an "unknown name" error lists).
+// The names in table order, joined by `separator` (what an "unknown name" error lists).
 template <typename E, size_t N>
-std::string NameList(const EnumName<E> (&table)[N]) {
+std::string NameList(const EnumName<E> (&table)[N], absl::string_view separator = ", ") {
   std::string list;
   for (const EnumName<E>& entry : table) {
-    if (!list.empty()) list += ", ";
+    if (!list.empty()) list.append(separator.data(), separator.size());
     list += entry.name;
   }
   return list;

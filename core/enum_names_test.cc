@@ -31,6 +31,7 @@ TEST(EnumNamesTest, ValueOfIsTheInverseAndRejectsNearMisses) {
 
 TEST(EnumNamesTest, NameListKeepsTableOrder) {
   EXPECT_EQ(NameList(kColors), "red, green, blue");
+  EXPECT_EQ(NameList(kColors, " "), "red green blue");
   constexpr EnumName<Color> kOne[] = {{Color::kBlue, "blue"}};
   EXPECT_EQ(NameList(kOne), "blue");
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -31,8 +32,13 @@ constexpr int64_t kMaxExperts = 512;  // llama.cpp's LLAMA_MAX_EXPERTS.
 constexpr const char* kFlags[] = {"--dims",    "--type",         "--seed",
                                   "--ctx",     "--threads",      "--arch",
                                   "--experts", "--experts-used", "--expert-ff"};
-constexpr SynthArch kArchs[] = {SynthArch::kLlama, SynthArch::kQwen3Moe, SynthArch::kMixtral,
-                                SynthArch::kGptOss};
+// --arch's names, which are also general.architecture's but for mixtral (GgufArchName).
+constexpr EnumName<SynthArch> kArchNames[] = {
+    {SynthArch::kLlama, "llama"},
+    {SynthArch::kQwen3Moe, "qwen3moe"},
+    {SynthArch::kMixtral, "mixtral"},
+    {SynthArch::kGptOss, "gpt-oss"},
+};
 
 // The --type choices: one type for every matrix, or a llama.cpp k-quant mix around a base
 // type; file_type is llama.cpp's LLAMA_FTYPE for general.file_type (the closest one for a
@@ -127,14 +133,12 @@ absl::Status ParseType(absl::string_view text, SynthOptions* opts) {
 }
 
 absl::Status ParseArch(absl::string_view text, SynthOptions* opts) {
-  for (SynthArch arch : kArchs) {
-    if (text == SynthArchName(arch)) {
-      opts->arch = arch;
-      return absl::OkStatus();
-    }
+  if (std::optional<SynthArch> arch = ValueOf(kArchNames, text)) {
+    opts->arch = *arch;
+    return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown --arch '", text, "' (architectures: llama qwen3moe mixtral gpt-oss)"));
+      absl::StrCat("unknown --arch '", text, "' (architectures: ", NameList(kArchNames, " "), ")"));
 }
 
 absl::Status ParseCount(absl::string_view flag, absl::string_view value, int64_t max,
@@ -215,12 +219,6 @@ absl::Status ApplyFlag(absl::string_view flag, absl::string_view value, SynthOpt
 }  // namespace
 
 int64_t MinSynthVocab() { return kSpecialTokens + kByteTokens + kMinPieces; }
-
-constexpr EnumName<SynthArch> kArchNames[] = {
-    {SynthArch::kQwen3Moe, "qwen3moe"},
-    {SynthArch::kMixtral, "mixtral"},
-    {SynthArch::kGptOss, "gpt-oss"},
-};
 
 const char* SynthArchName(SynthArch arch) { return NameOf(kArchNames, arch, "llama"); }
 
