@@ -3,11 +3,20 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "server/peer_client.h"
 
 namespace tg::server {
 
 namespace pb = ::tensorgrid::v1;
+
+namespace {
+
+// How long a Send or status() on a call that has ended waits for OnDone to say why: gRPC
+// runs it as soon as the failed read or write has returned, so only a wedged gRPC waits out.
+constexpr absl::Duration kEndReasonWait = absl::Seconds(2);
+
+}  // namespace
 
 PeerReduceStream::PeerReduceStream(const std::shared_ptr<grpc::Channel>& channel,
                                    std::string endpoint)
@@ -35,7 +44,7 @@ absl::Status PeerReduceStream::Send(pb::PeerReduceRequest piece) {
   const pb::PeerReduceRequest* next = nullptr;
   {
     absl::MutexLock lock(&mu_);
-    if (ended_) return StatusLocked();
+    if (ended_) return EndReasonLocked();
     queue_.push_back(std::move(piece));
     if (!writing_) {
       writing_ = true;
@@ -48,11 +57,13 @@ absl::Status PeerReduceStream::Send(pb::PeerReduceRequest piece) {
 
 absl::Status PeerReduceStream::status() const {
   absl::MutexLock lock(&mu_);
-  return ended_ ? StatusLocked() : absl::OkStatus();
+  return ended_ ? EndReasonLocked() : absl::OkStatus();
 }
 
-absl::Status PeerReduceStream::StatusLocked() const {
-  // Until OnDone says why, a call that ended is a peer that cannot be reached.
+absl::Status PeerReduceStream::EndReasonLocked() const {
+  // ended_ is set when a read or write fails, a moment before OnDone brings the peer's status:
+  // answering in between would call a peer that refused a piece unreachable.
+  mu_.AwaitWithTimeout(absl::Condition(&done_), kEndReasonWait);
   if (!done_ || status_.ok())
     return absl::UnavailableError(absl::StrCat("peer unreachable: ", endpoint_));
   return status_;

@@ -44,7 +44,9 @@ class PeerReduceStream final : public grpc::ClientBidiReactor<tensorgrid::v1::Pe
   // the caller is to let go of the hold (RemoveHold, outside the lock), so that gRPC ends the
   // call and OnDone says why.
   bool EndLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status StatusLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why the call ended (ended_ is set): the status OnDone brings, waited for a moment; a call
+  // with no status of its own (or none yet) is a peer that cannot be reached.
+  absl::Status EndReasonLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string endpoint_;
   std::unique_ptr<tensorgrid::v1::TensorGrid::Stub> stub_;
