@@ -264,7 +264,7 @@ absl::StatusOr<std::shared_ptr<PeerReduceStream>> CollectiveRunner::StreamFor(
   std::shared_ptr<PeerReduceStream>& stream = streams_[{session_id, endpoint}];
   // A stream that ended (the peer restarted, or refused a piece) failed the collective that
   // saw it; the next one opens a new stream.
-  if (stream != nullptr && !stream->status().ok()) ended = std::move(stream);
+  if (stream != nullptr && stream->ended()) ended = std::move(stream);
   if (stream == nullptr) stream = std::make_shared<PeerReduceStream>(channel, endpoint);
   return stream;
 }

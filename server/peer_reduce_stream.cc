@@ -60,6 +60,11 @@ absl::Status PeerReduceStream::status() const {
   return ended_ ? EndReasonLocked() : absl::OkStatus();
 }
 
+bool PeerReduceStream::ended() const {
+  absl::MutexLock lock(&mu_);
+  return ended_;
+}
+
 absl::Status PeerReduceStream::EndReasonLocked() const {
   // ended_ is set when a read or write fails, a moment before OnDone brings the peer's status:
   // answering in between would call a peer that refused a piece unreachable.

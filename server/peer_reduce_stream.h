@@ -35,6 +35,8 @@ class PeerReduceStream final : public grpc::ClientBidiReactor<tensorgrid::v1::Pe
   absl::Status Send(tensorgrid::v1::PeerReduceRequest piece) ABSL_LOCKS_EXCLUDED(mu_);
   // OK while the call is open; else why it ended.
   absl::Status status() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the call has ended, without waiting for the reason as status() may.
+  bool ended() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void OnWriteDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_);

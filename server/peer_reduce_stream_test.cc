@@ -77,6 +77,7 @@ class PeerReduceStreamTest : public ::testing::Test {
 TEST_F(PeerReduceStreamTest, RefusedPieceEndsTheStreamWithThePeersError) {
   std::unique_ptr<PeerReduceStream> stream = Open(server_->address());
   EXPECT_TRUE(stream->status().ok());
+  EXPECT_FALSE(stream->ended());
   // Queued without waiting; the peer knows no such grant and ends the call.
   ASSERT_TRUE(stream->Send(Piece(std::string(32, '0'), 0)).ok());
   const absl::Status ended = EndOf(*stream);
@@ -84,6 +85,7 @@ TEST_F(PeerReduceStreamTest, RefusedPieceEndsTheStreamWithThePeersError) {
   EXPECT_NE(ended.message().find("peer_reduce from " + server_->address()), std::string::npos)
       << ended;
   EXPECT_NE(ended.message().find("unknown or revoked grant"), std::string::npos) << ended;
+  EXPECT_TRUE(stream->ended());
   EXPECT_EQ(stream->Send(Piece(std::string(32, '0'), 1)), ended);
 }
 

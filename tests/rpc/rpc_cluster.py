@@ -105,7 +105,20 @@ class Server:
         self.host = host
         self.port_file = os.path.join(workdir, f"port{index}")
         self.log_path = os.path.join(workdir, f"server{index}.log")
-        self.metrics_port = metrics_port or free_port()
+        self.log = open(self.log_path, "a")
+        # A metrics port picked here is free when picked, but a test beside this one may bind
+        # it before the server does: then the server exits saying so, and another is picked.
+        for attempt in range(3):
+            try:
+                self._start(binary, devices, extra, threads, host, port,
+                            metrics_port or free_port(), prefix)
+                return
+            except RuntimeError as e:
+                if metrics_port or attempt == 2 or "cannot serve metrics on" not in str(e):
+                    raise
+
+    def _start(self, binary, devices, extra, threads, host, port, metrics_port, prefix):
+        self.metrics_port = metrics_port
         if os.path.exists(self.port_file):
             os.remove(self.port_file)
         env = dict(os.environ, TG_CPU_DEVICES=str(devices))
@@ -113,7 +126,6 @@ class Server:
                "-p", str(port), "--port-file", self.port_file, "-d",
                "CPU" if devices == 1 else ",".join(f"CPU{i}" for i in range(devices)), "-t", str(threads),
                "--metrics-port", str(self.metrics_port)] + list(extra)
-        self.log = open(self.log_path, "a")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.time() + 30
         while time.time() < deadline:
