@@ -47,8 +47,10 @@ def main():
 
             def generate():
                 while True:
-                    gens.append(subprocess.run([a.tg_run] + common + rpc, capture_output=True,
-                                               text=True, env=env, timeout=300))
+                    t0 = time.monotonic()
+                    g = subprocess.run([a.tg_run] + common + rpc, capture_output=True,
+                                       text=True, env=env, timeout=300)
+                    gens.append((g, t0, time.monotonic()))
                     if catalogue_done.is_set():
                         return
 
@@ -58,15 +60,20 @@ def main():
             while not c.metrics(0).get("tg_sessions_active") and not gens and time.time() < deadline:
                 time.sleep(0.01)
             try:
+                c0 = time.monotonic()
                 bad = subprocess.run([a.client, c.endpoints[0], token, outside],
                                      capture_output=True, text=True)
+                c1 = time.monotonic()
             finally:
                 catalogue_done.set()
                 t.join()
             print(bad.stdout + bad.stderr)
             ok = bad.returncode == 0
             print(f"{len(gens)} generations of {a.n} tokens ran beside the catalogue")
-            for i, g in enumerate(gens):
+            if not any(t0 < c1 and c0 < t1 for _, t0, t1 in gens):
+                print("FAIL: no generation ran while the malformed requests were sent")
+                ok = False
+            for i, (g, _, _) in enumerate(gens):
                 if g.returncode != 0:
                     print(f"FAIL: generation {i} exited {g.returncode}: {g.stderr[-1500:]}")
                     ok = False
