@@ -140,7 +140,8 @@ stage_correctness() {
   TG_CUDA_DEVICES=2 run_check cuda_split_gpu_test "$bin/cuda_gpu_test" --gtest_brief=1 \
     "--gtest_filter=CudaSplitGpuTest.*"
 
-  # Models: stories260K and the stories15M shape with random weights in four types.
+  # Models: stories260K and the stories15M shape with random weights in four types, and as a
+  # mixture of experts in two.
   local models=("$here/models/stories260K.gguf") type m tag
   for type in f32 q8_0 q4_0 q4_k; do
     m=$work/synth15m-$type.gguf
@@ -148,6 +149,16 @@ stage_correctness() {
       models+=("$m")
     else
       report FAIL "synth_$type" "$(tail -1 "$logs/synth-$type.txt")"
+    fi
+  done
+  # Mixture of experts (MUL_MAT_ID): the 15M shape as qwen3moe, 8 experts of width 256, 2 used.
+  for type in f32 q8_0; do
+    m=$work/moe15m-$type.gguf
+    if "$bin/tg-gguf" synth "$m" --dims 288,768,6,6,6,32000 --type "$type" --arch qwen3moe \
+         --experts 8 --experts-used 2 --expert-ff 256 >"$logs/synth-moe-$type.txt" 2>&1; then
+      models+=("$m")
+    else
+      report FAIL "synth_moe_$type" "$(tail -1 "$logs/synth-moe-$type.txt")"
     fi
   done
   local long_prompt="Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends every day."
@@ -172,13 +183,15 @@ stage_correctness() {
     compare "${tag}_${dev,,}_long_f16kv" "$m" --base "--device $base" --test "--device $dev" \
       --kv-type f16 "${long[@]}" --prompt "$long_prompt"
   done
-  for m in "$here/models/stories260K.gguf" "$work/synth15m-f32.gguf"; do
+  for m in "$here/models/stories260K.gguf" "$work/synth15m-f32.gguf" "$work/moe15m-f32.gguf"; do
+    [ -f "$m" ] || continue
     tag=$(basename "$m" .gguf)
     compare "${tag}_sm_layer" "$m" --base "--device $base" --test "-sm layer --device $dev,$base" --tol 1e-3
     compare "${tag}_sm_tensor" "$m" --base "--device $base" --test "-sm tensor --device $dev,$base" --tol 1e-3
   done
   # Tensor parallelism over two slices of the GPU: the CUDA collectives (peer-to-peer).
-  for m in "$here/models/stories260K.gguf" "$work/synth15m-q4_0.gguf"; do
+  for m in "$here/models/stories260K.gguf" "$work/synth15m-q4_0.gguf" "$work/moe15m-f32.gguf"; do
+    [ -f "$m" ] || continue
     tag=$(basename "$m" .gguf)
     TG_CUDA_DEVICES=2 compare "${tag}_sm_tensor_slices" "$m" --base "--device $base" \
       --test "-sm tensor --device ${split_devs}" --tol "$(logit_tol "$tag")"
@@ -191,9 +204,15 @@ stage_correctness() {
 
 # --- the llama.cpp peer ---------------------------------------------------------------------
 peer_dir=$here/peer
-llama_bench() { find "$peer_dir/build" -type f -name llama-bench -perm -u+x 2>/dev/null | head -1; }
+llama_bench() {  # built here by stage_peer, else prebuilt by gpu-bundle.sh
+  find "$peer_dir/build" "$peer_dir/prebuilt" -type f -name llama-bench -perm -u+x 2>/dev/null | head -1
+}
 
 stage_peer() {
+  if [ -x "$peer_dir/prebuilt/llama-bench" ]; then
+    report PASS peer_build "llama-bench prebuilt in the bundle: $peer_dir/prebuilt/llama-bench"
+    return
+  fi
   if [ -n "$(llama_bench)" ] && [ -f "$peer_dir/build/build.log" ] &&
      grep -q "llama-bench" "$peer_dir/build/build.log"; then
     report PASS peer_build "llama-bench already built: $(llama_bench)"
