@@ -16,9 +16,10 @@
 # and -sm layer against -sm none), vulkan (the same GPU through NVIDIA's Vulkan driver as
 # Vulkan0: tg-ops, stories260K and the 15M shape against the CPU, dispatches per decode step,
 # pp512/tg128 against CUDA0 and, when the bundle carries peer-vulkan.tar.xz, against
-# llama.cpp's Vulkan build with every layer on the GPU, bar 100%; a few minutes). Stages may
-# run in separate calls: the llama.cpp build and the synthetic models stay in the bundle
-# folder.
+# llama.cpp's Vulkan build with every layer on the GPU, bar 100%; a few minutes), tunables
+# (tg-bench with one tunable changed on the models the speed and vulkan stages made: CUDA
+# graphs, fusion, cuBLAS prompts, the Vulkan decode attention; INFO lines). Stages may run in
+# separate calls: the llama.cpp build and the synthetic models stay in the bundle folder.
 #
 # TG_GPU_CHECK_DEVICE (default CUDA0) and TG_GPU_CHECK_BASE (default CPU) name the device under
 # test and the yardstick: TG_CPU_DEVICES=2 TG_GPU_CHECK_DEVICE=CPU1 TG_GPU_CHECK_BASE=CPU0
@@ -33,8 +34,8 @@ stage=${1:-all}
 shapes=${2:-15m,1b,8b}
 types=${3:-q4_0,q4_k,q8_0}
 case $stage in
-  all | correctness | peer | speed | split | vulkan) ;;
-  *) echo "usage: gpu-check.sh [all|correctness|peer|speed|split|vulkan [SHAPES [TYPES]]]" >&2; exit 2 ;;
+  all | correctness | peer | speed | split | vulkan | tunables) ;;
+  *) echo "usage: gpu-check.sh [all|correctness|peer|speed|split|vulkan|tunables [SHAPES [TYPES]]]" >&2; exit 2 ;;
 esac
 dev=${TG_GPU_CHECK_DEVICE:-CUDA0}
 base=${TG_GPU_CHECK_BASE:-CPU}
@@ -77,7 +78,10 @@ cuda_dirs=$(find_lib_dirs "$cublas" | sed -n 1p)  # sed reads to the end: no SIG
 lt_dir=$(find_lib_dirs "${cublas/libcublas/libcublasLt}" | sed -n 1p)
 # NCCL (optional: without it the collectives use the peer-to-peer kernels).
 nccl_dir=$(find_lib_dirs libnccl.so.2 | sed -n 1p)
-export LD_LIBRARY_PATH="$here/lib${cuda_dirs:+:$cuda_dirs}${lt_dir:+:$lt_dir}${nccl_dir:+:$nccl_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The CUDA runtime, for a prebuilt llama-bench (ours link it statically): the toolkit's sits
+# beside cuBLAS, pip's in a sibling package.
+cudart_dir=$(find_lib_dirs "${cublas/libcublas/libcudart}" | sed -n 1p)
+export LD_LIBRARY_PATH="$here/lib${cuda_dirs:+:$cuda_dirs}${lt_dir:+:$lt_dir}${nccl_dir:+:$nccl_dir}${cudart_dir:+:$cudart_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # The machine's C++ runtime unless it is too old for the bundle: then the bundle's copy.
 if ! "$bin/tg-gguf" --help >/dev/null 2>&1; then
   export LD_LIBRARY_PATH="$here/lib/fallback:$LD_LIBRARY_PATH"
@@ -210,7 +214,13 @@ llama_bench() {  # built here by stage_peer, else prebuilt by gpu-bundle.sh
 
 stage_peer() {
   if [ -x "$peer_dir/prebuilt/llama-bench" ]; then
-    report PASS peer_build "llama-bench prebuilt in the bundle: $peer_dir/prebuilt/llama-bench"
+    local missing
+    missing=$(ldd "$peer_dir/prebuilt/llama-bench" 2>&1 | awk '/not found/ {print $1}' | paste -sd ' ' -)
+    if [ -n "$missing" ]; then
+      report FAIL peer_build "the prebuilt llama-bench cannot load: $missing"
+    else
+      report PASS peer_build "llama-bench prebuilt in the bundle: $peer_dir/prebuilt/llama-bench"
+    fi
     return
   fi
   if [ -n "$(llama_bench)" ] && [ -f "$peer_dir/build/build.log" ] &&
@@ -396,18 +406,41 @@ stage_vulkan() {
   done
 }
 
+# --- tunables -------------------------------------------------------------------------------
+# tg-bench with one tunable (docs/gpu.md, Tunables) set against its default, on the models the
+# speed (8b q4_0) and vulkan (15m q8_0) stages made: INFO lines beside those stages' figures.
+stage_tunables() {
+  local name setting shape type device m
+  while read -r name setting shape type device; do
+    m=$synth_dir/$shape-$type.gguf
+    if [ ! -f "$m" ]; then
+      report SKIP "tunable_$name" "no $shape $type model (its stage makes it)"
+      continue
+    fi
+    bench "tunable_$name" env "$setting" "$bin/tg-bench" -m "$m" --device "$device"
+    [ -n "$figs" ] && report INFO "tunable_$name" "$setting, $shape $type on $device: $(echo "$figs" | paste -sd ' ' -) t/s"
+  done <<EOF
+graphs_off TG_CUDA_GRAPHS=0 8b q4_0 $dev
+fusion_off TG_CUDA_FUSION=0 8b q4_0 $dev
+cublas_prompts TG_CUDA_MMQ_MAX_BATCH=0 8b q4_0 $dev
+vk_fa_decode_off TG_VULKAN_FA_DECODE=0 15m q8_0 $vk
+EOF
+}
+
 case $stage in
   correctness) stage_correctness ;;
   peer) stage_peer ;;
   speed) stage_speed ;;
   split) stage_split ;;
   vulkan) stage_vulkan ;;
+  tunables) stage_tunables ;;
   all)
     stage_correctness
     stage_peer
     stage_speed
     stage_split
     stage_vulkan
+    stage_tunables
     ;;
 esac
 

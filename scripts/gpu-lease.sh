@@ -2,11 +2,10 @@
 # The GPU check in one call of a short device lease (docs/gpu.md): run from the repository root
 # on the GPU machine, with the packed bundle (scripts/gpu-bundle.sh) carried at
 # build/gpu-bundle-smARCH.tar.xz. Unpacks it, then runs gpu-check.sh's stages in order of
-# value, each only while the deadline leaves it its estimate, and with four tunables changed
-# (CUDA graphs, fusion and cuBLAS prompts on the 8B Q4_0 model, the Vulkan decode attention
-# on the 15M Q8_0 one: INFO lines). Everything printed also goes to $OUT/check.txt, the
-# check's logs to $OUT/logs.tgz after every stage, the machine's description to
-# $OUT/machine.txt ($OUT: the device tool's folder that comes back; default /tmp/gpu-lease).
+# value, each only while the deadline leaves it its estimate. Everything printed also goes to
+# $OUT/check.txt, the check's logs to $OUT/logs.tgz after every stage, the machine's
+# description to $OUT/machine.txt ($OUT: the device tool's folder that comes back; default
+# /tmp/gpu-lease).
 #
 #   DEADLINE=555 bash scripts/gpu-lease.sh [ARCH (90)]
 #
@@ -32,14 +31,6 @@ icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 tar -xJf "build/gpu-bundle-sm$arch.tar.xz" -C build ||
   { echo "gpu-lease: cannot unpack build/gpu-bundle-sm$arch.tar.xz" | tee -a "$OUT/check.txt"; exit 1; }
 B=$PWD/build/gpu-bundle-sm$arch
-# The CUDA runtime and cuBLAS for the prebuilt llama-bench and the tunable runs below
-# (gpu-check.sh finds its own): the first folders holding them.
-for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
-  d=$(find /usr/local/cuda* /opt /usr/lib /usr/local/lib -name "$lib" 2>/dev/null | sed -n 1p)
-  [ -n "$d" ] && export LD_LIBRARY_PATH=$(dirname "$d")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-done
-peer=$B/peer/prebuilt/llama-bench
-[ -x "$peer" ] && ldd "$peer" | grep -i "cuda\|cublas\|not found"
 { nvidia-smi; nproc; free -g; lscpu | grep -i 'model name'; } >"$OUT/machine.txt" 2>&1
 head -12 "$OUT/machine.txt"
 
@@ -55,25 +46,13 @@ stage() {  # ESTIMATE_S gpu-check.sh-args...
   timeout "$(( $(left) - 3 ))" bash "$B/gpu-check.sh" "$@" 2>&1 | tee -a "$OUT/check.txt"
   save
 }
-tunable() {  # NAME VAR=VALUE MODEL DEVICE: tg-bench pp512/tg128 with one tunable set (INFO)
-  local name=$1 setting=$2 m=$B/models/synth/$3.gguf device=$4
-  [ -f "$m" ] && [ "$(left)" -gt 30 ] || return 0
-  echo "INFO tunable_$name ($setting, $3 on $device): $(env "$setting" \
-    LD_LIBRARY_PATH="$B/lib:${LD_LIBRARY_PATH:-}" "$B/bin/tg-bench" -m "$m" --device "$device" \
-    -p 512 -n 128 -r 3 -o csv 2>>"$B/logs/tunables.err" | python3 "$B/speed_report.py" figures /dev/stdin | tr '\n' ' ')" |
-    tee -a "$OUT/check.txt"
-}
-
 # Estimates from the H200 runs of 2026-11-28 (correctness 44 s, split 13 s) and the model sizes.
-[ -x "$peer" ] && stage 10 peer
+[ -x "$B/peer/prebuilt/llama-bench" ] && stage 10 peer
 stage 100 correctness
 stage 120 speed 8b q4_0
 stage 40 split
 stage 150 vulkan
-tunable graphs_off TG_CUDA_GRAPHS=0 8b-q4_0 CUDA0
-tunable fusion_off TG_CUDA_FUSION=0 8b-q4_0 CUDA0
-tunable cublas_prompts TG_CUDA_MMQ_MAX_BATCH=0 8b-q4_0 CUDA0
-tunable vk_fa_decode_off TG_VULKAN_FA_DECODE=0 15m-q8_0 Vulkan0
+stage 60 tunables
 stage 100 speed 15m,1b
 stage 150 speed 8b q4_k,q8_0
 echo "gpu-lease: done at $(( $(date +%s) - t0 )) s" | tee -a "$OUT/check.txt"
