@@ -147,23 +147,22 @@ stage_correctness() {
   # Models: stories260K and the stories15M shape with random weights in four types, and as a
   # mixture of experts in two.
   local models=("$here/models/stories260K.gguf") type m tag
-  for type in f32 q8_0 q4_0 q4_k; do
-    m=$work/synth15m-$type.gguf
-    if "$bin/tg-gguf" synth "$m" --dims 288,768,6,6,6,32000 --type "$type" >"$logs/synth-$type.txt" 2>&1; then
-      models+=("$m")
+  add_model() {  # NAME tg-gguf-synth-args...: writes $work/NAME.gguf and adds it to models
+    local name=$1
+    shift
+    if "$bin/tg-gguf" synth "$work/$name.gguf" "$@" >"$logs/synth-$name.txt" 2>&1; then
+      models+=("$work/$name.gguf")
     else
-      report FAIL "synth_$type" "$(tail -1 "$logs/synth-$type.txt")"
+      report FAIL "synth_$name" "$(tail -1 "$logs/synth-$name.txt")"
     fi
+  }
+  for type in f32 q8_0 q4_0 q4_k; do
+    add_model "synth15m-$type" --dims 288,768,6,6,6,32000 --type "$type"
   done
   # Mixture of experts (MUL_MAT_ID): the 15M shape as qwen3moe, 8 experts of width 256, 2 used.
   for type in f32 q8_0; do
-    m=$work/moe15m-$type.gguf
-    if "$bin/tg-gguf" synth "$m" --dims 288,768,6,6,6,32000 --type "$type" --arch qwen3moe \
-         --experts 8 --experts-used 2 --expert-ff 256 >"$logs/synth-moe-$type.txt" 2>&1; then
-      models+=("$m")
-    else
-      report FAIL "synth_moe_$type" "$(tail -1 "$logs/synth-moe-$type.txt")"
-    fi
+    add_model "moe15m-$type" --dims 288,768,6,6,6,32000 --type "$type" --arch qwen3moe \
+      --experts 8 --experts-used 2 --expert-ff 256
   done
   local long_prompt="Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends every day."
   # Quantized weights meet activations quantized to 8 bits per token. The CPU and the GPU sum
