@@ -165,6 +165,60 @@ absl::Status Connection::WaitUploads() {
   return uploads_ == nullptr ? absl::OkStatus() : uploads_->Wait();
 }
 
+absl::StatusOr<std::vector<bool>> Connection::FillPieces(absl::Span<const UploadJob* const> jobs) {
+  if (hello_.protocol_minor() < kMinorFillPieces) {
+    return absl::UnimplementedError(absl::StrCat("rpc-server ", endpoint_, " has no FillPieces"));
+  }
+  if (jobs.size() > kMaxFillPieces) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("FillPieces: %d pieces, more than %d; offer them in several calls",
+                        jobs.size(), kMaxFillPieces));
+  }
+  TG_RETURN_IF_ERROR(session_->DrainIfBusy());  // as QueueUpload: after the commands before.
+  inline_outputs_.StaleBefore(session_->last_sent_id() + 1);
+  pb::FillPiecesRequest request;
+  request.set_session_id(session_->session_id());
+  uint64_t bytes = 0;
+  for (const UploadJob* job : jobs) {
+    if (!job->digest.has_value()) {
+      return absl::InvalidArgumentError("FillPieces: a job without a digest");
+    }
+    pb::UploadHeader* h = request.add_pieces();
+    h->set_buffer(job->buffer);
+    h->set_offset(job->offset);
+    h->set_size(job->size());
+    h->set_sha256(job->digest->data(), job->digest->size());
+    h->set_model_file(job->model_file);
+    h->set_file_offset(job->file_offset);
+    bytes += job->size();
+  }
+  grpc::ClientContext context;
+  AddAuth(&context);
+  // The server reads the bytes from its disk: a deadline as for sending them is ample.
+  const absl::Duration limit = deadlines_.ForTransfer(bytes);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + limit));
+  pb::FillPiecesReply reply;
+  TG_RETURN_IF_ERROR(FromGrpc(stub_->FillPieces(&context, request, &reply), endpoint_,
+                              absl::StrFormat("FillPieces of %d pieces, %d bytes (deadline %s)",
+                                              jobs.size(), bytes, absl::FormatDuration(limit))));
+  if (static_cast<size_t>(reply.results_size()) != jobs.size()) {
+    return absl::InternalError(absl::StrFormat("rpc-server %s: FillPieces answered %d of %d pieces",
+                                               endpoint_, reply.results_size(), jobs.size()));
+  }
+  std::vector<bool> filled(jobs.size(), false);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const pb::UploadReply& r = reply.results(static_cast<int>(i));
+    if (!r.have_it()) continue;
+    UploadResult result;
+    (r.source() == pb::UPLOAD_SOURCE_MODEL_FILE ? result.from_file : result.skipped) =
+        jobs[i]->size();
+    if (jobs[i]->on_done) jobs[i]->on_done(result);
+    uploads_->RecordDone(jobs[i]->size(), result);
+    filled[i] = true;
+  }
+  return filled;
+}
+
 absl::StatusOr<pb::OpenModelFileReply> Connection::OpenModelFile(absl::string_view name,
                                                                  const ModelIdentity& identity) {
   Request request;

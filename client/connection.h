@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "client/call_deadlines.h"
 #include "client/inline_outputs.h"
 #include "client/peer_grants.h"
@@ -109,6 +110,12 @@ class Connection {
   // piece) after the commands posted before. Returns at once.
   absl::Status QueueUpload(UploadJob job);
   absl::Status WaitUploads();
+  // Offers jobs whose digest is known to the server in one FillPieces call (at most
+  // kMaxFillPieces; protocol minor 8, else UNIMPLEMENTED): it fills each it has from its
+  // cache or its copy of the model file, as an Upload would. Returns, per job, whether it
+  // did; those are done (on_done has run, upload_stats() counts them), the others still need
+  // QueueUpload. After the commands posted before, as QueueUpload.
+  absl::StatusOr<std::vector<bool>> FillPieces(absl::Span<const UploadJob* const> jobs);
   // The upload pool's current burst.
   UploadStats upload_stats() const { return uploads_->stats(); }
   // Asks the server for its own copy of a model file (OpenModelFile): NOT_FOUND when it has

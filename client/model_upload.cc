@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdio>
 #include <memory>
+#include <thread>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -16,6 +17,7 @@
 #include "core/status_macros.h"
 #include "proto/model_hashes.h"
 #include "proto/parallel_hash.h"
+#include "proto/protocol.h"
 
 namespace tg::rpc {
 namespace {
@@ -124,6 +126,65 @@ std::vector<Job> MakeJobs(const ModelFileView& file, absl::Span<const WeightCopy
   return jobs;
 }
 
+// A FillPieces call offers at most this many bytes, so that the progress line moves while a
+// server reads a large model from its disk.
+constexpr uint64_t kFillCallBytes = uint64_t{1} << 30;
+
+// Whether the job is offered to its server by FillKnownPieces: its digest is known already
+// (a sidecar) and the server may have the bytes (a cache, a copy of the file).
+bool OfferedToFill(const Job& job, const std::vector<ServerPlan>& plans) {
+  return plans[job.server].need_digest && job.upload.digest.has_value();
+}
+
+// Offers the jobs marked in `offered` (OfferedToFill) to their servers: per server,
+// upload_streams() FillPieces calls at once (more when a call would hold over kMaxFillPieces
+// pieces or kFillCallBytes), instead of an Upload call per piece. Sets (*filled)[j] for each
+// job a server filled; a server without FillPieces fills none. Reads no other job (another
+// thread queues those meanwhile).
+absl::Status FillKnownPieces(const std::vector<Job>& jobs, const std::vector<ServerPlan>& plans,
+                             const std::vector<char>& offered, std::vector<char>* filled) {
+  struct Call {
+    size_t server = 0;
+    std::vector<size_t> jobs;
+  };
+  std::vector<Call> calls;
+  int threads = 0;
+  for (size_t s = 0; s < plans.size(); ++s) {
+    std::vector<size_t> known;
+    uint64_t bytes = 0;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      if (offered[j] && jobs[j].server == s) {
+        known.push_back(j);
+        bytes += jobs[j].upload.size();
+      }
+    }
+    if (known.empty()) continue;
+    const int streams = std::max(1, plans[s].connection->upload_streams());
+    threads += streams;
+    const size_t n =
+        std::min(known.size(),
+                 std::max({static_cast<size_t>(streams),
+                           (known.size() + kMaxFillPieces - 1) / kMaxFillPieces,
+                           static_cast<size_t>((bytes + kFillCallBytes - 1) / kFillCallBytes)}));
+    const size_t first = calls.size();
+    calls.resize(first + n);
+    // Round robin over pieces sorted largest first: the calls carry about the same bytes.
+    for (size_t k = 0; k < known.size(); ++k) {
+      calls[first + k % n].server = s;
+      calls[first + k % n].jobs.push_back(known[k]);
+    }
+  }
+  return ParallelForEach(calls.size(), threads, [&](size_t c) {
+    std::vector<const UploadJob*> pieces;
+    for (size_t j : calls[c].jobs) pieces.push_back(&jobs[j].upload);
+    absl::StatusOr<std::vector<bool>> got = plans[calls[c].server].connection->FillPieces(pieces);
+    if (absl::IsUnimplemented(got.status())) return absl::OkStatus();  // uploads ask one by one.
+    TG_RETURN_IF_ERROR(got.status());
+    for (size_t i = 0; i < pieces.size(); ++i) (*filled)[calls[c].jobs[i]] = (*got)[i];
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace
 
 std::optional<std::vector<PieceHash>> ReadSidecarFor(
@@ -225,14 +286,29 @@ absl::StatusOr<std::vector<BufferLoad>> UploadModelWeights(const ModelFileView& 
     const bool hashing = std::any_of(jobs.begin(), jobs.end(), [](const Job& j) {
       return j.upload.cacheable && !j.upload.digest.has_value();
     });
-    status = ParallelForEach(jobs.size(), hashing ? options.hash_threads : 1, [&](size_t i) {
+    auto queue = [&](size_t i) {
       UploadJob& u = jobs[i].upload;
       if (u.cacheable && !u.digest.has_value()) {
         u.digest = Sha256(u.data(), u.size());
         tally_of.at(jobs[i].buffer)->hashed += u.size();
       }
       return plans[jobs[i].server].connection->QueueUpload(std::move(u));
-    });
+    };
+    // Pieces with a known hash are first offered to the servers that may have them, on a
+    // thread of their own, while every other piece is queued; what the servers did not fill
+    // is queued after.
+    // (char, not vector<bool>: threads set their own jobs' entries.)
+    std::vector<char> offered(jobs.size()), filled(jobs.size(), 0);
+    for (size_t i = 0; i < jobs.size(); ++i) offered[i] = OfferedToFill(jobs[i], plans);
+    absl::Status fill_status;
+    std::thread filler([&] { fill_status = FillKnownPieces(jobs, plans, offered, &filled); });
+    status = ParallelForEach(jobs.size(), hashing ? options.hash_threads : 1,
+                             [&](size_t i) { return offered[i] ? absl::OkStatus() : queue(i); });
+    filler.join();
+    if (status.ok()) status = fill_status;
+    for (size_t i = 0; status.ok() && i < jobs.size(); ++i) {
+      if (offered[i] && !filled[i]) status = queue(i);
+    }
     for (const ServerPlan& p : plans) {
       absl::Status s = p.connection->WaitUploads();
       if (status.ok()) status = s;

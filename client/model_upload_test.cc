@@ -11,11 +11,13 @@
 #include <vector>
 
 #include "backends/register_builtin.h"
+#include "client/client_test_util.h"
 #include "client/remote_device.h"
 #include "core/registry.h"
 #include "gtest/gtest.h"
 #include "proto/model_hashes.h"
 #include "proto/parallel_hash.h"
+#include "server/blob_cache.h"
 #include "server/metrics.h"
 #include "server/model_index.h"
 #include "server/model_test_util.h"
@@ -255,6 +257,99 @@ TEST_F(ModelUploadTest, AStaleSidecarNeverPutsWrongBytesOnTheServer) {
   ExpectLanded(s);
   ASSERT_EQ(warnings_.size(), 1u);
   EXPECT_NE(warnings_[0].find("is stale"), std::string::npos) << warnings_[0];
+}
+
+// With a sidecar the client knows every piece's hash before it sends anything: the pieces a
+// server has go in a few FillPieces calls (one per upload stream), not an Upload call each.
+TEST_F(ModelUploadTest, ASidecarLetsTheServerFillEveryPieceWithoutAnUploadCall) {
+  ASSERT_TRUE(WriteModelHashes(SidecarPath(model_), HashesOf(file_)).ok());
+  fs::create_directories(root_ + "/models");
+  fs::copy_file(model_, root_ + "/models/copy.gguf");
+  Server s = Start({root_ + "/models"});
+  absl::StatusOr<std::vector<BufferLoad>> loads = Upload(Copies(s, 100));
+  ASSERT_TRUE(loads.ok()) << loads.status();
+  EXPECT_EQ((*loads)[0].sent, 0u);
+  EXPECT_EQ((*loads)[0].hashed, 0u);
+  EXPECT_EQ((*loads)[0].from_file, TensorBytes());
+  const server::Metrics& m = s.server->metrics();
+  EXPECT_EQ(m.upload_calls(server::Metrics::UploadCall::kUpload), 0);
+  EXPECT_GE(m.upload_calls(server::Metrics::UploadCall::kFillPieces), 1);
+  EXPECT_LE(m.upload_calls(server::Metrics::UploadCall::kFillPieces),
+            s.remote()->connection()->upload_streams());
+  EXPECT_EQ(m.model_file_bytes(), TensorBytes());
+  ExpectLanded(s, 100);
+  EXPECT_TRUE(warnings_.empty());
+}
+
+// A piece the server's copy does not have (one byte changed) is left to an Upload of its own;
+// so is every piece for a warm cache that lost one blob.
+TEST_F(ModelUploadTest, WhatFillPiecesLeavesIsUploaded) {
+  ASSERT_TRUE(WriteModelHashes(SidecarPath(model_), HashesOf(file_)).ok());
+  fs::create_directories(root_ + "/models");
+  std::string changed = file_.bytes;
+  const FileRange big = file_.view.tensors[1];
+  changed[big.offset + kPieceBytes + 10] ^= 0x40;  // in the big tensor's second piece.
+  std::ofstream(root_ + "/models/m.gguf", std::ios::binary).write(changed.data(), changed.size());
+  Server s = Start({root_ + "/models"});
+  absl::StatusOr<std::vector<BufferLoad>> loads = Upload(Copies(s));
+  ASSERT_TRUE(loads.ok()) << loads.status();
+  EXPECT_EQ((*loads)[0].sent, big.size - kPieceBytes);
+  EXPECT_EQ((*loads)[0].from_file, TensorBytes() - (big.size - kPieceBytes));
+  EXPECT_EQ(s.server->metrics().upload_calls(server::Metrics::UploadCall::kUpload), 1);
+  ExpectLanded(s);
+}
+
+TEST_F(ModelUploadTest, AWarmCacheWithASidecarFillsEveryPiece) {
+  ASSERT_TRUE(WriteModelHashes(SidecarPath(model_), HashesOf(file_)).ok());
+  Server s = Start({}, root_ + "/cache");
+  ASSERT_TRUE(Upload(Copies(s)).ok());  // an empty cache: sent and stored.
+  const double uploads = s.server->metrics().upload_calls(server::Metrics::UploadCall::kUpload);
+  absl::StatusOr<std::vector<BufferLoad>> loads = Upload(Copies(s, 64));
+  ASSERT_TRUE(loads.ok()) << loads.status();
+  EXPECT_EQ((*loads)[0].sent, 0u);
+  EXPECT_EQ((*loads)[0].cached, TensorBytes());
+  EXPECT_EQ(s.server->metrics().upload_calls(server::Metrics::UploadCall::kUpload), uploads);
+  ExpectLanded(s, 64);
+}
+
+// A server before FillPieces (protocol minor 7) is asked piece by piece, as before, and
+// still serves the pieces from its cache.
+TEST_F(ModelUploadTest, AServerBeforeFillPiecesIsAskedPieceByPiece) {
+  ASSERT_TRUE(WriteModelHashes(SidecarPath(model_), HashesOf(file_)).ok());
+  const std::string cache_dir = root_ + "/cache";
+  {
+    Server s = Start({}, cache_dir);
+    ASSERT_TRUE(Upload(Copies(s)).ok());  // fills the cache.
+  }
+  absl::StatusOr<std::unique_ptr<server::BlobCache>> cache = server::BlobCache::Open(cache_dir, 0);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  server::ServiceOptions options;
+  options.devices = {Registry::Get().CpuDevice()};
+  options.cache = cache->get();
+  testing::OlderMinorService older(options, kMinorFillPieces - 1);
+  int port = 0;
+  std::unique_ptr<grpc::Server> grpc_server = testing::ServeOnLoopback(&older, &port);
+  ASSERT_NE(grpc_server, nullptr);
+  ClientOptions client;
+  client.progress = false;
+  absl::StatusOr<std::unique_ptr<Connection>> c =
+      Connection::Open("127.0.0.1:" + std::to_string(port), client);
+  ASSERT_TRUE(c.ok()) << c.status();
+  Server s;
+  s.family = std::make_unique<RemoteFamily>(std::move(*c));
+  absl::StatusOr<std::unique_ptr<Buffer>> b =
+      s.family->devices()[0]->default_buffer_type()->Allocate(TensorBytes());
+  ASSERT_TRUE(b.ok()) << b.status();
+  s.buffer = std::move(*b);
+  EXPECT_TRUE(absl::IsUnimplemented(s.remote()->connection()->FillPieces({}).status()));
+  absl::StatusOr<std::vector<BufferLoad>> loads = Upload(Copies(s));
+  ASSERT_TRUE(loads.ok()) << loads.status();
+  EXPECT_EQ((*loads)[0].sent, 0u);
+  EXPECT_EQ((*loads)[0].cached, TensorBytes());
+  ExpectLanded(s);
+  s.buffer.reset();
+  s.family.reset();
+  grpc_server->Shutdown();
 }
 
 }  // namespace

@@ -43,6 +43,20 @@ absl::Status UploadPool::Wait() {
   return error;
 }
 
+void UploadPool::RecordDone(uint64_t bytes, const UploadResult& result) {
+  absl::MutexLock lock(&mu_);
+  stats_.queued += bytes;
+  Account(bytes, result);
+}
+
+void UploadPool::Account(uint64_t bytes, const UploadResult& result) {
+  stats_.done += bytes;
+  stats_.last_done = absl::Now();
+  stats_.result.sent += result.sent;
+  stats_.result.skipped += result.skipped;
+  stats_.result.from_file += result.from_file;
+}
+
 UploadStats UploadPool::stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;
@@ -67,15 +81,8 @@ void UploadPool::Work() {
     absl::MutexLock lock(&mu_);
     --running_;
     owned_bytes_ -= job.bytes.size();
-    stats_.done += job.size();
-    stats_.last_done = absl::Now();
-    if (!result.ok()) {
-      if (error_.ok()) error_ = result.status();
-    } else {
-      stats_.result.sent += result->sent;
-      stats_.result.skipped += result->skipped;
-      stats_.result.from_file += result->from_file;
-    }
+    Account(job.size(), result.ok() ? *result : UploadResult{});
+    if (!result.ok() && error_.ok()) error_ = result.status();
   }
 }
 

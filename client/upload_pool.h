@@ -80,11 +80,14 @@ class UploadPool {
   absl::Status Add(UploadJob job);
   // Waits for every queued job; returns the first error, if any (and clears it).
   absl::Status Wait();
+  // Counts a job that was done without the pool (Connection::FillPieces) in stats().
+  void RecordDone(uint64_t bytes, const UploadResult& result);
   UploadStats stats() const;
 
  private:
   static constexpr uint64_t kMaxOwnedBytes = uint64_t{256} << 20;
   void Work();
+  void Account(uint64_t bytes, const UploadResult& result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Runner runner_;
   mutable absl::Mutex mu_;

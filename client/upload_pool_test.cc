@@ -1,6 +1,6 @@
 // UploadPool with a recording runner in place of the Upload stream: every job runs once,
-// the first error reaches Add and Wait and stops the jobs queued behind it, and Add blocks
-// while too many bytes are in flight.
+// the first error reaches Add and Wait and stops the jobs queued behind it, Add blocks
+// while too many bytes are in flight, and jobs done elsewhere count in its totals.
 #include "client/upload_pool.h"
 
 #include <atomic>
@@ -46,6 +46,22 @@ TEST(UploadPoolTest, EveryJobRunsOnce) {
   EXPECT_EQ(runs, 40);
   ASSERT_EQ(seen.size(), 40);
   for (uint64_t i = 0; i < 40; ++i) EXPECT_EQ(seen[i], std::string(i + 1, 'a' + i % 26));
+}
+
+// Jobs done without the pool (Connection::FillPieces) count in the same totals as its own.
+TEST(UploadPoolTest, RecordDoneCountsBesideTheJobsItRan) {
+  UploadPool pool(2, [](const UploadJob& job) -> absl::StatusOr<UploadResult> {
+    return UploadResult{job.bytes.size(), 0};
+  });
+  ASSERT_TRUE(pool.Add(Job(1, 0, "abcd")).ok());
+  pool.RecordDone(100, UploadResult{0, 60, 40});
+  ASSERT_TRUE(pool.Wait().ok());
+  const UploadStats stats = pool.stats();
+  EXPECT_EQ(stats.queued, 104u);
+  EXPECT_EQ(stats.done, 104u);
+  EXPECT_EQ(stats.result.sent, 4u);
+  EXPECT_EQ(stats.result.skipped, 60u);
+  EXPECT_EQ(stats.result.from_file, 40u);
 }
 
 TEST(UploadPoolTest, TheFirstErrorStopsTheQueueAndIsReturnedOnce) {

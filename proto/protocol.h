@@ -37,9 +37,12 @@ enum ProtocolMinor : uint32_t {
   // and peer (a server before it takes only PeerReduce calls, so the client runs all-reduces
   // on servers only when every one of them has this minor).
   kMinorReduceStream = 7,
+  // FillPieces: the pieces a client knows the hash of, offered in one call (the server fills
+  // those it has from its cache or its copy of the model file).
+  kMinorFillPieces = 8,
 };
 // The minor this build speaks: the newest addition.
-inline constexpr uint32_t kProtocolMinor = kMinorReduceStream;
+inline constexpr uint32_t kProtocolMinor = kMinorFillPieces;
 // Default port of rpc-server.
 inline constexpr int kDefaultPort = 50052;
 // Bulk streams carry at most this much per message.
@@ -49,6 +52,9 @@ inline constexpr size_t kMaxMessageBytes = size_t{64} << 20;
 // Largest payload sent inline on the Session stream (WriteRange, ReadRange, Compute
 // inputs/outputs); larger transfers use Upload/Download.
 inline constexpr size_t kMaxInlineBytes = size_t{8} << 20;
+// Most pieces in one FillPieces call (about 100 bytes each on the wire): a client offers more
+// in several calls, which the server serves at the same time.
+inline constexpr size_t kMaxFillPieces = 1024;
 // Most tensors in one GraphDesc.
 inline constexpr size_t kMaxGraphTensors = size_t{1} << 18;
 // Metadata key of the bearer token ("authorization: Bearer <token>").

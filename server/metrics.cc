@@ -75,8 +75,15 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   model_file_bytes_ = NewCounter(r, "tg_model_file_bytes_total",
                                  "Upload bytes read from --model-dir files instead.");
   model_dir_files_ = NewGauge(r, "tg_model_dir_files", "Files indexed under --model-dir.");
-  upload_seconds_ = NewCounter(r, "tg_upload_seconds_total",
-                               "Wall seconds during which at least one Upload stream was open.");
+  upload_seconds_ =
+      NewCounter(r, "tg_upload_seconds_total",
+                 "Wall seconds during which at least one Upload or FillPieces call was open.");
+  auto& calls = prometheus::BuildCounter()
+                    .Name("tg_upload_calls_total")
+                    .Help("Upload streams (a piece each) and FillPieces calls (many) served.")
+                    .Register(r);
+  upload_calls_ = &calls.Add({{"call", "upload"}});
+  fill_calls_ = &calls.Add({{"call", "fill_pieces"}});
   requests_ = &prometheus::BuildCounter()
                    .Name("tg_requests_total")
                    .Help("Session commands answered, by status code.")
@@ -178,7 +185,8 @@ void Metrics::SetModelDirFiles(uint64_t files) {
   model_dir_files_->Set(static_cast<double>(files));
 }
 
-void Metrics::UploadStarted() {
+void Metrics::UploadStarted(UploadCall call) {
+  Calls(call)->Increment();
   absl::MutexLock lock(&mu_);
   if (uploads_open_++ == 0) uploads_since_ = absl::Now();
 }
@@ -197,6 +205,7 @@ double Metrics::upload_bytes() const { return upload_bytes_->Value(); }
 double Metrics::cache_hit_bytes() const { return cache_hit_bytes_->Value(); }
 double Metrics::model_file_bytes() const { return model_file_bytes_->Value(); }
 double Metrics::upload_seconds() const { return upload_seconds_->Value(); }
+double Metrics::upload_calls(UploadCall call) const { return Calls(call)->Value(); }
 
 std::string Metrics::Serialize() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());

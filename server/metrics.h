@@ -52,9 +52,13 @@ class Metrics {
   // Weight bytes read from --model-dir files into buffers (none of them crossed the network).
   void ModelFileBytes(uint64_t bytes);
   void SetModelDirFiles(uint64_t files);
-  // An Upload stream began / ended: tg_upload_seconds_total counts the wall time during which
-  // at least one was open (a client's load time, whatever the number of streams).
-  void UploadStarted() ABSL_LOCKS_EXCLUDED(mu_);
+  // The calls that load bytes into buffers: an Upload stream (one piece), or a FillPieces call
+  // (many pieces the server has).
+  enum class UploadCall { kUpload, kFillPieces };
+  // Such a call began / ended: tg_upload_calls_total{call} counts them, and
+  // tg_upload_seconds_total the wall time during which at least one was open (a client's load
+  // time, whatever the number of streams).
+  void UploadStarted(UploadCall call) ABSL_LOCKS_EXCLUDED(mu_);
   void UploadFinished() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Current values (tests, logs).
@@ -65,6 +69,7 @@ class Metrics {
   double cache_hit_bytes() const;
   double model_file_bytes() const;
   double upload_seconds() const;
+  double upload_calls(UploadCall call) const;
   // The text exposition format of everything (what /metrics returns).
   std::string Serialize() const;
 
@@ -86,6 +91,11 @@ class Metrics {
   prometheus::Counter* model_file_bytes_;
   prometheus::Gauge* model_dir_files_;
   prometheus::Counter* upload_seconds_;
+  prometheus::Counter* upload_calls_;  // call="upload"
+  prometheus::Counter* fill_calls_;    // call="fill_pieces"
+  prometheus::Counter* Calls(UploadCall call) const {
+    return call == UploadCall::kUpload ? upload_calls_ : fill_calls_;
+  }
   prometheus::Family<prometheus::Counter>* requests_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int, prometheus::Counter*> requests_by_code_ ABSL_GUARDED_BY(mu_);

@@ -267,11 +267,11 @@ bool ParseUploadMessage(grpc::ByteBuffer* raw, pb::UploadMessage* message) {
   return grpc::SerializationTraits<pb::UploadMessage>::Deserialize(raw, message).ok();
 }
 
-// Keeps tg_upload_seconds_total running while a stream is open.
+// Counts an Upload or FillPieces call and keeps tg_upload_seconds_total running while it is open.
 class UploadTimer {
  public:
-  explicit UploadTimer(Metrics* metrics) : metrics_(metrics) {
-    if (metrics_ != nullptr) metrics_->UploadStarted();
+  UploadTimer(Metrics* metrics, Metrics::UploadCall call) : metrics_(metrics) {
+    if (metrics_ != nullptr) metrics_->UploadStarted(call);
   }
   ~UploadTimer() {
     if (metrics_ != nullptr) metrics_->UploadFinished();
@@ -289,7 +289,7 @@ grpc::Status TensorGridService::UploadRaw(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<pb::UploadReply, grpc::ByteBuffer>* stream) {
   if (grpc::Status s = CheckAuth(context); !s.ok()) return s;
-  const UploadTimer timer(options_.metrics);
+  const UploadTimer timer(options_.metrics, Metrics::UploadCall::kUpload);
   grpc::ByteBuffer raw;
   pb::UploadMessage msg;
   if (!stream->Read(&raw) || !ParseUploadMessage(&raw, &msg) ||
@@ -329,6 +329,42 @@ grpc::Status TensorGridService::UploadRaw(
   pb::UploadReply done;
   done.set_received(*received);
   stream->Write(done);
+  return grpc::Status::OK;
+}
+
+grpc::Status TensorGridService::FillPieces(grpc::ServerContext* context,
+                                           const pb::FillPiecesRequest* request,
+                                           pb::FillPiecesReply* reply) {
+  if (grpc::Status s = CheckAuth(context); !s.ok()) return s;
+  if (static_cast<size_t>(request->pieces_size()) > rpc::kMaxFillPieces) {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                 absl::StrFormat("fill: %d pieces in one call, more than %d; offer them in "
+                                 "several calls",
+                                 request->pieces_size(), rpc::kMaxFillPieces));
+  }
+  const UploadTimer timer(options_.metrics, Metrics::UploadCall::kFillPieces);
+  std::shared_ptr<server::Session> session = FindSession(request->session_id());
+  if (session == nullptr) return Error(grpc::StatusCode::NOT_FOUND, "fill: no such session");
+  for (int i = 0; i < request->pieces_size(); ++i) {
+    const pb::UploadHeader& piece = request->pieces(i);
+    if (piece.sha256().empty()) {
+      return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                   absl::StrFormat("fill: piece %d has no sha256; send its bytes with Upload", i));
+    }
+    if (context->IsCancelled()) return Error(grpc::StatusCode::CANCELLED, "cancelled");
+    // What an Upload of this header would do before it asks for the bytes.
+    absl::StatusOr<std::unique_ptr<UploadSink>> sink =
+        UploadSink::Start(session, piece, options_.cache, options_.metrics, options_.models);
+    if (!sink.ok()) return ToGrpc(sink.status());
+    pb::UploadReply* result = reply->add_results();
+    if ((*sink)->have_it()) {
+      result->set_have_it(true);
+      result->set_source((*sink)->source());
+      result->set_received((*sink)->size());
+    } else {
+      result->set_send(true);
+    }
+  }
   return grpc::Status::OK;
 }
 

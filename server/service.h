@@ -1,7 +1,7 @@
 // TensorGridService: the tensorgrid.v1 gRPC service (sync API, but for PeerReduceStream). Owns the
-// server-wide session table and grant table; Session streams create and destroy Sessions, Upload
-// and Download reach into them by session id, PeerCopy serves grants to other servers. Thread-safe
-// (gRPC calls every method from its own threads).
+// server-wide session table and grant table; Session streams create and destroy Sessions, Upload,
+// FillPieces and Download reach into them by session id, PeerCopy serves grants to other servers.
+// Thread-safe (gRPC calls every method from its own threads).
 #ifndef TENSORGRID_SERVER_SERVICE_H_
 #define TENSORGRID_SERVER_SERVICE_H_
 
@@ -72,6 +72,9 @@ class TensorGridService final
   grpc::Status PeerDeliver(grpc::ServerContext* context,
                            const ::tensorgrid::v1::PeerDeliverRequest* request,
                            ::tensorgrid::v1::PeerDeliverReply* reply) override;
+  grpc::Status FillPieces(grpc::ServerContext* context,
+                          const ::tensorgrid::v1::FillPiecesRequest* request,
+                          ::tensorgrid::v1::FillPiecesReply* reply) override;
 
   const std::string& server_id() const { return server_id_; }
   size_t active_sessions() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -127,6 +128,32 @@ UploadResult Upload(pb::TensorGrid::Stub* stub, const std::string& token,
   }
   result.status = rw->Finish();
   return result;
+}
+
+// A FillPieces header for `data` at [offset, +size) of a buffer (its SHA-256 unless `sha`).
+pb::UploadHeader Piece(uint64_t buffer, uint64_t offset, const std::string& data,
+                       std::string sha = "") {
+  pb::UploadHeader h;
+  h.set_buffer(buffer);
+  h.set_offset(offset);
+  h.set_size(data.size());
+  if (sha.empty()) {
+    const rpc::Sha256Digest d = rpc::Sha256(data.data(), data.size());
+    sha.assign(reinterpret_cast<const char*>(d.data()), d.size());
+  }
+  h.set_sha256(sha);
+  return h;
+}
+
+grpc::Status FillPieces(pb::TensorGrid::Stub* stub, const std::string& token,
+                        const std::string& session, const std::vector<pb::UploadHeader>& pieces,
+                        pb::FillPiecesReply* reply) {
+  grpc::ClientContext ctx;
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  pb::FillPiecesRequest request;
+  request.set_session_id(session);
+  for (const pb::UploadHeader& p : pieces) *request.add_pieces() = p;
+  return stub->FillPieces(&ctx, request, reply);
 }
 
 std::string Download(pb::TensorGrid::Stub* stub, const std::string& token,
@@ -391,6 +418,67 @@ TEST_F(ServiceTest, UploadErrors) {
   Download(stub_.get(), "", s.id(), h, 1000, 100, &st);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(s.Call(ReadRequest(2, h, 0, 4)).code(), 0);
+  ExpectHealthy();
+}
+
+// FillPieces fills, in one call, each piece the cache has (the bytes land as an Upload's
+// would, and count as cache hits) and answers `send` for the others, which it leaves alone
+// (a never-written range reads as zeros).
+TEST_F(ServiceTest, FillPiecesFillsWhatTheCacheHasAndNothingElse) {
+  StartServer();
+  SessionStream s(stub_.get(), "");
+  const size_t n = 5 << 20;
+  const std::string a = RandomBytes(n, 3), b = RandomBytes(n, 4);
+  const uint64_t h = s.Call(AllocRequest(1, 0, 3 * n)).alloc_buffer().buffer();
+  ASSERT_TRUE(Upload(stub_.get(), "", s.id(), h, 0, a, true).status.ok());  // now cached.
+  pb::FillPiecesReply reply;
+  ASSERT_TRUE(
+      FillPieces(stub_.get(), "", s.id(), {Piece(h, 2 * n, a), Piece(h, n, b)}, &reply).ok());
+  ASSERT_EQ(reply.results_size(), 2);
+  EXPECT_TRUE(reply.results(0).have_it());
+  EXPECT_EQ(reply.results(0).source(), pb::UPLOAD_SOURCE_CACHE);
+  EXPECT_EQ(reply.results(0).received(), n);
+  EXPECT_FALSE(reply.results(1).have_it());
+  EXPECT_TRUE(reply.results(1).send());
+  grpc::Status st;
+  EXPECT_TRUE(Download(stub_.get(), "", s.id(), h, 2 * n, n, &st) == a);
+  EXPECT_TRUE(Download(stub_.get(), "", s.id(), h, n, n, &st) == std::string(n, '\0'));
+  EXPECT_EQ(server_->metrics().cache_hit_bytes(), n);
+  EXPECT_EQ(server_->metrics().upload_calls(Metrics::UploadCall::kFillPieces), 1);
+  EXPECT_EQ(server_->metrics().upload_calls(Metrics::UploadCall::kUpload), 1);
+}
+
+TEST_F(ServiceTest, FillPiecesErrors) {
+  ServerConfig config;
+  config.auth_token = "tok";
+  StartServer(config);
+  SessionStream s(stub_.get(), token_);
+  ASSERT_TRUE(s.ok());
+  const uint64_t h = s.Call(AllocRequest(1, 0, 1024)).alloc_buffer().buffer();
+  const std::string data = RandomBytes(512, 5);
+  pb::FillPiecesReply reply;
+  EXPECT_EQ(FillPieces(stub_.get(), "", s.id(), {Piece(h, 0, data)}, &reply).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(
+      FillPieces(stub_.get(), token_, "nosuchsession", {Piece(h, 0, data)}, &reply).error_code(),
+      grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(FillPieces(stub_.get(), token_, s.id(), {Piece(h + 1, 0, data)}, &reply).error_code(),
+            grpc::StatusCode::NOT_FOUND);  // no such buffer.
+  EXPECT_EQ(FillPieces(stub_.get(), token_, s.id(), {Piece(h, 600, data)}, &reply).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);  // range outside the buffer.
+  EXPECT_EQ(
+      FillPieces(stub_.get(), token_, s.id(), {Piece(h, 0, data, std::string(5, 'x'))}, &reply)
+          .error_code(),
+      grpc::StatusCode::INVALID_ARGUMENT);  // not a sha256.
+  pb::UploadHeader unhashed = Piece(h, 0, data);
+  unhashed.clear_sha256();
+  grpc::Status st = FillPieces(stub_.get(), token_, s.id(), {unhashed}, &reply);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "piece 0 has no sha256")) << st.error_message();
+  std::vector<pb::UploadHeader> many(rpc::kMaxFillPieces + 1, Piece(h, 0, data));
+  st = FillPieces(stub_.get(), token_, s.id(), many, &reply);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "several calls")) << st.error_message();
   ExpectHealthy();
 }
 
