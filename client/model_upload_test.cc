@@ -129,6 +129,43 @@ class ModelUploadTest : public ::testing::Test {
     return UploadModelWeights(file_.view, copies, options);
   }
 
+  // Loads at offset 100 onto a server with a copy of the client's file in its --model-dir:
+  // the server reads every byte from its copy, none is sent; *load is what the client saw.
+  Server LoadOntoAFullCopy(BufferLoad* load) {
+    fs::create_directories(root_ + "/models");
+    fs::copy_file(model_, root_ + "/models/copy.gguf");
+    Server s = Start({root_ + "/models"});
+    absl::StatusOr<std::vector<BufferLoad>> loads = Upload(Copies(s, 100));
+    EXPECT_TRUE(loads.ok()) << loads.status();
+    if (loads.ok()) *load = (*loads)[0];
+    EXPECT_EQ(load->sent, 0u);
+    EXPECT_EQ(load->from_file, TensorBytes());
+    EXPECT_EQ(load->model_file, "copy.gguf");
+    EXPECT_EQ(s.server->metrics().upload_bytes(), 0);
+    EXPECT_EQ(s.server->metrics().model_file_bytes(), TensorBytes());
+    ExpectLanded(s, 100);
+    return s;
+  }
+
+  // Loads onto a server whose --model-dir copy differs from the client's file in one byte of
+  // the big tensor's second piece: that piece is sent, the rest read from the copy.
+  Server LoadOntoAChangedCopy() {
+    fs::create_directories(root_ + "/models");
+    std::string changed = file_.bytes;
+    const FileRange big = file_.view.tensors[1];
+    changed[big.offset + kPieceBytes + 10] ^= 0x40;
+    std::ofstream(root_ + "/models/m.gguf", std::ios::binary).write(changed.data(), changed.size());
+    Server s = Start({root_ + "/models"});
+    absl::StatusOr<std::vector<BufferLoad>> loads = Upload(Copies(s));
+    EXPECT_TRUE(loads.ok()) << loads.status();
+    if (loads.ok()) {
+      EXPECT_EQ((*loads)[0].sent, big.size - kPieceBytes);
+      EXPECT_EQ((*loads)[0].from_file, TensorBytes() - (big.size - kPieceBytes));
+    }
+    ExpectLanded(s);
+    return s;
+  }
+
   std::string root_, model_;
   ClientFile file_;
   std::vector<std::string> warnings_;
@@ -146,31 +183,16 @@ TEST_F(ModelUploadTest, APlainServerReceivesEveryByte) {
 }
 
 TEST_F(ModelUploadTest, AServerWithTheFileReadsItFromItsOwnDisk) {
-  fs::create_directories(root_ + "/models");
-  fs::copy_file(model_, root_ + "/models/copy.gguf");
-  Server s = Start({root_ + "/models"});
-  absl::StatusOr<std::vector<BufferLoad>> loads = Upload(Copies(s, 100));
-  ASSERT_TRUE(loads.ok()) << loads.status();
-  EXPECT_EQ((*loads)[0].sent, 0u);
-  EXPECT_EQ((*loads)[0].from_file, TensorBytes());
-  EXPECT_EQ((*loads)[0].model_file, "copy.gguf");
-  EXPECT_EQ(s.server->metrics().upload_bytes(), 0);
-  EXPECT_EQ(s.server->metrics().model_file_bytes(), TensorBytes());
-  ExpectLanded(s, 100);
+  BufferLoad load;
+  Server s = LoadOntoAFullCopy(&load);
+  EXPECT_EQ(load.hashed, TensorBytes());  // no sidecar: the client hashed to ask.
 }
 
 TEST_F(ModelUploadTest, AChangedPieceOfTheServersCopyIsSentTheRestIsRead) {
-  fs::create_directories(root_ + "/models");
-  std::string changed = file_.bytes;
-  const FileRange big = file_.view.tensors[1];
-  changed[big.offset + kPieceBytes + 10] ^= 0x40;  // in the big tensor's second piece.
-  std::ofstream(root_ + "/models/m.gguf", std::ios::binary).write(changed.data(), changed.size());
-  Server s = Start({root_ + "/models"});
-  absl::StatusOr<std::vector<BufferLoad>> loads = Upload(Copies(s));
-  ASSERT_TRUE(loads.ok()) << loads.status();
-  EXPECT_EQ((*loads)[0].sent, big.size - kPieceBytes);
-  EXPECT_EQ((*loads)[0].from_file, TensorBytes() - (big.size - kPieceBytes));
-  ExpectLanded(s);
+  Server s = LoadOntoAChangedCopy();
+  // Without a sidecar every piece is asked for in an Upload call of its own.
+  EXPECT_EQ(s.server->metrics().upload_calls(server::Metrics::UploadCall::kUpload),
+            SplitIntoPieces(file_.view.tensors).size());
 }
 
 TEST_F(ModelUploadTest, ACacheServesTheSecondLoad) {
@@ -263,40 +285,22 @@ TEST_F(ModelUploadTest, AStaleSidecarNeverPutsWrongBytesOnTheServer) {
 // server has go in a few FillPieces calls (one per upload stream), not an Upload call each.
 TEST_F(ModelUploadTest, ASidecarLetsTheServerFillEveryPieceWithoutAnUploadCall) {
   ASSERT_TRUE(WriteModelHashes(SidecarPath(model_), HashesOf(file_)).ok());
-  fs::create_directories(root_ + "/models");
-  fs::copy_file(model_, root_ + "/models/copy.gguf");
-  Server s = Start({root_ + "/models"});
-  absl::StatusOr<std::vector<BufferLoad>> loads = Upload(Copies(s, 100));
-  ASSERT_TRUE(loads.ok()) << loads.status();
-  EXPECT_EQ((*loads)[0].sent, 0u);
-  EXPECT_EQ((*loads)[0].hashed, 0u);
-  EXPECT_EQ((*loads)[0].from_file, TensorBytes());
+  BufferLoad load;
+  Server s = LoadOntoAFullCopy(&load);
+  EXPECT_EQ(load.hashed, 0u);
   const server::Metrics& m = s.server->metrics();
   EXPECT_EQ(m.upload_calls(server::Metrics::UploadCall::kUpload), 0);
   EXPECT_GE(m.upload_calls(server::Metrics::UploadCall::kFillPieces), 1);
   EXPECT_LE(m.upload_calls(server::Metrics::UploadCall::kFillPieces),
             s.remote()->connection()->upload_streams());
-  EXPECT_EQ(m.model_file_bytes(), TensorBytes());
-  ExpectLanded(s, 100);
   EXPECT_TRUE(warnings_.empty());
 }
 
-// A piece the server's copy does not have (one byte changed) is left to an Upload of its own;
-// so is every piece for a warm cache that lost one blob.
+// With a sidecar the piece the server's copy does not have is the only one left to an Upload.
 TEST_F(ModelUploadTest, WhatFillPiecesLeavesIsUploaded) {
   ASSERT_TRUE(WriteModelHashes(SidecarPath(model_), HashesOf(file_)).ok());
-  fs::create_directories(root_ + "/models");
-  std::string changed = file_.bytes;
-  const FileRange big = file_.view.tensors[1];
-  changed[big.offset + kPieceBytes + 10] ^= 0x40;  // in the big tensor's second piece.
-  std::ofstream(root_ + "/models/m.gguf", std::ios::binary).write(changed.data(), changed.size());
-  Server s = Start({root_ + "/models"});
-  absl::StatusOr<std::vector<BufferLoad>> loads = Upload(Copies(s));
-  ASSERT_TRUE(loads.ok()) << loads.status();
-  EXPECT_EQ((*loads)[0].sent, big.size - kPieceBytes);
-  EXPECT_EQ((*loads)[0].from_file, TensorBytes() - (big.size - kPieceBytes));
+  Server s = LoadOntoAChangedCopy();
   EXPECT_EQ(s.server->metrics().upload_calls(server::Metrics::UploadCall::kUpload), 1);
-  ExpectLanded(s);
 }
 
 TEST_F(ModelUploadTest, AWarmCacheWithASidecarFillsEveryPiece) {
