@@ -146,7 +146,8 @@ class Server:
         return open(self.log_path).read()[-4000:]
 
     def metrics(self, timeout=10):
-        """The server's Prometheus gauges and counters, summed over labels."""
+        """The server's Prometheus gauges and counters, summed over labels, and each labelled
+        one also under its name with the labels (`tg_upload_calls_total{call="upload"}`)."""
         text = urllib.request.urlopen(f"http://{self.host}:{self.metrics_port}/metrics",
                                       timeout=timeout).read().decode()
         values = {}
@@ -154,6 +155,8 @@ class Server:
             m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
             if m and not line.startswith("#"):
                 values[m.group(1)] = values.get(m.group(1), 0.0) + float(m.group(3))
+                if m.group(2):
+                    values[m.group(1) + m.group(2)] = float(m.group(3))
         return values
 
     def stop(self):

@@ -8,7 +8,8 @@ message or a fallback to uploading, never a crash or wrong weights.
    sidecar and the problem), hashes instead, and gives local -sm none's tokens.
 2. A --model-dir that does not exist, is a file, or cannot be listed: rpc-server exits
    non-zero at once with one line naming it.
-3. The server's copy of the model shrinks while a client loads from it, or before: the
+3. The server's copy of the model shrinks while a client loads from it, or before (a client
+   without a sidecar, then one with a sidecar, whose pieces go in FillPieces calls): the
    client still gets local -sm none's tokens and the server keeps serving.
 Exit 0 pass, 1 fail, 77 skipped (model missing).
 """
@@ -103,34 +104,55 @@ def shrinking_file(a, env, d):
     os.makedirs(models)
     served = os.path.join(models, "model.gguf")
     size = os.path.getsize(model)
-    for when in ("while the server reads it", "before the client comes"):
-        shutil.copyfile(model, served)
-        with Cluster(a.rpc_server, n=1, devices=1, extra=["--model-dir", models]) as c:
-            deadline = time.time() + 60
-            while c.metrics(0).get("tg_model_dir_files", 0) < 1 and time.time() < deadline:
-                time.sleep(0.02)
-            if when.startswith("before"):
-                os.truncate(served, size // 2)
-            p = subprocess.Popen(common + ["--rpc", c.endpoints[0]], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, env=env)
-            if when.startswith("while"):
-                while p.poll() is None and c.metrics(0).get("tg_model_file_bytes_total", 0) == 0:
-                    time.sleep(0.001)
-                for keep in (size * 3 // 4, size // 2, size // 8):
-                    os.truncate(served, keep)
-            out, err = p.communicate(timeout=120)
-            m = c.metrics(0)
-            print(f"file shrinks {when}: exit {p.returncode}; server: uploaded "
-                  f"{m.get('tg_upload_bytes_total'):.0f}, read from its file "
-                  f"{m.get('tg_model_file_bytes_total'):.0f} bytes")
-            if p.returncode != 0 or json.loads(out)["tokens"] != want["tokens"]:
-                fail(f"file shrinks {when}: want local -sm none's tokens: {err[-800:]}")
-            if c.servers[0].proc.poll() is not None:
-                fail(f"rpc-server died: {c.servers[0].read_log()}")
+    # Without a sidecar the client asks for each piece in an Upload call of its own; with one
+    # it offers them all in a few FillPieces calls, and what those could not fill is uploaded.
+    cases = [(when, False) for when in ("while the server reads it", "before the client comes")]
+    cases += [(when, True) for when, _ in cases]
+    for when, sidecar in cases:
+        if sidecar and not os.path.exists(model + ".tghash"):
+            r = subprocess.run([a.tg_gguf, "hash", model], capture_output=True, text=True)
+            if r.returncode != 0:
+                fail(f"tg-gguf hash {model}: {r.stderr}")
                 return
-            if "changed on disk" not in c.servers[0].read_log():
-                fail(f"file shrinks {when}: the server log should say the file changed on disk")
-
+        when_label = when + (", client with a sidecar" if sidecar else "")
+        # A load that ends before the cut (a sidecar's few calls are quick) tests nothing: again.
+        for attempt in range(3):
+            shutil.copyfile(model, served)
+            with Cluster(a.rpc_server, n=1, devices=1, extra=["--model-dir", models]) as c:
+                deadline = time.time() + 60
+                while c.metrics(0).get("tg_model_dir_files", 0) < 1 and time.time() < deadline:
+                    time.sleep(0.02)
+                if when.startswith("before"):
+                    os.truncate(served, size // 2)
+                p = subprocess.Popen(common + ["--rpc", c.endpoints[0]], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=env)
+                if when.startswith("while"):
+                    while p.poll() is None and \
+                            c.metrics(0).get("tg_model_file_bytes_total", 0) == 0:
+                        time.sleep(0.001)
+                    for keep in (size * 3 // 4, size // 2, size // 8):
+                        os.truncate(served, keep)
+                out, err = p.communicate(timeout=120)
+                m = c.metrics(0)
+                fills = m.get('tg_upload_calls_total{call="fill_pieces"}', 0)
+                print(f"file shrinks {when_label}: exit {p.returncode}; server: uploaded "
+                      f"{m.get('tg_upload_bytes_total'):.0f}, read from its file "
+                      f"{m.get('tg_model_file_bytes_total'):.0f} bytes; FillPieces calls "
+                      f"{fills:.0f}")
+                if m.get("tg_upload_bytes_total", 0) == 0 and attempt < 2:
+                    print("  the load ended before the cut; again")
+                    continue
+                if p.returncode != 0 or json.loads(out)["tokens"] != want["tokens"]:
+                    fail(f"file shrinks {when_label}: want local -sm none's tokens: {err[-800:]}")
+                if c.servers[0].proc.poll() is not None:
+                    fail(f"rpc-server died: {c.servers[0].read_log()}")
+                    return
+                if "changed on disk" not in c.servers[0].read_log():
+                    fail(f"file shrinks {when_label}: the server log should say the file "
+                         "changed on disk")
+                if (fills > 0) != sidecar:
+                    fail(f"file shrinks {when_label}: want FillPieces calls only with a sidecar")
+                break
 
 def main():
     a = model_test_args([("--tg-gguf", dict(required=True))])
