@@ -31,6 +31,29 @@ absl::Status FromGrpc(const grpc::Status& s, absl::string_view endpoint, absl::s
                       absl::StrCat("rpc-server ", endpoint, ": ", what, ": ", s.error_message()));
 }
 
+// The UploadHeader of `job` (its session id left to the caller): with `digest`, the bytes'
+// hash and their place in the model file, else whether the server should store them.
+void SetUploadHeader(const UploadJob& job, const std::optional<Sha256Digest>& digest,
+                     pb::UploadHeader* h) {
+  h->set_buffer(job.buffer);
+  h->set_offset(job.offset);
+  h->set_size(job.size());
+  if (digest.has_value()) {
+    h->set_sha256(digest->data(), digest->size());
+    h->set_model_file(job.model_file);
+    h->set_file_offset(job.file_offset);
+  } else {
+    h->set_store(job.store);
+  }
+}
+
+// What a `have_it` reply for `size` bytes did: they came from the server's file or its cache.
+UploadResult HadIt(const pb::UploadReply& reply, uint64_t size) {
+  UploadResult result;
+  (reply.source() == pb::UPLOAD_SOURCE_MODEL_FILE ? result.from_file : result.skipped) = size;
+  return result;
+}
+
 }  // namespace
 
 Connection::Connection(std::string endpoint, ClientOptions options)
@@ -183,13 +206,7 @@ absl::StatusOr<std::vector<bool>> Connection::FillPieces(absl::Span<const Upload
     if (!job->digest.has_value()) {
       return absl::InvalidArgumentError("FillPieces: a job without a digest");
     }
-    pb::UploadHeader* h = request.add_pieces();
-    h->set_buffer(job->buffer);
-    h->set_offset(job->offset);
-    h->set_size(job->size());
-    h->set_sha256(job->digest->data(), job->digest->size());
-    h->set_model_file(job->model_file);
-    h->set_file_offset(job->file_offset);
+    SetUploadHeader(*job, job->digest, request.add_pieces());
     bytes += job->size();
   }
   grpc::ClientContext context;
@@ -209,9 +226,7 @@ absl::StatusOr<std::vector<bool>> Connection::FillPieces(absl::Span<const Upload
   for (size_t i = 0; i < jobs.size(); ++i) {
     const pb::UploadReply& r = reply.results(static_cast<int>(i));
     if (!r.have_it()) continue;
-    UploadResult result;
-    (r.source() == pb::UPLOAD_SOURCE_MODEL_FILE ? result.from_file : result.skipped) =
-        jobs[i]->size();
+    const UploadResult result = HadIt(r, jobs[i]->size());
     if (jobs[i]->on_done) jobs[i]->on_done(result);
     uploads_->RecordDone(jobs[i]->size(), result);
     filled[i] = true;
@@ -276,26 +291,15 @@ absl::StatusOr<UploadResult> Connection::UploadOnce(const UploadJob& job,
       grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, pb::UploadReply>::Create(
           channel_.get(), *upload_method_, &context));
   pb::UploadMessage header;
-  pb::UploadHeader* h = header.mutable_header();
-  h->set_session_id(session_->session_id());
-  h->set_buffer(job.buffer);
-  h->set_offset(job.offset);
-  h->set_size(job.size());
-  if (digest.has_value()) {
-    h->set_sha256(digest->data(), digest->size());
-    h->set_model_file(job.model_file);
-    h->set_file_offset(job.file_offset);
-  } else {
-    h->set_store(job.store);
-  }
+  header.mutable_header()->set_session_id(session_->session_id());
+  SetUploadHeader(job, digest, header.mutable_header());
   UploadResult result;
   pb::UploadReply reply;
   if (!stream->Write(Serialized(header)) || !stream->Read(&reply)) {
     return FromGrpc(stream->Finish(), endpoint_, what);
   }
   if (reply.have_it()) {
-    (reply.source() == pb::UPLOAD_SOURCE_MODEL_FILE ? result.from_file : result.skipped) =
-        job.size();
+    result = HadIt(reply, job.size());
   } else {
     for (size_t pos = 0; pos < job.size(); pos += kChunkBytes) {
       if (!stream->Write(ChunkFrame(job.data() + pos, std::min(kChunkBytes, job.size() - pos)))) {

@@ -267,6 +267,15 @@ bool ParseUploadMessage(grpc::ByteBuffer* raw, pb::UploadMessage* message) {
   return grpc::SerializationTraits<pb::UploadMessage>::Deserialize(raw, message).ok();
 }
 
+// The reply to an upload whose bytes the server had (UploadSink::have_it).
+pb::UploadReply HaveItReply(const UploadSink& sink) {
+  pb::UploadReply reply;
+  reply.set_have_it(true);
+  reply.set_source(sink.source());
+  reply.set_received(sink.size());
+  return reply;
+}
+
 // Counts an Upload or FillPieces call and keeps tg_upload_seconds_total running while it is open.
 class UploadTimer {
  public:
@@ -301,14 +310,11 @@ grpc::Status TensorGridService::UploadRaw(
   absl::StatusOr<std::unique_ptr<UploadSink>> sink = UploadSink::Start(
       std::move(session), msg.header(), options_.cache, options_.metrics, options_.models);
   if (!sink.ok()) return ToGrpc(sink.status());
-  pb::UploadReply reply;
   if ((*sink)->have_it()) {
-    reply.set_have_it(true);
-    reply.set_source((*sink)->source());
-    reply.set_received((*sink)->size());
-    stream->Write(reply);
+    stream->Write(HaveItReply(**sink));
     return grpc::Status::OK;
   }
+  pb::UploadReply reply;
   reply.set_send(true);
   if (!stream->Write(reply)) return Error(grpc::StatusCode::CANCELLED, "upload: client went away");
   std::vector<grpc::Slice> slices;
@@ -356,13 +362,10 @@ grpc::Status TensorGridService::FillPieces(grpc::ServerContext* context,
     absl::StatusOr<std::unique_ptr<UploadSink>> sink =
         UploadSink::Start(session, piece, options_.cache, options_.metrics, options_.models);
     if (!sink.ok()) return ToGrpc(sink.status());
-    pb::UploadReply* result = reply->add_results();
     if ((*sink)->have_it()) {
-      result->set_have_it(true);
-      result->set_source((*sink)->source());
-      result->set_received((*sink)->size());
+      *reply->add_results() = HaveItReply(**sink);
     } else {
-      result->set_send(true);
+      reply->add_results()->set_send(true);
     }
   }
   return grpc::Status::OK;

@@ -83,6 +83,12 @@ std::unique_ptr<pb::TensorGrid::Stub> Connect(const std::string& address, int ma
       grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
 }
 
+// The SHA-256 of `data`, as an UploadHeader carries it.
+std::string Sha256Bytes(const std::string& data) {
+  const rpc::Sha256Digest d = rpc::Sha256(data.data(), data.size());
+  return std::string(reinterpret_cast<const char*>(d.data()), d.size());
+}
+
 // Uploads `data` into [offset, +size) of a buffer; returns the final status and replies.
 struct UploadResult {
   grpc::Status status;
@@ -102,13 +108,7 @@ UploadResult Upload(pb::TensorGrid::Stub* stub, const std::string& token,
   h->set_buffer(buffer);
   h->set_offset(offset);
   h->set_size(announced == UINT64_MAX ? data.size() : announced);
-  if (with_sha) {
-    if (sha.empty()) {
-      const rpc::Sha256Digest d = rpc::Sha256(data.data(), data.size());
-      sha.assign(reinterpret_cast<const char*>(d.data()), d.size());
-    }
-    h->set_sha256(sha);
-  }
+  if (with_sha) h->set_sha256(sha.empty() ? Sha256Bytes(data) : sha);
   UploadResult result;
   pb::UploadReply reply;
   if (rw->Write(m) && rw->Read(&reply)) {
@@ -137,11 +137,7 @@ pb::UploadHeader Piece(uint64_t buffer, uint64_t offset, const std::string& data
   h.set_buffer(buffer);
   h.set_offset(offset);
   h.set_size(data.size());
-  if (sha.empty()) {
-    const rpc::Sha256Digest d = rpc::Sha256(data.data(), data.size());
-    sha.assign(reinterpret_cast<const char*>(d.data()), d.size());
-  }
-  h.set_sha256(sha);
+  h.set_sha256(sha.empty() ? Sha256Bytes(data) : sha);
   return h;
 }
 
