@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -23,7 +24,9 @@ void AddDeviceSelectionFlags(ArgParser& p, DeviceFlags* f) {
             "with -sm tensor: whole MoE experts per device (expert parallelism) instead of a "
             "share of every expert");
   p.AddString(nullptr, "--device", &f->devices,
-              "devices to use, e.g. CPU0,CPU1 (see --list-devices)");
+              "devices to use, e.g. CPU,RPC[host:port]/0 (see --list-devices); default with -sm "
+              "layer|tensor: every GPU and remote device, the local CPUs only when there is "
+              "neither");
   p.AddBool(nullptr, "--list-devices", &f->list_devices, "list the devices and exit");
   AddRpcFlags(p, f);
 }
@@ -99,25 +102,15 @@ std::string DescribeDevices() {
 
 namespace {
 
-std::vector<Device*> DefaultDeviceList(DefaultDevices fallback) {
-  const std::vector<Device*> all = Registry::Get().devices();
-  switch (fallback) {
-    case DefaultDevices::kFirstDefault: {
-      const std::vector<Device*> defaults = Registry::Get().DefaultDevices();
-      if (defaults.empty()) return {};
-      return {defaults.front()};
+// The devices of `all` whose type comes first in `preference` (every device of that type).
+std::vector<Device*> FirstTypePresent(absl::Span<Device* const> all,
+                                      std::initializer_list<std::vector<DeviceType>> preference) {
+  for (const std::vector<DeviceType>& types : preference) {
+    std::vector<Device*> picked;
+    for (Device* d : all) {
+      if (absl::c_linear_search(types, d->type())) picked.push_back(d);
     }
-    case DefaultDevices::kAll:
-      return all;
-    case DefaultDevices::kLocalGpusElseCpus:
-      for (DeviceType type : {DeviceType::kGpu, DeviceType::kIgpu, DeviceType::kCpu}) {
-        std::vector<Device*> picked;
-        for (Device* d : all) {
-          if (d->type() == type) picked.push_back(d);
-        }
-        if (!picked.empty()) return picked;
-      }
-      return {};
+    if (!picked.empty()) return picked;
   }
   return {};
 }
@@ -135,11 +128,28 @@ absl::StatusOr<Device*> FindListedDevice(absl::string_view item, absl::string_vi
 
 }  // namespace
 
+std::vector<Device*> DefaultDeviceList(absl::Span<Device* const> all, DefaultDevices fallback) {
+  switch (fallback) {
+    case DefaultDevices::kFirstDefault: {
+      const std::vector<Device*> defaults = Registry::Get().DefaultDevices();
+      if (defaults.empty()) return {};
+      return {defaults.front()};
+    }
+    case DefaultDevices::kLocalGpusElseCpus:
+      return FirstTypePresent(all, {{DeviceType::kGpu}, {DeviceType::kIgpu}, {DeviceType::kCpu}});
+    case DefaultDevices::kGpusAndRemoteElseCpus:
+      return FirstTypePresent(all, {{DeviceType::kGpu, DeviceType::kRemote},
+                                    {DeviceType::kIgpu},
+                                    {DeviceType::kCpu}});
+  }
+  return {};
+}
+
 absl::StatusOr<std::vector<Device*>> PickDevices(absl::string_view list, absl::string_view flag,
                                                  DefaultDevices fallback) {
   std::vector<Device*> devices;
   if (list.empty()) {
-    devices = DefaultDeviceList(fallback);
+    devices = DefaultDeviceList(Registry::Get().devices(), fallback);
     if (devices.empty()) return absl::FailedPreconditionError("no devices are registered");
     return devices;
   }
@@ -182,7 +192,7 @@ absl::StatusOr<std::vector<float>> ParseProportions(const std::string& text, siz
 }  // namespace
 
 absl::StatusOr<DevicePlan> ResolveDevicePlan(const DeviceFlags& f) {
-  TG_RETURN_IF_ERROR(RegisterBuiltinBackends());
+  TG_RETURN_IF_ERROR(RegisterBuiltinBackends(f.verbose));
   TG_RETURN_IF_ERROR(RegisterRpcDevices(f));
   if (f.threads < 0) return absl::InvalidArgumentError("-t must be positive");
   if (f.threads > 0) SetThreads(Registry::Get().devices(), f.threads);
@@ -191,7 +201,7 @@ absl::StatusOr<DevicePlan> ResolveDevicePlan(const DeviceFlags& f) {
   TG_ASSIGN_OR_RETURN(plan.devices,
                       PickDevices(f.devices, "--device",
                                   plan.mode == SplitMode::kNone ? DefaultDevices::kFirstDefault
-                                                                : DefaultDevices::kAll));
+                                                                : DefaultDevices::kGpusAndRemoteElseCpus));
   if (plan.mode == SplitMode::kNone && plan.devices.size() > 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--device lists ", plan.devices.size(),

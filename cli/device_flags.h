@@ -30,6 +30,8 @@ struct DeviceFlags {
   std::string rpc_tls_ca;    // PEM roots to trust; turns TLS on.
   std::string rpc_tls_cert;  // client certificate + key for servers that require mTLS.
   std::string rpc_tls_key;
+  // Not a flag of its own: a tool's -v, which also says why a GPU family is absent.
+  bool verbose = false;
 };
 
 // Registers the flags above with a tool's parser.
@@ -50,9 +52,14 @@ absl::Status RegisterRpcDevices(const DeviceFlags& flags);
 // What an empty device list stands for.
 enum class DefaultDevices {
   kFirstDefault,       // the registry's first default device (one GPU, else the CPU).
-  kAll,                // every registered device.
   kLocalGpusElseCpus,  // every local discrete GPU, else every iGPU, else every CPU device.
+  // Every discrete GPU and remote device, else every iGPU, else every CPU device: a split
+  // keeps its work off the client's CPU unless --device names it or nothing else exists.
+  kGpusAndRemoteElseCpus,
 };
+
+// The devices of `all` (in order) that `fallback` stands for; kFirstDefault is the registry's.
+std::vector<Device*> DefaultDeviceList(absl::Span<Device* const> all, DefaultDevices fallback);
 
 // The devices `list` names, in its order: names from --list-devices ("CUDA0,CPU") or indices
 // into the registry's device list ("0,1"). An empty list gives `fallback`. Errors name
@@ -61,8 +68,8 @@ absl::StatusOr<std::vector<Device*>> PickDevices(absl::string_view list, absl::s
                                                  DefaultDevices fallback);
 
 // Registers the builtin backends and the --rpc devices, applies -t, and resolves the plan: --device
-// picks devices (default: every device for layer/tensor splits, the registry's default device for
-// none), -ts must have one positive number per device.
+// picks devices (default: kGpusAndRemoteElseCpus for layer/tensor splits, the registry's default
+// device for none), -ts must have one positive number per device.
 absl::StatusOr<DevicePlan> ResolveDevicePlan(const DeviceFlags& flags);
 
 // The --list-devices output: name, type, description, memory; one device per line.

@@ -31,17 +31,52 @@ class DeviceFlagsTest : public ::testing::Test {
 };
 
 TEST_F(DeviceFlagsTest, NamesAndIndicesInTheGivenOrder) {
-  EXPECT_THAT(*PickDevices("CPU2,CPU0", "--device", DefaultDevices::kAll),
+  EXPECT_THAT(*PickDevices("CPU2,CPU0", "--device", DefaultDevices::kGpusAndRemoteElseCpus),
               ElementsAre(all_[2], all_[0]));
-  EXPECT_THAT(*PickDevices(" 1 , CPU2", "--devices", DefaultDevices::kAll),
+  EXPECT_THAT(*PickDevices(" 1 , CPU2", "--devices", DefaultDevices::kGpusAndRemoteElseCpus),
               ElementsAre(all_[1], all_[2]));
 }
 
 TEST_F(DeviceFlagsTest, EmptyListGivesTheDefault) {
   EXPECT_THAT(*PickDevices("", "--device", DefaultDevices::kFirstDefault), ElementsAre(all_[0]));
-  EXPECT_EQ(*PickDevices("", "--device", DefaultDevices::kAll), all_);
   // No GPUs here: the server serves every CPU device.
   EXPECT_EQ(*PickDevices("", "--devices", DefaultDevices::kLocalGpusElseCpus), all_);
+  EXPECT_EQ(*PickDevices("", "--device", DefaultDevices::kGpusAndRemoteElseCpus), all_);
+}
+
+// A device of a given type and nothing else (DefaultDeviceList looks at types only).
+class TypedDevice : public Device {
+ public:
+  explicit TypedDevice(DeviceType type) : type_(type) {}
+  absl::string_view name() const override { return DeviceTypeName(type_); }
+  absl::string_view description() const override { return "typed"; }
+  DeviceType type() const override { return type_; }
+  absl::string_view id() const override { return name(); }
+  DeviceMemory memory() const override { return {}; }
+  absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
+    return absl::UnimplementedError("typed");
+  }
+  BufferType* default_buffer_type() override { return nullptr; }
+  bool SupportsOp(const Tensor&) const override { return false; }
+  bool SupportsBufferType(const BufferType*) const override { return false; }
+
+ private:
+  DeviceType type_;
+};
+
+// A split with no --device keeps off the client's CPU: GPUs and remote devices when there
+// are any (llama.cpp's --rpc ... -ngl 99), else iGPUs, else every CPU device.
+TEST(DefaultDeviceListTest, SplitsUseGpusAndRemoteDevicesBeforeTheCpus) {
+  TypedDevice cpu0(DeviceType::kCpu), cpu1(DeviceType::kCpu), gpu(DeviceType::kGpu),
+      igpu(DeviceType::kIgpu), remote0(DeviceType::kRemote), remote1(DeviceType::kRemote);
+  constexpr DefaultDevices kSplit = DefaultDevices::kGpusAndRemoteElseCpus;
+  const std::vector<Device*> mixed = {&cpu0, &remote0, &igpu, &gpu, &cpu1, &remote1};
+  EXPECT_THAT(DefaultDeviceList(mixed, kSplit), ElementsAre(&remote0, &gpu, &remote1));
+  EXPECT_THAT(DefaultDeviceList({&cpu0, &remote0, &cpu1}, kSplit), ElementsAre(&remote0));
+  EXPECT_THAT(DefaultDeviceList({&cpu0, &igpu, &cpu1}, kSplit), ElementsAre(&igpu));
+  EXPECT_THAT(DefaultDeviceList({&cpu0, &cpu1}, kSplit), ElementsAre(&cpu0, &cpu1));
+  // The server's own list never counts remote devices.
+  EXPECT_THAT(DefaultDeviceList(mixed, DefaultDevices::kLocalGpusElseCpus), ElementsAre(&gpu));
 }
 
 TEST_F(DeviceFlagsTest, BadListsNameTheFlagAndTheItem) {
@@ -54,7 +89,7 @@ TEST_F(DeviceFlagsTest, BadListsNameTheFlagAndTheItem) {
                         Case{"3", "--devices: no device 3 (there are 3)"}, Case{"GPU9", "GPU9"},
                         Case{",", "--devices lists no device"}}) {
     const absl::StatusOr<std::vector<Device*>> got =
-        PickDevices(c.list, "--devices", DefaultDevices::kAll);
+        PickDevices(c.list, "--devices", DefaultDevices::kGpusAndRemoteElseCpus);
     ASSERT_FALSE(got.ok()) << c.list;
     EXPECT_THAT(std::string(got.status().message()), HasSubstr(c.message)) << c.list;
   }
