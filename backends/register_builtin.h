@@ -7,7 +7,9 @@
 namespace tg {
 
 // Idempotent and thread-safe; CPU always, CUDA/Vulkan when built and a device is present.
-absl::Status RegisterBuiltinBackends();
+// `verbose` (a tool's -v): also say why a GPU family is absent where that is the normal case
+// of the host (no NVIDIA driver installed); the first call's value counts.
+absl::Status RegisterBuiltinBackends(bool verbose = false);
 
 }  // namespace tg
 

@@ -1,6 +1,7 @@
 #include "backends/cuda/cuda_device.h"
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -186,7 +187,41 @@ std::vector<Device*> CudaFamily::devices() {
   return out;
 }
 
-absl::Status RegisterCudaFamily() {
+namespace {
+
+// CUDA's version encoding (1000 * major + 10 * minor) as "major.minor".
+std::string CudaVersionName(int version) {
+  return absl::StrFormat("%d.%d", version / 1000, version % 1000 / 10);
+}
+
+// Whether an NVIDIA driver is installed at all: the runtime loads libcuda.so.1 itself and
+// reports its absence as an insufficient driver, which would read like a version problem.
+bool DriverInstalled() {
+  void* handle = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (handle == nullptr) return false;
+  dlclose(handle);
+  return true;
+}
+
+}  // namespace
+
+std::string CudaUnavailableLine(const absl::Status& why, bool driver_installed,
+                                int driver_version, int runtime_version, bool verbose) {
+  if (!driver_installed) {
+    if (!verbose) return "";
+    return "CUDA unavailable: no NVIDIA driver is installed (libcuda.so.1 not found); using the "
+           "other devices";
+  }
+  if (driver_version > 0 && runtime_version > 0 && driver_version < runtime_version) {
+    return absl::StrCat("CUDA unavailable: the NVIDIA driver supports CUDA up to ",
+                        CudaVersionName(driver_version), " but this build's runtime is CUDA ",
+                        CudaVersionName(runtime_version),
+                        " (update the driver); using the other devices");
+  }
+  return absl::StrCat("CUDA unavailable (", why.message(), "); using the other devices");
+}
+
+absl::Status RegisterCudaFamily(bool verbose) {
   static absl::Mutex mu(absl::kConstInit);
   static bool done = false;
   absl::MutexLock lock(&mu);
@@ -197,8 +232,14 @@ absl::Status RegisterCudaFamily() {
   for (const std::string& note : notes) CudaNotice(note);
   if (absl::IsInvalidArgument(family.status())) return family.status();  // TG_CUDA_DEVICES.
   if (!family.ok()) {
-    CudaNotice(absl::StrCat("CUDA unavailable (", family.status().message(),
-                            "); using the other devices"));
+    const bool installed = DriverInstalled();
+    int driver_version = 0, runtime_version = 0;
+    if (installed && cudaDriverGetVersion(&driver_version) != cudaSuccess) driver_version = 0;
+    if (cudaRuntimeGetVersion(&runtime_version) != cudaSuccess) runtime_version = 0;
+    cudaGetLastError();  // neither query leaves an error behind for later calls.
+    const std::string line = CudaUnavailableLine(family.status(), installed, driver_version,
+                                                 runtime_version, verbose);
+    if (!line.empty()) CudaNotice(line);
     return absl::OkStatus();
   }
   return Registry::Get().Register(std::move(*family));

@@ -3,7 +3,7 @@
 // description; with TG_CUDA_DEVICES=N, N devices per GPU (virtual_devices.h), each with a
 // 1/N share of the memory and its own memory pool. A binary built with CUDA still starts and
 // serves its other devices where there is no driver or no GPU: RegisterCudaFamily then
-// registers nothing and says so once on stderr. Thread-safe (every entry point selects its
+// registers nothing and says why once on stderr (silent where no NVIDIA driver is installed). Thread-safe (every entry point selects its
 // device first: the CUDA runtime's current device is per host thread).
 #ifndef TENSORGRID_BACKENDS_CUDA_CUDA_DEVICE_H_
 #define TENSORGRID_BACKENDS_CUDA_CUDA_DEVICE_H_
@@ -106,9 +106,17 @@ absl::StatusOr<int> CudaDeviceCount();
 // test suites that check a tool's stderr line by line run on machines without GPUs.
 void CudaNotice(const std::string& line);
 
-// Registers the CUDA family with the process registry, once. Without a usable GPU nothing
-// is registered, one line on stderr says why, and the result is still OK.
-absl::Status RegisterCudaFamily();
+// Why CUDA cannot be used, as one line for the user, or "" when nothing needs saying. A host
+// with no NVIDIA driver at all (no libcuda.so.1) is the normal CPU host: silent unless
+// `verbose`. A driver older than the runtime this build carries names both versions (CUDA's
+// encoding: 12040 is 12.4; 0 when unknown); anything else gives the runtime's error.
+std::string CudaUnavailableLine(const absl::Status& why, bool driver_installed,
+                                int driver_version, int runtime_version, bool verbose);
+
+// Registers the CUDA family with the process registry, once (the first call's `verbose`
+// counts). Without a usable GPU nothing is registered, CudaUnavailableLine says why (on
+// stderr, when it says anything), and the result is still OK.
+absl::Status RegisterCudaFamily(bool verbose = false);
 
 }  // namespace tg::cuda
 
