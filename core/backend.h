@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -56,6 +57,12 @@ absl::Status HostGetTensor2D(const Tensor* t, void* data, const StridedRange& r)
 // What a buffer is used for (lets a scheduler prefer weight-holding devices).
 enum class BufferUsage { kAny, kWeights, kCompute };
 
+// Bytes of a tensor held in one buffer (Buffer::Parts).
+struct TensorPart {
+  const Buffer* buffer = nullptr;
+  size_t bytes = 0;
+};
+
 // One allocation on a device; tensors are placed inside it.
 class Buffer {
  public:
@@ -91,6 +98,9 @@ class Buffer {
     return absl::UnimplementedError("direct copy not supported");
   }
   virtual absl::Status Clear(uint8_t value) = 0;  // fills the whole buffer.
+  // Which buffers hold t's bytes and how many each (load reports). Default: all, here; a
+  // buffer that spreads tensors over other devices' buffers (meta) names those.
+  virtual std::vector<TensorPart> Parts(const Tensor& t) const { return {{this, t.NumBytes()}}; }
 
   BufferUsage usage() const { return usage_; }
   void set_usage(BufferUsage usage) { usage_ = usage; }

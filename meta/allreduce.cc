@@ -29,6 +29,11 @@ void Pack(const float* src, uint16_t* dst, size_t n) {
 
 }  // namespace
 
+AllReduceTraffic& AllReduceTraffic::Get() {
+  static AllReduceTraffic traffic;
+  return traffic;
+}
+
 absl::StatusOr<std::unique_ptr<AllReducer>> AllReducer::Create(std::vector<Device*> devices,
                                                                AllReduceOptions options) {
   if (devices.empty()) return absl::InvalidArgumentError("all-reduce over no devices");
@@ -107,6 +112,9 @@ absl::Status AllReducer::RunRank(int rank, absl::Span<Tensor* const> tensors, Ba
   const size_t bytes = count * sizeof(float);
   const bool direct = HostDirect(tensors);
   if (!direct) {
+    AllReduceTraffic& traffic = AllReduceTraffic::Get();
+    if (rank == 0) traffic.staged.fetch_add(1);
+    if (!t->buffer->type()->is_host()) traffic.staged_bytes.fetch_add(2 * bytes);
     // Host copies: each rank's must be there before any rank reads it.
     staging_[rank].resize(count);
     status = t->buffer->GetTensor(t, staging_[rank].data(), 0, bytes);

@@ -15,6 +15,7 @@
 #ifndef TENSORGRID_META_ALLREDUCE_H_
 #define TENSORGRID_META_ALLREDUCE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,6 +44,16 @@ struct AllReduceOptions {
   // Go through Buffer::Get/SetTensor even when the host can address the memory (tests the
   // path non-host devices take).
   bool force_staging = false;
+};
+
+// Process-wide counts of the generic algorithm's host staging (tools' reports: tg-run --json):
+// bytes read from and written back to devices the host cannot address (a remote device's
+// slice crosses the network both ways), and how many all-reduces staged. Thread-safe.
+struct AllReduceTraffic {
+  std::atomic<uint64_t> staged_bytes{0};
+  std::atomic<uint64_t> staged{0};
+
+  static AllReduceTraffic& Get();
 };
 
 class AllReducer {

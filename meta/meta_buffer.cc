@@ -117,6 +117,16 @@ std::optional<ShadowSet> MetaBuffer::Shadows(const Tensor* t) const {
   return GraphShadows(t);
 }
 
+std::vector<TensorPart> MetaBuffer::Parts(const Tensor& t) const {
+  const std::optional<ShadowSet> set = Shadows(&t);
+  if (!set.has_value()) return Buffer::Parts(t);
+  std::vector<TensorPart> parts;
+  for (const Tensor* s : set->shadows) {
+    if (s != nullptr && s->buffer != nullptr) parts.push_back({s->buffer, s->NumBytes()});
+  }
+  return parts;
+}
+
 std::optional<ShadowSet> MetaBuffer::GraphShadows(const Tensor* t) const {
   auto it = graph_.find(t);
   if (it == graph_.end() || !it->second.valid()) return std::nullopt;

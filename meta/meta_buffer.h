@@ -73,6 +73,8 @@ class MetaBuffer : public BasicBuffer {
   absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override;
   absl::Status MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) override;
   absl::Status Clear(uint8_t value) override;
+  // A resident tensor's shadows: each device's slice or copy, in that device's buffer.
+  std::vector<TensorPart> Parts(const Tensor& t) const override;
 
   // The shadows of a resident tensor, or of a graph tensor registered by the last Compute
   // (while its stream has not computed again).

@@ -20,20 +20,28 @@ double Since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Writes local weights in file order; one report entry per buffer.
+// Writes weights through Buffer::SetTensor in file order. The report has one entry per device
+// that ends up holding bytes (Buffer::Parts: under -sm tensor each device's slices, so each
+// server's devices get their lines); a remote device's bytes were all sent.
 absl::Status WriteLocal(absl::Span<const WeightWrite> writes, Clock::time_point start,
                         const std::function<void(size_t, size_t)>& progress,
                         std::vector<DeviceLoad>* out) {
   size_t total = 0, done = 0;
   for (const WeightWrite& w : writes) total += w.info->nbytes;
-  absl::flat_hash_map<Buffer*, size_t> index;
+  absl::flat_hash_map<const Device*, size_t> index;
   for (const WeightWrite& w : writes) {
     TG_RETURN_IF_ERROR(w.buffer->SetTensor(w.tensor, w.info->data, 0, w.info->nbytes));
-    auto [it, added] = index.try_emplace(w.buffer, out->size());
-    if (added) out->push_back({std::string(w.buffer->type()->device()->name())});
-    DeviceLoad& d = (*out)[it->second];
-    d.bytes += w.info->nbytes;
-    d.seconds = Since(start);
+    for (const TensorPart& part : w.buffer->Parts(*w.tensor)) {
+      const Device* device = part.buffer->type()->device();
+      auto [it, added] = index.try_emplace(device, out->size());
+      if (added) {
+        out->push_back({std::string(device->name()), device->type() == DeviceType::kRemote});
+      }
+      DeviceLoad& d = (*out)[it->second];
+      d.bytes += part.bytes;
+      if (d.remote) d.sent += part.bytes;
+      d.seconds = Since(start);
+    }
     done += w.info->nbytes;
     if (progress) progress(done, total);
   }
