@@ -353,7 +353,7 @@ TEST(GgufFileIo, OpenErrors) {
 // The real model
 
 TEST(GgufRealModel, Stories260K) {
-  const std::string path = SharedModelPath("stories260K.gguf");
+  const std::string path = DemoModelPath();
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
     std::printf("skipping: %s not found (set TG_SHARED_DIR)\n", path.c_str());

@@ -60,7 +60,7 @@ int32_t HostDraw(absl::Span<const float> logits, const std::vector<int32_t>& his
 class SessionSampleTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = SharedModelPath("stories260K.gguf");
+    path_ = DemoModelPath();
     if (!std::ifstream(path_).good()) GTEST_SKIP() << path_ << " not found";
     so_.n_ctx = 64;
     so_.kv_pad = 16;

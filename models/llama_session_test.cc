@@ -29,7 +29,7 @@ namespace {
 class LayerSplitSessionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = SharedModelPath("stories260K.gguf");
+    path_ = DemoModelPath();
     if (!std::ifstream(path_).good()) GTEST_SKIP() << path_ << " not found";
   }
 

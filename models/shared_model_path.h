@@ -1,6 +1,6 @@
 // SharedModelPath: where the tests and test harnesses find the model files kept outside the
-// repository (stories260K.gguf and others): $TG_SHARED_DIR/models, else ../shared/models as
-// seen from the build folder ctest runs in. Reads the environment only; thread-safe while
+// repository: $TG_SHARED_DIR/models, else ../shared/models as seen from the build folder ctest
+// runs in; DemoModelPath: the one inside it. Reads the environment only; thread-safe while
 // nothing calls setenv.
 #ifndef TENSORGRID_MODELS_SHARED_MODEL_PATH_H_
 #define TENSORGRID_MODELS_SHARED_MODEL_PATH_H_
@@ -17,6 +17,17 @@ namespace tg {
 inline std::string SharedModelPath(absl::string_view name) {
   const char* shared = std::getenv("TG_SHARED_DIR");
   return absl::StrCat(shared != nullptr ? shared : "../shared", "/models/", name);
+}
+
+// The real tiny model that ships in the repository (demo/stories260K.gguf): test targets have
+// its path compiled in (TG_DEMO_MODEL, set by tests/CMakeLists.txt on tg_testlib); elsewhere
+// the shared copy.
+inline std::string DemoModelPath() {
+#ifdef TG_DEMO_MODEL
+  return TG_DEMO_MODEL;
+#else
+  return SharedModelPath("stories260K.gguf");
+#endif
 }
 
 }  // namespace tg

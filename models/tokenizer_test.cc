@@ -557,7 +557,7 @@ TEST(UnicodeTest, ByteLevelMapping) {
 // ---- The real stories260K vocabulary ---------------------------------------------------
 
 TEST(Stories260KTest, MatchesLlamaCpp) {
-  const std::string path = SharedModelPath("stories260K.gguf");
+  const std::string path = DemoModelPath();
   auto file = GgufFile::Open(path);
   if (!file.ok()) GTEST_SKIP() << "stories260K.gguf not available: " << file.status();
   auto tok = Tokenizer::FromGguf(**file);

@@ -26,7 +26,7 @@ cmake -S . -B build/avx2 -G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_NATIVE=OFF \
 cmake --build build/avx2 --target tg-bench tg-gguf >/dev/null
 
 gguf=./build/release/tools/tg-gguf/tg-gguf
-models=(../shared/models/stories260K.gguf)
+models=(demo/stories260K.gguf)
 for type in "${types[@]}"; do
   m="$models_dir/stories15M-shape-$type.gguf"
   # Rewritten whenever tg-gguf changed: the type choices (mixes, fallbacks) live in it.

@@ -21,7 +21,7 @@ rounds=${2:-3}
 reps=${3:-3}
 bin=build/release
 llama=${LLAMA_BIN:-/work/wt/loading-llama/build/bin}
-m260k=../shared/models/stories260K.gguf
+m260k=demo/stories260K.gguf
 m15m=${TG_BENCH_MODEL:-/tmp/tg-bench-layer-15m-q8_0.gguf}
 [ -f "$m15m" ] || $bin/tools/tg-gguf/tg-gguf synth "$m15m" --dims 288,768,6,6,6,32000 --type q8_0 >/dev/null
 work=$(mktemp -d)

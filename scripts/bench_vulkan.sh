@@ -27,7 +27,7 @@ PEER_DIR=$peer_dir bash scripts/minibench-ngl.sh "$out/minibench-ngl" "$lib" "$l
 
 q8=$out/stories15M-shape-q8_0.gguf
 [ -f "$q8" ] || ./build/release/tools/tg-gguf/tg-gguf synth "$q8" --dims 288,768,6,6,6,32000 --type q8_0 >/dev/null
-models=(../shared/models/stories260K.gguf "$q8")
+models=(demo/stories260K.gguf "$q8")
 
 tg() {  # model device test -> t/s
   local args="-p 512 -n 0"; [ "$3" = tg128 ] && args="-p 0 -n 128"

@@ -71,7 +71,7 @@ for lib in libstdc++.so.6 libgcc_s.so.1; do
   [ -f "$out/lib/$lib" ] && mv "$out/lib/$lib" "$out/lib/fallback/"
 done
 
-cp ../shared/models/stories260K.gguf "$out/models/"
+cp demo/stories260K.gguf "$out/models/"
 cp scripts/gpu-check.sh scripts/llama-cuda-peer.sh tests/gpu/compare_devices.py \
   tests/gpu/run_if_device.py tests/gpu/speed_report.py "$out/"
 chmod +x "$out/gpu-check.sh"

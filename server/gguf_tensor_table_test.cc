@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "models/shared_model_path.h"
 #include "server/model_test_util.h"
 
 namespace tg::server {
@@ -53,9 +54,7 @@ TEST(GgufTensorTableTest, SameExtentsAsTheModelLoader) {
   ASSERT_TRUE(w.AddTensor("y", DType::kF32, ne, std::vector<uint8_t>(12, 2)).ok());
   ASSERT_TRUE(w.WriteFile(dir + "/b.gguf").ok());
   ExpectSameAsGgufFile(dir + "/b.gguf");
-  const char* shared = std::getenv("TG_SHARED_DIR");
-  const std::string real = std::string(shared ? shared : "../shared") + "/models/stories260K.gguf";
-  if (std::ifstream(real).good()) ExpectSameAsGgufFile(real);  // written by llama.cpp's tools.
+  ExpectSameAsGgufFile(DemoModelPath());  // written by llama.cpp's tools.
 }
 
 TEST(GgufTensorTableTest, EveryCutIsAnErrorNamingTheProblem) {

@@ -96,7 +96,7 @@ class ServerProcess {
 class FailoverSessionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = SharedModelPath("stories260K.gguf");
+    path_ = DemoModelPath();
     if (!std::ifstream(path_).good()) GTEST_SKIP() << path_ << " not found";
     cpu_ = testing::CpuDevice();
     ASSERT_NE(cpu_, nullptr);

@@ -5,8 +5,8 @@
 // GGUFs that libllama accepts; then every other tokenizer.ggml.pre name we accept, on the
 // vocabulary of the splitter we map it to, so that a name llama.cpp maps elsewhere differs.
 //
-//   tokenizer_vs_peer PEER_HARNESS [WORK_DIR]     (ctest passes both; TG_SHARED_DIR locates
-//                                                  ../shared/models/stories260K.gguf)
+//   tokenizer_vs_peer PEER_HARNESS [WORK_DIR]     (ctest passes both; the build gives the path
+//                                                  demo/stories260K.gguf)
 // $TG_PEER_FUZZ_PROMPTS=N adds N random prompts (fixed seed) to the fixed ones.
 // Exit: 0 all identical, 1 a mismatch or error, 77 (ctest SKIP_RETURN_CODE) nothing to compare.
 #include <unistd.h>
@@ -461,7 +461,7 @@ std::vector<BpeSpec> BpeSpecs() {
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Models(
     const std::string& work_dir) {
   std::vector<std::pair<std::string, std::string>> models;
-  const std::string stories = SharedModelPath("stories260K.gguf");
+  const std::string stories = DemoModelPath();
   if (access(stories.c_str(), R_OK) == 0) {
     models.emplace_back("stories260K", stories);
   } else {

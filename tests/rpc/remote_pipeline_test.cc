@@ -251,7 +251,7 @@ TEST_F(RemotePipelineTest, BatchedStepsGetTheirOwnResults) {
 class RemoteGreedyTest : public RemotePipelineTest, public ::testing::WithParamInterface<int> {
  protected:
   void SetUp() override {
-    path_ = SharedModelPath("stories260K.gguf");
+    path_ = DemoModelPath();
     if (!std::ifstream(path_).good()) GTEST_SKIP() << path_ << " not found";
     RemotePipelineTest::SetUp();
     LoadOptions local;

@@ -6,7 +6,7 @@
 #
 #   ctest -L split -R sample --output-on-failure
 
-set(_tg_sample_model ${TG_SPLIT_MODELS}/stories260K.gguf)
+set(_tg_sample_model ${TG_DEMO_MODEL})
 set(_tg_sample_plain "--temp 0.8 --seed 7")
 set(_tg_sample_penalty "--temp 1.1 --seed 11 --top-k 0 --top-p 0.9 --repeat-penalty 1.3 --repeat-last-n 16")
 foreach(mode layer tensor)
