@@ -3,7 +3,7 @@
 # the asan (ASan+UBSan) presets, and runs ctest on both. Usage: bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --test
 # The llama.cpp peer's libggml-base.so is the yardstick for bit-exact quant layouts; set it
 # up when ../shared is there (the test skips with a reason when it is not).
 if [ -x ../shared/peer/llama-cpp-peer.sh ] && command -v npm >/dev/null && command -v gcc >/dev/null; then
