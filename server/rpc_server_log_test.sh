@@ -1,7 +1,7 @@
 #!/bin/sh
 # rpc_server_log_test.sh RPC_SERVER: the real binary's log lines on stderr: at the default
 # level the "listening on" line (with its key=value fields) and the shutdown line; nothing at
-# --log-level warn; a bad --log-level is one error line and exit code 1.
+# --log-level warn; a bad --log-level is one error line and exit code 2.
 set -u
 bin=$1
 dir=$(mktemp -d)

@@ -36,6 +36,12 @@
 namespace tg::server {
 namespace {
 
+// Exit codes: a bad command line (unknown flag, missing or unparsable value, stray argument)
+// is 2, like the other tools; everything after the flags are parsed (a bad combination, an
+// unreadable file, a port that cannot be bound) is 1.
+constexpr int kExitRuntime = 1;
+constexpr int kExitUsage = 2;
+
 struct Flags {
   std::string host = "127.0.0.1";
   int64_t port = rpc::kDefaultPort;
@@ -211,7 +217,8 @@ absl::StatusOr<ServerConfig> MakeConfig(const Flags& f, uint64_t* host_reserve) 
                      " without TLS and a token (--tls-cert/--tls-key and --auth-token-file); "
                      "add --insecure to do it anyway"));
   }
-  TG_RETURN_IF_ERROR(RegisterBuiltinBackends());
+  // --log-level debug also says why CUDA is absent on a host without an NVIDIA driver.
+  TG_RETURN_IF_ERROR(RegisterBuiltinBackends(LogEnabled(LogLevel::kDebug)));
   TG_ASSIGN_OR_RETURN(c.devices, PickServedDevices(f));
   TG_ASSIGN_OR_RETURN(*host_reserve, ByteSizeOrAuto(f.mem_reserve, "--mem-reserve",
                                                     DefaultHostMemoryReserve(HostMemoryTotal())));
@@ -253,7 +260,7 @@ int Main(int argc, char** argv) {
   BoundHostHeap();
   if (absl::Status s = ConfigureDeadlockDetection(); !s.ok()) {
     kServerLog.Error(s.message());
-    return 1;
+    return kExitRuntime;
   }
   Flags f;
   ArgParser p("rpc-server");
@@ -309,11 +316,11 @@ int Main(int argc, char** argv) {
       TakeRepeated(argc, argv, "--model-dir", &f.model_dirs, &model_dir_missing);
   if (model_dir_missing) {
     kServerLog.Error("--model-dir needs a value");
-    return 1;
+    return kExitUsage;
   }
   if (absl::Status s = p.Parse(static_cast<int>(args.size()), args.data()); !s.ok()) {
     kServerLog.Error(s.message());
-    return 1;
+    return kExitUsage;
   }
   if (p.help_requested()) {
     std::printf("%s", p.Usage("[options]").c_str());
@@ -321,12 +328,12 @@ int Main(int argc, char** argv) {
   }
   if (!p.positional().empty()) {
     kServerLog.Error(absl::StrCat("unexpected argument '", p.positional()[0], "'"));
-    return 1;
+    return kExitUsage;
   }
   absl::StatusOr<LogLevel> level = ParseLogLevel(f.log_level);
   if (!level.ok()) {
     kServerLog.Error(absl::StrCat("--log-level: ", level.status().message()));
-    return 1;
+    return kExitUsage;
   }
   SetLogLevel(*level);
   if (!f.health_probe.empty()) {
@@ -336,7 +343,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<ServerConfig> config = MakeConfig(f, &host_reserve);
   if (!config.ok()) {
     kServerLog.Error(config.status().message());
-    return 1;
+    return kExitRuntime;
   }
   SetHostMemoryReserve(host_reserve);
   // Signals go to the thread waiting below, not to gRPC's threads (which inherit the mask).
@@ -350,12 +357,12 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<RpcServer>> server = RpcServer::Start(*config);
   if (!server.ok()) {
     kServerLog.Error(server.status().message());
-    return 1;
+    return kExitRuntime;
   }
   if (!f.port_file.empty()) {
     if (absl::Status s = WritePortFile(f.port_file, (*server)->port()); !s.ok()) {
       kServerLog.Error(s.message());
-      return 1;
+      return kExitRuntime;
     }
   }
   std::unique_ptr<HealthPort> health_port;
@@ -364,7 +371,7 @@ int Main(int argc, char** argv) {
         config->host, static_cast<int>(f.health_port), ProbeOptionsFor(*config, (*server)->port()));
     if (!hp.ok()) {
       kServerLog.Error(hp.status().message());
-      return 1;
+      return kExitRuntime;
     }
     health_port = std::move(*hp);
     kServerLog.Info("health port listening", {{"port", health_port->port()}});

@@ -73,6 +73,16 @@ std::string TypeNames() {
   return names;
 }
 
+// The --type names of one kind: one type for every matrix (kPure) or a mix, `separator` apart.
+std::string TypeNames(bool mixes, absl::string_view separator) {
+  std::string names;
+  for (const TypeChoice& t : kTypes) {
+    if ((t.mix != TypeMix::kPure) != mixes) continue;
+    absl::StrAppend(&names, names.empty() ? "" : separator, t.name);
+  }
+  return names;
+}
+
 absl::Status ParseDims(absl::string_view text, SynthOptions* opts) {
   const std::vector<absl::string_view> parts = absl::StrSplit(text, ',');
   if (parts.size() != kNumDims) {
@@ -240,11 +250,16 @@ absl::StatusOr<SynthOptions> ParseSynthOptions(absl::Span<char* const> args) {
       opts.out = std::string(arg);
       continue;
     }
+    if (arg == "-h" || arg == "--help") {
+      SynthOptions help;
+      help.help = true;
+      return help;
+    }
     if (std::find(std::begin(kFlags), std::end(kFlags), arg) == std::end(kFlags)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown flag '", arg, "' (flags: --dims ", kUsageDims,
           " --type T --seed S --ctx N --threads N --arch A --experts E --experts-used K "
-          "--expert-ff F)"));
+          "--expert-ff F; see tg-gguf synth --help)"));
     }
     if (i + 1 >= args.size()) {
       return absl::InvalidArgumentError(absl::StrCat("flag ", arg, " needs a value"));
@@ -263,6 +278,20 @@ absl::StatusOr<SynthOptions> ParseSynthOptions(absl::Span<char* const> args) {
   TG_RETURN_IF_ERROR(CheckDims(opts.dims));
   TG_RETURN_IF_ERROR(CheckExperts(&opts));
   return opts;
+}
+
+std::string SynthUsage() {
+  return absl::StrCat(
+      "usage: tg-gguf synth OUT --dims ", kUsageDims, "\n",
+      "                     --type T [--seed S (42)] [--ctx N (2048)] [--threads N (0: all)]\n",
+      "                     [--arch ", NameList(kArchNames, "|"), " --experts E --experts-used K\n",
+      "                      [--expert-ff F (n_ff)]]\n",
+      "       T: ", TypeNames(/*mixes=*/false, "|"), " (every matrix)\n          or ",
+      TypeNames(/*mixes=*/true, "|"), " (llama-quantize's mixes; docs/gguf.md)\n\n",
+      "Writes a llama GGUF with random weights that tensorgrid and llama.cpp load; e.g. the\n",
+      "stories15M shape: --dims 288,768,6,6,6,32000. A mixture-of-experts --arch (all but\n",
+      "llama, the default) makes every feed-forward E experts of which the router picks K;\n",
+      "gpt-oss's experts are MXFP4.\n");
 }
 
 }  // namespace tg::synth

@@ -49,7 +49,8 @@ struct SynthOptions {
   uint32_t file_type = 0;  // llama.cpp's LLAMA_FTYPE for general.file_type.
   uint64_t seed = 42;
   int64_t ctx = 2048;
-  int threads = 0;  // generating the weights; 0 = every core. The file does not depend on it.
+  int threads = 0;    // generating the weights; 0 = every core. The file does not depend on it.
+  bool help = false;  // -h/--help: print SynthUsage() instead; nothing else was checked.
 };
 
 // "llama", "qwen3moe", "mixtral" or "gpt-oss".
@@ -58,7 +59,11 @@ const char* SynthArchName(SynthArch arch);
 const char* GgufArchName(SynthArch arch);
 
 // Parses the arguments after "synth"; INVALID_ARGUMENT (a usage error) with a one-line message.
+// -h or --help in a flag's place stops parsing: the result has only `help` set.
 absl::StatusOr<SynthOptions> ParseSynthOptions(absl::Span<char* const> args);
+
+// The usage of `tg-gguf synth`, its --arch and --type lists taken from the parser's tables.
+std::string SynthUsage();
 
 // The smallest vocabulary synth accepts: <unk>, <s>, </s>, 256 byte tokens and a few pieces.
 int64_t MinSynthVocab();

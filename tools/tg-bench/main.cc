@@ -29,6 +29,7 @@
 #include "core/deadlock_detection.h"
 #include "core/registry.h"
 #include "core/scheduler_probe.h"
+#include "core/split_mode.h"
 #include "core/status_macros.h"
 #include "models/failover_model.h"
 #include "models/failover_session.h"
@@ -361,7 +362,8 @@ absl::StatusOr<std::vector<TestResult>> RunTests(
   return results;
 }
 
-absl::Status Run(const BenchFlags& f) {
+// The usage errors Parse cannot see: bad values and combinations (exit 2, before any work).
+absl::Status CheckFlags(const BenchFlags& f) {
   if (f.output != "md" && f.output != "csv" && f.output != "json") {
     return absl::InvalidArgumentError(
         absl::StrCat("-o must be md, csv or json, not '", f.output, "'"));
@@ -371,6 +373,14 @@ absl::Status Run(const BenchFlags& f) {
     return absl::InvalidArgumentError(
         absl::StrCat("--temp ", f.temp, " must be positive and cannot go with --greedy"));
   }
+  TG_RETURN_IF_ERROR(ParseSplitMode(f.devices.split_mode).status());
+  TG_RETURN_IF_ERROR(ParseList(f.n_prompt, "-p").status());
+  TG_RETURN_IF_ERROR(ParseList(f.n_gen, "-n").status());
+  TG_RETURN_IF_ERROR(ParseList(f.n_copies, "--n-copies").status());
+  return ParseList(f.threads, "-t").status();
+}
+
+absl::Status Run(const BenchFlags& f) {
   TG_ASSIGN_OR_RETURN(std::vector<int64_t> pps, ParseList(f.n_prompt, "-p"));
   TG_ASSIGN_OR_RETURN(std::vector<int64_t> tgs, ParseList(f.n_gen, "-n"));
   TG_ASSIGN_OR_RETURN(std::vector<int64_t> copies, ParseList(f.n_copies, "--n-copies"));
@@ -454,12 +464,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (p.help_requested()) {
-    std::printf(
-        "%s", p.Usage("[-m MODEL.gguf] [-p 512] [-n 128] [-r 5] [-t 2] [-o md|csv|json]").c_str());
+    std::printf("%s", p.Usage("[-m MODEL.gguf] [-p 512] [-n 128] [-r 5] [-t 2] [-o md|csv|json]\n"
+                              "                [-sm none|layer|tensor] [--greedy | --temp T] "
+                              "[options]")
+                          .c_str());
     return 0;
   }
   if (!p.positional().empty()) {
     std::fprintf(stderr, "tg-bench: unexpected argument '%s'\n", p.positional()[0].c_str());
+    return 2;
+  }
+  if (absl::Status s = tg::CheckFlags(f); !s.ok()) {
+    std::fprintf(stderr, "tg-bench: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   if (absl::Status s = tg::Run(f); !s.ok()) {

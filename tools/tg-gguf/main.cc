@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -20,47 +21,84 @@ namespace {
 constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;
 
-constexpr char kUsage[] =
+constexpr char kInfoUsage[] =
     "usage: tg-gguf info FILE\n"
-    "       tg-gguf synth OUT --dims n_embd,n_ff,n_layer,n_head,n_head_kv,n_vocab\n"
-    "                     --type T [--seed S (42)] [--ctx N (2048)] [--threads N (0: all)]\n"
-    "                     [--arch llama|qwen3moe|mixtral --experts E --experts-used K\n"
-    "                      [--expert-ff F (n_ff)]]\n"
-    "       T: f32 f16 q8_0 q4_0 q5_0 q5_1 q2_k q3_k q4_k q5_k iq4_nl iq4_xs mxfp4 (every matrix)\n"
-    "          or q4_k_m q5_k_m (llama-quantize's mixes; docs/gguf.md)\n"
-    "       tg-gguf hash FILE\n"
     "\n"
-    "info   prints the version, alignment, metadata and tensors of a GGUF file.\n"
-    "synth  writes a llama GGUF with random weights that tensorgrid and llama.cpp load;\n"
-    "       e.g. the stories15M shape: --dims 288,768,6,6,6,32000. --arch qwen3moe or\n"
-    "       mixtral makes every feed-forward E experts of which the router picks K.\n"
-    "hash   writes FILE.tghash, the SHA-256 of its tensor data in pieces (on all cores), so\n"
-    "       that loading FILE onto rpc-servers need not hash it.\n";
+    "Prints the version, alignment, metadata and tensors of a GGUF file.\n";
+constexpr char kHashUsage[] =
+    "usage: tg-gguf hash FILE\n"
+    "\n"
+    "Writes FILE.tghash, the SHA-256 of its tensor data in pieces (on all cores), so that\n"
+    "loading FILE onto rpc-servers need not hash it.\n";
+
+// The whole tool's usage: the commands' synopses and what each does, then synth's flags.
+std::string Usage() {
+  return absl::StrCat(
+      "usage: tg-gguf info FILE\n"
+      "       tg-gguf hash FILE\n"
+      "       tg-gguf synth OUT --dims ... --type T [flags] (below)\n"
+      "       tg-gguf COMMAND --help\n"
+      "\n"
+      "info   prints the version, alignment, metadata and tensors of a GGUF file.\n"
+      "hash   writes FILE.tghash, the SHA-256 of its tensor data in pieces (on all cores), so\n"
+      "       that loading FILE onto rpc-servers need not hash it.\n"
+      "synth  writes a GGUF with random weights:\n"
+      "\n",
+      tg::synth::SynthUsage());
+}
 
 int Fail(const absl::Status& status, int code) {
   std::fprintf(stderr, "tg-gguf: %s\n", std::string(status.message()).c_str());
   return code;
 }
 
-int Info(absl::Span<char* const> args) {
-  if (args.size() != 1) {
-    return Fail(absl::InvalidArgumentError("info needs exactly one FILE"), kExitUsage);
+bool IsHelp(absl::string_view arg) { return arg == "-h" || arg == "--help"; }
+
+// The one FILE of info and hash, or nullptr for -h/--help. Any other flag, or a count
+// other than one, is a usage error.
+absl::StatusOr<const char*> OneFile(absl::string_view command, absl::Span<char* const> args) {
+  for (const absl::string_view arg : args) {
+    if (IsHelp(arg)) return nullptr;
+    if (arg.size() > 1 && arg[0] == '-') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag '", arg, "' (see tg-gguf ", command, " --help)"));
+    }
   }
-  const absl::Status s = tg::gguf_tool::RunInfo(args[0], stdout);
+  if (args.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(command, " needs exactly one FILE"));
+  }
+  return args[0];
+}
+
+int Info(absl::Span<char* const> args) {
+  absl::StatusOr<const char*> file = OneFile("info", args);
+  if (!file.ok()) return Fail(file.status(), kExitUsage);
+  if (*file == nullptr) {
+    std::fputs(kInfoUsage, stdout);
+    return 0;
+  }
+  const absl::Status s = tg::gguf_tool::RunInfo(*file, stdout);
   return s.ok() ? 0 : Fail(s, kExitRuntime);
 }
 
 int Hash(absl::Span<char* const> args) {
-  if (args.size() != 1) {
-    return Fail(absl::InvalidArgumentError("hash needs exactly one FILE"), kExitUsage);
+  absl::StatusOr<const char*> file = OneFile("hash", args);
+  if (!file.ok()) return Fail(file.status(), kExitUsage);
+  if (*file == nullptr) {
+    std::fputs(kHashUsage, stdout);
+    return 0;
   }
-  const absl::Status s = tg::gguf_tool::RunHash(args[0], stdout);
+  const absl::Status s = tg::gguf_tool::RunHash(*file, stdout);
   return s.ok() ? 0 : Fail(s, kExitRuntime);
 }
 
 int Synth(absl::Span<char* const> args) {
   absl::StatusOr<tg::synth::SynthOptions> opts = tg::synth::ParseSynthOptions(args);
   if (!opts.ok()) return Fail(opts.status(), kExitUsage);
+  if (opts->help) {
+    std::fputs(tg::synth::SynthUsage().c_str(), stdout);
+    return 0;
+  }
   const absl::Status s = tg::synth::RunSynth(*opts, stdout);
   return s.ok() ? 0 : Fail(s, kExitRuntime);
 }
@@ -71,18 +109,19 @@ int main(int argc, char** argv) {
   if (absl::Status s = tg::ConfigureDeadlockDetection(); !s.ok()) return Fail(s, kExitUsage);
   const absl::Span<char* const> args(argv + 1, argc - 1);
   if (args.empty()) {
-    std::fputs(kUsage, stderr);
+    std::fputs(Usage().c_str(), stderr);
     return kExitUsage;
   }
   const absl::string_view command = args[0];
-  if (command == "help" || command == "--help" || command == "-h") {
-    std::fputs(kUsage, stdout);
+  if (command == "help" || IsHelp(command)) {
+    std::fputs(Usage().c_str(), stdout);
     return 0;
   }
   if (command == "info") return Info(args.subspan(1));
   if (command == "synth") return Synth(args.subspan(1));
   if (command == "hash") return Hash(args.subspan(1));
-  return Fail(absl::InvalidArgumentError(absl::StrCat("unknown command '", command,
+  const char* what = command.size() > 1 && command[0] == '-' ? "flag" : "command";
+  return Fail(absl::InvalidArgumentError(absl::StrCat("unknown ", what, " '", command,
                                                       "' (commands: info, synth, hash, help)")),
               kExitUsage);
 }

@@ -16,8 +16,9 @@ absl::StatusOr<Command> ParseCommand(absl::string_view word) {
   if (word == "perf") return Command::kPerf;
   if (word == "support") return Command::kSupport;
   if (word == "help" || word == "--help" || word == "-h") return Command::kHelp;
+  const char* what = word.size() > 1 && word[0] == '-' ? "flag" : "command";
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown command '", word, "' (commands: test, perf, support, help)"));
+      absl::StrCat("unknown ", what, " '", word, "' (commands: test, perf, support, help)"));
 }
 
 absl::StatusOr<int> ParseThreads(absl::string_view value) {
@@ -84,10 +85,15 @@ absl::StatusOr<Options> ParseOptions(absl::Span<char* const> args) {
       opts.verbose = true;
       continue;
     }
+    if (arg.empty() || arg[0] != '-') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument '", arg, "' (see tg-ops --help)"));
+    }
     if (!TakesValue(arg)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown flag '", arg,
-          "' (flags: -o OP, -b DEVICE, -t THREADS, -sm MODE, --device LIST, --rpc LIST, -v)"));
+          "' (flags: -o OP, -b DEVICE, -t THREADS, -sm none|tensor, --device LIST, --rpc LIST, "
+          "-v)"));
     }
     if (i + 1 >= args.size()) {
       return absl::InvalidArgumentError(absl::StrCat("flag ", arg, " needs a value"));
@@ -99,7 +105,8 @@ absl::StatusOr<Options> ParseOptions(absl::Span<char* const> args) {
 }
 
 std::string UsageText() {
-  return "usage: tg-ops COMMAND [flags]\n"
+  return "usage: tg-ops test|perf|support [flags]\n"
+         "       tg-ops COMMAND --help\n"
          "\n"
          "Checks every op on every registered device and measures its speed.\n"
          "\n"
@@ -114,7 +121,8 @@ std::string UsageText() {
          "  -o OP       only this op (as printed: MUL_MAT, ROPE, ...; case-insensitive)\n"
          "  -b DEVICE   only this device (CPU, CPU0, ...)\n"
          "  -t THREADS  threads of CPU devices (default: each device's own count)\n"
-         "  -sm MODE    none: registered devices only; tensor: only meta devices (tensor\n"
+         "  -sm none|tensor\n"
+         "              none: registered devices only; tensor: only meta devices (tensor\n"
          "              parallel over --device, inputs cut along their outer dimension in\n"
          "              META(...), along dimension 0 in META-K(...)); default: both, meta\n"
          "              devices when there are two or more CPU devices\n"
@@ -122,6 +130,7 @@ std::string UsageText() {
          "  --rpc L     also test the devices of these rpc-servers (host:port,...) against\n"
          "              the local CPU; --rpc-token-file F, --rpc-tls-ca F authenticate\n"
          "  -v          print every case, not only failures (test)\n"
+         "  -h, --help  this text (also after a command)\n"
          "\n"
          "environment:\n"
          "  TG_CPU_DEVICES=N  expose N virtual CPU devices (CPU0..CPU<N-1>)\n"

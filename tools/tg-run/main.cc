@@ -9,12 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/arg_parser.h"
 #include "cli/device_flags.h"
 #include "client/client_metrics.h"
 #include "core/deadlock_detection.h"
+#include "core/split_mode.h"
 #include "core/status_macros.h"
+#include "meta/allreduce.h"
 #include "models/failover_model.h"
 #include "models/failover_session.h"
 #include "models/llama_model.h"
@@ -171,18 +174,36 @@ void PrintJson(const Result& r, const LoadReport& load) {
     j.Key("seconds").Double(d.seconds).EndObject();
   }
   j.EndArray().EndObject();
-  // What the remote devices' all-reduces moved through this process (client/client_metrics.h).
+  // What the remote devices' all-reduces moved through this process: staged by the RPC
+  // collectives (client/client_metrics.h) or, when a local device joins the split, by the
+  // meta backend's generic all-reduce (meta/allreduce.h); or run among the servers.
   const rpc::ClientMetrics& m = rpc::ClientMetrics::Get();
+  const meta::AllReduceTraffic& host = meta::AllReduceTraffic::Get();
   j.Key("rpc").BeginObject();
-  j.Key("allreduce_client_bytes").Int(static_cast<int64_t>(m.allreduce_client_bytes.load()));
+  j.Key("allreduce_client_bytes")
+      .Int(static_cast<int64_t>(m.allreduce_client_bytes.load() + host.staged_bytes.load()));
   j.Key("allreduce_on_servers").Int(static_cast<int64_t>(m.allreduce_on_servers.load()));
-  j.Key("allreduce_staged").Int(static_cast<int64_t>(m.allreduce_staged.load()));
+  j.Key("allreduce_staged")
+      .Int(static_cast<int64_t>(m.allreduce_staged.load() + host.staged.load()));
   j.EndObject().EndObject();
   std::printf("%s\n", j.str().c_str());
 }
 
+// The usage errors Parse cannot see: values outside a flag's list (exit 2, before any work).
+absl::Status CheckFlags(const RunFlags& f) {
+  TG_RETURN_IF_ERROR(ParseSplitMode(f.devices.split_mode).status());
+  absl::StatusOr<DType> kv_type = ParseDType(f.kv_type);
+  if (!kv_type.ok() || (*kv_type != DType::kF16 && *kv_type != DType::kF32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-type must be f16 or f32, not '", f.kv_type, "'"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Run(const RunFlags& f) {
-  TG_ASSIGN_OR_RETURN(DevicePlan plan, ResolveDevicePlan(f.devices));
+  DeviceFlags device_flags = f.devices;
+  device_flags.verbose = f.verbose;
+  TG_ASSIGN_OR_RETURN(DevicePlan plan, ResolveDevicePlan(device_flags));
   if (f.devices.list_devices) {
     std::printf("%s", DescribeDevices().c_str());
     return absl::OkStatus();
@@ -193,9 +214,10 @@ absl::Status Run(const RunFlags& f) {
     std::fprintf(stderr,
                  "tg-run: no -m given; using the synthetic demo model %s\n"
                  "tg-run: its weights are random, so the text below is noise by design; for real "
-                 "text give a GGUF model:\n"
-                 "tg-run:   tg-run -m ~/models/qwen2.5-0.5b-instruct-q8_0.gguf -p \"The capital "
-                 "of France is\" -n 32\n",
+                 "text give a GGUF model: the checkout's demo/stories260K.gguf (a tiny real "
+                 "llama), or a file from Hugging Face (e.g. qwen2.5-0.5b-instruct-q8_0.gguf of "
+                 "Qwen/Qwen2.5-0.5B-Instruct-GGUF):\n"
+                 "tg-run:   tg-run -m demo/stories260K.gguf -p \"Once upon a time\" -n 64\n",
                  path.c_str());
   }
   TG_ASSIGN_OR_RETURN(DType kv_type, ParseDType(f.kv_type));
@@ -276,11 +298,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (p.help_requested()) {
-    std::printf("%s", p.Usage("[-m MODEL.gguf] [-p PROMPT] [-n N] [options]").c_str());
+    std::printf("%s", p.Usage("[-m MODEL.gguf] [-p PROMPT] [-n N] [-sm none|layer|tensor]\n"
+                              "              [--kv-type f16|f32] [--json] [options]")
+                          .c_str());
     return 0;
   }
   if (!p.positional().empty()) {
     std::fprintf(stderr, "tg-run: unexpected argument '%s'\n", p.positional()[0].c_str());
+    return 2;
+  }
+  if (absl::Status s = tg::CheckFlags(f); !s.ok()) {
+    std::fprintf(stderr, "tg-run: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   if (absl::Status s = tg::Run(f); !s.ok()) {
