@@ -57,7 +57,7 @@ for i in 1 2; do
   endpoints+=("127.0.0.1:$(cat "$work/port$i")")
 done
 rpc=$(IFS=,; echo "${endpoints[*]}")
-echo "run.sh: two rpc-servers on $rpc; $model split over their devices (-sm tensor)"
+echo "run.sh: two rpc-servers (pids ${pids[*]}) on $rpc; $model split over their devices (-sm tensor)"
 echo "run.sh: ./$build/tools/tg-run/tg-run -m $model --rpc $rpc -sm tensor -v -p \"Once upon a time\" -n 64 --temp 0"
 "./$build/tools/tg-run/tg-run" -m "$model" --rpc "$rpc" -sm tensor -v -t 1 \
     -p "Once upon a time" -n 64 --temp 0
