@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -31,6 +32,10 @@ struct DecodeTimings {
   double overhead_us = 0;  // the scheduler's own work around its splits.
   int64_t graphs = 0;
   int64_t splits = 0;  // graph pieces run (scheduler splits; 1 per graph on one device).
+  // Graphs run with the host CPU beside a device that lacked kernels for some of their
+  // nodes (models/fallback_executor.h), and the device's refusal that started it.
+  int64_t fallback_graphs = 0;
+  std::string fallback_reason;
 };
 
 // Most generation steps submitted together (SessionOptions::greedy_batch), and the decoding

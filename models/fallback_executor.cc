@@ -35,6 +35,7 @@ absl::Status FallbackExecutor::FallBack(const absl::Status& refusal) {
                                      " failed: ", scheduled.status().message()));
   }
   scheduled_ = *std::move(scheduled);
+  fallback_reason_ = std::string(refusal.message());
   return absl::OkStatus();
 }
 
@@ -48,6 +49,8 @@ void FallbackExecutor::SumTimings() {
     sum.overhead_us += s.overhead_us;
     sum.graphs += s.graphs;
     sum.splits += s.splits;
+    sum.fallback_graphs = s.graphs;
+    sum.fallback_reason = fallback_reason_;
   }
   mutable_timings() = sum;
 }

@@ -9,6 +9,7 @@
 #define TENSORGRID_MODELS_FALLBACK_EXECUTOR_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "core/backend.h"
@@ -40,6 +41,7 @@ class FallbackExecutor : public Executor {
   Device* device_;
   Device* cpu_;
   int n_copies_;
+  std::string fallback_reason_;  // the refusal that made scheduled_.
 };
 
 }  // namespace tg

@@ -39,6 +39,7 @@ TEST_F(FallbackExecutorTest, ARefusedGraphAndEveryLaterOneRunWithTheCpu) {
   ExpectHostLogits(*model_, logits, {1, 2});
   EXPECT_FALSE(e->fell_back());
   EXPECT_EQ(cpu_.computes, 0);
+  EXPECT_EQ(e->timings().fallback_graphs, 0);
 
   ToyBatch picks(*model_, {4, 3}, 2, GraphOutput::kArgmax);
   const absl::Status s = e->Run(picks);
@@ -51,6 +52,9 @@ TEST_F(FallbackExecutorTest, ARefusedGraphAndEveryLaterOneRunWithTheCpu) {
   ASSERT_TRUE(e->Run(again).ok());
   ExpectHostLogits(*model_, again, {6, 0});
   EXPECT_EQ(e->timings().graphs, 3);  // one on the device alone, two scheduled.
+  // The report says how many needed the CPU and why (the device's refusal).
+  EXPECT_EQ(e->timings().fallback_graphs, 2);
+  EXPECT_FALSE(e->timings().fallback_reason.empty());
 }
 
 TEST_F(FallbackExecutorTest, GenerationRefusedAtItsFirstStepStartsOverWithTheCpu) {

@@ -9,7 +9,10 @@
 // boundary moves by a whole quantum, which is what sets the tolerances of the quantized types
 // (the CPU itself is compared with ggml at 2% of the range for them). A qwen3moe of the same
 // shape (16 experts, 4 used) runs the MoE router's ops (SOFT_MAX, TOP_K, SUM_ROWS, DIV,
-// MUL_MAT_ID) on Vulkan0 too. Skips where no Vulkan device is present.
+// MUL_MAT_ID) on Vulkan0 too, and a gpt-oss with MXFP4 experts its attention sinks, expert
+// biases and sliding-window layers; the q5_k_m mix holds Q5_K, Q6_K and (rows of 288) the
+// fallback types. Alone on Vulkan0 every node must run there: no graph may need the CPU
+// beside it (DecodeTimings::fallback_graphs). Skips where no Vulkan device is present.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -40,27 +43,29 @@ struct Case {
   double tie_tol;    // largest CPU gap / range a different pick may have (observed <= 4.2e-4).
   // Run Vulkan0 in a layer split with the CPU (5 of the 6 layers on Vulkan0) instead of alone.
   bool with_cpu = false;
-  bool moe = false;  // qwen3moe instead of llama.
+  const char* arch = "llama";  // or a mixture of experts: qwen3moe, gpt-oss (tg-gguf synth).
 };
 
 struct Decoded {
   std::vector<int32_t> tokens;             // the CPU's greedy picks.
   std::vector<std::vector<float>> logits;  // per step.
+  DecodeTimings timings;                   // fallback_graphs: graphs that needed the CPU.
 };
 
-std::string SynthModel(const std::string& type, bool moe) {
+std::string SynthModel(const std::string& type, const std::string& arch) {
   // The process id keeps cases that ctest runs side by side off each other's files.
-  const std::string path =
-      (std::filesystem::temp_directory_path() /
-       absl::StrCat("tg_vk_synth15m_", type, moe ? "_moe" : "", "_", getpid(), ".gguf"))
-          .string();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            absl::StrCat("tg_vk_synth15m_", type, "_", arch, "_", getpid(), ".gguf"))
+                               .string();
   std::vector<std::string> args = {path, "--dims", "288,768,6,6,6,32000", "--type", type};
-  if (moe) {
-    for (const char* a :
-         {"--arch", "qwen3moe", "--experts", "16", "--experts-used", "4", "--expert-ff", "192"}) {
+  if (arch != "llama") {
+    for (const char* a : {"--experts", "16", "--experts-used", "4", "--expert-ff", "192"}) {
       args.push_back(a);
     }
+    args.push_back("--arch");
+    args.push_back(arch);
   }
+  if (arch == "gpt-oss") args[2] = "256,768,4,8,4,32000";  // heads of 32 (gpt-oss: n_head even).
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   absl::StatusOr<synth::SynthOptions> opts = synth::ParseSynthOptions(argv);
@@ -91,6 +96,7 @@ absl::StatusOr<Decoded> Decode(const std::string& path, const LoadOptions& lo,
     run.tokens.push_back(pick);
     next = {forced != nullptr ? (*forced)[step] : pick};
   }
+  run.timings = (*session)->timings();
   return run;
 }
 
@@ -101,7 +107,7 @@ TEST_P(VulkanModelTest, TokensMatchTheCpuUpToNearTies) {
   absl::StatusOr<Device*> vk = Registry::Get().FindDevice("Vulkan0");
   if (!vk.ok()) GTEST_SKIP() << "no Vulkan device (lavapipe needs TG_VULKAN_CPU=1)";
   const Case& c = GetParam();
-  const std::string path = SynthModel(c.type, c.moe);
+  const std::string path = SynthModel(c.type, c.arch);
   ASSERT_FALSE(path.empty());
   const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
   LoadOptions on_cpu;
@@ -116,6 +122,10 @@ TEST_P(VulkanModelTest, TokensMatchTheCpuUpToNearTies) {
   absl::StatusOr<Decoded> gpu = Decode(path, on_vk, prompt, &cpu->tokens);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   std::filesystem::remove(path);
+  // Alone, Vulkan0 has a kernel for every node: no graph needed the CPU beside it.
+  if (!c.with_cpu) {
+    EXPECT_EQ(gpu->timings.fallback_graphs, 0) << gpu->timings.fallback_reason;
+  }
   int ties = 0;
   double worst = 0;
   for (int s = 0; s < kSteps; ++s) {
@@ -148,11 +158,15 @@ INSTANTIATE_TEST_SUITE_P(Synth15m, VulkanModelTest,
                                            Case{"q4_0", 1e-2, 2e-3}, Case{"q4_k", 1e-2, 2e-3},
                                            Case{"q4_k", 1e-2, 2e-3, true},
                                            Case{"q4_k_m", 1e-2, 2e-3}, Case{"q5_k", 1e-2, 2e-3},
-                                           Case{"f32", 1e-5, 1e-5, false, true}),
+                                           Case{"q5_k_m", 1e-2, 2e-3},
+                                           Case{"f32", 1e-5, 1e-5, false, "qwen3moe"},
+                                           Case{"mxfp4", 1e-2, 2e-3, false, "gpt-oss"}),
                          [](const auto& info) {
+                           std::string arch = info.param.arch;
+                           arch.erase(std::remove(arch.begin(), arch.end(), '-'), arch.end());
                            return absl::StrCat(info.param.type,
                                                info.param.with_cpu ? "_with_cpu" : "",
-                                               info.param.moe ? "_qwen3moe" : "");
+                                               arch == "llama" ? "" : "_" + arch);
                          });
 
 }  // namespace

@@ -244,6 +244,11 @@ absl::Status Run(const RunFlags& f) {
   TG_ASSIGN_OR_RETURN(std::unique_ptr<FailoverSession> session,
                       FailoverSession::Create(*model, so, report));
   TG_RETURN_IF_ERROR(Generate(f, *session, SamplingOf(f), &r));
+  if (const DecodeTimings& t = session->session().timings(); f.verbose && t.fallback_graphs > 0) {
+    std::fprintf(stderr, "%stg-run: %lld graphs ran with the CPU beside the device, which lacks "
+                 "kernels for some of their nodes: %s\n", g_streamed ? "\n" : "",
+                 static_cast<long long>(t.fallback_graphs), t.fallback_reason.c_str());
+  }
   if (f.json) {
     PrintJson(r, load);
   } else {
