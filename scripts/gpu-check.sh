@@ -130,7 +130,7 @@ compare() {  # name model compare_devices.py-args... (the device under test: $re
 # The top-5 logit tolerance against the CPU for a model tag: 1e-2 for the quantized models
 # (their activations' rounding flips, see stage_correctness), 1e-3 otherwise.
 logit_tol() {
-  case $1 in *q4_0 | *q8_0 | *q4_k) echo 1e-2 ;; *) echo 1e-3 ;; esac
+  case $1 in *q4_0 | *q8_0 | *q4_k | *q5_k_m | *mxfp4) echo 1e-2 ;; *) echo 1e-3 ;; esac
 }
 
 stage_correctness() {
@@ -163,6 +163,20 @@ stage_correctness() {
   for type in f32 q8_0; do
     add_model "moe15m-$type" --dims 288,768,6,6,6,32000 --type "$type" --arch qwen3moe \
       --experts 8 --experts-used 2 --expert-ff 256
+  done
+  # The weight types of the files users download: a q5_k_m mix (Q5_K, Q6_K and, in rows of
+  # 288, Q5_1 and Q8_0) and a gpt-oss with MXFP4 experts (sinks, biases, sliding windows).
+  add_model "synth15m-q5_k_m" --dims 288,768,6,6,6,32000 --type q5_k_m
+  add_model "gptoss15m-mxfp4" --dims 256,768,4,8,4,32000 --type mxfp4 --arch gpt-oss \
+    --experts 16 --experts-used 4 --expert-ff 192
+  # Every node of those on the device alone: tg-run -v says when graphs needed the CPU.
+  for m in "$work/synth15m-q5_k_m.gguf" "$work/gptoss15m-mxfp4.gguf"; do
+    [ -f "$m" ] || continue
+    tag=$(basename "$m" .gguf)
+    run_check "${tag}_${dev,,}_all_nodes" bash -c '
+      "$1" -m "$2" --device "$3" -n 8 --temp 0 -v >/dev/null 2>"$4" || exit 1
+      if grep "ran with the CPU beside the device" "$4"; then exit 1; fi
+      echo "PASS: every node on $3"' _ "$bin/tg-run" "$m" "$dev" "$logs/${tag}_${dev,,}_nodes.txt"
   done
   local long_prompt="Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends every day."
   # Quantized weights meet activations quantized to 8 bits per token. The CPU and the GPU sum
