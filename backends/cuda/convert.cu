@@ -64,12 +64,13 @@ __global__ void QuantizeRowsKernel(TensorView dst, TensorView src, int64_t n_blo
   }
 }
 
-// Same quantized type: the rows' bytes, 2 at a time (every block size is even).
-__global__ void CopyQuantRowsKernel(TensorView dst, TensorView src, int64_t row_halves, int64_t n) {
+// Same quantized type: the rows' bytes, 2 at a time (Piece uint16_t), or one at a time where
+// a row has an odd count (MXFP4's 17-byte blocks, an odd number of them).
+template <typename Piece>
+__global__ void CopyQuantRowsKernel(TensorView dst, TensorView src, int64_t row_pieces, int64_t n) {
   for (int64_t k = GlobalThread(); k < n; k += GridThreads()) {
-    const int64_t r = k / row_halves, h = k % row_halves;
-    reinterpret_cast<uint16_t*>(RowPtr(dst, r))[h] =
-        reinterpret_cast<const uint16_t*>(RowPtr(src, r))[h];
+    const int64_t r = k / row_pieces, h = k % row_pieces;
+    reinterpret_cast<Piece*>(RowPtr(dst, r))[h] = reinterpret_cast<const Piece*>(RowPtr(src, r))[h];
   }
 }
 
@@ -194,10 +195,15 @@ cudaError_t LaunchCopy(const TensorView& dst, const TensorView& src, cudaStream_
     return LaunchOn(ElementwiseLaunch(n), stream, CopyPlainKernel, dst, src, n);
   }
   if (q_src && q_dst) {  // same type (CudaSupportsOp allows no other quantized pair).
-    const int64_t row_halves = src.ne[0] / BlockElems(src.type) * BlockBytesOf(src.type) / 2;
-    const int64_t halves = row_halves * NumRows(src);
-    return LaunchOn(ElementwiseLaunch(halves), stream, CopyQuantRowsKernel, dst, src, row_halves,
-                    halves);
+    const int64_t row_bytes = src.ne[0] / BlockElems(src.type) * BlockBytesOf(src.type);
+    if (row_bytes % 2 != 0) {
+      const int64_t bytes = row_bytes * NumRows(src);
+      return LaunchOn(ElementwiseLaunch(bytes), stream, CopyQuantRowsKernel<uint8_t>, dst, src,
+                      row_bytes, bytes);
+    }
+    const int64_t halves = row_bytes / 2 * NumRows(src);
+    return LaunchOn(ElementwiseLaunch(halves), stream, CopyQuantRowsKernel<uint16_t>, dst, src,
+                    row_bytes / 2, halves);
   }
   if (q_src) return LaunchOn(ElementwiseLaunch(n), stream, DequantRowsKernel, dst, src, n);
   const int64_t n_blocks = n / 32;

@@ -16,6 +16,14 @@ static_assert(static_cast<int>(DType::kQ4_0) == kTypeQ4_0);
 static_assert(static_cast<int>(DType::kQ8_0) == kTypeQ8_0);
 static_assert(static_cast<int>(DType::kQ4_K) == kTypeQ4_K);
 static_assert(static_cast<int>(DType::kQ6_K) == kTypeQ6_K);
+static_assert(static_cast<int>(DType::kQ5_0) == kTypeQ5_0);
+static_assert(static_cast<int>(DType::kQ5_1) == kTypeQ5_1);
+static_assert(static_cast<int>(DType::kQ2_K) == kTypeQ2_K);
+static_assert(static_cast<int>(DType::kQ3_K) == kTypeQ3_K);
+static_assert(static_cast<int>(DType::kQ5_K) == kTypeQ5_K);
+static_assert(static_cast<int>(DType::kIQ4_NL) == kTypeIQ4_NL);
+static_assert(static_cast<int>(DType::kIQ4_XS) == kTypeIQ4_XS);
+static_assert(static_cast<int>(DType::kMXFP4) == kTypeMXFP4);
 
 TensorView ViewOf(const Tensor& t) {
   TensorView v;

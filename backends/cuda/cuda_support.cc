@@ -9,7 +9,9 @@ namespace tg::cuda {
 namespace {
 
 size_t LoadAlignment(DType type) {
-  if (IsQuantized(type)) return 2;  // blocks are read with 2-byte loads (quant_math.h).
+  // Blocks are read with 2-byte loads (quant_math.h); MXFP4's 17-byte blocks byte by byte,
+  // but the matrix-vector kernel stages its rows with 2-byte loads as well.
+  if (IsQuantized(type)) return 2;
   return BlockBytes(type);
 }
 
@@ -23,7 +25,8 @@ bool CopySupported(DType from, DType to) {
   return true;  // plain <-> plain, quantized -> plain (the shape rules allow those to F32).
 }
 
-// The kernels switch over kernel_types.h's types; any other (Q5_K, MXFP4, ...) has no kernel.
+// The kernels switch over kernel_types.h's types; any other (a type added to DType later)
+// has no kernel.
 bool KernelsKnow(DType type) { return BlockBytesOf(static_cast<int>(type)) != 0; }
 
 // A same-type copy between dense tensors is a device memcpy (cuda_ops.cc), whatever the type.
@@ -87,7 +90,8 @@ bool PromptSized(const Tensor& node, int64_t max_tokens) {
 
 bool KernelAligned(const Tensor& t) {
   const size_t align = LoadAlignment(t.type);
-  for (int d = 0; d < kMaxDims; ++d) {
+  // A quantized row is dense (nb[0] is the block size, 17 bytes for MXFP4): its start counts.
+  for (int d = IsQuantized(t.type) ? 1 : 0; d < kMaxDims; ++d) {
     if (t.nb[d] % align != 0) return false;
   }
   return t.view_src == nullptr || t.view_offs % align == 0;

@@ -25,7 +25,7 @@ inline constexpr int kMinTensorCoreCc = 75;
 
 enum class MulMatPath {
   kMatVec,   // matvec.cu: Q8_1 activations for quantized weights, f32 for float weights.
-  kMmq,      // mmq.cu: int8 tensor-core tiles on Q8_1 activations (Q4_0, Q8_0, Q4_K, Q6_K).
+  kMmq,      // mmq.cu: int8 tensor-core tiles on Q8_1 activations (every quantized type).
   kGemmF32,  // cuBLAS SGEMM: F32 weights (in place) and BF16 weights (widened to F32).
   kGemmF16,  // cuBLAS GEMM on tensor cores: F16 weights, quantized ones dequantized to F16,
              // activations rounded to F16, f32 accumulation.
@@ -52,8 +52,9 @@ bool PromptSized(const Tensor& node, int64_t max_tokens);
 bool GemmFitsCublas(const Tensor& mul_mat);
 
 // True when every stride and the view offset of t are multiples of what the kernels load at
-// once (4 bytes for F32/I32, 2 for F16/BF16 and the quantized blocks): a graph from the
-// network may hold views that are not, and a misaligned load would kill the CUDA context.
+// once (4 bytes for F32/I32, 2 for F16/BF16 and the quantized rows; a quantized type's nb[0],
+// its block size, does not count): a graph from the network may hold views that are not, and
+// a misaligned load would kill the CUDA context.
 bool KernelAligned(const Tensor& t);
 
 bool CudaSupportsOp(const Tensor& node);

@@ -1,8 +1,8 @@
 #include "backends/cuda/cuda_support.h"
 
-#include <set>
-
+#include "backends/cuda/kernel_types.h"
 #include "core/context.h"
+#include "core/dtype.h"
 #include "core/ops.h"
 #include "gtest/gtest.h"
 
@@ -36,26 +36,46 @@ TEST(CudaSupportTest, QuantizedDestinationsOnlyWhereAKernelQuantizes) {
   }
 }
 
-TEST(CudaSupportTest, TypesWithoutKernelsGoElsewhere) {
-  // The types matvec.cu, convert.cu and quant_math.h implement; the rest must fall back.
-  const std::set<DType> with_kernels = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kI32,
-                                        DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
+// Every DType has kernels now: kernel_types.h's block sizes must be core's, and every
+// quantized type must be taken by GET_ROWS, MUL_MAT, MUL_MAT_ID and dequantizing copies (the
+// weight types of Q5_K_M/Q3_K_M mixes, IQ4_XS and gpt-oss's MXFP4 experts among them).
+TEST(CudaSupportTest, EveryTypeHasKernels) {
   Context ctx;
   Tensor* idx = New(ctx, DType::kI32, {2});
   for (DType type : kAllDTypes) {
-    if (with_kernels.count(type) != 0) continue;
+    const int t = static_cast<int>(type);
+    EXPECT_EQ(BlockBytesOf(t), static_cast<int>(BlockBytes(type))) << DTypeName(type);
+    EXPECT_EQ(BlockElems(t), BlockSize(type)) << DTypeName(type);
+    EXPECT_EQ(IsQuantizedType(t), IsQuantized(type)) << DTypeName(type);
+    if (!IsQuantized(type)) continue;
     Tensor* w = New(ctx, type, {256, 4});
-    EXPECT_FALSE(CudaSupportsOp(**GetRows(ctx, w, idx))) << DTypeName(type);
-    EXPECT_FALSE(CudaSupportsOp(**MulMat(ctx, w, New(ctx, DType::kF32, {256, 3}))))
+    EXPECT_TRUE(CudaSupportsOp(**GetRows(ctx, w, idx))) << DTypeName(type);
+    EXPECT_TRUE(CudaSupportsOp(**MulMat(ctx, w, New(ctx, DType::kF32, {256, 3}))))
         << DTypeName(type);
     Tensor* experts = New(ctx, type, {256, 4, 3});
     Tensor* ids = New(ctx, DType::kI32, {2, 5});
-    EXPECT_FALSE(CudaSupportsOp(**MulMatId(ctx, experts, New(ctx, DType::kF32, {256, 2, 5}), ids)))
+    EXPECT_TRUE(CudaSupportsOp(**MulMatId(ctx, experts, New(ctx, DType::kF32, {256, 2, 5}), ids)))
         << DTypeName(type);
-    EXPECT_FALSE(CudaSupportsOp(**Cpy(ctx, w, New(ctx, DType::kF32, {256, 4})))) << DTypeName(type);
-    EXPECT_TRUE(CudaSupportsOp(**Cont(ctx, w))) << DTypeName(type);        // a device memcpy.
-    EXPECT_TRUE(CudaSupportsOp(**View(ctx, w, {256, 2}, {w->nb[1]}, 0)));  // computes nothing.
+    EXPECT_TRUE(CudaSupportsOp(**Cpy(ctx, w, New(ctx, DType::kF32, {256, 4})))) << DTypeName(type);
+    EXPECT_TRUE(CudaSupportsOp(**Cont(ctx, w))) << DTypeName(type);  // a device memcpy.
+    // Only Q8_0 and Q4_0 have a kernel quantizer.
+    const bool writable = type == DType::kQ8_0 || type == DType::kQ4_0;
+    EXPECT_EQ(CudaSupportsOp(**Cpy(ctx, New(ctx, DType::kF32, {256, 4}), w)), writable)
+        << DTypeName(type);
   }
+}
+
+// MXFP4's 17-byte blocks: rows of an even byte count run on the device (gpt-oss: 90 blocks);
+// an odd row stride is left to the CPU, since the matrix-vector kernel stages rows in 2-byte
+// loads.
+TEST(CudaSupportTest, Mxfp4RowsNeedAnEvenStride) {
+  Context ctx;
+  Tensor* even = New(ctx, DType::kMXFP4, {2880, 4});
+  EXPECT_TRUE(KernelAligned(*even));
+  EXPECT_TRUE(CudaSupportsOp(**MulMat(ctx, even, New(ctx, DType::kF32, {2880, 1}))));
+  Tensor* odd = New(ctx, DType::kMXFP4, {96, 4});  // 3 blocks: 51-byte rows.
+  EXPECT_FALSE(KernelAligned(*odd));
+  EXPECT_FALSE(CudaSupportsOp(**MulMat(ctx, odd, New(ctx, DType::kF32, {96, 1}))));
 }
 
 TEST(CudaSupportTest, MisalignedViewsGoElsewhere) {
@@ -109,7 +129,9 @@ TEST(CudaSupportTest, MulMatPathByColumnsAndWeightType) {
   EXPECT_EQ(path(DType::kBF16, 9, hopper), MulMatPath::kGemmF32);
   EXPECT_EQ(path(DType::kF16, 9, hopper), MulMatPath::kGemmF16);
   // Quantized weights: the int8 tiles from the matrix-vector limit up to mmq_max_batch.
-  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+  for (DType type : kAllDTypes) {
+    if (!IsQuantized(type)) continue;
+    EXPECT_EQ(path(type, 1, hopper), MulMatPath::kMatVec) << DTypeName(type);
     EXPECT_EQ(path(type, kMatVecMaxColumns + 1, hopper), MulMatPath::kMmq) << DTypeName(type);
     EXPECT_EQ(path(type, kDefaultMmqMaxBatch, hopper), MulMatPath::kMmq);
     EXPECT_EQ(path(type, kDefaultMmqMaxBatch + 1, hopper), MulMatPath::kGemmF16);

@@ -13,7 +13,7 @@
 
 namespace tg::cuda {
 
-// MUL_MAT of quantized weights (Q4_0/Q8_0/Q4_K/Q6_K) with more activation columns than the
+// MUL_MAT of quantized weights (every quantized type) with more activation columns than the
 // matrix-vector kernel takes runs the int8 tile kernel (mmq.cu) up to this many columns, and
 // dequantize-to-F16 plus a cuBLAS GEMM above. Up to a default prompt batch (512 tokens) the
 // F16 copy of the weights (2 bytes per weight written and read again, 3.5x a Q4_0 weight's

@@ -111,7 +111,7 @@ struct MatVecArgs {
 };
 cudaError_t LaunchMatVec(const MatVecArgs& args, cudaStream_t stream);
 
-// MUL_MAT of quantized weights (Q4_0, Q8_0, Q4_K, Q6_K) with many activation columns: the
+// MUL_MAT of quantized weights (every quantized type) with many activation columns: the
 // int8 tile kernel (mmq.cu, mmq_tile.h) on the matrix-vector kernel's Q8_1 activations.
 struct MmqArgs {
   int weight_type = 0;

@@ -38,6 +38,13 @@ Launch FlashAttnLaunch(int64_t n_rows) {
   return Grid1D(std::clamp<int64_t>(n_rows, 0, kMaxGridX), kFlashAttnThreads);
 }
 
+int64_t MatVecSegmentStep(int weight_type) {
+  // Every block size but MXFP4's (17) is even, and 8 blocks of an even size are a multiple of
+  // 16 bytes for all of them (18, 22, 24, 34, 84, 110, 136, 144, 176, 210); 17 needs 16.
+  const int64_t bb = BlockBytesOf(weight_type);
+  return bb * kMatVecSegmentMinBlocks % 16 == 0 ? kMatVecSegmentMinBlocks : 16;
+}
+
 MatVecPlan PlanMatVec(int weight_type, int64_t k, bool rows_aligned16, int n_matrices) {
   MatVecPlan p;
   const bool quantized = IsQuantizedType(weight_type);
@@ -55,8 +62,9 @@ MatVecPlan PlanMatVec(int weight_type, int64_t k, bool rows_aligned16, int n_mat
   if (!quantized) return p;
   const int64_t bb = BlockBytesOf(weight_type);
   const int64_t row_blocks = k / BlockElems(weight_type);
-  const int64_t fit = kMatVecStageBytes / (p.rows_per_block * bb) / 8 * 8;
-  p.seg_blocks = std::max<int64_t>(8, std::min(row_blocks, fit));
+  const int64_t step = MatVecSegmentStep(weight_type);
+  const int64_t fit = kMatVecStageBytes / (p.rows_per_block * bb) / step * step;
+  p.seg_blocks = std::max<int64_t>(step, std::min(row_blocks, fit));
   if (p.seg_blocks > row_blocks) p.seg_blocks = row_blocks;
   p.slot_bytes = (p.seg_blocks * bb + 15) / 16 * 16;
   p.smem_bytes = p.slot_bytes * p.rows_per_block * n_matrices;

@@ -23,7 +23,7 @@ inline constexpr int kElementwiseThreads = 256;
 // Warps per block of the matrix-vector kernel; a weight row gets 1, 2 or all 4 of them.
 inline constexpr int kMatVecWarps = 4;
 // Shared memory per weight matrix of a matrix-vector block for its staged rows: quantized
-// rows are copied in with 16-byte loads (whatever the block layout: 18, 34, 144, 210 bytes)
+// rows are copied in with 16-byte loads (whatever the block layout: 17 to 210 bytes)
 // and decoded from there. 16 KiB holds a whole Q8_0 row of 14336 (15232 bytes); longer rows
 // go in segments. With gate/up fused, two matrices stage their rows (32 KiB, under the 48 KiB
 // every GPU gives a block without opting in).
@@ -59,7 +59,7 @@ Launch WarpLaunch(int64_t n_units, int warps);
 
 // How a matrix-vector block covers its rows: rows_per_block rows (kMatVecWarps /
 // rows_per_block warps each) and, for quantized weights, how the rows are staged in shared
-// memory: segments of seg_blocks weight blocks (a multiple of 8, so that 8 * block bytes keeps
+// memory: segments of seg_blocks weight blocks (a multiple of MatVecSegmentStep, which keeps
 // segment starts 16-byte aligned; or the whole row), one slot of slot_bytes per row and
 // matrix, copied in stage_vec-byte loads (16 when every row starts 16-byte aligned, else 2).
 // Float weights are read directly: 8 elements per 16-byte load when stage_vec is 16, one by
@@ -71,6 +71,11 @@ struct MatVecPlan {
   int stage_vec = 16;
   int64_t smem_bytes = 0;  // dynamic shared memory of the launch.
 };
+
+// Segment lengths of a quantized type's staged rows are multiples of this many blocks: 8 (the
+// smallest multiple of 16 bytes for every even block size), 16 for MXFP4's 17-byte blocks.
+inline constexpr int64_t kMatVecSegmentMinBlocks = 8;
+int64_t MatVecSegmentStep(int weight_type);
 
 // For weights of weight_type with rows of k elements; n_matrices 2 for gate/up fused.
 MatVecPlan PlanMatVec(int weight_type, int64_t k, bool rows_aligned16, int n_matrices);

@@ -118,17 +118,20 @@ TEST(LaunchGeometryTest, MatVecRefusesWhatTheGridCannotAddress) {
 // 16-byte alignment, within the shared-memory budget, covering the row; long rows get more
 // warps per row.
 TEST(LaunchGeometryTest, MatVecPlanStagesWholeBlocksWithinBudget) {
-  const int types[] = {kTypeQ4_0, kTypeQ8_0, kTypeQ4_K, kTypeQ6_K};
+  const int types[] = {kTypeQ4_0, kTypeQ8_0, kTypeQ4_K, kTypeQ6_K,   kTypeQ5_0,   kTypeQ5_1,
+                       kTypeQ2_K, kTypeQ3_K, kTypeQ5_K, kTypeIQ4_NL, kTypeIQ4_XS, kTypeMXFP4};
   for (int type : types) {
     const int64_t bb = BlockBytesOf(type), be = BlockElems(type);
+    const int64_t step = MatVecSegmentStep(type);
+    EXPECT_EQ(step * bb % 16, 0) << type;  // every segment start stays 16-aligned.
+    EXPECT_EQ(step, type == kTypeMXFP4 ? 16 : 8) << type;
     for (int64_t k : {int64_t{256}, int64_t{2048}, int64_t{4096}, int64_t{5632}, int64_t{14336},
                       int64_t{65536}}) {
       for (int n_matrices : {1, 2}) {
         const MatVecPlan p = PlanMatVec(type, k, true, n_matrices);
         const int64_t row_blocks = k / be;
         ASSERT_GT(p.seg_blocks, 0);
-        EXPECT_TRUE(p.seg_blocks == row_blocks || p.seg_blocks % 8 == 0) << type << " " << k;
-        EXPECT_EQ(p.seg_blocks * bb * 8 % 16, 0);  // every segment start stays 16-aligned.
+        EXPECT_TRUE(p.seg_blocks == row_blocks || p.seg_blocks % step == 0) << type << " " << k;
         EXPECT_LE(p.seg_blocks, row_blocks);
         EXPECT_GE(p.slot_bytes, p.seg_blocks * bb);
         EXPECT_EQ(p.slot_bytes % 16, 0);
@@ -140,6 +143,14 @@ TEST(LaunchGeometryTest, MatVecPlanStagesWholeBlocksWithinBudget) {
     }
     EXPECT_EQ(PlanMatVec(type, 4096, false, 1).stage_vec, 2);
   }
+  // gpt-oss's MXFP4 expert rows (2880: 90 blocks, 1530 bytes, an even count) fit whole; a
+  // long MXFP4 row is cut into segments of 16 blocks (272 bytes) that start 16-byte aligned.
+  EXPECT_EQ(PlanMatVec(kTypeMXFP4, 2880, false, 1).seg_blocks, 90);
+  const MatVecPlan long_mxfp4 = PlanMatVec(kTypeMXFP4, 65536, true, 1);
+  EXPECT_LT(long_mxfp4.seg_blocks, 65536 / 32);
+  EXPECT_EQ(long_mxfp4.seg_blocks % 16, 0);
+  EXPECT_EQ(long_mxfp4.slot_bytes % 16, 0);
+  EXPECT_GE(long_mxfp4.slot_bytes, long_mxfp4.seg_blocks * 17);
   // A decode row of 4096 Q4_0 weights: one warp per row (4 units per lane); the FFN's down
   // projection (14336) and a 64K row spread over more warps.
   EXPECT_EQ(PlanMatVec(kTypeQ4_0, 4096, true, 1).rows_per_block, 4);

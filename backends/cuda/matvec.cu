@@ -1,10 +1,10 @@
 // The matrix-vector kernel of MUL_MAT (decode: up to kMatVecMaxCols activation columns) and
 // MUL_MAT_ID (one column per slot and token, each with its expert), tuned per weight layout
 // (launch_geometry.h's PlanMatVec): a block covers 1, 2 or 4 rows, 4, 2 or 1 warps each.
-//   Quantized weights (Q4_0 18-byte, Q8_0 34-byte, Q4_K 144-byte, Q6_K 210-byte blocks,
-//   only 2-byte aligned): the block's rows are staged into shared memory with coalesced
-//   16-byte loads (in segments of whole blocks for long rows), then each lane takes 32-quant
-//   units and meets the Q8_1 activations with integer dot products (quant_math.h).
+//   Quantized weights (blocks of 17 to 210 bytes, 2-byte aligned at best, MXFP4's at odd
+//   addresses): the block's rows are staged into shared memory with coalesced 16-byte loads
+//   (in segments of whole blocks for long rows), then each lane takes 32-quant units and meets
+//   the Q8_1 activations with integer dot products (quant_math.h's UnitDot).
 //   F32/F16/BF16 weights: each lane reads 8 elements per 16-byte vector (scalar where a row
 //   is not 16-byte aligned) against the f32 activations.
 // Each weight byte is read once per pass and met by every column. The same unit split and a
@@ -19,21 +19,6 @@
 
 namespace tg::cuda {
 namespace {
-
-// Dot product of 32-quant unit u of a staged weight row with the same unit of an activation
-// column (Q8_1 blocks).
-template <int kType>
-__device__ __forceinline__ float UnitDot(const char* w, int64_t u, const BlockQ8_1* act) {
-  if constexpr (kType == kTypeQ4_0) {
-    return DotQ4_0(reinterpret_cast<const BlockQ4_0*>(w)[u], act[u]);
-  } else if constexpr (kType == kTypeQ8_0) {
-    return DotQ8_0(reinterpret_cast<const BlockQ8_0*>(w)[u], act[u]);
-  } else if constexpr (kType == kTypeQ4_K) {
-    return DotQ4_K(reinterpret_cast<const BlockQ4_K*>(w)[u / 8], static_cast<int>(u % 8), act[u]);
-  } else {
-    return DotQ6_K(reinterpret_cast<const BlockQ6_K*>(w)[u / 8], static_cast<int>(u % 8), act[u]);
-  }
-}
 
 // What a block's batch works on: the weight matrix (and up matrix), the activation column
 // and result column, or nothing (an expert id out of range: zeros, and a report unless the
@@ -72,7 +57,8 @@ __device__ BatchTarget TargetOf(const MatVecArgs& p, int64_t bt) {
 }
 
 // Copies bytes [offset, offset + bytes) of rows row0 .. row0 + R - 1 of each matrix into their
-// shared-memory slots: 16-byte vectors where the plan allows, the tail in 2-byte pieces.
+// shared-memory slots: 16-byte vectors where the plan allows, the tail in 2-byte pieces and,
+// for an odd count (MXFP4's 17-byte blocks), one last byte.
 __device__ void StageRows(unsigned char* stage, const char* w0, const char* w1, int n_mats,
                           const MatVecArgs& p, const MatVecPlan& plan, int64_t row0, int64_t offset,
                           int bytes) {
@@ -93,6 +79,13 @@ __device__ void StageRows(unsigned char* stage, const char* w0, const char* w1, 
     const char* src = (slot < R ? w0 : w1) + (row0 + lr) * p.w_nb1 + offset + 16 * vecs;
     reinterpret_cast<uint16_t*>(stage + slot * plan.slot_bytes + 16 * vecs)[h] =
         reinterpret_cast<const uint16_t*>(src)[h];
+  }
+  if (bytes % 2 == 0) return;
+  for (int slot = threadIdx.x; slot < n_slots; slot += blockDim.x) {
+    const int lr = slot % R;
+    if (row0 + lr >= p.m) continue;
+    const char* src = (slot < R ? w0 : w1) + (row0 + lr) * p.w_nb1 + offset + bytes - 1;
+    stage[slot * plan.slot_bytes + bytes - 1] = *reinterpret_cast<const unsigned char*>(src);
   }
 }
 
@@ -164,7 +157,7 @@ __global__ void __launch_bounds__(kMatVecWarps * 32)
         const char* w = reinterpret_cast<const char*>(stage + (m * R + lr) * plan.slot_bytes);
 #pragma unroll
         for (int c = 0; c < kMatVecMaxCols; ++c) {
-          if (c < t.n_cols) acc[m][c] += UnitDot<kType>(w, u, a + c * act_col_blocks);
+          if (c < t.n_cols) acc[m][c] += UnitDot<kType>(w, u, a[c * act_col_blocks + u]);
         }
       }
     }
@@ -276,10 +269,14 @@ struct MatVecLauncher {
   cudaError_t (*launch)(const MatVecArgs& args, bool aligned, cudaStream_t stream);
 };
 constexpr MatVecLauncher kMatVecLaunchers[] = {
-    {kTypeF32, LaunchFloat<kTypeF32>},   {kTypeF16, LaunchFloat<kTypeF16>},
-    {kTypeBF16, LaunchFloat<kTypeBF16>}, {kTypeQ4_0, LaunchQuant<kTypeQ4_0>},
-    {kTypeQ8_0, LaunchQuant<kTypeQ8_0>}, {kTypeQ4_K, LaunchQuant<kTypeQ4_K>},
-    {kTypeQ6_K, LaunchQuant<kTypeQ6_K>},
+    {kTypeF32, LaunchFloat<kTypeF32>},       {kTypeF16, LaunchFloat<kTypeF16>},
+    {kTypeBF16, LaunchFloat<kTypeBF16>},     {kTypeQ4_0, LaunchQuant<kTypeQ4_0>},
+    {kTypeQ8_0, LaunchQuant<kTypeQ8_0>},     {kTypeQ4_K, LaunchQuant<kTypeQ4_K>},
+    {kTypeQ6_K, LaunchQuant<kTypeQ6_K>},     {kTypeQ5_0, LaunchQuant<kTypeQ5_0>},
+    {kTypeQ5_1, LaunchQuant<kTypeQ5_1>},     {kTypeQ2_K, LaunchQuant<kTypeQ2_K>},
+    {kTypeQ3_K, LaunchQuant<kTypeQ3_K>},     {kTypeQ5_K, LaunchQuant<kTypeQ5_K>},
+    {kTypeIQ4_NL, LaunchQuant<kTypeIQ4_NL>}, {kTypeIQ4_XS, LaunchQuant<kTypeIQ4_XS>},
+    {kTypeMXFP4, LaunchQuant<kTypeMXFP4>},
 };
 
 }  // namespace

@@ -2,10 +2,10 @@
 // math): a block computes 64 weight rows x 64 activation columns. Per K stage of 256 (8 groups
 // of 32), its 128 threads unpack the weight groups to int8 with their scales and copy the
 // Q8_1 activation blocks into shared memory; each warp then runs int8 tensor-core products
-// for its 16 rows against all 64 columns, two per group (quants 0..15 and 16..31, which Q6_K
-// scales separately), and folds each group's integer sums into f32 accumulators with the
-// group's scales (GroupUpdate). The activations are the matrix-vector kernel's Q8_1 blocks,
-// so the integers are the CPU's; only the f32 summation order differs.
+// for its 16 rows against all 64 columns, two per group (quants 0..15 and 16..31, which
+// Q6_K, Q3_K and Q2_K scale separately), and folds each group's integer sums into f32
+// accumulators with the group's scales (GroupUpdateOf). The activations are the matrix-vector
+// kernel's Q8_1 blocks, so the integers are the CPU's; only the f32 summation order differs.
 #include <cstdint>
 
 #include "backends/cuda/device_common.cuh"
@@ -22,23 +22,26 @@ constexpr int kUnitsPerThread = kMmqRows * kMmqGroups / kMmqThreads;
 static_assert(kMmqRows == kWarpRows * (kMmqThreads / 32), "one 16-row strip per warp");
 static_assert(kMmqRows == kMmqCols, "the loaders cover rows and columns alike");
 
+template <int kType>
 struct TileShared {
   alignas(16) int8_t a[kMmqRows * kMmqRowBytes];  // weights, int8.
   alignas(16) int8_t b[kMmqCols * kMmqRowBytes];  // activations, int8.
   GroupScales w_scales[kMmqRows][kMmqGroups];
   float a_d[kMmqCols][kMmqGroups];
   int a_sum[kMmqCols][kMmqGroups];
+  // Sums of quants 16..31 (|sum| <= 16 * 127), for HasSplitMins types only.
+  int16_t a_sum_hi[HasSplitMins(kType) ? kMmqCols : 1][kMmqGroups];
 };
 
 template <int kType>
-__device__ void LoadStage(TileShared& s, const MmqArgs& p, const char* w, const char* act,
+__device__ void LoadStage(TileShared<kType>& s, const MmqArgs& p, const char* w, const char* act,
                           int64_t row0, int64_t col0, int64_t g0) {
   const int64_t n_groups = p.k / 32;
 #pragma unroll
   for (int i = 0; i < kUnitsPerThread; ++i) {
     const int u = threadIdx.x + kMmqThreads * i, r = u / kMmqGroups, gg = u % kMmqGroups;
     uint32_t q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    GroupScales sc{0.0f, 0.0f, 0.0f};
+    GroupScales sc{0.0f, 0.0f, 0.0f, 0.0f};
     if (row0 + r < p.m && g0 + gg < n_groups) {
       sc = UnpackGroup32(kType, w + (row0 + r) * p.w_nb1, g0 + gg, q);
     }
@@ -66,11 +69,18 @@ __device__ void LoadStage(TileShared& s, const MmqArgs& p, const char* w, const 
     dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
     s.a_d[c][gg] = d;
     s.a_sum[c][gg] = sum;
+    if constexpr (HasSplitMins(kType)) {
+      int sum_hi = 0;
+#pragma unroll
+      for (int w4 = 4; w4 < 8; ++w4) sum_hi = Dp4a(0x01010101, static_cast<int>(q[w4]), sum_hi);
+      s.a_sum_hi[c][gg] = static_cast<int16_t>(sum_hi);
+    }
   }
 }
 
 // One K stage of this warp's 16 x 64 strip: two int8 products per group, then the update.
-__device__ void ComputeStage(const TileShared& s, float (&acc)[kColFrags][4]) {
+template <int kType>
+__device__ void ComputeStage(const TileShared<kType>& s, float (&acc)[kColFrags][4]) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int8_t* a_rows = s.a + (warp * kWarpRows + g) * kMmqRowBytes + 4 * t;
@@ -103,8 +113,10 @@ __device__ void ComputeStage(const TileShared& s, float (&acc)[kColFrags][4]) {
       for (int i = 0; i < 4; ++i) {
         const RowCol rc = MmaC(lane, i);
         const int c = 8 * f + rc.col;
-        acc[f][i] +=
-            GroupUpdate(lo[f][i], hi[f][i], i < 2 ? w_lo : w_hi, s.a_d[c][gg], s.a_sum[c][gg]);
+        int sum_hi = 0;
+        if constexpr (HasSplitMins(kType)) sum_hi = s.a_sum_hi[c][gg];
+        acc[f][i] += GroupUpdateOf(kType, lo[f][i], hi[f][i], i < 2 ? w_lo : w_hi, s.a_d[c][gg],
+                                   s.a_sum[c][gg], sum_hi);
       }
     }
   }
@@ -112,7 +124,7 @@ __device__ void ComputeStage(const TileShared& s, float (&acc)[kColFrags][4]) {
 
 template <int kType>
 __global__ void __launch_bounds__(kMmqThreads) MmqKernel(MmqArgs p) {
-  __shared__ TileShared s;
+  __shared__ TileShared<kType> s;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kMmqRows;
   const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kMmqCols;
   const int64_t bt = blockIdx.z, j2 = bt % p.b2, j3 = bt / p.b2;
@@ -122,7 +134,7 @@ __global__ void __launch_bounds__(kMmqThreads) MmqKernel(MmqArgs p) {
   for (int64_t g0 = 0; g0 < p.k / 32; g0 += kMmqGroups) {
     LoadStage<kType>(s, p, w, act, row0, col0, g0);
     __syncthreads();
-    ComputeStage(s, acc);
+    ComputeStage<kType>(s, acc);
     __syncthreads();  // the stage is read before the next one is written.
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -148,10 +160,12 @@ struct MmqKernelOf {
   void (*kernel)(MmqArgs p);
 };
 constexpr MmqKernelOf kMmqKernels[] = {
-    {kTypeQ4_0, MmqKernel<kTypeQ4_0>},
-    {kTypeQ8_0, MmqKernel<kTypeQ8_0>},
-    {kTypeQ4_K, MmqKernel<kTypeQ4_K>},
-    {kTypeQ6_K, MmqKernel<kTypeQ6_K>},
+    {kTypeQ4_0, MmqKernel<kTypeQ4_0>},     {kTypeQ8_0, MmqKernel<kTypeQ8_0>},
+    {kTypeQ4_K, MmqKernel<kTypeQ4_K>},     {kTypeQ6_K, MmqKernel<kTypeQ6_K>},
+    {kTypeQ5_0, MmqKernel<kTypeQ5_0>},     {kTypeQ5_1, MmqKernel<kTypeQ5_1>},
+    {kTypeQ2_K, MmqKernel<kTypeQ2_K>},     {kTypeQ3_K, MmqKernel<kTypeQ3_K>},
+    {kTypeQ5_K, MmqKernel<kTypeQ5_K>},     {kTypeIQ4_NL, MmqKernel<kTypeIQ4_NL>},
+    {kTypeIQ4_XS, MmqKernel<kTypeIQ4_XS>}, {kTypeMXFP4, MmqKernel<kTypeMXFP4>},
 };
 
 }  // namespace

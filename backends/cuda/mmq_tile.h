@@ -6,13 +6,16 @@
 // core's dequantization and an emulated tile product. Pure; thread-safe.
 //
 // Weights of every type become, per group g of 32 (the K unit of the tile):
-//   w[j] = scale_lo * q[j] - min   (j < 16)        w[j] = scale_hi * q[j] - min   (j >= 16)
-// with q int8: Q4_0 q - 8 (scale d), Q8_0 q (d), Q4_K the 4-bit q (d * sc, min dmin * m of
-// the sub-block), Q6_K q - 32 (d * sc of each 16). Activations are the Q8_1 blocks the
-// matrix-vector kernel uses (the CPU's activation scales), so the group's contribution to
-// out[row, col] is
+//   w[j] = scale_lo * q[j] - min   (j < 16)        w[j] = scale_hi * q[j] - min_hi   (j >= 16)
+// with q int8: Q4_0 q - 8 (scale d), Q5_0 q - 16 (d), Q5_1 q (d, min -m), Q8_0 q (d), IQ4_NL
+// and MXFP4 their table's values (d; half the E8M0 scale), Q4_K/Q5_K the 4/5-bit q (d * sc,
+// min dmin * m of the sub-block), IQ4_XS table values (d * (ls - 32)), Q6_K q - 32 and Q3_K
+// q - 4 (d * sc of each 16), Q2_K the 2-bit q (d * sc and min dmin * m of each 16). min_hi
+// equals min except for Q2_K. Activations are the Q8_1 blocks the matrix-vector kernel uses
+// (the CPU's activation scales), so the group's contribution to out[row, col] is
 //   d_a * (scale_lo * sum_{j<16} q[j] a[j] + scale_hi * sum_{j>=16} q[j] a[j] - min * sum_a)
-// where the two sums are int8 tensor-core dot products and sum_a the block's quant sum.
+// where the two sums are int8 tensor-core dot products and sum_a the block's quant sum; for
+// Q2_K the min term is min * sum_{j<16} a[j] + min_hi * sum_{j>=16} a[j] (GroupUpdateOf).
 #ifndef TENSORGRID_BACKENDS_CUDA_MMQ_TILE_H_
 #define TENSORGRID_BACKENDS_CUDA_MMQ_TILE_H_
 
@@ -36,20 +39,54 @@ inline constexpr int kMmqThreads = 128;
 inline constexpr int kMmqRowBytes = kMmqK + 16;
 
 struct GroupScales {
-  float lo;   // scale of quants 0..15.
-  float hi;   // scale of quants 16..31.
-  float min;  // subtracted from every value (Q4_K's mins; 0 otherwise).
+  float lo;      // scale of quants 0..15.
+  float hi;      // scale of quants 16..31.
+  float min;     // subtracted from quants 0..15 (the k-quants' mins, -m of Q5_1; else 0).
+  float min_hi;  // subtracted from quants 16..31: min, except for Q2_K.
 };
+
+// Types whose two halves of a group have different mins (Q2_K): the tile needs the
+// activations' sum over quants 16..31 as well.
+TG_HD constexpr bool HasSplitMins(int type) { return type == kTypeQ2_K; }
+
+// Packs four int8 values (as ints) into a word, value 0 in byte 0.
+TG_HD uint32_t PackBytes(int v0, int v1, int v2, int v3) {
+  return (static_cast<uint32_t>(v0) & 0xffu) | ((static_cast<uint32_t>(v1) & 0xffu) << 8) |
+         ((static_cast<uint32_t>(v2) & 0xffu) << 16) | ((static_cast<uint32_t>(v3) & 0xffu) << 24);
+}
+
+// Subtracts `offset` from each byte of v (bytes 0..255 holding values >= 0).
+TG_HD uint32_t OffsetBytes(uint32_t v, int offset) {
+  return PackBytes(static_cast<int>(v & 0xff) - offset, static_cast<int>((v >> 8) & 0xff) - offset,
+                   static_cast<int>((v >> 16) & 0xff) - offset,
+                   static_cast<int>((v >> 24) & 0xff) - offset);
+}
+
+// The 16 + 16 table-coded nibbles of IQ4_NL/IQ4_XS/MXFP4 as their table values.
+template <bool kByteLoads>
+TG_HD void UnpackTableNibbles(const uint8_t* qs, Table16 table, uint32_t q[8]) {
+  for (int w = 0; w < 4; ++w) {
+    const uint32_t v = kByteLoads ? LoadU32Bytes(qs + 4 * w) : LoadU32Unaligned2(qs + 4 * w);
+    q[w] = Lookup4(v & 0x0F0F0F0Fu, table);
+    q[w + 4] = Lookup4((v >> 4) & 0x0F0F0F0Fu, table);
+  }
+}
+
+// The 32 two-bit quants of Q2_K/Q3_K group `sub` (DotTwoBitHalves' layout), 0..3, with Q3_K's
+// high bit as bit 2 when hmask is given.
+TG_HD void UnpackTwoBits(const uint8_t* qs, const uint8_t* hmask, int sub, uint32_t q[8]) {
+  const uint8_t* p = qs + 32 * (sub / 4);
+  const int shift = 2 * (sub % 4);
+  for (int w = 0; w < 8; ++w) {
+    q[w] = (LoadU32Unaligned2(p + 4 * w) >> shift) & 0x03030303u;
+    if (hmask != nullptr) q[w] |= ((LoadU32Unaligned2(hmask + 4 * w) >> sub) & 0x01010101u) << 2;
+  }
+}
 
 // Group g (32 weights starting at element 32 g) of a quantized row as int8 values, packed
 // four per word (byte i of q[w] is value 4 w + i), and its scales.
 TG_HD GroupScales UnpackGroup32(int type, const char* row, int64_t g, uint32_t q[8]) {
-  GroupScales s{0.0f, 0.0f, 0.0f};
-  auto pack = [](int v0, int v1, int v2, int v3) {
-    return (static_cast<uint32_t>(v0) & 0xffu) | ((static_cast<uint32_t>(v1) & 0xffu) << 8) |
-           ((static_cast<uint32_t>(v2) & 0xffu) << 16) |
-           ((static_cast<uint32_t>(v3) & 0xffu) << 24);
-  };
+  GroupScales s{0.0f, 0.0f, 0.0f, 0.0f};
   switch (type) {
     case kTypeQ4_0: {
       const BlockQ4_0& b = reinterpret_cast<const BlockQ4_0*>(row)[g];
@@ -60,8 +97,8 @@ TG_HD GroupScales UnpackGroup32(int type, const char* row, int64_t g, uint32_t q
           lo[i] = static_cast<int>((v >> (8 * i)) & 0xF) - 8;
           hi[i] = static_cast<int>((v >> (8 * i + 4)) & 0xF) - 8;
         }
-        q[w] = pack(lo[0], lo[1], lo[2], lo[3]);
-        q[w + 4] = pack(hi[0], hi[1], hi[2], hi[3]);
+        q[w] = PackBytes(lo[0], lo[1], lo[2], lo[3]);
+        q[w + 4] = PackBytes(hi[0], hi[1], hi[2], hi[3]);
       }
       s.lo = s.hi = HalfToF32(b.d);
       return s;
@@ -84,7 +121,7 @@ TG_HD GroupScales UnpackGroup32(int type, const char* row, int64_t g, uint32_t q
       uint8_t sc, m;
       UnpackScaleMinK4(sub, b.scales, &sc, &m);
       s.lo = s.hi = HalfToF32(b.d) * sc;
-      s.min = HalfToF32(b.dmin) * m;
+      s.min = s.min_hi = HalfToF32(b.dmin) * m;
       return s;
     }
     case kTypeQ6_K: {
@@ -99,11 +136,90 @@ TG_HD GroupScales UnpackGroup32(int type, const char* row, int64_t g, uint32_t q
         const uint32_t v = lo | hi;  // bytes 0..63; minus 32 per byte below.
         int x[4];
         for (int i = 0; i < 4; ++i) x[i] = static_cast<int>((v >> (8 * i)) & 0xff) - 32;
-        q[w] = pack(x[0], x[1], x[2], x[3]);
+        q[w] = PackBytes(x[0], x[1], x[2], x[3]);
       }
       const float d = HalfToF32(b.d);
       s.lo = d * b.scales[8 * h + 2 * quarter];
       s.hi = d * b.scales[8 * h + 2 * quarter + 1];
+      return s;
+    }
+    case kTypeQ5_0:
+    case kTypeQ5_1: {
+      const bool q5_0 = type == kTypeQ5_0;
+      const char* blk = row + g * BlockBytesOf(type);
+      const uint8_t* qs = q5_0 ? reinterpret_cast<const BlockQ5_0*>(blk)->qs
+                               : reinterpret_cast<const BlockQ5_1*>(blk)->qs;
+      const uint32_t qh = LoadU32Unaligned2(q5_0 ? reinterpret_cast<const BlockQ5_0*>(blk)->qh
+                                                 : reinterpret_cast<const BlockQ5_1*>(blk)->qh);
+      const int offset = q5_0 ? 16 : 0;
+      for (int w = 0; w < 4; ++w) {
+        const uint32_t v = LoadU32Unaligned2(qs + 4 * w);
+        q[w] = OffsetBytes((v & 0x0F0F0F0Fu) | FifthBits4(qh, 4 * w), offset);
+        q[w + 4] = OffsetBytes(((v >> 4) & 0x0F0F0F0Fu) | FifthBits4(qh, 16 + 4 * w), offset);
+      }
+      if (q5_0) {
+        s.lo = s.hi = HalfToF32(reinterpret_cast<const BlockQ5_0*>(blk)->d);
+      } else {
+        const BlockQ5_1& b = *reinterpret_cast<const BlockQ5_1*>(blk);
+        s.lo = s.hi = HalfToF32(b.d);
+        s.min = s.min_hi = -HalfToF32(b.m);
+      }
+      return s;
+    }
+    case kTypeIQ4_NL: {
+      const BlockIQ4_NL& b = reinterpret_cast<const BlockIQ4_NL*>(row)[g];
+      UnpackTableNibbles<false>(b.qs, IQ4NLTable(), q);
+      s.lo = s.hi = HalfToF32(b.d);
+      return s;
+    }
+    case kTypeMXFP4: {
+      const BlockMXFP4& b = reinterpret_cast<const BlockMXFP4*>(row)[g];
+      UnpackTableNibbles<true>(b.qs, MXFP4Table(), q);
+      s.lo = s.hi = E8M0Half(b.e);
+      return s;
+    }
+    case kTypeIQ4_XS: {
+      const BlockIQ4_XS& b = reinterpret_cast<const BlockIQ4_XS*>(row)[g / 8];
+      const int sub = static_cast<int>(g % 8);
+      UnpackTableNibbles<false>(b.qs + 16 * sub, IQ4NLTable(), q);
+      s.lo = s.hi = HalfToF32(b.d) * static_cast<float>(ScaleIQ4_XS(b, sub));
+      return s;
+    }
+    case kTypeQ5_K: {
+      const BlockQ5_K& b = reinterpret_cast<const BlockQ5_K*>(row)[g / 8];
+      const int sub = static_cast<int>(g % 8);
+      const int shift = 4 * (sub % 2);
+      for (int w = 0; w < 8; ++w) {
+        const uint32_t lo =
+            (LoadU32Unaligned2(b.qs + 32 * (sub / 2) + 4 * w) >> shift) & 0x0F0F0F0Fu;
+        q[w] = lo | (((LoadU32Unaligned2(b.qh + 4 * w) >> sub) & 0x01010101u) << 4);
+      }
+      uint8_t sc, m;
+      UnpackScaleMinK4(sub, b.scales, &sc, &m);
+      s.lo = s.hi = HalfToF32(b.d) * sc;
+      s.min = s.min_hi = HalfToF32(b.dmin) * m;
+      return s;
+    }
+    case kTypeQ3_K: {
+      const BlockQ3_K& b = reinterpret_cast<const BlockQ3_K*>(row)[g / 8];
+      const int sub = static_cast<int>(g % 8);
+      UnpackTwoBits(b.qs, b.hmask, sub, q);
+      for (int w = 0; w < 8; ++w) q[w] = OffsetBytes(q[w], 4);
+      const float d = HalfToF32(b.d);
+      s.lo = d * static_cast<float>(ScaleQ3_K(b.scales, 2 * sub));
+      s.hi = d * static_cast<float>(ScaleQ3_K(b.scales, 2 * sub + 1));
+      return s;
+    }
+    case kTypeQ2_K: {
+      const BlockQ2_K& b = reinterpret_cast<const BlockQ2_K*>(row)[g / 8];
+      const int sub = static_cast<int>(g % 8);
+      UnpackTwoBits(b.qs, nullptr, sub, q);
+      const uint8_t s0 = b.scales[2 * sub], s1 = b.scales[2 * sub + 1];
+      const float d = HalfToF32(b.d), dmin = HalfToF32(b.dmin);
+      s.lo = d * static_cast<float>(s0 & 0xF);
+      s.hi = d * static_cast<float>(s1 & 0xF);
+      s.min = dmin * static_cast<float>(s0 >> 4);
+      s.min_hi = dmin * static_cast<float>(s1 >> 4);
       return s;
     }
     default:
@@ -117,6 +233,16 @@ TG_HD GroupScales UnpackGroup32(int type, const char* row, int64_t g, uint32_t q
 TG_HD float GroupUpdate(int dot_lo, int dot_hi, const GroupScales& w, float act_d, int act_sum) {
   return act_d * (w.lo * static_cast<float>(dot_lo) + w.hi * static_cast<float>(dot_hi) -
                   w.min * static_cast<float>(act_sum));
+}
+
+// The same for any type: act_sum_hi is the activation block's quant sum over 16..31, which
+// only HasSplitMins types read (the others keep GroupUpdate's arithmetic).
+TG_HD float GroupUpdateOf(int type, int dot_lo, int dot_hi, const GroupScales& w, float act_d,
+                          int act_sum, int act_sum_hi) {
+  if (!HasSplitMins(type)) return GroupUpdate(dot_lo, dot_hi, w, act_d, act_sum);
+  return act_d * (w.lo * static_cast<float>(dot_lo) + w.hi * static_cast<float>(dot_hi) -
+                  (w.min * static_cast<float>(act_sum - act_sum_hi) +
+                   w.min_hi * static_cast<float>(act_sum_hi)));
 }
 
 // ---------------------------------------------------------------------------------------

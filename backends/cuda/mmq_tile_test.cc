@@ -21,7 +21,9 @@
 namespace tg::cuda {
 namespace {
 
-constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
+constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ8_0,   DType::kQ4_K,   DType::kQ6_K,
+                            DType::kQ5_0, DType::kQ5_1,   DType::kQ2_K,   DType::kQ3_K,
+                            DType::kQ5_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
 
 std::vector<uint8_t> QuantizedRow(DType type, int64_t k, uint32_t seed) {
   const std::vector<float> x = tg::testing::RandomFloats(k, seed, -2.0f, 2.0f);
@@ -46,7 +48,7 @@ TEST(MmqTileTest, UnpackedGroupsEqualTheDequantizedWeights) {
         const GroupScales s = UnpackGroup32(t, p, g, q);
         for (int j = 0; j < 32; ++j) {
           const float want = DequantAt(t, p, 32 * g + j);
-          const float got = (j < 16 ? s.lo : s.hi) * Byte(q, j) - s.min;
+          const float got = j < 16 ? s.lo * Byte(q, j) - s.min : s.hi * Byte(q, j) - s.min_hi;
           ASSERT_NEAR(got, want, 1e-6f * (1.0f + std::fabs(want)))
               << DTypeName(type) << " group " << g << " value " << j;
         }
@@ -57,14 +59,17 @@ TEST(MmqTileTest, UnpackedGroupsEqualTheDequantizedWeights) {
 
 TEST(MmqTileTest, UnpackedQuantsStayInTheirTypesRange) {
   // The tile's int8 dot products are exact only if every value fits: Q4_0 -8..7, Q4_K
-  // 0..15, Q6_K -32..31, Q8_0 any int8.
+  // 0..15, Q6_K -32..31, ..., Q8_0 any int8.
   const std::pair<DType, std::pair<int, int>> ranges[] = {
-      {DType::kQ4_0, {-8, 7}}, {DType::kQ4_K, {0, 15}}, {DType::kQ6_K, {-32, 31}}};
+      {DType::kQ4_0, {-8, 7}},       {DType::kQ4_K, {0, 15}},   {DType::kQ6_K, {-32, 31}},
+      {DType::kQ5_0, {-16, 15}},     {DType::kQ5_1, {0, 31}},   {DType::kQ5_K, {0, 31}},
+      {DType::kQ3_K, {-4, 3}},       {DType::kQ2_K, {0, 3}},    {DType::kIQ4_NL, {-127, 113}},
+      {DType::kIQ4_XS, {-127, 113}}, {DType::kMXFP4, {-12, 12}}};
   std::mt19937 rng(5);
   for (const auto& [type, range] : ranges) {
     std::vector<uint8_t> row(RowBytes(type, 256));
     for (uint8_t& b : row) b = static_cast<uint8_t>(rng());  // every bit pattern of quants.
-    for (int64_t g = 0; g < 8; ++g) {
+    for (int64_t g = 0; g < 256 / 32; ++g) {
       uint32_t q[8];
       UnpackGroup32(static_cast<int>(type), reinterpret_cast<const char*>(row.data()), g, q);
       for (int j = 0; j < 32; ++j) {
@@ -97,9 +102,10 @@ TEST(MmqTileTest, GroupUpdatesReproduceTheProduct) {
           uint32_t q[8];
           const GroupScales s = UnpackGroup32(t, p, g, q);
           const BlockQ8_1& a = act[c][g];
-          int lo = 0, hi = 0;
+          int lo = 0, hi = 0, sum_hi = 0;
           for (int j = 0; j < 32; ++j) (j < 16 ? lo : hi) += Byte(q, j) * a.qs[j];
-          got += GroupUpdate(lo, hi, s, a.d, a.sum);
+          for (int j = 16; j < 32; ++j) sum_hi += a.qs[j];
+          got += GroupUpdateOf(t, lo, hi, s, a.d, a.sum, sum_hi);
           for (int j = 0; j < 32; ++j) {
             const double term = static_cast<double>(DequantAt(t, p, 32 * g + j)) * a.d * a.qs[j];
             want += term;

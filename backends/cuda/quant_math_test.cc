@@ -19,7 +19,13 @@
 namespace tg::cuda {
 namespace {
 
-constexpr DType kQuantTypes[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
+constexpr DType kQuantTypes[] = {DType::kQ4_0, DType::kQ8_0,   DType::kQ4_K,   DType::kQ6_K,
+                                 DType::kQ5_0, DType::kQ5_1,   DType::kQ2_K,   DType::kQ3_K,
+                                 DType::kQ5_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
+
+// MXFP4 exponents of random blocks stay below this, so that products stay finite (the
+// exponent's every value is checked on its own by E8M0HalfMatchesCore).
+constexpr int kMaxRandomExponent = 160;
 
 std::vector<uint8_t> Quantize(DType type, const std::vector<float>& x) {
   std::vector<uint8_t> out(RowBytes(type, static_cast<int64_t>(x.size())));
@@ -30,7 +36,7 @@ std::vector<uint8_t> Quantize(DType type, const std::vector<float>& x) {
 bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
 // Random bytes for every block, with finite scales: every bit pattern of quants and of the
-// packed 6-bit Q4_K scales occurs.
+// packed scales (6-bit Q4_K/Q5_K/Q3_K/IQ4_XS, 4-bit Q2_K) occurs.
 std::vector<uint8_t> RandomBlocks(DType type, int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<uint8_t> bytes(RowBytes(type, n));
@@ -41,14 +47,27 @@ std::vector<uint8_t> RandomBlocks(DType type, int64_t n, uint32_t seed) {
     const uint16_t d = FloatToHalf(scale(rng)), dmin = FloatToHalf(scale(rng));
     switch (type) {
       case DType::kQ4_K:
+      case DType::kQ5_K:
+      case DType::kQ5_1:  // its m.
         std::memcpy(&bytes[off + 2], &dmin, 2);
         [[fallthrough]];
       case DType::kQ4_0:
+      case DType::kQ5_0:
       case DType::kQ8_0:
+      case DType::kIQ4_NL:
+      case DType::kIQ4_XS:
         std::memcpy(&bytes[off], &d, 2);
         break;
       case DType::kQ6_K:
+      case DType::kQ3_K:
         std::memcpy(&bytes[off + bb - 2], &d, 2);
+        break;
+      case DType::kQ2_K:
+        std::memcpy(&bytes[off + bb - 4], &d, 2);
+        std::memcpy(&bytes[off + bb - 2], &dmin, 2);
+        break;
+      case DType::kMXFP4:
+        bytes[off] = static_cast<uint8_t>(bytes[off] % kMaxRandomExponent);
         break;
       default:
         break;
@@ -157,17 +176,35 @@ TEST(QuantMathTest, ActivationBlocksCarryTheCpuFormatsValues) {
   }
 }
 
-// Unit u of a weight row dotted with activation block u, as matvec.cu's Unit<> does.
-float UnitDot(DType type, const uint8_t* w, int64_t u, const BlockQ8_1& a) {
+// Unit u of a weight row dotted with activation block u: quant_math.h's UnitDot, which
+// matvec.cu runs.
+float UnitDotOf(DType type, const uint8_t* w, int64_t u, const BlockQ8_1& a) {
+  const char* p = reinterpret_cast<const char*>(w);
   switch (type) {
     case DType::kQ4_0:
-      return DotQ4_0(reinterpret_cast<const BlockQ4_0*>(w)[u], a);
+      return UnitDot<kTypeQ4_0>(p, u, a);
     case DType::kQ8_0:
-      return DotQ8_0(reinterpret_cast<const BlockQ8_0*>(w)[u], a);
+      return UnitDot<kTypeQ8_0>(p, u, a);
     case DType::kQ4_K:
-      return DotQ4_K(reinterpret_cast<const BlockQ4_K*>(w)[u / 8], static_cast<int>(u % 8), a);
+      return UnitDot<kTypeQ4_K>(p, u, a);
     case DType::kQ6_K:
-      return DotQ6_K(reinterpret_cast<const BlockQ6_K*>(w)[u / 8], static_cast<int>(u % 8), a);
+      return UnitDot<kTypeQ6_K>(p, u, a);
+    case DType::kQ5_0:
+      return UnitDot<kTypeQ5_0>(p, u, a);
+    case DType::kQ5_1:
+      return UnitDot<kTypeQ5_1>(p, u, a);
+    case DType::kQ2_K:
+      return UnitDot<kTypeQ2_K>(p, u, a);
+    case DType::kQ3_K:
+      return UnitDot<kTypeQ3_K>(p, u, a);
+    case DType::kQ5_K:
+      return UnitDot<kTypeQ5_K>(p, u, a);
+    case DType::kIQ4_NL:
+      return UnitDot<kTypeIQ4_NL>(p, u, a);
+    case DType::kIQ4_XS:
+      return UnitDot<kTypeIQ4_XS>(p, u, a);
+    case DType::kMXFP4:
+      return UnitDot<kTypeMXFP4>(p, u, a);
     default:
       return std::numeric_limits<float>::quiet_NaN();
   }
@@ -190,8 +227,40 @@ TEST_P(QuantRowTest, BlockDotsMatchTheDequantizedProducts) {
       want += p;
       scale += std::fabs(p);
     }
-    const float got = UnitDot(type(), w.data(), u, a[u]);
+    const float got = UnitDotOf(type(), w.data(), u, a[u]);
     ASSERT_NEAR(got, want, 1e-5 * scale + 1e-30) << "unit " << u;
+  }
+}
+
+// Each weight type's activations use the scale group of the CPU's format for that type
+// (backends/cpu/kernels/vec_dot.h): Q8_0 for the 32-element types, Q8_K for the rest.
+TEST_P(QuantRowTest, ActivationGroupIsTheCpuFormats) {
+  EXPECT_EQ(ActGroup(static_cast<int>(type())), BlockSize(type()) == kQK_K ? kQK_K : 32);
+}
+
+// The packed tables and the byte-permute lookup hold quant_blocks.h's levels.
+TEST(QuantMathTest, TableLookupsMatchTheLevels) {
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(TableAt(IQ4NLTable(), i), kIQ4NLValues[i]) << i;
+    EXPECT_EQ(TableAt(MXFP4Table(), i), kMXFP4Values[i]) << i;
+  }
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 1000; ++trial) {
+    const uint32_t nibbles = static_cast<uint32_t>(rng()) & 0x0F0F0F0Fu;
+    const uint32_t iq4 = Lookup4(nibbles, IQ4NLTable()), fp4 = Lookup4(nibbles, MXFP4Table());
+    for (int n = 0; n < 4; ++n) {
+      const int idx = (nibbles >> (8 * n)) & 0xF;
+      EXPECT_EQ(static_cast<int8_t>(iq4 >> (8 * n)), kIQ4NLValues[idx]);
+      EXPECT_EQ(static_cast<int8_t>(fp4 >> (8 * n)), kMXFP4Values[idx]);
+    }
+  }
+}
+
+TEST(QuantMathTest, E8M0HalfMatchesCore) {
+  for (int e = 0; e < 256; ++e) {
+    EXPECT_TRUE(
+        SameBits(E8M0Half(static_cast<uint8_t>(e)), E8M0ToFloatHalf(static_cast<uint8_t>(e))))
+        << e;
   }
 }
 

@@ -17,6 +17,9 @@ namespace {
 constexpr float kPlainRange = 100.0f;
 
 const DType kQuantTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
+// Types only read (dequantized: CPY to F32, as the F16 operands of the cuBLAS MUL_MAT path).
+const DType kReadOnlyQuantTypes[] = {DType::kQ5_0, DType::kQ5_1,   DType::kQ2_K,   DType::kQ3_K,
+                                     DType::kQ5_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
 
 double CopyNmse(DType to) { return IsQuantized(to) ? kNmseQuantize : kNmseExact; }
 
@@ -54,6 +57,9 @@ void AddCpyCases(std::vector<OpCase>* cases) {
   const Shape4 qne = {256, 5, 2, 1};
   for (DType q : kQuantTypes) {
     cases->push_back(CpyCase(Plain(DType::kF32, qne), q, qne, "quantize"));
+    cases->push_back(CpyCase(Plain(q, qne), DType::kF32, qne, "dequantize"));
+  }
+  for (DType q : kReadOnlyQuantTypes) {
     cases->push_back(CpyCase(Plain(q, qne), DType::kF32, qne, "dequantize"));
   }
   cases->push_back(CpyCase(Plain(DType::kQ4_K, qne), DType::kQ4_K, qne));
