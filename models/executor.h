@@ -64,6 +64,7 @@ struct GraphKey {
   int64_t n_tokens = 0;
   int64_t n_kv = 0;
   bool all_logits = false;
+  int64_t n_outputs = 0;  // output rows, where a batch picks them (models/batch_session.h).
   GraphOutput output = GraphOutput::kLogits;
   PickOptions pick;  // the op parameters and window a picking graph was built with.
 

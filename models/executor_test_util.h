@@ -136,7 +136,6 @@ class ToyBatch : public Batch {
     }
     auto g = std::make_unique<LlamaGraph>();
     g->n_tokens = piece.size;
-    g->n_past = n_past_ + piece.offset;
     g->n_kv = Key(piece).n_kv;
     g->output = output_;
     TG_ASSIGN_OR_RETURN(g->tokens, g->ctx.NewTensor(DType::kI32, {piece.size}));

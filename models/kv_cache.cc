@@ -74,4 +74,14 @@ size_t KvCache::bytes() const {
   return total;
 }
 
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::ForModel(const LlamaModel& model,
+                                                           int64_t n_ctx, DType type) {
+  if (!model.multi_device()) return Create(model.hparams(), n_ctx, type, model.device());
+  std::vector<Device*> layer_devices;
+  for (int64_t il = 0; il < model.hparams().n_layer; ++il) {
+    layer_devices.push_back(model.placement().layer(il));
+  }
+  return Create(model.hparams(), n_ctx, type, layer_devices);
+}
+
 }  // namespace tg

@@ -12,6 +12,7 @@
 #include "core/backend.h"
 #include "core/context.h"
 #include "models/llama_hparams.h"
+#include "models/llama_model.h"
 
 namespace tg {
 
@@ -24,6 +25,9 @@ class KvCache {
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(const LlamaHParams& hp, int64_t n_ctx,
                                                          DType type,
                                                          const std::vector<Device*>& layer_devices);
+  // Each layer's cache beside its weights (the model's device, or its layer's in a split).
+  static absl::StatusOr<std::unique_ptr<KvCache>> ForModel(const LlamaModel& model,
+                                                           int64_t n_ctx, DType type);
   Tensor* k(int64_t layer) const { return k_[layer]; }
   Tensor* v(int64_t layer) const { return v_[layer]; }
   int64_t n_ctx() const { return n_ctx_; }

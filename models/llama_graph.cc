@@ -38,6 +38,7 @@ class GraphBuilder {
     const int64_t n = g_->n_tokens;
     TG_ASSIGN_OR_RETURN(g_->tokens, Input(DType::kI32, {n}, "inp_tokens"));
     TG_ASSIGN_OR_RETURN(g_->pos, Input(DType::kI32, {n}, "inp_pos"));
+    TG_ASSIGN_OR_RETURN(g_->kv_idx, Input(DType::kI32, {n}, "inp_kv_idx"));
     TG_ASSIGN_OR_RETURN(g_->mask, Input(DType::kF32, {g_->n_kv, n}, "inp_mask"));
     if (hp_.n_swa > 0) {
       TG_ASSIGN_OR_RETURN(g_->mask_swa, Input(DType::kF32, {g_->n_kv, n}, "inp_mask_swa"));
@@ -83,7 +84,7 @@ class GraphBuilder {
   // [head_dim, n_kv, n_head_kv], as a view of the write so that it is ordered after it.
   absl::StatusOr<Tensor*> CacheWriteAndView(Tensor* cache, Tensor* cur) {
     TG_ASSIGN_OR_RETURN(Tensor * rows, Reshape(ctx_, cur, {hp_.n_embd_kv(), g_->n_tokens}));
-    TG_ASSIGN_OR_RETURN(Tensor * written, SetRows(ctx_, cache, rows, g_->pos));
+    TG_ASSIGN_OR_RETURN(Tensor * written, SetRows(ctx_, cache, rows, g_->kv_idx));
     const size_t elem = BlockBytes(cache->type);
     return View(ctx_, written, {hp_.head_dim, g_->n_kv, hp_.n_head_kv},
                 {cache->nb[1], static_cast<size_t>(hp_.head_dim) * elem}, 0);
@@ -213,14 +214,38 @@ absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& mo
   if (n_outputs != 1 && n_outputs != n_tokens) {
     return absl::InvalidArgumentError("n_outputs must be 1 or the batch size");
   }
+  if (kv_pad < 1) return absl::InvalidArgumentError("kv_pad must be positive");
+  const LlamaGraphShape shape{.n_tokens = n_tokens,
+                              .n_kv = AttendedCells(cache.n_ctx(), n_past, n_tokens, kv_pad),
+                              .n_outputs = n_outputs};
+  return BuildLlamaGraph(model, cache, shape, output, pick);
+}
+
+absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& model,
+                                                            const KvCache& cache,
+                                                            const LlamaGraphShape& shape,
+                                                            GraphOutput output,
+                                                            const PickOptions& pick) {
+  const int64_t n_tokens = shape.n_tokens, n_outputs = shape.n_outputs;
+  if (n_tokens <= 0 || shape.n_kv <= 0 || shape.n_kv > cache.n_ctx()) {
+    return absl::OutOfRangeError(absl::StrCat("batch of ", n_tokens, " tokens attending ",
+                                              shape.n_kv, " cells does not fit the context of ",
+                                              cache.n_ctx()));
+  }
+  if (n_outputs < 1 || n_outputs > n_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n_outputs ", n_outputs, " outside [1, ", n_tokens, "] (the batch size)"));
+  }
+  if (Samples(output) && n_outputs != 1 && n_outputs != n_tokens) {
+    return absl::InvalidArgumentError("SAMPLE picks one output row or every row of the batch");
+  }
   if (FeedsBack(output) && n_tokens != 1) {
     return absl::InvalidArgumentError("a graph that feeds its pick back takes one token");
   }
   auto g = std::make_unique<LlamaGraph>();
   g->n_tokens = n_tokens;
-  g->n_past = n_past;
-  if (kv_pad < 1) return absl::InvalidArgumentError("kv_pad must be positive");
-  g->n_kv = AttendedCells(cache.n_ctx(), n_past, n_tokens, kv_pad);
+  g->n_kv = shape.n_kv;
+  g->n_outputs = n_outputs;
   GraphBuilder builder(model, cache, g.get());
   TG_ASSIGN_OR_RETURN(g->logits, builder.Build(n_outputs));
   g->output = output;

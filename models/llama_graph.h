@@ -53,7 +53,8 @@ struct LlamaGraph {
   Graph graph;
   // Inputs the caller fills before compute (all flagged kFlagInput).
   Tensor* tokens = nullptr;   // I32 [n_tokens]
-  Tensor* pos = nullptr;      // I32 [n_tokens]
+  Tensor* pos = nullptr;      // I32 [n_tokens]: each token's position (RoPE).
+  Tensor* kv_idx = nullptr;   // I32 [n_tokens]: the cache cell each token's K and V go to.
   Tensor* mask = nullptr;     // F32 [n_kv, n_tokens]: 0 or -inf
   // Sliding-window layers' mask (hparams n_swa > 0), the causal mask that also hides cells
   // n_swa or more positions behind the token (llama.cpp's LLAMA_SWA_TYPE_STANDARD).
@@ -63,9 +64,21 @@ struct LlamaGraph {
   Tensor* pick = nullptr;     // I32 [1, n_outputs]: ARGMAX or SAMPLE of the logits.
   GraphOutput output = GraphOutput::kLogits;
   int64_t n_tokens = 0;
-  int64_t n_past = 0;
   int64_t n_kv = 0;
+  int64_t n_outputs = 0;
 };
+
+// The sizes a graph is built for: tokens in the batch, cache cells attended (cells
+// [0, n_kv); the mask hides the others' and other sequences' cells) and output rows (the
+// rows out_ids names; every row when it equals n_tokens).
+struct LlamaGraphShape {
+  int64_t n_tokens = 0;
+  int64_t n_kv = 0;
+  int64_t n_outputs = 0;
+};
+
+// llama.cpp's padding of n_kv: one decode graph serves 256 consecutive positions.
+inline constexpr int64_t kDefaultKvPad = 256;
 
 // The cache cells a batch of n_tokens at n_past attends: n_past + n_tokens rounded up to a
 // multiple of kv_pad, at most n_ctx.
@@ -74,13 +87,23 @@ inline int64_t AttendedCells(int64_t n_ctx, int64_t n_past, int64_t n_tokens, in
   return padded < n_ctx ? padded : n_ctx;
 }
 
-// n_outputs: 1 (the last row) or n_tokens (all rows). kv_pad rounds the attended cache length
-// n_kv up to a multiple (capped at the context; the mask hides the extra cells), so that
-// consecutive decode graphs are identical and a remote device can reuse the one it has.
+// One sequence's batch at n_past. n_outputs: 1 (the last row) or n_tokens (all rows). kv_pad
+// rounds the attended cache length n_kv up to a multiple (capped at the context; the mask
+// hides the extra cells), so that consecutive decode graphs are identical and a remote device
+// can reuse the one it has.
 absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(
     const LlamaModel& model, const KvCache& cache, int64_t n_tokens, int64_t n_past,
     int64_t n_outputs, int64_t kv_pad = 1, GraphOutput output = GraphOutput::kLogits,
     const PickOptions& pick = {});
+
+// Any batch (tokens of several sequences, models/batch_session.h): the caller fills pos,
+// kv_idx, the masks and out_ids. A picking output picks every output row (ARGMAX; SAMPLE and
+// a fed-back pick take one output row, or every row of the batch).
+absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& model,
+                                                            const KvCache& cache,
+                                                            const LlamaGraphShape& shape,
+                                                            GraphOutput output,
+                                                            const PickOptions& pick = {});
 
 }  // namespace tg
 

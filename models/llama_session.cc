@@ -26,19 +26,6 @@ absl::Status ReadGraphResults(const LlamaGraph& g, float* logits, int32_t* pick)
   return absl::OkStatus();
 }
 
-// Each layer's cache beside its weights.
-absl::StatusOr<std::unique_ptr<KvCache>> CreateCache(const LlamaModel& model,
-                                                     const SessionOptions& options) {
-  if (!model.multi_device()) {
-    return KvCache::Create(model.hparams(), options.n_ctx, options.kv_type, model.device());
-  }
-  std::vector<Device*> layer_devices;
-  for (int64_t il = 0; il < model.hparams().n_layer; ++il) {
-    layer_devices.push_back(model.placement().layer(il));
-  }
-  return KvCache::Create(model.hparams(), options.n_ctx, options.kv_type, layer_devices);
-}
-
 }  // namespace
 
 // n_tokens of the session's tokens at n_past (a piece: the rows [offset, offset + size) at
@@ -174,7 +161,7 @@ absl::StatusOr<std::unique_ptr<LlamaSession>> LlamaSession::Create(const LlamaMo
   std::unique_ptr<LlamaSession> s(new LlamaSession(model));
   s->options_ = options;
   if (s->options_.kv_pad == 0) s->options_.kv_pad = kDefaultKvPad;
-  TG_ASSIGN_OR_RETURN(s->cache_, CreateCache(model, options));
+  TG_ASSIGN_OR_RETURN(s->cache_, KvCache::ForModel(model, options.n_ctx, options.kv_type));
   ExecutorOptions eo;
   eo.n_copies = options.n_copies == 0 ? kDefaultPipelineCopies : options.n_copies;
   eo.greedy_batch = options.greedy_batch;
@@ -332,6 +319,8 @@ absl::Status LlamaSession::FillInputs(const LlamaGraph& g, absl::Span<const int3
   scratch_i32_.resize(n);
   for (int64_t i = 0; i < n; ++i) scratch_i32_[i] = static_cast<int32_t>(n_past + i);
   TG_RETURN_IF_ERROR(write(g.pos, scratch_i32_.data(), n * sizeof(int32_t)));
+  // One sequence: position p's K and V live in cell p.
+  TG_RETURN_IF_ERROR(write(g.kv_idx, scratch_i32_.data(), n * sizeof(int32_t)));
   // Causal mask: token i (at position n_past + i) sees cells 0..n_past + i.
   const int64_t n_kv = g.n_kv;
   scratch_mask_.assign(n_kv * n, -std::numeric_limits<float>::infinity());

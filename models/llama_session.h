@@ -41,9 +41,6 @@ struct SessionOptions {
   int greedy_batch = 0;
 };
 
-// llama.cpp's padding of n_kv: one decode graph serves 256 consecutive positions.
-inline constexpr int64_t kDefaultKvPad = 256;
-
 // Sampling on the model's device (LlamaSession::DecodeSample, Generate): SAMPLE's parameters
 // (docs/ops.md; temperature <= 0 picks the largest penalized logit) and the repetition
 // penalty's window.
