@@ -8,7 +8,11 @@
 // steps feed back the device's ARGMAX pick (greedy generation, as tg-run --temp 0 does) instead
 // of reading the logits; with --temp T, the token SAMPLE draws on the device (tg-run --temp T).
 // With --rpc-failover, a repetition that loses an rpc-server is run again on the devices left
-// (FailoverSession): one line on stderr says so, and each row says where it ran.
+// (FailoverSession): one line on stderr says so, and each row says where it ran. With
+// --parallel N, a row runs N sequences at once over one KV cache (models/batch_session.h), as
+// llama-batched-bench's -npl does: pp decodes N prompts of -p tokens together (chunks of
+// -b / N tokens each per step), tg N sequences of -n tokens (one step: every sequence's next
+// token); t/s is the aggregate, N * tokens / time.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -32,6 +36,7 @@
 #include "core/split_mode.h"
 #include "core/status_macros.h"
 #include "models/failover_model.h"
+#include "models/batch_session.h"
 #include "models/failover_session.h"
 #include "models/llama_model.h"
 #include "models/llama_session.h"
@@ -49,6 +54,7 @@ struct BenchFlags {
   std::string n_gen = "128";
   std::string threads = "";
   std::string n_copies = "0";
+  std::string parallel = "1";  // sequences at once (BatchSession when > 1).
   DeviceFlags devices;
   int64_t reps = 5;
   int64_t batch = 512;
@@ -65,6 +71,7 @@ struct TestResult {
   int64_t n_gen = 0;
   int64_t n_threads = 0;
   int64_t n_copies = 0;  // pipeline micro-batches (0: the session's default).
+  int64_t n_parallel = 1;  // sequences decoded together.
   bool greedy = false;
   float temp = 0.0f;       // sampled on the device (> 0).
   std::string devices;     // where the test ran (DeviceColumn), after any failover.
@@ -92,9 +99,10 @@ struct TestResult {
     for (double x : v) s += (x - m) * (x - m);
     return std::sqrt(s / (v.size() - 1));
   }
+  // Aggregate tokens/s: every sequence's tokens.
   std::vector<double> SamplesTs() const {
     std::vector<double> ts;
-    const double n = static_cast<double>(n_prompt + n_gen);
+    const double n = static_cast<double>((n_prompt + n_gen) * n_parallel);
     for (double ns : samples_ns) ts.push_back(n * 1e9 / ns);
     return ts;
   }
@@ -127,6 +135,11 @@ std::string DeviceColumn(const LlamaModel& m) {
 }
 
 std::string TestName(const TestResult& r) {
+  if (r.n_parallel > 1) {
+    TestResult one = r;
+    one.n_parallel = 1;
+    return absl::StrCat(TestName(one), " x", r.n_parallel);
+  }
   if (r.n_gen == 0) return absl::StrCat("pp", r.n_prompt);
   const std::string greedy =
       r.temp > 0 ? absl::StrFormat(" temp %g", r.temp) : (r.greedy ? " greedy" : "");
@@ -228,6 +241,81 @@ absl::StatusOr<TestResult> RunTest(FailoverModel& fm, int64_t n_prompt, int64_t 
   return r;
 }
 
+// One timed repetition of n_par sequences on a fresh cache: their prompts of n_prompt random
+// tokens in steps of at most n_batch tokens (each sequence a chunk per step), or n_gen steps
+// of one token per sequence (the device's pick with greedy, else random tokens).
+absl::StatusOr<double> RunParallelOnce(BatchSession& session, int64_t n_par, int64_t n_prompt,
+                                       int64_t n_gen, int64_t n_batch, int32_t bos,
+                                       int64_t n_vocab, bool greedy, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(n_vocab - 1));
+  std::vector<int> seqs;
+  std::vector<std::vector<int32_t>> prompts(n_par);
+  for (int64_t i = 0; i < n_par; ++i) {
+    TG_ASSIGN_OR_RETURN(const int seq, session.NewSequence());
+    seqs.push_back(seq);
+    for (int64_t k = 0; k < n_prompt; ++k) prompts[i].push_back(tok(rng));
+  }
+  const int64_t chunk = std::max<int64_t>(1, n_batch / n_par);
+  std::vector<int32_t> next(n_par, bos >= 0 ? bos : 0);
+  std::vector<SequenceWork> work;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t done = 0; done < n_prompt; done += chunk) {
+    work.clear();
+    for (int64_t i = 0; i < n_par; ++i) {
+      const int64_t n = std::min(chunk, n_prompt - done);
+      work.push_back({seqs[i], absl::MakeConstSpan(prompts[i]).subspan(done, n)});
+    }
+    TG_RETURN_IF_ERROR(session.Step(work).status());
+  }
+  for (int64_t k = 0; k < n_gen; ++k) {
+    work.clear();
+    for (int64_t i = 0; i < n_par; ++i) work.push_back({seqs[i], {&next[i], 1}});
+    TG_ASSIGN_OR_RETURN(std::vector<SequenceResult> r, session.Step(work));
+    for (int64_t i = 0; i < n_par; ++i) next[i] = greedy ? r[i].pick : tok(rng);
+  }
+  const double ns =
+      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  for (int seq : seqs) TG_RETURN_IF_ERROR(session.EndSequence(seq));
+  return ns;
+}
+
+absl::StatusOr<TestResult> RunParallelTest(const LlamaModel& model, const DevicePlan& plan,
+                                           int64_t n_prompt, int64_t n_gen, int64_t threads,
+                                           int64_t n_copies, int64_t n_par,
+                                           const BenchFlags& f) {
+  SetThreads(plan.devices, threads);
+  BatchSessionOptions o;
+  o.n_ctx = std::max<int64_t>((n_prompt + n_gen) * n_par + 16, 256);
+  o.n_batch = std::max(f.batch, n_par);
+  o.n_copies = static_cast<int>(n_copies);
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<BatchSession> session, BatchSession::Create(model, o));
+  std::mt19937 rng(42);
+  TestResult r;
+  r.n_prompt = n_prompt;
+  r.n_gen = n_gen;
+  r.n_threads = threads;
+  r.n_parallel = n_par;
+  r.greedy = f.greedy && n_gen > 0;
+  double total_ns = 0;
+  for (int64_t rep = 0; rep <= f.reps; ++rep) {  // repetition 0: the warm-up.
+    const DecodeTimings before = session->timings();
+    TG_ASSIGN_OR_RETURN(double ns,
+                        RunParallelOnce(*session, n_par, n_prompt, n_gen, o.n_batch,
+                                        model.tokenizer().bos(), model.hparams().n_vocab,
+                                        r.greedy, rng));
+    if (rep == 0) continue;
+    r.samples_ns.push_back(ns);
+    total_ns += ns;
+    r.timings = Plus(r.timings, Minus(session->timings(), before));
+  }
+  r.n_copies = model.multi_device() ? (n_copies > 0 ? n_copies : kDefaultPipelineCopies) : 1;
+  r.devices = DeviceColumn(model);
+  r.split_mode = std::string(SplitModeName(plan.mode));
+  r.compute_share = r.timings.compute_us * 1e3 / total_ns;
+  r.transfer_share = r.timings.transfer_us * 1e3 / total_ns;
+  return r;
+}
+
 // The cost of one more split on the model's devices (nullopt for one device).
 absl::StatusOr<std::optional<SplitOverhead>> ProbeSplits(const LlamaModel& m) {
   if (!m.multi_device()) return std::nullopt;
@@ -283,20 +371,20 @@ void PrintCsv(const Report& rep) {
   std::printf(
       "model_filename,model_type,model_size,model_n_params,devices,split_mode,n_threads,"
       "n_copies,n_prompt,n_gen,avg_ns,stddev_ns,avg_ts,stddev_ts,compute_us,transfer_us,"
-      "splits_per_graph,overhead_us_per_split,split_overhead_us,greedy,temp\n");
+      "splits_per_graph,overhead_us_per_split,split_overhead_us,greedy,temp,n_parallel\n");
   const double probe_us = rep.probe.has_value() ? rep.probe->per_split_us : 0;
   for (const TestResult& r : rep.results) {
     const std::vector<double> ts = r.SamplesTs();
     std::printf(
         "\"%s\",\"%s\",%zu,%lld,\"%s\",%s,%lld,%lld,%lld,%lld,%.0f,%.0f,%.6f,%.6f,%.0f,"
-        "%.0f,%.3f,%.3f,%.3f,%d,%g\n",
+        "%.0f,%.3f,%.3f,%.3f,%d,%g,%lld\n",
         rep.path.c_str(), m.Describe().c_str(), m.weight_bytes(),
         static_cast<long long>(m.n_params()), r.devices.c_str(), r.split_mode.c_str(),
         static_cast<long long>(r.n_threads), static_cast<long long>(r.n_copies),
         static_cast<long long>(r.n_prompt), static_cast<long long>(r.n_gen), r.Mean(r.samples_ns),
         r.Stddev(r.samples_ns), r.Mean(ts), r.Stddev(ts), r.timings.compute_us,
         r.timings.transfer_us, r.SplitsPerGraph(), r.OverheadPerSplitUs(), probe_us,
-        r.greedy ? 1 : 0, r.temp);
+        r.greedy ? 1 : 0, r.temp, static_cast<long long>(r.n_parallel));
   }
 }
 
@@ -315,6 +403,7 @@ void PrintJson(const Report& rep) {
     j.Key("split_mode").String(r.split_mode).Key("n_copies").Int(r.n_copies);
     j.Key("failovers").Int(r.failovers);
     j.Key("n_threads").Int(r.n_threads).Key("n_prompt").Int(r.n_prompt).Key("n_gen").Int(r.n_gen);
+    j.Key("n_parallel").Int(r.n_parallel);
     j.Key("greedy").Bool(r.greedy).Key("temp").Double(r.temp);
     j.Key("avg_ns").Double(r.Mean(r.samples_ns)).Key("stddev_ns").Double(r.Stddev(r.samples_ns));
     j.Key("avg_ts").Double(r.Mean(ts)).Key("stddev_ts").Double(r.Stddev(ts));
@@ -338,8 +427,14 @@ void PrintJson(const Report& rep) {
 
 absl::StatusOr<std::vector<TestResult>> RunTests(
     FailoverModel& model, const std::vector<int64_t>& threads, const std::vector<int64_t>& copies,
-    const std::vector<int64_t>& pps, const std::vector<int64_t>& tgs, const BenchFlags& f) {
+    const std::vector<int64_t>& pps, const std::vector<int64_t>& tgs,
+    const std::vector<int64_t>& pars, const BenchFlags& f) {
   std::vector<TestResult> results;
+  // One test: alone through the session (with its failover), or n_par sequences at once.
+  auto run = [&](int64_t pp, int64_t tg, int64_t t, int64_t c, int64_t n_par) {
+    if (n_par == 1) return RunTest(model, pp, tg, t, c, f);
+    return RunParallelTest(model.model(), model.plan(), pp, tg, t, c, n_par, f);
+  };
   for (int64_t t : threads) {
     if (t < 1) return absl::InvalidArgumentError("-t must be at least 1");
     for (int64_t c : copies) {
@@ -347,15 +442,17 @@ absl::StatusOr<std::vector<TestResult>> RunTests(
         return absl::InvalidArgumentError(
             absl::StrCat("--n-copies must be at most ", kMaxSchedulerCopies));
       }
-      for (int64_t pp : pps) {
-        if (pp == 0) continue;
-        TG_ASSIGN_OR_RETURN(TestResult r, RunTest(model, pp, 0, t, c, f));
-        results.push_back(std::move(r));
-      }
-      for (int64_t tg : tgs) {
-        if (tg == 0) continue;
-        TG_ASSIGN_OR_RETURN(TestResult r, RunTest(model, 0, tg, t, c, f));
-        results.push_back(std::move(r));
+      for (int64_t n_par : pars) {
+        for (int64_t pp : pps) {
+          if (pp == 0) continue;
+          TG_ASSIGN_OR_RETURN(TestResult r, run(pp, 0, t, c, n_par));
+          results.push_back(std::move(r));
+        }
+        for (int64_t tg : tgs) {
+          if (tg == 0) continue;
+          TG_ASSIGN_OR_RETURN(TestResult r, run(0, tg, t, c, n_par));
+          results.push_back(std::move(r));
+        }
       }
     }
   }
@@ -377,6 +474,17 @@ absl::Status CheckFlags(const BenchFlags& f) {
   TG_RETURN_IF_ERROR(ParseList(f.n_prompt, "-p").status());
   TG_RETURN_IF_ERROR(ParseList(f.n_gen, "-n").status());
   TG_RETURN_IF_ERROR(ParseList(f.n_copies, "--n-copies").status());
+  TG_ASSIGN_OR_RETURN(std::vector<int64_t> pars, ParseList(f.parallel, "--parallel"));
+  for (int64_t n : pars) {
+    if (n < 1 || n > KvCells::kMaxSequences) {
+      return absl::InvalidArgumentError(absl::StrCat("--parallel ", n, " outside [1, ",
+                                                     KvCells::kMaxSequences, "]"));
+    }
+    if (n > 1 && f.temp > 0) {
+      return absl::InvalidArgumentError("--parallel above 1 decodes greedily or with random "
+                                        "tokens: --temp is for one sequence");
+    }
+  }
   return ParseList(f.threads, "-t").status();
 }
 
@@ -384,6 +492,7 @@ absl::Status Run(const BenchFlags& f) {
   TG_ASSIGN_OR_RETURN(std::vector<int64_t> pps, ParseList(f.n_prompt, "-p"));
   TG_ASSIGN_OR_RETURN(std::vector<int64_t> tgs, ParseList(f.n_gen, "-n"));
   TG_ASSIGN_OR_RETURN(std::vector<int64_t> copies, ParseList(f.n_copies, "--n-copies"));
+  TG_ASSIGN_OR_RETURN(std::vector<int64_t> pars, ParseList(f.parallel, "--parallel"));
   TG_ASSIGN_OR_RETURN(DevicePlan plan, ResolveDevicePlan(f.devices));
   if (f.devices.list_devices) {
     std::printf("%s", DescribeDevices().c_str());
@@ -408,7 +517,7 @@ absl::Status Run(const BenchFlags& f) {
   std::fputs(FormatLoadReport(load, "tg-bench").c_str(), stderr);
   Report rep;
   rep.path = path;
-  TG_ASSIGN_OR_RETURN(rep.results, RunTests(*model, threads, copies, pps, tgs, f));
+  TG_ASSIGN_OR_RETURN(rep.results, RunTests(*model, threads, copies, pps, tgs, pars, f));
   rep.model = &model->model();  // after the tests: a failover loads it again.
   rep.devices = DeviceColumn(model->model());
   if (!f.no_split_probe) {
@@ -434,6 +543,9 @@ int main(int argc, char** argv) {
   p.AddString("-p", "--n-prompt", &f.n_prompt, "prompt sizes, comma-separated (default 512)");
   p.AddString("-n", "--n-gen", &f.n_gen, "generation lengths, comma-separated (default 128)");
   p.AddString("-t", "--threads", &f.threads, "thread counts, comma-separated (default: all)");
+  p.AddString(nullptr, "--parallel", &f.parallel,
+              "sequences decoded at once over one KV cache, comma-separated (default 1); t/s "
+              "is then the aggregate, as llama-batched-bench's -npl");
   p.AddString(nullptr, "--n-copies", &f.n_copies,
               "-sm layer: prompt micro-batches in flight, comma-separated (default 0 = 4; 1 = "
               "no pipelining)");
