@@ -26,10 +26,13 @@
 #include "absl/strings/str_cat.h"
 #include "backends/register_builtin.h"
 #include "core/registry.h"
+#include "models/batch_session.h"
 #include "models/llama_model.h"
 #include "models/llama_session.h"
+#include "models/shared_model_path.h"
 #include "models/synth/synth.h"
 #include "models/synth/synth_options.h"
+#include "tests/lib/batched_vs_alone.h"
 
 namespace tg {
 namespace {
@@ -168,6 +171,43 @@ INSTANTIATE_TEST_SUITE_P(Synth15m, VulkanModelTest,
                                                info.param.with_cpu ? "_with_cpu" : "",
                                                arch == "llama" ? "" : "_" + arch);
                          });
+
+// Many sequences at once (models/batch_session.h) on Vulkan0 alone: 1, 2, 4 and 8 sequences
+// of stories260K decoded together give each the greedy tokens and logits (F32 KV, within
+// 1e-4) it gets alone on Vulkan0, and no graph needs the CPU.
+TEST(VulkanBatchSessionTest, BatchedEqualsAlone) {
+  ASSERT_TRUE(RegisterBuiltinBackends().ok());
+  absl::StatusOr<Device*> vk = Registry::Get().FindDevice("Vulkan0");
+  if (!vk.ok()) GTEST_SKIP() << "no Vulkan device (lavapipe needs TG_VULKAN_CPU=1)";
+  const std::string path = DemoModelPath();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not found";
+  LoadOptions on_vk;
+  on_vk.device = *vk;
+  auto model = LlamaModel::Load(path, on_vk);
+  ASSERT_TRUE(model.ok()) << model.status();
+  constexpr int kBatchSteps = 12;
+  std::vector<testing::GreedyTrace> alone;
+  for (int i = 0; i < 8; ++i) {
+    alone.push_back(testing::DecodeAlone(**model, testing::VariedPrompt(i), kBatchSteps));
+  }
+  for (int n : {1, 2, 4, 8}) {
+    BatchSessionOptions o;
+    o.n_ctx = 512;
+    o.kv_type = DType::kF32;
+    auto session = BatchSession::Create(**model, o);
+    ASSERT_TRUE(session.ok()) << session.status();
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < n; ++i) prompts.push_back(testing::VariedPrompt(i));
+    const std::vector<testing::GreedyTrace> batched =
+        testing::DecodeBatched(**session, prompts, kBatchSteps);
+    ASSERT_EQ(batched.size(), static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      testing::ExpectSameTrace(alone[i], batched[i], 1e-4,
+                               absl::StrCat(n, " sequences on Vulkan0, #", i));
+    }
+    EXPECT_EQ((*session)->timings().fallback_graphs, 0) << (*session)->timings().fallback_reason;
+  }
+}
 
 }  // namespace
 }  // namespace tg
