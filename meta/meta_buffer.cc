@@ -166,10 +166,46 @@ absl::Status MetaBuffer::SetPending(const Tensor* t, const void* data, size_t of
   return absl::OkStatus();
 }
 
+absl::Status MetaBuffer::RowsInPlace(const Tensor& t, const ShadowSet& set, size_t offset,
+                                     size_t size, const uint8_t* in, uint8_t* out) {
+  const size_t row = t.nb[1];
+  const bool whole_rows = offset % row == 0 && size % row == 0 && t.ne[2] == 1 && t.ne[3] == 1;
+  if (!set.state.is_axis() || set.state.axis() != 0 || set.state.segmented() || !whole_rows ||
+      !t.IsContiguous()) {
+    return absl::UnimplementedError("not whole rows of a tensor split along dimension 0");
+  }
+  const size_t n_rows = size / row, first = offset / row;
+  const bool write = in != nullptr;
+  std::vector<uint8_t> slice;
+  for (int d = 0; d < set.state.n_devices(); ++d) {
+    Tensor* s = set.shadows[d];
+    if (s == nullptr || set.state.Empty(d)) continue;
+    const size_t s_row = s->nb[1];
+    const size_t column = RowBytes(t.type, set.state.range(d).begin);
+    slice.resize(n_rows * s_row);
+    if (!write) TG_RETURN_IF_ERROR(s->buffer->GetTensor(s, slice.data(), first * s_row, slice.size()));
+    for (size_t r = 0; r < n_rows; ++r) {
+      if (write) {
+        std::memcpy(slice.data() + r * s_row, in + r * row + column, s_row);
+      } else {
+        std::memcpy(out + r * row + column, slice.data() + r * s_row, s_row);
+      }
+    }
+    if (write) TG_RETURN_IF_ERROR(s->buffer->SetTensor(s, slice.data(), first * s_row, slice.size()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status MetaBuffer::WriteRange(Tensor* t, const ShadowSet& set, const void* data,
                                     size_t offset, size_t size) {
   if (offset == 0 && size == t->NumBytes()) {
     return ScatterToShadows(*t, set, static_cast<const uint8_t*>(data));
+  }
+  // UNIMPLEMENTED: not whole rows of a dimension-0 split; then read, modify, write it all.
+  if (absl::Status s =
+          RowsInPlace(*t, set, offset, size, static_cast<const uint8_t*>(data), nullptr);
+      !absl::IsUnimplemented(s)) {
+    return s;
   }
   std::vector<uint8_t> full(t->NumBytes());
   if (offset != 0 || size != full.size()) {
@@ -223,6 +259,10 @@ absl::Status MetaBuffer::GetTensor(const Tensor* t, void* data, size_t offset, s
   }
   if (offset == 0 && size == t->NumBytes()) {
     return GatherFromShadows(*t, *set, static_cast<uint8_t*>(data));
+  }
+  if (absl::Status s = RowsInPlace(*t, *set, offset, size, nullptr, static_cast<uint8_t*>(data));
+      !absl::IsUnimplemented(s)) {
+    return s;
   }
   std::vector<uint8_t> full(t->NumBytes());
   TG_RETURN_IF_ERROR(GatherFromShadows(*t, *set, full.data()));

@@ -95,6 +95,12 @@ class MetaBuffer : public BasicBuffer {
   // Full-tensor read-modify-write for a partial-range access to a split tensor.
   absl::Status WriteRange(Tensor* t, const ShadowSet& set, const void* data, size_t offset,
                           size_t size);
+  // Whole rows [offset, offset + size) of a 2-D tensor split along dimension 0 (a KV cache by
+  // heads), written from `in` or (in nullptr) read into `out`, in place: each device's slice
+  // of those rows and nothing else. UNIMPLEMENTED for any other range or state (the caller
+  // gathers the whole tensor instead).
+  absl::Status RowsInPlace(const Tensor& t, const ShadowSet& set, size_t offset, size_t size,
+                           const uint8_t* in, uint8_t* out);
   absl::Status SetPending(const Tensor* t, const void* data, size_t offset, size_t size,
                           std::optional<uint8_t> fill);
 
