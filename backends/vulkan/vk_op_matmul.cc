@@ -27,11 +27,18 @@ constexpr uint64_t kActUnitBytes = 40;
 // mul_mat_reg.comp: one weight row per invocation.
 constexpr uint32_t kRegGroup = 64;
 
-// Up to this many activation columns the matrix-vector kernel wins: every weight is read
-// once per column either way, and the tiled kernel's shared-memory staging costs more.
-constexpr int64_t kMatVecMaxCols = 8;
+// Up to this many activation columns (a decode step of as many sequences) the matrix-vector
+// kernel wins: a workgroup takes up to kMatVecGroupCols columns and reads each weight once for
+// all of them, where the tiled kernel pays its shared-memory staging and 64-column tiles (on
+// lavapipe 16 columns took 4-8x less time than the tiled kernel; on GPUs unmeasured).
+constexpr int64_t kMatVecMaxCols = 16;
 constexpr uint32_t kMatVecGroup = 64;
+constexpr uint32_t kMatVecGroupCols = 16;
+// Weight rows per workgroup of one column; with more columns fewer rows, so that a workgroup's
+// accumulators (columns x rows, twice in the gate/up mode) stay at most kMatVecAccumulators,
+// in registers, and its partial sums in 4 KiB of shared memory.
 constexpr uint32_t kMatVecRows = 4;
+constexpr uint32_t kMatVecAccumulators = 16;
 // Tiled kernel: 64 x 64 outputs per workgroup of 256 invocations, 4 x 4 each. Its two f32
 // tiles of 32 x 64 take kTileShared bytes of shared memory, Vulkan's minimum: a device with
 // less (none known) multiplies every column with the matrix-vector kernel.
@@ -220,11 +227,21 @@ absl::Status DispatchReg(Recorder& rec, ProductMode mode, uint32_t type, int64_t
   return rec.Dispatch("mul_mat_reg", spec, &pc, sizeof(pc), groups, reads, writes);
 }
 
+// Activation columns per workgroup of mul_mat_vec.comp: all of them up to kMatVecGroupCols,
+// rounded up to a power of two (few pipelines; a column's results do not depend on it).
+uint32_t VecColumns(int64_t n) {
+  uint32_t cols = 1;
+  while (cols < n && cols < kMatVecGroupCols) cols *= 2;
+  return cols;
+}
+
 absl::Status DispatchVec(Recorder& rec, ProductMode mode, uint32_t type, int64_t rows, int64_t n,
                          uint32_t batches, const MatMulPC& pc, absl::Span<const AddressRange> reads,
                          absl::Span<const AddressRange> writes) {
-  const uint32_t spec[] = {kMatVecGroup, type, kMatVecRows, mode};
-  const uint32_t groups[3] = {Ceil(rows, kMatVecRows), U32(n), batches};
+  const uint32_t cols = VecColumns(n);
+  const uint32_t group_rows = std::clamp(kMatVecAccumulators / cols, 1u, kMatVecRows);
+  const uint32_t spec[] = {kMatVecGroup, type, group_rows, mode, cols};
+  const uint32_t groups[3] = {Ceil(rows, group_rows), Ceil(n, cols), batches};
   return rec.Dispatch("mul_mat_vec", spec, &pc, sizeof(pc), groups, reads, writes);
 }
 

@@ -1,4 +1,5 @@
-// MUL_MAT and MUL_MAT_ID cases: every weight type, odd sizes, broadcasting over dims 2/3,
+// MUL_MAT and MUL_MAT_ID cases: every weight type, odd sizes, decode batches of several
+// sequences (alone and in the fused q/k/v and gate/up groups), broadcasting over dims 2/3,
 // non-contiguous operands and GEMM-sized batches.
 #include <string>
 
@@ -42,6 +43,54 @@ void AddWeightTypeCases(std::vector<OpCase>* cases) {
     cases->push_back(MulMatCase(type, {k, kOddM, 1, 1}, {k, 1, 1, 1}, "matvec"));
     cases->push_back(MulMatCase(type, {k, kOddM, 1, 1}, {k, 7, 1, 1}));
     cases->push_back(MulMatCase(type, {k, kSmallM, 1, 1}, {k, kBatchN, 1, 1}));
+  }
+}
+
+// Decode steps of several sequences, one activation column each: the matrix-vector kernels
+// take up to 16 columns per workgroup (rounded up to a power of two), so these cover a
+// single column, full and partly filled groups, and the largest group.
+constexpr int64_t kSequenceCounts[] = {1, 2, 3, 4, 8, 9, 16};
+
+void AddSequenceBatchCases(std::vector<OpCase>* cases) {
+  constexpr int64_t kRows = 37;  // odd: the last workgroup of rows is partly filled.
+  for (DType type : kWeightTypes) {
+    const int64_t k = OddRowLength(type);
+    for (int64_t n : kSequenceCounts) {
+      if (n == 1) continue;  // AddWeightTypeCases' "matvec".
+      cases->push_back(
+          MulMatCase(type, {k, kRows, 1, 1}, {k, n, 1, 1}, absl::StrCat(n, " sequences")));
+    }
+  }
+}
+
+// A layer's q, k and v projections of one input, and its gate/up/SWIGLU, summed into one
+// result: the devices that fuse these groups (the Vulkan backend) run them as one kernel
+// each. Rows of 62 put the matrices' seams inside workgroups of rows.
+OpCase FusedProjectionsCase(DType type, int64_t n) {
+  constexpr int64_t kRows = 62;
+  const int64_t k = OddRowLength(type);
+  return {Op::kMulMat, absl::StrCat("q/k/v and gate/up of ", n, " sequences"), WeightNmse(type),
+          [=](CaseBuilder& b) -> TensorOr {
+            TG_ASSIGN_OR_RETURN(Tensor * x, b.Uniform(DType::kF32, {k, n}));
+            Tensor* w[5];
+            for (Tensor*& t : w) {
+              TG_ASSIGN_OR_RETURN(t, b.Uniform(type, {k, kRows}));
+            }
+            Context& ctx = b.ctx();
+            Tensor* out[5];
+            for (int i = 0; i < 5; ++i) {
+              TG_ASSIGN_OR_RETURN(out[i], MulMat(ctx, w[i], x));
+            }
+            TG_ASSIGN_OR_RETURN(Tensor * act, Swiglu(ctx, out[3], out[4]));
+            TG_ASSIGN_OR_RETURN(Tensor * qk, Add(ctx, out[0], out[1]));
+            TG_ASSIGN_OR_RETURN(Tensor * qkv, Add(ctx, qk, out[2]));
+            return Add(ctx, qkv, act);
+          }};
+}
+
+void AddFusedCases(std::vector<OpCase>* cases) {
+  for (DType type : {DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+    for (int64_t n : kSequenceCounts) cases->push_back(FusedProjectionsCase(type, n));
   }
 }
 
@@ -129,6 +178,8 @@ OpCase MulMatIdRangeCase(DType type, int64_t k, int64_t first, int64_t count, in
 
 void AddMatMulCases(std::vector<OpCase>* cases) {
   AddWeightTypeCases(cases);
+  AddSequenceBatchCases(cases);
+  AddFusedCases(cases);
   AddShapeCases(cases);
   AddStridedCases(cases);
   constexpr int64_t kExperts = 4;

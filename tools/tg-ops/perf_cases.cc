@@ -21,6 +21,7 @@ constexpr int64_t kHeads = 32;
 constexpr int64_t kKvHeads = 8;
 constexpr int64_t kContext = 1024;
 constexpr int64_t kVocabRows = 8192;
+constexpr int64_t kSequences = 8;  // a many-sequence decode batch (llama-server --parallel 8).
 
 PerfCase MatMul(DType type, int64_t k, int64_t m, int64_t n) {
   return {Op::kMulMat, absl::StrCat(DTypeName(type), " ", m, "x", k, " x ", n),
@@ -145,6 +146,12 @@ std::vector<PerfCase> PerfCases() {
   for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
                      DType::kQ4_K, DType::kQ6_K}) {
     cases.push_back(MatMul(type, kModelDim, kModelDim, 1));
+  }
+  // A decode step of several sequences at once (one column each).
+  for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
+    for (int64_t n : {kSequences, 2 * kSequences}) {
+      cases.push_back(MatMul(type, kModelDim, kModelDim, n));
+    }
   }
   cases.push_back(MatMul(DType::kQ4_0, kModelDim, kModelDim, 32));
   cases.push_back(MatMul(DType::kF32, kGemmDim, kGemmDim, kGemmDim));
