@@ -10,6 +10,7 @@
 #include "core/scheduler.h"
 #include "core/status_macros.h"
 #include "models/llama_graph.h"
+#include "models/sequence_state.h"
 
 namespace tg {
 
@@ -184,7 +185,35 @@ absl::StatusOr<int> BatchSession::ForkPrefix(int src, int64_t n_pos) {
   TG_ASSIGN_OR_RETURN(const int dst, NewSequence());
   cells_.SharePrefix(src, dst, static_cast<int32_t>(n_pos));
   seqs_[dst].n_past = n_pos;
+  seqs_[dst].tokens.assign(seqs_[src].tokens.begin(), seqs_[src].tokens.begin() + n_pos);
   return dst;
+}
+
+absl::StatusOr<std::string> BatchSession::SaveSequence(int seq,
+                                                       absl::Span<const float> logits) const {
+  TG_RETURN_IF_ERROR(CheckSequence(seq));
+  TG_ASSIGN_OR_RETURN(SequenceState state,
+                      CaptureSequence(*cache_, cells_.CellsOf(seq), seqs_[seq].tokens, logits));
+  return EncodeSequenceState(model_, *cache_, state);
+}
+
+absl::StatusOr<int> BatchSession::RestoreSequence(absl::string_view bytes,
+                                                  std::vector<float>* logits) {
+  TG_ASSIGN_OR_RETURN(SequenceState state, DecodeSequenceState(model_, *cache_, bytes));
+  const int64_t n = static_cast<int64_t>(state.tokens.size());
+  TG_ASSIGN_OR_RETURN(const int seq, NewSequence());
+  absl::StatusOr<std::vector<int32_t>> cells = cells_.FindFree(n, seq);
+  absl::Status s = cells.status();
+  if (s.ok()) s = RestoreRows(state, *cache_, *cells);
+  if (!s.ok()) {
+    seqs_[seq] = {};
+    return s;
+  }
+  for (int64_t i = 0; i < n; ++i) cells_.Assign((*cells)[i], seq, static_cast<int32_t>(i));
+  seqs_[seq].n_past = n;
+  seqs_[seq].tokens = std::move(state.tokens);
+  if (logits != nullptr) *logits = std::move(state.logits);
+  return seq;
 }
 
 absl::Status BatchSession::EndSequence(int seq) {
@@ -273,6 +302,7 @@ absl::StatusOr<std::vector<SequenceResult>> BatchSession::Step(absl::Span<const 
   }
   for (const SequenceWork& w : work) {
     seqs_[w.seq].n_past += static_cast<int64_t>(w.tokens.size());
+    seqs_[w.seq].tokens.insert(seqs_[w.seq].tokens.end(), w.tokens.begin(), w.tokens.end());
     tokens_decoded_ += static_cast<int64_t>(w.tokens.size());
   }
   return results;

@@ -15,9 +15,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "models/executor.h"
 #include "models/kv_cache.h"
@@ -60,6 +62,14 @@ class BatchSession {
   absl::StatusOr<int> ForkPrefix(int src, int64_t n_pos);
   // Ends `seq`: its cells are free for others at once. INVALID_ARGUMENT for an unknown id.
   absl::Status EndSequence(int seq);
+  // `seq`'s state as bytes (models/sequence_state.h: its tokens and every layer's K and V
+  // rows, logical: a session on any split restores it), with `logits` (its last token's,
+  // or empty) kept beside them.
+  absl::StatusOr<std::string> SaveSequence(int seq, absl::Span<const float> logits = {}) const;
+  // A new sequence holding a saved state: its rows are written into free cells, nothing is
+  // decoded; the saved logits go to `logits` when given. INVALID_ARGUMENT for another
+  // model's, a truncated or a damaged state; OUT_OF_RANGE when too few cells are free.
+  absl::StatusOr<int> RestoreSequence(absl::string_view state, std::vector<float>* logits = nullptr);
 
   // Decodes every item's tokens in one batch and returns, per item in order, its last
   // token's pick (and logits with `with_logits`). Errors leave every sequence as it was:
@@ -82,6 +92,7 @@ class BatchSession {
   struct Sequence {
     bool live = false;
     int64_t n_past = 0;
+    std::vector<int32_t> tokens;  // at positions [0, n_past).
   };
   class StepBatch;  // one step as the executor sees it.
 

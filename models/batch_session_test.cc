@@ -20,34 +20,30 @@
 #include "models/llama_model.h"
 #include "models/llama_session.h"
 #include "models/shared_model_path.h"
+#include "tests/lib/batched_vs_alone.h"
 
 namespace tg {
 namespace {
 
 using ::testing::HasSubstr;
 
-constexpr int kSteps = 24;         // greedy tokens generated per sequence.
+using testing::DecodeAlone;
+using testing::DecodeBatched;
+using testing::GreedyTrace;
+using testing::VariedPrompt;
+
+constexpr int kSteps = 24;          // greedy tokens generated per sequence.
 constexpr double kLogitTol = 1e-4;  // the bound for F32 KV (sums in other orders).
 
-// One sequence decoded alone: the prompt, then its own greedy picks; per step the logits
-// that picked the token.
-struct Trace {
-  std::vector<int32_t> tokens;
-  std::vector<std::vector<float>> logits;
-};
+void ExpectSame(const GreedyTrace& alone, const GreedyTrace& batched, const std::string& what) {
+  testing::ExpectSameTrace(alone, batched, kLogitTol, what);
+}
 
 class BatchSessionTest : public ::testing::Test {
  protected:
   void SetUp() override {
     path_ = DemoModelPath();
     if (!std::ifstream(path_).good()) GTEST_SKIP() << path_ << " not found";
-  }
-
-  // Different prompts of different lengths (token ids of stories260K's 512).
-  static std::vector<int32_t> Prompt(int i) {
-    std::vector<int32_t> p = {1};
-    for (int k = 0; k < 3 + 5 * i; ++k) p.push_back((k * 37 + i * 101 + 11) % 500 + 3);
-    return p;
   }
 
   LoadOptions Plan(SplitMode mode) {
@@ -58,36 +54,6 @@ class BatchSessionTest : public ::testing::Test {
       lo.plan = DevicePlan{mode, {&dev0_, &dev1_, &dev2_}, {0.4f, 0.3f, 0.3f}};
     }
     return lo;
-  }
-
-  Trace Alone(const LlamaModel& model, const std::vector<int32_t>& prompt, int steps) {
-    SessionOptions so;
-    so.n_ctx = 256;
-    so.kv_type = DType::kF32;
-    auto s = *LlamaSession::Create(model, so);
-    Trace t;
-    absl::StatusOr<absl::Span<const float>> logits = s->Decode(prompt);
-    for (int k = 0; k < steps && logits.ok(); ++k) {
-      t.logits.emplace_back(logits->begin(), logits->end());
-      const int32_t pick =
-          static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) - logits->begin());
-      t.tokens.push_back(pick);
-      logits = s->Decode({&pick, 1});
-    }
-    EXPECT_TRUE(logits.ok()) << logits.status();
-    return t;
-  }
-
-  static void ExpectSame(const Trace& alone, const Trace& batched, const std::string& what) {
-    ASSERT_EQ(batched.tokens.size(), alone.tokens.size()) << what;
-    EXPECT_EQ(batched.tokens, alone.tokens) << what;
-    double worst = 0;
-    for (size_t k = 0; k < alone.logits.size(); ++k) {
-      for (size_t i = 0; i < alone.logits[k].size(); ++i) {
-        worst = std::max(worst, std::fabs(double{batched.logits[k][i]} - alone.logits[k][i]));
-      }
-    }
-    EXPECT_LE(worst, kLogitTol) << what;
   }
 
   BatchSessionOptions Options() const {
@@ -108,33 +74,15 @@ class BatchSessionTest : public ::testing::Test {
 TEST_F(BatchSessionTest, BatchedEqualsAloneOnEveryPlacement) {
   for (SplitMode mode : {SplitMode::kNone, SplitMode::kLayer, SplitMode::kTensor}) {
     auto model = *LlamaModel::Load(path_, Plan(mode));
-    std::vector<Trace> alone;
-    for (int i = 0; i < 8; ++i) alone.push_back(Alone(*model, Prompt(i), kSteps));
+    std::vector<GreedyTrace> alone;
+    for (int i = 0; i < 8; ++i) alone.push_back(DecodeAlone(*model, VariedPrompt(i), kSteps));
     for (int n : {1, 2, 4, 8}) {
       const std::string what = absl::StrCat(SplitModeName(mode), ", ", n, " sequences");
       auto session = *BatchSession::Create(*model, Options());
-      std::vector<int> seqs;
       std::vector<std::vector<int32_t>> prompts;
-      for (int i = 0; i < n; ++i) {
-        seqs.push_back(*session->NewSequence());
-        prompts.push_back(Prompt(i));
-      }
-      std::vector<Trace> batched(n);
-      std::vector<int32_t> next(n);
-      std::vector<SequenceWork> work;
-      for (int i = 0; i < n; ++i) work.push_back({seqs[i], prompts[i]});
-      for (int k = 0; k < kSteps; ++k) {
-        absl::StatusOr<std::vector<SequenceResult>> r = session->Step(work, /*with_logits=*/true);
-        ASSERT_TRUE(r.ok()) << what << ": " << r.status();
-        for (int i = 0; i < n; ++i) {
-          const std::vector<float>& l = (*r)[i].logits;
-          EXPECT_EQ((*r)[i].pick, std::max_element(l.begin(), l.end()) - l.begin()) << what;
-          batched[i].tokens.push_back((*r)[i].pick);
-          batched[i].logits.push_back(l);
-          next[i] = (*r)[i].pick;
-        }
-        for (int i = 0; i < n; ++i) work[i] = {seqs[i], {&next[i], 1}};
-      }
+      for (int i = 0; i < n; ++i) prompts.push_back(VariedPrompt(i));
+      const std::vector<GreedyTrace> batched = DecodeBatched(*session, prompts, kSteps);
+      ASSERT_EQ(batched.size(), static_cast<size_t>(n)) << what;
       for (int i = 0; i < n; ++i) ExpectSame(alone[i], batched[i], absl::StrCat(what, ", #", i));
       // Nothing was decoded twice, and (one device) the decode steps built a graph only when
       // the cells they attend grew past a multiple of kDefaultKvPad.
@@ -162,7 +110,7 @@ TEST_F(BatchSessionTest, SequencesJoiningAndLeavingChangeNoOtherSequence) {
   constexpr int kTotal = 30;
   auto session = *BatchSession::Create(*model, Options());
   std::vector<int> seq(5, -1);
-  std::vector<Trace> got(5);
+  std::vector<GreedyTrace> got(5);
   std::vector<int32_t> next(5);
   for (int step = 0; step < kTotal; ++step) {
     std::vector<SequenceWork> work;
@@ -175,7 +123,7 @@ TEST_F(BatchSessionTest, SequencesJoiningAndLeavingChangeNoOtherSequence) {
       }
       if (step == plans[i].start) {
         seq[i] = *session->NewSequence();
-        prompts[i] = Prompt(i);
+        prompts[i] = VariedPrompt(i);
         work.push_back({seq[i], prompts[i]});
         who.push_back(i);
       } else if (seq[i] >= 0) {
@@ -193,7 +141,7 @@ TEST_F(BatchSessionTest, SequencesJoiningAndLeavingChangeNoOtherSequence) {
   }
   for (int i = 0; i < 5; ++i) {
     const int steps = plans[i].stop - plans[i].start;
-    ExpectSame(Alone(*model, Prompt(i), steps), got[i], absl::StrCat("sequence ", i));
+    ExpectSame(DecodeAlone(*model, VariedPrompt(i), steps), got[i], absl::StrCat("sequence ", i));
   }
   // The ended sequences' cells went back: only the live ones' remain.
   int64_t live_cells = 0;
@@ -221,11 +169,92 @@ TEST_F(BatchSessionTest, ASharedPrefixIsNotDecodedAgain) {
   EXPECT_EQ(session->tokens_decoded() - before, 5);  // the tails only.
   std::vector<int32_t> whole_b = prefix;
   whole_b.insert(whole_b.end(), tail_b.begin(), tail_b.end());
-  const Trace alone_b = Alone(*model, whole_b, 1);
+  const GreedyTrace alone_b = DecodeAlone(*model, whole_b, 1);
   ExpectSame(alone_b, {{(*r)[1].pick}, {(*r)[1].logits}}, "the forked sequence");
   // Ending the first keeps the shared cells for the second.
   ASSERT_TRUE(session->EndSequence(a).ok());
   EXPECT_EQ(session->cells().used(), 202);
+}
+
+// Greedy from a restored or live sequence: `steps` picks, the first from `logits`.
+std::vector<int32_t> GreedyFrom(BatchSession& session, int seq, const std::vector<float>& logits,
+                                int steps) {
+  std::vector<int32_t> out = {
+      static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+  while (static_cast<int>(out.size()) < steps) {
+    absl::StatusOr<std::vector<SequenceResult>> r =
+        session.Step(std::vector<SequenceWork>{{seq, {&out.back(), 1}}});
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) break;
+    out.push_back((*r)[0].pick);
+  }
+  return out;
+}
+
+// A state saved after the prompt and 20 tokens under a tensor split over three devices (each
+// device's rows read in place), restored on one device, and one saved under a layer split
+// restored under a tensor split (written in place), goes on with the tokens of the
+// uninterrupted run; nothing is decoded to restore it: the bytes hold the logical rows.
+TEST_F(BatchSessionTest, AStateSavedUnderOneSplitRestoresUnderAnother) {
+  const std::vector<int32_t> prompt = VariedPrompt(3);
+  for (auto [from, to] : {std::pair{SplitMode::kTensor, SplitMode::kNone},
+                          {SplitMode::kLayer, SplitMode::kTensor}}) {
+    const std::string what = absl::StrCat(SplitModeName(from), " -> ", SplitModeName(to));
+    auto saver_model = *LlamaModel::Load(path_, Plan(from));
+    auto saver = *BatchSession::Create(*saver_model, Options());
+    const int a = *saver->NewSequence();
+    auto r = saver->Step(std::vector<SequenceWork>{{a, prompt}}, /*with_logits=*/true);
+    ASSERT_TRUE(r.ok()) << r.status();
+    std::vector<int32_t> whole = GreedyFrom(*saver, a, (*r)[0].logits, 20);
+    // The 20th pick is not decoded yet: the state holds the prompt and 19 picks, and the
+    // logits that made the 20th.
+    auto last = saver->Step(std::vector<SequenceWork>{{a, {&whole.back(), 1}}}, true);
+    ASSERT_TRUE(last.ok()) << last.status();
+    absl::StatusOr<std::string> state = saver->SaveSequence(a, (*last)[0].logits);
+    ASSERT_TRUE(state.ok()) << state.status();
+    const std::vector<int32_t> rest = GreedyFrom(*saver, a, (*last)[0].logits, 20);
+
+    auto restorer_model = *LlamaModel::Load(path_, Plan(to));
+    auto restorer = *BatchSession::Create(*restorer_model, Options());
+    std::vector<float> logits;
+    absl::StatusOr<int> b = restorer->RestoreSequence(*state, &logits);
+    ASSERT_TRUE(b.ok()) << what << ": " << b.status();
+    EXPECT_EQ(restorer->n_past(*b), static_cast<int64_t>(prompt.size()) + 20) << what;
+    EXPECT_EQ(restorer->tokens_decoded(), 0) << what;
+    EXPECT_EQ(GreedyFrom(*restorer, *b, logits, 20), rest) << what;
+  }
+}
+
+TEST_F(BatchSessionTest, ABadStateIsRefusedAndChangesNothing) {
+  auto model = *LlamaModel::Load(path_, Plan(SplitMode::kNone));
+  auto session = *BatchSession::Create(*model, Options());
+  const int a = *session->NewSequence();
+  const std::vector<int32_t> prompt = VariedPrompt(1);
+  ASSERT_TRUE(session->Step(std::vector<SequenceWork>{{a, prompt}}).ok());
+  const std::string state = *session->SaveSequence(a);
+  BatchSessionOptions f16 = Options();
+  f16.kv_type = DType::kF16;
+  auto other = *BatchSession::Create(*model, f16);
+  struct Case {
+    std::string bytes;
+    const char* message;
+  };
+  std::string other_model = state;
+  other_model[8] ^= 1;  // the fingerprint.
+  const Case cases[] = {
+      {state.substr(0, state.size() - 1), "truncated or damaged"},
+      {"not a state at all", "not a tensorgrid sequence state"},
+      {other_model, "saved with another model"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<int> s = session->RestoreSequence(c.bytes);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(std::string(s.status().message()), HasSubstr(c.message));
+  }
+  EXPECT_THAT(std::string(other->RestoreSequence(state).status().message()),
+              HasSubstr("the state's KV cache (f32, 5 layers) is not this session's (f16"));
+  EXPECT_EQ(session->cells().used(), static_cast<int64_t>(prompt.size()));
+  EXPECT_FALSE(session->live(1));
 }
 
 TEST_F(BatchSessionTest, BadInputIsAClearErrorThatChangesNothing) {

@@ -131,4 +131,11 @@ absl::Status FailoverSession::GenerateResumable(int32_t token, int64_t max_token
   }
 }
 
+absl::Status FailoverSession::RestoreState(const SequenceState& state, int64_t n) {
+  if (!broken_.ok()) return broken_;
+  TG_RETURN_IF_ERROR(session_->RestoreState(state, n));
+  history_.assign(state.tokens.begin(), state.tokens.begin() + n);
+  return absl::OkStatus();
+}
+
 }  // namespace tg

@@ -44,6 +44,8 @@ class FailoverSession {
                               absl::FunctionRef<bool(int32_t)> on_token);
   absl::Status Generate(int32_t token, int64_t max_tokens, const SamplingParams& params,
                         absl::FunctionRef<bool(int32_t)> on_token);
+  // LlamaSession::RestoreState, kept as the tokens a recovery decodes again.
+  absl::Status RestoreState(const SequenceState& state, int64_t n);
   void Reset() {
     if (session_ != nullptr) session_->Reset();
     history_.clear();

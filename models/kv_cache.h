@@ -31,6 +31,7 @@ class KvCache {
   Tensor* k(int64_t layer) const { return k_[layer]; }
   Tensor* v(int64_t layer) const { return v_[layer]; }
   int64_t n_ctx() const { return n_ctx_; }
+  int64_t n_layer() const { return static_cast<int64_t>(k_.size()); }
   DType type() const { return type_; }
   size_t bytes() const;
 

@@ -194,6 +194,27 @@ absl::Status LlamaSession::CheckBatch(absl::Span<const int32_t> tokens) const {
   return CheckRoom(n_past_, static_cast<int64_t>(tokens.size()));
 }
 
+absl::StatusOr<SequenceState> LlamaSession::CaptureState(absl::Span<const float> logits) const {
+  std::vector<int32_t> cells(n_past_);
+  for (int64_t i = 0; i < n_past_; ++i) cells[i] = static_cast<int32_t>(i);  // cell = position.
+  return CaptureSequence(*cache_, cells, history_, logits);
+}
+
+absl::Status LlamaSession::RestoreState(const SequenceState& state, int64_t n) {
+  if (n < 0 || n > static_cast<int64_t>(state.tokens.size())) {
+    return absl::InvalidArgumentError(absl::StrFormat("the state holds %d tokens, not %d",
+                                                      state.tokens.size(), n));
+  }
+  TG_RETURN_IF_ERROR(CheckRoom(0, n));
+  Reset();
+  std::vector<int32_t> cells(n);
+  for (int64_t i = 0; i < n; ++i) cells[i] = static_cast<int32_t>(i);
+  TG_RETURN_IF_ERROR(RestoreRows(state, *cache_, cells));
+  history_.assign(state.tokens.begin(), state.tokens.begin() + n);
+  n_past_ = n;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<absl::Span<const float>> LlamaSession::Decode(absl::Span<const int32_t> tokens,
                                                              bool all_logits) {
   TG_RETURN_IF_ERROR(CheckBatch(tokens));

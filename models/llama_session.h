@@ -18,6 +18,7 @@
 #include "models/kv_cache.h"
 #include "models/llama_graph.h"
 #include "models/llama_model.h"
+#include "models/sequence_state.h"
 
 namespace tg {
 
@@ -90,6 +91,12 @@ class LlamaSession {
   // same as calling DecodeSample in a loop.
   absl::Status Generate(int32_t token, int64_t max_tokens, const SamplingParams& params,
                         absl::FunctionRef<bool(int32_t)> on_token);
+  // The session's positions as a saved state (models/sequence_state.h): the tokens, every
+  // layer's K and V rows, and `logits` (the last token's, or empty) kept beside them.
+  absl::StatusOr<SequenceState> CaptureState(absl::Span<const float> logits = {}) const;
+  // Replaces the session's positions with the first n of `state` (n <= its tokens): their
+  // K and V rows are written, nothing is decoded. OUT_OF_RANGE when n exceeds the context.
+  absl::Status RestoreState(const SequenceState& state, int64_t n);
   int64_t n_past() const { return n_past_; }
   int64_t n_ctx() const { return cache_->n_ctx(); }
   void Reset() {
