@@ -26,6 +26,7 @@
 #include "tools/common/demo_model.h"
 #include "tools/common/failover.h"
 #include "tools/common/json_writer.h"
+#include "tools/common/prompt_cache.h"
 #include "tools/common/weight_loading.h"
 
 namespace tg {
@@ -50,6 +51,7 @@ struct RunFlags {
   int64_t top_logits = 5;
   bool rpc_failover = false;
   bool verbose = false;
+  std::string prompt_cache;  // the prompt's saved state (tools/common/prompt_cache.h).
 };
 
 // Set once text has gone to stdout, so that an error starts on a line of its own.
@@ -78,6 +80,8 @@ struct Result {
   float logit_max = 0;
   double prompt_ms = 0;
   double gen_ms = 0;
+  int64_t prompt_reused = 0;  // prompt tokens restored from --prompt-cache, not decoded.
+  bool prompt_saved = false;  // the prompt's state was written to --prompt-cache.
 
   double PromptTps() const { return prompt_tokens.size() * 1000.0 / prompt_ms; }
   // The first generated token comes from the prompt pass: gen_ms covers the rest.
@@ -127,13 +131,37 @@ absl::Status Generate(const RunFlags& f, FailoverSession& session, const Samplin
     g_streamed = true;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  absl::Span<const float> logits;
+  // --prompt-cache: the saved prefix of the prompt is restored; greedy picks its first token
+  // from the saved logits when the whole prompt was saved, sampling decodes at least one.
+  PromptCacheHit hit;
+  if (!f.prompt_cache.empty()) {
+    TG_ASSIGN_OR_RETURN(hit, RestorePromptCache(f.prompt_cache, session, r->prompt_tokens, greedy,
+                                                [](const std::string& message) {
+                                                  std::fprintf(stderr, "tg-run: warning: %s\n",
+                                                               message.c_str());
+                                                }));
+    r->prompt_reused = hit.reused;
+  }
+  const absl::Span<const int32_t> rest = absl::MakeConstSpan(r->prompt_tokens).subspan(hit.reused);
+  absl::Span<const float> logits = hit.logits;
   int32_t first = -1;
-  if (greedy) {
-    TG_ASSIGN_OR_RETURN(logits, session.Decode(r->prompt_tokens));
+  if (rest.empty()) {
+    first = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  } else if (greedy) {
+    TG_ASSIGN_OR_RETURN(logits, session.Decode(rest));
     first = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   } else {
-    TG_ASSIGN_OR_RETURN(first, session.DecodeSample(r->prompt_tokens, sampling, &logits));
+    TG_ASSIGN_OR_RETURN(first, session.DecodeSample(rest, sampling, &logits));
+  }
+  if (!f.prompt_cache.empty() && !rest.empty()) {
+    TG_RETURN_IF_ERROR(SavePromptCache(f.prompt_cache, session, logits));
+    r->prompt_saved = true;
+  }
+  if (f.verbose && !f.prompt_cache.empty()) {
+    std::fprintf(stderr, "%stg-run: prompt cache %s: %lld of %zu prompt tokens reused, %zu decoded%s\n",
+                 g_streamed ? "\n" : "", f.prompt_cache.c_str(),
+                 static_cast<long long>(hit.reused), r->prompt_tokens.size(), rest.size(),
+                 r->prompt_saved ? "; saved" : "");
   }
   const auto t1 = std::chrono::steady_clock::now();
   r->prompt_ms = Ms(t0, t1);
@@ -164,6 +192,7 @@ void PrintJson(const Result& r, const LoadReport& load) {
   j.EndArray().Key("logit_range").BeginArray().Double(r.logit_min).Double(r.logit_max);
   j.EndArray().Key("timings").BeginObject();
   j.Key("prompt_ms").Double(r.prompt_ms).Key("gen_ms").Double(r.gen_ms);
+  j.Key("prompt_reused").Int(r.prompt_reused);
   j.Key("prompt_tps").Double(r.PromptTps());
   j.Key("gen_tps").Double(r.GenTps());
   j.EndObject().Key("load").BeginObject().Key("seconds").Double(load.seconds);
@@ -295,6 +324,10 @@ int main(int argc, char** argv) {
   p.AddBool(nullptr, "--rpc-failover", &f.rpc_failover,
             "when an rpc-server is lost, go on with the remaining devices (the same split, -ts "
             "renormalised; the KV cache rebuilt from the tokens so far)");
+  p.AddString(nullptr, "--prompt-cache", &f.prompt_cache,
+              "file of the prompt's saved state: written after the prompt is decoded, and "
+              "restored instead of decoding when a later prompt starts with its tokens (-v says "
+              "how many); works across split modes and devices");
   p.AddBool("-v", "--verbose", &f.verbose,
             "print how the weights were loaded: per device, bytes sent, from the server's cache "
             "or its own copy of the file, and seconds");
