@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/ops.h"
 #include "core/scheduler.h"
 #include "core/status_macros.h"
 #include "models/llama_graph.h"
@@ -25,10 +26,12 @@ class BatchSession::StepBatch : public Batch {
   };
 
   StepBatch(BatchSession& session, std::vector<Row> rows, std::vector<int64_t> outputs,
-            int64_t n_kv, bool with_logits, std::vector<SequenceResult>* results)
+            std::vector<const SamplingParams*> sampling, int64_t n_kv, bool with_logits,
+            std::vector<SequenceResult>* results)
       : session_(session),
         rows_(std::move(rows)),
         outputs_(std::move(outputs)),
+        sampling_(std::move(sampling)),
         n_kv_(n_kv),
         with_logits_(with_logits),
         results_(results) {}
@@ -37,19 +40,20 @@ class BatchSession::StepBatch : public Batch {
   GraphKey Key(BatchPiece piece) const override {
     PickOptions pick;
     pick.keep_logits = with_logits_;
-    return {.n_tokens = piece.size,
-            .n_kv = n_kv_,
-            .n_outputs = OutputsIn(piece).second,
-            .output = GraphOutput::kArgmax,
-            .pick = pick};
+    GraphKey key{.n_tokens = piece.size,
+                 .n_kv = n_kv_,
+                 .n_outputs = OutputsIn(piece).second,
+                 .output = GraphOutput::kArgmax,
+                 .pick = pick};
+    if (Samples()) {
+      // Every output row its own pick: ARGMAX (temperature 0) or SAMPLE with its parameters.
+      key.output = GraphOutput::kLogits;
+      const auto [first, count] = OutputsIn(piece);
+      for (int64_t k = 0; k < count; ++k) key.row_picks.push_back(RowPick(first + k));
+    }
+    return key;
   }
-  absl::StatusOr<std::unique_ptr<LlamaGraph>> Build(BatchPiece piece) override {
-    const GraphKey key = Key(piece);
-    ++session_.graphs_built_;
-    return BuildLlamaGraph(session_.model_, *session_.cache_,
-                           {.n_tokens = piece.size, .n_kv = n_kv_, .n_outputs = key.n_outputs},
-                           key.output, key.pick);
-  }
+  absl::StatusOr<std::unique_ptr<LlamaGraph>> Build(BatchPiece piece) override;
   absl::Status FillInputs(const LlamaGraph& g, BatchPiece piece, InputWriter write) override;
   absl::Status ReadResults(const LlamaGraph& g, BatchPiece piece) override;
 
@@ -63,17 +67,95 @@ class BatchSession::StepBatch : public Batch {
   }
   absl::Status WriteMask(Tensor* mask, BatchPiece piece, int64_t n_swa, std::vector<float>* scratch,
                          InputWriter write);
+  bool Samples() const {
+    return std::any_of(sampling_.begin(), sampling_.end(), [](auto* p) { return p != nullptr; });
+  }
+  // How output k is picked (past the outputs: a piece's placeholder row, greedy).
+  PickOptions RowPick(size_t k) const {
+    PickOptions p;
+    p.sample.temperature = 0;
+    if (k < sampling_.size() && sampling_[k] != nullptr) {
+      p.sample = sampling_[k]->sample;
+      if (p.sample.repeat_penalty != 1.0f) p.penalty_window = sampling_[k]->penalty_last_n;
+    }
+    return p;
+  }
+  // The penalty window of output k (through its row's token), newest first, -1 past the start.
+  std::vector<int32_t> Window(size_t k, int64_t w) const;
 
   BatchSession& session_;
   std::vector<Row> rows_;
   std::vector<int64_t> outputs_;  // rows, ascending.
+  std::vector<const SamplingParams*> sampling_;  // per output; nullptr: ARGMAX.
   int64_t n_kv_;
   bool with_logits_;
   std::vector<SequenceResult>* results_;  // one per output.
   // Inputs may be written asynchronously: their bytes stay here until the step is over.
   std::vector<int32_t> tokens_, pos_, cells_, out_ids_;
+  std::vector<std::vector<int32_t>> windows_;
   std::vector<float> mask_, mask_swa_;
 };
+
+absl::StatusOr<std::unique_ptr<LlamaGraph>> BatchSession::StepBatch::Build(BatchPiece piece) {
+  const GraphKey key = Key(piece);
+  ++session_.graphs_built_;
+  const LlamaGraphShape shape{.n_tokens = piece.size, .n_kv = n_kv_, .n_outputs = key.n_outputs};
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaGraph> g,
+                      BuildLlamaGraph(session_.model_, *session_.cache_, shape, key.output,
+                                      key.pick));
+  if (key.row_picks.empty()) return g;
+  // Output row k (batch row out_k of the piece): a view of its logits, picked by ARGMAX or by
+  // SAMPLE at that row's position with its own window input.
+  const auto [first, count] = OutputsIn(piece);
+  std::vector<Tensor*> outputs;
+  const size_t row_bytes = g->logits->nb[1];
+  for (int64_t k = 0; k < count; ++k) {
+    const PickOptions& p = key.row_picks[k];
+    TG_ASSIGN_OR_RETURN(Tensor * logits, View(g->ctx, g->logits, {g->logits->ne[0], 1},
+                                              {row_bytes}, k * row_bytes));
+    Tensor* pick = nullptr;
+    Tensor* window = nullptr;
+    if (p.sample.temperature <= 0 && p.penalty_window == 0) {
+      TG_ASSIGN_OR_RETURN(pick, Argmax(g->ctx, logits));
+    } else {
+      const size_t out = first + k < outputs_.size() ? outputs_[first + k] - piece.offset
+                                                     : piece.size - 1;
+      TG_ASSIGN_OR_RETURN(Tensor * pos, View(g->ctx, g->pos, {1}, {}, out * sizeof(int32_t)));
+      if (p.penalty_window > 0) {
+        TG_ASSIGN_OR_RETURN(window, g->ctx.NewTensor(DType::kI32, {p.penalty_window}));
+        window->SetName("inp_window");
+        window->flags |= kFlagInput;
+      }
+      TG_ASSIGN_OR_RETURN(pick, Sample(g->ctx, logits, pos, window, p.sample));
+    }
+    pick->flags |= kFlagOutput;
+    g->row_picks.push_back(pick);
+    g->row_windows.push_back(window);
+    outputs.push_back(pick);
+  }
+  if (with_logits_) {
+    g->logits->flags |= kFlagOutput;
+    outputs.push_back(g->logits);
+  }
+  TG_ASSIGN_OR_RETURN(g->graph, BuildGraph(outputs));
+  return g;
+}
+
+std::vector<int32_t> BatchSession::StepBatch::Window(size_t k, int64_t w) const {
+  const int64_t last = outputs_[k];
+  const int seq = rows_[last].seq;
+  std::vector<int32_t> window;
+  for (int64_t r = last; r >= 0 && rows_[r].seq == seq && static_cast<int64_t>(window.size()) < w;
+       --r) {
+    window.push_back(rows_[r].token);
+  }
+  const std::vector<int32_t>& past = session_.seqs_[seq].tokens;
+  for (auto it = past.rbegin(); it != past.rend() && static_cast<int64_t>(window.size()) < w; ++it) {
+    window.push_back(*it);
+  }
+  window.resize(w, -1);
+  return window;
+}
 
 absl::Status BatchSession::StepBatch::WriteMask(Tensor* mask, BatchPiece piece, int64_t n_swa,
                                                 std::vector<float>* scratch, InputWriter write) {
@@ -108,6 +190,14 @@ absl::Status BatchSession::StepBatch::FillInputs(const LlamaGraph& g, BatchPiece
     TG_RETURN_IF_ERROR(
         WriteMask(g.mask_swa, piece, session_.model_.hparams().n_swa, &mask_swa_, write));
   }
+  windows_.resize(outputs_.size());
+  for (size_t k = 0; k < g.row_windows.size(); ++k) {
+    Tensor* window = g.row_windows[k];
+    const size_t out = OutputsIn(piece).first + k;
+    if (window == nullptr || out >= outputs_.size()) continue;
+    windows_[out] = Window(out, window->ne[0]);
+    TG_RETURN_IF_ERROR(write(window, windows_[out].data(), window->NumBytes()));
+  }
   if (g.out_ids != nullptr) {
     const auto [first, count] = OutputsIn(piece);
     out_ids_.clear();
@@ -126,7 +216,14 @@ absl::Status BatchSession::StepBatch::ReadResults(const LlamaGraph& g, BatchPiec
   while (first + n < outputs_.size() && outputs_[first + n] < piece.offset + piece.size) ++n;
   if (n == 0) return absl::OkStatus();
   std::vector<int32_t> picks(count);
-  TG_RETURN_IF_ERROR(g.pick->buffer->GetTensor(g.pick, picks.data(), 0, count * sizeof(int32_t)));
+  if (g.row_picks.empty()) {
+    TG_RETURN_IF_ERROR(
+        g.pick->buffer->GetTensor(g.pick, picks.data(), 0, count * sizeof(int32_t)));
+  }
+  for (size_t k = 0; k < n && k < g.row_picks.size(); ++k) {
+    const Tensor* p = g.row_picks[k];
+    TG_RETURN_IF_ERROR(p->buffer->GetTensor(p, &picks[k], 0, sizeof(int32_t)));
+  }
   const int64_t n_vocab = session_.model_.hparams().n_vocab;
   std::vector<float> logits;
   if (with_logits_) {
@@ -256,6 +353,12 @@ absl::Status BatchSession::CheckWork(absl::Span<const SequenceWork> work) const 
             "sequence %d: token id %d is outside the vocabulary [0, %d)", w.seq, id, n_vocab));
       }
     }
+    if (w.sampling != nullptr &&
+        (w.sampling->penalty_last_n < 0 || w.sampling->penalty_last_n > options_.n_ctx)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "sequence %d: repetition penalty window %d outside [0, %d] (the cache size)", w.seq,
+          w.sampling->penalty_last_n, options_.n_ctx));
+    }
     total += static_cast<int64_t>(w.tokens.size());
   }
   if (total > options_.n_batch) {
@@ -282,6 +385,7 @@ absl::StatusOr<std::vector<SequenceResult>> BatchSession::Step(absl::Span<const 
   }
   std::vector<StepBatch::Row> rows;
   std::vector<int64_t> outputs;
+  std::vector<const SamplingParams*> sampling;
   for (size_t k = 0; k < work.size(); ++k) {
     const SequenceWork& w = work[k];
     for (size_t i = 0; i < w.tokens.size(); ++i) {
@@ -289,13 +393,15 @@ absl::StatusOr<std::vector<SequenceResult>> BatchSession::Step(absl::Span<const 
                       w.seq});
     }
     outputs.push_back(static_cast<int64_t>(rows.size()) - 1);
+    sampling.push_back(w.sampling);
   }
   KvCells before = std::move(cells_);
   cells_ = std::move(trial);
   const int64_t pad = options_.kv_pad;
   const int64_t n_kv = std::min(cells_.size(), (cells_.end() + pad - 1) / pad * pad);
   std::vector<SequenceResult> results(work.size());
-  StepBatch batch(*this, std::move(rows), std::move(outputs), n_kv, with_logits, &results);
+  StepBatch batch(*this, std::move(rows), std::move(outputs), std::move(sampling), n_kv,
+                  with_logits, &results);
   if (absl::Status s = executor_->Run(batch); !s.ok()) {
     cells_ = std::move(before);  // the step's cells hold nothing usable.
     return s;

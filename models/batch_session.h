@@ -4,7 +4,8 @@
 // holds any mix of sequences' tokens: the decode token of every running sequence and chunks
 // of new prompts, each token with its sequence, position and cache cell, the attention mask
 // built per sequence (models/kv_cells.h). The output rows are each item's last token; their
-// picks are made on the device (ARGMAX), so a remote device sends back 4 bytes a sequence.
+// picks are made on the device (ARGMAX, or SAMPLE with that sequence's parameters), so a
+// remote device sends back 4 bytes a sequence.
 // A step whose key (tokens, outputs, padded cells) equals the previous step's reuses its
 // graph. Sequences end (their cells free at once) and share prefixes (a new sequence starts
 // from another's first positions without decoding them again). Runs on every placement
@@ -25,6 +26,7 @@
 #include "models/kv_cache.h"
 #include "models/kv_cells.h"
 #include "models/llama_model.h"
+#include "models/llama_session.h"
 
 namespace tg {
 
@@ -38,15 +40,19 @@ struct BatchSessionOptions {
   int n_copies = 0;  // several devices: pipelined pieces of a step (0: the default).
 };
 
-// One sequence's part of a step: its next tokens, at its next positions.
+// One sequence's part of a step: its next tokens, at its next positions, and how its last
+// token's pick is made on the device: ARGMAX (greedy; sampling nullptr) or SAMPLE with the
+// sequence's parameters, drawn at the token's position (the same seed gives LlamaSession's
+// DecodeSample draws), its repetition penalty over the sequence's own last tokens.
 struct SequenceWork {
   int seq = -1;
   absl::Span<const int32_t> tokens;
+  const SamplingParams* sampling = nullptr;
 };
 
 // What a step gives each item, for its last token.
 struct SequenceResult {
-  int32_t pick = -1;          // the largest logit's id (first on ties), picked on the device.
+  int32_t pick = -1;          // ARGMAX's (the first largest logit) or SAMPLE's, on the device.
   std::vector<float> logits;  // [n_vocab], when the step asked for logits.
 };
 

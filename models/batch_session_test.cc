@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -174,6 +175,62 @@ TEST_F(BatchSessionTest, ASharedPrefixIsNotDecodedAgain) {
   // Ending the first keeps the shared cells for the second.
   ASSERT_TRUE(session->EndSequence(a).ok());
   EXPECT_EQ(session->cells().used(), 202);
+}
+
+// Sequences that sample, each with its own parameters (seeds, temperatures, cuts, one with a
+// repetition penalty over its own last tokens) beside a greedy one, all in one batch: each
+// draws the tokens LlamaSession::DecodeSample draws for it alone (the draw depends on the
+// seed and the token's position only).
+TEST_F(BatchSessionTest, EachSequenceSamplesWithItsOwnParameters) {
+  auto model = *LlamaModel::Load(path_, Plan(SplitMode::kNone));
+  std::vector<std::optional<SamplingParams>> params(4);
+  params[0] = SamplingParams{.sample = {.temperature = 0.8f, .seed = 7}};
+  params[1] = SamplingParams{.sample = {.temperature = 1.1f, .top_k = 0, .top_p = 0.9f,
+                                        .repeat_penalty = 1.3f, .seed = 11},
+                             .penalty_last_n = 16};
+  params[3] = SamplingParams{.sample = {.temperature = 0.5f, .top_k = 0, .seed = 3}};
+  constexpr int kDraws = 24;
+  std::vector<std::vector<int32_t>> alone(4);
+  for (int i = 0; i < 4; ++i) {
+    SessionOptions so;
+    so.n_ctx = 256;
+    so.kv_type = DType::kF32;
+    auto s = *LlamaSession::Create(*model, so);
+    std::vector<int32_t> next = VariedPrompt(i);
+    for (int k = 0; k < kDraws; ++k) {
+      absl::StatusOr<int32_t> t = params[i].has_value() ? s->DecodeSample(next, *params[i])
+                                                        : s->DecodeGreedy(next);
+      ASSERT_TRUE(t.ok()) << t.status();
+      alone[i].push_back(*t);
+      next = {*t};
+    }
+  }
+  auto session = *BatchSession::Create(*model, Options());
+  std::vector<int> seqs;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    seqs.push_back(*session->NewSequence());
+    prompts.push_back(VariedPrompt(i));
+  }
+  std::vector<std::vector<int32_t>> batched(4);
+  std::vector<int32_t> next(4);
+  for (int k = 0; k < kDraws; ++k) {
+    std::vector<SequenceWork> work;
+    for (int i = 0; i < 4; ++i) {
+      const absl::Span<const int32_t> tokens =
+          k == 0 ? absl::Span<const int32_t>(prompts[i]) : absl::Span<const int32_t>(&next[i], 1);
+      work.push_back({seqs[i], tokens, params[i].has_value() ? &*params[i] : nullptr});
+    }
+    absl::StatusOr<std::vector<SequenceResult>> r = session->Step(work);
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (int i = 0; i < 4; ++i) {
+      batched[i].push_back((*r)[i].pick);
+      next[i] = (*r)[i].pick;
+    }
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(batched[i], alone[i]) << "sequence " << i;
+  // The draws are not the greedy path (the parameters reached the device).
+  EXPECT_NE(batched[0], batched[2]);
 }
 
 // Greedy from a restored or live sequence: `steps` picks, the first from `logits`.

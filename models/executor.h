@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -67,6 +68,8 @@ struct GraphKey {
   int64_t n_outputs = 0;  // output rows, where a batch picks them (models/batch_session.h).
   GraphOutput output = GraphOutput::kLogits;
   PickOptions pick;  // the op parameters and window a picking graph was built with.
+  // Per output row, where a batch picks each row its own way (models/batch_session.h).
+  std::vector<PickOptions> row_picks;
 
   friend bool operator==(const GraphKey&, const GraphKey&) = default;
 };

@@ -6,6 +6,7 @@
 #define TENSORGRID_MODELS_LLAMA_GRAPH_H_
 
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/context.h"
@@ -62,6 +63,10 @@ struct LlamaGraph {
   Tensor* out_ids = nullptr;  // I32 [n_outputs], or nullptr when every row is an output.
   Tensor* logits = nullptr;   // F32 [n_vocab, n_outputs]
   Tensor* pick = nullptr;     // I32 [1, n_outputs]: ARGMAX or SAMPLE of the logits.
+  // A batch that picks each output row its own way (models/batch_session.h): per row, its
+  // pick (I32 [1]) and, for SAMPLE with a repetition penalty, its window input (I32 [W]).
+  std::vector<Tensor*> row_picks;
+  std::vector<Tensor*> row_windows;
   GraphOutput output = GraphOutput::kLogits;
   int64_t n_tokens = 0;
   int64_t n_kv = 0;
