@@ -102,6 +102,30 @@ inline void ExpectSameTrace(const GreedyTrace& alone, const GreedyTrace& batched
   EXPECT_LE(worst, tol) << what;
 }
 
+// On `model` (on one device): 1, 2, 4 and 8 sequences decoded together give each the tokens
+// and logits (F32 KV, within `tol`) it gets alone on the same model, and no graph needed the
+// host CPU beside the device (every node had a kernel there).
+inline void ExpectBatchedEqualsAloneOnItsDevice(const LlamaModel& model, int steps, double tol) {
+  std::vector<GreedyTrace> alone;
+  for (int i = 0; i < 8; ++i) alone.push_back(DecodeAlone(model, VariedPrompt(i), steps));
+  for (int n : {1, 2, 4, 8}) {
+    BatchSessionOptions o;
+    o.n_ctx = 512;
+    o.kv_type = DType::kF32;
+    absl::StatusOr<std::unique_ptr<BatchSession>> session = BatchSession::Create(model, o);
+    ASSERT_TRUE(session.ok()) << session.status();
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < n; ++i) prompts.push_back(VariedPrompt(i));
+    const std::vector<GreedyTrace> batched = DecodeBatched(**session, prompts, steps);
+    ASSERT_EQ(batched.size(), static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      ExpectSameTrace(alone[i], batched[i], tol,
+                      std::to_string(n) + " sequences, #" + std::to_string(i));
+    }
+    EXPECT_EQ((*session)->timings().fallback_graphs, 0) << (*session)->timings().fallback_reason;
+  }
+}
+
 }  // namespace tg::testing
 
 #endif  // TENSORGRID_TESTS_LIB_BATCHED_VS_ALONE_H_

@@ -185,28 +185,7 @@ TEST(VulkanBatchSessionTest, BatchedEqualsAlone) {
   on_vk.device = *vk;
   auto model = LlamaModel::Load(path, on_vk);
   ASSERT_TRUE(model.ok()) << model.status();
-  constexpr int kBatchSteps = 12;
-  std::vector<testing::GreedyTrace> alone;
-  for (int i = 0; i < 8; ++i) {
-    alone.push_back(testing::DecodeAlone(**model, testing::VariedPrompt(i), kBatchSteps));
-  }
-  for (int n : {1, 2, 4, 8}) {
-    BatchSessionOptions o;
-    o.n_ctx = 512;
-    o.kv_type = DType::kF32;
-    auto session = BatchSession::Create(**model, o);
-    ASSERT_TRUE(session.ok()) << session.status();
-    std::vector<std::vector<int32_t>> prompts;
-    for (int i = 0; i < n; ++i) prompts.push_back(testing::VariedPrompt(i));
-    const std::vector<testing::GreedyTrace> batched =
-        testing::DecodeBatched(**session, prompts, kBatchSteps);
-    ASSERT_EQ(batched.size(), static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) {
-      testing::ExpectSameTrace(alone[i], batched[i], 1e-4,
-                               absl::StrCat(n, " sequences on Vulkan0, #", i));
-    }
-    EXPECT_EQ((*session)->timings().fallback_graphs, 0) << (*session)->timings().fallback_reason;
-  }
+  testing::ExpectBatchedEqualsAloneOnItsDevice(**model, /*steps=*/12, /*tol=*/1e-4);
 }
 
 }  // namespace
