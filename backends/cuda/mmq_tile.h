@@ -85,6 +85,18 @@ TG_HD void UnpackTwoBits(const uint8_t* qs, const uint8_t* hmask, int sub, uint3
 
 // Group g (32 weights starting at element 32 g) of a quantized row as int8 values, packed
 // four per word (byte i of q[w] is value 4 w + i), and its scales.
+// A Q4_K or Q5_K group `sub` (quant_math.h's KQuantWord) with its scale and min.
+template <typename Block>
+TG_HD GroupScales ScaleMinKGroup(const Block& b, int sub, uint32_t q[8]) {
+  for (int w = 0; w < 8; ++w) q[w] = KQuantWord(b, sub, w);
+  uint8_t sc, m;
+  UnpackScaleMinK4(sub, b.scales, &sc, &m);
+  GroupScales s{0.0f, 0.0f, 0.0f, 0.0f};
+  s.lo = s.hi = HalfToF32(b.d) * sc;
+  s.min = s.min_hi = HalfToF32(b.dmin) * m;
+  return s;
+}
+
 TG_HD GroupScales UnpackGroup32(int type, const char* row, int64_t g, uint32_t q[8]) {
   GroupScales s{0.0f, 0.0f, 0.0f, 0.0f};
   switch (type) {
@@ -111,19 +123,9 @@ TG_HD GroupScales UnpackGroup32(int type, const char* row, int64_t g, uint32_t q
       s.lo = s.hi = HalfToF32(b.d);
       return s;
     }
-    case kTypeQ4_K: {
-      const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(row)[g / 8];
-      const int sub = static_cast<int>(g % 8);
-      const int shift = 4 * (sub % 2);
-      for (int w = 0; w < 8; ++w) {
-        q[w] = (LoadU32Unaligned2(b.qs + 32 * (sub / 2) + 4 * w) >> shift) & 0x0F0F0F0Fu;
-      }
-      uint8_t sc, m;
-      UnpackScaleMinK4(sub, b.scales, &sc, &m);
-      s.lo = s.hi = HalfToF32(b.d) * sc;
-      s.min = s.min_hi = HalfToF32(b.dmin) * m;
-      return s;
-    }
+    case kTypeQ4_K:
+      return ScaleMinKGroup(reinterpret_cast<const BlockQ4_K*>(row)[g / 8],
+                            static_cast<int>(g % 8), q);
     case kTypeQ6_K: {
       const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(row)[g / 8];
       const int sub = static_cast<int>(g % 8), h = sub / 4, quarter = sub % 4;
@@ -185,21 +187,9 @@ TG_HD GroupScales UnpackGroup32(int type, const char* row, int64_t g, uint32_t q
       s.lo = s.hi = HalfToF32(b.d) * static_cast<float>(ScaleIQ4_XS(b, sub));
       return s;
     }
-    case kTypeQ5_K: {
-      const BlockQ5_K& b = reinterpret_cast<const BlockQ5_K*>(row)[g / 8];
-      const int sub = static_cast<int>(g % 8);
-      const int shift = 4 * (sub % 2);
-      for (int w = 0; w < 8; ++w) {
-        const uint32_t lo =
-            (LoadU32Unaligned2(b.qs + 32 * (sub / 2) + 4 * w) >> shift) & 0x0F0F0F0Fu;
-        q[w] = lo | (((LoadU32Unaligned2(b.qh + 4 * w) >> sub) & 0x01010101u) << 4);
-      }
-      uint8_t sc, m;
-      UnpackScaleMinK4(sub, b.scales, &sc, &m);
-      s.lo = s.hi = HalfToF32(b.d) * sc;
-      s.min = s.min_hi = HalfToF32(b.dmin) * m;
-      return s;
-    }
+    case kTypeQ5_K:
+      return ScaleMinKGroup(reinterpret_cast<const BlockQ5_K*>(row)[g / 8],
+                            static_cast<int>(g % 8), q);
     case kTypeQ3_K: {
       const BlockQ3_K& b = reinterpret_cast<const BlockQ3_K*>(row)[g / 8];
       const int sub = static_cast<int>(g % 8);

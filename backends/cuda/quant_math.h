@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #include <cuda_fp16.h>
@@ -516,18 +517,34 @@ TG_HD float DotQ8_0(const BlockQ8_0& w, const BlockQ8_1& a) {
   return HalfToF32(w.d) * a.d * static_cast<float>(sumi);
 }
 
-TG_HD float DotQ4_K(const BlockQ4_K& w, int sub, const BlockQ8_1& a) {
+// The 32 quants of sub-block `sub` of a Q4_K block (4 bits) or a Q5_K block (a fifth bit from
+// qh), packed four to a word: word k holds quants 4k..4k+3.
+template <typename Block>
+TG_HD uint32_t KQuantWord(const Block& w, int sub, int k) {
+  const uint8_t* q = w.qs + 32 * (sub / 2);
+  const uint32_t lo = (LoadU32Unaligned2(q + 4 * k) >> (4 * (sub % 2))) & 0x0F0F0F0Fu;
+  if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+    return lo | (((LoadU32Unaligned2(w.qh + 4 * k) >> sub) & 0x01010101u) << 4);
+  } else {
+    return lo;
+  }
+}
+
+// Q4_K/Q5_K sub-block . Q8_1 activations: d * scale * sum(q a) - dmin * min * sum(a).
+template <typename Block>
+TG_HD float DotScaleMinK(const Block& w, int sub, const BlockQ8_1& a) {
   uint8_t sc, m;
   UnpackScaleMinK4(sub, w.scales, &sc, &m);
-  const uint8_t* q = w.qs + 32 * (sub / 2);
-  const int shift = 4 * (sub % 2);
   int sumi = 0;
   for (int k = 0; k < 8; ++k) {
-    const uint32_t v = (LoadU32Unaligned2(q + 4 * k) >> shift) & 0x0F0F0F0Fu;
-    sumi = Dp4a(static_cast<int>(v), LoadQ8x4(a.qs + 4 * k), sumi);
+    sumi = Dp4a(static_cast<int>(KQuantWord(w, sub, k)), LoadQ8x4(a.qs + 4 * k), sumi);
   }
   return HalfToF32(w.d) * sc * a.d * static_cast<float>(sumi) -
          HalfToF32(w.dmin) * m * a.d * static_cast<float>(a.sum);
+}
+
+TG_HD float DotQ4_K(const BlockQ4_K& w, int sub, const BlockQ8_1& a) {
+  return DotScaleMinK(w, sub, a);
 }
 
 TG_HD float DotQ6_K(const BlockQ6_K& w, int sub, const BlockQ8_1& a) {
@@ -618,18 +635,7 @@ TG_HD float DotIQ4_XS(const BlockIQ4_XS& w, int sub, const BlockQ8_1& a) {
 }
 
 TG_HD float DotQ5_K(const BlockQ5_K& w, int sub, const BlockQ8_1& a) {
-  uint8_t sc, m;
-  UnpackScaleMinK4(sub, w.scales, &sc, &m);
-  const uint8_t* q = w.qs + 32 * (sub / 2);
-  const int shift = 4 * (sub % 2);
-  int sumi = 0;
-  for (int k = 0; k < 8; ++k) {
-    const uint32_t lo = (LoadU32Unaligned2(q + 4 * k) >> shift) & 0x0F0F0F0Fu;
-    const uint32_t hi = ((LoadU32Unaligned2(w.qh + 4 * k) >> sub) & 0x01010101u) << 4;
-    sumi = Dp4a(static_cast<int>(lo | hi), LoadQ8x4(a.qs + 4 * k), sumi);
-  }
-  return HalfToF32(w.d) * sc * a.d * static_cast<float>(sumi) -
-         HalfToF32(w.dmin) * m * a.d * static_cast<float>(a.sum);
+  return DotScaleMinK(w, sub, a);
 }
 
 // Q2_K / Q3_K: the 32 two-bit quants of group `sub` are bits 2 (sub % 4) of bytes
