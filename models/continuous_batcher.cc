@@ -61,7 +61,7 @@ void ContinuousBatcher::Admit() {
   cancelled_waiting_.clear();
   int64_t reserved = 0;
   for (const Active& a : active_) reserved += a.Reserve();
-  while (!waiting_.empty()) {
+  while (!waiting_.empty() && static_cast<int64_t>(active_.size()) < max_running_) {
     GenerationRequest& r = waiting_.front().second;
     const int64_t need = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
     const int64_t free = session_.cells().size() - session_.cells().used() - reserved;

@@ -35,8 +35,10 @@ struct GenerationRequest {
 
 class ContinuousBatcher {
  public:
-  ContinuousBatcher(BatchSession& session, int64_t n_batch)
-      : session_(session), n_batch_(n_batch) {}
+  // At most `max_running` requests decode at once (the rest wait their turn).
+  ContinuousBatcher(BatchSession& session, int64_t n_batch,
+                    int64_t max_running = KvCells::kMaxSequences)
+      : session_(session), n_batch_(n_batch), max_running_(max_running) {}
 
   // Queues a request; its id. INVALID_ARGUMENT (through on_done, at once) for an empty
   // prompt or one that cannot fit the cache even alone.
@@ -69,6 +71,7 @@ class ContinuousBatcher {
 
   BatchSession& session_;
   const int64_t n_batch_;
+  const int64_t max_running_;
   int next_id_ = 0;
   std::deque<std::pair<int, GenerationRequest>> waiting_;
   std::vector<Active> active_;

@@ -15,18 +15,20 @@ esac
 # libssl: SHA-256 of the weight cache and TLS. Vulkan backend: the loader and headers, glslc
 # (shaders are compiled at build time) and Mesa's drivers (AMD, Intel, and lavapipe on the CPU;
 # docs/vulkan.md). lld links the programs about 2.4x faster than GNU ld (CMake uses it when
-# present); ccache keeps a rebuild short.
+# present); ccache keeps a rebuild short. tg-server: cpp-httplib and nlohmann-json (the HTTP
+# and JSON libraries llama-server uses too).
 pkgs=(cmake ninja-build g++ ccache git pkg-config lld
       libabsl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-      prometheus-cpp-dev libssl-dev openssl
+      prometheus-cpp-dev libssl-dev openssl libcpp-httplib-dev nlohmann-json3-dev
       libvulkan-dev glslc mesa-vulkan-drivers)
 # The tests. GoogleTest/Benchmark, OpenBLAS (the kernel benchmarks' yardstick);
 # python3-torch/numpy: the independent F32 reference the model tests compare tg-run with;
+# python3-jinja2: the reference the chat templates are rendered against (as transformers does);
 # curl: the metrics tests scrape; the Khronos validation layer checks every Vulkan call in the
 # vulkan tests; nftables/iptables: the fault tests' link faults where the kernel has no netem
 # (nft drop and loss on the bridge port; delayq.py's NFQUEUE delay): without them those skip.
 test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
-           python3 python3-numpy python3-torch curl vulkan-validationlayers
+           python3 python3-numpy python3-torch python3-jinja2 curl vulkan-validationlayers
            iproute2 nftables iptables)
 [ "$with_tests" = 1 ] && pkgs+=("${test_pkgs[@]}")
 missing=()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job from a fresh checkout: installs what building and running need, builds the
-# programs (rpc-server, tg-run, tg-bench, tg-gguf, tg-ops; not the tests: scripts/test.sh
+# programs (rpc-server, tg-run, tg-bench, tg-gguf, tg-ops, tg-server; not the tests: test.sh
 # builds those), then:
 #   - with no arguments, the demo: two rpc-servers on loopback (two devices each: the GPUs,
 #     else two virtual CPU devices), the real tiny model demo/stories260K.gguf split over
@@ -16,7 +16,7 @@ case "${1:-}" in
 esac
 bash scripts/install-deps.sh
 build=build/release
-programs=(rpc-server tg-run tg-bench tg-gguf tg-ops)
+programs=(rpc-server tg-run tg-bench tg-gguf tg-ops tg-server)
 # A build folder configured before (by scripts/test.sh, with the tests) is kept as it is.
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake --preset release -DTG_BUILD_TESTS=OFF -DTG_BUILD_BENCH=OFF >/dev/null

@@ -33,7 +33,8 @@ LAYERS = {
     "models": ["meta"],
     "cli": ["client", "backends"],
     "server": ["cli"],
-    "tools": ["server", "models", "reference"],
+    "serve": ["models"],
+    "tools": ["server", "serve", "reference"],
 }
 LAYER_ORDER = list(LAYERS)
 
@@ -52,6 +53,8 @@ TARGET_LAYERS = {
     "tg_cli": "cli",
     "tg_server": "server",
     "rpc-server": "server",
+    "tg_serve": "serve",
+    "tg_chat_template": "serve",
     "tg_tools_common": "tools",
 }
 TARGET_PATTERNS = [

@@ -122,6 +122,7 @@ def main():
     ap = argparse.ArgumentParser()
     for tool in ("tg-run", "tg-bench", "tg-gguf", "tg-ops", "rpc-server"):
         ap.add_argument(f"--{tool}", required=True)
+    ap.add_argument("--tg-server", help="checked too when given (built with cpp-httplib)")
     ap.add_argument("--readme", required=True)
     a = ap.parse_args()
     os.environ.setdefault("TG_CUDA_QUIET", "1")
@@ -130,6 +131,9 @@ def main():
     commands = {"tg-run": [[]], "tg-bench": [[]], "rpc-server": [[]],
                 "tg-gguf": [[], ["info"], ["synth"], ["hash"]],
                 "tg-ops": [[], ["test"], ["perf"], ["support"]]}
+    if a.tg_server:
+        bins["tg-server"] = a.tg_server
+        commands["tg-server"] = [[]]
     c = Checks()
     usages = {}
     for tool, subs in commands.items():

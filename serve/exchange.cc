@@ -1,0 +1,57 @@
+#include "serve/exchange.h"
+
+#include <utility>
+
+namespace tg::serve {
+
+GenerationRequest Exchange::Request(std::vector<int32_t> prompt, std::vector<int32_t> stop_tokens,
+                                    std::optional<SamplingParams> sampling) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens_;
+  r.sampling = sampling;
+  r.stop_tokens = std::move(stop_tokens);
+  std::shared_ptr<Exchange> self = shared_from_this();
+  r.on_token = [self](int32_t token) { return self->OnToken(token); };
+  r.on_done = [self](const absl::Status& status) { self->OnDone(status); };
+  return r;
+}
+
+bool Exchange::OnToken(int32_t token) {
+  const std::string piece = tokenizer_.TokenToPiece(token);
+  absl::MutexLock lock(&mu_);
+  ++tokens_;
+  text_ += stop_.Add(piece);
+  return !stop_.stopped() && !abandoned_;
+}
+
+void Exchange::OnDone(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  text_ += stop_.Flush();
+  status_ = status;
+  done_ = true;
+}
+
+Exchange::Taken Exchange::Take(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this] {
+    mu_.AssertHeld();
+    return done_ || !text_.empty();
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  Taken t;
+  t.text.swap(text_);
+  t.done = done_;
+  t.status = status_;
+  t.completion_tokens = tokens_;
+  // Ended before its max_tokens: a stop string or an end-of-generation token.
+  t.finish_reason = stop_.stopped() || tokens_ < max_tokens_ ? "stop" : "length";
+  return t;
+}
+
+void Exchange::Abandon() {
+  absl::MutexLock lock(&mu_);
+  abandoned_ = true;
+}
+
+}  // namespace tg::serve

@@ -1,0 +1,291 @@
+#include "serve/http_api.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "serve/exchange.h"
+
+namespace tg::serve {
+namespace {
+
+constexpr char kJson[] = "application/json";
+// How often a stream checks that its client is still there while no token comes.
+constexpr absl::Duration kStreamPoll = absl::Milliseconds(100);
+
+int64_t Now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int HttpStatusOf(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+}  // namespace
+
+HttpApi::HttpApi(const HttpOptions& options)
+    : options_(options), server_(std::make_unique<httplib::Server>()) {}
+
+absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(const HttpOptions& options) {
+  std::unique_ptr<HttpApi> api(new HttpApi(options));
+  httplib::Server& s = *api->server_;
+  const int threads = options.threads;
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s.set_payload_max_length(options.max_body_bytes);
+  api->Routes();
+  api->port_ = options.port == 0 ? s.bind_to_any_port(options.host)
+                                 : (s.bind_to_port(options.host, options.port) ? options.port : -1);
+  if (api->port_ <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.host, ":", options.port));
+  }
+  api->thread_ = std::thread([server = api->server_.get()] { server->listen_after_bind(); });
+  return api;
+}
+
+HttpApi::~HttpApi() {
+  server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+void HttpApi::SetEngine(Engine* engine, ChatRenderer chat) {
+  chat_ = std::move(chat);
+  const Tokenizer& tok = engine->model().tokenizer();
+  for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+    if (tok.IsEog(id)) stop_tokens_.push_back(id);
+  }
+  engine_.store(engine);
+}
+
+void HttpApi::Count(int status) {
+  absl::MutexLock lock(&mu_);
+  ++requests_by_status_[status];
+}
+
+void HttpApi::Error(httplib::Response& res, int status, const std::string& message) {
+  const char* type = status == 401 ? "authentication_error"
+                     : status >= 500 ? "server_error" : "invalid_request_error";
+  res.status = status;
+  res.set_content(ErrorBody(message, type, status).dump(), kJson);
+  Count(status);
+}
+
+bool HttpApi::Authorized(const httplib::Request& req, httplib::Response& res) {
+  if (options_.api_key.empty()) return true;
+  if (req.get_header_value("Authorization") == absl::StrCat("Bearer ", options_.api_key)) {
+    return true;
+  }
+  Error(res, 401, "a valid API key is required (Authorization: Bearer KEY)");
+  return false;
+}
+
+void HttpApi::Routes() {
+  httplib::Server& s = *server_;
+  s.set_exception_handler([this](const httplib::Request&, httplib::Response& res,
+                                 std::exception_ptr) { Error(res, 500, "internal error"); });
+  s.set_error_handler([this](const httplib::Request&, httplib::Response& res) {
+    if (res.status == 413) Error(res, 413, "the request body is too large");
+    if (res.status == 404 && res.body.empty()) Error(res, 404, "no such route");
+  });
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const bool ready = engine_.load() != nullptr;
+    res.status = ready ? 200 : 503;
+    res.set_content(Json{{"status", ready ? "ok" : "loading model"}}.dump(), kJson);
+  });
+  s.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+    if (Authorized(req, res)) res.set_content(Metrics(), "text/plain; version=0.0.4");
+  });
+  s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!Authorized(req, res)) return;
+    const Json model = {{"id", options_.model_name}, {"object", "model"}, {"created", Now()},
+                        {"owned_by", "tensorgrid"}};
+    res.set_content(Json{{"object", "list"}, {"data", Json::array({model})}}.dump(), kJson);
+  });
+  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    Complete(req, res, /*chat=*/false);
+  });
+  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    Complete(req, res, /*chat=*/true);
+  });
+  s.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    Engine* engine = engine_.load();
+    if (!Authorized(req, res)) return;
+    const Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (engine == nullptr) return Error(res, 503, "the model is still loading");
+    if (!body.is_object() || !body.contains("content") || !body["content"].is_string()) {
+      return Error(res, 400, "'content' must be a string");
+    }
+    const bool add_special = body.value("add_special", false);
+    const std::vector<int32_t> ids =
+        engine->model().tokenizer().Encode(body["content"].get<std::string>(), add_special);
+    res.set_content(Json{{"tokens", ids}}.dump(), kJson);
+  });
+  s.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    Engine* engine = engine_.load();
+    if (!Authorized(req, res)) return;
+    const Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (engine == nullptr) return Error(res, 503, "the model is still loading");
+    const Tokenizer& tok = engine->model().tokenizer();
+    std::vector<int32_t> ids;
+    const Json tokens = body.is_object() ? body.value("tokens", Json()) : Json();
+    for (const Json& t : tokens.is_array() ? tokens : Json::array({nullptr})) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.n_vocab()) {
+        return Error(res, 400, absl::StrCat("'tokens' must be token ids in [0, ", tok.n_vocab(), ")"));
+      }
+      ids.push_back(t.get<int32_t>());
+    }
+    std::string text;
+    for (int32_t id : ids) text += tok.TokenToPiece(id);
+    res.set_content(Json{{"content", text}}.dump(), kJson);
+  });
+  s.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!Authorized(req, res)) return;
+    if (engine_.load() == nullptr) return Error(res, 503, "the model is still loading");
+    const Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (!body.is_object() || !body.contains("messages") || !body["messages"].is_array()) {
+      return Error(res, 400, "'messages' must be an array");
+    }
+    if (!chat_) return Error(res, 400, "the model has no chat template (--chat-template NAME)");
+    absl::StatusOr<std::string> prompt =
+        chat_(body["messages"], body.value("add_generation_prompt", true));
+    if (!prompt.ok()) return Error(res, 400, std::string(prompt.status().message()));
+    res.set_content(Json{{"prompt", *prompt}}.dump(), kJson);
+  });
+}
+
+void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+  if (!Authorized(req, res)) return;
+  Engine* engine = engine_.load();
+  if (engine == nullptr) {
+    res.set_header("Retry-After", "5");
+    return Error(res, 503, "the model is still loading");
+  }
+  const Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return Error(res, 400, "the body is not valid JSON");
+  absl::StatusOr<CompletionParams> p = ParseCompletion(body, chat, engine->n_ctx());
+  if (!p.ok()) return Error(res, 400, std::string(p.status().message()));
+  if (const Json* m = body.contains("model") ? &body["model"] : nullptr;
+      m != nullptr && m->is_string() && !m->get<std::string>().empty() &&
+      m->get<std::string>() != options_.model_name) {
+    return Error(res, 404, absl::StrCat("the model '", m->get<std::string>(),
+                                        "' does not exist (this server serves '",
+                                        options_.model_name, "')"));
+  }
+  std::string text = p->prompt;
+  const Tokenizer& tok = engine->model().tokenizer();
+  if (chat) {
+    if (!chat_) return Error(res, 400, "the model has no chat template (--chat-template NAME)");
+    absl::StatusOr<std::string> rendered = chat_(p->messages, /*add_generation_prompt=*/true);
+    if (!rendered.ok()) return Error(res, 400, std::string(rendered.status().message()));
+    text = *rendered;
+  }
+  // A rendered chat prompt that starts with BOS's text has its BOS already.
+  const bool add_special =
+      !chat || tok.bos() < 0 || !absl::StartsWith(text, tok.TokenToPiece(tok.bos()));
+  std::vector<int32_t> prompt = tok.Encode(text, add_special);
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  if (chat && !body.contains("max_tokens") && !body.contains("max_completion_tokens")) {
+    p->max_tokens = engine->n_ctx() - n_prompt;
+  }
+  if (prompt.empty() || n_prompt + p->max_tokens > engine->n_ctx()) {
+    return Error(res, 400, absl::StrFormat(
+                               "the prompt's %d tokens and max_tokens %d exceed the context of "
+                               "%d tokens (shorten the prompt, lower max_tokens, or raise -c)",
+                               n_prompt, p->max_tokens, engine->n_ctx()));
+  }
+  auto exchange = std::make_shared<Exchange>(tok, p->stop, p->max_tokens);
+  absl::StatusOr<int> id = engine->Submit(exchange->Request(prompt, stop_tokens_, p->sampling));
+  if (!id.ok()) {
+    res.set_header("Retry-After", "1");
+    return Error(res, HttpStatusOf(id.status()), std::string(id.status().message()));
+  }
+  prompt_tokens_ += n_prompt;
+  const std::string rid = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", next_id_++, "-", Now());
+  const int64_t created = Now();
+  const CompletionParams params = *p;
+  if (!params.stream) {
+    std::string out;
+    Exchange::Taken t;
+    while (!t.done) {
+      t = exchange->Take(absl::Seconds(1));
+      out += t.text;
+    }
+    generated_tokens_ += t.completion_tokens;
+    if (!t.status.ok()) return Error(res, HttpStatusOf(t.status), std::string(t.status.message()));
+    res.set_content(CompletionResponse(params, rid, created, options_.model_name, out,
+                                       t.finish_reason, {n_prompt, t.completion_tokens})
+                        .dump(),
+                    kJson);
+    return Count(200);
+  }
+  Count(200);
+  const std::string model = options_.model_name;
+  res.set_chunked_content_provider(
+      "text/event-stream", [this, exchange, engine, id = *id, params, rid, created, model,
+                            n_prompt](size_t, httplib::DataSink& sink) {
+        auto send = [&](const Json& j) {
+          const std::string event = absl::StrCat("data: ", j.dump(), "\n\n");
+          return sink.write(event.data(), event.size());
+        };
+        const Exchange::Taken t = exchange->Take(kStreamPoll);
+        if ((!t.text.empty() && !send(StreamChunk(params, rid, created, model, t.text, {}))) ||
+            !sink.is_writable()) {
+          exchange->Abandon();  // the client is gone: its slot frees at the next step.
+          engine->Cancel(id);
+          return false;
+        }
+        if (!t.done) return true;
+        generated_tokens_ += t.completion_tokens;
+        if (!t.status.ok()) {
+          send(ErrorBody(std::string(t.status.message()), "server_error", 500));
+        } else {
+          send(StreamChunk(params, rid, created, model, "", t.finish_reason));
+          if (params.include_usage) {
+            send(UsageChunk(params, rid, created, model, {n_prompt, t.completion_tokens}));
+          }
+        }
+        const std::string done = "data: [DONE]\n\n";
+        sink.write(done.data(), done.size());
+        sink.done();
+        return true;
+      });
+}
+
+std::string HttpApi::Metrics() const {
+  std::string out;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StrAppend(&out, "# TYPE tg_server_requests_total counter\n");
+    for (const auto& [status, n] : requests_by_status_) {
+      absl::StrAppend(&out, "tg_server_requests_total{status=\"", status, "\"} ", n, "\n");
+    }
+  }
+  absl::StrAppend(&out, "# TYPE tg_server_prompt_tokens_total counter\n",
+                  "tg_server_prompt_tokens_total ", prompt_tokens_.load(), "\n",
+                  "# TYPE tg_server_generated_tokens_total counter\n",
+                  "tg_server_generated_tokens_total ", generated_tokens_.load(), "\n");
+  if (Engine* e = engine_.load(); e != nullptr) {
+    absl::StrAppend(&out, "# TYPE tg_server_queued gauge\ntg_server_queued ", e->queued(), "\n",
+                    "# TYPE tg_server_running gauge\ntg_server_running ", e->running(), "\n",
+                    "# TYPE tg_server_kv_cells_used gauge\ntg_server_kv_cells_used ",
+                    e->cells_used(), "\n");
+  }
+  return out;
+}
+
+}  // namespace tg::serve

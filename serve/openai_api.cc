@@ -1,0 +1,191 @@
+#include "serve/openai_api.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+
+namespace tg::serve {
+namespace {
+
+// The first field of `names` the body has (OpenAI and llama-server spellings), or nullptr.
+const Json* Field(const Json& body, std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    if (auto it = body.find(n); it != body.end() && !it->is_null()) return &*it;
+  }
+  return nullptr;
+}
+
+absl::Status TypeError(const char* field, const char* expected) {
+  return absl::InvalidArgumentError(absl::StrCat("'", field, "' must be ", expected));
+}
+
+// A number field within [lo, hi]; `value` unchanged when absent.
+absl::Status NumberIn(const Json& body, const char* field, double lo, double hi, float* value) {
+  const Json* v = Field(body, {field});
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_number()) return TypeError(field, "a number");
+  const double d = v->get<double>();
+  if (!(d >= lo && d <= hi)) {
+    return absl::InvalidArgumentError(absl::StrFormat("'%s' %g outside [%g, %g]", field, d, lo, hi));
+  }
+  *value = static_cast<float>(d);
+  return absl::OkStatus();
+}
+
+absl::Status ParseStop(const Json& body, std::vector<std::string>* stop) {
+  const Json* v = Field(body, {"stop"});
+  if (v == nullptr) return absl::OkStatus();
+  if (v->is_string()) {
+    stop->push_back(v->get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!v->is_array()) return TypeError("stop", "a string or an array of strings");
+  for (const Json& s : *v) {
+    if (!s.is_string()) return TypeError("stop", "a string or an array of strings");
+    stop->push_back(s.get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseSampling(const Json& body, CompletionParams* p) {
+  SamplingParams s;  // tg-run's defaults (llama.cpp's).
+  TG_RETURN_IF_ERROR(NumberIn(body, "temperature", 0, 2, &s.sample.temperature));
+  TG_RETURN_IF_ERROR(NumberIn(body, "top_p", 0, 1, &s.sample.top_p));
+  TG_RETURN_IF_ERROR(NumberIn(body, "min_p", 0, 1, &s.sample.min_p));
+  TG_RETURN_IF_ERROR(NumberIn(body, "repeat_penalty", 0, 10, &s.sample.repeat_penalty));
+  float unused = 0;  // accepted as OpenAI's, not applied (the repetition penalty is).
+  TG_RETURN_IF_ERROR(NumberIn(body, "presence_penalty", -2, 2, &unused));
+  TG_RETURN_IF_ERROR(NumberIn(body, "frequency_penalty", -2, 2, &unused));
+  if (const Json* v = Field(body, {"top_k"}); v != nullptr) {
+    if (!v->is_number_integer() || v->get<int64_t>() < 0) {
+      return TypeError("top_k", "a non-negative integer");
+    }
+    s.sample.top_k = static_cast<int32_t>(v->get<int64_t>());
+  }
+  if (const Json* v = Field(body, {"seed"}); v != nullptr) {
+    if (!v->is_number_integer()) return TypeError("seed", "an integer");
+    s.sample.seed = static_cast<uint64_t>(v->get<int64_t>());
+  } else {
+    s.sample.seed = static_cast<uint64_t>(
+        std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  if (s.sample.temperature > 0 || s.sample.repeat_penalty != 1.0f) p->sampling = s;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<CompletionParams> ParseCompletion(const Json& body, bool chat, int64_t max_new) {
+  if (!body.is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
+  CompletionParams p;
+  p.chat = chat;
+  if (chat) {
+    const Json* m = Field(body, {"messages"});
+    if (m == nullptr || !m->is_array() || m->empty()) {
+      return TypeError("messages", "a non-empty array of messages");
+    }
+    for (const Json& msg : *m) {
+      if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string()) {
+        return TypeError("messages", "objects with a string 'role'");
+      }
+    }
+    p.messages = *m;
+  } else {
+    const Json* prompt = Field(body, {"prompt"});
+    if (prompt == nullptr || !prompt->is_string()) return TypeError("prompt", "a string");
+    p.prompt = prompt->get<std::string>();
+  }
+  p.max_tokens = chat ? max_new : 16;  // OpenAI's default for completions.
+  if (const Json* v = Field(body, {"max_completion_tokens", "max_tokens", "n_predict"});
+      v != nullptr) {
+    if (!v->is_number_integer()) return TypeError("max_tokens", "an integer");
+    const int64_t n = v->get<int64_t>();
+    if (n < 1 || n > max_new) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("'max_tokens' %d outside [1, %d] (the context size)", n, max_new));
+    }
+    p.max_tokens = n;
+  }
+  if (const Json* v = Field(body, {"n"}); v != nullptr && (!v->is_number_integer() || *v != 1)) {
+    return TypeError("n", "1 (one choice per request)");
+  }
+  TG_RETURN_IF_ERROR(ParseSampling(body, &p));
+  TG_RETURN_IF_ERROR(ParseStop(body, &p.stop));
+  if (const Json* v = Field(body, {"stream"}); v != nullptr) {
+    if (!v->is_boolean()) return TypeError("stream", "true or false");
+    p.stream = v->get<bool>();
+  }
+  if (const Json* o = Field(body, {"stream_options"}); o != nullptr && o->is_object()) {
+    if (const Json* v = Field(*o, {"include_usage"}); v != nullptr) {
+      if (!v->is_boolean()) return TypeError("stream_options.include_usage", "true or false");
+      p.include_usage = v->get<bool>();
+    }
+  }
+  return p;
+}
+
+namespace {
+
+Json Envelope(const CompletionParams& p, const std::string& id, int64_t created,
+              const std::string& model, bool chunk) {
+  return {{"id", id},
+          {"object", p.chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                            : "text_completion"},
+          {"created", created},
+          {"model", model}};
+}
+
+Json UsageJson(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+}  // namespace
+
+Json CompletionResponse(const CompletionParams& p, const std::string& id, int64_t created,
+                        const std::string& model, const std::string& text,
+                        const std::string& finish_reason, const Usage& usage) {
+  Json r = Envelope(p, id, created, model, false);
+  Json choice = {{"index", 0}};
+  if (p.chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  choice["finish_reason"] = finish_reason;
+  r["choices"] = Json::array({choice});
+  r["usage"] = UsageJson(usage);
+  return r;
+}
+
+Json StreamChunk(const CompletionParams& p, const std::string& id, int64_t created,
+                 const std::string& model, const std::string& text,
+                 const std::optional<std::string>& finish_reason) {
+  Json r = Envelope(p, id, created, model, true);
+  Json choice = {{"index", 0}};
+  if (p.chat) {
+    choice["delta"] = finish_reason.has_value() ? Json::object() : Json{{"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  choice["finish_reason"] = finish_reason.has_value() ? Json(*finish_reason) : Json(nullptr);
+  r["choices"] = Json::array({choice});
+  return r;
+}
+
+Json UsageChunk(const CompletionParams& p, const std::string& id, int64_t created,
+                const std::string& model, const Usage& usage) {
+  Json r = Envelope(p, id, created, model, true);
+  r["choices"] = Json::array();
+  r["usage"] = UsageJson(usage);
+  return r;
+}
+
+Json ErrorBody(const std::string& message, const std::string& type, int code) {
+  return {{"error", {{"message", message}, {"type", type}, {"code", code}}}};
+}
+
+}  // namespace tg::serve

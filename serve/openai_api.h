@@ -1,0 +1,57 @@
+// The OpenAI-compatible request and response bodies of tg-server's /v1/completions and
+// /v1/chat/completions, with llama-server's extra fields: parsing a request's JSON into what
+// the engine needs (a wrong type or value is INVALID_ARGUMENT naming the field; unknown
+// fields are ignored, as OpenAI does) and writing the responses, whole or as stream chunks.
+// Pure functions; thread-safe.
+#ifndef TENSORGRID_SERVE_OPENAI_API_H_
+#define TENSORGRID_SERVE_OPENAI_API_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/llama_session.h"
+#include "nlohmann/json.hpp"
+
+namespace tg::serve {
+
+using Json = nlohmann::ordered_json;
+
+struct CompletionParams {
+  bool chat = false;
+  std::string prompt;  // /v1/completions.
+  Json messages;       // /v1/chat/completions.
+  int64_t max_tokens = 0;
+  std::optional<SamplingParams> sampling;  // nullopt: temperature 0, greedy.
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage.
+};
+
+// `max_new` bounds max_tokens (the context size); it is also the default for chat.
+absl::StatusOr<CompletionParams> ParseCompletion(const Json& body, bool chat, int64_t max_new);
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+// The whole response: `text` with its finish_reason ("stop" or "length").
+Json CompletionResponse(const CompletionParams& p, const std::string& id, int64_t created,
+                        const std::string& model, const std::string& text,
+                        const std::string& finish_reason, const Usage& usage);
+// One server-sent event's JSON: a piece of text, or (finish_reason set) the last one.
+Json StreamChunk(const CompletionParams& p, const std::string& id, int64_t created,
+                 const std::string& model, const std::string& text,
+                 const std::optional<std::string>& finish_reason);
+// The usage chunk that ends a stream with stream_options.include_usage.
+Json UsageChunk(const CompletionParams& p, const std::string& id, int64_t created,
+                const std::string& model, const Usage& usage);
+// OpenAI's error body: {"error": {"message", "type", "code"}}.
+Json ErrorBody(const std::string& message, const std::string& type, int code);
+
+}  // namespace tg::serve
+
+#endif  // TENSORGRID_SERVE_OPENAI_API_H_

@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""tg-server against real HTTP clients (urllib, raw sockets) on loopback, stories260K:
+
+  server_test.py --tg-server BIN --tg-run BIN --model MODEL
+
+- /v1/completions with temperature 0, and with a seed at 0.8, gives tg-run's text for the
+  same prompt and settings (the independent path: one sequence, LlamaSession);
+- the same streamed as server-sent events: the deltas add up to the text, then a finish
+  chunk, the usage chunk when asked, and `data: [DONE]`; `stop` strings end the text;
+- 16 concurrent streaming clients against --parallel 8: every answer complete and equal to
+  its answer alone;
+- a client that disconnects mid-stream frees its slot: with --parallel 1 the next request
+  is served at once instead of after the abandoned one's 3000 tokens;
+- bad input gets an OpenAI-style error and the server keeps serving: malformed JSON, wrong
+  types, max_tokens negative and past the context, a too-long prompt, an unknown model, a
+  100 MB body (413), and (--api-key-file) a missing or wrong key (401);
+- /health, /v1/models, /tokenize + /detokenize, /metrics.
+One line per check, then "N passed, M failed".
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+PROMPTS = ["Once upon a time", "The little dog", "Lily and Ben went", "One day, a big",
+           "The sun was", "Tom had a red", "In the park", "Sue wanted to"]
+
+
+class Server:
+    def __init__(self, binary, model, extra):
+        self.work = tempfile.mkdtemp()
+        port_file = os.path.join(self.work, "port")
+        self.log = open(os.path.join(self.work, "log"), "w+")
+        env = {k: v for k, v in os.environ.items() if k != "TG_CPU_DEVICES"}
+        self.proc = subprocess.Popen([binary, "-m", model, "--port", "0", "--port-file", port_file,
+                                      "-t", "1"] + extra, stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=env)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if os.path.exists(port_file) and os.path.getsize(port_file) > 0:
+                self.port = int(open(port_file).read())
+                break
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tg-server exited: {self.read_log()}")
+            time.sleep(0.05)
+        while self.get("/health")[0] != 200:
+            if time.time() > deadline:
+                raise RuntimeError("tg-server never became healthy")
+            time.sleep(0.05)
+
+    def read_log(self):
+        self.log.seek(0)
+        return self.log.read()
+
+    def request(self, method, path, body=None, headers=None, raw=None):
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        # JSON as OpenAI clients send it (a form-encoded body has a smaller size limit).
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data,
+                                     method=method,
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def get(self, path, headers=None):
+        try:
+            return self.request("GET", path, headers=headers)
+        except (urllib.error.URLError, ConnectionError):
+            return 0, ""
+
+    def post(self, path, body, headers=None):
+        return self.request("POST", path, body, headers)
+
+    def stream(self, body):
+        """POSTs a streaming completion; the data lines' JSON (and the final '[DONE]')."""
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions",
+                                     data=json.dumps(dict(body, stream=True)).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+        events = []
+        with urllib.request.urlopen(req, timeout=120) as r:
+            for line in r:
+                line = line.decode().strip()
+                if line.startswith("data: "):
+                    payload = line[len("data: "):]
+                    events.append(payload if payload == "[DONE]" else json.loads(payload))
+        return events
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def tg_run(binary, model, prompt, n, extra):
+    env = {k: v for k, v in os.environ.items() if k != "TG_CPU_DEVICES"}
+    p = subprocess.run([binary, "-m", model, "-p", prompt, "-n", str(n), "--json", "-t", "1"] +
+                       extra, capture_output=True, text=True, env=env, timeout=120)
+    return json.loads(p.stdout)["text"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tg-server", required=True)
+    ap.add_argument("--tg-run", required=True)
+    ap.add_argument("--model", required=True)
+    a = ap.parse_args()
+    if not os.path.exists(a.model):
+        print(f"skipped: model {a.model} not found")
+        return 77
+    passed = failed = 0
+
+    def check(ok, what):
+        nonlocal passed, failed
+        print(f"{'ok  ' if ok else 'FAIL'} {what}")
+        passed, failed = passed + ok, failed + (not ok)
+
+    def text_of(status_body):
+        status, body = status_body
+        return json.loads(body)["choices"][0]["text"] if status == 200 else f"HTTP {status} {body}"
+
+    s = Server(a.tg_server, a.model, ["--parallel", "8"])
+    try:
+        greedy = {"prompt": PROMPTS[0], "max_tokens": 32, "temperature": 0}
+        got = text_of(s.post("/v1/completions", greedy))
+        want = tg_run(a.tg_run, a.model, PROMPTS[0], 32, ["--temp", "0"])
+        check(got == want, f"greedy completion = tg-run's: {got[:50]!r}")
+        sampled = text_of(s.post("/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 32,
+                                                     "temperature": 0.8, "seed": 7}))
+        want = tg_run(a.tg_run, a.model, PROMPTS[1], 32, ["--temp", "0.8", "--seed", "7"])
+        check(sampled == want, f"seeded sampled completion = tg-run --seed 7's: {sampled[:50]!r}")
+        events = s.stream(dict(greedy, stream_options={"include_usage": True}))
+        deltas = "".join(e["choices"][0]["text"] for e in events[:-2] if e != "[DONE]")
+        check(deltas == got and events[-1] == "[DONE]" and
+              events[-2]["usage"]["completion_tokens"] == 32 and
+              events[-3]["choices"][0]["finish_reason"] == "length",
+              f"streamed: {len(events)} events add up to the text, usage, [DONE]")
+        stopped = text_of(s.post("/v1/completions", dict(greedy, stop=["Lily"])))
+        check(stopped == got.split("Lily")[0], f"stop string ends the text: {stopped!r}")
+
+        # 16 concurrent streams, 8 decoding at a time: each equals its answer alone.
+        alone = {p: text_of(s.post("/v1/completions", {"prompt": p, "max_tokens": 24,
+                                                       "temperature": 0})) for p in PROMPTS}
+        results = {}
+
+        def client(i):
+            p = PROMPTS[i % len(PROMPTS)]
+            ev = s.stream({"prompt": p, "max_tokens": 24, "temperature": 0})
+            results[i] = "".join(e["choices"][0]["text"] for e in ev if e != "[DONE]")
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wrong = [i for i in range(16) if results.get(i) != alone[PROMPTS[i % len(PROMPTS)]]]
+        check(not wrong, f"16 concurrent streams complete and equal alone (wrong: {wrong})")
+
+        # Errors: the server answers each and keeps serving.
+        for body, raw, code, what in [
+                (None, b"{bad", 400, "malformed JSON"),
+                ({"prompt": 5}, None, 400, "a prompt that is no string"),
+                ({"prompt": "x", "max_tokens": -1}, None, 400, "negative max_tokens"),
+                ({"prompt": "x", "max_tokens": 10 ** 9}, None, 400, "huge max_tokens"),
+                ({"prompt": "x", "temperature": "hot"}, None, 400, "temperature not a number"),
+                ({"prompt": "once " * 5000, "max_tokens": 4}, None, 400, "too long a prompt"),
+                ({"prompt": "x", "model": "gpt-9"}, None, 404, "an unknown model"),
+                (None, b"x" * (100 << 20), 413, "a 100 MB body")]:
+            status, text = s.request("POST", "/v1/completions", body, raw=raw)
+            err = json.loads(text).get("error", {}) if text.startswith("{") else {}
+            check(status == code and "message" in err,
+                  f"{what}: HTTP {status} {err.get('message', text[:60])!r}")
+        check(text_of(s.post("/v1/completions", greedy)) == got, "still serving after the errors")
+        status, health = s.get("/health")
+        check(status == 200 and json.loads(health)["status"] == "ok", "/health: ok")
+        status, models = s.get("/v1/models")
+        check(json.loads(models)["data"][0]["id"] == os.path.basename(a.model), "/v1/models")
+        toks = json.loads(s.post("/tokenize", {"content": PROMPTS[0]})[1])["tokens"]
+        back = json.loads(s.post("/detokenize", {"tokens": toks})[1])["content"]
+        check(back.strip() == PROMPTS[0], f"/tokenize + /detokenize: {toks} -> {back!r}")
+        metrics = s.get("/metrics")[1]
+        check('tg_server_requests_total{status="400"}' in metrics and
+              "tg_server_generated_tokens_total" in metrics, "/metrics counts requests and tokens")
+    finally:
+        s.stop()
+
+    # A client gone mid-stream frees the only slot at once.
+    s = Server(a.tg_server, a.model, ["--parallel", "1"])
+    try:
+        start = time.time()
+        s.post("/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 3000, "temperature": 0})
+        full = time.time() - start  # what the abandoned request would have taken.
+        body = json.dumps({"prompt": PROMPTS[0], "max_tokens": 3000, "temperature": 0,
+                           "stream": True}).encode()
+        sock = socket.create_connection(("127.0.0.1", s.port))
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: " + str(len(body)).encode() +
+                     b"\r\n\r\n" + body)
+        sock.recv(4096)  # the first events came: it is decoding.
+        sock.close()
+        start = time.time()
+        got = text_of(s.post("/v1/completions", {"prompt": PROMPTS[2], "max_tokens": 8,
+                                                 "temperature": 0}))
+        took = time.time() - start
+        check(got == alone[PROMPTS[2]][:len(got)] and took < full / 2,
+              f"after a client left mid-stream the next request took {took:.2f} s "
+              f"(the abandoned one's 3000 tokens take {full:.2f} s)")
+    finally:
+        s.stop()
+
+    # API key.
+    key_file = os.path.join(tempfile.mkdtemp(), "key")
+    with open(key_file, "w") as f:
+        f.write("s3cret\n")
+    s = Server(a.tg_server, a.model, ["--api-key-file", key_file])
+    try:
+        none = s.post("/v1/completions", greedy)[0]
+        wrong = s.post("/v1/completions", greedy, {"Authorization": "Bearer nope"})[0]
+        right = s.post("/v1/completions", greedy, {"Authorization": "Bearer s3cret"})[0]
+        check(none == 401 and wrong == 401 and right == 200,
+              f"API key: none {none}, wrong {wrong}, right {right}")
+    finally:
+        s.stop()
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

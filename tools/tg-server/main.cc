@@ -1,0 +1,150 @@
+// tg-server: serves a GGUF model (on any devices and splits tg-run takes, remote ones
+// included) over an OpenAI-compatible HTTP API (serve/http_api.h); requests decode together
+// on one KV cache (continuous batching). Listens first, so /health says "loading" while the
+// weights load; stops on SIGINT/SIGTERM.
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "cli/arg_parser.h"
+#include "cli/device_flags.h"
+#include "core/deadlock_detection.h"
+#include "core/status_macros.h"
+#include "models/llama_model.h"
+#include "serve/engine.h"
+#include "serve/http_api.h"
+#include "tools/common/weight_loading.h"
+
+namespace tg {
+namespace {
+
+struct ServerFlags {
+  std::string model;
+  DeviceFlags devices;
+  int64_t ctx = 4096;
+  int64_t batch = 512;
+  std::string kv_type = "f16";
+  std::string host = "127.0.0.1";
+  int64_t port = 8080;
+  std::string port_file;
+  int64_t parallel = 8;
+  std::string api_key_file;
+  bool verbose = false;
+};
+
+absl::StatusOr<std::string> ReadKey(const std::string& path) {
+  if (path.empty()) return std::string();
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("--api-key-file: cannot read '", path, "'"));
+  std::string key(absl::StripAsciiWhitespace(ss.str()));
+  if (key.empty()) return absl::InvalidArgumentError(absl::StrCat("--api-key-file '", path, "' is empty"));
+  return key;
+}
+
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+absl::Status Serve(const ServerFlags& f) {
+  serve::HttpOptions ho;
+  ho.host = f.host;
+  ho.port = static_cast<int>(f.port);
+  ho.model_name = BaseName(f.model);
+  TG_ASSIGN_OR_RETURN(ho.api_key, ReadKey(f.api_key_file));
+  // Signals go to the thread that waits below, not to the server's threads.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<serve::HttpApi> api, serve::HttpApi::Start(ho));
+  if (!f.port_file.empty()) {
+    std::ofstream(f.port_file) << api->port() << "\n";
+  }
+  std::fprintf(stderr, "tg-server: listening on http://%s:%d; loading %s\n", f.host.c_str(),
+               api->port(), f.model.c_str());
+  DeviceFlags device_flags = f.devices;
+  device_flags.verbose = f.verbose;
+  TG_ASSIGN_OR_RETURN(DevicePlan plan, ResolveDevicePlan(device_flags));
+  LoadOptions lo;
+  lo.plan = plan;
+  LoadReport load;
+  lo.write_weights = ToolWeightWriter({.progress = true, .tool = "tg-server"}, &load);
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::Load(f.model, lo));
+  if (f.verbose) std::fputs(FormatLoadReport(load, "tg-server").c_str(), stderr);
+  serve::EngineOptions eo;
+  eo.session.n_ctx = f.ctx;
+  eo.session.n_batch = f.batch;
+  TG_ASSIGN_OR_RETURN(eo.session.kv_type, ParseDType(f.kv_type));
+  eo.max_running = f.parallel;
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<serve::Engine> engine, serve::Engine::Create(*model, eo));
+  api->SetEngine(engine.get(), nullptr);
+  std::fprintf(stderr, "tg-server: ready: %s | %d sequences at once, %lld cells\n",
+               model->Describe().c_str(), static_cast<int>(f.parallel),
+               static_cast<long long>(f.ctx));
+  int signal = 0;
+  sigwait(&signals, &signal);
+  std::fprintf(stderr, "tg-server: shutting down (%s)\n", signal == SIGINT ? "SIGINT" : "SIGTERM");
+  api.reset();  // no new requests; then the engine ends the running ones.
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tg
+
+int main(int argc, char** argv) {
+  if (absl::Status s = tg::ConfigureDeadlockDetection(); !s.ok()) {
+    std::fprintf(stderr, "tg-server: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  tg::ServerFlags f;
+  tg::ArgParser p("tg-server");
+  p.AddString("-m", "--model", &f.model, "GGUF model to serve");
+  tg::AddDeviceFlags(p, &f.devices);
+  p.AddInt("-c", "--ctx-size", &f.ctx, "KV cache cells shared by every request (default 4096)");
+  p.AddInt("-b", "--batch-size", &f.batch, "most tokens decoded in one step (default 512)");
+  p.AddString(nullptr, "--kv-type", &f.kv_type, "KV cache type: f16 (default) or f32");
+  p.AddString(nullptr, "--host", &f.host, "address to listen on (default 127.0.0.1)");
+  p.AddInt(nullptr, "--port", &f.port, "port (default 8080; 0: any free one)");
+  p.AddString(nullptr, "--port-file", &f.port_file, "write the bound port to this file");
+  p.AddInt("-np", "--parallel", &f.parallel, "requests decoded at once (default 8)");
+  p.AddString(nullptr, "--api-key-file", &f.api_key_file,
+              "file holding the API key clients must send as 'Authorization: Bearer KEY'");
+  p.AddBool("-v", "--verbose", &f.verbose, "say how the weights were loaded");
+  if (absl::Status s = p.Parse(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "tg-server: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (p.help_requested()) {
+    std::printf("%s", p.Usage("-m MODEL.gguf [--host H] [--port P] [--parallel N] [-c CELLS]\n"
+                              "                 [-sm none|layer|tensor] [--rpc host:port,...] "
+                              "[options]")
+                          .c_str());
+    return 0;
+  }
+  if (!p.positional().empty()) {
+    std::fprintf(stderr, "tg-server: unexpected argument '%s'\n", p.positional()[0].c_str());
+    return 2;
+  }
+  if (f.model.empty() || f.parallel < 1 || f.parallel > tg::KvCells::kMaxSequences ||
+      f.port < 0 || f.port > 65535 || f.ctx < 1 || f.batch < 1) {
+    std::fprintf(stderr,
+                 "tg-server: -m MODEL is required; --parallel in [1, %d]; --port in [0, 65535]; "
+                 "-c and -b positive (see tg-server --help)\n",
+                 tg::KvCells::kMaxSequences);
+    return 2;
+  }
+  if (absl::Status s = tg::Serve(f); !s.ok()) {
+    std::fprintf(stderr, "tg-server: error: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
