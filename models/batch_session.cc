@@ -46,10 +46,13 @@ class BatchSession::StepBatch : public Batch {
                  .output = GraphOutput::kArgmax,
                  .pick = pick};
     if (Samples()) {
-      // Every output row its own pick: ARGMAX (temperature 0) or SAMPLE with its parameters.
+      // Every output row its own pick: ARGMAX (temperature 0) or SAMPLE with its parameters;
+      // a piece without outputs has its placeholder row picked greedily.
       key.output = GraphOutput::kLogits;
-      const auto [first, count] = OutputsIn(piece);
-      for (int64_t k = 0; k < count; ++k) key.row_picks.push_back(RowPick(first + k));
+      const auto [first, real] = RealOutputsIn(piece);
+      for (int64_t k = 0; k < std::max<int64_t>(1, real); ++k) {
+        key.row_picks.push_back(RowPick(k < real ? sampling_[first + k] : nullptr));
+      }
     }
     return key;
   }
@@ -61,22 +64,27 @@ class BatchSession::StepBatch : public Batch {
   // The outputs among the piece's rows: [first index into outputs_, count]. A piece with
   // none still gives one row (its last; the result is not read): a graph has an output.
   std::pair<size_t, int64_t> OutputsIn(BatchPiece piece) const {
+    const auto [first, real] = RealOutputsIn(piece);
+    return {first, std::max<int64_t>(1, real)};
+  }
+  // The outputs among the piece's rows, none when it has none.
+  std::pair<size_t, int64_t> RealOutputsIn(BatchPiece piece) const {
     const auto lo = std::lower_bound(outputs_.begin(), outputs_.end(), piece.offset);
     const auto hi = std::lower_bound(lo, outputs_.end(), piece.offset + piece.size);
-    return {static_cast<size_t>(lo - outputs_.begin()), std::max<int64_t>(1, hi - lo)};
+    return {static_cast<size_t>(lo - outputs_.begin()), hi - lo};
   }
   absl::Status WriteMask(Tensor* mask, BatchPiece piece, int64_t n_swa, std::vector<float>* scratch,
                          InputWriter write);
   bool Samples() const {
     return std::any_of(sampling_.begin(), sampling_.end(), [](auto* p) { return p != nullptr; });
   }
-  // How output k is picked (past the outputs: a piece's placeholder row, greedy).
-  PickOptions RowPick(size_t k) const {
+  // How an output row with these parameters (nullptr: greedy) is picked.
+  static PickOptions RowPick(const SamplingParams* sampling) {
     PickOptions p;
     p.sample.temperature = 0;
-    if (k < sampling_.size() && sampling_[k] != nullptr) {
-      p.sample = sampling_[k]->sample;
-      if (p.sample.repeat_penalty != 1.0f) p.penalty_window = sampling_[k]->penalty_last_n;
+    if (sampling != nullptr) {
+      p.sample = sampling->sample;
+      if (p.sample.repeat_penalty != 1.0f) p.penalty_window = sampling->penalty_last_n;
     }
     return p;
   }
@@ -106,10 +114,10 @@ absl::StatusOr<std::unique_ptr<LlamaGraph>> BatchSession::StepBatch::Build(Batch
   if (key.row_picks.empty()) return g;
   // Output row k (batch row out_k of the piece): a view of its logits, picked by ARGMAX or by
   // SAMPLE at that row's position with its own window input.
-  const auto [first, count] = OutputsIn(piece);
+  const auto [first, real] = RealOutputsIn(piece);
   std::vector<Tensor*> outputs;
   const size_t row_bytes = g->logits->nb[1];
-  for (int64_t k = 0; k < count; ++k) {
+  for (int64_t k = 0; k < static_cast<int64_t>(key.row_picks.size()); ++k) {
     const PickOptions& p = key.row_picks[k];
     TG_ASSIGN_OR_RETURN(Tensor * logits, View(g->ctx, g->logits, {g->logits->ne[0], 1},
                                               {row_bytes}, k * row_bytes));
@@ -118,8 +126,7 @@ absl::StatusOr<std::unique_ptr<LlamaGraph>> BatchSession::StepBatch::Build(Batch
     if (p.sample.temperature <= 0 && p.penalty_window == 0) {
       TG_ASSIGN_OR_RETURN(pick, Argmax(g->ctx, logits));
     } else {
-      const size_t out = first + k < outputs_.size() ? outputs_[first + k] - piece.offset
-                                                     : piece.size - 1;
+      const size_t out = k < real ? outputs_[first + k] - piece.offset : piece.size - 1;
       TG_ASSIGN_OR_RETURN(Tensor * pos, View(g->ctx, g->pos, {1}, {}, out * sizeof(int32_t)));
       if (p.penalty_window > 0) {
         TG_ASSIGN_OR_RETURN(window, g->ctx.NewTensor(DType::kI32, {p.penalty_window}));

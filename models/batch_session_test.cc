@@ -57,6 +57,8 @@ class BatchSessionTest : public ::testing::Test {
     return lo;
   }
 
+  void ExpectEachSequenceSamplesAsAlone(SplitMode mode);
+
   BatchSessionOptions Options() const {
     BatchSessionOptions o;
     o.n_ctx = 512;
@@ -182,7 +184,16 @@ TEST_F(BatchSessionTest, ASharedPrefixIsNotDecodedAgain) {
 // draws the tokens LlamaSession::DecodeSample draws for it alone (the draw depends on the
 // seed and the token's position only).
 TEST_F(BatchSessionTest, EachSequenceSamplesWithItsOwnParameters) {
-  auto model = *LlamaModel::Load(path_, Plan(SplitMode::kNone));
+  // Split by layers, the prompt step (prompts of 39, 34, 29 and 24 tokens) runs as pipelined
+  // pieces, the first without an output row.
+  for (SplitMode mode : {SplitMode::kNone, SplitMode::kLayer}) {
+    ExpectEachSequenceSamplesAsAlone(mode);
+  }
+}
+
+void BatchSessionTest::ExpectEachSequenceSamplesAsAlone(SplitMode mode) {
+  SCOPED_TRACE(SplitModeName(mode));
+  auto model = *LlamaModel::Load(path_, Plan(mode));
   std::vector<std::optional<SamplingParams>> params(4);
   params[0] = SamplingParams{.sample = {.temperature = 0.8f, .seed = 7}};
   params[1] = SamplingParams{.sample = {.temperature = 1.1f, .top_k = 0, .top_p = 0.9f,
@@ -196,7 +207,7 @@ TEST_F(BatchSessionTest, EachSequenceSamplesWithItsOwnParameters) {
     so.n_ctx = 256;
     so.kv_type = DType::kF32;
     auto s = *LlamaSession::Create(*model, so);
-    std::vector<int32_t> next = VariedPrompt(i);
+    std::vector<int32_t> next = VariedPrompt(7 - i);
     for (int k = 0; k < kDraws; ++k) {
       absl::StatusOr<int32_t> t = params[i].has_value() ? s->DecodeSample(next, *params[i])
                                                         : s->DecodeGreedy(next);
@@ -210,7 +221,7 @@ TEST_F(BatchSessionTest, EachSequenceSamplesWithItsOwnParameters) {
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 4; ++i) {
     seqs.push_back(*session->NewSequence());
-    prompts.push_back(VariedPrompt(i));
+    prompts.push_back(VariedPrompt(7 - i));
   }
   std::vector<std::vector<int32_t>> batched(4);
   std::vector<int32_t> next(4);
