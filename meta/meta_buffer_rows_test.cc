@@ -21,10 +21,11 @@ class MetaBufferRowsTest : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
     // 3 devices, dimension 0 cut into 2, 1 and 1 blocks of the type (a KV head of 32 each).
-    device_ = *MetaDevice::Create({&a_, &b_, &c_}, [](const Tensor& t) -> absl::StatusOr<SplitState> {
-      const int64_t q = t.ne[0] / 4;
-      return SplitState::Axis(0, {{0, 2 * q}, {2 * q, 3 * q}, {3 * q, 4 * q}});
-    });
+    device_ =
+        *MetaDevice::Create({&a_, &b_, &c_}, [](const Tensor& t) -> absl::StatusOr<SplitState> {
+          const int64_t q = t.ne[0] / 4;
+          return SplitState::Axis(0, {{0, 2 * q}, {2 * q, 3 * q}, {3 * q, 4 * q}});
+        });
     buffer_ = *device_->default_buffer_type()->Allocate(1 << 20);
     buffer_->set_usage(BufferUsage::kWeights);
     t_ = *ctx_.NewTensor(GetParam(), {128, 10});  // 10 rows ("cells").

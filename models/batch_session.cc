@@ -93,7 +93,7 @@ class BatchSession::StepBatch : public Batch {
 
   BatchSession& session_;
   std::vector<Row> rows_;
-  std::vector<int64_t> outputs_;  // rows, ascending.
+  std::vector<int64_t> outputs_;                 // rows, ascending.
   std::vector<const SamplingParams*> sampling_;  // per output; nullptr: ARGMAX.
   int64_t n_kv_;
   bool with_logits_;
@@ -108,9 +108,9 @@ absl::StatusOr<std::unique_ptr<LlamaGraph>> BatchSession::StepBatch::Build(Batch
   const GraphKey key = Key(piece);
   ++session_.graphs_built_;
   const LlamaGraphShape shape{.n_tokens = piece.size, .n_kv = n_kv_, .n_outputs = key.n_outputs};
-  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaGraph> g,
-                      BuildLlamaGraph(session_.model_, *session_.cache_, shape, key.output,
-                                      key.pick));
+  TG_ASSIGN_OR_RETURN(
+      std::unique_ptr<LlamaGraph> g,
+      BuildLlamaGraph(session_.model_, *session_.cache_, shape, key.output, key.pick));
   if (key.row_picks.empty()) return g;
   // Output row k (batch row out_k of the piece): a view of its logits, picked by ARGMAX or by
   // SAMPLE at that row's position with its own window input.
@@ -119,8 +119,8 @@ absl::StatusOr<std::unique_ptr<LlamaGraph>> BatchSession::StepBatch::Build(Batch
   const size_t row_bytes = g->logits->nb[1];
   for (int64_t k = 0; k < static_cast<int64_t>(key.row_picks.size()); ++k) {
     const PickOptions& p = key.row_picks[k];
-    TG_ASSIGN_OR_RETURN(Tensor * logits, View(g->ctx, g->logits, {g->logits->ne[0], 1},
-                                              {row_bytes}, k * row_bytes));
+    TG_ASSIGN_OR_RETURN(Tensor * logits,
+                        View(g->ctx, g->logits, {g->logits->ne[0], 1}, {row_bytes}, k * row_bytes));
     Tensor* pick = nullptr;
     Tensor* window = nullptr;
     if (p.sample.temperature <= 0 && p.penalty_window == 0) {
@@ -157,7 +157,8 @@ std::vector<int32_t> BatchSession::StepBatch::Window(size_t k, int64_t w) const 
     window.push_back(rows_[r].token);
   }
   const std::vector<int32_t>& past = session_.seqs_[seq].tokens;
-  for (auto it = past.rbegin(); it != past.rend() && static_cast<int64_t>(window.size()) < w; ++it) {
+  for (auto it = past.rbegin(); it != past.rend() && static_cast<int64_t>(window.size()) < w;
+       ++it) {
     window.push_back(*it);
   }
   window.resize(w, -1);
@@ -224,8 +225,7 @@ absl::Status BatchSession::StepBatch::ReadResults(const LlamaGraph& g, BatchPiec
   if (n == 0) return absl::OkStatus();
   std::vector<int32_t> picks(count);
   if (g.row_picks.empty()) {
-    TG_RETURN_IF_ERROR(
-        g.pick->buffer->GetTensor(g.pick, picks.data(), 0, count * sizeof(int32_t)));
+    TG_RETURN_IF_ERROR(g.pick->buffer->GetTensor(g.pick, picks.data(), 0, count * sizeof(int32_t)));
   }
   for (size_t k = 0; k < n && k < g.row_picks.size(); ++k) {
     const Tensor* p = g.row_picks[k];
@@ -241,7 +241,8 @@ absl::Status BatchSession::StepBatch::ReadResults(const LlamaGraph& g, BatchPiec
   for (size_t k = 0; k < n; ++k) {
     SequenceResult& r = (*results_)[first + k];
     r.pick = picks[k];
-    if (with_logits_) r.logits.assign(logits.begin() + k * n_vocab, logits.begin() + (k + 1) * n_vocab);
+    if (with_logits_)
+      r.logits.assign(logits.begin() + k * n_vocab, logits.begin() + (k + 1) * n_vocab);
   }
   return absl::OkStatus();
 }
@@ -272,8 +273,8 @@ absl::StatusOr<int> BatchSession::NewSequence() {
     }
   }
   if (seqs_.size() >= KvCells::kMaxSequences) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "every one of the ", KvCells::kMaxSequences, " sequences is live (end one first)"));
+    return absl::ResourceExhaustedError(absl::StrCat("every one of the ", KvCells::kMaxSequences,
+                                                     " sequences is live (end one first)"));
   }
   seqs_.push_back({.live = true});
   return static_cast<int>(seqs_.size() - 1);
@@ -282,9 +283,9 @@ absl::StatusOr<int> BatchSession::NewSequence() {
 absl::StatusOr<int> BatchSession::ForkPrefix(int src, int64_t n_pos) {
   TG_RETURN_IF_ERROR(CheckSequence(src));
   if (n_pos < 0 || n_pos > seqs_[src].n_past) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "sequence %d holds %d positions: cannot share its first %d", src, seqs_[src].n_past,
-        n_pos));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sequence %d holds %d positions: cannot share its first %d", src,
+                        seqs_[src].n_past, n_pos));
   }
   TG_ASSIGN_OR_RETURN(const int dst, NewSequence());
   cells_.SharePrefix(src, dst, static_cast<int32_t>(n_pos));
@@ -333,9 +334,9 @@ absl::Status BatchSession::CheckSequence(int seq) const {
   for (size_t i = 0; i < seqs_.size(); ++i) {
     if (seqs_[i].live) ids.push_back(static_cast<int>(i));
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown sequence id ", seq, " (live: ",
-                                                 ids.empty() ? "none" : absl::StrJoin(ids, ","),
-                                                 ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown sequence id ", seq,
+                   " (live: ", ids.empty() ? "none" : absl::StrJoin(ids, ","), ")"));
 }
 
 absl::Status BatchSession::CheckWork(absl::Span<const SequenceWork> work) const {
@@ -369,9 +370,9 @@ absl::Status BatchSession::CheckWork(absl::Span<const SequenceWork> work) const 
     total += static_cast<int64_t>(w.tokens.size());
   }
   if (total > options_.n_batch) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "a step of %d tokens exceeds the batch size %d (cut prompts into chunks)", total,
-        options_.n_batch));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a step of %d tokens exceeds the batch size %d (cut prompts into chunks)",
+                        total, options_.n_batch));
   }
   return absl::OkStatus();
 }
@@ -396,8 +397,8 @@ absl::StatusOr<std::vector<SequenceResult>> BatchSession::Step(absl::Span<const 
   for (size_t k = 0; k < work.size(); ++k) {
     const SequenceWork& w = work[k];
     for (size_t i = 0; i < w.tokens.size(); ++i) {
-      rows.push_back({w.tokens[i], static_cast<int32_t>(seqs_[w.seq].n_past + i), found[k][i],
-                      w.seq});
+      rows.push_back(
+          {w.tokens[i], static_cast<int32_t>(seqs_[w.seq].n_past + i), found[k][i], w.seq});
     }
     outputs.push_back(static_cast<int64_t>(rows.size()) - 1);
     sampling.push_back(w.sampling);

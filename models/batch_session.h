@@ -75,7 +75,8 @@ class BatchSession {
   // A new sequence holding a saved state: its rows are written into free cells, nothing is
   // decoded; the saved logits go to `logits` when given. INVALID_ARGUMENT for another
   // model's, a truncated or a damaged state; OUT_OF_RANGE when too few cells are free.
-  absl::StatusOr<int> RestoreSequence(absl::string_view state, std::vector<float>* logits = nullptr);
+  absl::StatusOr<int> RestoreSequence(absl::string_view state,
+                                      std::vector<float>* logits = nullptr);
 
   // Decodes every item's tokens in one batch and returns, per item in order, its last
   // token's pick (and logits with `with_logits`). Errors leave every sequence as it was:

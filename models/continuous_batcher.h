@@ -60,9 +60,9 @@ class ContinuousBatcher {
     GenerationRequest request;
     size_t prompt_done = 0;  // prompt tokens decoded so far.
     int64_t generated = 0;
-    int32_t next = -1;  // the last pick, decoded at the next step.
-    bool cancelled = false;  // Cancel asked for it.
-    bool ended = false;      // finished: leaves active_ at the end of the step.
+    int32_t next = -1;        // the last pick, decoded at the next step.
+    bool cancelled = false;   // Cancel asked for it.
+    bool ended = false;       // finished: leaves active_ at the end of the step.
     int64_t Reserve() const;  // cells it may still take.
   };
 

@@ -14,10 +14,10 @@ constexpr char kMagic[8] = {'T', 'G', 'S', 'E', 'Q', 'K', 'V', '1'};
 // What identifies the model a state belongs to: its shape and its weights' size, FNV-1a.
 uint64_t Fingerprint(const LlamaModel& model) {
   const LlamaHParams& hp = model.hparams();
-  const int64_t values[] = {hp.n_vocab,     hp.n_embd,    hp.n_ff,      hp.n_layer,
-                            hp.n_head,      hp.n_head_kv, hp.head_dim,  hp.n_rot,
-                            hp.n_swa,       hp.n_expert,  model.n_params(),
-                            static_cast<int64_t>(model.weight_bytes())};
+  const int64_t values[] = {
+      hp.n_vocab, hp.n_embd,    hp.n_ff,          hp.n_layer,
+      hp.n_head,  hp.n_head_kv, hp.head_dim,      hp.n_rot,
+      hp.n_swa,   hp.n_expert,  model.n_params(), static_cast<int64_t>(model.weight_bytes())};
   uint64_t h = 1469598103934665603ull;
   for (int64_t v : values) {
     for (int i = 0; i < 8; ++i) {
@@ -69,8 +69,8 @@ absl::StatusOr<SequenceState> CaptureSequence(const KvCache& cache, absl::Span<c
                                               absl::Span<const int32_t> tokens,
                                               absl::Span<const float> logits) {
   if (cells.size() != tokens.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(cells.size(), " cells for ", tokens.size(),
-                                                   " tokens"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(cells.size(), " cells for ", tokens.size(), " tokens"));
   }
   SequenceState s;
   s.tokens.assign(tokens.begin(), tokens.end());
@@ -133,9 +133,8 @@ absl::StatusOr<SequenceState> DecodeSequenceState(const LlamaModel& model, const
   }
   std::memcpy(&h, bytes.data() + sizeof(kMagic), sizeof(h));
   if (h.fingerprint != Fingerprint(model)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the state was saved with another model (", model.Describe(),
-                     " has another fingerprint)"));
+    return absl::InvalidArgumentError(absl::StrCat("the state was saved with another model (",
+                                                   model.Describe(), " has another fingerprint)"));
   }
   if (h.kv_type != static_cast<uint32_t>(cache.type()) || h.row_bytes != RowBytesOf(cache) ||
       h.n_layer != static_cast<uint64_t>(cache.n_layer())) {
@@ -174,8 +173,8 @@ absl::StatusOr<SequenceState> DecodeSequenceState(const LlamaModel& model, const
   const int64_t n_vocab = model.hparams().n_vocab;
   for (int32_t t : s.tokens) {
     if (t < 0 || t >= n_vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("the state holds token ", t,
-                                                     ", outside the vocabulary of ", n_vocab));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the state holds token ", t, ", outside the vocabulary of ", n_vocab));
     }
   }
   return s;

@@ -78,8 +78,9 @@ void HttpApi::Count(int status) {
 }
 
 void HttpApi::Error(httplib::Response& res, int status, const std::string& message) {
-  const char* type = status == 401 ? "authentication_error"
-                     : status >= 500 ? "server_error" : "invalid_request_error";
+  const char* type = status == 401   ? "authentication_error"
+                     : status >= 500 ? "server_error"
+                                     : "invalid_request_error";
   res.status = status;
   res.set_content(ErrorBody(message, type, status).dump(), kJson);
   Count(status);
@@ -112,7 +113,9 @@ void HttpApi::Routes() {
   });
   s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
     if (!Authorized(req, res)) return;
-    const Json model = {{"id", options_.model_name}, {"object", "model"}, {"created", Now()},
+    const Json model = {{"id", options_.model_name},
+                        {"object", "model"},
+                        {"created", Now()},
                         {"owned_by", "tensorgrid"}};
     res.set_content(Json{{"object", "list"}, {"data", Json::array({model})}}.dump(), kJson);
   });
@@ -145,7 +148,8 @@ void HttpApi::Routes() {
     const Json tokens = body.is_object() ? body.value("tokens", Json()) : Json();
     for (const Json& t : tokens.is_array() ? tokens : Json::array({nullptr})) {
       if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.n_vocab()) {
-        return Error(res, 400, absl::StrCat("'tokens' must be token ids in [0, ", tok.n_vocab(), ")"));
+        return Error(res, 400,
+                     absl::StrCat("'tokens' must be token ids in [0, ", tok.n_vocab(), ")"));
       }
       ids.push_back(t.get<int32_t>());
     }
@@ -182,9 +186,9 @@ void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool
   if (const Json* m = body.contains("model") ? &body["model"] : nullptr;
       m != nullptr && m->is_string() && !m->get<std::string>().empty() &&
       m->get<std::string>() != options_.model_name) {
-    return Error(res, 404, absl::StrCat("the model '", m->get<std::string>(),
-                                        "' does not exist (this server serves '",
-                                        options_.model_name, "')"));
+    return Error(res, 404,
+                 absl::StrCat("the model '", m->get<std::string>(),
+                              "' does not exist (this server serves '", options_.model_name, "')"));
   }
   std::string text = p->prompt;
   const Tokenizer& tok = engine->model().tokenizer();
@@ -203,10 +207,10 @@ void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool
     p->max_tokens = engine->n_ctx() - n_prompt;
   }
   if (prompt.empty() || n_prompt + p->max_tokens > engine->n_ctx()) {
-    return Error(res, 400, absl::StrFormat(
-                               "the prompt's %d tokens and max_tokens %d exceed the context of "
-                               "%d tokens (shorten the prompt, lower max_tokens, or raise -c)",
-                               n_prompt, p->max_tokens, engine->n_ctx()));
+    return Error(res, 400,
+                 absl::StrFormat("the prompt's %d tokens and max_tokens %d exceed the context of "
+                                 "%d tokens (shorten the prompt, lower max_tokens, or raise -c)",
+                                 n_prompt, p->max_tokens, engine->n_ctx()));
   }
   auto exchange = std::make_shared<Exchange>(tok, p->stop, p->max_tokens);
   absl::StatusOr<int> id = engine->Submit(exchange->Request(prompt, stop_tokens_, p->sampling));

@@ -33,11 +33,11 @@ namespace tg::serve {
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;              // 0: any free port (port() says which).
-  std::string api_key;          // non-empty: every route but /health wants it as a Bearer token.
-  std::string model_name;       // what /v1/models lists and responses name.
+  int port = 8080;         // 0: any free port (port() says which).
+  std::string api_key;     // non-empty: every route but /health wants it as a Bearer token.
+  std::string model_name;  // what /v1/models lists and responses name.
   size_t max_body_bytes = 8u << 20;  // larger bodies get 413.
-  int threads = 64;             // concurrent requests served (streams hold one each).
+  int threads = 64;                  // concurrent requests served (streams hold one each).
 };
 
 // Renders chat messages into a prompt (the model's chat template); nullptr: no template.
@@ -69,7 +69,7 @@ class HttpApi {
   std::thread thread_;
   int port_ = 0;
   std::atomic<Engine*> engine_{nullptr};
-  ChatRenderer chat_;  // set once with the engine, before requests can reach it.
+  ChatRenderer chat_;                 // set once with the engine, before requests can reach it.
   std::vector<int32_t> stop_tokens_;  // the model's end-of-generation ids.
   std::atomic<int64_t> next_id_{0};
   std::atomic<int64_t> prompt_tokens_{0}, generated_tokens_{0};

@@ -28,7 +28,8 @@ absl::Status NumberIn(const Json& body, const char* field, double lo, double hi,
   if (!v->is_number()) return TypeError(field, "a number");
   const double d = v->get<double>();
   if (!(d >= lo && d <= hi)) {
-    return absl::InvalidArgumentError(absl::StrFormat("'%s' %g outside [%g, %g]", field, d, lo, hi));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("'%s' %g outside [%g, %g]", field, d, lo, hi));
   }
   *value = static_cast<float>(d);
   return absl::OkStatus();
@@ -68,8 +69,8 @@ absl::Status ParseSampling(const Json& body, CompletionParams* p) {
     if (!v->is_number_integer()) return TypeError("seed", "an integer");
     s.sample.seed = static_cast<uint64_t>(v->get<int64_t>());
   } else {
-    s.sample.seed = static_cast<uint64_t>(
-        std::chrono::steady_clock::now().time_since_epoch().count());
+    s.sample.seed =
+        static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   }
   if (s.sample.temperature > 0 || s.sample.repeat_penalty != 1.0f) p->sampling = s;
   return absl::OkStatus();
@@ -131,8 +132,8 @@ namespace {
 Json Envelope(const CompletionParams& p, const std::string& id, int64_t created,
               const std::string& model, bool chunk) {
   return {{"id", id},
-          {"object", p.chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                            : "text_completion"},
+          {"object",
+           p.chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
           {"created", created},
           {"model", model}};
 }

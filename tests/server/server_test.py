@@ -217,6 +217,44 @@ def main():
     finally:
         s.stop()
 
+    # Chat through a built-in template: the completion of the rendered prompt; streamed too.
+    s = Server(a.tg_server, a.model, ["--chat-template", "chatml"])
+    try:
+        messages = [{"role": "system", "content": "You tell stories."},
+                    {"role": "user", "content": "Once upon a time"}]
+        status, body = s.post("/apply-template", {"messages": messages})
+        prompt = json.loads(body).get("prompt", "")
+        check(status == 200 and prompt.startswith("<|im_start|>system\nYou tell stories.") and
+              prompt.endswith("<|im_start|>assistant\n"), f"/apply-template: {prompt!r}")
+        want = text_of(s.post("/v1/completions", {"prompt": prompt, "max_tokens": 16,
+                                                  "temperature": 0}))
+        status, body = s.post("/v1/chat/completions", {"messages": messages, "max_tokens": 16,
+                                                       "temperature": 0})
+        reply = json.loads(body)["choices"][0]["message"] if status == 200 else {}
+        check(reply.get("role") == "assistant" and reply.get("content") == want,
+              f"chat completion = the rendered prompt's completion: {reply.get('content')!r}")
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{s.port}/v1/chat/completions", method="POST",
+            headers={"Content-Type": "application/json"},
+            data=json.dumps({"messages": messages, "max_tokens": 16, "temperature": 0,
+                             "stream": True}).encode())
+        deltas = []
+        with urllib.request.urlopen(req, timeout=120) as r:
+            for line in r:
+                line = line.decode().strip()
+                if line.startswith("data: {"):
+                    deltas.append(json.loads(line[6:])["choices"][0]["delta"].get("content", ""))
+        check("".join(deltas) == want, "chat streamed as chat.completion.chunk deltas")
+    finally:
+        s.stop()
+    bad = os.path.join(tempfile.mkdtemp(), "bad.jinja")
+    with open(bad, "w") as f:
+        f.write("{% for m in messages %}\n{{ m.content | frobnicate }}{% endfor %}")
+    p = subprocess.run([a.tg_server, "-m", a.model, "--port", "0", "--chat-template-file", bad],
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 1 and "frobnicate" in p.stderr and "line 2" in p.stderr,
+          f"a template with an unknown filter fails at start-up: {p.stderr.strip()[-120:]!r}")
+
     # API key.
     key_file = os.path.join(tempfile.mkdtemp(), "key")
     with open(key_file, "w") as f:

@@ -41,17 +41,17 @@ absl::StatusOr<PromptCacheHit> RestorePromptCache(
 absl::Status SavePromptCache(const std::string& path, FailoverSession& session,
                              absl::Span<const float> logits) {
   TG_ASSIGN_OR_RETURN(SequenceState state, session.session().CaptureState(logits));
-  const std::string bytes =
-      EncodeSequenceState(session.model(), session.session().cache(), state);
+  const std::string bytes = EncodeSequenceState(session.model(), session.session().cache(), state);
   const std::string tmp = absl::StrCat(path, ".tmp");
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out) return absl::UnavailableError(absl::StrCat("--prompt-cache: cannot write '", tmp, "'"));
+    if (!out)
+      return absl::UnavailableError(absl::StrCat("--prompt-cache: cannot write '", tmp, "'"));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat("--prompt-cache: cannot rename '", tmp, "' to '",
-                                               path, "'"));
+    return absl::UnavailableError(
+        absl::StrCat("--prompt-cache: cannot rename '", tmp, "' to '", path, "'"));
   }
   return absl::OkStatus();
 }

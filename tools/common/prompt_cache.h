@@ -27,11 +27,9 @@ struct PromptCacheHit {
 // last token, which the caller decodes. A missing file is no hit; a file of another model or
 // cache type, a truncated or damaged one, is no hit after `warn` says why. Errors: reading
 // the file, writing the KV rows.
-absl::StatusOr<PromptCacheHit> RestorePromptCache(const std::string& path,
-                                                  FailoverSession& session,
-                                                  absl::Span<const int32_t> prompt,
-                                                  bool logits_suffice,
-                                                  const std::function<void(const std::string&)>& warn);
+absl::StatusOr<PromptCacheHit> RestorePromptCache(
+    const std::string& path, FailoverSession& session, absl::Span<const int32_t> prompt,
+    bool logits_suffice, const std::function<void(const std::string&)>& warn);
 
 // Saves the session's positions and `logits` (the last token's) to `path`, through a
 // temporary file renamed over it.

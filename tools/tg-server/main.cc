@@ -11,11 +11,13 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cli/arg_parser.h"
 #include "cli/device_flags.h"
 #include "core/deadlock_detection.h"
 #include "core/status_macros.h"
 #include "models/llama_model.h"
+#include "serve/chat_template/chat_template.h"
 #include "serve/engine.h"
 #include "serve/http_api.h"
 #include "tools/common/weight_loading.h"
@@ -34,6 +36,8 @@ struct ServerFlags {
   std::string port_file;
   int64_t parallel = 8;
   std::string api_key_file;
+  std::string chat_template;       // a built-in by name.
+  std::string chat_template_file;  // a Jinja file.
   bool verbose = false;
 };
 
@@ -42,10 +46,57 @@ absl::StatusOr<std::string> ReadKey(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("--api-key-file: cannot read '", path, "'"));
+  if (!in)
+    return absl::InvalidArgumentError(absl::StrCat("--api-key-file: cannot read '", path, "'"));
   std::string key(absl::StripAsciiWhitespace(ss.str()));
-  if (key.empty()) return absl::InvalidArgumentError(absl::StrCat("--api-key-file '", path, "' is empty"));
+  if (key.empty())
+    return absl::InvalidArgumentError(absl::StrCat("--api-key-file '", path, "' is empty"));
   return key;
+}
+
+// The chat template: --chat-template-file, else --chat-template NAME, else the model's
+// tokenizer.chat_template; nullptr when there is none. A template with a construct the engine
+// lacks fails here, naming it and its line.
+absl::StatusOr<serve::ChatRenderer> ChatRendererFor(const ServerFlags& f, const LlamaModel& model) {
+  std::string source;
+  std::string origin;
+  if (!f.chat_template_file.empty()) {
+    std::ifstream in(f.chat_template_file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (!in) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--chat-template-file: cannot read '", f.chat_template_file, "'"));
+    }
+    source = ss.str();
+    origin = f.chat_template_file;
+  } else if (!f.chat_template.empty()) {
+    TG_ASSIGN_OR_RETURN(source, chat_template::ChatTemplate::BuiltinSource(f.chat_template));
+    origin = absl::StrCat("--chat-template ", f.chat_template);
+  } else if (absl::StatusOr<std::string> own = model.file().GetString("tokenizer.chat_template");
+             own.ok()) {
+    source = *own;
+    origin = "the model's tokenizer.chat_template";
+  } else {
+    return serve::ChatRenderer();
+  }
+  absl::StatusOr<std::unique_ptr<chat_template::ChatTemplate>> parsed =
+      chat_template::ChatTemplate::Parse(source);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": ", parsed.status().message(),
+                                                   " (--chat-template NAME picks a built-in)"));
+  }
+  std::shared_ptr<const chat_template::ChatTemplate> tmpl = std::move(*parsed);
+  const Tokenizer& tok = model.tokenizer();
+  const std::string bos = tok.bos() >= 0 ? tok.TokenToPiece(tok.bos()) : "";
+  const std::string eos = tok.eos() >= 0 ? tok.TokenToPiece(tok.eos()) : "";
+  return serve::ChatRenderer([tmpl, bos, eos](const serve::Json& messages, bool add_generation) {
+    const serve::Json context = {{"messages", messages},
+                                 {"add_generation_prompt", add_generation},
+                                 {"bos_token", bos},
+                                 {"eos_token", eos}};
+    return tmpl->Render(context);
+  });
 }
 
 std::string BaseName(const std::string& path) {
@@ -85,8 +136,9 @@ absl::Status Serve(const ServerFlags& f) {
   eo.session.n_batch = f.batch;
   TG_ASSIGN_OR_RETURN(eo.session.kv_type, ParseDType(f.kv_type));
   eo.max_running = f.parallel;
+  TG_ASSIGN_OR_RETURN(serve::ChatRenderer chat, ChatRendererFor(f, *model));
   TG_ASSIGN_OR_RETURN(std::unique_ptr<serve::Engine> engine, serve::Engine::Create(*model, eo));
-  api->SetEngine(engine.get(), nullptr);
+  api->SetEngine(engine.get(), chat);
   std::fprintf(stderr, "tg-server: ready: %s | %d sequences at once, %lld cells\n",
                model->Describe().c_str(), static_cast<int>(f.parallel),
                static_cast<long long>(f.ctx));
@@ -118,6 +170,12 @@ int main(int argc, char** argv) {
   p.AddInt("-np", "--parallel", &f.parallel, "requests decoded at once (default 8)");
   p.AddString(nullptr, "--api-key-file", &f.api_key_file,
               "file holding the API key clients must send as 'Authorization: Bearer KEY'");
+  const std::string template_help =
+      absl::StrCat("built-in chat template instead of the model's: ",
+                   absl::StrJoin(tg::chat_template::ChatTemplate::BuiltinNames(), ", "));
+  p.AddString(nullptr, "--chat-template", &f.chat_template, template_help.c_str());
+  p.AddString(nullptr, "--chat-template-file", &f.chat_template_file,
+              "Jinja chat template file instead of the model's tokenizer.chat_template");
   p.AddBool("-v", "--verbose", &f.verbose, "say how the weights were loaded");
   if (absl::Status s = p.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "tg-server: %s\n", std::string(s.message()).c_str());
@@ -134,8 +192,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tg-server: unexpected argument '%s'\n", p.positional()[0].c_str());
     return 2;
   }
-  if (f.model.empty() || f.parallel < 1 || f.parallel > tg::KvCells::kMaxSequences ||
-      f.port < 0 || f.port > 65535 || f.ctx < 1 || f.batch < 1) {
+  if (f.model.empty() || f.parallel < 1 || f.parallel > tg::KvCells::kMaxSequences || f.port < 0 ||
+      f.port > 65535 || f.ctx < 1 || f.batch < 1) {
     std::fprintf(stderr,
                  "tg-server: -m MODEL is required; --parallel in [1, %d]; --port in [0, 65535]; "
                  "-c and -b positive (see tg-server --help)\n",
