@@ -209,21 +209,29 @@ absl::StatusOr<Vocab> LoadVocab(const GgufFile& file, const VocabDefaults& defau
   }
   DetectSpecialTokens(file, &v);
   for (size_t id = 0; id < n; ++id) {
-    // Control and unknown tokens are only matched with parse_special, which Encode never sets.
+    // Control and unknown tokens are matched only with parse_special (Vocab::special).
     if (v.attrs[id] & kAttrUserDefined && !(v.attrs[id] & (kAttrControl | kAttrUnknown))) {
       v.user_defined.push_back(static_cast<int32_t>(id));
     }
   }
-  std::stable_sort(v.user_defined.begin(), v.user_defined.end(),
-                   [&v](int32_t a, int32_t b) { return v.tokens[a].size() > v.tokens[b].size(); });
+  for (size_t id = 0; id < n; ++id) {
+    if (v.attrs[id] & (kAttrUserDefined | kAttrControl) && !v.tokens[id].empty()) {
+      v.special.push_back(static_cast<int32_t>(id));
+    }
+  }
+  for (std::vector<int32_t>* list : {&v.user_defined, &v.special}) {
+    std::stable_sort(list->begin(), list->end(), [&v](int32_t a, int32_t b) {
+      return v.tokens[a].size() > v.tokens[b].size();
+    });
+  }
   return v;
 }
 
-std::vector<Fragment> Partition(const Vocab& vocab, absl::string_view text) {
+std::vector<Fragment> Partition(const Vocab& vocab, absl::string_view text, bool parse_special) {
   std::vector<Fragment> fragments;
   if (text.empty()) return fragments;
   fragments.push_back({-1, text});
-  for (int32_t id : vocab.user_defined) {
+  for (int32_t id : parse_special ? vocab.special : vocab.user_defined) {
     const std::string& needle = vocab.tokens[id];
     std::vector<Fragment> next;
     next.reserve(fragments.size());

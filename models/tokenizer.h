@@ -47,6 +47,8 @@ struct Vocab {
   // User-defined tokens, longest first: Encode cuts them out of the text before the
   // tokenizer proper runs, as llama.cpp does even with parse_special = false.
   std::vector<int32_t> user_defined;
+  // With parse_special also the control tokens ("<|im_start|>", "<s>"), longest first.
+  std::vector<int32_t> special;
 
   int32_t Find(absl::string_view text) const;  // -1 when not a token.
   bool Has(int32_t id, uint32_t attr) const { return (attrs[id] & attr) != 0; }
@@ -64,7 +66,9 @@ struct Fragment {
   int32_t token = -1;  // -1 for text.
   absl::string_view text;
 };
-std::vector<Fragment> Partition(const Vocab& vocab, absl::string_view text);
+// `parse_special`: control tokens are cut out too (Vocab::special), as chat prompts need.
+std::vector<Fragment> Partition(const Vocab& vocab, absl::string_view text,
+                                bool parse_special = false);
 
 }  // namespace tokenizer_internal
 
@@ -77,8 +81,12 @@ class Tokenizer {
   // INVALID_ARGUMENT naming the key for an unsupported or inconsistent vocabulary.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
 
-  // As llama_tokenize(vocab, text, add_special = add_special, parse_special = false).
-  virtual std::vector<int32_t> Encode(absl::string_view text, bool add_special) const = 0;
+  // As llama_tokenize(vocab, text, add_special, parse_special): with parse_special the text
+  // of a control token ("<|im_start|>" in a rendered chat prompt) is that token.
+  std::vector<int32_t> Encode(absl::string_view text, bool add_special,
+                              bool parse_special = false) const {
+    return EncodeText(text, add_special, parse_special);
+  }
   // The bytes one token stands for, as llama_token_to_piece(..., lstrip 0, special true):
   // SPM "▁" becomes a space, byte tokens their byte, BPE byte-level chars their bytes.
   virtual std::string TokenToPiece(int32_t id) const = 0;
@@ -95,6 +103,9 @@ class Tokenizer {
 
  protected:
   explicit Tokenizer(tokenizer_internal::Vocab vocab) : vocab_(std::move(vocab)) {}
+  // Encode of a vocabulary type.
+  virtual std::vector<int32_t> EncodeText(absl::string_view text, bool add_special,
+                                          bool parse_special) const = 0;
   const tokenizer_internal::Vocab& vocab() const { return vocab_; }
 
  private:

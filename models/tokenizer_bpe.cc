@@ -565,12 +565,14 @@ void BpeTokenizer::EncodeWord(absl::string_view word, std::vector<int32_t>* out)
   }
 }
 
-std::vector<int32_t> BpeTokenizer::Encode(absl::string_view text, bool add_special) const {
+std::vector<int32_t> BpeTokenizer::EncodeText(absl::string_view text, bool add_special,
+                                              bool parse_special) const {
   const Vocab& v = vocab();
   std::vector<int32_t> out;
   if (add_special && v.add_bos) out.push_back(v.bos);
   std::string word;
-  for (const tokenizer_internal::Fragment& f : tokenizer_internal::Partition(v, text)) {
+  for (const tokenizer_internal::Fragment& f :
+       tokenizer_internal::Partition(v, text, parse_special)) {
     if (f.token >= 0) {
       out.push_back(f.token);
       continue;

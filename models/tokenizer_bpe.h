@@ -61,8 +61,11 @@ class BpeTokenizer : public Tokenizer {
  public:
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Create(const GgufFile& file);
 
-  std::vector<int32_t> Encode(absl::string_view text, bool add_special) const override;
   std::string TokenToPiece(int32_t id) const override;
+
+ protected:
+  std::vector<int32_t> EncodeText(absl::string_view text, bool add_special,
+                                  bool parse_special) const override;
 
  private:
   struct Merge {

@@ -83,13 +83,15 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> SpmTokenizer::Create(const GgufFile& 
   return std::unique_ptr<Tokenizer>(new SpmTokenizer(std::move(vocab)));
 }
 
-std::vector<int32_t> SpmTokenizer::Encode(absl::string_view text, bool add_special) const {
+std::vector<int32_t> SpmTokenizer::EncodeText(absl::string_view text, bool add_special,
+                                              bool parse_special) const {
   const Vocab& v = vocab();
   std::vector<int32_t> out;
   if (add_special && v.add_bos) out.push_back(v.bos);
   // Like SentencePiece, a space goes before the text and before text that follows a token.
   bool prev_special = true;
-  for (const tokenizer_internal::Fragment& f : tokenizer_internal::Partition(v, text)) {
+  for (const tokenizer_internal::Fragment& f :
+       tokenizer_internal::Partition(v, text, parse_special)) {
     if (f.token >= 0) {
       out.push_back(f.token);
       prev_special = true;

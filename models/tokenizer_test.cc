@@ -572,5 +572,20 @@ TEST(Stories260KTest, MatchesLlamaCpp) {
   }
 }
 
+// parse_special: a control token's text (BOS "<s>", EOS "</s>") is that token, as in a
+// rendered chat prompt; without it the same text is plain text (llama.cpp's two modes).
+TEST(Stories260KTest, ParseSpecialCutsControlTokens) {
+  auto file = GgufFile::Open(DemoModelPath());
+  if (!file.ok()) GTEST_SKIP() << "stories260K.gguf not available: " << file.status();
+  auto tok = *Tokenizer::FromGguf(**file);
+  const std::vector<int32_t> with =
+      tok->Encode("<s>Once upon a time</s>", /*add_special=*/false, /*parse_special=*/true);
+  EXPECT_THAT(with, ElementsAre(1, 403, 407, 261, 378, 2));
+  const std::vector<int32_t> without = tok->Encode("<s>Once upon a time</s>", false);
+  EXPECT_EQ(std::count(without.begin(), without.end(), 1), 0);
+  EXPECT_EQ(std::count(without.begin(), without.end(), 2), 0);
+  EXPECT_EQ(tok->Decode(without), "<s>Once upon a time</s>");
+}
+
 }  // namespace
 }  // namespace tg

@@ -134,8 +134,9 @@ void HttpApi::Routes() {
       return Error(res, 400, "'content' must be a string");
     }
     const bool add_special = body.value("add_special", false);
-    const std::vector<int32_t> ids =
-        engine->model().tokenizer().Encode(body["content"].get<std::string>(), add_special);
+    const bool parse_special = body.value("parse_special", false);
+    const std::vector<int32_t> ids = engine->model().tokenizer().Encode(
+        body["content"].get<std::string>(), add_special, parse_special);
     res.set_content(Json{{"tokens", ids}}.dump(), kJson);
   });
   s.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
@@ -201,7 +202,8 @@ void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool
   // A rendered chat prompt that starts with BOS's text has its BOS already.
   const bool add_special =
       !chat || tok.bos() < 0 || !absl::StartsWith(text, tok.TokenToPiece(tok.bos()));
-  std::vector<int32_t> prompt = tok.Encode(text, add_special);
+  // A chat template writes its control tokens as text ("<|im_start|>"): they are tokens.
+  std::vector<int32_t> prompt = tok.Encode(text, add_special, /*parse_special=*/chat);
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   if (chat && !body.contains("max_tokens") && !body.contains("max_completion_tokens")) {
     p->max_tokens = engine->n_ctx() - n_prompt;
