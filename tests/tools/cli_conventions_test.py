@@ -129,7 +129,7 @@ def main():
     bins = {"tg-run": a.tg_run, "tg-bench": a.tg_bench, "tg-gguf": a.tg_gguf,
             "tg-ops": a.tg_ops, "rpc-server": a.rpc_server}
     commands = {"tg-run": [[]], "tg-bench": [[]], "rpc-server": [[]],
-                "tg-gguf": [[], ["info"], ["synth"], ["hash"]],
+                "tg-gguf": [[], ["info"], ["synth"], ["hash"], ["tokenize"]],
                 "tg-ops": [[], ["test"], ["perf"], ["support"]]}
     if a.tg_server:
         bins["tg-server"] = a.tg_server

@@ -1,5 +1,6 @@
 // tg-gguf: inspects GGUF files (`info`), writes synthetic llama models of any shape and
-// weight type (`synth`) and the piece hashes that spare rpc loads from hashing (`hash`).
+// weight type (`synth`), the piece hashes that spare rpc loads from hashing (`hash`), and
+// tokenizes text under a file's vocabulary (`tokenize`).
 // Exit codes: 0 success, 1 runtime error (unreadable or invalid file, write failure), 2 usage
 // error. Every error is one line on stderr.
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "models/synth/synth_options.h"
 #include "tools/tg-gguf/hash.h"
 #include "tools/tg-gguf/info.h"
+#include "tools/tg-gguf/tokenize.h"
 
 namespace {
 
@@ -36,12 +38,16 @@ std::string Usage() {
   return absl::StrCat(
       "usage: tg-gguf info FILE\n"
       "       tg-gguf hash FILE\n"
+      "       tg-gguf tokenize FILE (-p TEXT | -f TEXT_FILE) [--no-add-special] "
+      "[--parse-special]\n"
       "       tg-gguf synth OUT --dims ... --type T [flags] (below)\n"
       "       tg-gguf COMMAND --help\n"
       "\n"
       "info   prints the version, alignment, metadata and tensors of a GGUF file.\n"
       "hash   writes FILE.tghash, the SHA-256 of its tensor data in pieces (on all cores), so\n"
       "       that loading FILE onto rpc-servers need not hash it.\n"
+      "tokenize prints the token ids of a text under FILE's vocabulary (vocabulary-only\n"
+      "       files too), space-separated on one line.\n"
       "synth  writes a GGUF with random weights:\n"
       "\n",
       tg::synth::SynthUsage());
@@ -120,8 +126,9 @@ int main(int argc, char** argv) {
   if (command == "info") return Info(args.subspan(1));
   if (command == "synth") return Synth(args.subspan(1));
   if (command == "hash") return Hash(args.subspan(1));
+  if (command == "tokenize") return tg::gguf_tool::RunTokenize(args.subspan(1), stdout);
   const char* what = command.size() > 1 && command[0] == '-' ? "flag" : "command";
   return Fail(absl::InvalidArgumentError(absl::StrCat("unknown ", what, " '", command,
-                                                      "' (commands: info, synth, hash, help)")),
+                                                      "' (commands: info, synth, hash, tokenize, help)")),
               kExitUsage);
 }
