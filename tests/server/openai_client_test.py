@@ -9,7 +9,6 @@ test is skipped, saying why, where node or npm is missing or the install fails. 
 be tg-run's greedy continuation (completions) and the completion of the prompt the template
 renders (chat, from the server's /apply-template and /v1/completions). "N passed, M failed".
 """
-import argparse
 import json
 import os
 import shutil
@@ -17,7 +16,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_test import Server, tg_run  # noqa: E402
+from server_test import Server, parse_args, tg_run  # noqa: E402
 
 SKIP = 77
 PROMPT = "Once upon a time"
@@ -40,11 +39,7 @@ def openai_module():
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tg-server", required=True)
-    ap.add_argument("--tg-run", required=True)
-    ap.add_argument("--model", required=True)
-    a = ap.parse_args()
+    a = parse_args()
     module = openai_module()
     if module is None:
         return SKIP

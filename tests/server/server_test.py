@@ -109,12 +109,17 @@ def tg_run(binary, model, prompt, n, extra):
     return json.loads(p.stdout)["text"]
 
 
-def main():
+def parse_args():
+    """The arguments every server test takes: --tg-server, --tg-run, --model."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--tg-server", required=True)
     ap.add_argument("--tg-run", required=True)
     ap.add_argument("--model", required=True)
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def main():
+    a = parse_args()
     if not os.path.exists(a.model):
         print(f"skipped: model {a.model} not found")
         return 77
