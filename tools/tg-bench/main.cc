@@ -147,6 +147,16 @@ std::string TestName(const TestResult& r) {
   return absl::StrCat("pp", r.n_prompt, "+tg", r.n_gen, greedy);
 }
 
+// Where a test ran (after any failover) and its time shares over `total_ns` of timed runs.
+void RecordPlacement(const LlamaModel& model, SplitMode mode, int64_t n_copies, double total_ns,
+                     TestResult* r) {
+  r->n_copies = model.multi_device() ? (n_copies > 0 ? n_copies : kDefaultPipelineCopies) : 1;
+  r->devices = DeviceColumn(model);
+  r->split_mode = std::string(SplitModeName(mode));
+  r->compute_share = r->timings.compute_us * 1e3 / total_ns;
+  r->transfer_share = r->timings.transfer_us * 1e3 / total_ns;
+}
+
 // One timed repetition: fresh cache, then n_prompt tokens in batches or n_gen single steps.
 // With greedy, each generated token is the device's ARGMAX pick of the step before; with a
 // temperature, its SAMPLE draw.
@@ -232,12 +242,7 @@ absl::StatusOr<TestResult> RunTest(FailoverModel& fm, int64_t n_prompt, int64_t 
     total_ns += ns;
     r.timings = Plus(r.timings, Minus(session->session().timings(), before));
   }
-  const LlamaModel& model = fm.model();
-  r.n_copies = model.multi_device() ? (n_copies > 0 ? n_copies : kDefaultPipelineCopies) : 1;
-  r.devices = DeviceColumn(model);
-  r.split_mode = std::string(SplitModeName(fm.plan().mode));
-  r.compute_share = r.timings.compute_us * 1e3 / total_ns;
-  r.transfer_share = r.timings.transfer_us * 1e3 / total_ns;
+  RecordPlacement(fm.model(), fm.plan().mode, n_copies, total_ns, &r);
   return r;
 }
 
@@ -308,11 +313,7 @@ absl::StatusOr<TestResult> RunParallelTest(const LlamaModel& model, const Device
     total_ns += ns;
     r.timings = Plus(r.timings, Minus(session->timings(), before));
   }
-  r.n_copies = model.multi_device() ? (n_copies > 0 ? n_copies : kDefaultPipelineCopies) : 1;
-  r.devices = DeviceColumn(model);
-  r.split_mode = std::string(SplitModeName(plan.mode));
-  r.compute_share = r.timings.compute_us * 1e3 / total_ns;
-  r.transfer_share = r.timings.transfer_us * 1e3 / total_ns;
+  RecordPlacement(model, plan.mode, n_copies, total_ns, &r);
   return r;
 }
 
