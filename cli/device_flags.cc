@@ -1,7 +1,5 @@
 #include "cli/device_flags.h"
 
-#include <fstream>
-#include <sstream>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
@@ -10,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "backends/register_builtin.h"
+#include "cli/flag_file.h"
 #include "client/remote_device.h"
 #include "core/registry.h"
 #include "core/status_macros.h"
@@ -53,11 +52,7 @@ absl::Status RegisterRpcDevices(const DeviceFlags& f) {
   rpc::ClientOptions options;
   auto read = [](const std::string& path, const char* flag, std::string* out) -> absl::Status {
     if (path.empty()) return absl::OkStatus();
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read '", path, "'"));
-    *out = ss.str();
+    TG_ASSIGN_OR_RETURN(*out, ReadFlagFile(path, flag));
     return absl::OkStatus();
   };
   TG_RETURN_IF_ERROR(read(f.rpc_token_file, "--rpc-token-file", &options.token));

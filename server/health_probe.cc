@@ -19,9 +19,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "cli/flag_file.h"
 #include "core/status_macros.h"
 #include "health_probe.grpc.pb.h"
-#include "server/flag_file.h"
 #include "server/host_port.h"
 #include "server/log.h"
 

@@ -1,12 +1,11 @@
 #include "tools/tg-gguf/tokenize.h"
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_join.h"
 #include "cli/arg_parser.h"
+#include "cli/flag_file.h"
 #include "models/gguf_file.h"
 #include "models/tokenizer.h"
 
@@ -49,11 +48,9 @@ int RunTokenize(absl::Span<char* const> args, std::FILE* out) {
     return Fail("tokenize needs one FILE and one of -p TEXT or -f TEXT_FILE", kExitUsage);
   }
   if (!text_file.empty()) {
-    std::ifstream in(text_file, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    if (!in) return Fail("cannot read '" + text_file + "'", kExitRuntime);
-    text = ss.str();
+    absl::StatusOr<std::string> read = ReadFlagFile(text_file, "--file");
+    if (!read.ok()) return Fail(std::string(read.status().message()), kExitRuntime);
+    text = *std::move(read);
   }
   absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(p.positional()[0]);
   if (!file.ok()) return Fail(std::string(file.status().message()), kExitRuntime);

@@ -6,7 +6,6 @@
 
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/ascii.h"
@@ -14,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/arg_parser.h"
 #include "cli/device_flags.h"
+#include "cli/flag_file.h"
 #include "core/deadlock_detection.h"
 #include "core/status_macros.h"
 #include "models/llama_model.h"
@@ -43,12 +43,8 @@ struct ServerFlags {
 
 absl::StatusOr<std::string> ReadKey(const std::string& path) {
   if (path.empty()) return std::string();
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (!in)
-    return absl::InvalidArgumentError(absl::StrCat("--api-key-file: cannot read '", path, "'"));
-  std::string key(absl::StripAsciiWhitespace(ss.str()));
+  TG_ASSIGN_OR_RETURN(const std::string file, ReadFlagFile(path, "--api-key-file"));
+  std::string key(absl::StripAsciiWhitespace(file));
   if (key.empty())
     return absl::InvalidArgumentError(absl::StrCat("--api-key-file '", path, "' is empty"));
   return key;
@@ -61,14 +57,7 @@ absl::StatusOr<serve::ChatRenderer> ChatRendererFor(const ServerFlags& f, const 
   std::string source;
   std::string origin;
   if (!f.chat_template_file.empty()) {
-    std::ifstream in(f.chat_template_file);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    if (!in) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--chat-template-file: cannot read '", f.chat_template_file, "'"));
-    }
-    source = ss.str();
+    TG_ASSIGN_OR_RETURN(source, ReadFlagFile(f.chat_template_file, "--chat-template-file"));
     origin = f.chat_template_file;
   } else if (!f.chat_template.empty()) {
     TG_ASSIGN_OR_RETURN(source, chat_template::ChatTemplate::BuiltinSource(f.chat_template));

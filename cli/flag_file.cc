@@ -1,4 +1,4 @@
-#include "server/flag_file.h"
+#include "cli/flag_file.h"
 
 #include <fstream>
 #include <sstream>
@@ -6,7 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace tg::server {
+namespace tg {
 
 absl::StatusOr<std::string> ReadFlagFile(const std::string& path, const char* flag) {
   std::ifstream in(path, std::ios::binary);
@@ -16,4 +16,4 @@ absl::StatusOr<std::string> ReadFlagFile(const std::string& path, const char* fl
   return out.str();
 }
 
-}  // namespace tg::server
+}  // namespace tg
