@@ -126,10 +126,9 @@ void HttpApi::Routes() {
     Complete(req, res, /*chat=*/true);
   });
   s.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    Engine* engine = engine_.load();
-    if (!Authorized(req, res)) return;
+    Engine* engine = ReadyEngine(req, res);
+    if (engine == nullptr) return;
     const Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-    if (engine == nullptr) return Error(res, 503, "the model is still loading");
     if (!body.is_object() || !body.contains("content") || !body["content"].is_string()) {
       return Error(res, 400, "'content' must be a string");
     }
@@ -140,27 +139,25 @@ void HttpApi::Routes() {
     res.set_content(Json{{"tokens", ids}}.dump(), kJson);
   });
   s.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    Engine* engine = engine_.load();
-    if (!Authorized(req, res)) return;
+    Engine* engine = ReadyEngine(req, res);
+    if (engine == nullptr) return;
     const Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-    if (engine == nullptr) return Error(res, 503, "the model is still loading");
     const Tokenizer& tok = engine->model().tokenizer();
-    std::vector<int32_t> ids;
-    const Json tokens = body.is_object() ? body.value("tokens", Json()) : Json();
-    for (const Json& t : tokens.is_array() ? tokens : Json::array({nullptr})) {
-      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.n_vocab()) {
-        return Error(res, 400,
-                     absl::StrCat("'tokens' must be token ids in [0, ", tok.n_vocab(), ")"));
-      }
-      ids.push_back(t.get<int32_t>());
+    const std::string bad = absl::StrCat("'tokens' must be token ids in [0, ", tok.n_vocab(), ")");
+    if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array()) {
+      return Error(res, 400, bad);
     }
     std::string text;
-    for (int32_t id : ids) text += tok.TokenToPiece(id);
+    for (const Json& t : body["tokens"]) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.n_vocab()) {
+        return Error(res, 400, bad);
+      }
+      text += tok.TokenToPiece(t.get<int32_t>());
+    }
     res.set_content(Json{{"content", text}}.dump(), kJson);
   });
   s.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!Authorized(req, res)) return;
-    if (engine_.load() == nullptr) return Error(res, 503, "the model is still loading");
+    if (ReadyEngine(req, res) == nullptr) return;
     const Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
     if (!body.is_object() || !body.contains("messages") || !body["messages"].is_array()) {
       return Error(res, 400, "'messages' must be an array");
@@ -173,13 +170,19 @@ void HttpApi::Routes() {
   });
 }
 
-void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool chat) {
-  if (!Authorized(req, res)) return;
+Engine* HttpApi::ReadyEngine(const httplib::Request& req, httplib::Response& res) {
+  if (!Authorized(req, res)) return nullptr;
   Engine* engine = engine_.load();
   if (engine == nullptr) {
     res.set_header("Retry-After", "5");
-    return Error(res, 503, "the model is still loading");
+    Error(res, 503, "the model is still loading");
   }
+  return engine;
+}
+
+void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+  Engine* engine = ReadyEngine(req, res);
+  if (engine == nullptr) return;
   const Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return Error(res, 400, "the body is not valid JSON");
   absl::StatusOr<CompletionParams> p = ParseCompletion(body, chat, engine->n_ctx());

@@ -60,6 +60,9 @@ class HttpApi {
   void Routes();
   void Complete(const httplib::Request& req, httplib::Response& res, bool chat);
   bool Authorized(const httplib::Request& req, httplib::Response& res);
+  // The engine once the request is authorized and the model loaded; else nullptr, after
+  // answering 401 or 503 (Retry-After).
+  Engine* ReadyEngine(const httplib::Request& req, httplib::Response& res);
   void Error(httplib::Response& res, int status, const std::string& message);
   std::string Metrics() const;
   void Count(int status);
