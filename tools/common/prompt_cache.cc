@@ -1,10 +1,11 @@
 #include "tools/common/prompt_cache.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "cli/flag_file.h"
 #include "core/status_macros.h"
 #include "models/sequence_state.h"
 
@@ -13,15 +14,10 @@ namespace tg {
 absl::StatusOr<PromptCacheHit> RestorePromptCache(
     const std::string& path, FailoverSession& session, absl::Span<const int32_t> prompt,
     bool logits_suffice, const std::function<void(const std::string&)>& warn) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return PromptCacheHit{};  // none yet: this run makes it.
-  std::stringstream bytes;
-  bytes << in.rdbuf();
-  if (!in.good() && !in.eof()) {
-    return absl::UnavailableError(absl::StrCat("--prompt-cache: cannot read '", path, "'"));
-  }
+  if (!std::filesystem::exists(path)) return PromptCacheHit{};  // none yet: this run makes it.
+  TG_ASSIGN_OR_RETURN(const std::string bytes, ReadFlagFile(path, "--prompt-cache"));
   absl::StatusOr<SequenceState> state =
-      DecodeSequenceState(session.model(), session.session().cache(), bytes.str());
+      DecodeSequenceState(session.model(), session.session().cache(), bytes);
   if (!state.ok()) {
     warn(absl::StrCat("--prompt-cache ", path, " not used: ", state.status().message()));
     return PromptCacheHit{};
