@@ -245,7 +245,6 @@ absl::StatusOr<std::unique_ptr<LlamaGraph>> BuildLlamaGraph(const LlamaModel& mo
   auto g = std::make_unique<LlamaGraph>();
   g->n_tokens = n_tokens;
   g->n_kv = shape.n_kv;
-  g->n_outputs = n_outputs;
   GraphBuilder builder(model, cache, g.get());
   TG_ASSIGN_OR_RETURN(g->logits, builder.Build(n_outputs));
   g->output = output;

@@ -70,7 +70,6 @@ struct LlamaGraph {
   GraphOutput output = GraphOutput::kLogits;
   int64_t n_tokens = 0;
   int64_t n_kv = 0;
-  int64_t n_outputs = 0;
 };
 
 // The sizes a graph is built for: tokens in the batch, cache cells attended (cells
