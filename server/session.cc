@@ -534,6 +534,10 @@ absl::Status CheckRoom(Device& device, uint64_t size) {
 
 }  // namespace
 
+absl::StatusOr<MemoryReservation> Session::ReserveMemory(uint64_t size) {
+  return MemoryReservation::Reserve(&bytes_held_, env_.mem_limit, size);
+}
+
 absl::Status Session::Alloc(const pb::AllocBuffer& cmd, pb::AllocBufferReply* reply) {
   TG_ASSIGN_OR_RETURN(Device * device, DeviceAt(cmd.device()));
   const uint64_t size = cmd.size();
@@ -544,8 +548,7 @@ absl::Status Session::Alloc(const pb::AllocBuffer& cmd, pb::AllocBufferReply* re
                         type->max_size()));
   }
   // Counted against the session limit first; every early return below gives the bytes back.
-  TG_ASSIGN_OR_RETURN(MemoryReservation reservation,
-                      MemoryReservation::Reserve(&bytes_held_, env_.mem_limit, size));
+  TG_ASSIGN_OR_RETURN(MemoryReservation reservation, ReserveMemory(size));
   // Memory a closed session left (the same model loaded again) needs no room and no faults.
   const std::shared_ptr<SessionBufferRecycler>& recycler = env_.recycler;
   std::unique_ptr<Buffer> kept = recycler != nullptr ? recycler->Take(type, size) : nullptr;
@@ -607,7 +610,7 @@ absl::Status Session::Free(uint64_t handle) {
     entry = std::move(it->second);
     buffers_.erase(it);
   }
-  bytes_held_ -= entry->size();
+  ReleaseMemory(entry->size());
   if (auto g = grants_.find(handle); g != grants_.end()) {
     if (env_.grants != nullptr) env_.grants->Revoke(g->second);
     grants_.erase(g);

@@ -37,6 +37,7 @@
 #include "server/command_progress.h"
 #include "server/device_lanes.h"
 #include "server/graph_decoder.h"
+#include "server/memory_reservation.h"
 #include "server/reply_sequencer.h"
 #include "server/session_buffer.h"
 #include "tensorgrid/v1/tensorgrid.pb.h"
@@ -118,6 +119,14 @@ class Session {
   // The index file id behind a handle from OpenModelFile; NOT_FOUND for a handle this
   // session was not given.
   absl::StatusOr<uint64_t> ModelFile(uint64_t handle) const ABSL_LOCKS_EXCLUDED(table_mu_);
+
+  // Charges `size` bytes of whatever this session makes the server hold (buffers, decoded
+  // graphs, queued commands, mailbox pieces, stream buffers) against its memory limit:
+  // RESOURCE_EXHAUSTED naming the numbers and the flag when it would pass it. The bytes go
+  // back when the reservation is dropped, unless committed (then whoever holds the memory
+  // gives them back with ReleaseMemory). Thread-safe.
+  absl::StatusOr<MemoryReservation> ReserveMemory(uint64_t size);
+  void ReleaseMemory(uint64_t size) { bytes_held_ -= size; }
 
   void AddUploadedBytes(uint64_t n) { uploaded_bytes_ += n; }
   void AddCacheHitBytes(uint64_t n) { cache_hit_bytes_ += n; }

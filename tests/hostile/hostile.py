@@ -1,0 +1,353 @@
+"""What every hostile test uses: a real rpc-server (optionally inside a memory cgroup the test
+creates), a raw gRPC client that speaks tensorgrid.v1 as an attacker would, the server's
+counters from /proc and /metrics, and an honest tg-run beside the attack.
+
+    with Cgroup(1 << 30) as cg:                      # skip (77) where cgroups are read-only
+        srv = start_server(args, extra=["--session-mem-limit", "0"], prefix=cg.prefix)
+        with Client(srv.endpoint) as c, c.session() as s:
+            code, msg, handle = s.alloc(0, 1536 << 20)
+        proc_stats(srv.proc.pid)                     # {"rss": bytes, "threads": n}
+
+The Python stubs (tensorgrid_pb2, tensorgrid_pb2_grpc) are generated at build time by protoc
+with grpc_python_plugin into the folder given as --stubs.
+"""
+import argparse
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "rpc"))
+from rpc_cluster import SKIP, Failures, Server, local_env  # noqa: E402,F401
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+pb = None
+pb_grpc = None
+grpc = None
+
+
+def parse_args(extra=None):
+    """--tg-run, --rpc-server, --model, --stubs (the generated Python stubs) plus `extra`
+    (a list of (flag, add_argument kwargs)); imports grpc and the stubs, or exits 77 saying
+    what is missing."""
+    global pb, pb_grpc, grpc
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tg-run", required=True)
+    ap.add_argument("--rpc-server", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--stubs", required=True)
+    for flag, kwargs in extra or []:
+        ap.add_argument(flag, **kwargs)
+    args = ap.parse_args()
+    if not os.path.exists(args.model):
+        print(f"skipped: model {args.model} not found")
+        sys.exit(SKIP)
+    try:
+        import grpc as grpc_module  # noqa: PLC0415
+    except ImportError:
+        print("skipped: python3-grpcio is not installed (scripts/install-deps.sh --test)")
+        sys.exit(SKIP)
+    sys.path.insert(0, args.stubs)
+    from tensorgrid.v1 import tensorgrid_pb2, tensorgrid_pb2_grpc  # noqa: PLC0415
+    grpc, pb, pb_grpc = grpc_module, tensorgrid_pb2, tensorgrid_pb2_grpc
+    return args
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory cgroups.
+
+class CgroupUnavailable(RuntimeError):
+    pass
+
+
+class Cgroup:
+    """A memory cgroup of `limit` bytes, v2 where the unified hierarchy has the memory
+    controller, else v1. `prefix` runs a command inside it. Processes left in it are killed
+    on exit. Raises CgroupUnavailable (with the reason) where none can be made; skip_unless()
+    turns that into exit 77."""
+
+    _count = 0
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.path = None
+        self.version = None
+
+    def __enter__(self):
+        Cgroup._count += 1
+        name = f"tg-hostile-{os.getpid()}-{Cgroup._count}"
+        unified = "/sys/fs/cgroup"
+        if not os.path.exists(os.path.join(unified, "cgroup.controllers")):
+            unified = "/sys/fs/cgroup/unified"
+        ctrl = os.path.join(unified, "cgroup.controllers")
+        errors = []
+        if os.path.exists(ctrl) and "memory" in open(ctrl).read().split():
+            try:
+                self.path = os.path.join(unified, name)
+                os.mkdir(self.path)
+                with open(os.path.join(self.path, "memory.max"), "w") as f:
+                    f.write(str(self.limit))
+                with open(os.path.join(self.path, "memory.swap.max"), "w") as f:
+                    f.write("0")
+                self.version = 2
+            except OSError as e:
+                errors.append(f"v2 {self.path}: {e}")
+                self._remove()
+        if self.version is None:
+            v1 = "/sys/fs/cgroup/memory"
+            try:
+                self.path = os.path.join(v1, name)
+                os.mkdir(self.path)
+                with open(os.path.join(self.path, "memory.limit_in_bytes"), "w") as f:
+                    f.write(str(self.limit))
+                try:  # no swap: what passes the limit is killed, not swapped out.
+                    with open(os.path.join(self.path, "memory.memsw.limit_in_bytes"), "w") as f:
+                        f.write(str(self.limit))
+                except OSError:
+                    pass
+                self.version = 1
+            except OSError as e:
+                errors.append(f"v1 {self.path}: {e}")
+                self._remove()
+                raise CgroupUnavailable("; ".join(errors))
+        return self
+
+    @property
+    def prefix(self):
+        """sh that moves itself into the cgroup, then execs the command."""
+        procs = os.path.join(self.path, "cgroup.procs")
+        return ["/bin/sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh"]
+
+    def oom_kills(self):
+        """How many processes the kernel killed in this cgroup for memory."""
+        try:
+            if self.version == 2:
+                for line in open(os.path.join(self.path, "memory.events")):
+                    k, v = line.split()
+                    if k == "oom_kill":
+                        return int(v)
+            else:
+                for line in open(os.path.join(self.path, "memory.oom_control")):
+                    k, v = line.split()
+                    if k == "oom_kill":
+                        return int(v)
+        except OSError:
+            pass
+        return 0
+
+    def _remove(self):
+        if self.path and os.path.isdir(self.path):
+            try:
+                for pid in open(os.path.join(self.path, "cgroup.procs")).read().split():
+                    try:
+                        os.kill(int(pid), 9)
+                    except OSError:
+                        pass
+            except OSError:
+                pass
+            for _ in range(50):
+                try:
+                    os.rmdir(self.path)
+                    break
+                except OSError:
+                    time.sleep(0.1)
+        self.path = None
+
+    def __exit__(self, *exc):
+        self._remove()
+
+
+def skip_unless_cgroup(limit):
+    """A Cgroup of `limit` bytes entered, or exit 77 with the reason."""
+    try:
+        return Cgroup(limit).__enter__()
+    except CgroupUnavailable as e:
+        print(f"skipped: cannot make a memory cgroup ({e})")
+        sys.exit(SKIP)
+
+
+# ---------------------------------------------------------------------------------------------
+# Servers and their counters.
+
+def start_server(args, workdir, index=0, devices=1, extra=(), prefix=(), threads=1):
+    """An rpc-server (tests/rpc/rpc_cluster.Server: port file, metrics port) serving `devices`
+    CPU devices, started under `prefix` (e.g. a Cgroup's)."""
+    return Server(args.rpc_server, devices, list(extra), workdir, index, threads=threads,
+                  prefix=prefix)
+
+
+def proc_stats(pid):
+    """{"rss": bytes resident, "threads": count} of a running process, from /proc."""
+    out = {}
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            out["rss"] = int(line.split()[1]) * 1024
+        elif line.startswith("Threads:"):
+            out["threads"] = int(line.split()[1])
+    return out
+
+
+def wait_for(predicate, timeout, interval=0.1):
+    """Polls predicate() until it is truthy (returned) or `timeout` s pass (its last value)."""
+    deadline = time.time() + timeout
+    while True:
+        value = predicate()
+        if value or time.time() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+# ---------------------------------------------------------------------------------------------
+# A raw client.
+
+class Client:
+    """One gRPC channel to a server, with the bearer token when given."""
+
+    def __init__(self, endpoint, token=None):
+        self.endpoint = endpoint
+        self.metadata = [("authorization", f"Bearer {token}")] if token else []
+        self.channel = grpc.insecure_channel(
+            endpoint, options=[("grpc.max_send_message_length", 64 * MIB),
+                               ("grpc.max_receive_message_length", 64 * MIB)])
+        self.stub = pb_grpc.TensorGridStub(self.channel)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.channel.close()
+
+    def hello(self):
+        """The HelloReply. The version and op table come from the server's own refusal of a
+        first Hello without them (its message names both), as any client may learn them."""
+        import re  # noqa: PLC0415
+        try:
+            return self.stub.Hello(pb.HelloRequest(), metadata=self.metadata, timeout=30)
+        except grpc.RpcError as e:
+            m = re.search(r"server speaks version (\d+) with op table ([0-9a-f]+)",
+                          e.details() or "")
+            if not m:
+                raise
+        return self.stub.Hello(pb.HelloRequest(protocol_version=int(m.group(1)),
+                                               op_table_fingerprint=int(m.group(2), 16)),
+                               metadata=self.metadata, timeout=30)
+
+    def session(self):
+        return SessionStream(self)
+
+    def raw_stream_stream(self, method):
+        """A stream-stream call of bytes in, bytes out (Upload's raw frames)."""
+        return self.channel.stream_stream(f"/tensorgrid.v1.TensorGrid/{method}",
+                                          request_serializer=lambda b: b,
+                                          response_deserializer=lambda b: b)
+
+
+class SessionStream:
+    """An open Session stream: call(request) sends one SessionRequest and returns its reply.
+    close() (or leaving the with block) ends the session."""
+
+    _CLOSE = object()
+
+    def __init__(self, client):
+        self.requests = queue.Queue()
+        self.next_id = 1
+        self.call_ = client.stub.Session(self._iter(), metadata=client.metadata)
+        first = next(self.call_)
+        if first.code != 0:
+            raise RuntimeError(f"session refused: {first.code} {first.message}")
+        self.id = first.started.session_id
+
+    def _iter(self):
+        while True:
+            item = self.requests.get()
+            if item is self._CLOSE:
+                return
+            yield item
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self.requests.put(self._CLOSE)
+        try:
+            for _ in self.call_:
+                pass
+        except Exception:  # noqa: BLE001 - the stream may end with any status
+            pass
+
+    def cancel(self):
+        self.call_.cancel()
+
+    def send(self, request):
+        """Sends without waiting; returns the request id."""
+        if request.id == 0:
+            request.id = self.next_id
+            self.next_id += 1
+        self.requests.put(request)
+        return request.id
+
+    def reply(self, timeout=60):
+        """The next reply (a gRPC error ends the stream: raised)."""
+        result = {}
+
+        def read():
+            try:
+                result["r"] = next(self.call_)
+            except Exception as e:  # noqa: BLE001
+                result["e"] = e
+        t = threading.Thread(target=read, daemon=True)
+        t.start()
+        t.join(timeout)
+        if t.is_alive():
+            raise TimeoutError(f"no reply in {timeout} s")
+        if "e" in result:
+            raise result["e"]
+        return result["r"]
+
+    def call(self, request, timeout=60):
+        self.send(request)
+        return self.reply(timeout)
+
+    def alloc(self, device, size, timeout=60):
+        """(code, message, handle)."""
+        r = self.call(pb.SessionRequest(alloc_buffer=pb.AllocBuffer(device=device, size=size)),
+                      timeout)
+        return r.code, r.message, r.alloc_buffer.buffer
+
+    def free(self, handle):
+        r = self.call(pb.SessionRequest(free_buffer=pb.FreeBuffer(buffer=handle)))
+        return r.code, r.message
+
+    def grant(self, handle):
+        r = self.call(pb.SessionRequest(grant_peer_read=pb.GrantPeerRead(buffer=handle)))
+        return r.code, r.message, r.grant.grant
+
+
+# ---------------------------------------------------------------------------------------------
+# An honest client beside the attack.
+
+def tg_run(args, rpc=(), split="none", extra=(), n=32, timeout=300):
+    """Greedy tg-run of `n` tokens (F32 KV, one thread) with `-sm split` over the `rpc`
+    endpoints' devices (or the local CPU): (tokens, seconds, output), tokens None when it
+    failed. Compare tokens with tg_run(args) (local)."""
+    import json  # noqa: PLC0415
+    cmd = [args.tg_run, "-m", args.model, "-p", "Once upon a time", "-n", str(n), "--temp", "0",
+           "--kv-type", "f32", "-t", "1", "--json", "-sm", split]
+    cmd += (["--rpc", ",".join(rpc)] if rpc else []) + list(extra)
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=local_env(), timeout=timeout)
+    dt = time.time() - t0
+    if p.returncode != 0:
+        return None, dt, p.stderr
+    try:
+        return json.loads(p.stdout)["tokens"], dt, p.stderr
+    except (ValueError, KeyError):
+        return None, dt, p.stdout[-2000:] + p.stderr
