@@ -1,4 +1,4 @@
-// Benchmarks of the CPU MUL_MAT kernels (docs/benchmarks.md, "CPU kernels (issue 2)"):
+// Benchmarks of the CPU MUL_MAT kernels (docs/benchmarks.md, "CPU kernels"):
 //  * stream_read/<bytes>: STREAM-style read bandwidth (sum of floats) on kThreads threads;
 //  * matvec/<type>/8192x8192: decode-style matrix-vector products through ComputeMulMat on a
 //    persistent thread team, each iteration interleaved with a STREAM pass over a buffer of
