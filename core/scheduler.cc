@@ -116,7 +116,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(std::vector<Schedul
 Scheduler::~Scheduler() = default;
 
 SchedulerStats Scheduler::stats() const {
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(&stats_mu_);
   return stats_;
 }
 
@@ -216,7 +216,7 @@ absl::Status Scheduler::Compute(ScheduledGraph& g) {
   absl::Status sync = SynchronizePending();
   g.plan_.RestoreRewires();
   {
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(&stats_mu_);
     ++stats_.graphs;
   }
   return status.ok() ? sync : status;
@@ -244,7 +244,7 @@ absl::Status Scheduler::Wait(ScheduledGraph& g) {
   g.in_flight_ = false;
   slot_busy_[g.slot_] = false;
   g.plan_.RestoreRewires();
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(&stats_mu_);
   ++stats_.graphs;
   return status;
 }
@@ -280,7 +280,7 @@ absl::Status Scheduler::RunSplit(ScheduledGraph& g, int i, bool pipelined,
     Event* event = events_[split.device].get();
     if (event != nullptr && !stream->RecordEvent(event).ok()) events_[split.device].reset();
   }
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(&stats_mu_);
   stats_.compute_us += compute_us;
   stats_.copy_us += copy_us;
   stats_.overhead_us += MicrosSince(start) - compute_us - copy_us;

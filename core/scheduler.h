@@ -27,15 +27,16 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/backend.h"
 #include "core/context.h"
 #include "core/graph.h"
 #include "core/graph_allocator.h"
+#include "core/mutex.h"
 #include "core/scheduler_assign.h"
 #include "core/scheduler_pipeline.h"
 #include "core/scheduler_split.h"
@@ -146,8 +147,8 @@ class Scheduler {
   std::vector<std::vector<uint8_t>> worker_staging_;  // one per pipeline worker.
   std::unique_ptr<SplitPipeline> pipeline_;
 
-  mutable std::mutex stats_mu_;  // pipeline workers add to stats_.
-  SchedulerStats stats_;
+  mutable Mutex stats_mu_;  // pipeline workers add to stats_.
+  SchedulerStats stats_ ABSL_GUARDED_BY(stats_mu_);
 };
 
 }  // namespace tg

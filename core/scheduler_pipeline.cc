@@ -12,7 +12,7 @@ SplitPipeline::SplitPipeline(int n_workers) {
 
 SplitPipeline::~SplitPipeline() {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
   changed_.notify_all();
@@ -21,7 +21,7 @@ SplitPipeline::~SplitPipeline() {
 
 void SplitPipeline::Submit(PipelineJob* job) {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     job->done = 0;
     job->remaining = static_cast<int>(job->split_worker.size());
     job->status = absl::OkStatus();
@@ -32,13 +32,13 @@ void SplitPipeline::Submit(PipelineJob* job) {
 }
 
 absl::Status SplitPipeline::Wait(PipelineJob* job) {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (job->remaining > 0) changed_.wait(lock);
+  MutexLock lock(&mu_);
+  while (job->remaining > 0) changed_.wait(lock.native());
   return job->status;
 }
 
 int SplitPipeline::in_flight() const {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return in_flight_;
 }
 
@@ -47,19 +47,19 @@ void SplitPipeline::WorkerLoop(int worker) {
     Item item;
     bool skip;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      while (queues_[worker].empty() && !stop_) changed_.wait(lock);
+      MutexLock lock(&mu_);
+      while (queues_[worker].empty() && !stop_) changed_.wait(lock.native());
       if (queues_[worker].empty()) return;  // stopping, and nothing left to do.
       item = queues_[worker].front();
       queues_[worker].pop_front();
       // Queues are in submission order, so the split this one waits for is either done or
       // at the head of another worker's queue: no cycle.
-      while (item.job->done != item.split && item.job->status.ok()) changed_.wait(lock);
+      while (item.job->done != item.split && item.job->status.ok()) changed_.wait(lock.native());
       skip = !item.job->status.ok();
     }
     absl::Status status = skip ? absl::OkStatus() : item.job->run(item.split);
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       // Moved, so that no status representation is shared with this thread.
       if (!status.ok() && item.job->status.ok()) item.job->status = std::move(status);
       if (!skip) item.job->done = item.split + 1;

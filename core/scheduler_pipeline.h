@@ -13,11 +13,12 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "core/mutex.h"
 
 namespace tg {
 
@@ -52,15 +53,15 @@ class SplitPipeline {
     PipelineJob* job;
     int split;
   };
-  void WorkerLoop(int worker);
+  void WorkerLoop(int worker) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // std::mutex rather than absl::Mutex: ThreadSanitizer sees through it (Debian's Abseil is
-  // not built for TSan).
-  mutable std::mutex mu_;
-  std::condition_variable changed_;       // a queue, a job's progress or stop_ changed.
-  std::vector<std::deque<Item>> queues_;  // guarded by mu_, as are the fields below.
-  int in_flight_ = 0;
-  bool stop_ = false;
+  // tg::Mutex (a std::mutex) rather than absl::Mutex: ThreadSanitizer sees through it
+  // (core/mutex.h).
+  mutable Mutex mu_;
+  std::condition_variable changed_;  // a queue, a job's progress or stop_ changed.
+  std::vector<std::deque<Item>> queues_ ABSL_GUARDED_BY(mu_);
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 

@@ -63,7 +63,7 @@ absl::Status MetaBuffer::InitTensor(Tensor* t) {
   // decode step, so this stays lock-free. (Data a graph tensor's address still has from a
   // tensor that was never computed is overwritten by the next SetTensor or Compute.)
   if (t->view_src != nullptr || holds_graph_tensors()) return absl::OkStatus();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return CreateResidentShadows(t);
 }
 
@@ -112,7 +112,7 @@ absl::Status MetaBuffer::PlaceInArena(int d, Tensor* shadow) {
 }
 
 std::optional<ShadowSet> MetaBuffer::Shadows(const Tensor* t) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = resident_.find(t); it != resident_.end()) return it->second;
   return GraphShadows(t);
 }
@@ -134,18 +134,18 @@ std::optional<ShadowSet> MetaBuffer::GraphShadows(const Tensor* t) const {
 }
 
 void MetaBuffer::ResetGraphTensors() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   graph_.clear();
 }
 
 void MetaBuffer::RegisterGraphTensor(const Tensor* t, ShadowSet set,
                                      std::shared_ptr<const PlanMemory> memory, uint64_t epoch) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   graph_[t] = GraphTensor{std::move(set), std::move(memory), epoch};
 }
 
 std::optional<std::vector<uint8_t>> MetaBuffer::TakePending(const Tensor* t) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = pending_.find(t);
   if (it == pending_.end()) return std::nullopt;
   std::vector<uint8_t> bytes = std::move(it->second);
@@ -155,7 +155,7 @@ std::optional<std::vector<uint8_t>> MetaBuffer::TakePending(const Tensor* t) {
 
 absl::Status MetaBuffer::SetPending(const Tensor* t, const void* data, size_t offset, size_t size,
                                     std::optional<uint8_t> fill) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<uint8_t>& bytes = pending_[t];
   bytes.resize(t->NumBytes());
   if (fill.has_value()) {
@@ -220,7 +220,7 @@ absl::Status MetaBuffer::SetTensor(Tensor* t, const void* data, size_t offset, s
   if (t->view_src != nullptr) return SetTensor(t->view_src, data, t->view_offs + offset, size);
   std::optional<ShadowSet> set;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (auto it = resident_.find(t); it != resident_.end()) set = it->second;
   }
   if (!set.has_value()) return SetPending(t, data, offset, size, std::nullopt);
@@ -236,7 +236,7 @@ absl::Status MetaBuffer::GetTensor(const Tensor* t, void* data, size_t offset, s
   if (t->view_src != nullptr) return GetTensor(t->view_src, data, t->view_offs + offset, size);
   std::optional<ShadowSet> set;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (auto it = pending_.find(t); it != pending_.end()) {
       std::memcpy(data, it->second.data() + offset, size);
       return absl::OkStatus();
@@ -277,7 +277,7 @@ absl::Status MetaBuffer::MemsetTensor(Tensor* t, uint8_t value, size_t offset, s
   }
   std::optional<ShadowSet> set;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (auto it = resident_.find(t); it != resident_.end()) set = it->second;
   }
   if (!set.has_value()) return SetPending(t, nullptr, offset, size, value);
@@ -293,7 +293,7 @@ absl::Status MetaBuffer::MemsetTensor(Tensor* t, uint8_t value, size_t offset, s
 }
 
 absl::Status MetaBuffer::Clear(uint8_t value) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (Arena& arena : arenas_) {
     for (auto& chunk : arena.chunks) TG_RETURN_IF_ERROR(chunk->Clear(value));
   }

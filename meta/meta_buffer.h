@@ -20,15 +20,16 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "core/backend.h"
 #include "core/context.h"
+#include "core/mutex.h"
 #include "meta/plan_memory.h"
 #include "meta/shadow_set.h"
 
@@ -90,8 +91,8 @@ class MetaBuffer : public BasicBuffer {
   bool holds_graph_tensors() const { return usage() == BufferUsage::kCompute; }
 
  private:
-  absl::Status CreateResidentShadows(Tensor* t);
-  absl::Status PlaceInArena(int d, Tensor* shadow);
+  absl::Status CreateResidentShadows(Tensor* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PlaceInArena(int d, Tensor* shadow) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Full-tensor read-modify-write for a partial-range access to a split tensor.
   absl::Status WriteRange(Tensor* t, const ShadowSet& set, const void* data, size_t offset,
                           size_t size);
@@ -114,19 +115,18 @@ class MetaBuffer : public BasicBuffer {
     uint64_t epoch = 0;
     bool valid() const { return memory->epoch() == epoch; }
   };
-  // The registered shadows of graph tensor t, if still valid (mu_ held).
-  std::optional<ShadowSet> GraphShadows(const Tensor* t) const;
+  // The registered shadows of graph tensor t, if still valid.
+  std::optional<ShadowSet> GraphShadows(const Tensor* t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   MetaBufferType* meta_type() const { return static_cast<MetaBufferType*>(type()); }
 
   MetaDevice* device_;
 
-  // Everything below is guarded by mu_.
-  mutable std::mutex mu_;
-  Context shadow_ctx_;  // resident shadows.
-  std::vector<Arena> arenas_;
-  absl::flat_hash_map<const Tensor*, ShadowSet> resident_;
-  absl::flat_hash_map<const Tensor*, GraphTensor> graph_;
-  absl::flat_hash_map<const Tensor*, std::vector<uint8_t>> pending_;
+  mutable Mutex mu_;
+  Context shadow_ctx_ ABSL_GUARDED_BY(mu_);  // resident shadows.
+  std::vector<Arena> arenas_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<const Tensor*, ShadowSet> resident_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<const Tensor*, GraphTensor> graph_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<const Tensor*, std::vector<uint8_t>> pending_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tg::meta

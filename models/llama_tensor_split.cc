@@ -1,14 +1,15 @@
 #include "models/llama_tensor_split.h"
 
 #include <cstdlib>
-#include <mutex>
 #include <optional>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
+#include "core/mutex.h"
 #include "core/status_macros.h"
 #include "meta/meta_device.h"
 
@@ -104,20 +105,20 @@ class LlamaSplitPolicy {
   // bias rows (GET_ROWS by the ids) land where the MUL_MAT_ID rows are. Whole on every device
   // (the meta device slices them) with --expert-split, or before an expert weight fixed the unit.
   SplitState ExpertWidthBias(const Tensor& t) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (expert_split_ || !expert_unit_.has_value()) return SplitState::Mirrored();
     return SplitState::Axis(0, meta::ProportionalRanges(t.ne[0], *expert_unit_, p_));
   }
 
   // The unit is fixed by the first expert weight placed, as the dense one by ffn_gate.
   std::vector<AxisRange> ExpertWidthRanges(int64_t width, DType type) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!expert_unit_.has_value()) expert_unit_ = BlockSize(type);
     return meta::ProportionalRanges(width, *expert_unit_, p_);
   }
 
   std::vector<AxisRange> FfnRanges(DType type) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!ffn_unit_.has_value()) ffn_unit_ = BlockSize(type);
     return meta::ProportionalRanges(hp_.n_ff, *ffn_unit_, p_);
   }
@@ -125,9 +126,9 @@ class LlamaSplitPolicy {
   const LlamaHParams hp_;
   const std::vector<float> p_;
   const bool expert_split_;
-  std::mutex mu_;
-  std::optional<int64_t> ffn_unit_;
-  std::optional<int64_t> expert_unit_;
+  Mutex mu_;
+  std::optional<int64_t> ffn_unit_ ABSL_GUARDED_BY(mu_);
+  std::optional<int64_t> expert_unit_ ABSL_GUARDED_BY(mu_);
 };
 
 // Optional all-reduce tuning from the environment (documented in docs/meta.md).

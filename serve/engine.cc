@@ -60,8 +60,10 @@ void Engine::Loop() {
       incoming.swap(incoming_);
       cancels.swap(cancels_);
     }
-    for (auto& [id, request] : incoming) {
-      // The id leaves the map when the request ends, on this thread.
+    for (auto& [request_id, request] : incoming) {
+      // The id leaves the map when the request ends, on this thread. (A copy, not the
+      // structured binding: C++20 lets a lambda capture one, clang 14 does not yet.)
+      const auto id = request_id;
       auto done = std::move(request.on_done);
       request.on_done = [&batcher_ids, id, done = std::move(done)](const absl::Status& s) {
         batcher_ids.erase(id);
