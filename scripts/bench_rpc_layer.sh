@@ -12,15 +12,15 @@
 #          With BASE=DIR (another build's build/release, e.g. of main), its rpc-server and
 #          tg-bench run in the same rounds too (a "before" column).
 # Usage: bash scripts/bench_rpc_layer.sh [layer|devs|all] [ROUNDS] [REPS]
-#   LLAMA_BIN (default /work/wt/loading-llama/build/bin): ggml-rpc-server and llama-bench
-#   built with -DGGML_RPC=ON. build/release must be built.
+#   LLAMA_BIN (required): the bin folder of a llama.cpp build with -DGGML_RPC=ON (its
+#   rpc-server and llama-bench; docs/benchmarks.md says how). build/release must be built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
 rounds=${2:-3}
 reps=${3:-3}
 bin=build/release
-llama=${LLAMA_BIN:-/work/wt/loading-llama/build/bin}
+llama=${LLAMA_BIN:?set LLAMA_BIN to the bin folder of a llama.cpp build with -DGGML_RPC=ON}
 m260k=demo/stories260K.gguf
 m15m=${TG_BENCH_MODEL:-/tmp/tg-bench-layer-15m-q8_0.gguf}
 [ -f "$m15m" ] || $bin/tools/tg-gguf/tg-gguf synth "$m15m" --dims 288,768,6,6,6,32000 --type q8_0 >/dev/null
