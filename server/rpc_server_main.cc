@@ -20,7 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "backends/register_builtin.h"
 #include "cli/arg_parser.h"
-#include "cli/device_flags.h"
+#include "cli/device_pick.h"
 #include "cli/flag_file.h"
 #include "core/deadlock_detection.h"
 #include "core/registry.h"

@@ -29,7 +29,7 @@
 #include "absl/strings/str_split.h"
 #include "backends/register_builtin.h"
 #include "cli/arg_parser.h"
-#include "cli/device_flags.h"
+#include "cli/rpc/device_flags.h"
 #include "core/deadlock_detection.h"
 #include "core/registry.h"
 #include "core/scheduler_probe.h"

@@ -6,7 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "cli/device_flags.h"
+#include "cli/rpc/device_flags.h"
 #include "core/registry.h"
 #include "core/status_macros.h"
 #include "tools/tg-ops/meta_devices.h"

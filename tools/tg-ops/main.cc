@@ -5,7 +5,7 @@
 #include <string>
 
 #include "backends/register_builtin.h"
-#include "cli/device_flags.h"
+#include "cli/rpc/device_flags.h"
 #include "core/deadlock_detection.h"
 #include "tools/tg-ops/commands.h"
 #include "tools/tg-ops/devices.h"

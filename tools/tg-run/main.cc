@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/arg_parser.h"
-#include "cli/device_flags.h"
+#include "cli/rpc/device_flags.h"
 #include "client/client_metrics.h"
 #include "core/deadlock_detection.h"
 #include "core/split_mode.h"

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/arg_parser.h"
-#include "cli/device_flags.h"
+#include "cli/rpc/device_flags.h"
 #include "cli/flag_file.h"
 #include "core/deadlock_detection.h"
 #include "core/status_macros.h"

@@ -1,8 +1,7 @@
 // Device selection shared by rpc-server and the tools: names and indices, the defaults of an
 // empty list, and one error naming the flag and the item for each bad list; -t through
-// Device::SetThreads; ResolveDevicePlan's split-mode and -ts checks. Runs on three virtual
-// CPU devices.
-#include "cli/device_flags.h"
+// Device::SetThreads. Runs on three virtual CPU devices.
+#include "cli/device_pick.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -17,7 +16,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-class DeviceFlagsTest : public ::testing::Test {
+class DevicePickTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     setenv("TG_CPU_DEVICES", "3", 1);
@@ -30,14 +29,14 @@ class DeviceFlagsTest : public ::testing::Test {
   std::vector<Device*> all_;
 };
 
-TEST_F(DeviceFlagsTest, NamesAndIndicesInTheGivenOrder) {
+TEST_F(DevicePickTest, NamesAndIndicesInTheGivenOrder) {
   EXPECT_THAT(*PickDevices("CPU2,CPU0", "--device", DefaultDevices::kGpusAndRemoteElseCpus),
               ElementsAre(all_[2], all_[0]));
   EXPECT_THAT(*PickDevices(" 1 , CPU2", "--devices", DefaultDevices::kGpusAndRemoteElseCpus),
               ElementsAre(all_[1], all_[2]));
 }
 
-TEST_F(DeviceFlagsTest, EmptyListGivesTheDefault) {
+TEST_F(DevicePickTest, EmptyListGivesTheDefault) {
   EXPECT_THAT(*PickDevices("", "--device", DefaultDevices::kFirstDefault), ElementsAre(all_[0]));
   // No GPUs here: the server serves every CPU device.
   EXPECT_EQ(*PickDevices("", "--devices", DefaultDevices::kLocalGpusElseCpus), all_);
@@ -79,7 +78,7 @@ TEST(DefaultDeviceListTest, SplitsUseGpusAndRemoteDevicesBeforeTheCpus) {
   EXPECT_THAT(DefaultDeviceList(mixed, DefaultDevices::kLocalGpusElseCpus), ElementsAre(&gpu));
 }
 
-TEST_F(DeviceFlagsTest, BadListsNameTheFlagAndTheItem) {
+TEST_F(DevicePickTest, BadListsNameTheFlagAndTheItem) {
   struct Case {
     const char* list;
     const char* message;
@@ -95,47 +94,12 @@ TEST_F(DeviceFlagsTest, BadListsNameTheFlagAndTheItem) {
   }
 }
 
-TEST_F(DeviceFlagsTest, ThreadsReachEveryDeviceThatHasThem) {
+TEST_F(DevicePickTest, ThreadsReachEveryDeviceThatHasThem) {
   SetThreads(all_, 1);
   for (Device* d : all_) EXPECT_EQ(d->threads(), 1);
   SetThreads({all_[1]}, 3);
   EXPECT_EQ(all_[0]->threads(), 1);
   EXPECT_EQ(all_[1]->threads(), 3);
-}
-
-TEST_F(DeviceFlagsTest, PlanChecksSplitModeAndProportions) {
-  DeviceFlags f;
-  f.devices = "CPU0,CPU1";
-  EXPECT_THAT(std::string(ResolveDevicePlan(f).status().message()),
-              HasSubstr("--device lists 2 devices but --split-mode is none"));
-  f.split_mode = "layer";
-  f.tensor_split = "3,1";
-  absl::StatusOr<DevicePlan> plan = ResolveDevicePlan(f);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->mode, SplitMode::kLayer);
-  EXPECT_THAT(plan->devices, ElementsAre(all_[0], all_[1]));
-  EXPECT_THAT(plan->proportions, ElementsAre(0.75f, 0.25f));
-  f.tensor_split = "1";
-  EXPECT_THAT(std::string(ResolveDevicePlan(f).status().message()),
-              HasSubstr("--tensor-split has 1 values for 2 devices"));
-}
-
-// --expert-split is a way of -sm tensor: refused with the other modes, carried in the plan.
-TEST_F(DeviceFlagsTest, ExpertSplitGoesWithTensorSplitOnly) {
-  DeviceFlags f;
-  f.devices = "CPU0,CPU1";
-  f.split_mode = "layer";
-  f.expert_split = true;
-  EXPECT_THAT(std::string(ResolveDevicePlan(f).status().message()),
-              HasSubstr("--expert-split needs --split-mode tensor (is layer)"));
-  f.split_mode = "tensor";
-  absl::StatusOr<DevicePlan> plan = ResolveDevicePlan(f);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_TRUE(plan->expert_split);
-  f.expert_split = false;
-  plan = ResolveDevicePlan(f);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_FALSE(plan->expert_split);
 }
 
 }  // namespace
