@@ -25,13 +25,14 @@ pkgs=(cmake ninja-build g++ ccache git pkg-config lld
 # python3-torch/numpy: the independent F32 reference the model tests compare tg-run with;
 # python3-jinja2: the reference the chat templates are rendered against (as transformers does);
 # python3-grpcio/protobuf: the hostile tests' attack clients speak tensorgrid.v1 from Python;
+# python3-yaml: the deploy tests read the compose and Kubernetes files without docker;
 # clang: the thread_safety test's analysis (GCC has no -Wthread-safety); curl: the metrics
 # tests scrape; the Khronos validation layer checks every Vulkan call in the
 # vulkan tests; nftables/iptables: the fault tests' link faults where the kernel has no netem
 # (nft drop and loss on the bridge port; delayq.py's NFQUEUE delay): without them those skip.
 test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev clang
-           python3 python3-numpy python3-torch python3-jinja2 python3-grpcio python3-protobuf curl
-           vulkan-validationlayers
+           python3 python3-numpy python3-torch python3-jinja2 python3-grpcio python3-protobuf python3-yaml
+           curl vulkan-validationlayers
            iproute2 nftables iptables)
 [ "$with_tests" = 1 ] && pkgs+=("${test_pkgs[@]}")
 missing=()

@@ -1,5 +1,5 @@
 # tensorgrid, CPU build: rpc-server and the client tools (tg-run, tg-bench, tg-gguf).
-#   DOCKER_BUILDKIT=1 docker build -f deploy/docker/cpu.Dockerfile -t tensorgrid/cpu .
+#   bash deploy/docker/build-image.sh cpu      (BuildKit, else the classic builder)
 # BASE_IMAGE: the build and runtime base (the runtime stage reuses the build's glibc).
 # TG_CPU_FLAGS: the ISA of the portable build (default AVX2+FMA+F16C; "" for the scalar
 # fallback); TG_NATIVE stays OFF since images run on other machines than the builder.
@@ -24,8 +24,11 @@ RUN groupadd --system --gid 10001 tensorgrid && \
 COPY --from=build /out/lib/ /usr/local/lib/tensorgrid/
 COPY --from=build /out/bin/ /usr/local/bin/
 COPY deploy/docker/tg-entrypoint.sh /usr/local/bin/tg-entrypoint
+# No setuid/setgid programs (the base's su, mount, passwd, ...): nothing in the image can
+# gain privileges, whatever the container's options (tests/deploy lists them).
 RUN echo /usr/local/lib/tensorgrid > /etc/ld.so.conf.d/tensorgrid.conf && ldconfig && \
-    rpc-server --help >/dev/null && tg-run --help >/dev/null
+    rpc-server --help >/dev/null && tg-run --help >/dev/null && \
+    find / -xdev -perm /6000 -type f -exec chmod a-s {} +
 LABEL org.opencontainers.image.title="tensorgrid" org.tensorgrid.backend="cpu"
 ENV TG_CACHE_DIR=/var/cache/tensorgrid
 USER 10001:10001

@@ -1,5 +1,5 @@
 # tensorgrid, CUDA build: rpc-server and the client tools on NVIDIA's CUDA images.
-#   DOCKER_BUILDKIT=1 docker build -f deploy/docker/cuda.Dockerfile -t tensorgrid/cuda .
+#   bash deploy/docker/build-image.sh cuda      (BuildKit, else the classic builder)
 # Run with the NVIDIA container toolkit: docker run --gpus all ... (docs/deployment.md).
 #
 # TG_CUDA: the CUDA backend (default ON; OFF builds the CPU backend alone on a CUDA base).
@@ -37,8 +37,11 @@ RUN groupadd --system --gid 10001 tensorgrid && \
 COPY --from=build /out/lib/ /usr/local/lib/tensorgrid/
 COPY --from=build /out/bin/ /usr/local/bin/
 COPY deploy/docker/tg-entrypoint.sh /usr/local/bin/tg-entrypoint
+# No setuid/setgid programs (the base's su, mount, passwd, ...): nothing in the image can
+# gain privileges, whatever the container's options (tests/deploy lists them).
 RUN echo /usr/local/lib/tensorgrid > /etc/ld.so.conf.d/tensorgrid.conf && ldconfig && \
-    rpc-server --help >/dev/null && tg-run --help >/dev/null
+    rpc-server --help >/dev/null && tg-run --help >/dev/null && \
+    find / -xdev -perm /6000 -type f -exec chmod a-s {} +
 ARG TG_CUDA=ON
 LABEL org.opencontainers.image.title="tensorgrid" org.tensorgrid.backend="cuda" \
       org.tensorgrid.cuda-backend="${TG_CUDA}"

@@ -6,14 +6,21 @@
 #   tg-entrypoint rpc-server [ARGS]      serve this container's devices (the default command)
 #   tg-entrypoint tg-run|tg-bench [ARGS] a client tool with --rpc (and TLS, token) filled in
 #   tg-entrypoint health                 the HEALTHCHECK: grpc.health.v1 of the local server
+#   tg-entrypoint select-tls             copy this replica's certificate and key, and nothing
+#                                        else, from TG_TLS_SOURCE_DIR to TG_TLS_DIR (a
+#                                        Kubernetes init container: the server's container
+#                                        then mounts its own key only)
 #   tg-entrypoint rpc-list               print the --rpc list the client tools would get
 #   tg-entrypoint OTHER [ARGS]           run OTHER as is (tg-gguf, bash, ...)
 #
 # Server: TG_HOST (0.0.0.0), TG_PORT (50052), TG_TLS_DIR (a folder holding this server's
-#   certificate and key: <name>.crt/.key for the replica's name, e.g. rpc-server-1 or the pod
-#   name, or TG_REPLICA_NAME when set, else tls.crt/tls.key; ca.crt there also verifies other
-#   servers on peer copies),
-#   TG_TOKEN_FILE, TG_METRICS_PORT, TG_HEALTH_PORT, TG_CACHE_DIR, TG_CACHE_MAX_GB,
+#   certificate and key: tls.crt/tls.key, the server's own folder as gen-secrets.sh writes
+#   it; else <name>.crt/.key for the replica's name, TG_REPLICA_NAME when set, else the
+#   hostname or reverse DNS name; ca.crt there also verifies other servers on peer copies),
+#   TG_TOKEN_FILE, TG_METRICS_PORT, TG_METRICS_HOST (the server's default: 127.0.0.1; a
+#   container sets 0.0.0.0 to be scraped), TG_METRICS_TOKEN_FILE (/metrics asks for
+#   Authorization: Bearer <token>), TG_HEALTH_PORT, TG_HEALTH_HOST (default 127.0.0.1;
+#   0.0.0.0 for the kubelet's probes), TG_CACHE_DIR, TG_CACHE_MAX_GB,
 #   TG_GPU_COUNT (serve GPUs 0..N-1), TG_INSECURE=1 (no TLS on a public bind).
 # Both: TG_CA_FILE, the CA servers are verified with (default: TG_TLS_DIR/ca.crt when there).
 # Client: TG_RPC (host:port,... as is) or TG_RPC_SERVICE (a DNS name) with TG_RPC_PORT
@@ -24,6 +31,7 @@
 #   health checks (default 60; 0: do not wait). TG_RPC_EXTRA: more host:port,... appended
 #   (servers outside the cluster, e.g. a GPU host). TG_CA_FILE and TG_TOKEN_FILE authenticate.
 #   TG_REMOTE_ONLY=1 runs on the servers' devices only (--device), not the client's CPU.
+#   A -m/--model file that is not in the container stops the client with where to put it.
 # TG_ENTRYPOINT_DRY_RUN=1 prints the command instead of running it.
 set -euo pipefail
 
@@ -51,9 +59,11 @@ replica_names() {
   return 0
 }
 
-# Sets cert/key to this server's certificate in TG_TLS_DIR.
+# Sets cert/key to this server's certificate in DIR (default TG_TLS_DIR).
 pick_certificate() {
-  local dir=$TG_TLS_DIR n f base
+  local dir=${1:-$TG_TLS_DIR} n f base
+  # The server's own folder (gen-secrets.sh's servers/NAME, or a kubernetes.io/tls Secret).
+  [ -f "$dir/tls.crt" ] && [ -f "$dir/tls.key" ] && { cert=$dir/tls.crt; key=$dir/tls.key; return; }
   while read -r n; do
     [ -n "$n" ] || continue
     [ -f "$dir/$n.crt" ] && { cert=$dir/$n.crt; key=$dir/$n.key; return; }
@@ -63,7 +73,6 @@ pick_certificate() {
       case "$n" in *-"$base") cert=$f; key=$dir/$base.key; return ;; esac
     done
   done < <(replica_names)
-  [ -f "$dir/tls.crt" ] && { cert=$dir/tls.crt; key=$dir/tls.key; return; }
   die "no certificate for this replica ($(replica_names | tr '\n' ' ')) in $dir:" \
       "expected <name>.crt/.key or tls.crt/tls.key (deploy/compose/gen-secrets.sh makes one per replica)"
 }
@@ -77,7 +86,10 @@ server_flags() {
   [ -n "$ca_file" ] && flags+=(--peer-tls-ca "$ca_file")
   [ -n "${TG_TOKEN_FILE:-}" ] && flags+=(--auth-token-file "$TG_TOKEN_FILE")
   [ -n "${TG_METRICS_PORT:-}" ] && flags+=(--metrics-port "$TG_METRICS_PORT")
+  [ -n "${TG_METRICS_HOST:-}" ] && flags+=(--metrics-host "$TG_METRICS_HOST")
+  [ -n "${TG_METRICS_TOKEN_FILE:-}" ] && flags+=(--metrics-token-file "$TG_METRICS_TOKEN_FILE")
   [ -n "${TG_HEALTH_PORT:-}" ] && flags+=(--health-port "$TG_HEALTH_PORT")
+  [ -n "${TG_HEALTH_HOST:-}" ] && flags+=(--health-host "$TG_HEALTH_HOST")
   [ -n "${TG_CACHE_DIR:-}" ] && flags+=(-c "$TG_CACHE_DIR")
   [ -n "${TG_CACHE_MAX_GB:-}" ] && flags+=(--cache-max-gb "$TG_CACHE_MAX_GB")
   if [ "${TG_GPU_COUNT:-0}" -gt 0 ] 2>/dev/null; then
@@ -136,6 +148,46 @@ wait_for_servers() {
   done
 }
 
+# A model file the client is told to load must be in the container: a models folder that
+# was not mounted (or is empty) says so here instead of as a load error later.
+check_model() {
+  local want="" a
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      -m|--model) want=${2:-}; shift ;;
+      --model=*) want=${1#--model=} ;;
+    esac
+    shift
+  done
+  [ -n "$want" ] && [ ! -f "$want" ] || return 0
+  local dir
+  dir=$(dirname "$want")
+  if [ ! -d "$dir" ]; then
+    die "model $want: no folder $dir in this container (mount your models there)"
+  elif [ -z "$(ls -A "$dir" 2>/dev/null)" ]; then
+    die "model $want: $dir is empty: put the GGUF file in the folder mounted there" \
+        "(compose: TG_MODELS_DIR, default deploy/compose/models; demo/stories260K.gguf" \
+        "ships in the repository)"
+  fi
+  die "model $want not found; $dir holds: $(ls "$dir" | head -20 | tr '\n' ' ')"
+}
+
+# Kubernetes init container: this replica's certificate and key, alone, from the Secret
+# holding every server's (TG_TLS_SOURCE_DIR, mounted into the init container only) to the
+# memory volume the server mounts (TG_TLS_DIR), as tls.crt and tls.key.
+select_tls() {
+  local src=${TG_TLS_SOURCE_DIR:?TG_TLS_SOURCE_DIR (the folder with every certificate)}
+  local dst=${TG_TLS_DIR:?TG_TLS_DIR (the folder to copy the certificate to)}
+  pick_certificate "$src"
+  [ -f "$key" ] || die "no key $key beside $cert"
+  rm -f "$dst/tls.crt" "$dst/tls.key"
+  (umask 077 && cp "$key" "$dst/tls.key")
+  cp "$cert" "$dst/tls.crt"
+  chmod 0400 "$dst/tls.key"
+  chmod 0444 "$dst/tls.crt"
+  log "$(basename "$cert" .crt): certificate and key copied to $dst"
+}
+
 client_flags() {
   flags=()
   local list
@@ -171,6 +223,7 @@ case "$cmd" in
     server_flags
     run rpc-server "${flags[@]}" "$@" ;;
   tg-run|tg-bench|tg-ops)
+    check_model "$@"
     client_flags
     run "$cmd" "${flags[@]}" "$@" ;;
   health)
@@ -180,6 +233,8 @@ case "$cmd" in
     run rpc-server "${probe[@]}" ;;
   rpc-list)
     rpc_list ;;
+  select-tls)
+    select_tls ;;
   *)
     run "$cmd" "$@" ;;
 esac

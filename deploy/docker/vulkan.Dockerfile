@@ -1,6 +1,6 @@
 # tensorgrid, Vulkan build: rpc-server and the client tools with the Vulkan loader and Mesa's
 # drivers (radv, anv, nouveau, and lavapipe, which runs Vulkan on the CPU where no GPU is).
-#   DOCKER_BUILDKIT=1 docker build -f deploy/docker/vulkan.Dockerfile -t tensorgrid/vulkan .
+#   bash deploy/docker/build-image.sh vulkan      (BuildKit, else the classic builder)
 # Give the container the GPU's render nodes: docker run --device /dev/dri ...
 #
 # TG_VULKAN: the Vulkan backend (backends/vulkan) is still being written; until it lands
@@ -36,8 +36,11 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
 COPY --from=build /out/lib/ /usr/local/lib/tensorgrid/
 COPY --from=build /out/bin/ /usr/local/bin/
 COPY deploy/docker/tg-entrypoint.sh /usr/local/bin/tg-entrypoint
+# No setuid/setgid programs (the base's su, mount, passwd, ...): nothing in the image can
+# gain privileges, whatever the container's options (tests/deploy lists them).
 RUN echo /usr/local/lib/tensorgrid > /etc/ld.so.conf.d/tensorgrid.conf && ldconfig && \
-    rpc-server --help >/dev/null && tg-run --help >/dev/null
+    rpc-server --help >/dev/null && tg-run --help >/dev/null && \
+    find / -xdev -perm /6000 -type f -exec chmod a-s {} +
 ARG TG_VULKAN=OFF
 LABEL org.opencontainers.image.title="tensorgrid" org.tensorgrid.backend="vulkan" \
       org.tensorgrid.vulkan-backend="${TG_VULKAN}"

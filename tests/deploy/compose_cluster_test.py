@@ -2,15 +2,23 @@
 """The compose cluster of deploy/, built and run for real (ctest label "deploy").
 
 Starts a dockerd of its own, builds the CPU image from the repository
-(deploy/docker/cpu.Dockerfile), starts deploy/compose with two rpc-servers (TLS, a certificate
-each, one token) and checks that:
-  - the image is under 150 MB, runs as a non-root user, holds no compiler and no key, token or
-    certificate, and has a HEALTHCHECK; both servers turn healthy through it;
+(deploy/docker/build-image.sh cpu), starts deploy/compose with two rpc-servers (TLS, a
+certificate each, one token), the way docs/deployment.md does, and checks that:
+  - the image is under 150 MB, runs as a non-root user, holds no compiler, no key, token or
+    certificate, no setuid/setgid program, and has a HEALTHCHECK; both servers turn healthy
+    through it;
+  - each server container can read its own private key and no other server's (every file
+    holding a private key it can reach, compared with the host's keys);
   - tg-run in the client container gives the greedy tokens of a local run of the build tree's
     tg-run, with -sm layer and with -sm tensor, computing on both servers;
-  - every server's /metrics answers;
+  - every server's /metrics answers with the token and refuses a scrape without it;
   - a client without the token is refused;
-  - scaled to three replicas, the client finds all three by name and runs on them;
+  - a models folder that is missing or empty stops the client with a message;
+  - scaled from 2 to 4 the guide's way (gen-secrets.sh -n 4, then up -d), servers 1 and 2
+    are neither recreated nor unhealthy, and all four are healthy 60 s after scaling; the
+    client finds all four by name and runs on them;
+  - gen-secrets.sh --rotate, then the servers restarted one at a time, as it prints: every
+    server healthy throughout, each then serving its new certificate;
   - stopping one server container makes a running client fail, naming that server, within 5 s.
 Then it tears everything down: compose down -v, the containers, networks and volumes left in
 its daemon, the dockerd (by pid), its exec root and socket (docker_env.py: the daemon's data
@@ -21,13 +29,16 @@ docker-compose, a dockerd that cannot start, no base image, no model).
 """
 
 import argparse
+import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -40,43 +51,66 @@ MAX_IMAGE_BYTES = 150_000_000
 FAIL_WITHIN_S = 5.0
 PROMPT = "Once upon a time"
 N_TOKENS = 64
+SCALED_HEALTHY_S = 60  # every server healthy this long after scaling 2 -> 4
 
 
 class Cluster:
-    """docker-compose on deploy/compose with this test's image, secrets and model folder."""
+    """docker-compose on deploy/compose plus the servers file of gen-secrets.sh, with this
+    test's image, secrets and model folder."""
 
     def __init__(self, dockerd, src, secrets, models):
         self.d = dockerd
+        self.src = src
+        self.secrets = secrets
         self.file = os.path.join(src, "deploy", "compose", "docker-compose.yml")
-        self.env = dict(dockerd.env, TG_IMAGE=IMAGE, TG_SECRETS_DIR=secrets, TG_MODELS_DIR=models)
+        self.servers_file = os.path.join(secrets, "docker-compose.servers.yml")
+        self.env = dict(dockerd.env, TG_IMAGE=IMAGE, TG_MODELS_DIR=models)
+
+    def gen_secrets(self, *args):
+        p = subprocess.run(["bash", os.path.join(self.src, "deploy/compose/gen-secrets.sh"),
+                            "-o", self.secrets] + list(args), capture_output=True, text=True)
+        if p.returncode != 0:
+            raise Fail(f"gen-secrets.sh {' '.join(args)}: {p.stderr}")
+        return p.stderr
+
+    def token(self):
+        return open(os.path.join(self.secrets, "token")).read().strip()
 
     def cmd(self, *args):
-        return ["docker-compose", "-p", PROJECT, "-f", self.file] + list(args)
+        return ["docker-compose", "-p", PROJECT, "-f", self.file, "-f", self.servers_file] + \
+            list(args)
 
-    def run(self, *args, check=True, timeout=300):
-        p = subprocess.run(self.cmd(*args), env=self.env, capture_output=True, text=True,
-                           timeout=timeout)
+    def run(self, *args, check=True, timeout=300, env=None):
+        p = subprocess.run(self.cmd(*args), env=dict(self.env, **(env or {})),
+                           capture_output=True, text=True, timeout=timeout)
         if check and p.returncode != 0:
             raise Fail(f"docker-compose {' '.join(args)}: exit {p.returncode}\n{p.stdout}{p.stderr}")
         return p
 
-    def client(self, *args, env=(), check=True, timeout=300):
+    def client(self, *args, env=(), check=True, timeout=300, compose_env=None):
         extra = [x for k, v in env for x in ("-e", f"{k}={v}")]
-        return self.run("run", "--rm", *extra, "client", *args, check=check, timeout=timeout)
+        return self.run("run", "--rm", *extra, "client", *args, check=check, timeout=timeout,
+                        env=compose_env)
 
-    def servers(self):
-        """Running rpc-server containers, in replica order: [(name, ip)]."""
-        p = self.d.run(["ps", "-q", "--filter", f"label=com.docker.compose.project={PROJECT}",
-                        "--filter", "label=com.docker.compose.service=rpc-server"])
+    def containers(self):
+        """Running rpc-server containers, in server order: [(service, ip, health, id)]."""
+        p = self.d.run(["ps", "-q", "--filter", f"label=com.docker.compose.project={PROJECT}"])
         out = []
         for cid in p.stdout.split():
             info = json.loads(self.d.run(["inspect", cid]).stdout)[0]
+            service = info["Config"]["Labels"].get("com.docker.compose.service", "")
+            if not re.fullmatch(r"rpc-server-\d+", service):
+                continue
             ip = next(iter(info["NetworkSettings"]["Networks"].values()))["IPAddress"]
             health = info["State"].get("Health", {}).get("Status", "none")
-            out.append((info["Name"].lstrip("/"), ip, health))
-        return sorted(out, key=lambda s: int(re.search(r"(\d+)$", s[0]).group(1)))
+            out.append((service, ip, health, info["Id"]))
+        return sorted(out, key=lambda s: int(s[0].rsplit("-", 1)[1]))
+
+    def servers(self):
+        return [(name, ip, health) for name, ip, health, _ in self.containers()]
 
     def wait_healthy(self, n, timeout=90):
+        """The guide's wait: every server's HEALTHCHECK status (docker inspect) is healthy."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             s = self.servers()
@@ -86,8 +120,10 @@ class Cluster:
         raise Fail(f"{n} healthy rpc-servers expected within {timeout} s, have {self.servers()}")
 
 
-def metrics(ip):
-    with urllib.request.urlopen(f"http://{ip}:9090/metrics", timeout=5) as r:
+def metrics(ip, token):
+    req = urllib.request.Request(f"http://{ip}:9090/metrics",
+                                 headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=5) as r:
         text = r.read().decode()
     return {m.group(1): float(m.group(2))
             for m in re.finditer(r"^(tg_[a-z_]+(?:\{[^}]*\})?) ([0-9.e+-]+)$", text, re.M)}
@@ -110,14 +146,14 @@ def local_tokens(tg_run, model):
 
 def check_split_runs(c, servers, model_name, want):
     for sm in ("layer", "tensor"):
-        before = [metrics(ip).get("tg_compute_total", 0) for _, ip in servers]
+        before = [metrics(ip, c.token()).get("tg_compute_total", 0) for _, ip in servers]
         p = c.client("tg-run", "-m", f"/models/{model_name}", "-p", PROMPT, "-n", str(N_TOKENS),
                      "--temp", "0", "--json", "-sm", sm)
         got = tokens(p.stdout, f"-sm {sm} in the client container")
         if got != want:
             raise Fail(f"-sm {sm} through the cluster: tokens differ from the local run\n"
                        f"  local:   {want}\n  cluster: {got}")
-        after = [metrics(ip).get("tg_compute_total", 0) for _, ip in servers]
+        after = [metrics(ip, c.token()).get("tg_compute_total", 0) for _, ip in servers]
         idle = [n for (n, _), b, a in zip(servers, before, after) if a <= b]
         if idle:
             raise Fail(f"-sm {sm}: {idle} computed nothing (tg_compute_total unchanged)")
@@ -125,9 +161,15 @@ def check_split_runs(c, servers, model_name, want):
             f"{len(servers)} servers")
 
 
-def check_metrics(servers):
+def check_metrics(c, servers):
     for name, ip in servers:
-        m = metrics(ip)
+        try:
+            urllib.request.urlopen(f"http://{ip}:9090/metrics", timeout=5)
+            raise Fail(f"{name} /metrics answered a scrape without the token")
+        except urllib.error.HTTPError as e:
+            if e.code != 401:
+                raise Fail(f"{name} /metrics without the token: HTTP {e.code}, 401 expected")
+        m = metrics(ip, c.token())
         for key in ("tg_sessions_total", "tg_compute_total", "tg_sessions_active"):
             if key not in m:
                 raise Fail(f"{name} /metrics lacks {key}: {sorted(m)[:20]}")
@@ -144,20 +186,109 @@ def check_token_required(c, model_name):
     log(f"without the token: refused: {[l for l in out.splitlines() if 'token' in l][0].strip()}")
 
 
+def check_own_key(c):
+    """Each server container reaches its own private key and no other server's."""
+    host = {}
+    for name in os.listdir(os.path.join(c.secrets, "servers")):
+        data = open(os.path.join(c.secrets, "servers", name, "tls.key"), "rb").read()
+        host[hashlib.sha256(data).hexdigest()] = name
+    # Every file holding a private key the container's user can read, outside /proc and /sys.
+    probe = ("find / \\( -path /proc -o -path /sys \\) -prune -o -type f -size -64k -print "
+             "2>/dev/null | while read -r f; do grep -qs 'PRIVATE KEY' \"$f\" && "
+             "sha256sum \"$f\"; done; true")
+    for service, _, _, cid in c.containers():
+        p = c.d.run(["exec", cid, "/bin/sh", "-c", probe], timeout=120)
+        seen = {}
+        for line in p.stdout.splitlines():
+            digest, path = line.split(None, 1)
+            seen[path] = host.get(digest, "not a server key")
+        if sorted(set(seen.values())) != [service]:
+            raise Fail(f"{service} can read these keys: {seen}; its own alone expected")
+        # And the other servers' keys are not there to be opened at all.
+        others = [n for n in host.values() if n != service]
+        p = c.d.run(["exec", cid, "/bin/sh", "-c",
+                     "cat /run/secrets/tensorgrid/tls/tls.key >/dev/null && "
+                     + " && ".join(f"! ls -d /run/secrets/*/{o} /run/secrets/*/*/{o} 2>/dev/null"
+                                   for o in others)], check=False)
+        if p.returncode != 0:
+            raise Fail(f"{service}: reading its own key, or the absence of {others}: "
+                       f"{p.stdout}{p.stderr}")
+        log(f"{service}: reads {list(seen)} (its own key), none of {others}")
+
+
+def check_models_folder(c, model_name):
+    """A models folder that is missing, or empty, stops the client with a message."""
+    missing = os.path.join(c.secrets, "no-such-models")
+    p = c.client("tg-run", "-m", f"/models/{model_name}", "-n", "1", check=False,
+                 compose_env={"TG_MODELS_DIR": missing})
+    if p.returncode == 0 or "no-such-models" not in p.stdout + p.stderr:
+        raise Fail(f"TG_MODELS_DIR={missing} (missing): exit {p.returncode}, "
+                   f"not an error naming it:\n{p.stdout}{p.stderr}")
+    empty = os.path.join(c.secrets, "empty-models")
+    os.makedirs(empty, exist_ok=True)
+    p = c.client("tg-run", "-m", f"/models/{model_name}", "-n", "1", check=False,
+                 compose_env={"TG_MODELS_DIR": empty})
+    if p.returncode == 0 or "TG_MODELS_DIR" not in p.stdout + p.stderr:
+        raise Fail(f"an empty TG_MODELS_DIR: exit {p.returncode}:\n{p.stdout}{p.stderr}")
+    log("models folder missing: compose refuses; empty: the client says where the model goes")
+
+
 def check_scaling(c, model_name, want):
-    c.run("up", "-d", "--scale", "rpc-server=3")
-    servers = c.wait_healthy(3)
+    """The guide's step: certificates for 4 (servers 1, 2 keep theirs), then up -d."""
+    before = {name: cid for name, _, _, cid in c.containers()}
+    c.gen_secrets("-n", "4")
+    c.run("up", "-d")
+    t0 = time.monotonic()
+    bad = []
+    while time.monotonic() - t0 < SCALED_HEALTHY_S:
+        s = c.containers()
+        for name, _, health, cid in s:
+            if name in before and (health != "healthy" or cid != before[name]):
+                bad.append((round(time.monotonic() - t0), name, health,
+                            "recreated" if cid != before[name] else "same container"))
+        if time.monotonic() - t0 > 45 and not (len(s) == 4 and
+                                                all(h == "healthy" for _, _, h, _ in s)):
+            bad.append((round(time.monotonic() - t0), "not 4 healthy", [x[:3] for x in s]))
+        if bad:
+            raise Fail(f"scaling 2 -> 4: {bad}")
+        time.sleep(2)
+    servers = c.wait_healthy(4, timeout=1)
+    log(f"scaled 2 -> 4: servers 1-2 healthy and untouched, all 4 healthy "
+        f"{SCALED_HEALTHY_S} s after scaling")
     listed = c.client("rpc-list").stdout.strip().split(",")
     expect = [f"{name}:50052" for name, _ in servers]
     if listed != expect:
-        raise Fail(f"scaled to 3: the client found {listed}, the replicas are {expect}")
+        raise Fail(f"scaled to 4: the client found {listed}, the servers are {expect}")
     p = c.client("tg-run", "-m", f"/models/{model_name}", "-p", PROMPT, "-n", "16", "--temp", "0",
                  "--json", "-sm", "layer")
-    if tokens(p.stdout, "3 servers") != want[:16]:
-        raise Fail("-sm layer over 3 replicas: tokens differ from the local run")
-    log(f"scaled to 3 replicas: the client found {listed} and ran on them")
-    c.run("up", "-d", "--scale", "rpc-server=2")
-    return c.wait_healthy(2)
+    if tokens(p.stdout, "4 servers") != want[:16]:
+        raise Fail("-sm layer over 4 servers: tokens differ from the local run")
+    log(f"scaled to 4: the client found {listed} and ran on them")
+    return servers
+
+
+def check_rotation(c):
+    """--rotate, then the servers restarted one at a time as it prints: healthy throughout."""
+    out = c.gen_secrets("-n", "4", "--rotate")
+    if "one at a time" not in out:
+        raise Fail(f"gen-secrets.sh --rotate does not say how to restart:\n{out}")
+    time.sleep(35)  # past 3 health intervals: the running servers keep their old files
+    s = c.servers()
+    if not all(h == "healthy" for _, _, h in s):
+        raise Fail(f"after --rotate, before any restart: {s}")
+    for name, _, _ in s:
+        c.run("restart", name)
+        deadline = time.monotonic() + 60
+        while dict((n, h) for n, _, h in c.servers()).get(name) != "healthy":
+            if time.monotonic() > deadline:
+                raise Fail(f"{name} not healthy 60 s after its restart: {c.servers()}")
+            time.sleep(1)
+        others = [(n, h) for n, _, h in c.servers() if n != name and h != "healthy"]
+        if others:
+            raise Fail(f"restarting {name}: {others} unhealthy")
+    # Healthy means the health probe, pinned to the new tls.crt, saw it served.
+    log("--rotate: servers restarted one at a time, each healthy on its new certificate")
+    return c.wait_healthy(4)
 
 
 def check_server_loss(c, d, servers, model_name):
@@ -175,7 +306,7 @@ def check_server_loss(c, d, servers, model_name):
     t = threading.Thread(target=reader, daemon=True)
     t.start()
     deadline = time.monotonic() + 60
-    while not all(metrics(ip).get("tg_sessions_active", 0) >= 1 for _, ip in servers):
+    while not all(metrics(ip, c.token()).get("tg_sessions_active", 0) >= 1 for _, ip in servers):
         if time.monotonic() > deadline or proc.poll() is not None:
             proc.kill()
             raise Fail(f"the client never ran on both servers:\n{lines}")
@@ -204,26 +335,33 @@ def check_server_loss(c, d, servers, model_name):
 
 
 def run(a, d, scratch):
-    c = Cluster(d, a.src, os.path.join(scratch, "secrets"), os.path.dirname(a.model))
+    # The models folder as the guide makes it: the model copied in.
+    models = os.path.join(scratch, "models")
+    os.makedirs(models)
+    shutil.copy(a.model, models)
+    c = Cluster(d, a.src, os.path.join(scratch, "secrets"), models)
     model_name = os.path.basename(a.model)
     try:
         ensure_base_image(d, a.src)
         build_image(d, a.src, scratch, "deploy/docker/cpu.Dockerfile", IMAGE)
         check_runtime_image(d, IMAGE, MAX_IMAGE_BYTES)
-        subprocess.run(["bash", os.path.join(a.src, "deploy/compose/gen-secrets.sh"), "-n", "3",
-                        "-p", PROJECT, "-o", os.path.join(scratch, "secrets")],
-                       check=True, capture_output=True)
+        c.gen_secrets("-n", "2")
         with Phase("compose up, 2 rpc-servers healthy"):
             c.run("config", "-q")
-            c.run("up", "-d", "--scale", "rpc-server=2")
+            c.run("up", "-d")
             servers = c.wait_healthy(2)
+        check_own_key(c)
         want = local_tokens(a.tg_run, a.model)
         with Phase("tg-run through the cluster"):
             check_split_runs(c, servers, model_name, want)
-        check_metrics(servers)
+        check_metrics(c, servers)
         check_token_required(c, model_name)
-        with Phase("scaling"):
+        check_models_folder(c, model_name)
+        with Phase("scaling 2 -> 4"):
             servers = check_scaling(c, model_name, want)
+        check_own_key(c)
+        with Phase("rotation"):
+            servers = check_rotation(c)
         check_server_loss(c, d, servers, model_name)
     finally:
         c.run("down", "-v", "--remove-orphans", "-t", "2", check=False, timeout=120)

@@ -195,20 +195,26 @@ def ensure_base_image(d, src, cuda=False):
 def build_image(d, src, scratch, dockerfile, tag, build_args=()):
     log_path = os.path.join(scratch, f"build-{os.path.basename(dockerfile)}.log")
     args = [x for kv in build_args for x in ("--build-arg", kv)]
+    backend = os.path.basename(dockerfile).split(".")[0]
     with Phase(f"docker build {dockerfile}"), open(log_path, "w") as out:
-        # --network host: this daemon has no default bridge for RUN steps.
-        p = subprocess.run([DOCKER, "build", "--network", "host", "--progress", "plain", "-f",
-                            os.path.join(src, dockerfile), "-t", tag] + args + [src],
-                           env=d.env, stdout=out, stderr=subprocess.STDOUT, timeout=3600)
+        # deploy/docker/build-image.sh, as docs/deployment.md builds: BuildKit, else the
+        # classic builder (its choice is the log's first line). --network host: this daemon
+        # has no default bridge for RUN steps. BuildKit logs plain progress to a file.
+        env = dict(d.env, DOCKER=DOCKER)
+        env.pop("DOCKER_BUILDKIT", None)
+        p = subprocess.run(["bash", os.path.join(src, "deploy/docker/build-image.sh"), backend,
+                            "--network", "host", "-t", tag] + args,
+                           env=env, stdout=out, stderr=subprocess.STDOUT, timeout=3600)
     if p.returncode != 0:
         raise Fail(f"{dockerfile} failed to build:\n{open(log_path).read()[-4000:]}")
     for line in open(log_path):
-        if "build.sh:" in line or re.search(r"(Hits|Misses):", line):
+        if "build.sh:" in line or "build-image:" in line or re.search(r"(Hits|Misses):", line):
             log(line.strip())
 
 
 def check_runtime_image(d, image, max_bytes=None):
-    """Non-root, a grpc.health HEALTHCHECK, no compiler, no key, token or certificate."""
+    """Non-root, a grpc.health HEALTHCHECK, no compiler, no key, token or certificate, no
+    setuid or setgid program."""
     info = json.loads(d.run(["image", "inspect", image]).stdout)[0]
     size = info["Size"]
     log(f"image {image}: {size / 1e6:.1f} MB")
@@ -229,6 +235,11 @@ def check_runtime_image(d, image, max_bytes=None):
         raise Fail(f"{image} holds a compiler: {p.stdout.strip()}")
     if p.stdout.strip():
         raise Fail(f"{image} holds key or certificate files:\n{p.stdout}")
+    p = d.run(["run", "--rm", "--user", "0", "--entrypoint", "/bin/sh", image, "-c",
+               "find / -xdev -perm /6000 -type f 2>/dev/null; true"])
+    if p.stdout.strip():
+        raise Fail(f"{image} holds setuid/setgid programs:\n{p.stdout}")
+    log(f"image {image}: no setuid/setgid program")
     return info
 
 

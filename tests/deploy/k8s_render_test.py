@@ -9,7 +9,14 @@ For every overlay (and the optional ServiceMonitor component):
   - every container of every pod: non-root, no privilege escalation, read-only root file
     system, all capabilities dropped, requests and limits;
   - the TLS and token files the containers are told to read lie in Secret volumes mounted
-    read-only, and no Secret (nor a token in an env value) is part of the manifests;
+    read-only (or, the server's own key, in a memory volume its init container fills from
+    one), and no Secret (nor a token in an env value) is part of the manifests;
+  - each server reads its own key only: the Secret with every server's key is mounted into
+    the init container alone, every other mount of it is restricted to ca.crt, and the
+    init container (the image's entrypoint, run here on the Secret as gen-secrets.sh --k8s
+    prints it) copies exactly pod i's certificate and key for pod i; the server's command
+    then uses them, with /metrics on the pod's address behind the token, health on the
+    pod's address for the kubelet;
   - the client Job's --rpc list, as the image's own entrypoint (deploy/docker/tg-entrypoint.sh)
     makes it from the Job's environment, names pod <set>-<i>.<service>:<grpc port> for every
     replica, and the certificates of gen-secrets.sh --k8s cover exactly those names;
@@ -88,9 +95,17 @@ def check_security(kind, pod_spec):
                 raise Fail(f"{where}: no cpu/memory {part}")
 
 
+def tls_init(pod_spec):
+    """The init container that copies this pod's key (tg-entrypoint select-tls), or None."""
+    found = [c for c in pod_spec.get("initContainers", []) if c.get("args") == ["select-tls"]]
+    return found[0] if found else None
+
+
 def check_secrets(objs, kind, pod_spec):
-    """Every file an env variable names under /run/secrets comes from a read-only Secret."""
+    """Every file an env variable names under /run/secrets comes from a read-only Secret, or
+    from a memory volume that the select-tls init container fills from one."""
     volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+    init = tls_init(pod_spec)
     for c in containers(pod_spec):
         mounts = c.get("volumeMounts", [])
         for key, value in env_of(c).items():
@@ -106,10 +121,17 @@ def check_secrets(objs, kind, pod_spec):
             if not m:
                 raise Fail(f"{kind}/{c['name']}: {key}={value} is not on a mounted volume")
             vol = volumes[m[0]["name"]]
-            if "secret" not in vol:
+            # The init container writes the pod's key there; the server reads it.
+            filled = init is not None and any(
+                mt["name"] == vol["name"] and mt["mountPath"] == env_of(init).get("TG_TLS_DIR")
+                for mt in init.get("volumeMounts", []))
+            if filled and vol.get("emptyDir", {}).get("medium") != "Memory":
+                raise Fail(f"{kind}/{c['name']}: {key}={value}: the key's volume "
+                           f"{vol['name']} is not in memory (emptyDir medium: Memory)")
+            if "secret" not in vol and not filled:
                 raise Fail(f"{kind}/{c['name']}: {key}={value} is on volume {vol['name']}, "
                            "not a Secret")
-            if not m[0].get("readOnly"):
+            if not m[0].get("readOnly") and c is not init:
                 raise Fail(f"{kind}/{c['name']}: Secret volume {vol['name']} is mounted writable")
     if any(o["kind"] == "Secret" for o in objs):
         raise Fail("a Secret is part of the manifests: secrets are created out of band")
@@ -152,6 +174,85 @@ def check_server(objs, overlay):
     return sts, svc, server
 
 
+def check_own_key_only(src, sts, server, overlay):
+    """Pod i's server container can read pod i's key and no other."""
+    spec = sts["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    init = tls_init(spec)
+    if init is None:
+        raise Fail(f"{overlay}: no init container runs tg-entrypoint select-tls")
+    ienv = {e["name"]: e for e in init.get("env", [])}
+    if ienv.get("TG_REPLICA_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get(
+            "fieldPath") != "metadata.name":
+        raise Fail(f"{overlay}: the select-tls init container's TG_REPLICA_NAME is not the "
+                   f"pod's name: {ienv.get('TG_REPLICA_NAME')}")
+    # Which Secret holds every key: the one the init container reads from.
+    src_dir = ienv["TG_TLS_SOURCE_DIR"]["value"]
+    src_mount = next((mt for mt in init["volumeMounts"] if mt["mountPath"] == src_dir), None)
+    if src_mount is None or "secret" not in volumes[src_mount["name"]]:
+        raise Fail(f"{overlay}: TG_TLS_SOURCE_DIR={src_dir} is not a Secret mount of the init "
+                   "container")
+    all_keys = volumes[src_mount["name"]]["secret"]["secretName"]
+    for c in containers(spec):
+        if c is init:
+            continue
+        for mt in c.get("volumeMounts", []):
+            vol = volumes.get(mt["name"], {})  # else a volumeClaimTemplate
+            if vol.get("secret", {}).get("secretName") == all_keys:
+                items = [i["key"] for i in vol["secret"].get("items", [])]
+                if items != ["ca.crt"]:
+                    raise Fail(f"{overlay}: container {c['name']} mounts Secret {all_keys} "
+                               f"(every server's key) with items {items or 'all'}, not ca.crt "
+                               "alone")
+            if vol.get("projected"):
+                raise Fail(f"{overlay}: container {c['name']} mounts a projected volume "
+                           f"{mt['name']}: check it holds no key")
+    replicas = sts["spec"]["replicas"]
+    name = sts["metadata"]["name"]
+    senv = env_of(server)
+    with tempfile.TemporaryDirectory() as d:
+        # The Secret as gen-secrets.sh says to create it: the files a Secret volume shows.
+        p = subprocess.run(["bash", os.path.join(src, "deploy/compose/gen-secrets.sh"), "--k8s",
+                            "-n", str(replicas), "-s", sts["spec"]["serviceName"], "-o",
+                            os.path.join(d, "out")], check=True, capture_output=True, text=True)
+        cmd = next((l for l in p.stderr.splitlines() if f"secret generic {all_keys} " in l), None)
+        if cmd is None:
+            raise Fail(f"gen-secrets.sh --k8s prints no command for Secret {all_keys}:\n{p.stderr}")
+        secret = os.path.join(d, "secret")
+        os.makedirs(secret)
+        for key, path in re.findall(r"--from-file=([^= ]+)=(\S+)", cmd):
+            shutil.copyfile(path, os.path.join(secret, key))
+        for i in range(replicas):
+            pod = f"{name}-{i}"
+            dst = os.path.join(d, f"pod{i}")
+            os.makedirs(dst)
+            env = {k: e.get("value") for k, e in ienv.items()}
+            env.update(TG_REPLICA_NAME=pod, TG_TLS_SOURCE_DIR=secret, TG_TLS_DIR=dst)
+            entrypoint(src, env, "select-tls")
+            got = sorted(os.listdir(dst))
+            if got != ["tls.crt", "tls.key"]:
+                raise Fail(f"{overlay}: select-tls for {pod} left {got}, not tls.crt, tls.key")
+            for f in got:
+                want = os.path.join(d, "out", "servers", pod, f)
+                if open(os.path.join(dst, f), "rb").read() != open(want, "rb").read():
+                    raise Fail(f"{overlay}: select-tls for {pod}: {f} is not {pod}'s")
+            if os.stat(os.path.join(dst, "tls.key")).st_mode & 0o077:
+                raise Fail(f"{overlay}: {pod}'s key is readable by others than its owner")
+            # The server's command, from the copied files.
+            env = dict(senv, TG_TLS_DIR=dst)
+            run = entrypoint(src, {k: v for k, v in env.items() if k != "TG_GPU_COUNT"},
+                             "rpc-server").split()
+            flag = {run[j]: run[j + 1] for j in range(len(run) - 1) if run[j].startswith("--")}
+            want = {"--tls-cert": f"{dst}/tls.crt", "--tls-key": f"{dst}/tls.key",
+                    "--metrics-host": "0.0.0.0", "--metrics-token-file": senv["TG_TOKEN_FILE"],
+                    "--auth-token-file": senv["TG_TOKEN_FILE"], "--health-host": "0.0.0.0",
+                    "--peer-tls-ca": senv["TG_CA_FILE"]}
+            wrong = {k: flag.get(k) for k, v in want.items() if flag.get(k) != v}
+            if wrong:
+                raise Fail(f"{overlay}: {pod}'s server runs as {' '.join(run)}; wrong: {wrong}")
+    return replicas
+
+
 def entrypoint(src, env, *args):
     """The image's entrypoint, run here with TG_ENTRYPOINT_DRY_RUN: the command it would run."""
     clean = {"PATH": os.environ["PATH"], "TG_ENTRYPOINT_DRY_RUN": "1"}
@@ -181,7 +282,7 @@ def check_client(src, objs, sts, svc, overlay):
                         str(sts["spec"]["replicas"]), "-s", svc["metadata"]["name"], "-o", d],
                        check=True, capture_output=True)
         for i, endpoint in enumerate(want):
-            pem = os.path.join(d, "tls", f"{sts['metadata']['name']}-{i}.crt")
+            pem = os.path.join(d, "servers", f"{sts['metadata']['name']}-{i}", "tls.crt")
             san = subprocess.run(["openssl", "x509", "-in", pem, "-noout", "-ext",
                                   "subjectAltName"], capture_output=True, text=True).stdout
             host = endpoint.rsplit(":", 1)[0]
@@ -198,7 +299,7 @@ def check_gpus(src, server, overlay):
     env = env_of(server)
     if env.get("TG_GPU_COUNT") != str(n):
         raise Fail(f"{overlay}: TG_GPU_COUNT={env.get('TG_GPU_COUNT')} but {n} GPUs are limited")
-    env = {k: v for k, v in env.items() if k not in ("TG_TLS_DIR",)}
+    env = {k: v for k, v in env.items() if k not in ("TG_TLS_DIR", "TG_CA_FILE")}
     cmd = entrypoint(src, env, "rpc-server").split()
     want = ",".join(str(i) for i in range(int(n)))
     if "-d" not in cmd or cmd[cmd.index("-d") + 1] != want:
@@ -210,6 +311,7 @@ def check_overlay(src, kdir, overlay):
     objs = render(os.path.join(kdir, "overlays", overlay))
     sts, svc, server = check_server(objs, overlay)
     listed = check_client(src, objs, sts, svc, overlay)
+    check_own_key_only(src, sts, server, overlay)
     note = ""
     if overlay == "cuda":
         note = f", {check_gpus(src, server, overlay)} GPU(s) per pod"
@@ -222,6 +324,12 @@ def check_overlay(src, kdir, overlay):
                 sm["spec"]["endpoints"][0]["port"] not in [p["name"] for p in svc["spec"]["ports"]]:
             raise Fail(f"the ServiceMonitor {sm['spec']} does not select the metrics port of "
                        f"Service {svc['metadata']['name']}")
+        auth = sm["spec"]["endpoints"][0].get("authorization", {})
+        token = env_of(server).get("TG_METRICS_TOKEN_FILE")
+        if auth.get("type") != "Bearer" or auth.get("credentials", {}).get("name") != \
+                "tensorgrid-token" or not token:
+            raise Fail(f"the ServiceMonitor scrapes without the token /metrics asks for "
+                       f"(TG_METRICS_TOKEN_FILE={token}): {sm['spec']['endpoints'][0]}")
     print(f"k8s: {overlay}: {len(objs)} objects; client --rpc {','.join(listed)}{note}")
     return objs
 
@@ -242,6 +350,7 @@ def check_resized(src, kdir):
         objs = render(cuda)
         sts, svc, server = check_server(objs, "cuda (resized)")
         listed = check_client(src, objs, sts, svc, "cuda (resized)")
+        check_own_key_only(src, sts, server, "cuda (resized)")
         gpus = check_gpus(src, server, "cuda (resized)")
         if len(listed) != 3 or gpus != 4:
             raise Fail(f"resized cuda overlay: {len(listed)} servers, {gpus} GPUs; want 3, 4")
