@@ -1,5 +1,6 @@
 #include "backends/cpu/cpu_buffer.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -8,6 +9,12 @@
 namespace tg::cpu {
 
 absl::StatusOr<std::unique_ptr<Buffer>> CpuBufferType::Allocate(size_t size) {
+  // Rounding a size this close to SIZE_MAX up would wrap to a small (or no) allocation
+  // that claims `size` bytes.
+  if (size > SIZE_MAX - (kCpuAlignment - 1)) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("CPU: cannot allocate %d bytes (more than the address space)", size));
+  }
   const size_t rounded = (size + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
   void* data = rounded == 0 ? nullptr : std::aligned_alloc(kCpuAlignment, rounded);
   if (data == nullptr && rounded != 0) {
