@@ -32,7 +32,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER
   -DTG_CUDA=ON -DTG_CUDA_ARCHS="$arch-real" -DTG_NATIVE=OFF -DTG_CPU_FLAGS="$cpu_flags" \
   -DTG_BUILD_TESTS=ON -DTG_BUILD_BENCH=OFF >/dev/null
 tools=(tg-ops tg-run tg-bench tg-gguf rpc-server)
-tests=(cuda_gpu_test cuda_batch_session_gpu_test copy_bandwidth)
+tests=(cuda_gpu_test cuda_batch_session_gpu_test backend_conformance_test copy_bandwidth)
 start=$(date +%s)
 cmake --build "$build" -j "$(nproc)" --target "${tools[@]}" "${tests[@]}"
 echo "gpu-bundle: built in $(( $(date +%s) - start )) s"

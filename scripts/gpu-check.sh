@@ -143,6 +143,9 @@ stage_correctness() {
   run_check cuda_gpu_test "$bin/cuda_gpu_test" --gtest_brief=1 "--gtest_filter=-CudaSplitGpuTest.*"
   TG_CUDA_DEVICES=2 run_check cuda_split_gpu_test "$bin/cuda_gpu_test" --gtest_brief=1 \
     "--gtest_filter=CudaSplitGpuTest.*"
+  # The backend contract (tests/conformance) on the GPU, as CI checks it on every other device.
+  run_check backend_conformance_cuda "$bin/backend_conformance_test" --gtest_brief=1 \
+    "--gtest_filter=*/CUDA0"
   # Many sequences at once on the GPU: 1-8 sequences decoded together as each alone.
   run_check cuda_batch_session "$bin/cuda_batch_session_gpu_test" --gtest_brief=1 \
     "$here/models/stories260K.gguf"
