@@ -82,7 +82,7 @@ void HttpApi::Error(httplib::Response& res, int status, const std::string& messa
                      : status >= 500 ? "server_error"
                                      : "invalid_request_error";
   res.status = status;
-  res.set_content(ErrorBody(message, type, status).dump(), kJson);
+  res.set_content(Dump(ErrorBody(message, type, status)), kJson);
   Count(status);
 }
 
@@ -106,7 +106,7 @@ void HttpApi::Routes() {
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     const bool ready = engine_.load() != nullptr;
     res.status = ready ? 200 : 503;
-    res.set_content(Json{{"status", ready ? "ok" : "loading model"}}.dump(), kJson);
+    res.set_content(Dump(Json{{"status", ready ? "ok" : "loading model"}}), kJson);
   });
   s.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
     if (Authorized(req, res)) res.set_content(Metrics(), "text/plain; version=0.0.4");
@@ -117,7 +117,7 @@ void HttpApi::Routes() {
                         {"object", "model"},
                         {"created", Now()},
                         {"owned_by", "tensorgrid"}};
-    res.set_content(Json{{"object", "list"}, {"data", Json::array({model})}}.dump(), kJson);
+    res.set_content(Dump(Json{{"object", "list"}, {"data", Json::array({model})}}), kJson);
   });
   s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     Complete(req, res, /*chat=*/false);
@@ -128,20 +128,27 @@ void HttpApi::Routes() {
   s.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     Engine* engine = ReadyEngine(req, res);
     if (engine == nullptr) return;
-    const Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    absl::StatusOr<Json> parsed = ParseBody(req.body);
+    if (!parsed.ok()) return Error(res, 400, std::string(parsed.status().message()));
+    const Json& body = *parsed;
     if (!body.is_object() || !body.contains("content") || !body["content"].is_string()) {
       return Error(res, 400, "'content' must be a string");
     }
-    const bool add_special = body.value("add_special", false);
-    const bool parse_special = body.value("parse_special", false);
+    const absl::StatusOr<bool> add_special = OptionalBool(body, "add_special", false);
+    const absl::StatusOr<bool> parse_special = OptionalBool(body, "parse_special", false);
+    for (const absl::Status& s : {add_special.status(), parse_special.status()}) {
+      if (!s.ok()) return Error(res, 400, std::string(s.message()));
+    }
     const std::vector<int32_t> ids = engine->model().tokenizer().Encode(
-        body["content"].get<std::string>(), add_special, parse_special);
-    res.set_content(Json{{"tokens", ids}}.dump(), kJson);
+        body["content"].get<std::string>(), *add_special, *parse_special);
+    res.set_content(Dump(Json{{"tokens", ids}}), kJson);
   });
   s.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
     Engine* engine = ReadyEngine(req, res);
     if (engine == nullptr) return;
-    const Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    absl::StatusOr<Json> parsed = ParseBody(req.body);
+    if (!parsed.ok()) return Error(res, 400, std::string(parsed.status().message()));
+    const Json& body = *parsed;
     const Tokenizer& tok = engine->model().tokenizer();
     const std::string bad = absl::StrCat("'tokens' must be token ids in [0, ", tok.n_vocab(), ")");
     if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array()) {
@@ -154,19 +161,23 @@ void HttpApi::Routes() {
       }
       text += tok.TokenToPiece(t.get<int32_t>());
     }
-    res.set_content(Json{{"content", text}}.dump(), kJson);
+    res.set_content(Dump(Json{{"content", text}}), kJson);
   });
   s.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
     if (ReadyEngine(req, res) == nullptr) return;
-    const Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    absl::StatusOr<Json> parsed = ParseBody(req.body);
+    if (!parsed.ok()) return Error(res, 400, std::string(parsed.status().message()));
+    const Json& body = *parsed;
     if (!body.is_object() || !body.contains("messages") || !body["messages"].is_array()) {
       return Error(res, 400, "'messages' must be an array");
     }
     if (!chat_) return Error(res, 400, "the model has no chat template (--chat-template NAME)");
-    absl::StatusOr<std::string> prompt =
-        chat_(body["messages"], body.value("add_generation_prompt", true));
+    const absl::StatusOr<bool> add_generation = OptionalBool(body, "add_generation_prompt", true);
+    if (!add_generation.ok())
+      return Error(res, 400, std::string(add_generation.status().message()));
+    absl::StatusOr<std::string> prompt = chat_(body["messages"], *add_generation);
     if (!prompt.ok()) return Error(res, 400, std::string(prompt.status().message()));
-    res.set_content(Json{{"prompt", *prompt}}.dump(), kJson);
+    res.set_content(Dump(Json{{"prompt", *prompt}}), kJson);
   });
 }
 
@@ -183,8 +194,9 @@ Engine* HttpApi::ReadyEngine(const httplib::Request& req, httplib::Response& res
 void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool chat) {
   Engine* engine = ReadyEngine(req, res);
   if (engine == nullptr) return;
-  const Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return Error(res, 400, "the body is not valid JSON");
+  absl::StatusOr<Json> parsed = ParseBody(req.body);
+  if (!parsed.ok()) return Error(res, 400, std::string(parsed.status().message()));
+  const Json& body = *parsed;
   absl::StatusOr<CompletionParams> p = ParseCompletion(body, chat, engine->n_ctx());
   if (!p.ok()) return Error(res, 400, std::string(p.status().message()));
   if (const Json* m = body.contains("model") ? &body["model"] : nullptr;
@@ -211,7 +223,7 @@ void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool
   if (chat && !body.contains("max_tokens") && !body.contains("max_completion_tokens")) {
     p->max_tokens = engine->n_ctx() - n_prompt;
   }
-  if (prompt.empty() || n_prompt + p->max_tokens > engine->n_ctx()) {
+  if (prompt.empty() || p->max_tokens < 1 || n_prompt + p->max_tokens > engine->n_ctx()) {
     return Error(res, 400,
                  absl::StrFormat("the prompt's %d tokens and max_tokens %d exceed the context of "
                                  "%d tokens (shorten the prompt, lower max_tokens, or raise -c)",
@@ -236,9 +248,8 @@ void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool
     }
     generated_tokens_ += t.completion_tokens;
     if (!t.status.ok()) return Error(res, HttpStatusOf(t.status), std::string(t.status.message()));
-    res.set_content(CompletionResponse(params, rid, created, options_.model_name, out,
-                                       t.finish_reason, {n_prompt, t.completion_tokens})
-                        .dump(),
+    res.set_content(Dump(CompletionResponse(params, rid, created, options_.model_name, out,
+                                            t.finish_reason, {n_prompt, t.completion_tokens})),
                     kJson);
     return Count(200);
   }
@@ -248,7 +259,7 @@ void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool
       "text/event-stream", [this, exchange, engine, id = *id, params, rid, created, model,
                             n_prompt](size_t, httplib::DataSink& sink) {
         auto send = [&](const Json& j) {
-          const std::string event = absl::StrCat("data: ", j.dump(), "\n\n");
+          const std::string event = absl::StrCat("data: ", Dump(j), "\n\n");
           return sink.write(event.data(), event.size());
         };
         const Exchange::Taken t = exchange->Take(kStreamPoll);

@@ -1,6 +1,8 @@
 #include "serve/openai_api.h"
 
+#include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -35,6 +37,23 @@ absl::Status NumberIn(const Json& body, const char* field, double lo, double hi,
   return absl::OkStatus();
 }
 
+// An integer within [lo, hi] (one past INT64_MAX, as JSON allows, is out of range too).
+absl::Status IntegerIn(const Json& v, const char* field, int64_t lo, int64_t hi, int64_t* value) {
+  if (!v.is_number_integer()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("'%s' must be an integer in [%d, %d]", field, lo, hi));
+  }
+  const bool big = v.is_number_unsigned() &&
+                   v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  const int64_t n = big ? std::numeric_limits<int64_t>::max() : v.get<int64_t>();
+  if (big || n < lo || n > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("'%s' %s outside [%d, %d]", field, v.dump(), lo, hi));
+  }
+  *value = n;
+  return absl::OkStatus();
+}
+
 absl::Status ParseStop(const Json& body, std::vector<std::string>* stop) {
   const Json* v = Field(body, {"stop"});
   if (v == nullptr) return absl::OkStatus();
@@ -59,15 +78,21 @@ absl::Status ParseSampling(const Json& body, CompletionParams* p) {
   float unused = 0;  // accepted as OpenAI's, not applied (the repetition penalty is).
   TG_RETURN_IF_ERROR(NumberIn(body, "presence_penalty", -2, 2, &unused));
   TG_RETURN_IF_ERROR(NumberIn(body, "frequency_penalty", -2, 2, &unused));
+  // The sampler takes a positive penalty (a step that fails its checks fails every request
+  // decoded in it, so nothing the sampler would refuse may pass here).
+  if (s.sample.repeat_penalty <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "'repeat_penalty' %g must be positive (1: no penalty)", s.sample.repeat_penalty));
+  }
   if (const Json* v = Field(body, {"top_k"}); v != nullptr) {
-    if (!v->is_number_integer() || v->get<int64_t>() < 0) {
-      return TypeError("top_k", "a non-negative integer");
-    }
-    s.sample.top_k = static_cast<int32_t>(v->get<int64_t>());
+    int64_t k = 0;
+    TG_RETURN_IF_ERROR(IntegerIn(*v, "top_k", 0, std::numeric_limits<int32_t>::max(), &k));
+    s.sample.top_k = static_cast<int32_t>(k);
   }
   if (const Json* v = Field(body, {"seed"}); v != nullptr) {
     if (!v->is_number_integer()) return TypeError("seed", "an integer");
-    s.sample.seed = static_cast<uint64_t>(v->get<int64_t>());
+    s.sample.seed =
+        v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
   } else {
     s.sample.seed =
         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
@@ -77,6 +102,48 @@ absl::Status ParseSampling(const Json& body, CompletionParams* p) {
 }
 
 }  // namespace
+
+absl::StatusOr<Json> ParseBody(std::string_view body) {
+  // The deepest nesting, counted outside strings: linear, and never recursive itself.
+  int depth = 0;
+  int deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (depth > kMaxJsonDepth) break;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  if (deepest > kMaxJsonDepth) {
+    return absl::InvalidArgumentError(absl::StrCat("the body nests arrays and objects more than ",
+                                                   kMaxJsonDepth, " levels deep"));
+  }
+  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("the body is not valid JSON");
+  return j;
+}
+
+absl::StatusOr<bool> OptionalBool(const Json& body, const char* field, bool absent) {
+  const Json* v = Field(body, {field});
+  if (v == nullptr) return absent;
+  if (!v->is_boolean()) return TypeError(field, "true or false");
+  return v->get<bool>();
+}
+
+std::string Dump(const Json& j) {
+  return j.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+}
 
 absl::StatusOr<CompletionParams> ParseCompletion(const Json& body, bool chat, int64_t max_new) {
   if (!body.is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
@@ -102,12 +169,9 @@ absl::StatusOr<CompletionParams> ParseCompletion(const Json& body, bool chat, in
   if (const Json* v = Field(body, {"max_completion_tokens", "max_tokens", "n_predict"});
       v != nullptr) {
     if (!v->is_number_integer()) return TypeError("max_tokens", "an integer");
-    const int64_t n = v->get<int64_t>();
-    if (n < 1 || n > max_new) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("'max_tokens' %d outside [1, %d] (the context size)", n, max_new));
+    if (absl::Status s = IntegerIn(*v, "max_tokens", 1, max_new, &p.max_tokens); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(s.message(), " (the context size)"));
     }
-    p.max_tokens = n;
   }
   if (const Json* v = Field(body, {"n"}); v != nullptr && (!v->is_number_integer() || *v != 1)) {
     return TypeError("n", "1 (one choice per request)");

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -29,6 +30,20 @@ struct CompletionParams {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage.
 };
+
+// Arrays and objects a request body may nest (OpenAI's bodies nest a handful of levels): the
+// handlers and the chat template walk a body recursively, so a deeper one is refused
+// before it is parsed instead of overflowing a handler thread's stack.
+inline constexpr int kMaxJsonDepth = 64;
+
+// A request body parsed: INVALID_ARGUMENT for one that is not JSON or nests deeper than
+// kMaxJsonDepth.
+absl::StatusOr<Json> ParseBody(std::string_view body);
+// The boolean `field` of an object body; `absent` when missing or null, INVALID_ARGUMENT
+// naming the field when it is something else.
+absl::StatusOr<bool> OptionalBool(const Json& body, const char* field, bool absent);
+// Text as JSON, bytes that are not UTF-8 (a character cut by max_tokens) written as U+FFFD.
+std::string Dump(const Json& j);
 
 // `max_new` bounds max_tokens (the context size); it is also the default for chat.
 absl::StatusOr<CompletionParams> ParseCompletion(const Json& body, bool chat, int64_t max_new);
