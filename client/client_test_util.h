@@ -59,28 +59,28 @@ class OlderMinorService final : public tensorgrid::v1::TensorGrid::Service {
  public:
   OlderMinorService(server::ServiceOptions options, uint32_t minor)
       : inner_(std::move(options)), minor_(minor) {
-    // Upload runs on raw byte buffers (proto/upload_frame.h), as rpc-server serves it; gRPC
-    // owns method handlers and takes them as raw pointers.
+    // Session and Upload run on raw byte buffers (proto/upload_frame.h), Upload on the
+    // callback API, as rpc-server serves them; gRPC owns method handlers and takes them as
+    // raw pointers. Session is the service's method 1 (the proto's order).
     MarkMethodStreamed(
+        1, new grpc::internal::BidiStreamingHandler<OlderMinorService, grpc::ByteBuffer,
+                                                    tensorgrid::v1::SessionReply>(
+               [](OlderMinorService* service, grpc::ServerContext* context,
+                  grpc::ServerReaderWriter<tensorgrid::v1::SessionReply, grpc::ByteBuffer>*
+                      stream) { return service->inner_.SessionRaw(context, stream); },
+               this));
+    MarkMethodCallback(
         rpc::kUploadMethodIndex,
-        new grpc::internal::BidiStreamingHandler<OlderMinorService, grpc::ByteBuffer,
-                                                 tensorgrid::v1::UploadReply>(
-            [](OlderMinorService* service, grpc::ServerContext* context,
-               grpc::ServerReaderWriter<tensorgrid::v1::UploadReply, grpc::ByteBuffer>* stream) {
-              return service->inner_.UploadRaw(context, stream);
-            },
-            this));
+        new grpc::internal::CallbackBidiHandler<grpc::ByteBuffer, tensorgrid::v1::UploadReply>(
+            [this](grpc::CallbackServerContext* context) {
+              return inner_.UploadReactor(context);
+            }));
   }
   grpc::Status Hello(grpc::ServerContext* context, const tensorgrid::v1::HelloRequest* request,
                      tensorgrid::v1::HelloReply* reply) override {
     grpc::Status s = inner_.Hello(context, request, reply);
     reply->set_protocol_minor(minor_);
     return s;
-  }
-  grpc::Status Session(grpc::ServerContext* context,
-                       grpc::ServerReaderWriter<tensorgrid::v1::SessionReply,
-                                                tensorgrid::v1::SessionRequest>* stream) override {
-    return inner_.Session(context, stream);
   }
   grpc::Status Download(grpc::ServerContext* context,
                         const tensorgrid::v1::DownloadRequest* request,

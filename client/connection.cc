@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "core/op.h"
 #include "core/status_macros.h"
+#include "proto/cache_proof.h"
 #include "proto/content_hash.h"
 #include "proto/grpc_channel.h"
 #include "proto/protocol.h"
@@ -32,9 +33,12 @@ absl::Status FromGrpc(const grpc::Status& s, absl::string_view endpoint, absl::s
 }
 
 // The UploadHeader of `job` (its session id left to the caller): with `digest`, the bytes'
-// hash and their place in the model file, else whether the server should store them.
-void SetUploadHeader(const UploadJob& job, const std::optional<Sha256Digest>& digest,
-                     pb::UploadHeader* h) {
+// hash and their place in the model file, else whether the server should store them. With
+// `prove` (a cache that wants it) and a digest, the proof that this client holds the bytes,
+// salted with `session_id` (proto/cache_proof.h): one more hash pass over them, which buys
+// the cache hit. A piece of a model file the server opened is read from there, no proof needed.
+void SetUploadHeader(const UploadJob& job, const std::optional<Sha256Digest>& digest, bool prove,
+                     absl::string_view session_id, pb::UploadHeader* h) {
   h->set_buffer(job.buffer);
   h->set_offset(job.offset);
   h->set_size(job.size());
@@ -42,6 +46,11 @@ void SetUploadHeader(const UploadJob& job, const std::optional<Sha256Digest>& di
     h->set_sha256(digest->data(), digest->size());
     h->set_model_file(job.model_file);
     h->set_file_offset(job.file_offset);
+    if (prove && job.model_file == 0) {
+      if (std::optional<Sha256Digest> proof = CacheProof(session_id, job.data(), job.size())) {
+        h->set_cache_proof(proof->data(), proof->size());
+      }
+    }
   } else {
     h->set_store(job.store);
   }
@@ -206,7 +215,8 @@ absl::StatusOr<std::vector<bool>> Connection::FillPieces(absl::Span<const Upload
     if (!job->digest.has_value()) {
       return absl::InvalidArgumentError("FillPieces: a job without a digest");
     }
-    SetUploadHeader(*job, job->digest, request.add_pieces());
+    SetUploadHeader(*job, job->digest, ProvesCache(), session_->session_id(),
+                    request.add_pieces());
     bytes += job->size();
   }
   grpc::ClientContext context;
@@ -292,7 +302,7 @@ absl::StatusOr<UploadResult> Connection::UploadOnce(const UploadJob& job,
           channel_.get(), *upload_method_, &context));
   pb::UploadMessage header;
   header.mutable_header()->set_session_id(session_->session_id());
-  SetUploadHeader(job, digest, header.mutable_header());
+  SetUploadHeader(job, digest, ProvesCache(), session_->session_id(), header.mutable_header());
   UploadResult result;
   pb::UploadReply reply;
   if (!stream->Write(Serialized(header)) || !stream->Read(&reply)) {

@@ -66,6 +66,11 @@ class Connection {
   bool StoresUnhashed() const {
     return hello_.protocol_minor() >= rpc::kMinorStoreUnhashed && hello_.has_cache();
   }
+  // Whether a hashed upload header carries the proof that the client holds the bytes
+  // (UploadHeader.cache_proof): to every server with a cache. From protocol minor 9 on a
+  // cache hit needs it; an older server ignores the field (it is additive), and sending it
+  // costs one hash pass over bytes the client holds anyway.
+  bool ProvesCache() const { return hello_.has_cache(); }
   int upload_streams() const { return options_.upload_streams; }
 
   // The session commands (SessionChannel's rules), after the uploads in flight: Call sends

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "client/client_test_util.h"
 #include "client/remote_device.h"
 #include "core/context.h"
@@ -188,6 +189,31 @@ TEST_F(ConnectionTest, AnUnreachableServerIsUnavailableAndNamed) {
   ASSERT_FALSE(c.ok());
   EXPECT_TRUE(absl::IsUnavailable(c.status())) << c.status();
   EXPECT_NE(c.status().message().find(endpoint), std::string::npos) << c.status();
+}
+
+// A full server is reported as full, with its numbers (from the refusal's trailing
+// metadata), not as a server that is gone.
+TEST(ConnectionFullServerTest, AFullServerSaysSoWithItsNumbers) {
+  ASSERT_TRUE(RegisterBuiltinBackends().ok());
+  server::ServerConfig config;
+  config.port = 0;
+  config.max_sessions = 1;
+  config.devices = {Registry::Get().CpuDevice()};
+  auto server = server::RpcServer::Start(config);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ClientOptions options;
+  options.progress = false;
+  auto first = Connection::Open((*server)->address(), options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = Connection::Open((*server)->address(), options);
+  ASSERT_FALSE(second.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(second.status())) << second.status();
+  const std::string message(second.status().message());
+  EXPECT_THAT(message, ::testing::HasSubstr(absl::StrCat(
+                           "server ", (*server)->address(), " is full (1 sessions, --max-sessions 1)")));
+  EXPECT_THAT(message, ::testing::Not(::testing::HasSubstr("is gone")));
+  first->reset();
+  (*server)->Shutdown(0);
 }
 
 }  // namespace

@@ -2,12 +2,15 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <optional>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
+#include "proto/protocol.h"
 
 namespace tg::rpc {
 
@@ -21,6 +24,31 @@ size_t AskedBytes(const SessionChannel::Request& request) {
     for (const auto& command : request.batch().commands()) bytes += AskedBytes(command);
   }
   return bytes;
+}
+
+// A Session the server refused because it is full, as the user needs to hear it: the
+// numbers come from the refusal's trailing metadata (rpc::kServerFullSessionsKey), not from
+// its message. Any other failure is returned as it is.
+absl::Status ServerFull(const grpc::ClientContext& context, absl::string_view endpoint,
+                        absl::Status read) {
+  if (!absl::IsResourceExhausted(read)) return read;
+  const auto& trailers = context.GetServerTrailingMetadata();
+  auto number = [&](const char* key) -> std::optional<uint64_t> {
+    auto it = trailers.find(key);
+    uint64_t n = 0;
+    if (it == trailers.end() ||
+        !absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &n)) {
+      return std::nullopt;
+    }
+    return n;
+  };
+  const std::optional<uint64_t> sessions = number(kServerFullSessionsKey);
+  const std::optional<uint64_t> max_sessions = number(kServerFullMaxSessionsKey);
+  if (!sessions.has_value() || !max_sessions.has_value()) return read;
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "rpc-server %s is full (%d sessions, --max-sessions %d); try again when a session there "
+      "ends, or raise its --max-sessions",
+      endpoint, *sessions, *max_sessions));
 }
 
 }  // namespace
@@ -42,7 +70,9 @@ absl::StatusOr<std::unique_ptr<SessionChannel>> SessionChannel::Open(
   absl::MutexLock lock(&c->mu_);
   c->stream_ = stub.Session(c->context_.get());
   Reply started;
-  TG_RETURN_IF_ERROR(c->ReadLocked(&started));
+  if (absl::Status read = c->ReadLocked(&started); !read.ok()) {
+    return ServerFull(*c->context_, c->endpoint_, std::move(read));
+  }
   if (started.code() != 0 || !started.has_started()) {
     const int code =
         started.code() != 0 ? started.code() : static_cast<int>(absl::StatusCode::kInternal);

@@ -40,9 +40,12 @@ enum ProtocolMinor : uint32_t {
   // FillPieces: the pieces a client knows the hash of, offered in one call (the server fills
   // those it has from its cache or its copy of the model file).
   kMinorFillPieces = 8,
+  // UploadHeader.cache_proof: a cache hit needs proof that the client holds the bytes (a
+  // client before it never gets one: it sends the bytes).
+  kMinorCacheProof = 9,
 };
 // The minor this build speaks: the newest addition.
-inline constexpr uint32_t kProtocolMinor = kMinorFillPieces;
+inline constexpr uint32_t kProtocolMinor = kMinorCacheProof;
 // Default port of rpc-server.
 inline constexpr int kDefaultPort = 50052;
 // Bulk streams carry at most this much per message.
@@ -55,10 +58,26 @@ inline constexpr size_t kMaxInlineBytes = size_t{8} << 20;
 // Most pieces in one FillPieces call (about 100 bytes each on the wire): a client offers more
 // in several calls, which the server serves at the same time.
 inline constexpr size_t kMaxFillPieces = 1024;
-// Most tensors in one GraphDesc.
-inline constexpr size_t kMaxGraphTensors = size_t{1} << 18;
+// Most bytes one FillPieces call may fill (the server copies them from its disk or cache): a
+// small request must not buy unbounded work. Clients offer at most 1 GiB per call
+// (client/model_upload.cc kFillCallBytes, plus a piece of round-robin imbalance); a call
+// over this is INVALID_ARGUMENT.
+inline constexpr uint64_t kMaxFillBytes = uint64_t{2} << 30;
+// Most tensors, and nodes, in one GraphDesc: a 70B llama's decode graph has a few thousand
+// tensors (tensor parallelism adds a few per layer), so this leaves more than 10x headroom
+// while a refused graph costs little to parse.
+inline constexpr size_t kMaxGraphTensors = size_t{1} << 16;
+inline constexpr size_t kMaxGraphNodes = size_t{1} << 16;
+// Graph tensors in one Session request (a batch may carry a few full graphs): the service
+// refuses a request over it before parsing it, bounding what one message costs to parse.
+inline constexpr size_t kMaxRequestGraphTensors = 2 * kMaxGraphTensors;
 // Metadata key of the bearer token ("authorization: Bearer <token>").
 inline constexpr char kAuthMetadataKey[] = "authorization";
+// Trailing metadata of a Session refused RESOURCE_EXHAUSTED because the server is full: the
+// sessions open and its --max-sessions, in decimal (the typed form of the refusal; clients
+// read these, not the message).
+inline constexpr char kServerFullSessionsKey[] = "tg-sessions";
+inline constexpr char kServerFullMaxSessionsKey[] = "tg-max-sessions";
 
 }  // namespace tg::rpc
 

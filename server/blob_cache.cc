@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "absl/memory/memory.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
@@ -36,6 +38,22 @@ constexpr size_t kFanoutDigits = 2;
 constexpr char kTempMarker[] = ".tmp.";
 // StoreHashing copies, hashes and writes this much at a time (stays in the L2 cache).
 constexpr size_t kStoreBlockBytes = size_t{1} << 20;
+// Extended attribute holding a blob's size in decimal, written with it: Scan drops a blob
+// whose file no longer has it (cut short while the server was down). Best effort: a file
+// system without user xattrs, or a blob of an older version, is checked on its first read.
+constexpr char kSizeXattr[] = "user.tensorgrid.size";
+
+// The size a blob's xattr records, or nullopt when it has none (or an unreadable one).
+std::optional<uint64_t> RecordedSize(const std::string& path) {
+  char text[24];
+  const ssize_t n = ::getxattr(path.c_str(), kSizeXattr, text, sizeof(text) - 1);
+  if (n <= 0) return std::nullopt;
+  uint64_t size = 0;
+  if (!absl::SimpleAtoi(absl::string_view(text, static_cast<size_t>(n)), &size)) {
+    return std::nullopt;
+  }
+  return size;
+}
 
 absl::Status ErrnoError(int err, absl::string_view what, absl::string_view path) {
   return absl::ErrnoToStatus(err, absl::StrCat("blob cache: ", what, " ", path));
@@ -165,7 +183,18 @@ absl::Status BlobCache::Scan() {
       if (!digest || name.compare(0, kFanoutDigits, sub_name) != 0) continue;
       struct stat st;
       if (::stat(path.c_str(), &st) != 0) return ErrnoError(errno, "cannot stat", path);
-      if (!S_ISREG(st.st_mode)) continue;
+      if (!S_ISREG(st.st_mode)) continue;  // a FIFO or a device under a blob's name.
+      const std::optional<uint64_t> recorded = RecordedSize(path);
+      if (recorded.has_value() && *recorded != static_cast<uint64_t>(st.st_size)) {
+        // Cut short (or grown) while the server was down: it can only be a miss. Dropped
+        // now, so the next upload of the bytes stores them again.
+        kServerLog.Warn("cache blob has the wrong size, removed",
+                        {{"path", path}, {"bytes", st.st_size}, {"expected_bytes", *recorded}});
+        if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+          return ErrnoError(errno, "cannot remove", path);
+        }
+        continue;
+      }
       blobs.push_back({st.st_mtim, *digest, static_cast<uint64_t>(st.st_size)});
     }
     if (sub_ec) {
@@ -298,7 +327,9 @@ absl::StatusOr<bool> BlobCache::Read(const rpc::Sha256Digest& digest, void* dst,
   // The file I/O runs unlocked: an eviction meanwhile either unlinks the file before open
   // (a miss) or after (the open descriptor still reads the whole blob).
   const std::string path = BlobPath(digest);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO put under the blob's name must not block the open until a writer
+  // comes (the upload would wait for its deadline); it is no regular file, so it goes below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
     if (err != ENOENT) return ErrnoError(err, "cannot open", path);
@@ -309,7 +340,7 @@ absl::StatusOr<bool> BlobCache::Read(const rpc::Sha256Digest& digest, void* dst,
   FdCloser closer(fd);
   struct stat st;
   if (::fstat(fd, &st) != 0) return ErrnoError(errno, "cannot stat", path);
-  bool intact = static_cast<uint64_t>(st.st_size) == size;
+  bool intact = S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) == size;
   if (intact) {
     TG_ASSIGN_OR_RETURN(intact,
                         ReadVerified(digest, fd, static_cast<uint8_t*>(dst), size, trusted, path));
@@ -355,7 +386,9 @@ absl::StatusOr<BlobCache::Stored> BlobCache::StoreHashing(
   Stored stored;
   std::string tmp;
   int fd = -1;
-  const bool present = expect.has_value() && Contains(*expect);  // then it is only marked used.
+  // Present with this size: then it is only marked used. A blob of another size under the
+  // digest is wrong (cut short; these bytes hash to its name): it is replaced (Publish).
+  const bool present = expect.has_value() && ContainsWithSize(*expect, size);
   if ((max_bytes_ == 0 || size <= max_bytes_) && !present) {
     absl::StatusOr<std::pair<std::string, int>> opened = OpenIncoming();
     if (opened.ok()) {
@@ -401,11 +434,21 @@ absl::Status BlobCache::Publish(const std::string& tmp, int fd, const rpc::Sha25
     ::unlink(tmp.c_str());
     return ErrnoError(err, "cannot create directory", sub_dir);
   }
+  // Best effort (see kSizeXattr): lets the next Open find the blob cut short.
+  const std::string size_text = absl::StrCat(size);
+  ::fsetxattr(fd, kSizeXattr, size_text.data(), size_text.size(), 0);
   absl::MutexLock lock(&mu_);
-  if (auto it = index_.find(digest); it != index_.end()) {  // Another writer won the race.
-    lru_.splice(lru_.begin(), lru_, it->second.lru_pos);
-    ::unlink(tmp.c_str());
-    return absl::OkStatus();
+  if (auto it = index_.find(digest); it != index_.end()) {
+    if (it->second.size == size) {  // Another writer won the race.
+      lru_.splice(lru_.begin(), lru_, it->second.lru_pos);
+      ::unlink(tmp.c_str());
+      return absl::OkStatus();
+    }
+    // The indexed file cannot hold the bytes of its name (they are `size` long, these
+    // hashed as they were written): replace it. The rename below replaces the file itself.
+    total_bytes_ -= it->second.size;
+    lru_.erase(it->second.lru_pos);
+    index_.erase(it);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
@@ -427,6 +470,12 @@ absl::Status BlobCache::Publish(const std::string& tmp, int fd, const rpc::Sha25
 bool BlobCache::Contains(const rpc::Sha256Digest& digest) const {
   absl::MutexLock lock(&mu_);
   return index_.contains(digest);
+}
+
+bool BlobCache::ContainsWithSize(const rpc::Sha256Digest& digest, uint64_t size) const {
+  absl::MutexLock lock(&mu_);
+  auto it = index_.find(digest);
+  return it != index_.end() && it->second.size == size;
 }
 
 uint64_t BlobCache::total_bytes() const {

@@ -27,13 +27,18 @@ namespace tg::server {
 // Writes go to DIR/ab/<hex>.tmp.<unique> and are renamed into place, so a crash of the
 // server leaves either the whole blob or a temp file that the next Open removes. They are not
 // fsync'ed: a crash of the machine may leave a blob cut short or empty, which its first read
-// after the restart (always hashed) finds and removes, a miss. The least recently
+// after the restart (always hashed) finds and removes, a miss; a blob records its size in an
+// extended attribute (where the file system has them), so that Open drops one whose file no
+// longer has that size. A blob that turns out wrong (a failed hash, a wrong size, a FIFO or
+// other non-regular file under its name) is a miss and is replaced by the next Store of its
+// bytes; files are opened without blocking (O_NONBLOCK). The least recently
 // used blobs are evicted above max_bytes; a blob's mtime records its last use, so the LRU
 // order survives a restart.
 class BlobCache {
  public:
   // Creates DIR if needed, scans existing blobs (their sizes and mtimes give the LRU order),
-  // removes stale temp files, evicts down to max_bytes. max_bytes 0 = unlimited.
+  // removes stale temp files and blobs whose size is not the one they recorded, evicts down
+  // to max_bytes. max_bytes 0 = unlimited.
   static absl::StatusOr<std::unique_ptr<BlobCache>> Open(std::string dir, uint64_t max_bytes);
 
   BlobCache(const BlobCache&) = delete;
@@ -75,6 +80,9 @@ class BlobCache {
 
   // Whether the index holds the blob (Read still verifies it).
   bool Contains(const rpc::Sha256Digest& digest) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether it holds the blob with exactly `size` bytes.
+  bool ContainsWithSize(const rpc::Sha256Digest& digest, uint64_t size) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Sum of the sizes of the indexed blobs.
   uint64_t total_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
   size_t blob_count() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -6,9 +6,12 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -316,6 +319,95 @@ TEST_F(BlobCacheTest, TruncatedOrDeletedFileMisses) {
   EXPECT_FALSE(fs::exists(PathOf(DigestOf(a))));
   EXPECT_EQ(cache->blob_count(), 0u);
   EXPECT_EQ(cache->total_bytes(), 0u);
+}
+
+// A blob cut short while the server was down: the next Open drops it (its recorded size
+// says so), so the next Store puts it back, and it is a hit again.
+TEST_F(BlobCacheTest, ReopenDropsABlobCutShortWhileDown) {
+  const std::vector<uint8_t> a = RandomBytes(4000, 6);
+  const std::vector<uint8_t> b = RandomBytes(4000, 7);
+  {
+    auto cache = OpenCache(0);
+    ASSERT_NE(cache, nullptr);
+    ASSERT_TRUE(Store(*cache, a).ok());
+    ASSERT_TRUE(Store(*cache, b).ok());
+  }
+  fs::resize_file(PathOf(DigestOf(a)), 1000);
+  auto cache = OpenCache(0);
+  ASSERT_NE(cache, nullptr);
+  if (fs::exists(PathOf(DigestOf(a)))) GTEST_SKIP() << "no user xattrs on " << dir_;
+  EXPECT_FALSE(cache->Contains(DigestOf(a)));
+  EXPECT_EQ(cache->blob_count(), 1u);
+  EXPECT_EQ(cache->total_bytes(), b.size());
+  ExpectHit(*cache, b);
+  ASSERT_TRUE(Store(*cache, a).ok());
+  ExpectHit(*cache, a);
+}
+
+// A blob of the wrong size that Open could not tell (no recorded size: an older version's)
+// is never a hit, and the next Store of its bytes replaces it: it used to be "present", so
+// every load missed and uploaded it again, forever.
+TEST_F(BlobCacheTest, StoreReplacesABlobOfTheWrongSize) {
+  const std::vector<uint8_t> a = RandomBytes(4000, 8);
+  {
+    auto cache = OpenCache(0);
+    ASSERT_NE(cache, nullptr);
+    ASSERT_TRUE(Store(*cache, a).ok());
+  }
+  fs::resize_file(PathOf(DigestOf(a)), 1000);
+  ::removexattr(PathOf(DigestOf(a)).c_str(), "user.tensorgrid.size");
+  auto cache = OpenCache(0);
+  ASSERT_NE(cache, nullptr);
+  ASSERT_TRUE(cache->Contains(DigestOf(a)));
+  EXPECT_FALSE(cache->ContainsWithSize(DigestOf(a), a.size()));
+  ExpectMiss(*cache, DigestOf(a), a.size());
+  // A request naming the wrong size removes nothing (sizes come from clients).
+  ExpectMiss(*cache, DigestOf(a), 1000);
+  ASSERT_TRUE(Store(*cache, a).ok());
+  EXPECT_EQ(fs::file_size(PathOf(DigestOf(a))), a.size());
+  EXPECT_EQ(cache->total_bytes(), a.size());
+  ExpectHit(*cache, a);
+}
+
+// A FIFO under a blob's name (put there after the scan) is a miss at once, not an open that
+// waits for a writer until the upload's deadline; it is removed, and the blob stored again.
+TEST_F(BlobCacheTest, FifoUnderABlobsNameIsAMissNotAStall) {
+  auto cache = OpenCache(0);
+  ASSERT_NE(cache, nullptr);
+  const std::vector<uint8_t> a = RandomBytes(4000, 9);
+  ASSERT_TRUE(Store(*cache, a).ok());
+  const std::string path = PathOf(DigestOf(a));
+  ASSERT_TRUE(fs::remove(path));
+  ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+  auto read = std::async(std::launch::async, [&] {
+    std::vector<uint8_t> got(a.size());
+    return cache->Read(DigestOf(a), got.data(), got.size());
+  });
+  if (read.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    // Unblock the open so the test can end: a writer lets it return.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+    FAIL() << "Read blocked on a FIFO";
+  }
+  absl::StatusOr<bool> hit = read.get();
+  ASSERT_TRUE(hit.ok()) << hit.status();
+  EXPECT_FALSE(*hit);
+  EXPECT_FALSE(fs::exists(path));
+  ASSERT_TRUE(Store(*cache, a).ok());
+  ExpectHit(*cache, a);
+}
+
+// A FIFO under a blob's name at start-up is not indexed (and the Store of its bytes replaces it).
+TEST_F(BlobCacheTest, OpenSkipsAFifoUnderABlobsName) {
+  const std::vector<uint8_t> a = RandomBytes(100, 10);
+  const std::string hex = DigestHex(DigestOf(a));
+  fs::create_directories(absl::StrCat(dir_, "/", hex.substr(0, 2)));
+  ASSERT_EQ(::mkfifo(PathOf(DigestOf(a)).c_str(), 0644), 0);
+  auto cache = OpenCache(0);
+  ASSERT_NE(cache, nullptr);
+  EXPECT_FALSE(cache->Contains(DigestOf(a)));
+  ASSERT_TRUE(Store(*cache, a).ok());
+  ExpectHit(*cache, a);
 }
 
 TEST_F(BlobCacheTest, EvictsLeastRecentlyUsed) {

@@ -109,6 +109,12 @@ absl::Status CollectiveRunner::Run(const std::string& session_id, BufferFinder f
 
 absl::StatusOr<CollectiveRunner::Local> CollectiveRunner::Resolve(BufferFinder find,
                                                                   const pb::AllReduce& cmd) const {
+  // An enum value this build does not know (proto3 keeps it) would run as AUTO.
+  if (!pb::AllReduce::Algorithm_IsValid(cmd.algorithm())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "all_reduce.algorithm %d is not one of AUTO (0), RING (1), BUTTERFLY (2)",
+        static_cast<int>(cmd.algorithm())));
+  }
   const int m = cmd.servers_size();
   if (m < 1 || m > kMaxServers) {
     return absl::InvalidArgumentError(
@@ -265,7 +271,9 @@ absl::StatusOr<std::shared_ptr<PeerReduceStream>> CollectiveRunner::StreamFor(
   // A stream that ended (the peer restarted, or refused a piece) failed the collective that
   // saw it; the next one opens a new stream.
   if (stream != nullptr && stream->ended()) ended = std::move(stream);
-  if (stream == nullptr) stream = std::make_shared<PeerReduceStream>(channel, endpoint);
+  if (stream == nullptr) {
+    stream = std::make_shared<PeerReduceStream>(channel, endpoint, peers_->auth_token());
+  }
   return stream;
 }
 

@@ -66,7 +66,7 @@ class CollectiveRunner {
 
   // `peers`, `grants` must outlive the runner; `metrics` may be null.
   CollectiveRunner(PeerClient* peers, GrantTable* grants, Metrics* metrics)
-      : peers_(peers), grants_(grants), metrics_(metrics) {}
+      : peers_(peers), grants_(grants), metrics_(metrics), mailbox_(grants) {}
 
   // The AllReduce command of session `session_id`, whose buffers `find` resolves.
   absl::Status Run(const std::string& session_id, BufferFinder find,

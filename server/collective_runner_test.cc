@@ -135,6 +135,9 @@ TEST_F(CollectiveRunnerTest, MalformedCommandsAreRefusedNamingTheValue) {
        "no buffer with handle"},
       {"command for a device not listed", [](pb::AllReduce* a) { a->set_device(5); },
        "for device 5 lists no tensor"},
+      {"unknown algorithm",
+       [](pb::AllReduce* a) { a->set_algorithm(static_cast<pb::AllReduce::Algorithm>(77)); },
+       "all_reduce.algorithm 77 is not one of AUTO (0), RING (1), BUTTERFLY (2)"},
   };
   for (const Case& c : cases) {
     pb::SessionRequest r = Command(0);
@@ -145,6 +148,16 @@ TEST_F(CollectiveRunnerTest, MalformedCommandsAreRefusedNamingTheValue) {
     EXPECT_NE(reply.message().find(c.says), std::string::npos) << c.what << ": " << reply.message();
   }
   EXPECT_EQ(Read(0), in_[0]);  // nothing written.
+}
+
+TEST_F(CollectiveRunnerTest, UnknownAlgorithmIsInvalidArgumentAndRunsNothing) {
+  pb::SessionRequest r = Command(0);
+  r.mutable_all_reduce()->set_algorithm(static_cast<pb::AllReduce::Algorithm>(77));
+  pb::SessionReply reply = session_->Handle(r);
+  EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kInvalidArgument)) << reply.message();
+  EXPECT_NE(reply.message().find("algorithm 77"), std::string::npos) << reply.message();
+  EXPECT_EQ(Read(0), in_[0]);
+  EXPECT_EQ(Read(1), in_[1]);
 }
 
 TEST_F(CollectiveRunnerTest, GrantOfAnotherSessionIsRefused) {

@@ -102,10 +102,7 @@ class Decoder {
 };
 
 absl::StatusOr<std::unique_ptr<DecodedGraph>> Decoder::Run() {
-  if (static_cast<size_t>(desc_.tensors_size()) > rpc::kMaxGraphTensors) {
-    return absl::InvalidArgumentError(absl::StrFormat("graph has %d tensors, at most %d allowed",
-                                                      desc_.tensors_size(), rpc::kMaxGraphTensors));
-  }
+  TG_RETURN_IF_ERROR(CheckGraphSize(desc_));
   out_ = std::make_unique<DecodedGraph>();
   out_->ctx = std::make_unique<Context>();
   out_->tensors.reserve(desc_.tensors_size());
@@ -330,6 +327,30 @@ absl::StatusOr<uint64_t> CheckedNumBytes(const Tensor& t) {
         absl::StrFormat("spans %d bytes (at most %d)", bytes, kMaxTensorBytes));
   }
   return bytes;
+}
+
+absl::Status CheckGraphSize(const pb::GraphDesc& desc) {
+  if (static_cast<size_t>(desc.tensors_size()) > rpc::kMaxGraphTensors) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("graph has %d tensors, more than the %d a graph may have",
+                        desc.tensors_size(), rpc::kMaxGraphTensors));
+  }
+  if (static_cast<size_t>(desc.nodes_size()) > rpc::kMaxGraphNodes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("graph has %d nodes, more than the %d a graph may have",
+                        desc.nodes_size(), rpc::kMaxGraphNodes));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t DecodedGraphBytes(const pb::GraphDesc& desc) {
+  // Per tensor: the Tensor in the context's deque, its slot in `tensors` and in the leaf or
+  // node list, and the decoder's index entry (a hash map slot, about twice its payload).
+  constexpr uint64_t kPerTensor = sizeof(Tensor) + 2 * sizeof(Tensor*) + 4 * sizeof(void*);
+  constexpr uint64_t kPerNode = sizeof(Tensor*);
+  constexpr uint64_t kFixed = sizeof(DecodedGraph) + sizeof(Context) + 4096;
+  return kFixed + kPerTensor * static_cast<uint64_t>(desc.tensors_size()) +
+         kPerNode * static_cast<uint64_t>(desc.nodes_size());
 }
 
 absl::StatusOr<std::unique_ptr<DecodedGraph>> DecodeGraph(const tensorgrid::v1::GraphDesc& desc,

@@ -44,6 +44,16 @@ absl::StatusOr<std::unique_ptr<DecodedGraph>> DecodeGraph(const tensorgrid::v1::
                                                           Device* device,
                                                           const BufferResolver& resolve);
 
+// Checks the graph's size against rpc::kMaxGraphTensors and rpc::kMaxGraphNodes from the
+// repeated fields' counts alone (INVALID_ARGUMENT naming the count and the limit), so that a
+// huge graph costs nothing beyond its parse. DecodeGraph checks it first too.
+absl::Status CheckGraphSize(const tensorgrid::v1::GraphDesc& desc);
+
+// What the decoded form of `desc` holds in memory, estimated from its counts before decoding
+// (the tensors, the node and leaf lists, the lookup tables): what a session charges for a
+// cached graph.
+uint64_t DecodedGraphBytes(const tensorgrid::v1::GraphDesc& desc);
+
 // Bytes spanned by a tensor with arbitrary strides (Tensor::NumBytes with overflow checks);
 // INVALID_ARGUMENT when it overflows or exceeds kMaxTensorBytes.
 absl::StatusOr<uint64_t> CheckedNumBytes(const Tensor& t);

@@ -10,14 +10,18 @@
 #include <openssl/x509.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <chrono>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "cli/flag_file.h"
 #include "core/status_macros.h"
@@ -33,6 +37,12 @@ namespace health = ::grpc::health::v1;
 // What the health port leaves for its own reply when it forwards a check within the caller's
 // deadline (the kubelet's default probe timeout is 1 s).
 constexpr absl::Duration kForwardMargin = absl::Milliseconds(50);
+// How long the health port reuses the main port's answer: a probe every second at most, so
+// a flood of checks cannot make the server dial itself per check (a probe runs each
+// second or so; a kubelet's period is 10 s by default).
+constexpr absl::Duration kHealthAnswerTtl = absl::Seconds(1);
+// Service names a check may ask about come from the network: the answers kept are bounded.
+constexpr size_t kMaxCachedServices = 16;
 
 // The DER bytes of the first certificate in `pem`, so two encodings of one certificate
 // compare equal.
@@ -199,26 +209,73 @@ HealthProbeOptions ProbeOptionsFor(const ServerConfig& config, int port) {
   return o;
 }
 
-// grpc.health.v1 whose answer is the main port's, asked afresh on every Check.
+// grpc.health.v1 whose answer is the main port's: a Check probes the main port unless an
+// answer for the same service is younger than kHealthAnswerTtl, and one probe runs at a time
+// (checks meanwhile wait for its answer), so checks cannot make the server dial itself more
+// than about once a second per service, however many arrive.
 class HealthPort::Service final : public health::Health::Service {
  public:
   explicit Service(HealthProbeOptions main) : main_(std::move(main)) {}
 
   grpc::Status Check(grpc::ServerContext* context, const health::HealthCheckRequest* request,
                      health::HealthCheckResponse* response) override {
-    HealthProbeOptions o = main_;
-    o.service = request->service();
-    const absl::Duration left = absl::FromChrono(context->deadline()) - absl::Now();
-    o.timeout = std::min(main_.timeout, left - kForwardMargin);
-    const absl::Status s = ProbeHealth(o);
+    const absl::Time deadline = absl::FromChrono(context->deadline()) - kForwardMargin;
+    absl::Status s;
+    if (!Answer(request->service(), deadline, &s)) {
+      response->set_status(health::HealthCheckResponse::NOT_SERVING);  // no answer in time.
+      return grpc::Status::OK;
+    }
     if (absl::IsNotFound(s)) return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown service");
     response->set_status(s.ok() ? health::HealthCheckResponse::SERVING
                                 : health::HealthCheckResponse::NOT_SERVING);
     return grpc::Status::OK;
   }
 
+  uint64_t probes() const { return probes_.load(); }
+
  private:
+  struct Cached {
+    absl::Time at;
+    absl::Status status;
+  };
+
+  // The main port's answer for `service` in *status: a recent one, else a probe's (within
+  // `deadline`). False when the deadline passed while another check's probe ran.
+  bool Answer(const std::string& service, absl::Time deadline, absl::Status* status) {
+    {
+      absl::MutexLock lock(&mu_);
+      for (;;) {
+        if (auto it = cache_.find(service);
+            it != cache_.end() && absl::Now() - it->second.at < kHealthAnswerTtl) {
+          *status = it->second.status;
+          return true;
+        }
+        if (!probing_) break;
+        if (!mu_.AwaitWithDeadline(absl::Condition(this, &Service::NotProbing), deadline)) {
+          return false;
+        }
+      }
+      probing_ = true;
+    }
+    HealthProbeOptions o = main_;
+    o.service = service;
+    o.timeout = std::min(main_.timeout, deadline - absl::Now());
+    ++probes_;
+    *status = ProbeHealth(o);
+    absl::MutexLock lock(&mu_);
+    // Service names come from the network: keep a few.
+    if (cache_.size() >= kMaxCachedServices) cache_.clear();
+    cache_[service] = {absl::Now(), *status};
+    probing_ = false;
+    return true;
+  }
+  bool NotProbing() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !probing_; }
+
   const HealthProbeOptions main_;
+  absl::Mutex mu_;
+  bool probing_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<std::string, Cached> cache_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> probes_{0};
 };
 
 HealthPort::HealthPort() = default;
@@ -229,6 +286,8 @@ HealthPort::~HealthPort() {
     server_->Wait();
   }
 }
+
+uint64_t HealthPort::probes() const { return service_->probes(); }
 
 absl::StatusOr<std::unique_ptr<HealthPort>> HealthPort::Start(absl::string_view host, int port,
                                                               HealthProbeOptions main) {

@@ -3,14 +3,18 @@
 //   runs it, so a Docker HEALTHCHECK needs no third-party probe binary.
 // - HealthPort serves grpc.health.v1 in plaintext on a second port (`rpc-server --health-port
 //   P`) for probes that cannot speak TLS, such as Kubernetes' native gRPC probes (the kubelet
-//   dials without TLS). It answers each Check by probing the main port with the server's own
-//   TLS settings, so its answer is the main port's, not merely "this process is up". It
-//   serves nothing but health.
+//   dials without TLS). It answers a Check by probing the main port with the server's own
+//   TLS settings, so its answer is the main port's, not merely "this process is up"; an
+//   answer is reused for a second and one probe runs at a time, so a flood of checks does
+//   not make the server dial itself per check. It serves nothing but health, without a token
+//   (as the main port's grpc.health.v1 does: a probe holds none, and the answer is only
+//   SERVING or not); rpc-server binds it to --health-host, loopback by default.
 // Thread-safety: ProbeHealth may be called from any thread; HealthPort is created and
 // destroyed by one thread while gRPC's threads serve it.
 #ifndef TENSORGRID_SERVER_HEALTH_PROBE_H_
 #define TENSORGRID_SERVER_HEALTH_PROBE_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -65,6 +69,8 @@ class HealthPort {
   ~HealthPort();
 
   int port() const { return port_; }
+  // Probes of the main port made so far (tests: checks share them).
+  uint64_t probes() const;
 
  private:
   class Service;

@@ -5,14 +5,20 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "proto/protocol.h"
 #include "server/rpc_server.h"
@@ -187,9 +193,76 @@ TEST_F(TlsHealthProbeTest, HealthPortAnswersForTheTlsMainPortInPlaintext) {
   EXPECT_EQ(stub->Hello(&ctx, hello, &reply).error_code(), grpc::StatusCode::UNIMPLEMENTED);
 
   server->Shutdown(0);
+  // Answers are reused for a second (no self-dial per check): the next one is fresh.
+  absl::SleepFor(absl::Milliseconds(1100));
   const absl::Status down = ProbeHealth(o);
   EXPECT_TRUE(absl::IsFailedPrecondition(down)) << down;
   EXPECT_NE(down.message().find("NOT_SERVING"), std::string::npos) << down;
+}
+
+// A flood of checks on the health port does not make the server dial itself per check: the
+// main port's answer is reused for a second, and concurrent checks share one probe.
+TEST_F(HealthProbeTest, HealthPortChecksShareOneProbeASecond) {
+  std::unique_ptr<RpcServer> server = StartServer();
+  ASSERT_NE(server, nullptr);
+  absl::StatusOr<std::unique_ptr<HealthPort>> port =
+      HealthPort::Start("127.0.0.1", 0, ProbeOptionsFor(config_, server->port()));
+  ASSERT_TRUE(port.ok()) << port.status();
+  HealthProbeOptions o;
+  o.target = absl::StrCat("127.0.0.1:", (*port)->port());
+  const absl::Time start = absl::Now();
+  std::vector<std::thread> threads;
+  std::atomic<int> serving{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 10; ++i) serving += ProbeHealth(o).ok() ? 1 : 0;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(serving.load(), 80);
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  // One probe per second elapsed (and one to begin with), not 80.
+  EXPECT_LE((*port)->probes(), static_cast<uint64_t>(seconds) + 2) << seconds << " s";
+}
+
+// gRPC server reflection lists every method to anyone who connects (no token): off unless
+// asked for (--reflection).
+TEST_F(HealthProbeTest, ReflectionIsOffUnlessAskedFor) {
+  for (bool on : {false, true}) {
+    ServerConfig c;
+    c.port = 0;
+    c.devices = {testing::CpuDevice()};
+    c.reflection = on;
+    absl::StatusOr<std::unique_ptr<RpcServer>> server = RpcServer::Start(c);
+    ASSERT_TRUE(server.ok()) << server.status();
+    std::shared_ptr<grpc::Channel> ch =
+        grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials());
+    grpc::internal::RpcMethod method(
+        "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+        grpc::internal::RpcMethod::BIDI_STREAMING, ch);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> call(
+        grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+            ch.get(), method, &ctx));
+    // ServerReflectionRequest{list_services: ""}: field 7, length-delimited, empty.
+    const std::string request("\x3a\x00", 2);
+    grpc::Slice slice(request);
+    call->Write(grpc::ByteBuffer(&slice, 1));
+    call->WritesDone();
+    grpc::ByteBuffer response;
+    const bool answered = call->Read(&response);
+    while (call->Read(&response)) {
+    }
+    const grpc::Status st = call->Finish();
+    if (on) {
+      EXPECT_TRUE(answered);
+      EXPECT_TRUE(st.ok()) << st.error_message();
+    } else {
+      EXPECT_FALSE(answered);
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED) << st.error_message();
+    }
+  }
 }
 
 TEST_F(HealthProbeTest, ProbeOptionsForAWildcardBindUseLoopback) {

@@ -1,47 +1,92 @@
 // rpc-server's memory quotas: what one session may hold (MemoryReservation, against
-// --session-mem-limit) and the host memory the whole server leaves free (the host reserve,
-// --mem-reserve), with the defaults of both flags.
+// --session-mem-limit), what all sessions together may hold (ServerMemoryBudget, against
+// --mem-budget), and the memory the whole server leaves free (the host reserve,
+// --mem-reserve), with the defaults of these flags. "Host memory" here is what this process
+// may use: the host's physical memory, or its container's memory limit where that is less
+// (server/container_memory.h).
 //
-// MemoryReservation: bytes counted against a session's memory limit while an allocation is
-// being made. Reserve() adds them to the session's counter (refusing what would pass the
-// limit); the destructor takes them off again unless Commit() said that a buffer now holds
-// them (Session::Free gives committed bytes back). So every failure path after the
-// reservation undoes it by returning, with no hand-written rollback.
+// MemoryReservation: bytes counted against a session's memory limit, and the server's
+// budget, while an allocation is being made. Reserve() adds them to both counters (refusing
+// what would pass either); the destructor takes them off again unless Commit() said that a
+// buffer now holds them (Session::Free gives committed bytes back). So every failure path
+// after the reservation undoes it by returning, with no hand-written rollback.
 // Thread-safety: reservations on one counter may be made and dropped from any threads (the
-// counter is one atomic); a single reservation belongs to one thread.
+// counters are atomics); a single reservation belongs to one thread. ServerMemoryBudget is
+// thread-safe.
 #ifndef TENSORGRID_SERVER_MEMORY_RESERVATION_H_
 #define TENSORGRID_SERVER_MEMORY_RESERVATION_H_
 
 #include <atomic>
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace tg::server {
 
+class Metrics;
+
+// The server-wide budget: the sum of everything all sessions hold (their MemoryReservations)
+// stays within it, so that the server's own memory plus every session's fits in the
+// machine (or container) however many sessions share it. Default: the host memory less the
+// host reserve (DefaultServerMemoryBudget); --mem-budget sets it.
+class ServerMemoryBudget {
+ public:
+  // `limit` 0 = no budget (tests, the fuzzer). `metrics` (may be null) gets the budget and
+  // the bytes held as the gauges tg_mem_budget_bytes and tg_mem_held_bytes.
+  explicit ServerMemoryBudget(uint64_t limit, Metrics* metrics = nullptr);
+  ServerMemoryBudget(const ServerMemoryBudget&) = delete;
+  ServerMemoryBudget& operator=(const ServerMemoryBudget&) = delete;
+
+  // Adds `size` to the bytes held when they stay within the budget; RESOURCE_EXHAUSTED
+  // naming the budget, the bytes held, the bytes asked and --mem-budget/--mem-reserve
+  // otherwise, with nothing taken.
+  absl::Status Take(uint64_t size);
+  // Gives back bytes Take took.
+  void Give(uint64_t size);
+
+  uint64_t limit() const { return limit_; }
+  uint64_t held() const { return held_.load(); }
+
+ private:
+  const uint64_t limit_;
+  Metrics* const metrics_;
+  std::atomic<uint64_t> held_{0};
+};
+
 class MemoryReservation {
  public:
-  // Adds `size` to *held when the total stays within `limit` (0 = no limit);
-  // RESOURCE_EXHAUSTED naming the limit, the bytes held and the bytes asked otherwise, with
-  // *held unchanged. `held` must outlive the reservation.
+  // Adds `size` to *held when the total stays within `limit` (0 = no limit), and to
+  // `budget` (null = none) when it stays within that; RESOURCE_EXHAUSTED naming the limit
+  // (the server budget's when both would be passed: raising the session's would not help),
+  // the bytes held and the bytes asked otherwise, with neither counter changed. `held` and
+  // `budget` must outlive the reservation.
   static absl::StatusOr<MemoryReservation> Reserve(std::atomic<uint64_t>* held, uint64_t limit,
-                                                   uint64_t size);
+                                                   uint64_t size,
+                                                   ServerMemoryBudget* budget = nullptr);
 
   MemoryReservation(MemoryReservation&& other) noexcept;
-  MemoryReservation& operator=(MemoryReservation&&) = delete;
+  // Gives back what this one holds (unless committed), then takes over `other`'s.
+  MemoryReservation& operator=(MemoryReservation&& other) noexcept;
   MemoryReservation(const MemoryReservation&) = delete;
   MemoryReservation& operator=(const MemoryReservation&) = delete;
   // Gives the bytes back unless committed.
   ~MemoryReservation();
 
   // The bytes now belong to whatever was allocated: the destructor leaves them counted.
-  void Commit() { held_ = nullptr; }
+  void Commit() {
+    held_ = nullptr;
+    budget_ = nullptr;
+  }
   uint64_t size() const { return size_; }
 
  private:
-  MemoryReservation(std::atomic<uint64_t>* held, uint64_t size) : held_(held), size_(size) {}
+  MemoryReservation(std::atomic<uint64_t>* held, ServerMemoryBudget* budget, uint64_t size)
+      : held_(held), budget_(budget), size_(size) {}
+  void Release();  // gives the bytes back unless committed.
 
   std::atomic<uint64_t>* held_;  // nullptr once committed or moved from.
+  ServerMemoryBudget* budget_;   // nullptr once committed or moved from, or without one.
   uint64_t size_;
 };
 
@@ -57,6 +102,14 @@ uint64_t HostMemoryReserve();
 // The host's physical memory, and what the kernel can still hand out without swapping
 // (/proc/meminfo's MemAvailable: free pages plus reclaimable page cache; the free pages
 // where that file cannot be read).
+uint64_t PhysicalMemoryTotal();
+uint64_t PhysicalMemoryAvailable();
+
+// The memory this process may use: the physical memory, or its container's limit where that
+// is less; and what of it is still available: the least of MemAvailable and the container's
+// headroom (limit less its working set). Every judgment of host memory in server/ uses these.
+// Both come from a reading at most 10 ms old (reading the files costs more than a small
+// allocation).
 uint64_t HostMemoryTotal();
 uint64_t HostMemoryAvailable();
 
@@ -87,6 +140,11 @@ void BoundHostHeap();
 uint64_t DefaultHostMemoryReserve(uint64_t host_total);
 uint64_t DefaultSessionMemLimit(uint64_t host_total, bool serves_host_memory, uint64_t reserve,
                                 uint64_t device_bytes);
+// The default (auto) of --mem-budget: the host memory above the reserve, when a served
+// device keeps its buffers in host memory, plus every other served device's memory; never 0,
+// which means no budget.
+uint64_t DefaultServerMemoryBudget(uint64_t host_total, bool serves_host_memory, uint64_t reserve,
+                                   uint64_t device_bytes);
 
 }  // namespace tg::server
 

@@ -144,6 +144,100 @@ TEST(MemoryDefaultsTest, SessionGetsHalfOfWhatSessionsMayUse) {
   EXPECT_EQ(DefaultSessionMemLimit(kGiB, true, 2 * kGiB, 0), 1u);
 }
 
+TEST(MemoryDefaultsTest, BudgetIsWhatSessionsMayUseTogether) {
+  // A 1 GiB container: the reserve is half of it, the budget the other half.
+  const uint64_t reserve = DefaultHostMemoryReserve(kGiB);
+  EXPECT_EQ(DefaultServerMemoryBudget(kGiB, true, reserve, 0), kGiB / 2);
+  // A GPU host serving only its GPU: the GPU's memory; both: the sum.
+  EXPECT_EQ(DefaultServerMemoryBudget(128 * kGiB, false, 8 * kGiB, 80 * kGiB), 80 * kGiB);
+  EXPECT_EQ(DefaultServerMemoryBudget(128 * kGiB, true, 8 * kGiB, 80 * kGiB), 200 * kGiB);
+  // A reserve above the host: nothing fits, yet never 0 (no budget).
+  EXPECT_EQ(DefaultServerMemoryBudget(kGiB, true, 2 * kGiB, 0), 1u);
+}
+
+TEST(HostMemoryReserveTest, ContainerAwareNeverAboveThePhysical) {
+  EXPECT_LE(HostMemoryTotal(), PhysicalMemoryTotal());
+  // Two readings of a value the host changes all the time: a margin between them.
+  constexpr uint64_t kDrift = uint64_t{256} << 20;
+  EXPECT_LE(HostMemoryAvailable(), PhysicalMemoryAvailable() + kDrift);
+}
+
+TEST(ServerMemoryBudgetTest, TakesAndGivesWithinTheBudget) {
+  ServerMemoryBudget budget(1000);
+  EXPECT_TRUE(budget.Take(600).ok());
+  absl::Status s = budget.Take(401);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  for (const char* part : {"server memory budget of 1000 bytes", "hold 600", "401 asked",
+                           "--mem-budget", "--mem-reserve"}) {
+    EXPECT_NE(s.message().find(part), std::string::npos) << s;
+  }
+  EXPECT_EQ(budget.held(), 600u);
+  EXPECT_TRUE(budget.Take(400).ok());  // exactly up to the budget.
+  EXPECT_FALSE(budget.Take(UINT64_MAX).ok());
+  budget.Give(1000);
+  EXPECT_EQ(budget.held(), 0u);
+  ServerMemoryBudget none(0);
+  EXPECT_TRUE(none.Take(uint64_t{1} << 60).ok());
+}
+
+TEST(ServerMemoryBudgetTest, ReservationsChargeTheSessionAndTheBudget) {
+  ServerMemoryBudget budget(1000);
+  std::atomic<uint64_t> a{0};
+  std::atomic<uint64_t> b{0};
+  {
+    absl::StatusOr<MemoryReservation> ra = MemoryReservation::Reserve(&a, 800, 500, &budget);
+    ASSERT_TRUE(ra.ok()) << ra.status();
+    EXPECT_EQ(budget.held(), 500u);
+    ra->Commit();
+    // Within b's own limit, not within what the budget has left: the budget is named.
+    absl::StatusOr<MemoryReservation> rb = MemoryReservation::Reserve(&b, 800, 600, &budget);
+    ASSERT_FALSE(rb.ok());
+    EXPECT_NE(rb.status().message().find("--mem-budget"), std::string::npos) << rb.status();
+    EXPECT_EQ(b.load(), 0u);
+    // Past both: still the budget, which raising the session's limit would not help.
+    rb = MemoryReservation::Reserve(&b, 100, 2000, &budget);
+    EXPECT_NE(rb.status().message().find("--mem-budget"), std::string::npos) << rb.status();
+    // Past the session's limit only: the session's is named, and the budget is untouched.
+    rb = MemoryReservation::Reserve(&b, 100, 200, &budget);
+    ASSERT_FALSE(rb.ok());
+    EXPECT_NE(rb.status().message().find("--session-mem-limit"), std::string::npos)
+        << rb.status();
+    EXPECT_EQ(budget.held(), 500u);
+    // Not committed: given back to both when dropped; a move assignment gives back the
+    // overwritten one's.
+    rb = MemoryReservation::Reserve(&b, 800, 300, &budget);
+    ASSERT_TRUE(rb.ok());
+    EXPECT_EQ(budget.held(), 800u);
+    rb = MemoryReservation::Reserve(&b, 800, 100, &budget);
+    ASSERT_TRUE(rb.ok());
+    EXPECT_EQ(budget.held(), 600u);
+    EXPECT_EQ(b.load(), 100u);
+  }
+  EXPECT_EQ(budget.held(), 500u);  // the committed one stays.
+  EXPECT_EQ(a.load(), 500u);
+  EXPECT_EQ(b.load(), 0u);
+}
+
+TEST(ServerMemoryBudgetTest, ConcurrentSessionsNeverPassTheBudget) {
+  constexpr int kThreads = 8;
+  constexpr int kRounds = 100000;
+  ServerMemoryBudget budget(1000);
+  std::atomic<bool> passed{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      std::atomic<uint64_t> session{0};  // each thread a session of its own.
+      for (int i = 0; i < kRounds; ++i) {
+        absl::StatusOr<MemoryReservation> r = MemoryReservation::Reserve(&session, 0, 300, &budget);
+        if (budget.held() > 1000) passed = true;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_FALSE(passed.load());
+  EXPECT_EQ(budget.held(), 0u);
+}
+
 // Buffers that come and go on several threads, as sessions' do, each larger one freed before
 // a smaller one is asked for: glibc would raise its mmap threshold with the first and serve
 // the next from a thread's arena, where it stays once freed. Bounded, all go back.

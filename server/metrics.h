@@ -32,7 +32,15 @@ class Metrics {
   Metrics& operator=(const Metrics&) = delete;
 
   // Serves /metrics on host:port (port 0 picks a free one); UNAVAILABLE when it cannot bind.
-  absl::Status StartExposer(const std::string& host, int port);
+  // With a `token`, a request without `Authorization: Bearer <token>` is answered 401 (the
+  // token compared in constant time). Each connection gets kExposerThreads workers to share
+  // and kExposerRequestTimeout to send its request: connections that open and send nothing
+  // (half-open) hold a worker that long at most, and never the whole exposer.
+  absl::Status StartExposer(const std::string& host, int port, const std::string& token = "");
+  // Worker threads of the exposer (civetweb: one per connection being served).
+  static constexpr int kExposerThreads = 16;
+  // How long a connection may take to send its request, or to take the reply.
+  static constexpr absl::Duration kExposerRequestTimeout = absl::Seconds(1);
   int exposer_port() const { return exposer_port_; }  // 0 when not serving.
   // Stops serving /metrics, within milliseconds (the destructor calls it). Not concurrently
   // with StartExposer.
@@ -42,12 +50,19 @@ class Metrics {
   void SessionClosed();
   void BufferAllocated(uint64_t bytes);
   void BufferFreed(uint64_t bytes);
+  // The server memory budget (ServerMemoryBudget; 0 = none) and changes of what all sessions
+  // hold against it: the gauges tg_mem_budget_bytes and tg_mem_held_bytes.
+  void SetMemBudget(uint64_t bytes);
+  void MemHeldChanged(double delta_bytes);
   void Request(int code);  // absl::StatusCode of a session command's reply.
   void UploadBytes(uint64_t bytes);
   void CacheHitBytes(uint64_t bytes);
   void DownloadBytes(uint64_t bytes);
   void ComputeRun();
   void PeerCopyBytes(uint64_t bytes);
+  // Pieces peers delivered that wait in a mailbox (tg_peer_mailbox_bytes) grew or shrank.
+  void PeerMailboxBytes(double delta_bytes);
+  double peer_mailbox_bytes() const;
   void SetCacheBytes(uint64_t bytes);
   // Weight bytes read from --model-dir files into buffers (none of them crossed the network).
   void ModelFileBytes(uint64_t bytes);
@@ -65,6 +80,7 @@ class Metrics {
   double sessions_active() const;
   double buffers() const;
   double buffer_bytes() const;
+  double mem_held_bytes() const;
   double upload_bytes() const;
   double cache_hit_bytes() const;
   double model_file_bytes() const;
@@ -78,16 +94,20 @@ class Metrics {
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::string exposer_host_;
   int exposer_port_ = 0;
+  bool exposer_token_ = false;  // exposer_port_ is in the process-wide table of tokens.
   prometheus::Gauge* sessions_active_;
   prometheus::Gauge* buffers_;
   prometheus::Gauge* buffer_bytes_;
   prometheus::Gauge* cache_bytes_;
+  prometheus::Gauge* mem_budget_;
+  prometheus::Gauge* mem_held_;
   prometheus::Counter* sessions_total_;
   prometheus::Counter* upload_bytes_;
   prometheus::Counter* cache_hit_bytes_;
   prometheus::Counter* download_bytes_;
   prometheus::Counter* compute_total_;
   prometheus::Counter* peer_copy_bytes_;
+  prometheus::Gauge* peer_mailbox_bytes_;
   prometheus::Counter* model_file_bytes_;
   prometheus::Gauge* model_dir_files_;
   prometheus::Counter* upload_seconds_;

@@ -2,7 +2,16 @@
 // server shutdown does) neither waits out civetweb's 2 s polling round nor leaves the port open.
 #include "server/metrics.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -56,6 +65,50 @@ TEST(MetricsTest, StopWithoutAnExposerIsANoOp) {
   Metrics m;
   m.StopExposer();
   EXPECT_EQ(m.exposer_port(), 0);
+}
+
+TEST(MetricsTest, ATokenIsRequiredWhenGiven) {
+  Metrics m;
+  ASSERT_TRUE(m.StartExposer("127.0.0.1", 0, "s3cret").ok());
+  m.SessionOpened();
+  for (const std::string& headers : {std::string(), std::string("Authorization: Bearer wrong\r\n"),
+                                     std::string("Authorization: Basic czNjcmV0\r\n"),
+                                     std::string("Authorization: Bearer s3cret2\r\n")}) {
+    const std::string reply = testing::ScrapeMetrics(m.exposer_port(), headers);
+    EXPECT_TRUE(absl::StartsWith(reply, "HTTP/1.1 401")) << headers << ": " << reply;
+    EXPECT_FALSE(absl::StrContains(reply, "tg_sessions_total")) << headers;
+  }
+  const std::string reply =
+      testing::ScrapeMetrics(m.exposer_port(), "Authorization: Bearer s3cret\r\n");
+  EXPECT_TRUE(absl::StrContains(reply, " 200 ")) << reply;
+  EXPECT_TRUE(absl::StrContains(reply, "\ntg_sessions_total 1\n")) << reply;
+  // Another exposer of the process without a token is not affected.
+  Metrics open;
+  ASSERT_TRUE(open.StartExposer("127.0.0.1", 0).ok());
+  EXPECT_TRUE(absl::StrContains(testing::ScrapeMetrics(open.exposer_port()), "tg_sessions_total"));
+}
+
+// Connections that open and send nothing (half-open) do not block a scrape: each holds one of
+// several workers, and only for the request timeout.
+TEST(MetricsTest, HalfOpenConnectionsDoNotBlockAScrape) {
+  Metrics m;
+  ASSERT_TRUE(m.StartExposer("127.0.0.1", 0).ok());
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(m.exposer_port()));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  std::vector<int> idle;
+  for (int i = 0; i < 8; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    idle.push_back(fd);
+  }
+  absl::SleepFor(absl::Milliseconds(100));  // the workers have taken them.
+  const absl::Time start = absl::Now();
+  const std::string text = testing::ScrapeMetrics(m.exposer_port());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_TRUE(absl::StrContains(text, "tg_sessions_total")) << text;
+  for (int fd : idle) close(fd);
 }
 
 }  // namespace

@@ -1,8 +1,6 @@
 #include "server/peer_allow_list.h"
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <netdb.h>
 #include <sys/socket.h>
 
@@ -136,13 +134,6 @@ bool InPrefix(const std::array<uint8_t, 16>& net, const std::array<uint8_t, 16>&
   return masked == net;
 }
 
-// The prefix length of a netmask (its leading one bits).
-int PrefixOf(const Address& mask) {
-  int n = 0;
-  while (n < Bits(mask.v6) && (mask.bytes[n / 8] & (0x80 >> (n % 8))) != 0) ++n;
-  return n;
-}
-
 // Every address `host` resolves to (itself when it is one); empty when it does not resolve.
 std::vector<Address> Resolve(const std::string& host) {
   if (std::optional<Address> a = ParseAddress(host)) return {*a};
@@ -200,6 +191,7 @@ absl::Status PeerAllowList::AddEntry(absl::string_view entry, PeerAllowList& out
         absl::StrCat(what, ": not a host name, address, host:port or CIDR range"));
   }
   out.names_.push_back({absl::AsciiStrToLower(hp.host), hp.port});
+  if (out.name_cache_ == nullptr) out.name_cache_ = std::make_shared<NameCache>();
   return absl::OkStatus();
 }
 
@@ -218,30 +210,7 @@ absl::StatusOr<PeerAllowList> PeerAllowList::Parse(absl::string_view list) {
   return out;
 }
 
-PeerAllowList PeerAllowList::Default() {
-  PeerAllowList out = *Parse("127.0.0.0/8,::1");
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return out;
-  for (const ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    if ((i->ifa_flags & IFF_UP) == 0) continue;
-    std::optional<Address> addr = FromSockaddr(i->ifa_addr);
-    std::optional<Address> mask = FromSockaddr(i->ifa_netmask);
-    if (!addr.has_value() || !mask.has_value() || addr->v6 != mask->v6) continue;
-    Range r;
-    r.v6 = addr->v6;
-    r.addr = addr->bytes;
-    r.prefix = PrefixOf(*mask);
-    // A /0 "subnet" would be the whole internet: keep the interface's own address only.
-    if (r.prefix == 0) r.prefix = Bits(r.v6);
-    ClearHostBits(r.addr, r.prefix);
-    const bool seen = std::any_of(out.ranges_.begin(), out.ranges_.end(), [&](const Range& o) {
-      return o.v6 == r.v6 && o.addr == r.addr && o.prefix == r.prefix;
-    });
-    if (!seen) out.ranges_.push_back(r);
-  }
-  freeifaddrs(list);
-  return out;
-}
+PeerAllowList PeerAllowList::Default() { return *Parse("127.0.0.0/8,::1"); }
 
 bool PeerAllowList::Allows(const Range& address, int port) const {
   return std::any_of(ranges_.begin(), ranges_.end(), [&](const Range& r) {
@@ -262,8 +231,15 @@ absl::StatusOr<PeerTarget> PeerAllowList::Check(absl::string_view endpoint) cons
   }
   const bool literal = ParseAddress(hp.host).has_value();
   if (literal || ValidName(hp.host)) {
+    // A name entry allows the addresses it resolves to, under any name (a service's name
+    // covers its replicas: rpc-server-1.rpc-server is one of rpc-server's addresses).
+    const std::vector<Range> named = NamedAddresses();
     for (const Address& a : Resolve(hp.host)) {
-      if (!Allows(Range{a.v6, a.bytes, Bits(a.v6), 0}, hp.port)) continue;
+      const Range r{a.v6, a.bytes, Bits(a.v6), 0};
+      const bool by_name = std::any_of(named.begin(), named.end(), [&](const Range& n) {
+        return n.v6 == r.v6 && n.addr == r.addr && (n.port == 0 || n.port == hp.port);
+      });
+      if (!by_name && !Allows(r, hp.port)) continue;
       const std::string addr = FormatAddress(a);
       return PeerTarget{
           a.v6 ? absl::StrCat("[", addr, "]:", hp.port) : absl::StrCat(addr, ":", hp.port),
@@ -273,8 +249,43 @@ absl::StatusOr<PeerTarget> PeerAllowList::Check(absl::string_view endpoint) cons
   return absl::PermissionDeniedError(
       absl::StrCat(endpoint,
                    " is not an allowed peer of this server: no connection was made (rpc-server "
-                   "--peers lists the hosts, host:port and CIDR ranges it may copy from; "
-                   "default: loopback and its own subnets)"));
+                   "--peers lists the hosts, host:port and CIDR ranges of its peers; "
+                   "default: loopback only)"));
+}
+
+std::vector<PeerAllowList::Range> PeerAllowList::NamedAddresses() const {
+  if (name_cache_ == nullptr) return {};
+  absl::MutexLock lock(&name_cache_->mu);
+  const absl::Time now = absl::Now();
+  if (now - name_cache_->resolved > kNameTtl) {
+    name_cache_->addresses.clear();
+    for (const Name& n : names_) {
+      for (const Address& a : Resolve(n.host)) {
+        name_cache_->addresses.push_back(Range{a.v6, a.bytes, Bits(a.v6), n.port});
+      }
+    }
+    name_cache_->resolved = now;
+  }
+  return name_cache_->addresses;
+}
+
+absl::Status PeerAllowList::CheckCaller(absl::string_view caller) const {
+  const std::string what = absl::StrCat("peer call from '", caller, "'");
+  std::optional<Address> address;
+  absl::StatusOr<HostPort> hp = SplitHostPort(caller, what);
+  if (hp.ok()) address = ParseAddress(hp->host);
+  if (address.has_value()) {
+    auto inside = [&](const Range& r) {
+      return r.v6 == address->v6 && InPrefix(r.addr, address->bytes, r.prefix);
+    };
+    if (std::any_of(ranges_.begin(), ranges_.end(), inside)) return absl::OkStatus();
+    const std::vector<Range> named = NamedAddresses();
+    if (std::any_of(named.begin(), named.end(), inside)) return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      what,
+      " refused: not an allowed peer of this server (rpc-server --peers lists the hosts, "
+      "host:port and CIDR ranges of its peers; default: loopback only)"));
 }
 
 std::string PeerAllowList::ToString() const {

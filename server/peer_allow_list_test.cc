@@ -1,5 +1,6 @@
 // Tests of server/peer_allow_list: --peers parsing, which endpoints it lets a server connect
-// to (and the address it dials), and the default of loopback plus the host's own subnets.
+// to (and the address it dials), which callers it takes peer calls from, and the default of
+// loopback only.
 #include "server/peer_allow_list.h"
 
 #include <arpa/inet.h>
@@ -119,21 +120,48 @@ bool OwnIpv4(in_addr* addr, int* prefix) {
   return found;
 }
 
-TEST(PeerAllowListTest, DefaultIsLoopbackAndOwnSubnets) {
+TEST(PeerAllowListTest, DefaultIsLoopbackOnly) {
   const PeerAllowList l = PeerAllowList::Default();
+  EXPECT_EQ(l.ToString(), "127.0.0.0/8,::1");
   ExpectDialledAsGiven(l, {"127.0.0.1:50052", "127.9.9.9:1", "[::1]:50052"});
   // TEST-NET-3 (RFC 5737): documentation only, never a real subnet of a test machine.
   ExpectDenied(l, {"203.0.113.9:50052"});
   in_addr own;
   int prefix = 0;
   if (!OwnIpv4(&own, &prefix)) GTEST_SKIP() << "no IPv4 interface besides loopback";
-  // Another host of the same subnet: the last host bit flipped.
+  // Another host of the same subnet is no peer unless --peers names it.
   const uint32_t host = ntohl(own.s_addr) ^ 1u;
   char text[INET_ADDRSTRLEN];
   in_addr neighbour = {htonl(host)};
   inet_ntop(AF_INET, &neighbour, text, sizeof(text));
   const std::string endpoint = std::string(text) + ":50052";
-  EXPECT_EQ(Dial(l, endpoint.c_str()), endpoint) << l.ToString();
+  EXPECT_EQ(Dial(l, endpoint.c_str()), "PERMISSION_DENIED") << l.ToString();
+  EXPECT_EQ(l.CheckCaller(endpoint).code(), absl::StatusCode::kPermissionDenied);
+}
+
+TEST(PeerAllowListTest, CallersAreCheckedByAddressWhateverTheirPort) {
+  const PeerAllowList l = List("10.1.2.3/16,192.168.5.7:9000,localhost,fd00::/8");
+  for (const char* ok : {"10.1.200.4:40000", "192.168.5.7:51234", "127.0.0.1:5", "[fd00::9]:80",
+                         "10.1.0.1", "[::ffff:10.1.9.9]:7"}) {
+    EXPECT_TRUE(l.CheckCaller(ok).ok()) << ok << ": " << l.CheckCaller(ok);
+  }
+  for (const char* bad :
+       {"10.2.0.1:40000", "192.168.5.8:9000", "[fe80::1]:80", "unix:/tmp/s", "", "localhost:80"}) {
+    const absl::Status s = l.CheckCaller(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << bad;
+    EXPECT_NE(s.message().find("--peers"), std::string::npos) << s;
+  }
+  EXPECT_EQ(PeerAllowList::Default().CheckCaller("10.9.9.9:1").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(PeerAllowList::Default().CheckCaller("[::1]:1").ok());
+  EXPECT_EQ(List("none").CheckCaller("127.0.0.1:1").code(), absl::StatusCode::kPermissionDenied);
+}
+
+TEST(PeerAllowListTest, ANameAllowsWhatItResolvesToUnderAnyName) {
+  // A service's name (localhost here) covers its replicas' own names and addresses.
+  EXPECT_EQ(Dial(List("localhost"), "127.0.0.1:50052"), "127.0.0.1:50052");
+  EXPECT_EQ(Dial(List("localhost:7"), "127.0.0.1:8"), "PERMISSION_DENIED");
+  EXPECT_EQ(Dial(List("localhost"), "127.0.0.2:50052"), "PERMISSION_DENIED");
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
 #include "proto/grpc_channel.h"
+#include "proto/protocol.h"
 #include "server/log.h"
 #include "tensorgrid/v1/tensorgrid.grpc.pb.h"
 
@@ -69,6 +70,10 @@ absl::Status PeerClient::PeerStatus(const std::string& endpoint, const grpc::Sta
                       absl::StrCat(call, " from ", endpoint, ": ", status.error_message()));
 }
 
+void PeerClient::Authorize(const std::string& token, grpc::ClientContext* context) {
+  if (!token.empty()) context->AddMetadata(rpc::kAuthMetadataKey, absl::StrCat("Bearer ", token));
+}
+
 absl::Status PeerClient::CheckAlive(const std::string& endpoint, int* failures) {
   TG_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, ChannelFor(endpoint));
   // try_to_connect: a channel that went idle when its connection closed dials again, so
@@ -103,6 +108,7 @@ absl::Status PeerClient::Pull(const std::string& endpoint, const std::string& gr
   auto stub = pb::TensorGrid::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + kPullDeadline);
+  Authorize(options_.auth_token, &ctx);
   pb::PeerCopyRequest req;
   req.set_grant(grant);
   req.set_offset(src_offset);

@@ -2,7 +2,9 @@
 // against the allow-list (--peers) before anything is sent, opens and caches one gRPC channel
 // per peer, and streams a granted range from the peer's PeerCopy into a local buffer.
 // Plaintext unless a CA bundle (--peer-tls-ca) is given; with --peer-tls-cert/--peer-tls-key
-// it presents a client certificate to peers that require mutual TLS. Thread-safe.
+// it presents a client certificate to peers that require mutual TLS. Every peer call carries
+// this server's own bearer token (--auth-token-file; the servers of a cluster share one),
+// which peers with a token require of peer calls. Thread-safe.
 #ifndef TENSORGRID_SERVER_PEER_CLIENT_H_
 #define TENSORGRID_SERVER_PEER_CLIENT_H_
 
@@ -23,6 +25,7 @@
 
 namespace grpc {
 class Channel;
+class ClientContext;
 class Status;
 }  // namespace grpc
 
@@ -33,6 +36,8 @@ struct PeerClientOptions {
   // ca_pem empty: plaintext; cert_pem/key_pem: this server's client certificate (mTLS).
   // target_name is set per peer.
   rpc::ChannelTls tls;
+  // This server's bearer token, sent on every peer call; empty: none.
+  std::string auth_token;
 };
 
 class PeerClient {
@@ -65,6 +70,10 @@ class PeerClient {
   // a channel dialing again, or idle, says nothing either way).
   absl::Status CheckAlive(const std::string& endpoint, int* failures) ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr int kFailedPolls = 2;
+
+  // Adds `token` (unless empty) to a peer call as its bearer token.
+  static void Authorize(const std::string& token, grpc::ClientContext* context);
+  const std::string& auth_token() const { return options_.auth_token; }
 
  private:
   struct Peer {

@@ -63,6 +63,7 @@ absl::Status PeerPushes::Send(const pb::PeerPush& cmd,
     grpc::ClientContext ctx;
     ctx.set_wait_for_ready(wait_for_ready);
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + limit));
+    PeerClient::Authorize(peers_->auth_token(), &ctx);
     pb::PeerDeliverReply reply;
     return stub->PeerDeliver(&ctx, request, &reply);
   };
@@ -112,16 +113,19 @@ absl::Status PeerPushes::Receive(const pb::PeerDeliverRequest& request) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "peer_deliver: %d bytes in one delivery (at most %d)", total, kMaxPushBytes));
   }
-  for (const pb::DeliveredPiece& p : request.pieces()) {
-    absl::Status s = mailbox_.Put(KeyOf(p.grant(), p.tag()), p.data());
+  for (int i = 0; i < request.pieces_size(); ++i) {
+    const pb::DeliveredPiece& p = request.pieces(i);
+    absl::Status s = mailbox_.Put(KeyOf(p.grant(), p.tag()), p.data(), "peer_deliver");
     if (absl::IsAlreadyExists(s)) {
-      return absl::AlreadyExistsError(
+      s = absl::AlreadyExistsError(
           absl::StrFormat("peer_deliver: the piece tagged %d came twice", p.tag()));
     }
     if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrFormat("peer_deliver: pieces nobody awaited yet "
-                                                    "fill the mailbox (%d bytes held)",
-                                                    mailbox_.held_bytes()));
+      // The pieces filed before it go again (uncharged), so that a retry files them anew.
+      for (int j = 0; j < i; ++j) {
+        mailbox_.Discard(KeyOf(request.pieces(j).grant(), request.pieces(j).tag()));
+      }
+      return s;
     }
   }
   if (metrics_ != nullptr) metrics_->PeerCopyBytes(total);

@@ -8,7 +8,8 @@
 // destination session made is the capability). Await runs a session's AwaitPush: it takes
 // its piece, waiting for it while watching the source's channel (a source that is gone is
 // "peer unreachable" within about a second), and writes it into the buffer. Peers are
-// reached through PeerClient (--peers, the peer TLS options). Thread-safe.
+// reached through PeerClient (--peers, the peer TLS options, this server's token).
+// Thread-safe.
 #ifndef TENSORGRID_SERVER_PEER_PUSHES_H_
 #define TENSORGRID_SERVER_PEER_PUSHES_H_
 
@@ -55,7 +56,11 @@ class PeerPushes {
   // fuzzer, which has no peer to wait for).
   PeerPushes(PeerClient* peers, GrantTable* grants, Metrics* metrics,
              absl::Duration piece_wait = kPieceWait)
-      : peers_(peers), grants_(grants), metrics_(metrics), piece_wait_(piece_wait) {}
+      : peers_(peers),
+        grants_(grants),
+        metrics_(metrics),
+        piece_wait_(piece_wait),
+        mailbox_(grants) {}
 
   // The checks of a PeerPush that need no buffer: INVALID_ARGUMENT naming the value.
   static absl::Status Check(const tensorgrid::v1::PeerPush& cmd);
@@ -64,6 +69,9 @@ class PeerPushes {
   absl::Status Send(const tensorgrid::v1::PeerPush& cmd,
                     absl::Span<const std::shared_ptr<SessionBuffer>> sources);
   // A peer's PeerDeliver: NOT_FOUND for a grant this server did not make (nothing is filed).
+  // Each piece is charged to the session that made its grant (MailboxAccount): one that would
+  // pass that session's cap is RESOURCE_EXHAUSTED naming the numbers, and nothing of the
+  // delivery is kept. A grant's pieces go, uncharged, when it is revoked.
   absl::Status Receive(const tensorgrid::v1::PeerDeliverRequest& request);
   // Runs an AwaitPush into `dst`, whose grant in the waiting session is `grant`.
   //

@@ -19,8 +19,9 @@ constexpr absl::Duration kEndReasonWait = absl::Seconds(2);
 }  // namespace
 
 PeerReduceStream::PeerReduceStream(const std::shared_ptr<grpc::Channel>& channel,
-                                   std::string endpoint)
+                                   std::string endpoint, const std::string& auth_token)
     : endpoint_(std::move(endpoint)), stub_(pb::TensorGrid::NewStub(channel)) {
+  PeerClient::Authorize(auth_token, &context_);
   stub_->async()->PeerReduceStream(&context_, this);
   // The peer never sends: this read completes when the call ends, whoever ends it.
   StartRead(&ignored_);

@@ -27,8 +27,10 @@ namespace tg::server {
 class PeerReduceStream final : public grpc::ClientBidiReactor<tensorgrid::v1::PeerReduceRequest,
                                                               tensorgrid::v1::PeerReduceReply> {
  public:
-  // Starts the call on `channel` to `endpoint` (the name errors carry).
-  PeerReduceStream(const std::shared_ptr<grpc::Channel>& channel, std::string endpoint);
+  // Starts the call on `channel` to `endpoint` (the name errors carry), with `auth_token` as
+  // its bearer token unless empty (peers with --auth-token-file require this server's).
+  PeerReduceStream(const std::shared_ptr<grpc::Channel>& channel, std::string endpoint,
+                   const std::string& auth_token = "");
   ~PeerReduceStream() override;
 
   // Queues `piece`; the reason the call ended, if it has.

@@ -3,28 +3,62 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace tg::server {
 
-absl::Status ReduceMailbox::Put(PieceKey key, std::string data) {
+ReduceMailbox::ReduceMailbox(GrantTable* grants) : grants_(grants) {
+  if (grants_ != nullptr) grants_->AddListener(this);
+}
+
+ReduceMailbox::~ReduceMailbox() {
+  if (grants_ != nullptr) grants_->RemoveListener(this);
+  absl::MutexLock lock(&mu_);
+  for (auto it = pieces_.begin(); it != pieces_.end();) EraseLocked(it++);
+}
+
+absl::Status ReduceMailbox::Put(PieceKey key, std::string data, absl::string_view what) {
+  const size_t n = data.size();
+  std::shared_ptr<GrantRecord> record;
+  std::shared_ptr<MailboxAccount> account;
+  if (grants_ != nullptr) {
+    record = grants_->FindRecord(key.grant);
+    if (record == nullptr)
+      return absl::NotFoundError(absl::StrCat(what, ": unknown or revoked grant"));
+    account = record->account;
+  }
+  // Charged before the piece is filed, outside mu_ (the session's charge may wait on locks of
+  // its own); every refusal below gives it back.
+  if (account != nullptr) {
+    if (absl::Status s = account->Charge(n); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+    }
+  }
   absl::MutexLock lock(&mu_);
   const absl::Time now = absl::Now();
   if (now - last_sweep_ > kStaleAfter / 4) DropStaleLocked(now);
-  if (held_ + data.size() > kMaxHeldBytes) {
+  if (account == nullptr && unaccounted_ + n > kMaxUnaccountedBytes) {
     return absl::ResourceExhaustedError(
-        absl::StrFormat("peer_reduce: %d bytes already held for collectives not yet run here "
-                        "(limit %d); the piece of %d bytes is refused",
-                        held_, kMaxHeldBytes, data.size()));
+        absl::StrFormat("%s: %d bytes already held for work not yet run here (limit %d); the "
+                        "piece of %d bytes is refused",
+                        what, unaccounted_, kMaxUnaccountedBytes, n));
   }
-  const size_t n = data.size();
-  auto [it, inserted] = pieces_.try_emplace(std::move(key), Piece{std::move(data), now});
+  auto [it, inserted] =
+      pieces_.try_emplace(std::move(key), Piece{std::move(data), n, now, account});
   if (!inserted) {
-    return absl::AlreadyExistsError(
-        absl::StrFormat("peer_reduce: collective %d step %d part %d came twice",
-                        it->first.collective, it->first.step, it->first.part));
+    if (account != nullptr) account->Refund(n);
+    return absl::AlreadyExistsError(absl::StrFormat("%s: collective %d step %d part %d came twice",
+                                                    what, it->first.collective, it->first.step,
+                                                    it->first.part));
   }
   held_ += n;
+  if (account == nullptr) unaccounted_ += n;
+  // A revocation whose sweep ran before this piece was filed: the piece goes now.
+  if (record != nullptr && record->revoked) {
+    EraseLocked(it);
+    return absl::NotFoundError(absl::StrCat(what, ": unknown or revoked grant"));
+  }
   return absl::OkStatus();
 }
 
@@ -39,8 +73,7 @@ absl::StatusOr<std::string> ReduceMailbox::Take(const PieceKey& key, absl::Time 
       auto it = pieces_.find(key);
       if (it != pieces_.end()) {
         std::string data = std::move(it->second.data);
-        held_ -= data.size();
-        pieces_.erase(it);
+        EraseLocked(it);
         return data;
       }
     }
@@ -53,12 +86,38 @@ absl::StatusOr<std::string> ReduceMailbox::Take(const PieceKey& key, absl::Time 
   }
 }
 
+void ReduceMailbox::EraseLocked(Pieces::iterator it) {
+  const Piece& p = it->second;
+  held_ -= p.size;
+  if (p.account != nullptr) {
+    p.account->Refund(p.size);
+  } else {
+    unaccounted_ -= p.size;
+  }
+  pieces_.erase(it);
+}
+
 void ReduceMailbox::Drop(const std::string& grant, uint64_t collective) {
   absl::MutexLock lock(&mu_);
   for (auto it = pieces_.begin(); it != pieces_.end();) {
     if (it->first.grant == grant && it->first.collective == collective) {
-      held_ -= it->second.data.size();
-      pieces_.erase(it++);
+      EraseLocked(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void ReduceMailbox::Discard(const PieceKey& key) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = pieces_.find(key); it != pieces_.end()) EraseLocked(it);
+}
+
+void ReduceMailbox::Revoked(const std::string& grant) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = pieces_.begin(); it != pieces_.end();) {
+    if (it->first.grant == grant) {
+      EraseLocked(it++);
     } else {
       ++it;
     }
@@ -74,8 +133,7 @@ void ReduceMailbox::DropStaleLocked(absl::Time now) {
   last_sweep_ = now;
   for (auto it = pieces_.begin(); it != pieces_.end();) {
     if (now - it->second.arrived > kStaleAfter) {
-      held_ -= it->second.data.size();
-      pieces_.erase(it++);
+      EraseLocked(it++);
     } else {
       ++it;
     }

@@ -1,13 +1,17 @@
-// ReduceMailbox: the pieces of all-reduces that peer servers pushed here (PeerReduce), held
-// until this server's part of the same collective takes them. A piece may arrive before
-// that part starts (a faster peer), hence a mailbox rather than a rendezvous. Pieces are
-// keyed by the receiving session's grant, so one session never takes another's. Held bytes
-// are capped; pieces nobody took (a collective that failed here) are dropped when it ends
-// and, failing that, after kStaleAfter. Thread-safe.
+// ReduceMailbox: the pieces peer servers pushed here (PeerReduce pieces of all-reduces, and
+// PeerDeliver pieces of pushes), held until this server's part of the same work takes them.
+// A piece may arrive before that part starts (a faster peer), hence a mailbox rather than a
+// rendezvous. Pieces are keyed by the receiving session's grant, so one session never takes
+// another's, and each is charged to the session that made the grant (its MailboxAccount:
+// that session's memory limit and a cap of its own), so one tenant's pieces never crowd out
+// another's. A grant's pieces are dropped, uncharged, when it is revoked (the buffer freed,
+// the session ended); pieces nobody took (a collective that failed here) are dropped when it
+// ends and, failing that, after kStaleAfter. Thread-safe.
 #ifndef TENSORGRID_SERVER_REDUCE_MAILBOX_H_
 #define TENSORGRID_SERVER_REDUCE_MAILBOX_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <tuple>
 
@@ -18,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/grant_table.h"
 
 namespace tg::server {
 
@@ -38,15 +43,27 @@ struct PieceKey {
   }
 };
 
-class ReduceMailbox {
+class ReduceMailbox final : public RevokeListener {
  public:
-  // Pieces held at most, in bytes: a client's collectives in flight need a few of their
-  // tensors' worth; more is a peer pushing what nobody takes.
-  static constexpr size_t kMaxHeldBytes = size_t{512} << 20;
+  // Pieces held at most, in bytes, of grants that name no account (a mailbox without a
+  // grant table: tests and the fuzzer). Accounted pieces are capped per session instead
+  // (MailboxAccount::kMaxHeldBytes and the session's memory limit).
+  static constexpr size_t kMaxUnaccountedBytes = size_t{512} << 20;
   static constexpr absl::Duration kStaleAfter = absl::Minutes(2);
 
-  // RESOURCE_EXHAUSTED past kMaxHeldBytes; ALREADY_EXISTS for a piece already held.
-  absl::Status Put(PieceKey key, std::string data) ABSL_LOCKS_EXCLUDED(mu_);
+  // `grants` (may be null; else it must outlive the mailbox) names the grants pieces may be
+  // put for and the accounts they are charged to; the mailbox listens for its revocations.
+  explicit ReduceMailbox(GrantTable* grants = nullptr);
+  ~ReduceMailbox() override;
+  ReduceMailbox(const ReduceMailbox&) = delete;
+  ReduceMailbox& operator=(const ReduceMailbox&) = delete;
+
+  // Files a piece. NOT_FOUND for a grant the table does not know (or revoked meanwhile);
+  // RESOURCE_EXHAUSTED, naming the numbers, when the receiving session's account (or, with
+  // no account, kMaxUnaccountedBytes) would pass its cap; ALREADY_EXISTS for a piece already
+  // held. `what` starts every message ("peer_reduce", "peer_deliver").
+  absl::Status Put(PieceKey key, std::string data, absl::string_view what = "peer_reduce")
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Waits for the piece until `deadline`; every `poll` it calls `check`, and gives up with
   // its error (a peer known to be gone). DEADLINE_EXCEEDED names the wait.
   absl::StatusOr<std::string> Take(const PieceKey& key, absl::Time deadline, absl::Duration poll,
@@ -54,18 +71,29 @@ class ReduceMailbox {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Drops every piece of (grant, collective).
   void Drop(const std::string& grant, uint64_t collective) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops one piece (a delivery refused whole after part of it was filed).
+  void Discard(const PieceKey& key) ABSL_LOCKS_EXCLUDED(mu_);
+  // RevokeListener: drops every piece of `grant`.
+  void Revoked(const std::string& grant) override ABSL_LOCKS_EXCLUDED(mu_);
   size_t held_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Piece {
     std::string data;
+    size_t size = 0;  // what was charged (Take moves data out before the erase).
     absl::Time arrived;
+    std::shared_ptr<MailboxAccount> account;  // null: counted in unaccounted_.
   };
+  using Pieces = absl::flat_hash_map<PieceKey, Piece>;
+  // Erases the piece at `it` (other iterators stay valid), giving its bytes back.
+  void EraseLocked(Pieces::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropStaleLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  GrantTable* const grants_;
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<PieceKey, Piece> pieces_ ABSL_GUARDED_BY(mu_);
+  Pieces pieces_ ABSL_GUARDED_BY(mu_);
   size_t held_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t unaccounted_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_sweep_ ABSL_GUARDED_BY(mu_);
 };
 

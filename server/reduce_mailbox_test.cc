@@ -1,11 +1,20 @@
 // ReduceMailbox: a piece put before or while it is waited for is taken once; a wait gives up
 // at its deadline or with the check's error; pieces of a finished collective are dropped;
-// the held bytes are capped; a piece is never handed to another grant.
+// the held bytes are capped; a piece is never handed to another grant. With a grant table:
+// each piece is charged to the session that made its grant, one session's full account never
+// refuses another's pieces, and a revoked grant's pieces go at once, uncharged.
 #include "server/reduce_mailbox.h"
 
+#include <atomic>
+#include <memory>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "backends/register_builtin.h"
+#include "core/registry.h"
 #include "gtest/gtest.h"
+#include "server/grant_table.h"
+#include "server/metrics.h"
 
 namespace tg::server {
 namespace {
@@ -79,12 +88,116 @@ TEST(ReduceMailboxTest, DropRemovesOneCollectivesPieces) {
 
 TEST(ReduceMailboxTest, HeldBytesAreCapped) {
   ReduceMailbox box;
-  const std::string big(ReduceMailbox::kMaxHeldBytes / 2, 'x');
+  const std::string big(ReduceMailbox::kMaxUnaccountedBytes / 2, 'x');
   ASSERT_TRUE(box.Put(Key("g", 1, 0), big).ok());
   ASSERT_TRUE(box.Put(Key("g", 1, 1), big).ok());
   const absl::Status s = box.Put(Key("g", 1, 2), "y");
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
-  EXPECT_EQ(box.held_bytes(), ReduceMailbox::kMaxHeldBytes);
+  EXPECT_EQ(box.held_bytes(), ReduceMailbox::kMaxUnaccountedBytes);
+}
+
+// A session as the mailbox sees it: a buffer to grant and an account charging `limit` bytes.
+struct Tenant {
+  Tenant(GrantTable& grants, uint64_t limit, Metrics* metrics) {
+    EXPECT_TRUE(RegisterBuiltinBackends().ok());
+    absl::StatusOr<std::unique_ptr<Buffer>> b =
+        Registry::Get().CpuDevice()->default_buffer_type()->Allocate(64);
+    EXPECT_TRUE(b.ok()) << b.status();
+    buffer = std::make_shared<SessionBuffer>(*std::move(b), 0, 64, nullptr);
+    account = std::make_shared<MailboxAccount>(
+        "tenant", [this, limit](uint64_t n) { return MemoryReservation::Reserve(&held, limit, n); },
+        [this](uint64_t n) { held -= n; }, metrics);
+    grant = grants.Grant(buffer, account);
+  }
+  std::atomic<uint64_t> held{0};
+  std::shared_ptr<SessionBuffer> buffer;
+  std::shared_ptr<MailboxAccount> account;
+  std::string grant;
+};
+
+TEST(ReduceMailboxTest, PiecesAreChargedToTheSessionThatMadeTheGrant) {
+  GrantTable grants;
+  Metrics metrics;
+  ReduceMailbox box(&grants);
+  Tenant attacker(grants, 1000, &metrics);
+  Tenant honest(grants, 1000, &metrics);
+  const std::string piece(600, 'x');
+  ASSERT_TRUE(box.Put(Key(attacker.grant, 1, 0), piece).ok());
+  EXPECT_EQ(attacker.held.load(), 600u);
+  EXPECT_EQ(attacker.account->held(), 600u);
+  // The attacker's next piece passes its own limit: refused, naming the numbers...
+  const absl::Status full = box.Put(Key(attacker.grant, 1, 1), piece, "peer_deliver");
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_TRUE(absl::StartsWith(full.message(), "peer_deliver: ")) << full;
+  EXPECT_NE(full.message().find("600"), std::string::npos) << full;
+  EXPECT_NE(full.message().find("1000"), std::string::npos) << full;
+  EXPECT_EQ(attacker.held.load(), 600u);
+  // ...while another session's pieces are taken as if it were not there.
+  ASSERT_TRUE(box.Put(Key(honest.grant, 1, 0), piece).ok());
+  EXPECT_EQ(honest.held.load(), 600u);
+  EXPECT_EQ(box.held_bytes(), 1200u);
+  EXPECT_EQ(metrics.peer_mailbox_bytes(), 1200.0);
+  // A piece taken is the taker's: uncharged.
+  ASSERT_TRUE(box.Take(Key(honest.grant, 1, 0), absl::Now() + absl::Seconds(1),
+                       absl::Milliseconds(10), Fine)
+                  .ok());
+  EXPECT_EQ(honest.held.load(), 0u);
+  EXPECT_EQ(metrics.peer_mailbox_bytes(), 600.0);
+  // A grant the table does not know files nothing.
+  EXPECT_EQ(box.Put(Key("made-up", 1, 0), "x").code(), absl::StatusCode::kNotFound);
+  // The same piece twice is refused and charged once.
+  EXPECT_EQ(box.Put(Key(attacker.grant, 1, 0), "y").code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(attacker.held.load(), 600u);
+}
+
+TEST(ReduceMailboxTest, RevokedGrantsPiecesGoAtOnceUncharged) {
+  GrantTable grants;
+  Metrics metrics;
+  ReduceMailbox box(&grants);
+  ReduceMailbox other(&grants);  // every mailbox listens (pushes and all-reduce alike).
+  Tenant t(grants, 0, &metrics);
+  ASSERT_TRUE(box.Put(Key(t.grant, 1, 0), std::string(300, 'a')).ok());
+  ASSERT_TRUE(other.Put(Key(t.grant, 0, 0), std::string(200, 'b')).ok());
+  EXPECT_EQ(t.held.load(), 500u);
+  grants.Revoke(t.grant);
+  EXPECT_EQ(box.held_bytes(), 0u);
+  EXPECT_EQ(other.held_bytes(), 0u);
+  EXPECT_EQ(t.held.load(), 0u);
+  EXPECT_EQ(metrics.peer_mailbox_bytes(), 0.0);
+  EXPECT_EQ(box.Put(Key(t.grant, 1, 1), "x").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(t.held.load(), 0u);
+}
+
+TEST(ReduceMailboxTest, ClosedAccountRefundsEverythingAndRefusesMore) {
+  GrantTable grants;
+  Metrics metrics;
+  ReduceMailbox box(&grants);
+  Tenant t(grants, 0, &metrics);
+  ASSERT_TRUE(box.Put(Key(t.grant, 1, 0), std::string(100, 'a')).ok());
+  t.account->Close();  // the session ended (its grants would be revoked first).
+  EXPECT_EQ(t.held.load(), 0u);
+  EXPECT_EQ(metrics.peer_mailbox_bytes(), 0.0);
+  EXPECT_EQ(box.Put(Key(t.grant, 1, 1), "x").code(), absl::StatusCode::kNotFound);
+  // The piece still filed goes without charging anything back twice.
+  box.Drop(t.grant, 1);
+  EXPECT_EQ(t.held.load(), 0u);
+  EXPECT_EQ(box.held_bytes(), 0u);
+}
+
+TEST(ReduceMailboxTest, OneSessionHoldsAtMostItsShare) {
+  GrantTable grants;
+  ReduceMailbox box(&grants);
+  Tenant t(grants, 0, nullptr);  // no memory limit: the per-session cap still holds.
+  const std::string chunk(64 << 20, 'z');
+  uint64_t filed = 0;
+  absl::Status s;
+  for (uint32_t i = 0; s.ok() && i < 64; ++i) {
+    s = box.Put(Key(t.grant, 1, i), chunk);
+    if (s.ok()) filed += chunk.size();
+  }
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(filed, MailboxAccount::kMaxHeldBytes);
+  EXPECT_EQ(t.held.load(), MailboxAccount::kMaxHeldBytes);
 }
 
 }  // namespace

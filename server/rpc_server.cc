@@ -5,6 +5,8 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -15,6 +17,21 @@
 #include "server/service.h"
 
 namespace tg::server {
+namespace {
+
+// Drops gRPC's reflection plugin from one builder (another server of this process may have
+// initialised it, which adds it to all of them).
+class WithoutReflection : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    std::erase_if(*plugins, [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+      return p->name() == "proto_server_reflection";
+    });
+  }
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const ServerConfig& config) {
   if (config.devices.empty()) return absl::InvalidArgumentError("no devices to serve");
@@ -28,7 +45,8 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const ServerConfig& 
   s->host_ = config.host;
   s->metrics_ = std::make_unique<Metrics>();
   if (config.metrics_port.has_value()) {
-    TG_RETURN_IF_ERROR(s->metrics_->StartExposer(config.host, *config.metrics_port));
+    TG_RETURN_IF_ERROR(s->metrics_->StartExposer(config.metrics_host, *config.metrics_port,
+                                                 config.metrics_token));
   }
   if (!config.cache_dir.empty()) {
     TG_ASSIGN_OR_RETURN(s->cache_, BlobCache::Open(config.cache_dir, config.cache_max_bytes));
@@ -50,10 +68,14 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const ServerConfig& 
   options.auth_token = config.auth_token;
   options.max_sessions = config.max_sessions;
   options.session_mem_limit = config.session_mem_limit;
+  s->budget_ = std::make_unique<ServerMemoryBudget>(config.mem_budget, s->metrics_.get());
+  options.budget = s->budget_.get();
+  options.max_buffers_per_session = config.max_buffers_per_session;
   options.cache = s->cache_.get();
   options.models = s->models_.get();
   options.metrics = s->metrics_.get();
   options.peer = config.peer;
+  options.stream_idle_timeout = config.stream_idle_timeout;
   s->service_ = std::make_unique<TensorGridService>(std::move(options));
 
   std::shared_ptr<grpc::ServerCredentials> creds;
@@ -69,8 +91,14 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const ServerConfig& 
     creds = grpc::SslServerCredentials(ssl);
   }
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // The reflection plugin, once initialised, is added to every builder of the process; an
+  // option on this builder takes it off again when reflection is not wanted.
+  if (config.reflection) {
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  } else {
+    builder.SetOption(std::make_unique<WithoutReflection>());
+  }
   int port = 0;
   builder.AddListeningPort(JoinHostPort(config.host, config.port), creds, &port);
   builder.RegisterService(s->service_.get());

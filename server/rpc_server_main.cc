@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "backends/register_builtin.h"
@@ -60,9 +61,16 @@ struct Flags {
   std::string peer_tls_key;
   std::string peers;  // empty: PeerAllowList::Default().
   int64_t metrics_port = 0;
+  std::string metrics_host = "127.0.0.1";
+  std::string metrics_token_file;
+  std::string health_host = "127.0.0.1";
+  bool reflection = false;
   int64_t max_sessions = 64;
   std::string session_mem_limit = "auto";
   std::string mem_reserve = "auto";
+  std::string mem_budget = "auto";
+  int64_t max_buffers_per_session = static_cast<int64_t>(kDefaultMaxBuffersPerSession);
+  int64_t stream_idle_timeout = 30;  // seconds.
   std::string port_file;
   std::string log_level = "info";
   std::string health_probe;
@@ -129,19 +137,35 @@ absl::StatusOr<uint64_t> ByteSizeOrAuto(const std::string& text, const char* fla
   return *bytes;
 }
 
-// --session-mem-limit auto: from the host's memory above the reserve when a served device
-// keeps its buffers there (CPU devices share it: counted once), plus the other devices' own.
-uint64_t AutoSessionMemLimit(const std::vector<Device*>& devices, uint64_t reserve) {
-  bool serves_host_memory = false;
+// What the served devices keep their buffers in: host memory (CPU devices share it: counted
+// once), and the other devices' own memory.
+struct ServedMemory {
+  bool host = false;
   uint64_t device_bytes = 0;
+};
+ServedMemory MemoryServed(const std::vector<Device*>& devices) {
+  ServedMemory m;
   for (Device* d : devices) {
     if (d->default_buffer_type()->is_host()) {
-      serves_host_memory = true;
+      m.host = true;
     } else {
-      device_bytes += d->memory().total;
+      m.device_bytes += d->memory().total;
     }
   }
-  return DefaultSessionMemLimit(HostMemoryTotal(), serves_host_memory, reserve, device_bytes);
+  return m;
+}
+
+// --session-mem-limit auto: from the host's memory (or its container's limit) above the
+// reserve when a served device keeps its buffers there, plus the other devices' own.
+uint64_t AutoSessionMemLimit(const std::vector<Device*>& devices, uint64_t reserve) {
+  const ServedMemory m = MemoryServed(devices);
+  return DefaultSessionMemLimit(HostMemoryTotal(), m.host, reserve, m.device_bytes);
+}
+
+// --mem-budget auto: all of that, for all sessions together.
+uint64_t AutoServerMemBudget(const std::vector<Device*>& devices, uint64_t reserve) {
+  const ServedMemory m = MemoryServed(devices);
+  return DefaultServerMemoryBudget(HostMemoryTotal(), m.host, reserve, m.device_bytes);
 }
 
 // --peers and --peer-tls-*: where PeerPull may connect, and how.
@@ -185,6 +209,17 @@ absl::StatusOr<ServerConfig> MakeConfig(const Flags& f, uint64_t* host_reserve) 
         absl::StrCat("--metrics-port ", f.metrics_port, " is not in 0..65535"));
   }
   if (f.metrics_port > 0) c.metrics_port = static_cast<int>(f.metrics_port);
+  c.metrics_host = f.metrics_host;
+  if (!f.metrics_token_file.empty()) {
+    TG_ASSIGN_OR_RETURN(std::string token,
+                        ReadFlagFile(f.metrics_token_file, "--metrics-token-file"));
+    c.metrics_token = std::string(absl::StripAsciiWhitespace(token));
+    if (c.metrics_token.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--metrics-token-file ", f.metrics_token_file, " is empty"));
+    }
+  }
+  c.reflection = f.reflection;
   if (f.cache_max_gb < 0) return absl::InvalidArgumentError("--cache-max-gb must be >= 0");
   c.cache_dir = f.cache_dir;
   c.model_dirs = f.model_dirs;
@@ -225,6 +260,18 @@ absl::StatusOr<ServerConfig> MakeConfig(const Flags& f, uint64_t* host_reserve) 
   TG_ASSIGN_OR_RETURN(c.session_mem_limit,
                       ByteSizeOrAuto(f.session_mem_limit, "--session-mem-limit",
                                      AutoSessionMemLimit(c.devices, *host_reserve)));
+  TG_ASSIGN_OR_RETURN(c.mem_budget, ByteSizeOrAuto(f.mem_budget, "--mem-budget",
+                                                   AutoServerMemBudget(c.devices, *host_reserve)));
+  if (f.max_buffers_per_session < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-buffers-per-session ",
+                                                   f.max_buffers_per_session, " is negative"));
+  }
+  c.max_buffers_per_session = static_cast<uint64_t>(f.max_buffers_per_session);
+  if (f.stream_idle_timeout < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--stream-idle-timeout ", f.stream_idle_timeout, " is negative"));
+  }
+  c.stream_idle_timeout = absl::Seconds(f.stream_idle_timeout);
   if (f.threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
   if (f.threads > 0) SetThreads(c.devices, f.threads);
   return c;
@@ -252,8 +299,14 @@ void LogListening(const ServerConfig& config, RpcServer& server) {
        {"max_sessions", config.max_sessions},
        {"session_mem_limit", config.session_mem_limit},
        {"mem_reserve", HostMemoryReserve()},
-       // Last, so that the fields before it keep their places for whoever parses the line.
-       {"model_dir", config.model_dirs.empty() ? "off" : absl::StrJoin(config.model_dirs, ",")}});
+       {"mem_budget", config.mem_budget},
+       {"max_buffers_per_session", config.max_buffers_per_session},
+       // Late, so that the fields before it keep their places for whoever parses the line;
+       // newer fields after it.
+       {"model_dir", config.model_dirs.empty() ? "off" : absl::StrJoin(config.model_dirs, ",")},
+       {"metrics_host", config.metrics_port.has_value() ? config.metrics_host : "off"},
+       {"metrics_token", config.metrics_token.empty() ? "off" : "on"},
+       {"reflection", config.reflection ? "on" : "off"}});
 }
 
 int Main(int argc, char** argv) {
@@ -287,17 +340,35 @@ int Main(int argc, char** argv) {
               "client certificate (PEM) shown to peers that require mTLS (with --peer-tls-ca)");
   p.AddString(nullptr, "--peer-tls-key", &f.peer_tls_key, "its private key (PEM)");
   p.AddString(nullptr, "--peers", &f.peers,
-              "servers this one may copy from: hosts, host:port, CIDR ranges, comma-separated, "
-              "or none (default: loopback and this host's subnets)");
+              "servers this one exchanges data with (it dials only these, and takes peer "
+              "calls only from them): hosts, host:port, CIDR ranges, comma-separated, or none "
+              "(default: loopback only; a cluster names its hosts or CIDR ranges)");
   p.AddInt(nullptr, "--metrics-port", &f.metrics_port,
            "serve Prometheus /metrics on this port (0 = off)");
+  p.AddString(nullptr, "--metrics-host", &f.metrics_host,
+              "address /metrics binds (default 127.0.0.1, whatever -H is)");
+  p.AddString(nullptr, "--metrics-token-file", &f.metrics_token_file,
+              "file holding a token /metrics then requires as 'Authorization: Bearer <token>' "
+              "(else 401)");
+  p.AddBool(nullptr, "--reflection", &f.reflection,
+            "serve gRPC server reflection (lists the methods to anyone who connects; off by "
+            "default)");
   p.AddInt(nullptr, "--max-sessions", &f.max_sessions, "most concurrent sessions (default 64)");
   p.AddString(nullptr, "--session-mem-limit", &f.session_mem_limit,
               "memory per session, e.g. 512M, 4G; 0 = no limit (default auto: half of the "
               "host memory above --mem-reserve, plus half of each GPU's)");
   p.AddString(nullptr, "--mem-reserve", &f.mem_reserve,
               "host memory no allocation may take, left to the OS and other processes; "
-              "0 = none (default auto: a tenth of the host's, within 1G..8G)");
+              "0 = none (default auto: a tenth of the host's, within 1G..8G). The host's "
+              "memory is its container's limit where that is less");
+  p.AddString(nullptr, "--mem-budget", &f.mem_budget,
+              "memory all sessions may hold together, e.g. 512M, 4G; 0 = no budget (default "
+              "auto: the host's (or container's) memory less --mem-reserve, plus each GPU's)");
+  p.AddInt(nullptr, "--max-buffers-per-session", &f.max_buffers_per_session,
+           "most buffers one session may hold at once; 0 = no cap (default 65536)");
+  p.AddInt(nullptr, "--stream-idle-timeout", &f.stream_idle_timeout,
+           "seconds an Upload or Download may make no progress before it is cancelled and "
+           "its buffer let go; 0 = never (default 30)");
   p.AddString(nullptr, "--port-file", &f.port_file, "write the bound port to this file");
   p.AddString(nullptr, "--log-level", &f.log_level,
               "least severe log lines written: error, warn, info or debug (default info)");
@@ -307,6 +378,8 @@ int Main(int argc, char** argv) {
   p.AddInt(nullptr, "--health-port", &f.health_port,
            "also serve grpc.health.v1 in plaintext on this port, for probes without TLS "
            "(0 = off)");
+  p.AddString(nullptr, "--health-host", &f.health_host,
+              "address the --health-port binds (default 127.0.0.1, whatever -H is)");
   std::string model_dir_help;  // --model-dir is taken out before parsing; listed for --help.
   p.AddString(nullptr, "--model-dir", &model_dir_help,
               "serve weights from the GGUF files under this directory (read-only; repeatable): "
@@ -368,7 +441,7 @@ int Main(int argc, char** argv) {
   std::unique_ptr<HealthPort> health_port;
   if (f.health_port != 0) {
     absl::StatusOr<std::unique_ptr<HealthPort>> hp = HealthPort::Start(
-        config->host, static_cast<int>(f.health_port), ProbeOptionsFor(*config, (*server)->port()));
+        f.health_host, static_cast<int>(f.health_port), ProbeOptionsFor(*config, (*server)->port()));
     if (!hp.ok()) {
       kServerLog.Error(hp.status().message());
       return kExitRuntime;

@@ -361,9 +361,9 @@ inline absl::Status RunMatMulAddCheck(
   return absl::OkStatus();
 }
 
-// GET /metrics from 127.0.0.1:port over a plain socket: the HTTP response, or "" when nothing
-// accepts the connection.
-inline std::string ScrapeMetrics(int port) {
+// GET /metrics from 127.0.0.1:port over a plain socket, with `headers` (each line ending in
+// \r\n): the HTTP response, or "" when nothing accepts the connection.
+inline std::string ScrapeMetrics(int port, const std::string& headers = "") {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -371,7 +371,8 @@ inline std::string ScrapeMetrics(int port) {
   inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
   std::string out;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string req = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    const std::string req =
+        "GET /metrics HTTP/1.0\r\nHost: localhost\r\n" + headers + "\r\n";
     (void)!write(fd, req.data(), req.size());
     char buf[4096];
     ssize_t n;

@@ -2,7 +2,13 @@
 
 #include <openssl/crypto.h>
 
+#include <grpcpp/support/proto_buffer_reader.h>
+
 #include <algorithm>
+#include <functional>
+#include <optional>
+#include <tuple>
+#include <vector>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -11,6 +17,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "core/op.h"
+#include "core/status_macros.h"
 #include "core/shape_rules.h"
 #include "proto/content_hash.h"
 #include "proto/protocol.h"
@@ -21,12 +28,17 @@
 #include "server/metrics.h"
 #include "server/random_id.h"
 #include "server/reply_sequencer.h"
+#include "server/request_precheck.h"
 #include "server/upload_sink.h"
 
 namespace tg::server {
 namespace {
 
 namespace pb = ::tensorgrid::v1;
+
+// The index of Session among the service's methods (the proto's order; Upload's is
+// rpc::kUploadMethodIndex).
+constexpr int kSessionMethodIndex = 1;
 
 // Freed weight buffers are kept (for the next load of the same model) up to this share of
 // the host's memory; the kept memory is given back at once when an allocation needs room.
@@ -43,7 +55,7 @@ grpc::Status Error(grpc::StatusCode code, std::string message) {
 
 // The client's address as people write it: "ipv4:127.0.0.1:5432" becomes 127.0.0.1:5432,
 // "ipv6:%5B::1%5D:5432" becomes [::1]:5432.
-std::string PeerAddress(const grpc::ServerContext& context) {
+std::string PeerAddress(const grpc::ServerContextBase& context) {
   const std::string full = context.peer();
   absl::string_view peer = full;
   for (absl::string_view scheme : {"ipv4:", "ipv6:"}) {
@@ -77,7 +89,8 @@ std::vector<uint32_t> SupportedOps(Device* device) {
 }
 
 // OK when the call carries `authorization: Bearer <expected>`.
-grpc::Status CheckBearerToken(const grpc::ServerContext& context, const std::string& expected) {
+grpc::Status CheckBearerToken(const grpc::ServerContextBase& context,
+                              const std::string& expected) {
   const auto& md = context.client_metadata();
   auto it = md.find(rpc::kAuthMetadataKey);
   if (it == md.end()) {
@@ -100,6 +113,13 @@ grpc::Status CheckBearerToken(const grpc::ServerContext& context, const std::str
   return grpc::Status::OK;
 }
 
+// The peer client's options: the servers of a cluster share one token, which this server
+// sends on its peer calls.
+PeerClientOptions WithToken(PeerClientOptions peer, const std::string& token) {
+  peer.auth_token = token;
+  return peer;
+}
+
 }  // namespace
 
 TensorGridService::TensorGridService(ServiceOptions options)
@@ -107,19 +127,25 @@ TensorGridService::TensorGridService(ServiceOptions options)
       server_id_(RandomHex(16)),
       recycler_(
           std::make_shared<SessionBufferRecycler>(HostMemoryTotal() / kRecycleShareOfHostMemory)),
-      peers_(options_.peer),
+      peers_(WithToken(options_.peer, options_.auth_token)),
       collectives_(&peers_, &grants_, options_.metrics),
-      pushes_(&peers_, &grants_, options_.metrics) {
+      pushes_(&peers_, &grants_, options_.metrics),
+      watchdog_(options_.stream_idle_timeout) {
   for (Device* d : options_.devices) supported_ops_.push_back(SupportedOps(d));
   // gRPC owns method handlers and takes them as raw pointers.
-  MarkMethodStreamed(rpc::kUploadMethodIndex,
+  MarkMethodStreamed(kSessionMethodIndex,
                      new grpc::internal::BidiStreamingHandler<TensorGridService, grpc::ByteBuffer,
-                                                              pb::UploadReply>(
+                                                              pb::SessionReply>(
                          [](TensorGridService* service, grpc::ServerContext* context,
-                            grpc::ServerReaderWriter<pb::UploadReply, grpc::ByteBuffer>* stream) {
-                           return service->UploadRaw(context, stream);
+                            grpc::ServerReaderWriter<pb::SessionReply, grpc::ByteBuffer>* stream) {
+                           return service->SessionRaw(context, stream);
                          },
                          this));
+  MarkMethodCallback(rpc::kUploadMethodIndex,
+                     new grpc::internal::CallbackBidiHandler<grpc::ByteBuffer, pb::UploadReply>(
+                         [this](grpc::CallbackServerContext* context) {
+                           return UploadReactor(context);
+                         }));
 }
 
 TensorGridService::~TensorGridService() = default;
@@ -129,12 +155,44 @@ size_t TensorGridService::active_sessions() const {
   return sessions_.size();
 }
 
-grpc::Status TensorGridService::CheckAuth(const grpc::ServerContext* context) const {
+grpc::Status TensorGridService::CheckAuth(const grpc::ServerContextBase* context) const {
   if (options_.auth_token.empty()) return grpc::Status::OK;
   grpc::Status status = CheckBearerToken(*context, options_.auth_token);
   if (!status.ok()) {
     kServerLog.Warn("call refused",
                     {{"peer", PeerAddress(*context)}, {"error", status.error_message()}});
+  }
+  return status;
+}
+
+grpc::Status TensorGridService::CheckPeerAuth(const grpc::ServerContextBase& context,
+                                              absl::string_view call) const {
+  grpc::Status status = grpc::Status::OK;
+  if (!options_.auth_token.empty()) {
+    status = CheckBearerToken(context, options_.auth_token);
+    // A client certificate the transport verified against --tls-client-ca is a peer's
+    // identity too (servers with --peer-tls-cert).
+    const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+    if (!status.ok() && auth != nullptr && auth->IsPeerAuthenticated()) status = grpc::Status::OK;
+    if (!status.ok()) {
+      status = Error(status.error_code(),
+                     absl::StrCat(call, ": ", status.error_message(),
+                                  " (a peer server sends its own --auth-token-file, which the "
+                                  "servers of a cluster share, or a client certificate of this "
+                                  "server's --tls-client-ca: --peer-tls-cert)"));
+    }
+  }
+  if (status.ok()) {
+    if (absl::Status allowed = options_.peer.allowed.CheckCaller(PeerAddress(context));
+        !allowed.ok()) {
+      status = Error(grpc::StatusCode::PERMISSION_DENIED,
+                     absl::StrCat(call, ": ", allowed.message()));
+    }
+  }
+  if (!status.ok()) {
+    kServerLog.Warn("peer call refused", {{"peer", PeerAddress(context)},
+                                          {"call", call},
+                                          {"error", status.error_message()}});
   }
   return status;
 }
@@ -179,10 +237,22 @@ grpc::Status TensorGridService::Hello(grpc::ServerContext* context, const pb::He
     info->set_name(std::string(d->name()));
     info->set_description(std::string(d->description()));
     info->set_type(std::string(DeviceTypeName(d->type())));
-    const DeviceMemory mem = d->memory();
+    DeviceMemory mem = d->memory();
     BufferType* bt = d->default_buffer_type();
+    if (bt->is_host()) {
+      // Host memory is what this process may use: its container's limit where that is less
+      // than the host's (server/container_memory.h).
+      mem.total = HostMemoryTotal();
+      mem.free = HostMemoryAvailable();
+    }
     // Memory kept for reuse is free to the next session (a client splits layers by it).
-    info->set_memory_free(std::min(mem.total, mem.free + recycler_->kept_bytes(bt)));
+    uint64_t free = std::min<uint64_t>(mem.total, mem.free + recycler_->kept_bytes(bt));
+    // Nor can sessions take more than what the server budget has left.
+    if (const ServerMemoryBudget* budget = options_.budget;
+        budget != nullptr && budget->limit() != 0) {
+      free = std::min(free, budget->limit() - std::min(budget->limit(), budget->held()));
+    }
+    info->set_memory_free(free);
     info->set_memory_total(mem.total);
     pb::BufferTypeInfo* bti = info->mutable_buffer_type();
     bti->set_name(std::string(bt->name()));
@@ -194,14 +264,16 @@ grpc::Status TensorGridService::Hello(grpc::ServerContext* context, const pb::He
   return grpc::Status::OK;
 }
 
-grpc::Status TensorGridService::Session(
+grpc::Status TensorGridService::SessionRaw(
     grpc::ServerContext* context,
-    grpc::ServerReaderWriter<pb::SessionReply, pb::SessionRequest>* stream) {
+    grpc::ServerReaderWriter<pb::SessionReply, grpc::ByteBuffer>* stream) {
   if (grpc::Status s = CheckAuth(context); !s.ok()) return s;
   const std::string id = RandomHex(16);
   SessionEnv env;
   env.devices = options_.devices;
   env.mem_limit = options_.session_mem_limit;
+  env.budget = options_.budget;
+  env.max_buffers = options_.max_buffers_per_session;
   env.metrics = options_.metrics;
   env.grants = &grants_;
   env.peers = &peers_;
@@ -210,6 +282,9 @@ grpc::Status TensorGridService::Session(
   env.collectives = &collectives_;
   env.recycler = recycler_;
   env.pushes = &pushes_;
+  // A client that cancels its stream stops its work within one command (a batch too). The
+  // session asks this only until it is closed, below, before the context goes.
+  env.abandoned = [context] { return context->IsCancelled(); };
   auto session = std::make_shared<server::Session>(id, std::move(env));
   size_t open_sessions;
   {
@@ -221,6 +296,11 @@ grpc::Status TensorGridService::Session(
     kServerLog.Warn("session refused: server full", {{"peer", PeerAddress(*context)},
                                                      {"sessions", open_sessions},
                                                      {"max_sessions", options_.max_sessions}});
+    session->Close();  // before the context its hook asks goes.
+    // The numbers also as trailing metadata (rpc::kServerFullSessionsKey), for clients.
+    context->AddTrailingMetadata(rpc::kServerFullSessionsKey, absl::StrCat(open_sessions));
+    context->AddTrailingMetadata(rpc::kServerFullMaxSessionsKey,
+                                 absl::StrCat(options_.max_sessions));
     return Error(grpc::StatusCode::RESOURCE_EXHAUSTED,
                  absl::StrFormat("server full: %d sessions open (--max-sessions %d)", open_sessions,
                                  options_.max_sessions));
@@ -232,19 +312,40 @@ grpc::Status TensorGridService::Session(
   pb::SessionReply started;
   started.set_id(0);
   started.mutable_started()->set_session_id(id);
+  grpc::Status result = grpc::Status::OK;
   if (stream->Write(started)) {
     // Replies leave from whichever thread finishes a command (the session's device lanes),
     // in request order, while this thread reads on: gRPC allows one Read beside one Write.
     ReplySequencer replies([stream](const pb::SessionReply& r) { return stream->Write(r); },
                            session->progress());
-    auto request = std::make_shared<pb::SessionRequest>();
-    while (replies.ok() && stream->Read(request.get())) {
+    grpc::ByteBuffer raw;
+    while (replies.ok() && stream->Read(&raw)) {
+      // Counts over the limits are refused before the parse would cost memory for them.
+      grpc::ProtoBufferReader reader(&raw);
+      const Precheck check = PrecheckSessionRequest(&reader);
+      if (!check.status.ok()) {
+        session->Refuse(check.id, check.status, &replies);
+        continue;
+      }
+      auto request = std::make_shared<pb::SessionRequest>();
+      if (!grpc::SerializationTraits<pb::SessionRequest>::Deserialize(&raw, request.get()).ok()) {
+        result = Error(grpc::StatusCode::INVALID_ARGUMENT,
+                       "session: a message that is not a SessionRequest");
+        break;
+      }
       session->Post(std::move(request), &replies);
-      request = std::make_shared<pb::SessionRequest>();
     }
+    // A client gone mid-batch: what is queued is answered CANCELLED, not run.
+    if (context->IsCancelled() || !result.ok()) session->Cancel();
     session->Quiesce();  // nothing may write to the stream once this handler returns.
     replies.WaitSent();
   }
+  // What the session held when its stream ended, for the log line.
+  const size_t buffers_held = session->buffer_count();
+  const uint64_t bytes_held = session->bytes_held();
+  // Frees every buffer now and cancels the session's Uploads and Downloads, which hold the
+  // buffers weakly: nothing of the session outlives its stream.
+  session->Close();
   collectives_.EndSession(id);
   {
     absl::MutexLock lock(&mu_);
@@ -252,12 +353,12 @@ grpc::Status TensorGridService::Session(
     open_sessions = sessions_.size();
   }
   kServerLog.Info("session closed", {{"id", session->log_id()},
-                                     {"buffers", session->buffer_count()},
-                                     {"bytes_held", session->bytes_held()},
+                                     {"buffers", buffers_held},
+                                     {"bytes_held", bytes_held},
                                      {"sessions", open_sessions}});
-  session.reset();  // frees everything unless an Upload/Download still holds it.
+  session.reset();
   if (options_.metrics != nullptr) options_.metrics->SessionClosed();
-  return grpc::Status::OK;
+  return result;
 }
 
 namespace {
@@ -292,50 +393,197 @@ class UploadTimer {
   Metrics* metrics_;
 };
 
+// A FillPieces request's pieces, before any is filled: no two write overlapping bytes of one
+// buffer (a piece named 256 times in a 14 KB call made the server copy 4 GiB), and together
+// they fill at most rpc::kMaxFillBytes. INVALID_ARGUMENT naming the piece otherwise.
+grpc::Status CheckFillPieces(const pb::FillPiecesRequest& request) {
+  struct Extent {
+    uint64_t buffer, offset, end;
+    int index;
+  };
+  std::vector<Extent> extents;
+  extents.reserve(request.pieces_size());
+  uint64_t total = 0;
+  for (int i = 0; i < request.pieces_size(); ++i) {
+    const pb::UploadHeader& piece = request.pieces(i);
+    if (piece.size() > rpc::kMaxFillBytes - total) {
+      return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                   absl::StrFormat("fill: piece %d of %d bytes takes the call past %d bytes, the "
+                                   "most one FillPieces may fill; offer them in several calls",
+                                   i, piece.size(), rpc::kMaxFillBytes));
+    }
+    total += piece.size();
+    if (piece.size() == 0) continue;
+    if (piece.offset() > UINT64_MAX - piece.size()) {
+      return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                   absl::StrFormat("fill: piece %d: offset %d + size %d overflows", i,
+                                   piece.offset(), piece.size()));
+    }
+    extents.push_back({piece.buffer(), piece.offset(), piece.offset() + piece.size(), i});
+  }
+  std::sort(extents.begin(), extents.end(), [](const Extent& a, const Extent& b) {
+    return std::tie(a.buffer, a.offset, a.index) < std::tie(b.buffer, b.offset, b.index);
+  });
+  for (size_t k = 1; k < extents.size(); ++k) {
+    const Extent& a = extents[k - 1];
+    const Extent& b = extents[k];
+    // Sorted by offset: when any two overlap, two neighbours do.
+    if (a.buffer == b.buffer && b.offset < a.end) {
+      const auto [first, second] = std::minmax(a.index, b.index);
+      return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                   absl::StrFormat("fill: piece %d overlaps piece %d (buffer %d, bytes %d..%d); "
+                                   "each byte may be named once per call",
+                                   second, first, b.buffer, b.offset, std::min(a.end, b.end)));
+    }
+  }
+  return grpc::Status::OK;
+}
+
+// One Upload stream on the callback API. It holds no thread while it waits: the header, each
+// chunk and the client's end arrive as OnReadDone on a gRPC thread, which writes the chunk
+// into the buffer there. The watchdog (idle) and the session (its end) may Cancel it at any
+// time; mu_ serializes that with the callbacks, so that Finish happens once and nothing
+// starts after it. Held by shared_ptr: gRPC's reference (self_) goes in OnDone, the
+// watchdog's and session's are weak and pin it only while they call Cancel.
+class UploadStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, pb::UploadReply>,
+                           public CancellableStream,
+                           public std::enable_shared_from_this<UploadStream> {
+ public:
+  using FindSessionFn = std::function<std::shared_ptr<Session>(const std::string&)>;
+
+  UploadStream(FindSessionFn find, const ServiceOptions& options)
+      : find_(std::move(find)),
+        options_(options),
+        timer_(options.metrics, Metrics::UploadCall::kUpload) {}
+
+  // Starts reading the header; `watchdog` cancels the stream when it stays idle.
+  void Start(StreamWatchdog& watchdog) {
+    self_ = shared_from_this();
+    watchdog.Watch(weak_from_this());
+    absl::MutexLock lock(&mu_);
+    StartRead(&raw_);
+  }
+
+  // Ends the stream with `status` (the client sees it) unless it has ended.
+  void Cancel(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(ToGrpc(status));
+  }
+
+ private:
+  void OnReadDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;  // cancelled meanwhile: the read only reports the end.
+    if (!ok) return EndLocked();
+    Touch();
+    const absl::Status s = sink_ == nullptr ? HeaderLocked() : ChunkLocked();
+    if (!s.ok()) return FinishLocked(ToGrpc(s));
+    if (!finished_) StartRead(&raw_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) return FinishLocked(Error(grpc::StatusCode::CANCELLED, "upload: client went away"));
+    Touch();
+    if (final_.has_value() && !finished_) {
+      finished_ = true;
+      StartWriteAndFinish(&*final_, grpc::WriteOptions(), grpc::Status::OK);
+    }
+  }
+
+  void OnDone() override {
+    std::shared_ptr<UploadStream> last = std::move(self_);  // may delete this on return.
+  }
+
+  // The first message: the header, checked and started (UploadSink::Start).
+  absl::Status HeaderLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    pb::UploadMessage msg;
+    if (!ParseUploadMessage(&raw_, &msg) || msg.part_case() != pb::UploadMessage::kHeader) {
+      return absl::InvalidArgumentError("upload: the first message must be a header");
+    }
+    std::shared_ptr<Session> session = find_(msg.header().session_id());
+    if (session == nullptr) return absl::NotFoundError("upload: no such session");
+    TG_ASSIGN_OR_RETURN(sink_, UploadSink::Start(session, msg.header(), options_.cache,
+                                                 options_.metrics, options_.models));
+    if (sink_->have_it()) {
+      finished_ = true;
+      reply_ = HaveItReply(*sink_);
+      StartWriteAndFinish(&reply_, grpc::WriteOptions(), grpc::Status::OK);
+      return absl::OkStatus();
+    }
+    // The session's end cancels the stream (and has freed the buffer).
+    if (!session->AddStream(weak_from_this())) {
+      return absl::CancelledError("upload: the session ended");
+    }
+    reply_.set_send(true);
+    writing_ = true;
+    StartWrite(&reply_);
+    return absl::OkStatus();
+  }
+
+  // A chunk, into the buffer.
+  absl::Status ChunkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (rpc::FindChunk(raw_, &slices_, &parts_)) return sink_->ReceiveChunk(parts_);
+    pb::UploadMessage msg;
+    if (ParseUploadMessage(&raw_, &msg)) return sink_->Receive(msg);
+    return absl::InvalidArgumentError("upload: a message that is not an UploadMessage");
+  }
+
+  // The client finished sending (or went away): the byte count, or the error.
+  void EndLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (sink_ == nullptr) {
+      return FinishLocked(
+          Error(grpc::StatusCode::INVALID_ARGUMENT, "upload: the first message must be a header"));
+    }
+    absl::StatusOr<uint64_t> received = sink_->Finish();
+    if (!received.ok()) return FinishLocked(ToGrpc(received.status()));
+    final_.emplace();
+    final_->set_received(*received);
+    if (writing_) return;  // OnWriteDone sends it after the `send` reply.
+    finished_ = true;
+    StartWriteAndFinish(&*final_, grpc::WriteOptions(), grpc::Status::OK);
+  }
+
+  void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(std::move(status));
+  }
+
+  const FindSessionFn find_;
+  const ServiceOptions& options_;
+  const UploadTimer timer_;
+  std::shared_ptr<UploadStream> self_;  // gRPC's reference, until OnDone.
+  absl::Mutex mu_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish (or WriteAndFinish) was called.
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;   // the `send` reply is on its way.
+  grpc::ByteBuffer raw_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<UploadSink> sink_ ABSL_GUARDED_BY(mu_);
+  pb::UploadReply reply_ ABSL_GUARDED_BY(mu_);
+  std::optional<pb::UploadReply> final_ ABSL_GUARDED_BY(mu_);
+  std::vector<grpc::Slice> slices_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::string_view> parts_ ABSL_GUARDED_BY(mu_);
+};
+
+// An Upload refused before it starts (authentication): finished at once.
+class RefusedUpload final : public grpc::ServerBidiReactor<grpc::ByteBuffer, pb::UploadReply> {
+ public:
+  explicit RefusedUpload(grpc::Status status) { Finish(std::move(status)); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
-grpc::Status TensorGridService::UploadRaw(
-    grpc::ServerContext* context,
-    grpc::ServerReaderWriter<pb::UploadReply, grpc::ByteBuffer>* stream) {
-  if (grpc::Status s = CheckAuth(context); !s.ok()) return s;
-  const UploadTimer timer(options_.metrics, Metrics::UploadCall::kUpload);
-  grpc::ByteBuffer raw;
-  pb::UploadMessage msg;
-  if (!stream->Read(&raw) || !ParseUploadMessage(&raw, &msg) ||
-      msg.part_case() != pb::UploadMessage::kHeader) {
-    return Error(grpc::StatusCode::INVALID_ARGUMENT, "upload: the first message must be a header");
+grpc::ServerBidiReactor<grpc::ByteBuffer, pb::UploadReply>* TensorGridService::UploadReactor(
+    grpc::CallbackServerContext* context) {
+  if (grpc::Status s = CheckAuth(context); !s.ok()) {
+    return new RefusedUpload(std::move(s));
   }
-  std::shared_ptr<server::Session> session = FindSession(msg.header().session_id());
-  if (session == nullptr) return Error(grpc::StatusCode::NOT_FOUND, "upload: no such session");
-  absl::StatusOr<std::unique_ptr<UploadSink>> sink = UploadSink::Start(
-      std::move(session), msg.header(), options_.cache, options_.metrics, options_.models);
-  if (!sink.ok()) return ToGrpc(sink.status());
-  if ((*sink)->have_it()) {
-    stream->Write(HaveItReply(**sink));
-    return grpc::Status::OK;
-  }
-  pb::UploadReply reply;
-  reply.set_send(true);
-  if (!stream->Write(reply)) return Error(grpc::StatusCode::CANCELLED, "upload: client went away");
-  std::vector<grpc::Slice> slices;
-  std::vector<absl::string_view> parts;
-  while (stream->Read(&raw)) {
-    absl::Status s;
-    if (rpc::FindChunk(raw, &slices, &parts)) {
-      s = (*sink)->ReceiveChunk(parts);
-    } else if (ParseUploadMessage(&raw, &msg)) {
-      s = (*sink)->Receive(msg);
-    } else {
-      s = absl::InvalidArgumentError("upload: a message that is not an UploadMessage");
-    }
-    if (!s.ok()) return ToGrpc(s);
-  }
-  absl::StatusOr<uint64_t> received = (*sink)->Finish();
-  if (!received.ok()) return ToGrpc(received.status());
-  pb::UploadReply done;
-  done.set_received(*received);
-  stream->Write(done);
-  return grpc::Status::OK;
+  auto stream = std::make_shared<UploadStream>(
+      [this](const std::string& id) { return FindSession(id); }, options_);
+  stream->Start(watchdog_);
+  return stream.get();
 }
 
 grpc::Status TensorGridService::FillPieces(grpc::ServerContext* context,
@@ -348,6 +596,7 @@ grpc::Status TensorGridService::FillPieces(grpc::ServerContext* context,
                                  "several calls",
                                  request->pieces_size(), rpc::kMaxFillPieces));
   }
+  if (grpc::Status s = CheckFillPieces(*request); !s.ok()) return s;
   const UploadTimer timer(options_.metrics, Metrics::UploadCall::kFillPieces);
   std::shared_ptr<server::Session> session = FindSession(request->session_id());
   if (session == nullptr) return Error(grpc::StatusCode::NOT_FOUND, "fill: no such session");
@@ -392,20 +641,97 @@ grpc::Status StreamRange(const SessionBuffer& buf, uint64_t offset, uint64_t siz
   return grpc::Status::OK;
 }
 
+// A Download's handler seen from the watchdog and the session: Cancel cancels the call,
+// which makes a Write blocked on a reader that stopped reading return false. The handler
+// detaches it before it returns, after which Cancel does nothing.
+class DownloadStream final : public CancellableStream {
+ public:
+  explicit DownloadStream(grpc::ServerContext* context) : context_(context) {}
+
+  void Cancel(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    if (context_ == nullptr || !why_.ok()) return;
+    why_ = status;
+    context_->TryCancel();
+  }
+  // The handler is returning.
+  void Detach() {
+    absl::MutexLock lock(&mu_);
+    context_ = nullptr;
+  }
+  // Why the stream was cancelled (OK when it was not).
+  absl::Status why() const {
+    absl::MutexLock lock(&mu_);
+    return why_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  grpc::ServerContext* context_ ABSL_GUARDED_BY(mu_);
+  absl::Status why_ ABSL_GUARDED_BY(mu_);
+};
+
+// Download's StreamRange: the buffer is held weakly and pinned only while a chunk is read
+// from it, so that a FreeBuffer, or the session's end, frees its memory whatever the reader
+// does; the stream then fails FAILED_PRECONDITION.
+grpc::Status DownloadRange(const std::weak_ptr<SessionBuffer>& weak, uint64_t handle,
+                           uint64_t offset, uint64_t size, DownloadStream& stream,
+                           grpc::ServerWriter<pb::DataChunk>* writer, uint64_t* sent) {
+  pb::DataChunk chunk;
+  *sent = 0;
+  while (*sent < size) {
+    if (absl::Status why = stream.why(); !why.ok()) return ToGrpc(why);
+    const uint64_t n = std::min<uint64_t>(size - *sent, rpc::kChunkBytes);
+    std::string* data = chunk.mutable_data();
+    data->resize(n);
+    {
+      std::shared_ptr<SessionBuffer> buf = weak.lock();
+      if (buf == nullptr) {
+        return Error(grpc::StatusCode::FAILED_PRECONDITION,
+                     absl::StrFormat("download: buffer %#x was freed (FreeBuffer, or its session "
+                                     "ended) during the download",
+                                     handle));
+      }
+      if (absl::Status s = buf->Read(offset + *sent, data->data(), n); !s.ok()) return ToGrpc(s);
+    }
+    if (!writer->Write(chunk)) {
+      absl::Status why = stream.why();
+      return why.ok() ? Error(grpc::StatusCode::CANCELLED, "download: client went away")
+                      : ToGrpc(why);
+    }
+    stream.Touch();
+    *sent += n;
+  }
+  return grpc::Status::OK;
+}
+
 }  // namespace
 
 grpc::Status TensorGridService::Download(grpc::ServerContext* context,
                                          const pb::DownloadRequest* request,
                                          grpc::ServerWriter<pb::DataChunk>* writer) {
   if (grpc::Status s = CheckAuth(context); !s.ok()) return s;
-  std::shared_ptr<server::Session> session = FindSession(request->session_id());
-  if (session == nullptr) return Error(grpc::StatusCode::NOT_FOUND, "download: no such session");
-  absl::StatusOr<std::shared_ptr<SessionBuffer>> buf =
-      session->FindBuffer(request->range().buffer());
-  if (!buf.ok()) return ToGrpc(buf.status());
+  const pb::Range& range = request->range();
+  std::weak_ptr<SessionBuffer> buffer;
+  auto stream = std::make_shared<DownloadStream>(context);
+  {
+    std::shared_ptr<server::Session> session = FindSession(request->session_id());
+    if (session == nullptr) return Error(grpc::StatusCode::NOT_FOUND, "download: no such session");
+    absl::StatusOr<std::shared_ptr<SessionBuffer>> buf = session->FindBuffer(range.buffer());
+    if (!buf.ok()) return ToGrpc(buf.status());
+    if (absl::Status s = (*buf)->CheckRange(range.offset(), range.size()); !s.ok()) {
+      return ToGrpc(s);
+    }
+    if (!session->AddStream(stream)) {
+      return Error(grpc::StatusCode::CANCELLED, "download: the session ended");
+    }
+    buffer = *buf;
+  }  // neither the session nor the buffer is held while the client reads.
+  watchdog_.Watch(stream);
   uint64_t sent = 0;
-  grpc::Status st = StreamRange(**buf, request->range().offset(), request->range().size(), context,
-                                writer, &sent);
+  grpc::Status st =
+      DownloadRange(buffer, range.buffer(), range.offset(), range.size(), *stream, writer, &sent);
+  stream->Detach();  // the context goes when this returns.
   if (options_.metrics != nullptr) options_.metrics->DownloadBytes(sent);
   return st;
 }
@@ -413,7 +739,9 @@ grpc::Status TensorGridService::Download(grpc::ServerContext* context,
 grpc::Status TensorGridService::PeerCopy(grpc::ServerContext* context,
                                          const pb::PeerCopyRequest* request,
                                          grpc::ServerWriter<pb::DataChunk>* writer) {
-  // The grant is the capability: no bearer token (servers do not share clients' tokens).
+  // A peer server's call: its token or certificate, from an allowed address; then the grant
+  // names the buffer.
+  if (grpc::Status s = CheckPeerAuth(*context, "peer copy"); !s.ok()) return s;
   std::shared_ptr<SessionBuffer> buf = grants_.Find(request->grant());
   if (buf == nullptr) {
     return Error(grpc::StatusCode::NOT_FOUND, "peer copy: unknown or revoked grant");
@@ -437,7 +765,7 @@ grpc::Status TensorGridService::PeerCopy(grpc::ServerContext* context,
 grpc::Status TensorGridService::PeerReduce(grpc::ServerContext* context,
                                            const pb::PeerReduceRequest* request,
                                            pb::PeerReduceReply* reply) {
-  // As PeerCopy: the grant is the capability, not the bearer token.
+  if (grpc::Status s = CheckPeerAuth(*context, "peer_reduce"); !s.ok()) return s;
   return ToGrpc(collectives_.Receive(*request));
 }
 
@@ -462,18 +790,30 @@ class ReduceStreamReactor final
   pb::PeerReduceRequest piece_;
 };
 
+// A PeerReduceStream refused before its first piece (CheckPeerAuth).
+class RefusedReduceStream final
+    : public grpc::ServerBidiReactor<pb::PeerReduceRequest, pb::PeerReduceReply> {
+ public:
+  explicit RefusedReduceStream(grpc::Status status) { Finish(std::move(status)); }
+
+ private:
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
 grpc::ServerBidiReactor<pb::PeerReduceRequest, pb::PeerReduceReply>*
 TensorGridService::PeerReduceStream(grpc::CallbackServerContext* context) {
-  // As PeerCopy: the grant in each piece is the capability, not the bearer token.
+  if (grpc::Status s = CheckPeerAuth(*context, "peer_reduce"); !s.ok()) {
+    return new RefusedReduceStream(std::move(s));
+  }
   return new ReduceStreamReactor(&collectives_);
 }
 
 grpc::Status TensorGridService::PeerDeliver(grpc::ServerContext* context,
                                             const pb::PeerDeliverRequest* request,
                                             pb::PeerDeliverReply* reply) {
-  // As PeerCopy: the grants are the capability, not the bearer token.
+  if (grpc::Status s = CheckPeerAuth(*context, "peer_deliver"); !s.ok()) return s;
   return ToGrpc(pushes_.Receive(*request));
 }
 

@@ -1,6 +1,9 @@
-// TensorGridService: the tensorgrid.v1 gRPC service (sync API, but for PeerReduceStream). Owns the
+// TensorGridService: the tensorgrid.v1 gRPC service (sync API, but for Upload and
+// PeerReduceStream, which use the callback API so that an idle stream holds no thread). Owns the
 // server-wide session table and grant table; Session streams create and destroy Sessions, Upload,
 // FillPieces and Download reach into them by session id, PeerCopy serves grants to other servers.
+// The peer calls (PeerCopy, PeerDeliver, PeerReduce, PeerReduceStream) are taken only from
+// authenticated peers at allowed addresses (CheckPeerAuth).
 // Thread-safe (gRPC calls every method from its own threads).
 #ifndef TENSORGRID_SERVER_SERVICE_H_
 #define TENSORGRID_SERVER_SERVICE_H_
@@ -12,7 +15,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/backend.h"
 #include "server/collective_runner.h"
 #include "server/grant_table.h"
@@ -20,6 +25,7 @@
 #include "server/peer_pushes.h"
 #include "server/session.h"
 #include "server/session_buffer_recycler.h"
+#include "server/stream_deadline.h"
 #include "tensorgrid/v1/tensorgrid.grpc.pb.h"
 
 namespace tg::server {
@@ -33,10 +39,18 @@ struct ServiceOptions {
   std::string auth_token;        // empty: no bearer token required.
   int max_sessions = 64;
   uint64_t session_mem_limit = 0;  // bytes; 0 = no limit.
+  // What all sessions hold together (--mem-budget); may be null (no budget). Must outlive
+  // the service.
+  ServerMemoryBudget* budget = nullptr;
+  uint64_t max_buffers_per_session = kDefaultMaxBuffersPerSession;  // 0 = no cap.
   BlobCache* cache = nullptr;      // --cache; may be null.
   ModelIndex* models = nullptr;    // --model-dir; may be null.
   Metrics* metrics = nullptr;      // may be null.
   PeerClientOptions peer;          // PeerPull: allowed peers, TLS.
+  // An Upload or Download that makes no progress (no message received, no write accepted)
+  // for this long is cancelled and lets go of its buffer (--stream-idle-timeout); zero or
+  // less: never.
+  absl::Duration stream_idle_timeout = absl::Seconds(30);
 };
 
 class TensorGridService final
@@ -48,14 +62,18 @@ class TensorGridService final
 
   grpc::Status Hello(grpc::ServerContext* context, const ::tensorgrid::v1::HelloRequest* request,
                      ::tensorgrid::v1::HelloReply* reply) override;
-  grpc::Status Session(grpc::ServerContext* context,
-                       grpc::ServerReaderWriter<::tensorgrid::v1::SessionReply,
-                                                ::tensorgrid::v1::SessionRequest>* stream) override;
-  // Upload, on raw byte buffers (proto/upload_frame.h): chunk bytes go from gRPC's slices
-  // straight into the session's buffer. Installed in place of the generated handler.
-  grpc::Status UploadRaw(
+  // Session, on raw byte buffers: each request's counts are checked on its wire bytes
+  // (server/request_precheck.h) before it is parsed. Installed in place of the generated
+  // handler.
+  grpc::Status SessionRaw(
       grpc::ServerContext* context,
-      grpc::ServerReaderWriter<::tensorgrid::v1::UploadReply, grpc::ByteBuffer>* stream);
+      grpc::ServerReaderWriter<::tensorgrid::v1::SessionReply, grpc::ByteBuffer>* stream);
+  // Upload, on raw byte buffers (proto/upload_frame.h) and the callback API: chunk bytes go
+  // from gRPC's slices straight into the session's buffer on the gRPC thread that read them,
+  // and a stream waiting for its client holds no thread. Installed in place of the generated
+  // handler.
+  grpc::ServerBidiReactor<grpc::ByteBuffer, ::tensorgrid::v1::UploadReply>* UploadReactor(
+      grpc::CallbackServerContext* context);
   grpc::Status Download(grpc::ServerContext* context,
                         const ::tensorgrid::v1::DownloadRequest* request,
                         grpc::ServerWriter<::tensorgrid::v1::DataChunk>* writer) override;
@@ -81,7 +99,13 @@ class TensorGridService final
   GrantTable& grants() { return grants_; }
 
  private:
-  grpc::Status CheckAuth(const grpc::ServerContext* context) const;
+  grpc::Status CheckAuth(const grpc::ServerContextBase* context) const;
+  // The check of every peer call (PeerCopy, PeerDeliver, PeerReduce, PeerReduceStream): the
+  // bearer token when the server has one, or a client certificate the transport verified
+  // (--tls-client-ca), else UNAUTHENTICATED (PERMISSION_DENIED for a wrong token); then the
+  // caller's address must be one --peers allows, else PERMISSION_DENIED. Refusals are logged.
+  grpc::Status CheckPeerAuth(const grpc::ServerContextBase& context,
+                             absl::string_view call) const;
   std::shared_ptr<server::Session> FindSession(const std::string& id) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -94,6 +118,8 @@ class TensorGridService final
   PeerClient peers_;
   CollectiveRunner collectives_;  // uses peers_ and grants_.
   PeerPushes pushes_;             // uses peers_ and grants_.
+  // Cancels Uploads and Downloads idle for longer than options_.stream_idle_timeout.
+  StreamWatchdog watchdog_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<server::Session>> sessions_ ABSL_GUARDED_BY(mu_);
 };

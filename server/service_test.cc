@@ -15,9 +15,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "core/op.h"
 #include "gtest/gtest.h"
 #include "proto/content_hash.h"
+#include "proto/cache_proof.h"
 #include "proto/protocol.h"
 #include "server/log_capture.h"
 #include "server/metrics.h"
@@ -98,7 +100,8 @@ struct UploadResult {
 UploadResult Upload(pb::TensorGrid::Stub* stub, const std::string& token,
                     const std::string& session, uint64_t buffer, uint64_t offset,
                     const std::string& data, bool with_sha, size_t chunk = rpc::kChunkBytes,
-                    uint64_t announced = UINT64_MAX, std::string sha = "") {
+                    uint64_t announced = UINT64_MAX, std::string sha = "",
+                    std::optional<std::string> proof_session = std::nullopt) {
   grpc::ClientContext ctx;
   if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
   auto rw = stub->Upload(&ctx);
@@ -109,6 +112,13 @@ UploadResult Upload(pb::TensorGrid::Stub* stub, const std::string& token,
   h->set_offset(offset);
   h->set_size(announced == UINT64_MAX ? data.size() : announced);
   if (with_sha) h->set_sha256(sha.empty() ? Sha256Bytes(data) : sha);
+  // As an honest client: the proof that it holds the bytes, salted with its session's id
+  // (or with `proof_session`'s, as a client replaying another session's proof would).
+  if (with_sha) {
+    const rpc::Sha256Digest proof =
+        *rpc::CacheProof(proof_session.value_or(session), data.data(), data.size());
+    h->set_cache_proof(proof.data(), proof.size());
+  }
   UploadResult result;
   pb::UploadReply reply;
   if (rw->Write(m) && rw->Read(&reply)) {
@@ -130,14 +140,20 @@ UploadResult Upload(pb::TensorGrid::Stub* stub, const std::string& token,
   return result;
 }
 
-// A FillPieces header for `data` at [offset, +size) of a buffer (its SHA-256 unless `sha`).
+// A FillPieces header for `data` at [offset, +size) of a buffer (its SHA-256 unless `sha`),
+// with the proof of possession salted with `proof_session` when given (an honest client's,
+// with its own session id).
 pb::UploadHeader Piece(uint64_t buffer, uint64_t offset, const std::string& data,
-                       std::string sha = "") {
+                       std::string sha = "", const std::string& proof_session = "") {
   pb::UploadHeader h;
   h.set_buffer(buffer);
   h.set_offset(offset);
   h.set_size(data.size());
   h.set_sha256(sha.empty() ? Sha256Bytes(data) : sha);
+  if (!proof_session.empty()) {
+    const rpc::Sha256Digest proof = *rpc::CacheProof(proof_session, data.data(), data.size());
+    h.set_cache_proof(proof.data(), proof.size());
+  }
   return h;
 }
 
@@ -429,7 +445,8 @@ TEST_F(ServiceTest, FillPiecesFillsWhatTheCacheHasAndNothingElse) {
   ASSERT_TRUE(Upload(stub_.get(), "", s.id(), h, 0, a, true).status.ok());  // now cached.
   pb::FillPiecesReply reply;
   ASSERT_TRUE(
-      FillPieces(stub_.get(), "", s.id(), {Piece(h, 2 * n, a), Piece(h, n, b)}, &reply).ok());
+      FillPieces(stub_.get(), "", s.id(), {Piece(h, 2 * n, a, "", s.id()), Piece(h, n, b, "", s.id())},
+                 &reply).ok());
   ASSERT_EQ(reply.results_size(), 2);
   EXPECT_TRUE(reply.results(0).have_it());
   EXPECT_EQ(reply.results(0).source(), pb::UPLOAD_SOURCE_CACHE);
@@ -442,6 +459,122 @@ TEST_F(ServiceTest, FillPiecesFillsWhatTheCacheHasAndNothingElse) {
   EXPECT_EQ(server_->metrics().cache_hit_bytes(), n);
   EXPECT_EQ(server_->metrics().upload_calls(Metrics::UploadCall::kFillPieces), 1);
   EXPECT_EQ(server_->metrics().upload_calls(Metrics::UploadCall::kUpload), 1);
+}
+
+// Knowing a piece's hash is not holding its bytes: another session (another tenant) that
+// names cached bytes by their SHA-256 alone, or with a proof made for another session, gets
+// `send`, and its buffer never holds the cached bytes, not even a range it wrote before. With
+// the proof (only a holder of the bytes can make it) the bytes come from the cache.
+TEST_F(ServiceTest, CacheHitNeedsProofOfPossession) {
+  StartServer();
+  SessionStream owner(stub_.get(), "");
+  SessionStream other(stub_.get(), "");
+  const size_t n = 1 << 20;
+  const std::string secret = RandomBytes(n, 11);
+  const uint64_t ho = owner.Call(AllocRequest(1, 0, n)).alloc_buffer().buffer();
+  ASSERT_TRUE(Upload(stub_.get(), "", owner.id(), ho, 0, secret, true).status.ok());  // cached.
+  const uint64_t h = other.Call(AllocRequest(1, 0, 2 * n)).alloc_buffer().buffer();
+  const std::string mine(n, 'm');
+  ASSERT_TRUE(Upload(stub_.get(), "", other.id(), h, n, mine, false).status.ok());
+  // FillPieces: no proof, a proof for the owner's session (replayed), a proof of other bytes.
+  for (const pb::UploadHeader& piece :
+       {Piece(h, 0, secret), Piece(h, n, secret, "", owner.id()),
+        [&] {
+          pb::UploadHeader p = Piece(h, 0, secret);
+          const rpc::Sha256Digest wrong = *rpc::CacheProof(other.id(), mine.data(), mine.size());
+          p.set_cache_proof(wrong.data(), wrong.size());
+          return p;
+        }()}) {
+    pb::FillPiecesReply reply;
+    ASSERT_TRUE(FillPieces(stub_.get(), "", other.id(), {piece}, &reply).ok());
+    ASSERT_EQ(reply.results_size(), 1);
+    EXPECT_FALSE(reply.results(0).have_it());
+    EXPECT_TRUE(reply.results(0).send());
+  }
+  // Upload with the hash alone, then nothing sent: the stream ends short, nothing filled.
+  UploadResult up = Upload(stub_.get(), "", other.id(), h, n, secret, true, rpc::kChunkBytes,
+                           UINT64_MAX, "", owner.id());
+  EXPECT_FALSE(up.have_it);  // it had to send the bytes (it had them here, so that is fine).
+  grpc::Status st;
+  const std::string zeros(n, '\0');
+  EXPECT_TRUE(Download(stub_.get(), "", other.id(), h, 0, n, &st) == zeros);
+  EXPECT_EQ(server_->metrics().cache_hit_bytes(), 0);
+  // The honest way: a proof salted with its own session.
+  const uint64_t h2 = other.Call(AllocRequest(2, 0, n)).alloc_buffer().buffer();
+  pb::FillPiecesReply reply;
+  ASSERT_TRUE(FillPieces(stub_.get(), "", other.id(), {Piece(h2, 0, secret, "", other.id())},
+                         &reply).ok());
+  ASSERT_EQ(reply.results_size(), 1);
+  EXPECT_TRUE(reply.results(0).have_it());
+  EXPECT_TRUE(Download(stub_.get(), "", other.id(), h2, 0, n, &st) == secret);
+  EXPECT_EQ(server_->metrics().cache_hit_bytes(), n);
+}
+
+// A range already written keeps its bytes when a fill is refused for a wrong proof: the
+// cached bytes are checked in private memory and never reach the buffer.
+TEST_F(ServiceTest, RefusedCacheFillLeavesAWrittenRangeAlone) {
+  StartServer();
+  SessionStream owner(stub_.get(), "");
+  SessionStream other(stub_.get(), "");
+  const size_t n = 64 << 10;
+  const std::string secret = RandomBytes(n, 12);
+  const uint64_t ho = owner.Call(AllocRequest(1, 0, n)).alloc_buffer().buffer();
+  ASSERT_TRUE(Upload(stub_.get(), "", owner.id(), ho, 0, secret, true).status.ok());
+  const uint64_t h = other.Call(AllocRequest(1, 0, n)).alloc_buffer().buffer();
+  const std::string mine(n, 'm');
+  ASSERT_TRUE(Upload(stub_.get(), "", other.id(), h, 0, mine, false).status.ok());
+  pb::FillPiecesReply reply;
+  ASSERT_TRUE(FillPieces(stub_.get(), "", other.id(), {Piece(h, 0, secret, "", owner.id())},
+                         &reply).ok());
+  EXPECT_FALSE(reply.results(0).have_it());
+  grpc::Status st;
+  EXPECT_TRUE(Download(stub_.get(), "", other.id(), h, 0, n, &st) == mine);
+}
+
+// One FillPieces names each byte of a buffer once: a piece named twice (a 14 KB call naming
+// one 16 MiB piece 256 times made the server copy 4 GiB), or overlapping another, is refused
+// naming it, before anything is filled; and the call fills at most rpc::kMaxFillBytes.
+TEST_F(ServiceTest, FillPiecesRefusesOverlapsAndTooManyBytes) {
+  StartServer();
+  SessionStream s(stub_.get(), "");
+  const size_t n = 64 << 10;
+  const std::string a = RandomBytes(n, 13), b = RandomBytes(n, 14);
+  const uint64_t h = s.Call(AllocRequest(1, 0, 4 * n)).alloc_buffer().buffer();
+  const uint64_t h2 = s.Call(AllocRequest(2, 0, 4 * n)).alloc_buffer().buffer();
+  ASSERT_TRUE(Upload(stub_.get(), "", s.id(), h, 0, a, true).status.ok());  // cached.
+  const double hits_before = server_->metrics().cache_hit_bytes();
+  pb::FillPiecesReply reply;
+  grpc::Status st = FillPieces(
+      stub_.get(), "", s.id(),
+      {Piece(h, n, a, "", s.id()), Piece(h, 2 * n, b, "", s.id()), Piece(h, n, a, "", s.id())},
+      &reply);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "piece 2 overlaps piece 0"))
+      << st.error_message();
+  // Another hash into an overlapping range.
+  st = FillPieces(stub_.get(), "", s.id(),
+                  {Piece(h, n, a, "", s.id()), Piece(h, n + n / 2, b, "", s.id())}, &reply);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "piece 1 overlaps piece 0"))
+      << st.error_message();
+  EXPECT_EQ(server_->metrics().cache_hit_bytes(), hits_before);  // nothing filled.
+  // More bytes than one call may fill (refused before the ranges are even looked at).
+  pb::UploadHeader big = Piece(h, 0, a, "", s.id());
+  big.set_size(rpc::kMaxFillBytes / 2 + 1);
+  pb::UploadHeader big2 = big;
+  big2.set_offset(rpc::kMaxFillBytes);
+  st = FillPieces(stub_.get(), "", s.id(), {big, big2}, &reply);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "piece 1 of")) << st.error_message();
+  // The same hash into ranges that do not overlap, and the same range of another buffer: fine.
+  st = FillPieces(stub_.get(), "", s.id(),
+                  {Piece(h, n, a, "", s.id()), Piece(h, 2 * n, a, "", s.id()),
+                   Piece(h2, n, a, "", s.id())},
+                  &reply);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(reply.results_size(), 3);
+  for (const pb::UploadReply& r : reply.results()) EXPECT_TRUE(r.have_it());
+  ExpectHealthy();
 }
 
 TEST_F(ServiceTest, FillPiecesErrors) {
@@ -496,12 +629,20 @@ TEST_F(ServiceTest, FreeWhileUploadingIsSafe) {
     pb::UploadMessage c;
     c.set_chunk(std::string(1 << 19, 'a'));
     ASSERT_TRUE(rw->Write(c));
-    EXPECT_EQ(s.Call(FreeRequest(2, h)).code(), 0);  // freed mid-upload.
-    EXPECT_TRUE(s.Close().ok());                     // and the session ends.
+    EXPECT_EQ(s.Call(FreeRequest(2, h)).code(), 0);  // freed mid-upload: the memory goes now,
+    // or once the chunk being copied at that moment is in (milliseconds), not at the end.
+    for (int i = 0; i < 100 && server_->metrics().buffers() != 0; ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_EQ(server_->metrics().buffers(), 0);
+    EXPECT_TRUE(s.Close().ok());  // and the session ends, which cancels its uploads.
     rw->Write(c);
     rw->WritesDone();
     rw->Read(&reply);
-    EXPECT_TRUE(rw->Finish().ok());
+    const grpc::Status st = rw->Finish();
+    EXPECT_TRUE(st.error_code() == grpc::StatusCode::CANCELLED ||
+                st.error_code() == grpc::StatusCode::FAILED_PRECONDITION)
+        << st.error_code() << " " << st.error_message();
   }
   EXPECT_EQ(server_->metrics().buffers(), 0);
   EXPECT_EQ(server_->metrics().buffer_bytes(), 0);
@@ -541,7 +682,7 @@ TEST_F(ServiceTest, BearerToken) {
     SessionStream s(stub_.get(), "nope");
     EXPECT_EQ(s.Close().error_code(), grpc::StatusCode::PERMISSION_DENIED);
   }
-  // Upload/Download need it too; PeerCopy needs only the grant.
+  // Upload/Download need it too, and so do the peer calls (a peer sends its own server's).
   SessionStream s(stub_.get(), token_);
   ASSERT_TRUE(s.ok());
   const uint64_t h = s.Call(AllocRequest(1, 0, 64)).alloc_buffer().buffer();
@@ -555,16 +696,38 @@ TEST_F(ServiceTest, BearerToken) {
   g.set_id(2);
   g.mutable_grant_peer_read()->set_buffer(h);
   const std::string grant = s.Call(g).grant().grant();
-  grpc::ClientContext ctx;
   pb::PeerCopyRequest pc;
   pc.set_grant(grant);
   pc.set_size(4);
-  auto reader = stub_->PeerCopy(&ctx, pc);
-  pb::DataChunk chunk;
+  auto peer_copy = [&](const std::string& token, std::string* got) {
+    grpc::ClientContext ctx;
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+    auto reader = stub_->PeerCopy(&ctx, pc);
+    pb::DataChunk chunk;
+    while (reader->Read(&chunk)) *got += chunk.data();
+    return reader->Finish();
+  };
   std::string got;
-  while (reader->Read(&chunk)) got += chunk.data();
-  EXPECT_TRUE(reader->Finish().ok());
+  grpc::Status copied = peer_copy("", &got);
+  EXPECT_EQ(copied.error_code(), grpc::StatusCode::UNAUTHENTICATED) << copied.error_message();
+  EXPECT_EQ(got, "");
+  copied = peer_copy(token_, &got);
+  EXPECT_TRUE(copied.ok()) << copied.error_message();
   EXPECT_EQ(got, "abcd");
+  for (const std::string& token : {std::string(), std::string("wrong")}) {
+    grpc::ClientContext ctx;
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+    pb::PeerDeliverRequest deliver;
+    pb::DeliveredPiece* piece = deliver.add_pieces();
+    piece->set_grant(grant);
+    piece->set_data("wxyz");
+    pb::PeerDeliverReply reply;
+    const grpc::Status st = stub_->PeerDeliver(&ctx, deliver, &reply);
+    EXPECT_EQ(st.error_code(), token.empty() ? grpc::StatusCode::UNAUTHENTICATED
+                                             : grpc::StatusCode::PERMISSION_DENIED)
+        << st.error_message();
+    EXPECT_NE(st.error_message().find("peer_deliver"), std::string::npos) << st.error_message();
+  }
   ExpectHealthy();
 }
 
@@ -599,7 +762,8 @@ TEST_F(ServiceTest, SessionsAndRefusalsAreLogged) {
     if (absl::StartsWith(line, opened) && absl::EndsWith(line, " sessions=1")) {
       seen.push_back("opened");
     } else if (line == absl::StrCat("rpc-server: session closed id=", id.substr(0, 8),
-                                    " buffers=1 bytes_held=64 sessions=0")) {
+                                    " buffers=1 bytes_held=", kMinBufferCharge,
+                                    " sessions=0")) {  // a 64-byte buffer's charge.
       seen.push_back("closed");
     } else if (absl::StartsWith(line, "rpc-server: warn: call refused peer=127.0.0.1:") &&
                absl::EndsWith(line, " error=\"wrong bearer token\"")) {

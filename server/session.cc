@@ -58,6 +58,14 @@ absl::StatusOr<uint8_t> ByteValue(uint32_t value) {
 // See log_id().
 constexpr size_t kLoggedIdChars = 8;
 
+// What a buffer of `size` bytes is charged against the session limit and the server budget.
+uint64_t BufferCharge(uint64_t size) { return std::max(size, kMinBufferCharge); }
+
+// The answer to a command of a cancelled session.
+absl::Status CancelledStatus() {
+  return absl::CancelledError("session cancelled (the client went away or the session ended)");
+}
+
 // One lane per distinct device: indices that name the same Device share its lane, since
 // its buffers may then be used by either index's commands.
 std::vector<int> LanesOf(const std::vector<Device*>& devices) {
@@ -86,9 +94,47 @@ Session::Session(std::string id, SessionEnv env)
       progress_(std::make_shared<CommandProgress>()),
       lanes_(static_cast<int>(env_.devices.size())) {}
 
-Session::~Session() {
+Session::~Session() { Close(); }
+
+void Session::Cancel() { cancelled_.store(true); }
+
+bool Session::cancelled() const {
+  if (cancelled_.load()) return true;
+  // Once cancelled, the hook is never asked again (its stream may be gone by then).
+  if (env_.abandoned && env_.abandoned()) {
+    const_cast<std::atomic<bool>&>(cancelled_).store(true);
+    return true;
+  }
+  return false;
+}
+
+bool Session::AddStream(std::weak_ptr<CancellableStream> stream) {
+  absl::MutexLock lock(&streams_mu_);
+  if (closed_) return false;
+  // Streams that ended are dropped as new ones come, so the list stays as long as the
+  // streams open (twice at most).
+  if (streams_in_flight_.size() >= 64 && streams_in_flight_.size() == streams_in_flight_.capacity()) {
+    std::erase_if(streams_in_flight_,
+                  [](const std::weak_ptr<CancellableStream>& w) { return w.expired(); });
+  }
+  streams_in_flight_.push_back(std::move(stream));
+  return true;
+}
+
+void Session::Close() {
+  Cancel();
   lanes_.Drain();      // nothing may run on what goes below.
   progress_->Close();  // peers waiting for a command of ours stop waiting.
+  std::vector<std::weak_ptr<CancellableStream>> streams;
+  {
+    absl::MutexLock lock(&streams_mu_);
+    closed_ = true;
+    streams.swap(streams_in_flight_);
+  }
+  const absl::Status ended = absl::CancelledError("the session ended (its stream closed)");
+  for (const auto& w : streams) {
+    if (std::shared_ptr<CancellableStream> s = w.lock()) s->Cancel(ended);
+  }
   absl::MutexLock lock(&handle_mu_);
   graphs_.clear();  // they point into the buffers.
   streams_.clear();
@@ -96,12 +142,19 @@ Session::~Session() {
     for (const auto& [handle, grant] : grants_) env_.grants->Revoke(grant);
   }
   grants_.clear();
+  // Revoking dropped the pieces peers delivered for the grants; nothing reaches us after this.
+  if (mailbox_ != nullptr) mailbox_->Close();
   absl::flat_hash_map<uint64_t, std::shared_ptr<SessionBuffer>> buffers;
   {
     absl::MutexLock table_lock(&table_mu_);
     buffers.swap(buffers_);
   }
-  buffers.clear();           // outside the lock: destructors report to metrics.
+  // Their charges go back as Free gives them back (to the server's budget above all).
+  for (const auto& [handle, buf] : buffers) ReleaseMemory(BufferCharge(buf->size()));
+  if (buffers.empty()) return;
+  // Outside the lock: destructors report to metrics. Streams hold buffers weakly, so the
+  // memory goes here, unless a peer's PeerCopy is reading it this moment.
+  buffers.clear();
   ReleaseFreedHostMemory();  // what the session freed (also by Free before) goes back now.
 }
 
@@ -170,9 +223,9 @@ void Session::Dispatch(std::shared_ptr<const pb::SessionRequest> message,
                        ReplySequencer::Group* group, int i) {
   pb::SessionReply reply;
   reply.set_id(command.id());
-  absl::StatusOr<Work> work = command.id() == 0
-                                  ? absl::InvalidArgumentError("request id must be > 0")
-                                  : Prepare(command, &reply);
+  absl::StatusOr<Work> work = command.id() == 0 ? absl::InvalidArgumentError("request id must be > 0")
+                              : cancelled()     ? CancelledStatus()
+                                                : Prepare(command, &reply);
   if (!work.ok() || work->lanes.empty() || !parallel_) {
     // Done by its checks, or a one-device session: no hand-off.
     const absl::Status status = work.ok() && work->run ? work->run(&reply) : work.status();
@@ -183,7 +236,8 @@ void Session::Dispatch(std::shared_ptr<const pb::SessionRequest> message,
   std::vector<int> lanes = std::move(work->lanes);
   lanes_.Submit(std::move(lanes), [this, message = std::move(message), &command, replies, group, i,
                                    run = std::move(work->run), reply = std::move(reply)]() mutable {
-    const absl::Status status = run(&reply);
+    // A session cancelled meanwhile skips what is queued: it is answered, not run.
+    const absl::Status status = cancelled() ? CancelledStatus() : run(&reply);
     run = nullptr;  // the buffers it held go before the reply says the command is done.
     Finish(command, status, &reply);
     replies->Fill(group, i, std::move(reply));
@@ -191,23 +245,73 @@ void Session::Dispatch(std::shared_ptr<const pb::SessionRequest> message,
 }
 
 void Session::Post(std::shared_ptr<const pb::SessionRequest> request, ReplySequencer* replies) {
+  if (request->has_batch() && request->batch().commands_size() > kMaxBatchCommands) {
+    // Refused whole, before any command is queued.
+    return Refuse(request->id(),
+                  absl::InvalidArgumentError(absl::StrFormat(
+                      "batch of %d commands exceeds the cap of %d per batch; send several batches",
+                      request->batch().commands_size(), kMaxBatchCommands)),
+                  replies);
+  }
+  // The message stays held until its last command has run: counted while it is queued.
+  const uint64_t bytes = request->SpaceUsedLong();
+  WaitForQueueRoom(bytes);
+  struct Queued {
+    Queued(std::shared_ptr<const pb::SessionRequest> r, Session* s, uint64_t n)
+        : request(std::move(r)), session(s), bytes(n) {}
+    Queued(const Queued&) = delete;
+    Queued& operator=(const Queued&) = delete;
+    ~Queued() { session->Dequeued(bytes); }
+    const std::shared_ptr<const pb::SessionRequest> request;
+    Session* const session;
+    const uint64_t bytes;
+  };
+  auto queued = std::make_shared<Queued>(std::move(request), this, bytes);
+  // Shares the count's lifetime: the bytes go back when the last task lets go of it.
+  std::shared_ptr<const pb::SessionRequest> held(queued, queued->request.get());
   absl::MutexLock lock(&handle_mu_);
-  if (!request->has_batch()) {
-    ReplySequencer::Group* group = replies->Open(request->id(), /*batch=*/false, 1);
-    Dispatch(request, *request, replies, group, 0);
+  if (!held->has_batch()) {
+    ReplySequencer::Group* group = replies->Open(held->id(), /*batch=*/false, 1);
+    Dispatch(held, *held, replies, group, 0);
     return;
   }
-  const auto& commands = request->batch().commands();
-  ReplySequencer::Group* group = replies->Open(request->id(), /*batch=*/true, commands.size());
+  const auto& commands = held->batch().commands();
+  ReplySequencer::Group* group = replies->Open(held->id(), /*batch=*/true, commands.size());
   for (int i = 0; i < commands.size();) {
-    const int n = PullRun(*request, i);
+    const int n = PullRun(*held, i);
     if (n > 1) {
-      DispatchPulls(request, i, n, replies, group);
+      DispatchPulls(held, i, n, replies, group);
     } else {
-      Dispatch(request, commands[i], replies, group, i);
+      Dispatch(held, commands[i], replies, group, i);
     }
     i += std::max(n, 1);
   }
+}
+
+void Session::Refuse(uint64_t id, const absl::Status& status, ReplySequencer* replies) {
+  pb::SessionRequest request;
+  request.set_id(id);
+  pb::SessionReply reply;
+  reply.set_id(id);
+  absl::MutexLock lock(&handle_mu_);
+  ReplySequencer::Group* group = replies->Open(id, /*batch=*/false, 1);
+  Finish(request, status, &reply);
+  replies->Fill(group, 0, std::move(reply));
+}
+
+void Session::WaitForQueueRoom(uint64_t bytes) {
+  absl::MutexLock lock(&queue_mu_);
+  auto room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
+    return queued_bytes_ == 0 || queued_bytes_ + bytes <= kMaxQueuedRequestBytes || cancelled();
+  };
+  // Polled now and then too: cancelled() may turn true without anyone signalling.
+  while (!room()) queue_mu_.AwaitWithTimeout(absl::Condition(&room), absl::Milliseconds(100));
+  queued_bytes_ += bytes;
+}
+
+void Session::Dequeued(uint64_t bytes) {
+  absl::MutexLock lock(&queue_mu_);
+  queued_bytes_ -= bytes;
 }
 
 int Session::PullRun(const pb::SessionRequest& batch, int first) const {
@@ -258,6 +362,14 @@ void Session::DispatchPulls(std::shared_ptr<const pb::SessionRequest> message, i
   auto run = [this, message = std::move(message), replies, group,
               pulls = std::move(pulls)]() mutable {
     std::vector<absl::Status> status(pulls.size());
+    if (cancelled()) {
+      for (size_t k = 0; k < pulls.size(); ++k) {
+        pulls[k].work.run = nullptr;
+        Finish(*pulls[k].command, CancelledStatus(), &pulls[k].reply);
+        replies->Fill(group, pulls[k].slot, std::move(pulls[k].reply));
+      }
+      return;
+    }
     std::vector<std::thread> threads;
     for (size_t k = 1; k < pulls.size(); ++k) {
       threads.emplace_back([&, k] { status[k] = pulls[k].work.run(&pulls[k].reply); });
@@ -535,7 +647,12 @@ absl::Status CheckRoom(Device& device, uint64_t size) {
 }  // namespace
 
 absl::StatusOr<MemoryReservation> Session::ReserveMemory(uint64_t size) {
-  return MemoryReservation::Reserve(&bytes_held_, env_.mem_limit, size);
+  return MemoryReservation::Reserve(&bytes_held_, env_.mem_limit, size, env_.budget);
+}
+
+void Session::ReleaseMemory(uint64_t size) {
+  bytes_held_ -= size;
+  if (env_.budget != nullptr) env_.budget->Give(size);
 }
 
 absl::Status Session::Alloc(const pb::AllocBuffer& cmd, pb::AllocBufferReply* reply) {
@@ -547,8 +664,15 @@ absl::Status Session::Alloc(const pb::AllocBuffer& cmd, pb::AllocBufferReply* re
         absl::StrFormat("%d bytes exceed the largest buffer of %s (%d bytes)", size, device->name(),
                         type->max_size()));
   }
-  // Counted against the session limit first; every early return below gives the bytes back.
-  TG_ASSIGN_OR_RETURN(MemoryReservation reservation, ReserveMemory(size));
+  if (const uint64_t cap = env_.max_buffers, held = buffer_count(); cap != 0 && held >= cap) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "this session holds %d buffers, the most one session may hold; free some, or raise "
+        "the server's --max-buffers-per-session (%d)",
+        held, cap));
+  }
+  // Counted against the session limit and the server budget first; every early return below
+  // gives the bytes back. Tiny buffers are charged their bookkeeping.
+  TG_ASSIGN_OR_RETURN(MemoryReservation reservation, ReserveMemory(BufferCharge(size)));
   // Memory a closed session left (the same model loaded again) needs no room and no faults.
   const std::shared_ptr<SessionBufferRecycler>& recycler = env_.recycler;
   std::unique_ptr<Buffer> kept = recycler != nullptr ? recycler->Take(type, size) : nullptr;
@@ -610,7 +734,7 @@ absl::Status Session::Free(uint64_t handle) {
     entry = std::move(it->second);
     buffers_.erase(it);
   }
-  ReleaseMemory(entry->size());
+  ReleaseMemory(BufferCharge(entry->size()));
   if (auto g = grants_.find(handle); g != grants_.end()) {
     if (env_.grants != nullptr) env_.grants->Revoke(g->second);
     grants_.erase(g);
@@ -626,7 +750,12 @@ absl::Status Session::Grant(uint64_t handle, pb::GrantPeerReadReply* reply) {
   if (env_.grants == nullptr) return absl::UnimplementedError("peer reads are not enabled");
   TG_ASSIGN_OR_RETURN(std::shared_ptr<SessionBuffer> buf, FindBuffer(handle));
   auto it = grants_.find(handle);
-  if (it == grants_.end()) it = grants_.emplace(handle, env_.grants->Grant(buf)).first;
+  if (mailbox_ == nullptr) {
+    mailbox_ = std::make_shared<MailboxAccount>(
+        log_id(), [this](uint64_t n) { return ReserveMemory(n); },
+        [this](uint64_t n) { ReleaseMemory(n); }, env_.metrics);
+  }
+  if (it == grants_.end()) it = grants_.emplace(handle, env_.grants->Grant(buf, mailbox_)).first;
   reply->set_grant(it->second);
   return absl::OkStatus();
 }
@@ -645,7 +774,26 @@ absl::StatusOr<std::shared_ptr<Session::CachedGraph>> Session::GraphFor(const pb
     return graphs_.front();
   }
   TG_ASSIGN_OR_RETURN(Device * device, DeviceAt(cmd.device()));
+  TG_RETURN_IF_ERROR(CheckGraphSize(cmd.graph()));
+  // Charged before decoding: room is made by dropping the oldest graphs, first down to the
+  // cache's own bound, then as far as the session's memory limit needs.
+  const uint64_t bytes = DecodedGraphBytes(cmd.graph());
+  EvictGraphs(bytes);
+  absl::StatusOr<MemoryReservation> charge = ReserveMemory(bytes);
+  while (!charge.ok() && charge.status().code() == absl::StatusCode::kResourceExhausted &&
+         !graphs_.empty()) {
+    graphs_.pop_back();
+    charge = ReserveMemory(bytes);
+  }
+  if (!charge.ok()) {
+    return absl::Status(charge.status().code(),
+                        absl::StrFormat("graph of %d tensors (about %d bytes decoded): %s",
+                                        cmd.graph().tensors_size(), bytes,
+                                        charge.status().message()));
+  }
   auto cached = std::make_shared<CachedGraph>();
+  cached->charge.emplace(*std::move(charge));
+  cached->bytes = bytes;
   BufferResolver resolve = [&](uint64_t handle) -> absl::StatusOr<ResolvedBuffer> {
     TG_ASSIGN_OR_RETURN(std::shared_ptr<SessionBuffer> buf, FindBuffer(handle));
     // The graph may read any of it: bytes no write reached are zeroed first (a write queued
@@ -662,6 +810,15 @@ absl::StatusOr<std::shared_ptr<Session::CachedGraph>> Session::GraphFor(const pb
   graphs_.push_front(std::move(cached));
   while (graphs_.size() > kGraphCacheSize) graphs_.pop_back();
   return graphs_.front();
+}
+
+void Session::EvictGraphs(uint64_t more) {
+  uint64_t held = 0;
+  for (const auto& g : graphs_) held += g->bytes;
+  while (!graphs_.empty() && held + more > kMaxGraphCacheBytes) {
+    held -= graphs_.back()->bytes;
+    graphs_.pop_back();
+  }
 }
 
 absl::StatusOr<Session::Work> Session::PrepareCompute(const pb::Compute& cmd) {

@@ -9,6 +9,14 @@
 // commands sharing a buffer, keep their order. A session whose buffers are all on one device
 // runs everything on the calling thread, as a one-lane session would, without the hand-off.
 // Replies leave in request order (server/reply_sequencer.h).
+// Ending: Cancel() (the client went away, or SessionEnv::abandoned says so) answers every
+// command not yet started CANCELLED, so a batch stops within one command; Close() also ends
+// the Upload/Download streams working on the session's buffers (AddStream) and frees every
+// buffer, even one a stream still names: streams hold buffers weakly (SessionBuffer), so the
+// memory returns when the session ends, not when its slowest client gives up.
+// Bounds: a batch holds at most kMaxBatchCommands commands; decoded graphs are charged to
+// the session's memory (ReserveMemory) and the cache holds at most kMaxGraphCacheBytes of
+// them; queued requests hold at most kMaxQueuedRequestBytes (Post waits for room).
 // Thread-safety: Post/Handle/Serve calls are serialized by handle_mu_, which guards the
 // handle-side state (graph cache, grants, lane mode); lane tasks touch only what they
 // captured (shared buffers and graphs, their own reply), the stream of their own device
@@ -20,8 +28,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +50,7 @@
 #include "server/memory_reservation.h"
 #include "server/reply_sequencer.h"
 #include "server/session_buffer.h"
+#include "server/stream_deadline.h"
 #include "tensorgrid/v1/tensorgrid.pb.h"
 
 namespace tg::server {
@@ -47,16 +58,31 @@ namespace tg::server {
 class BlobCache;
 class CollectiveRunner;
 class GrantTable;
+class MailboxAccount;
 class Metrics;
 class ModelIndex;
 class PeerClient;
 class PeerPushes;
 class SessionBufferRecycler;
 
+// Buffers one session may hold at most, by default (--max-buffers-per-session): far above
+// what a model needs (a few per layer and device), and a bound on the bookkeeping that
+// zero-byte buffers would otherwise grow without charge.
+inline constexpr uint64_t kDefaultMaxBuffersPerSession = 65536;
+// What every buffer is charged at least, whatever its size: its bookkeeping (the
+// SessionBuffer, the backend's buffer object and its smallest allocation, the handle table
+// slot), about 470 bytes resident per buffer measured on a CPU device
+// (tests/hostile/memory_test.py --case zero_byte_buffers).
+inline constexpr uint64_t kMinBufferCharge = 512;
+
 // What a session needs from the server; everything but `devices` may be null/0.
 struct SessionEnv {
   std::vector<Device*> devices;  // index = AllocBuffer.device / Compute.device.
   uint64_t mem_limit = 0;        // bytes per session; 0 = no limit.
+  // The server-wide budget every reservation is charged against too; none without it.
+  ServerMemoryBudget* budget = nullptr;
+  // Buffers the session may hold at once (--max-buffers-per-session); 0 = no cap.
+  uint64_t max_buffers = kDefaultMaxBuffersPerSession;
   Metrics* metrics = nullptr;
   GrantTable* grants = nullptr;             // GrantPeerRead is UNIMPLEMENTED without it.
   PeerClient* peers = nullptr;              // PeerPull is UNIMPLEMENTED without it.
@@ -70,6 +96,9 @@ struct SessionEnv {
   // Tests and the fuzzer only: handles are 1, 2, 3, ... so that scripted command sequences
   // can name them. A server never sets this.
   bool predictable_handles = false;
+  // Polled between commands (may be empty): true once the client has gone (its Session
+  // stream cancelled), and the session then cancels the rest of its work (Cancel).
+  std::function<bool()> abandoned;
 };
 
 // Consecutive PeerPulls of a batch run at the same time, this many at most (one thread each):
@@ -77,6 +106,17 @@ struct SessionEnv {
 inline constexpr int kMaxPullsAtOnce = 8;
 // Decoded graphs kept per session (least recently used dropped first).
 inline constexpr size_t kGraphCacheSize = 32;
+// Bytes of decoded graphs kept per session (an estimate, DecodedGraphBytes; also charged to
+// the session's memory): a 70B model's graph is a few MB decoded, so this keeps every
+// device's graphs of a few models with room to spare.
+inline constexpr uint64_t kMaxGraphCacheBytes = uint64_t{256} << 20;
+// Commands in one Batch: a batch is checked and queued whole, so its size bounds the work a
+// client can queue in one message (the client sends 64 at most; send several batches).
+inline constexpr int kMaxBatchCommands = 4096;
+// Bytes of requests posted and not yet finished (their messages) per session: Post waits
+// for room beyond it, so a client that sends faster than its devices run holds the reading
+// thread, not ever more memory. One request alone may be larger (up to the message limit).
+inline constexpr uint64_t kMaxQueuedRequestBytes = uint64_t{128} << 20;
 
 class Session {
  public:
@@ -97,8 +137,24 @@ class Session {
   // reply alone is larger). `replies` must outlive the commands (see Quiesce).
   void Post(std::shared_ptr<const tensorgrid::v1::SessionRequest> request, ReplySequencer* replies)
       ABSL_LOCKS_EXCLUDED(handle_mu_);
+  // Answers request `id` with `status` (a request refused before it was parsed, such as one
+  // over the wire limits of the service), in order with the replies posted before it.
+  void Refuse(uint64_t id, const absl::Status& status, ReplySequencer* replies)
+      ABSL_LOCKS_EXCLUDED(handle_mu_);
   // Blocks until every command posted so far has finished.
   void Quiesce() ABSL_LOCKS_EXCLUDED(handle_mu_);
+  // From now on every command not yet started is answered CANCELLED without running
+  // (commands running finish). Thread-safe; idempotent.
+  void Cancel();
+  // True after Cancel, or once SessionEnv::abandoned said so.
+  bool cancelled() const;
+  // Ends the session: Cancel, waits for the commands in flight, cancels the streams added
+  // with AddStream (they end CANCELLED), and frees every buffer, graph and grant. Called by
+  // the service when the Session stream ends (and by the destructor). Idempotent.
+  void Close() ABSL_LOCKS_EXCLUDED(handle_mu_, table_mu_, streams_mu_);
+  // A stream working on this session's buffers, cancelled by Close (held weakly). False,
+  // with nothing added, when the session is closed already.
+  bool AddStream(std::weak_ptr<CancellableStream> stream) ABSL_LOCKS_EXCLUDED(streams_mu_);
   // Runs one command and waits for it. Errors come back in the reply (code + message); the
   // session stays usable after any error. A batch is refused here (INVALID_ARGUMENT).
   tensorgrid::v1::SessionReply Handle(const tensorgrid::v1::SessionRequest& request)
@@ -121,12 +177,13 @@ class Session {
   absl::StatusOr<uint64_t> ModelFile(uint64_t handle) const ABSL_LOCKS_EXCLUDED(table_mu_);
 
   // Charges `size` bytes of whatever this session makes the server hold (buffers, decoded
-  // graphs, queued commands, mailbox pieces, stream buffers) against its memory limit:
-  // RESOURCE_EXHAUSTED naming the numbers and the flag when it would pass it. The bytes go
-  // back when the reservation is dropped, unless committed (then whoever holds the memory
-  // gives them back with ReleaseMemory). Thread-safe.
+  // graphs, queued commands, mailbox pieces, stream buffers) against its memory limit and
+  // the server's budget (SessionEnv::budget): RESOURCE_EXHAUSTED naming the numbers and the
+  // flag when it would pass either. The bytes go back when the reservation is dropped,
+  // unless committed (then whoever holds the memory gives them back with ReleaseMemory;
+  // what is still held when the session ends goes back to the budget then). Thread-safe.
   absl::StatusOr<MemoryReservation> ReserveMemory(uint64_t size);
-  void ReleaseMemory(uint64_t size) { bytes_held_ -= size; }
+  void ReleaseMemory(uint64_t size);
 
   void AddUploadedBytes(uint64_t n) { uploaded_bytes_ += n; }
   void AddCacheHitBytes(uint64_t n) { cache_hit_bytes_ += n; }
@@ -138,6 +195,9 @@ class Session {
   struct CachedGraph {
     uint32_t device;
     uint64_t key;
+    // The graph's estimated bytes, charged to the session while the graph lives.
+    std::optional<MemoryReservation> charge;
+    uint64_t bytes = 0;
     std::unique_ptr<DecodedGraph> graph;
     // What the graph points into, kept alive while a queued Compute holds the graph.
     std::vector<std::shared_ptr<SessionBuffer>> buffers;
@@ -196,6 +256,13 @@ class Session {
   // Runs on device's lane (or the calling thread before lanes start).
   absl::StatusOr<Stream*> StreamFor(uint32_t device);
   uint64_t NextHandle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_mu_);
+  // Drops the least recently used cached graphs until `more` bytes fit in
+  // kMaxGraphCacheBytes.
+  void EvictGraphs(uint64_t more) ABSL_EXCLUSIVE_LOCKS_REQUIRED(handle_mu_);
+  // Waits until the requests queued leave room for `bytes` more (or none is queued, or the
+  // session is cancelled), then counts them; Dequeued gives them back.
+  void WaitForQueueRoom(uint64_t bytes) ABSL_LOCKS_EXCLUDED(queue_mu_);
+  void Dequeued(uint64_t bytes) ABSL_LOCKS_EXCLUDED(queue_mu_);
 
   const std::string id_;
   const SessionEnv env_;
@@ -208,6 +275,9 @@ class Session {
   absl::Mutex handle_mu_;  // serializes Post().
   std::list<std::shared_ptr<CachedGraph>> graphs_ ABSL_GUARDED_BY(handle_mu_);  // front: newest.
   absl::flat_hash_map<uint64_t, std::string> grants_ ABSL_GUARDED_BY(handle_mu_);
+  // What peers deliver for this session's grants is charged to (made with the first grant;
+  // closed with the session, after its grants are revoked and their pieces dropped).
+  std::shared_ptr<MailboxAccount> mailbox_ ABSL_GUARDED_BY(handle_mu_);
   // The lane of the first buffer allocated; once a buffer is on another, lanes_ runs the work.
   int first_lane_ ABSL_GUARDED_BY(handle_mu_) = -1;
   bool parallel_ ABSL_GUARDED_BY(handle_mu_) = false;
@@ -218,6 +288,13 @@ class Session {
   uint64_t next_handle_ ABSL_GUARDED_BY(table_mu_) = 1;
   absl::flat_hash_map<uint64_t, std::shared_ptr<SessionBuffer>> buffers_ ABSL_GUARDED_BY(table_mu_);
   absl::flat_hash_set<uint64_t> model_files_ ABSL_GUARDED_BY(table_mu_);  // opened index ids.
+
+  std::atomic<bool> cancelled_{false};
+  absl::Mutex streams_mu_;
+  bool closed_ ABSL_GUARDED_BY(streams_mu_) = false;
+  std::vector<std::weak_ptr<CancellableStream>> streams_in_flight_ ABSL_GUARDED_BY(streams_mu_);
+  absl::Mutex queue_mu_;
+  uint64_t queued_bytes_ ABSL_GUARDED_BY(queue_mu_) = 0;
 
   std::atomic<uint64_t> bytes_held_{0};
   std::atomic<uint64_t> uploaded_bytes_{0};

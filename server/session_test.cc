@@ -3,12 +3,15 @@
 // each error.
 #include "server/session.h"
 
+#include <atomic>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "proto/protocol.h"
 #include "server/byte_size.h"
 #include "server/grant_table.h"
+#include "server/graph_decoder.h"
 #include "server/memory_reservation.h"
 #include "server/metrics.h"
 #include "server/server_test_util.h"
@@ -422,6 +425,130 @@ TEST(ByteSize, Parses) {
   EXPECT_FALSE(ParseByteSize("-1").ok());
   EXPECT_FALSE(ParseByteSize("12X").ok());
   EXPECT_FALSE(ParseByteSize("99999999999T").ok());
+}
+
+// ---- ending and bounds (issue 37) ----------------------------------------------------------
+
+pb::SessionRequest LeavesCompute(uint64_t id, uint64_t buffer, uint64_t key, int n) {
+  pb::SessionRequest r;
+  r.set_id(id);
+  pb::Compute* c = r.mutable_compute();
+  c->set_graph_key(key);
+  for (int i = 0; i < n; ++i) {
+    pb::TensorDesc* t = c->mutable_graph()->add_tensors();
+    t->set_id(i + 1);
+    t->set_type(0);  // F32
+    for (int d = 0; d < 4; ++d) {
+      t->add_ne(1);
+      t->add_nb(4);
+    }
+    t->set_buffer(buffer);
+  }
+  return r;
+}
+
+class RecordingStream final : public CancellableStream {
+ public:
+  void Cancel(const absl::Status& status) override { why = status; }
+  absl::Status why;
+};
+
+TEST_F(SessionTest, BatchOverTheCapIsRefusedBeforeAnyCommandRuns) {
+  auto s = NewSession();
+  pb::SessionRequest batch;
+  batch.set_id(1);
+  for (int i = 0; i <= kMaxBatchCommands; ++i) {
+    *batch.mutable_batch()->add_commands() = AllocRequest(i + 1, 0, 16);
+  }
+  std::vector<pb::SessionReply> replies;
+  s->Serve(batch, [&](const pb::SessionReply& r) {
+    replies.push_back(r);
+    return true;
+  });
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].code(), kInvalid);
+  EXPECT_NE(replies[0].message().find(absl::StrCat(kMaxBatchCommands + 1)), std::string::npos);
+  EXPECT_NE(replies[0].message().find(absl::StrCat(kMaxBatchCommands)), std::string::npos);
+  EXPECT_NE(replies[0].message().find("several batches"), std::string::npos);
+  EXPECT_EQ(s->buffer_count(), 0u);
+}
+
+TEST_F(SessionTest, CancelledSessionAnswersCancelledWithoutRunning) {
+  auto s = NewSession();
+  s->Cancel();
+  EXPECT_EQ(s->Handle(AllocRequest(1, 0, 16)).code(), static_cast<int>(absl::StatusCode::kCancelled));
+  EXPECT_EQ(s->buffer_count(), 0u);
+}
+
+TEST_F(SessionTest, AbandonedClientStopsABatchWithinOneCommand) {
+  std::atomic<int> asked{0};
+  SessionEnv env = env_;
+  env.abandoned = [&] { return ++asked > 3; };  // the client goes during the third command.
+  Session s("test", env);
+  pb::SessionRequest batch;
+  batch.set_id(1);
+  for (int i = 0; i < 10; ++i) *batch.mutable_batch()->add_commands() = AllocRequest(i + 1, 0, 16);
+  pb::SessionReply out;
+  s.Serve(batch, [&](const pb::SessionReply& r) {
+    out = r;
+    return true;
+  });
+  ASSERT_EQ(out.batch().replies_size(), 10);
+  int ran = 0, cancelled = 0;
+  for (const pb::SessionReply& r : out.batch().replies()) {
+    if (r.code() == kOk) ++ran;
+    if (r.code() == static_cast<int>(absl::StatusCode::kCancelled)) ++cancelled;
+  }
+  EXPECT_EQ(ran, 3);
+  EXPECT_EQ(cancelled, 7);
+  EXPECT_TRUE(s.cancelled());
+}
+
+TEST_F(SessionTest, CloseFreesBuffersAStreamStillNamesAndCancelsTheStream) {
+  auto s = NewSession();
+  const uint64_t h = Alloc(*s, 1 << 20);
+  std::weak_ptr<SessionBuffer> buffer = *s->FindBuffer(h);
+  auto stream = std::make_shared<RecordingStream>();
+  ASSERT_TRUE(s->AddStream(stream));
+  s->Close();
+  EXPECT_TRUE(buffer.expired());
+  EXPECT_EQ(stream->why.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(s->buffer_count(), 0u);
+  EXPECT_FALSE(s->AddStream(std::make_shared<RecordingStream>()));
+  s->Close();  // idempotent.
+}
+
+TEST_F(SessionTest, CachedGraphsAreChargedToTheSession) {
+  auto s = NewSession(/*mem_limit=*/uint64_t{4} << 20);
+  const uint64_t h = Alloc(*s, 4096);
+  const uint64_t before = s->bytes_held();
+  pb::SessionRequest small = LeavesCompute(next_id_++, h, 1, 1000);
+  const uint64_t charge = DecodedGraphBytes(small.compute().graph());
+  ASSERT_EQ(s->Handle(small).code(), kOk) << s->Handle(small).message();
+  EXPECT_EQ(s->bytes_held(), before + charge);
+  // A graph over the limit is refused before it is decoded, naming its size.
+  pb::SessionReply big = s->Handle(LeavesCompute(next_id_++, h, 2, 60000));
+  EXPECT_EQ(big.code(), static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_NE(big.message().find("60000 tensors"), std::string::npos) << big.message();
+  // Graphs that fit one at a time evict older ones instead of passing the limit.
+  const int per = static_cast<int>(((uint64_t{4} << 20) - 4096) / 3 / charge * 1000);
+  for (uint64_t k = 0; k < 8; ++k) {
+    ASSERT_EQ(s->Handle(LeavesCompute(next_id_++, h, 100 + k, per)).code(), kOk);
+    EXPECT_LE(s->bytes_held(), uint64_t{4} << 20);
+  }
+  // Freeing the buffer drops its graphs and their charges.
+  ASSERT_EQ(s->Handle(FreeRequest(next_id_++, h)).code(), kOk);
+  EXPECT_EQ(s->bytes_held(), 0u);
+}
+
+TEST_F(SessionTest, GraphOverTheTensorLimitIsRefusedNamingCountAndLimit) {
+  auto s = NewSession();
+  const uint64_t h = Alloc(*s, 4096);
+  const int n = static_cast<int>(rpc::kMaxGraphTensors) + 1;
+  pb::SessionReply r = s->Handle(LeavesCompute(next_id_++, h, 1, n));
+  EXPECT_EQ(r.code(), kInvalid);
+  EXPECT_NE(r.message().find(absl::StrCat(n)), std::string::npos) << r.message();
+  EXPECT_NE(r.message().find(absl::StrCat(rpc::kMaxGraphTensors)), std::string::npos);
 }
 
 }  // namespace

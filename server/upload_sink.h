@@ -5,8 +5,11 @@
 // Otherwise Receive() takes the chunks into the buffer in order and Finish() checks that exactly
 // the announced bytes came, that they hash to the header's SHA-256 when it gave one, and stores
 // hashed uploads in the cache, and those whose header asked for it (store) under the hash of
-// what came. Not thread-safe: one sink serves one stream. The session and cache
-// may be used concurrently by others (a Free mid-upload is safe: the sink holds the buffer).
+// what came. A cache hit needs the header's cache_proof (proto/cache_proof.h) to match the
+// cached bytes: knowing a hash alone never fills a buffer from the cache. Not thread-safe: one sink serves one stream. The session and cache
+// may be used concurrently by others. The sink holds its session and buffer weakly, pinning
+// the buffer only while it writes: a FreeBuffer or the session's end mid-upload frees the
+// memory at once, and the next chunk fails FAILED_PRECONDITION ("was freed").
 #ifndef TENSORGRID_SERVER_UPLOAD_SINK_H_
 #define TENSORGRID_SERVER_UPLOAD_SINK_H_
 
@@ -65,28 +68,37 @@ class UploadSink {
   absl::StatusOr<uint64_t> Finish();
 
  private:
-  UploadSink(std::shared_ptr<Session> session, std::shared_ptr<SessionBuffer> buffer,
-             uint64_t offset, uint64_t size, std::optional<rpc::Sha256Digest> digest, bool store,
+  UploadSink(const std::shared_ptr<Session>& session, const std::shared_ptr<SessionBuffer>& buffer,
+             uint64_t handle, uint64_t offset, uint64_t size, std::optional<rpc::Sha256Digest> digest, bool store,
              BlobCache* cache, Metrics* metrics);
 
   // Reads the bytes from a --model-dir file into the buffer; false when no indexed file
   // holds them (any more).
-  absl::StatusOr<bool> ReadFromModelFile(ModelIndex& models, uint64_t file, uint64_t file_offset);
-  // Copies the cached blob into the buffer; false on a miss (or an unreadable blob).
-  absl::StatusOr<bool> ReadFromCache();
+  absl::StatusOr<bool> ReadFromModelFile(Session& session, ModelIndex& models, uint64_t file,
+                                         uint64_t file_offset);
+  // Copies the cached blob into the buffer; false on a miss (or an unreadable blob, or a
+  // cache_proof that does not match it: the range is then zeroed again).
+  absl::StatusOr<bool> ReadFromCache(Session& session);
   // Fills the buffer range through `read` (into host memory, or a staging copy).
-  absl::StatusOr<bool> ReadInto(const std::function<absl::StatusOr<bool>(uint8_t*)>& read);
+  absl::StatusOr<bool> ReadInto(SessionBuffer& buffer,
+                                const std::function<absl::StatusOr<bool>(uint8_t*)>& read);
   // Finish with a cache: stores the received range under its hash (DATA_LOSS when that is
   // not the header's); a failed store is only logged.
-  absl::StatusOr<uint64_t> Store();
+  absl::StatusOr<uint64_t> Store(SessionBuffer& buffer);
   // DATA_LOSS: the bytes hash to `got`, not to digest_.
   absl::Status Mismatch(const std::optional<rpc::Sha256Digest>& got) const;
 
-  const std::shared_ptr<Session> session_;
-  const std::shared_ptr<SessionBuffer> buffer_;
+  // The buffer while it is still the session's; FAILED_PRECONDITION once it was freed.
+  absl::StatusOr<std::shared_ptr<SessionBuffer>> Pin() const;
+
+  const std::weak_ptr<Session> session_;
+  const std::weak_ptr<SessionBuffer> buffer_;
+  const uint64_t handle_;
   const uint64_t offset_;
   const uint64_t size_;
   const std::optional<rpc::Sha256Digest> digest_;
+  // The header's cache_proof: the client holds the bytes (checked against the cached ones).
+  std::optional<rpc::Sha256Digest> proof_;
   // Finish stores the range in the cache (hashing it as it writes): with a cache, when the
   // header gave a digest or asked for `store`.
   const bool store_;

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "proto/cache_proof.h"
 #include "proto/protocol.h"
 #include "server/blob_cache.h"
 #include "server/metrics.h"
@@ -102,19 +103,25 @@ class UploadSinkTest : public ::testing::Test {
     return session_->Handle(r).cache_stats();
   }
 
+  // With `holds` (the bytes, as an honest client has them) and a sha256, the header carries
+  // the proof of possession a cache hit needs.
   absl::StatusOr<std::unique_ptr<UploadSink>> Start(uint64_t buffer, uint64_t offset, uint64_t size,
-                                                    std::string sha256 = "") {
-    return UploadSink::Start(
-        session_,
-        UploadHeaderMessage(session_->id(), buffer, offset, size, std::move(sha256)).header(),
-        cache_.get(), &metrics_);
+                                                    std::string sha256 = "",
+                                                    const std::string* holds = nullptr) {
+    pb::UploadHeader header =
+        UploadHeaderMessage(session_->id(), buffer, offset, size, std::move(sha256)).header();
+    if (holds != nullptr && !header.sha256().empty()) {
+      const rpc::Sha256Digest proof = *rpc::CacheProof(session_->id(), holds->data(), holds->size());
+      header.set_cache_proof(proof.data(), proof.size());
+    }
+    return UploadSink::Start(session_, header, cache_.get(), &metrics_);
   }
 
   // A whole upload in chunks of `chunk` bytes; the status of the first failing step.
   absl::StatusOr<uint64_t> Upload(uint64_t buffer, uint64_t offset, const std::string& data,
                                   std::string sha256, size_t chunk = 1000) {
     absl::StatusOr<std::unique_ptr<UploadSink>> sink =
-        Start(buffer, offset, data.size(), std::move(sha256));
+        Start(buffer, offset, data.size(), std::move(sha256), &data);
     if (!sink.ok()) return sink.status();
     if ((*sink)->have_it()) return absl::AlreadyExistsError("have it");
     for (size_t off = 0; off < data.size(); off += chunk) {
@@ -162,7 +169,11 @@ TEST_F(UploadSinkTest, MissIsStoredThenServedFromTheCache) {
 
   // The same bytes into another buffer: copied from the cache, no chunk needed.
   const uint64_t b = Alloc(data.size());
+  // Without the proof that it holds them, a client naming the hash gets nothing from the cache.
   absl::StatusOr<std::unique_ptr<UploadSink>> sink = Start(b, 0, data.size(), Sha256Bytes(data));
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  EXPECT_FALSE((*sink)->have_it());
+  sink = Start(b, 0, data.size(), Sha256Bytes(data), &data);
   ASSERT_TRUE(sink.ok()) << sink.status();
   ASSERT_TRUE((*sink)->have_it());
   EXPECT_EQ(Read(b, 0, data.size()), data);
@@ -213,7 +224,8 @@ TEST_F(UploadSinkTest, StoreWithoutAHashKeepsTheBytesUnderTheirOwnHash) {
   EXPECT_EQ(ReadFile(BlobPath(kAbcSha256Hex)), "abc");
   EXPECT_EQ(Stats().cache_blobs(), 1u);
   // Served from the cache to a client that asks by the hash.
-  sink = Start(Alloc(3), 0, 3, Unhex(kAbcSha256Hex));
+  const std::string abc = "abc";
+  sink = Start(Alloc(3), 0, 3, Unhex(kAbcSha256Hex), &abc);
   ASSERT_TRUE(sink.ok()) << sink.status();
   EXPECT_TRUE((*sink)->have_it());
   // Without a cache the flag changes nothing.
@@ -311,7 +323,8 @@ TEST_F(UploadSinkTest, CorruptCachedBlobIsSentAgain) {
     out << "abd";
   }
   const uint64_t b = Alloc(16);
-  absl::StatusOr<std::unique_ptr<UploadSink>> sink = Start(b, 0, 3, Unhex(kAbcSha256Hex));
+  const std::string abc = "abc";
+  absl::StatusOr<std::unique_ptr<UploadSink>> sink = Start(b, 0, 3, Unhex(kAbcSha256Hex), &abc);
   ASSERT_TRUE(sink.ok()) << sink.status();
   EXPECT_FALSE((*sink)->have_it());
   // What the failed read left in the buffer is zeroed before a read; the chunks replace it.
@@ -322,18 +335,16 @@ TEST_F(UploadSinkTest, CorruptCachedBlobIsSentAgain) {
   EXPECT_EQ(ReadFile(BlobPath(kAbcSha256Hex)), "abc");  // stored again, intact.
 }
 
-TEST_F(UploadSinkTest, FreeMidUploadKeepsTheBufferUntilTheEnd) {
+TEST_F(UploadSinkTest, FreeMidUploadFreesTheBufferAtOnce) {
   const uint64_t a = Alloc(64);
   absl::StatusOr<std::unique_ptr<UploadSink>> sink = Start(a, 0, 6);
   ASSERT_TRUE(sink.ok());
   ASSERT_TRUE((*sink)->Receive(UploadChunk("abc")).ok());
   EXPECT_EQ(session_->Handle(FreeRequest(next_id_++, a)).code(), 0);
   EXPECT_EQ(session_->bytes_held(), 0u);
-  ASSERT_TRUE((*sink)->Receive(UploadChunk("def")).ok());
-  EXPECT_TRUE((*sink)->Finish().ok());
-  EXPECT_EQ(metrics_.buffers(), 1);  // the sink still holds it.
-  sink->reset();
-  EXPECT_EQ(metrics_.buffers(), 0);
+  EXPECT_EQ(metrics_.buffers(), 0);  // the sink holds it weakly: the memory went with Free.
+  EXPECT_EQ((*sink)->Receive(UploadChunk("def")).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE((*sink)->Finish().ok());
 }
 
 }  // namespace
@@ -360,6 +371,32 @@ TEST_F(UploadSinkTest, AReadDuringAnUploadSeesNoPreviousOwnersBytes) {
   ASSERT_TRUE(sink->Receive(UploadChunk(std::string(60, 'e'))).ok());
   ASSERT_TRUE(sink->Finish().ok());
   EXPECT_EQ(Read(a, 0, 100), std::string(40, 'd') + std::string(60, 'e'));
+}
+
+TEST_F(UploadSinkTest, FreeMidUploadReleasesTheBufferAndFailsTheNextChunk) {
+  const uint64_t b = Alloc(64);
+  std::weak_ptr<SessionBuffer> buffer = *session_->FindBuffer(b);
+  absl::StatusOr<std::unique_ptr<UploadSink>> sink = Start(b, 0, 64);
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  ASSERT_TRUE((*sink)->Receive(testing::UploadChunk(std::string(32, 'a'))).ok());
+  ASSERT_EQ(session_->Handle(FreeRequest(next_id_++, b)).code(), 0);
+  // The sink holds the buffer weakly: the memory went with the Free.
+  EXPECT_TRUE(buffer.expired());
+  absl::Status s = (*sink)->Receive(testing::UploadChunk(std::string(32, 'b')));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("was freed"), std::string::npos) << s;
+}
+
+TEST_F(UploadSinkTest, SessionEndReleasesTheBufferUnderAnOpenUpload) {
+  const uint64_t b = Alloc(64);
+  std::weak_ptr<SessionBuffer> buffer = *session_->FindBuffer(b);
+  absl::StatusOr<std::unique_ptr<UploadSink>> sink = Start(b, 0, 64);
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  session_->Close();
+  EXPECT_TRUE(buffer.expired());
+  EXPECT_EQ((*sink)->Receive(testing::UploadChunk(std::string(8, 'b'))).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE((*sink)->Finish().ok());
 }
 
 }  // namespace

@@ -90,6 +90,8 @@ server_flags() {
   [ -n "${TG_METRICS_TOKEN_FILE:-}" ] && flags+=(--metrics-token-file "$TG_METRICS_TOKEN_FILE")
   [ -n "${TG_HEALTH_PORT:-}" ] && flags+=(--health-port "$TG_HEALTH_PORT")
   [ -n "${TG_HEALTH_HOST:-}" ] && flags+=(--health-host "$TG_HEALTH_HOST")
+  # The servers this one exchanges data with (rpc-server's default is loopback only).
+  [ -n "${TG_PEERS:-}" ] && flags+=(--peers "$TG_PEERS")
   [ -n "${TG_CACHE_DIR:-}" ] && flags+=(-c "$TG_CACHE_DIR")
   [ -n "${TG_CACHE_MAX_GB:-}" ] && flags+=(--cache-max-gb "$TG_CACHE_MAX_GB")
   if [ "${TG_GPU_COUNT:-0}" -gt 0 ] 2>/dev/null; then

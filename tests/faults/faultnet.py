@@ -453,8 +453,10 @@ class Net:
 
     def server_flags(self, i):
         p = lambda name: os.path.join(self.tmp, name)  # noqa: E731
+        # --peers: the servers reach each other on this run's /24 (the default is loopback).
         flags = ["--tls-cert", p("server.pem"), "--tls-key", p("server.key"),
-                 "--auth-token-file", p("token"), "--peer-tls-ca", p("ca.pem")]
+                 "--auth-token-file", p("token"), "--peer-tls-ca", p("ca.pem"),
+                 "--peers", f"{SUBNET}.{self.k}.0/24"]
         if self.use_cache:
             flags += ["--cache", self.caches[i]]
         return flags + self.extra

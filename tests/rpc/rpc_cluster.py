@@ -125,7 +125,9 @@ class Server:
         cmd = list(prefix) + [binary] + ([] if host == "127.0.0.1" else ["-H", host]) + [
                "-p", str(port), "--port-file", self.port_file, "-d",
                "CPU" if devices == 1 else ",".join(f"CPU{i}" for i in range(devices)), "-t", str(threads),
-               "--metrics-port", str(self.metrics_port)] + list(extra)
+               "--metrics-port", str(self.metrics_port)] + (
+               # /metrics binds loopback unless told: scrapes here go to `host`.
+               [] if host == "127.0.0.1" else ["--metrics-host", host]) + list(extra)
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.time() + 30
         while time.time() < deadline:

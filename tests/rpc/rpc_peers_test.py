@@ -127,7 +127,7 @@ def check_listed(a, c, workdir):
 
 
 def check_default(a, c, workdir):
-    """Default list: loopback and own subnets; failures say only 'peer unreachable'."""
+    """Default list: loopback only; failures say only 'peer unreachable'."""
     listener = Listener()
     server = Server(a.rpc_server, 1, [], workdir, 2)
     try:

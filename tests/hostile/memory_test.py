@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""Memory attacks on a real rpc-server: it judges its memory by its container (memory cgroup)
+and holds all sessions together to one budget, so a client asking for more gets an error,
+never the server an OOM kill.
+
+  memory_test.py --tg-run PATH --rpc-server PATH --model MODEL --stubs DIR --case CASE
+
+alloc_past_budget   1 GiB cgroup, default flags: Hello reports at most 1 GiB; AllocBuffer of
+                    1.5 GiB is RESOURCE_EXHAUSTED naming the server budget and --mem-budget;
+                    64 MiB pieces granted until refused (most of the 512 MiB budget) and
+                    written stay resident with no OOM kill; the server lives and tg-run over it
+                    gives local's tokens.
+sessions_in_cgroup  1.5 GiB cgroup, --mem-reserve 200M (budget 1336 MiB): 8 sessions each take
+                    200 MiB and write all of it (resident: RSS checked); the first six get it,
+                    the 7th and 8th are refused naming the budget; no OOM kill; once they
+                    close, tg_mem_held_bytes is back to its baseline within 5 s.
+model_too_big       --mem-budget 512K, below what the model needs: tg-run fails with an error
+                    naming the server's endpoint, the bytes asked and the budget; the server
+                    lives.
+zero_byte_buffers   300000 AllocBuffer of 0 bytes in one session (batches of 4096): 65536
+                    granted, the rest refused naming the count, the cap and
+                    --max-buffers-per-session; RSS bounded; all freed when the session ends.
+Exit 0 pass, 1 fail, 77 skipped (no model, no grpcio, no writable memory cgroup).
+"""
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hostile  # noqa: E402
+from hostile import GIB, MIB, Client, Failures, proc_stats, start_server, wait_for  # noqa: E402
+
+class Checks(Failures):
+    def check(self, ok, what):
+        """Counts a failure ("FAIL: what") unless ok."""
+        if not ok:
+            self(what)
+
+
+RESOURCE_EXHAUSTED = 8
+
+
+def budget_refusal(msg):
+    return "server memory budget" in msg and "--mem-budget" in msg
+
+
+def alloc_past_budget(args, f, workdir):
+    with hostile.skip_unless_cgroup(GIB) as cg:
+        srv = start_server(args, workdir, prefix=cg.prefix)
+        try:
+            with Client(srv.endpoint) as c:
+                hello = c.hello()
+                dev = hello.devices[0]
+                print(f"Hello: {dev.name} memory_total {dev.memory_total} memory_free "
+                      f"{dev.memory_free}")
+                f.check(0 < dev.memory_total <= GIB,
+                        f"Hello's memory_total {dev.memory_total} is not within the 1 GiB cgroup")
+                f.check(dev.memory_free <= dev.memory_total, "memory_free above memory_total")
+                m = srv.metrics()
+                budget = m.get("tg_mem_budget_bytes", 0)
+                print(f"tg_mem_budget_bytes {budget:.0f}")
+                f.check(0 < budget < GIB, f"the default budget {budget} is not below the cgroup")
+                with c.session() as s:
+                    code, msg, _ = s.alloc(0, 1536 * MIB)
+                    print(f"AllocBuffer 1.5 GiB: {code} {msg}")
+                    f.check(code == RESOURCE_EXHAUSTED and budget_refusal(msg)
+                            and str(1536 * MIB) in msg,
+                            "1.5 GiB should be RESOURCE_EXHAUSTED naming the budget, the bytes "
+                            "asked and --mem-budget")
+                # Two sessions (each may take half the budget) take 64 MiB at a time and
+                # write it until refused: whatever the server grants, the cgroup holds beside
+                # the server's own memory, with no OOM kill.
+                rss0 = proc_stats(srv.proc.pid)["rss"]
+                granted, codes = 0, set()
+                with c.session() as s1, c.session() as s2:
+                    for s in [s1, s2] * 5:
+                        code, msg, h = s.alloc(0, 64 * MIB)
+                        if code != 0:
+                            codes.add(code)
+                            continue
+                        granted += 64 * MIB
+                        r = s.call(hostile.pb.SessionRequest(memset=hostile.pb.MemsetRange(
+                            range=hostile.pb.Range(buffer=h, offset=0, size=64 * MIB),
+                            value=0xA5)))
+                        f.check(r.code == 0, f"memset: {r.message}")
+                    rss = proc_stats(srv.proc.pid)["rss"]
+                    print(f"{granted / MIB:.0f} MiB granted and written until refused "
+                          f"({sorted(codes)}): RSS {rss0 / MIB:.0f} -> {rss / MIB:.0f} MiB, "
+                          f"cgroup OOM kills {cg.oom_kills()}")
+                    f.check(granted >= 384 * MIB, "most of the 512 MiB budget should be granted")
+                    f.check(codes == {RESOURCE_EXHAUSTED}, "the refusals should be "
+                            "RESOURCE_EXHAUSTED")
+                    f.check(rss >= rss0 + granted * 0.95, "the granted memory is not resident")
+            f.check(srv.proc.poll() is None, "the server died")
+            f.check(cg.oom_kills() == 0, f"{cg.oom_kills()} OOM kills in the cgroup")
+            remote, took, err = hostile.tg_run(args, rpc=[srv.endpoint])
+            local, _, _ = hostile.tg_run(args)
+            print(f"tg-run over the server: {took:.1f} s")
+            f.check(remote is not None and remote == local,
+                    f"tg-run over the server differs from local: {err[-800:]}")
+            f.check(srv.proc.poll() is None and cg.oom_kills() == 0, "the server died after all")
+        finally:
+            srv.stop()
+
+
+def sessions_in_cgroup(args, f, workdir):
+    with hostile.skip_unless_cgroup(1536 * MIB) as cg:
+        srv = start_server(args, workdir, prefix=cg.prefix, extra=["--mem-reserve", "200M"])
+        sessions = []
+        try:
+            baseline = srv.metrics().get("tg_mem_held_bytes", -1)
+            rss0 = proc_stats(srv.proc.pid)["rss"]
+            print(f"baseline: tg_mem_held_bytes {baseline:.0f}, "
+                  f"tg_mem_budget_bytes {srv.metrics().get('tg_mem_budget_bytes', 0):.0f}, "
+                  f"RSS {rss0 / MIB:.0f} MiB")
+            with Client(srv.endpoint) as c:
+                results = []
+                for i in range(8):
+                    s = c.session()
+                    sessions.append(s)
+                    code, msg, h = s.alloc(0, 200 * MIB)
+                    if code == 0:
+                        # Every byte written: whatever was granted is really resident.
+                        r = s.call(hostile.pb.SessionRequest(memset=hostile.pb.MemsetRange(
+                            range=hostile.pb.Range(buffer=h, offset=0, size=200 * MIB),
+                            value=0x5A)))
+                        f.check(r.code == 0, f"memset of session {i + 1}'s buffer: {r.message}")
+                    results.append(code)
+                    print(f"session {i + 1}: AllocBuffer 200 MiB: {code} {msg[:200]}")
+                    if i >= 6:
+                        f.check(code == RESOURCE_EXHAUSTED and budget_refusal(msg),
+                                f"session {i + 1} should be refused naming the budget")
+                f.check(results[:6] == [0] * 6, f"the first six should get 200 MiB: {results}")
+                rss = proc_stats(srv.proc.pid)["rss"]
+                print(f"RSS with six sessions' buffers written: {rss / MIB:.0f} MiB")
+                f.check(rss >= rss0 + 6 * 200 * MIB * 0.95,
+                        "the granted memory is not resident: the test proves nothing")
+                f.check(srv.proc.poll() is None, "the server died")
+                f.check(cg.oom_kills() == 0, f"{cg.oom_kills()} OOM kills in the cgroup")
+                for s in sessions:
+                    s.close()
+                sessions = []
+                t0 = time.time()
+                held = wait_for(lambda: srv.metrics().get("tg_mem_held_bytes") == baseline, 5)
+                print(f"after the sessions closed: tg_mem_held_bytes "
+                      f"{srv.metrics().get('tg_mem_held_bytes')} in {time.time() - t0:.2f} s")
+                f.check(held, "the held bytes did not return to their baseline within 5 s")
+                f.check(srv.proc.poll() is None and cg.oom_kills() == 0, "the server died")
+        finally:
+            for s in sessions:
+                s.close()
+            srv.stop()
+
+
+def model_too_big(args, f, workdir):
+    srv = start_server(args, workdir, extra=["--mem-budget", "512K"])
+    try:
+        tokens, _, err = hostile.tg_run(args, rpc=[srv.endpoint])
+        line = next((l for l in err.splitlines() if "budget" in l), err[-600:])
+        print(f"tg-run with --mem-budget 512K: {'OK' if tokens else 'failed'}: {line}")
+        f.check(tokens is None, "tg-run should fail: the model does not fit the budget")
+        f.check(srv.endpoint in line, "the error should name the server's endpoint")
+        f.check(str(512 << 10) in line and "asked" in line and "--mem-budget" in line,
+                "the error should name the bytes asked, the budget and --mem-budget")
+        f.check(srv.proc.poll() is None, "the server died")
+        f.check(wait_for(lambda: srv.metrics().get("tg_mem_held_bytes") == 0, 5),
+                "bytes still held after tg-run left")
+    finally:
+        srv.stop()
+
+
+def zero_byte_buffers(args, f, workdir):
+    total, per_batch, cap = 300000, 4096, 65536
+    srv = start_server(args, workdir)
+    try:
+        rss0 = proc_stats(srv.proc.pid)["rss"]
+        ok = refused = 0
+        refusal = ""
+        with Client(srv.endpoint) as c, c.session() as s:
+            alloc = hostile.pb.SessionRequest(alloc_buffer=hostile.pb.AllocBuffer(device=0, size=0))
+            t0 = time.time()
+            sent = 0
+            while sent < total:
+                n = min(per_batch, total - sent)
+                batch = hostile.pb.SessionRequest(batch=hostile.pb.Batch(commands=[alloc] * n))
+                for i, cmd in enumerate(batch.batch.commands):
+                    cmd.id = sent + i + 1
+                s.send(batch)
+                got = 0
+                while got < n:
+                    r = s.reply(120)
+                    replies = r.batch.replies if r.HasField("batch") else [r]
+                    for rep in replies:
+                        if rep.code == 0:
+                            ok += 1
+                        else:
+                            refused += 1
+                            refusal = refusal or rep.message
+                    got += len(replies)
+                sent += n
+            rss = proc_stats(srv.proc.pid)["rss"]
+            m = srv.metrics()
+            print(f"{total} zero-byte AllocBuffers in {time.time() - t0:.1f} s: {ok} granted, "
+                  f"{refused} refused ({refusal}); RSS {rss0 / MIB:.0f} -> {rss / MIB:.0f} MiB, "
+                  f"tg_buffers {m.get('tg_buffers')}, tg_mem_held_bytes "
+                  f"{m.get('tg_mem_held_bytes')}")
+            f.check(ok == cap and refused == total - cap, f"{cap} should be granted, the rest not")
+            f.check(str(cap) in refusal and "--max-buffers-per-session" in refusal,
+                    "the refusal should name the count, the cap and --max-buffers-per-session")
+            # Each granted buffer is charged its bookkeeping; that charge must be honest.
+            per_buffer = (rss - rss0) / max(ok, 1)
+            print(f"resident per buffer: {per_buffer:.0f} bytes")
+            f.check(rss - rss0 < 256 * MIB, "RSS grew without bound")
+            f.check(m.get("tg_mem_held_bytes", 0) >= per_buffer * ok * 0.5,
+                    "the buffers' bookkeeping is charged far below what it costs")
+        f.check(srv.proc.poll() is None, "the server died")
+        idle = wait_for(lambda: (lambda m: m.get("tg_buffers") == 0 and
+                                 m.get("tg_mem_held_bytes") == 0)(srv.metrics()), 10)
+        f.check(idle, f"buffers left after the session ended: {srv.metrics().get('tg_buffers')}")
+    finally:
+        srv.stop()
+
+
+CASES = {
+    "alloc_past_budget": alloc_past_budget,
+    "sessions_in_cgroup": sessions_in_cgroup,
+    "model_too_big": model_too_big,
+    "zero_byte_buffers": zero_byte_buffers,
+}
+
+
+def main():
+    args = hostile.parse_args([("--case", dict(required=True, choices=sorted(CASES)))])
+    f = Checks()
+    with tempfile.TemporaryDirectory(prefix="tg-hostile-mem-") as workdir:
+        CASES[args.case](args, f, workdir)
+    return f.exit_code()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
