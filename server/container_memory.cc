@@ -46,23 +46,20 @@ bool IsDirectory(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// A limit file's value; nullopt for "max", an unlimited number, or no readable number.
-std::optional<uint64_t> ReadLimit(const std::string& path) {
-  std::optional<std::string> text = ReadSmallFile(path);
-  if (!text.has_value()) return std::nullopt;
-  uint64_t v = 0;
-  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &v) || v >= kNoCgroupLimit) {
-    return std::nullopt;
-  }
-  return v;
-}
-
+// A file holding one number; nullopt where it cannot be read or holds no number.
 std::optional<uint64_t> ReadCounter(const std::string& path) {
   std::optional<std::string> text = ReadSmallFile(path);
   uint64_t v = 0;
   if (!text.has_value() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &v)) {
     return std::nullopt;
   }
+  return v;
+}
+
+// A limit file's value; nullopt for "max" (no number), an unlimited number, or no file.
+std::optional<uint64_t> ReadLimit(const std::string& path) {
+  const std::optional<uint64_t> v = ReadCounter(path);
+  if (!v.has_value() || *v >= kNoCgroupLimit) return std::nullopt;
   return v;
 }
 

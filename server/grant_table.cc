@@ -76,10 +76,9 @@ uint64_t MailboxAccount::held() const {
 std::string GrantTable::Grant(const std::shared_ptr<SessionBuffer>& buffer,
                               std::shared_ptr<MailboxAccount> account) {
   auto record = std::make_shared<GrantRecord>();
-  record->grant = RandomHex(16);
   record->buffer = buffer;
   record->account = std::move(account);
-  std::string grant = record->grant;
+  std::string grant = RandomHex(16);
   absl::MutexLock lock(&mu_);
   grants_[grant] = std::move(record);
   return grant;

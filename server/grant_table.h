@@ -76,7 +76,6 @@ class MailboxAccount {
 
 // One grant: the buffer it names and the account its pieces are charged to.
 struct GrantRecord {
-  std::string grant;
   std::weak_ptr<SessionBuffer> buffer;
   std::shared_ptr<MailboxAccount> account;  // null: pieces are not charged (tests).
   std::atomic<bool> revoked{false};

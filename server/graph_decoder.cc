@@ -329,18 +329,21 @@ absl::StatusOr<uint64_t> CheckedNumBytes(const Tensor& t) {
   return bytes;
 }
 
-absl::Status CheckGraphSize(const pb::GraphDesc& desc) {
-  if (static_cast<size_t>(desc.tensors_size()) > rpc::kMaxGraphTensors) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("graph has %d tensors, more than the %d a graph may have",
-                        desc.tensors_size(), rpc::kMaxGraphTensors));
+absl::Status CheckGraphSize(uint64_t tensors, uint64_t nodes) {
+  if (tensors > rpc::kMaxGraphTensors) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "graph has %d tensors, more than the %d a graph may have", tensors, rpc::kMaxGraphTensors));
   }
-  if (static_cast<size_t>(desc.nodes_size()) > rpc::kMaxGraphNodes) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("graph has %d nodes, more than the %d a graph may have",
-                        desc.nodes_size(), rpc::kMaxGraphNodes));
+  if (nodes > rpc::kMaxGraphNodes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "graph has %d nodes, more than the %d a graph may have", nodes, rpc::kMaxGraphNodes));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckGraphSize(const pb::GraphDesc& desc) {
+  return CheckGraphSize(static_cast<uint64_t>(desc.tensors_size()),
+                        static_cast<uint64_t>(desc.nodes_size()));
 }
 
 uint64_t DecodedGraphBytes(const pb::GraphDesc& desc) {

@@ -46,8 +46,10 @@ absl::StatusOr<std::unique_ptr<DecodedGraph>> DecodeGraph(const tensorgrid::v1::
 
 // Checks the graph's size against rpc::kMaxGraphTensors and rpc::kMaxGraphNodes from the
 // repeated fields' counts alone (INVALID_ARGUMENT naming the count and the limit), so that a
-// huge graph costs nothing beyond its parse. DecodeGraph checks it first too.
+// huge graph costs nothing beyond its parse. DecodeGraph checks it first too; the counts
+// form serves the scan of the wire bytes before any parse (server/request_precheck.h).
 absl::Status CheckGraphSize(const tensorgrid::v1::GraphDesc& desc);
+absl::Status CheckGraphSize(uint64_t tensors, uint64_t nodes);
 
 // What the decoded form of `desc` holds in memory, estimated from its counts before decoding
 // (the tensors, the node and leaf lists, the lookup tables): what a session charges for a

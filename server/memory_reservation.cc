@@ -54,6 +54,26 @@ std::string Human(uint64_t bytes) {
   return "under 1 KiB";
 }
 
+// Adds `size` to *held when the sum stays within `limit` (0 = no limit) and returns true;
+// false with *held unchanged otherwise. *seen is the value the check was made against (for
+// the refusal's message). Compare-and-swap: concurrent adds never both pass against one value.
+bool AddWithin(std::atomic<uint64_t>* held, uint64_t limit, uint64_t size, uint64_t* seen) {
+  uint64_t now = held->load();
+  for (;;) {
+    if (limit != 0 && (size > limit || now > limit - size)) {
+      *seen = now;
+      return false;
+    }
+    if (held->compare_exchange_weak(now, now + size)) return true;
+  }
+}
+
+// The host memory sessions may use: what is above the reserve, when a served device keeps
+// its buffers in host memory; none otherwise.
+uint64_t UsableHostMemory(uint64_t host_total, bool serves_host_memory, uint64_t reserve) {
+  return serves_host_memory && host_total > reserve ? host_total - reserve : 0;
+}
+
 }  // namespace
 
 ServerMemoryBudget::ServerMemoryBudget(uint64_t limit, Metrics* metrics)
@@ -62,17 +82,12 @@ ServerMemoryBudget::ServerMemoryBudget(uint64_t limit, Metrics* metrics)
 }
 
 absl::Status ServerMemoryBudget::Take(uint64_t size) {
-  uint64_t now = held_.load();
-  // Compare-and-swap: concurrent takes never both pass the check against one value.
-  for (;;) {
-    if (limit_ != 0 && (size > limit_ || now > limit_ - size)) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "server memory budget of %d bytes (%s) exceeded: all sessions hold %d bytes, %d "
-          "asked; the server's --mem-budget sets it (default: its memory, or its container's "
-          "limit, less --mem-reserve)",
-          limit_, Human(limit_), now, size));
-    }
-    if (held_.compare_exchange_weak(now, now + size)) break;
+  if (uint64_t now; !AddWithin(&held_, limit_, size, &now)) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "server memory budget of %d bytes (%s) exceeded: all sessions hold %d bytes, %d "
+        "asked; the server's --mem-budget sets it (default: its memory, or its container's "
+        "limit, less --mem-reserve)",
+        limit_, Human(limit_), now, size));
   }
   if (metrics_ != nullptr) metrics_->MemHeldChanged(static_cast<double>(size));
   return absl::OkStatus();
@@ -88,17 +103,12 @@ absl::StatusOr<MemoryReservation> MemoryReservation::Reserve(std::atomic<uint64_
                                                              ServerMemoryBudget* budget) {
   // The budget first: when both would be passed, it is the one to name.
   if (budget != nullptr) TG_RETURN_IF_ERROR(budget->Take(size));
-  uint64_t now = held->load();
-  // Compare-and-swap: concurrent reservations never both pass the check against one value.
-  for (;;) {
-    if (limit != 0 && (size > limit || now > limit - size)) {
-      if (budget != nullptr) budget->Give(size);
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "session memory limit of %d bytes (%.1f GiB) exceeded: %d held, %d asked; the "
-          "server's --session-mem-limit raises it (0 = no limit)",
-          limit, GiB(limit), now, size));
-    }
-    if (held->compare_exchange_weak(now, now + size)) break;
+  if (uint64_t now; !AddWithin(held, limit, size, &now)) {
+    if (budget != nullptr) budget->Give(size);
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "session memory limit of %d bytes (%.1f GiB) exceeded: %d held, %d asked; the "
+        "server's --session-mem-limit raises it (0 = no limit)",
+        limit, GiB(limit), now, size));
   }
   return MemoryReservation(held, budget, size);
 }
@@ -225,8 +235,7 @@ uint64_t DefaultHostMemoryReserve(uint64_t host_total) {
 
 uint64_t DefaultSessionMemLimit(uint64_t host_total, bool serves_host_memory, uint64_t reserve,
                                 uint64_t device_bytes) {
-  const uint64_t host_usable =
-      serves_host_memory && host_total > reserve ? host_total - reserve : 0;
+  const uint64_t host_usable = UsableHostMemory(host_total, serves_host_memory, reserve);
   // At least one byte: 0 would mean "no limit".
   return std::max<uint64_t>(
       host_usable / kSessionShareDivisor + device_bytes / kSessionShareDivisor, 1);
@@ -234,8 +243,7 @@ uint64_t DefaultSessionMemLimit(uint64_t host_total, bool serves_host_memory, ui
 
 uint64_t DefaultServerMemoryBudget(uint64_t host_total, bool serves_host_memory, uint64_t reserve,
                                    uint64_t device_bytes) {
-  const uint64_t host_usable =
-      serves_host_memory && host_total > reserve ? host_total - reserve : 0;
+  const uint64_t host_usable = UsableHostMemory(host_total, serves_host_memory, reserve);
   return std::max<uint64_t>(host_usable + device_bytes, 1);  // 0 would mean "no budget".
 }
 

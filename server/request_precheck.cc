@@ -1,9 +1,11 @@
 #include "server/request_precheck.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "proto/protocol.h"
+#include "server/graph_decoder.h"
 #include "server/session.h"
 #include "tensorgrid/v1/tensorgrid.pb.h"
 
@@ -18,6 +20,11 @@ using google::protobuf::internal::WireFormatLite;
 struct Counts {
   uint64_t request_tensors = 0;
 };
+
+// A refusal of the limits the parsed path checks too, saying it came before the parse.
+absl::Status BeforeParsing(const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(s.message(), " (refused before parsing)"));
+}
 
 // Enters the length-delimited field just read; false on malformed bytes.
 bool Enter(CodedInputStream* in, CodedInputStream::Limit* limit) {
@@ -47,16 +54,7 @@ absl::Status ScanGraph(CodedInputStream* in, Counts* counts) {
     if (field == pb::GraphDesc::kNodesFieldNumber) ++nodes;
     if (!WireFormatLite::SkipField(in, tag)) break;
   }
-  if (tensors > rpc::kMaxGraphTensors) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "graph has %d tensors, more than the %d a graph may have (refused before parsing)",
-        tensors, rpc::kMaxGraphTensors));
-  }
-  if (nodes > rpc::kMaxGraphNodes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "graph has %d nodes, more than the %d a graph may have (refused before parsing)", nodes,
-        rpc::kMaxGraphNodes));
-  }
+  if (absl::Status s = CheckGraphSize(tensors, nodes); !s.ok()) return BeforeParsing(s);
   counts->request_tensors += tensors;
   if (counts->request_tensors > rpc::kMaxRequestGraphTensors) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -102,12 +100,7 @@ absl::Status ScanBatch(CodedInputStream* in, Counts* counts) {
       break;
     }
   }
-  if (commands > static_cast<uint64_t>(kMaxBatchCommands)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "batch of %d commands exceeds the cap of %d per batch; send several batches (refused "
-        "before parsing)",
-        commands, kMaxBatchCommands));
-  }
+  if (absl::Status s = CheckBatchSize(commands); !s.ok()) return BeforeParsing(s);
   return absl::OkStatus();
 }
 

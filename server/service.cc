@@ -566,10 +566,14 @@ class UploadStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, pb::
   std::vector<absl::string_view> parts_ ABSL_GUARDED_BY(mu_);
 };
 
-// An Upload refused before it starts (authentication): finished at once.
-class RefusedUpload final : public grpc::ServerBidiReactor<grpc::ByteBuffer, pb::UploadReply> {
+// A callback stream refused before it starts (Upload's authentication, PeerReduceStream's
+// peer check): finished at once.
+template <typename Request, typename Reply>
+class RefusedStream final : public grpc::ServerBidiReactor<Request, Reply> {
  public:
-  explicit RefusedUpload(grpc::Status status) { Finish(std::move(status)); }
+  explicit RefusedStream(grpc::Status status) { this->Finish(std::move(status)); }
+
+ private:
   void OnDone() override { delete this; }
 };
 
@@ -578,7 +582,7 @@ class RefusedUpload final : public grpc::ServerBidiReactor<grpc::ByteBuffer, pb:
 grpc::ServerBidiReactor<grpc::ByteBuffer, pb::UploadReply>* TensorGridService::UploadReactor(
     grpc::CallbackServerContext* context) {
   if (grpc::Status s = CheckAuth(context); !s.ok()) {
-    return new RefusedUpload(std::move(s));
+    return new RefusedStream<grpc::ByteBuffer, pb::UploadReply>(std::move(s));
   }
   auto stream = std::make_shared<UploadStream>(
       [this](const std::string& id) { return FindSession(id); }, options_);
@@ -790,22 +794,12 @@ class ReduceStreamReactor final
   pb::PeerReduceRequest piece_;
 };
 
-// A PeerReduceStream refused before its first piece (CheckPeerAuth).
-class RefusedReduceStream final
-    : public grpc::ServerBidiReactor<pb::PeerReduceRequest, pb::PeerReduceReply> {
- public:
-  explicit RefusedReduceStream(grpc::Status status) { Finish(std::move(status)); }
-
- private:
-  void OnDone() override { delete this; }
-};
-
 }  // namespace
 
 grpc::ServerBidiReactor<pb::PeerReduceRequest, pb::PeerReduceReply>*
 TensorGridService::PeerReduceStream(grpc::CallbackServerContext* context) {
   if (grpc::Status s = CheckPeerAuth(*context, "peer_reduce"); !s.ok()) {
-    return new RefusedReduceStream(std::move(s));
+    return new RefusedStream<pb::PeerReduceRequest, pb::PeerReduceReply>(std::move(s));
   }
   return new ReduceStreamReactor(&collectives_);
 }

@@ -102,7 +102,7 @@ bool Session::cancelled() const {
   if (cancelled_.load()) return true;
   // Once cancelled, the hook is never asked again (its stream may be gone by then).
   if (env_.abandoned && env_.abandoned()) {
-    const_cast<std::atomic<bool>&>(cancelled_).store(true);
+    cancelled_.store(true);
     return true;
   }
   return false;
@@ -244,14 +244,19 @@ void Session::Dispatch(std::shared_ptr<const pb::SessionRequest> message,
   });
 }
 
+absl::Status CheckBatchSize(uint64_t commands) {
+  if (commands <= static_cast<uint64_t>(kMaxBatchCommands)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("batch of %d commands exceeds the cap of %d per batch; send several batches",
+                      commands, kMaxBatchCommands));
+}
+
 void Session::Post(std::shared_ptr<const pb::SessionRequest> request, ReplySequencer* replies) {
-  if (request->has_batch() && request->batch().commands_size() > kMaxBatchCommands) {
+  if (request->has_batch()) {
     // Refused whole, before any command is queued.
-    return Refuse(request->id(),
-                  absl::InvalidArgumentError(absl::StrFormat(
-                      "batch of %d commands exceeds the cap of %d per batch; send several batches",
-                      request->batch().commands_size(), kMaxBatchCommands)),
-                  replies);
+    if (absl::Status s = CheckBatchSize(request->batch().commands_size()); !s.ok()) {
+      return Refuse(request->id(), s, replies);
+    }
   }
   // The message stays held until its last command has run: counted while it is queued.
   const uint64_t bytes = request->SpaceUsedLong();
@@ -793,7 +798,6 @@ absl::StatusOr<std::shared_ptr<Session::CachedGraph>> Session::GraphFor(const pb
   }
   auto cached = std::make_shared<CachedGraph>();
   cached->charge.emplace(*std::move(charge));
-  cached->bytes = bytes;
   BufferResolver resolve = [&](uint64_t handle) -> absl::StatusOr<ResolvedBuffer> {
     TG_ASSIGN_OR_RETURN(std::shared_ptr<SessionBuffer> buf, FindBuffer(handle));
     // The graph may read any of it: bytes no write reached are zeroed first (a write queued
@@ -814,9 +818,9 @@ absl::StatusOr<std::shared_ptr<Session::CachedGraph>> Session::GraphFor(const pb
 
 void Session::EvictGraphs(uint64_t more) {
   uint64_t held = 0;
-  for (const auto& g : graphs_) held += g->bytes;
+  for (const auto& g : graphs_) held += g->charge->size();
   while (!graphs_.empty() && held + more > kMaxGraphCacheBytes) {
-    held -= graphs_.back()->bytes;
+    held -= graphs_.back()->charge->size();
     graphs_.pop_back();
   }
 }

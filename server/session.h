@@ -113,6 +113,9 @@ inline constexpr uint64_t kMaxGraphCacheBytes = uint64_t{256} << 20;
 // Commands in one Batch: a batch is checked and queued whole, so its size bounds the work a
 // client can queue in one message (the client sends 64 at most; send several batches).
 inline constexpr int kMaxBatchCommands = 4096;
+// OK when a batch of `commands` is within kMaxBatchCommands; INVALID_ARGUMENT naming both
+// and the fix otherwise (Post, and the scan of the wire bytes before any parse).
+absl::Status CheckBatchSize(uint64_t commands);
 // Bytes of requests posted and not yet finished (their messages) per session: Post waits
 // for room beyond it, so a client that sends faster than its devices run holds the reading
 // thread, not ever more memory. One request alone may be larger (up to the message limit).
@@ -195,9 +198,9 @@ class Session {
   struct CachedGraph {
     uint32_t device;
     uint64_t key;
-    // The graph's estimated bytes, charged to the session while the graph lives.
+    // The graph's estimated bytes (charge->size()), charged to the session while the graph
+    // lives; set before the graph is decoded.
     std::optional<MemoryReservation> charge;
-    uint64_t bytes = 0;
     std::unique_ptr<DecodedGraph> graph;
     // What the graph points into, kept alive while a queued Compute holds the graph.
     std::vector<std::shared_ptr<SessionBuffer>> buffers;
@@ -289,7 +292,8 @@ class Session {
   absl::flat_hash_map<uint64_t, std::shared_ptr<SessionBuffer>> buffers_ ABSL_GUARDED_BY(table_mu_);
   absl::flat_hash_set<uint64_t> model_files_ ABSL_GUARDED_BY(table_mu_);  // opened index ids.
 
-  std::atomic<bool> cancelled_{false};
+  // Set by Cancel, or by cancelled() once SessionEnv::abandoned says so.
+  mutable std::atomic<bool> cancelled_{false};
   absl::Mutex streams_mu_;
   bool closed_ ABSL_GUARDED_BY(streams_mu_) = false;
   std::vector<std::weak_ptr<CancellableStream>> streams_in_flight_ ABSL_GUARDED_BY(streams_mu_);

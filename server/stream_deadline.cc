@@ -30,7 +30,7 @@ StreamWatchdog::StreamWatchdog(absl::Duration idle) : idle_(idle) {}
 
 StreamWatchdog::~StreamWatchdog() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
   stop_cv_.notify_all();
@@ -39,20 +39,20 @@ StreamWatchdog::~StreamWatchdog() {
 
 void StreamWatchdog::Watch(std::weak_ptr<CancellableStream> stream) {
   if (idle_ <= absl::ZeroDuration()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   streams_.push_back(std::move(stream));
   if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
 }
 
 size_t StreamWatchdog::watched() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return streams_.size();
 }
 
 int StreamWatchdog::Sweep(absl::Time now) {
   std::vector<std::shared_ptr<CancellableStream>> idle;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto keep = std::remove_if(streams_.begin(), streams_.end(),
                                [&](const std::weak_ptr<CancellableStream>& w) {
                                  std::shared_ptr<CancellableStream> s = w.lock();
@@ -73,13 +73,13 @@ int StreamWatchdog::Sweep(absl::Time now) {
 
 void StreamWatchdog::Loop() {
   const absl::Duration interval = std::max(idle_ / kSweepsPerTimeout, kMinSweepInterval);
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_) {
-    stop_cv_.wait_for(lock, absl::ToChronoNanoseconds(interval));
-    if (stop_) break;
-    lock.unlock();
+  for (;;) {
+    {
+      MutexLock lock(&mu_);
+      if (!stop_) stop_cv_.wait_for(lock.native(), absl::ToChronoNanoseconds(interval));
+      if (stop_) return;
+    }
     Sweep(absl::Now());
-    lock.lock();
   }
 }
 

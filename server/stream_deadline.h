@@ -13,12 +13,13 @@
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "core/mutex.h"
 
 namespace tg::server {
 
@@ -53,22 +54,23 @@ class StreamWatchdog {
 
   absl::Duration idle() const { return idle_; }
   // Watches `stream` until it is gone (the watchdog holds it weakly) or cancelled.
-  void Watch(std::weak_ptr<CancellableStream> stream);
+  void Watch(std::weak_ptr<CancellableStream> stream) ABSL_LOCKS_EXCLUDED(mu_);
   // Cancels every watched stream idle since before `now - idle()`; returns how many.
   // The thread calls it about four times per timeout; tests call it directly.
-  int Sweep(absl::Time now);
+  int Sweep(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
   // Streams watched (gone ones are dropped at each sweep).
-  size_t watched() const;
+  size_t watched() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Loop();
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
 
   const absl::Duration idle_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;  // a std::mutex underneath, for the condition variable (core/mutex.h).
   std::condition_variable stop_cv_;
-  bool stop_ = false;
-  std::vector<std::weak_ptr<CancellableStream>> streams_;  // guarded by mu_.
-  std::thread thread_;                                      // started on the first Watch.
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::weak_ptr<CancellableStream>> streams_ ABSL_GUARDED_BY(mu_);
+  // Started (under mu_) on the first Watch; joined by the destructor once stop_ is set.
+  std::thread thread_;
 };
 
 }  // namespace tg::server

@@ -31,16 +31,13 @@ import subprocess
 import sys
 import tempfile
 
-SKIP = 77
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from docker_env import SKIP, Fail  # noqa: E402
 
 try:
     import yaml
 except ImportError:
     yaml = None
-
-
-class Fail(Exception):
-    pass
 
 
 def compose_cmd():

@@ -26,11 +26,8 @@ import subprocess
 import sys
 import tempfile
 
-SKIP = 77
-
-
-class Fail(Exception):
-    pass
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from docker_env import SKIP, Fail  # noqa: E402
 
 
 def gen(src, out, *args, ok=True):

@@ -248,15 +248,21 @@ class Client:
 
 
 class SessionStream:
-    """An open Session stream: call(request) sends one SessionRequest and returns its reply.
-    close() (or leaving the with block) ends the session."""
+    """An open Session stream: call(request) sends one SessionRequest and returns its reply;
+    call_raw(bytes) sends one already serialized (a message too large for the client to build
+    as objects, or one no client would build). close() (or leaving the with block) ends the
+    session."""
 
     _CLOSE = object()
 
     def __init__(self, client):
         self.requests = queue.Queue()
         self.next_id = 1
-        self.call_ = client.stub.Session(self._iter(), metadata=client.metadata)
+        session = client.channel.stream_stream(
+            "/tensorgrid.v1.TensorGrid/Session",
+            request_serializer=lambda r: r if isinstance(r, bytes) else r.SerializeToString(),
+            response_deserializer=pb.SessionReply.FromString)
+        self.call_ = session(self._iter(), metadata=client.metadata)
         first = next(self.call_)
         if first.code != 0:
             raise RuntimeError(f"session refused: {first.code} {first.message}")
@@ -314,6 +320,11 @@ class SessionStream:
 
     def call(self, request, timeout=60):
         self.send(request)
+        return self.reply(timeout)
+
+    def call_raw(self, data, timeout=60):
+        """Sends serialized SessionRequest bytes as they are; returns the reply."""
+        self.requests.put(data)
         return self.reply(timeout)
 
     def alloc(self, device, size, timeout=60):

@@ -31,13 +31,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402
 from hostile import GIB, MIB, Client, Failures, proc_stats, start_server, wait_for  # noqa: E402
 
-class Checks(Failures):
-    def check(self, ok, what):
-        """Counts a failure ("FAIL: what") unless ok."""
-        if not ok:
-            self(what)
-
-
 RESOURCE_EXHAUSTED = 8
 
 
@@ -232,7 +225,7 @@ CASES = {
 
 def main():
     args = hostile.parse_args([("--case", dict(required=True, choices=sorted(CASES)))])
-    f = Checks()
+    f = Failures()
     with tempfile.TemporaryDirectory(prefix="tg-hostile-mem-") as workdir:
         CASES[args.case](args, f, workdir)
     return f.exit_code()

@@ -29,13 +29,6 @@ CASES = ["metrics_auth", "metrics_halfopen", "fifo_cache", "truncated_blob", "ca
          "loopback_name"]
 
 
-def check(f, ok, what):
-    """Records a failure `what` unless ok."""
-    if not ok:
-        f(what)
-    return ok
-
-
 def scrape(srv, token=None, timeout=5):
     """(HTTP status, body) of GET /metrics."""
     req = urllib.request.Request(f"http://127.0.0.1:{srv.metrics_port}/metrics")
@@ -64,7 +57,7 @@ def load(args, srv, f, what, timeout=120):
     """An honest tg-run over the server; returns the bytes it uploaded (the server's counter)."""
     before = srv.metrics().get("tg_upload_bytes_total", 0)
     toks, dt, err = H.tg_run(args, rpc=[srv.endpoint], timeout=timeout)
-    check(f, toks is not None, f"{what}: tg-run failed: {err[-800:]}")
+    f.check(toks is not None, f"{what}: tg-run failed: {err[-800:]}")
     after = srv.metrics().get("tg_upload_bytes_total", 0)
     print(f"{what}: {dt:.1f} s, uploaded {after - before:.0f} bytes")
     return after - before, dt
@@ -77,11 +70,11 @@ def case_metrics_auth(args, work, f):
     srv = H.start_server(args, work, extra=["--metrics-token-file", token_file])
     try:
         code, _ = scrape(srv)
-        check(f, code == 401, f"/metrics without the token: {code}, want 401")
+        f.check(code == 401, f"/metrics without the token: {code}, want 401")
         code, _ = scrape(srv, token="wrong")
-        check(f, code == 401, f"/metrics with a wrong token: {code}, want 401")
+        f.check(code == 401, f"/metrics with a wrong token: {code}, want 401")
         code, body = scrape(srv, token="m3trics")
-        check(f, code == 200 and "tg_sessions_total" in body, f"/metrics with the token: {code}")
+        f.check(code == 200 and "tg_sessions_total" in body, f"/metrics with the token: {code}")
     finally:
         srv.stop()
 
@@ -98,8 +91,8 @@ def case_metrics_halfopen(args, work, f):
         code, body = scrape(srv, timeout=10)
         dt = time.time() - t0
         print(f"scrape beside 8 half-open connections: {code} in {dt:.2f} s")
-        check(f, code == 200 and "tg_sessions_total" in body, f"scrape answered {code}")
-        check(f, dt < 2, f"scrape took {dt:.2f} s beside 8 half-open connections (limit 2 s)")
+        f.check(code == 200 and "tg_sessions_total" in body, f"scrape answered {code}")
+        f.check(dt < 2, f"scrape took {dt:.2f} s beside 8 half-open connections (limit 2 s)")
     finally:
         for s in idle:
             s.close()
@@ -112,18 +105,18 @@ def case_fifo_cache(args, work, f):
     try:
         load(args, srv, f, "first load (fills the cache)")
         found = blobs(cache)
-        check(f, found, "no blob in the cache after a load")
+        f.check(found, "no blob in the cache after a load")
         if not found:
             return
         path = max(found, key=lambda b: b[1])[0]
         os.remove(path)
         os.mkfifo(path)
         _, dt = load(args, srv, f, "load with a FIFO under a blob's name", timeout=60)
-        check(f, dt < 30, f"the load took {dt:.1f} s: the FIFO stalled it")
-        check(f, not os.path.exists(path) or not stat.S_ISFIFO(os.stat(path).st_mode),
+        f.check(dt < 30, f"the load took {dt:.1f} s: the FIFO stalled it")
+        f.check(not os.path.exists(path) or not stat.S_ISFIFO(os.stat(path).st_mode),
               "the FIFO is still under the blob's name")
         uploaded, _ = load(args, srv, f, "load after that")
-        check(f, uploaded == 0, f"the blob was not stored again: {uploaded:.0f} bytes uploaded")
+        f.check(uploaded == 0, f"the blob was not stored again: {uploaded:.0f} bytes uploaded")
     finally:
         srv.stop()
 
@@ -136,7 +129,7 @@ def case_truncated_blob(args, work, f):
     finally:
         srv.stop()
     found = blobs(cache)
-    check(f, found, "no blob in the cache after a load")
+    f.check(found, "no blob in the cache after a load")
     if not found:
         return
     path, size = max(found, key=lambda b: b[1])
@@ -144,11 +137,11 @@ def case_truncated_blob(args, work, f):
     srv = H.start_server(args, work, index=1, extra=["--cache", cache])
     try:
         uploaded, _ = load(args, srv, f, "load after the blob was cut short")
-        check(f, 0 < uploaded, "nothing uploaded: the cut blob cannot have served the load")
+        f.check(0 < uploaded, "nothing uploaded: the cut blob cannot have served the load")
         uploaded, _ = load(args, srv, f, "the next load")
-        check(f, uploaded == 0, f"the cut blob was never repaired: {uploaded:.0f} bytes uploaded "
+        f.check(uploaded == 0, f"the cut blob was never repaired: {uploaded:.0f} bytes uploaded "
                                "again")
-        check(f, os.path.getsize(path) == size, f"{path} has {os.path.getsize(path)} bytes, "
+        f.check(os.path.getsize(path) == size, f"{path} has {os.path.getsize(path)} bytes, "
                                                f"not {size}")
     finally:
         srv.stop()
@@ -164,17 +157,17 @@ def case_cache_privacy(args, work, f):
         digest = bytes.fromhex(os.path.basename(path))
         with H.Client(srv.endpoint) as c, c.session() as s:
             code, msg, h = s.alloc(0, size)
-            check(f, code == 0, f"alloc: {code} {msg}")
+            f.check(code == 0, f"alloc: {code} {msg}")
             hdr = H.pb.UploadHeader(buffer=h, offset=0, size=size, sha256=digest)
             reply = c.stub.FillPieces(H.pb.FillPiecesRequest(session_id=s.id, pieces=[hdr]),
                                       timeout=30)
-            check(f, not reply.results[0].have_it,
+            f.check(not reply.results[0].have_it,
                     "FillPieces filled another session's cached bytes from their hash alone")
             # A made-up proof does no better.
             hdr.cache_proof = hashlib.sha256(b"guess").digest()
             reply = c.stub.FillPieces(H.pb.FillPiecesRequest(session_id=s.id, pieces=[hdr]),
                                       timeout=30)
-            check(f, not reply.results[0].have_it, "FillPieces took a made-up proof")
+            f.check(not reply.results[0].have_it, "FillPieces took a made-up proof")
             # Upload: the header alone, then nothing.
             call = c.raw_stream_stream("Upload")
             header = H.pb.UploadMessage(header=H.pb.UploadHeader(
@@ -182,16 +175,16 @@ def case_cache_privacy(args, work, f):
             replies = call(iter([header.SerializeToString()]), metadata=c.metadata, timeout=30)
             try:
                 first = H.pb.UploadReply.FromString(next(replies))
-                check(f, not first.have_it, "Upload answered have_it to the hash alone")
+                f.check(not first.have_it, "Upload answered have_it to the hash alone")
             except Exception as e:  # noqa: BLE001 - ends short: fine, it got nothing
                 print(f"upload of the header alone ended: {e}")
             got = b"".join(ch.data for ch in c.stub.Download(
                 H.pb.DownloadRequest(session_id=s.id, range=H.pb.Range(buffer=h, size=size)),
                 metadata=c.metadata, timeout=30))
-            check(f, got != secret, "the attacker's Download returned the victim's cached bytes")
-            check(f, got == bytes(size), "the attacker's buffer is not all zeros")
+            f.check(got != secret, "the attacker's Download returned the victim's cached bytes")
+            f.check(got == bytes(size), "the attacker's buffer is not all zeros")
         uploaded, _ = load(args, srv, f, "the honest reload")
-        check(f, uploaded == 0, f"the honest reload uploaded {uploaded:.0f} bytes, want 0")
+        f.check(uploaded == 0, f"the honest reload uploaded {uploaded:.0f} bytes, want 0")
     finally:
         srv.stop()
 
@@ -201,7 +194,7 @@ def case_loopback_name(args, work, f):
         r = subprocess.run([args.rpc_server, "-H", host, "-p", "0"], capture_output=True,
                            text=True, timeout=30, env=H.local_env())
         print(f"-H {host}: exit {r.returncode}: {r.stderr.strip()[-300:]}")
-        check(f, r.returncode != 0 and "refusing to listen" in r.stderr,
+        f.check(r.returncode != 0 and "refusing to listen" in r.stderr,
                 f"-H {host} was not refused as a non-loopback address without TLS and a token")
 
 

@@ -59,45 +59,6 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class RawSession:
-    """A Session stream that sends pre-serialized SessionRequest bytes (messages too large
-    for the client to build as objects) and reads typed replies."""
-
-    def __init__(self, client):
-        import queue  # noqa: PLC0415
-        self.q = queue.Queue()
-        call = client.channel.stream_stream(
-            "/tensorgrid.v1.TensorGrid/Session", request_serializer=lambda b: b,
-            response_deserializer=hostile.pb.SessionReply.FromString)
-
-        def it():
-            while True:
-                item = self.q.get()
-                if item is None:
-                    return
-                yield item
-        self.call = call(it(), metadata=client.metadata)
-        self.id = next(self.call).started.session_id
-
-    def call_raw(self, data, timeout=60):
-        self.q.put(data)
-        box = {}
-        t = threading.Thread(target=lambda: box.setdefault("r", next(self.call)), daemon=True)
-        t.start()
-        t.join(timeout)
-        if "r" not in box:
-            raise TimeoutError(f"no reply in {timeout} s")
-        return box["r"]
-
-    def close(self):
-        self.q.put(None)
-        try:
-            for _ in self.call:
-                pass
-        except Exception:  # noqa: BLE001
-            pass
-
-
 def leaf(i, buffer, ne=(1, 1, 1, 1), offset=0):
     pb = hostile.pb
     nb = [4, 4 * ne[0], 4 * ne[0] * ne[1], 4 * ne[0] * ne[1] * ne[2]]
@@ -290,7 +251,7 @@ def graph_bombs(args, work, fail):
     try:
         with hostile.Client(srv.endpoint) as c:
             c.hello()
-            s = RawSession(c)
+            s = c.session()
             alloc = pb.SessionRequest(id=1, alloc_buffer=pb.AllocBuffer(device=0, size=4096))
             handle = s.call_raw(alloc.SerializeToString()).alloc_buffer.buffer
             base = rss(srv)

@@ -54,8 +54,8 @@ def openssl_missing():
 
 
 class Failures:
-    """A test's failures: fail(what) prints "FAIL: what"; exit_code() is 0 when there was
-    none, else 1."""
+    """A test's failures: fail(what) prints "FAIL: what"; fail.check(ok, what) does so unless
+    ok (and returns ok); exit_code() is 0 when there was none, else 1."""
 
     def __init__(self):
         self.count = 0
@@ -63,6 +63,11 @@ class Failures:
     def __call__(self, what):
         print(f"FAIL: {what}")
         self.count += 1
+
+    def check(self, ok, what):
+        if not ok:
+            self(what)
+        return ok
 
     def exit_code(self):
         return 1 if self.count else 0
