@@ -65,9 +65,8 @@ std::vector<Device*> DefaultDeviceList(absl::Span<Device* const> all, DefaultDev
     case DefaultDevices::kLocalGpusElseCpus:
       return FirstTypePresent(all, {{DeviceType::kGpu}, {DeviceType::kIgpu}, {DeviceType::kCpu}});
     case DefaultDevices::kGpusAndRemoteElseCpus:
-      return FirstTypePresent(all, {{DeviceType::kGpu, DeviceType::kRemote},
-                                    {DeviceType::kIgpu},
-                                    {DeviceType::kCpu}});
+      return FirstTypePresent(
+          all, {{DeviceType::kGpu, DeviceType::kRemote}, {DeviceType::kIgpu}, {DeviceType::kCpu}});
   }
   return {};
 }

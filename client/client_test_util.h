@@ -63,12 +63,14 @@ class OlderMinorService final : public tensorgrid::v1::TensorGrid::Service {
     // callback API, as rpc-server serves them; gRPC owns method handlers and takes them as
     // raw pointers. Session is the service's method 1 (the proto's order).
     MarkMethodStreamed(
-        1, new grpc::internal::BidiStreamingHandler<OlderMinorService, grpc::ByteBuffer,
-                                                    tensorgrid::v1::SessionReply>(
-               [](OlderMinorService* service, grpc::ServerContext* context,
-                  grpc::ServerReaderWriter<tensorgrid::v1::SessionReply, grpc::ByteBuffer>*
-                      stream) { return service->inner_.SessionRaw(context, stream); },
-               this));
+        1,
+        new grpc::internal::BidiStreamingHandler<OlderMinorService, grpc::ByteBuffer,
+                                                 tensorgrid::v1::SessionReply>(
+            [](OlderMinorService* service, grpc::ServerContext* context,
+               grpc::ServerReaderWriter<tensorgrid::v1::SessionReply, grpc::ByteBuffer>* stream) {
+              return service->inner_.SessionRaw(context, stream);
+            },
+            this));
     MarkMethodCallback(
         rpc::kUploadMethodIndex,
         new grpc::internal::CallbackBidiHandler<grpc::ByteBuffer, tensorgrid::v1::UploadReply>(

@@ -215,8 +215,7 @@ absl::StatusOr<std::vector<bool>> Connection::FillPieces(absl::Span<const Upload
     if (!job->digest.has_value()) {
       return absl::InvalidArgumentError("FillPieces: a job without a digest");
     }
-    SetUploadHeader(*job, job->digest, ProvesCache(), session_->session_id(),
-                    request.add_pieces());
+    SetUploadHeader(*job, job->digest, ProvesCache(), session_->session_id(), request.add_pieces());
     bytes += job->size();
   }
   grpc::ClientContext context;

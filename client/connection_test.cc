@@ -209,8 +209,9 @@ TEST(ConnectionFullServerTest, AFullServerSaysSoWithItsNumbers) {
   ASSERT_FALSE(second.ok());
   EXPECT_TRUE(absl::IsResourceExhausted(second.status())) << second.status();
   const std::string message(second.status().message());
-  EXPECT_THAT(message, ::testing::HasSubstr(absl::StrCat(
-                           "server ", (*server)->address(), " is full (1 sessions, --max-sessions 1)")));
+  EXPECT_THAT(message,
+              ::testing::HasSubstr(absl::StrCat("server ", (*server)->address(),
+                                                " is full (1 sessions, --max-sessions 1)")));
   EXPECT_THAT(message, ::testing::Not(::testing::HasSubstr("is gone")));
   first->reset();
   (*server)->Shutdown(0);

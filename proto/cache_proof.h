@@ -21,7 +21,8 @@ inline constexpr absl::string_view kCacheProofLabel = "tensorgrid cache proof v1
 
 // SHA-256(label || 0 || session_id || 0 || bytes); nullopt when OpenSSL failed (out of
 // memory): the client then sends no proof, the server counts a miss.
-inline std::optional<Sha256Digest> CacheProof(absl::string_view session_id, const void* data, size_t size) {
+inline std::optional<Sha256Digest> CacheProof(absl::string_view session_id, const void* data,
+                                              size_t size) {
   Sha256Stream hasher;
   const char zero = 0;
   hasher.Update(kCacheProofLabel.data(), kCacheProofLabel.size());

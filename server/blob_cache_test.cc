@@ -11,11 +11,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <future>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <optional>
 #include <random>

@@ -111,9 +111,9 @@ absl::StatusOr<CollectiveRunner::Local> CollectiveRunner::Resolve(BufferFinder f
                                                                   const pb::AllReduce& cmd) const {
   // An enum value this build does not know (proto3 keeps it) would run as AUTO.
   if (!pb::AllReduce::Algorithm_IsValid(cmd.algorithm())) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "all_reduce.algorithm %d is not one of AUTO (0), RING (1), BUTTERFLY (2)",
-        static_cast<int>(cmd.algorithm())));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("all_reduce.algorithm %d is not one of AUTO (0), RING (1), BUTTERFLY (2)",
+                        static_cast<int>(cmd.algorithm())));
   }
   const int m = cmd.servers_size();
   if (m < 1 || m > kMaxServers) {

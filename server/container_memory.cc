@@ -80,8 +80,8 @@ std::string Unescape(absl::string_view s) {
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] == '\\' && i + 3 < s.size()) {
       const absl::string_view oct = s.substr(i + 1, 3);
-      if (oct.size() == 3 && std::all_of(oct.begin(), oct.end(),
-                                         [](char c) { return c >= '0' && c <= '7'; })) {
+      if (oct.size() == 3 &&
+          std::all_of(oct.begin(), oct.end(), [](char c) { return c >= '0' && c <= '7'; })) {
         out.push_back(static_cast<char>((oct[0] - '0') * 64 + (oct[1] - '0') * 8 + (oct[2] - '0')));
         i += 3;
         continue;
@@ -98,8 +98,7 @@ struct Mount {
 };
 
 // The v1 memory mount and the v2 mount from a mountinfo text.
-void FindMounts(const std::string& mountinfo, std::optional<Mount>* v1,
-                std::optional<Mount>* v2) {
+void FindMounts(const std::string& mountinfo, std::optional<Mount>* v1, std::optional<Mount>* v2) {
   for (absl::string_view line : absl::StrSplit(mountinfo, '\n', absl::SkipEmpty())) {
     std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
     auto dash = std::find(f.begin(), f.end(), "-");
@@ -231,8 +230,7 @@ ContainerMemory ContainerMemoryReader::Read() const {
     const std::optional<uint64_t> limit = ReadLimit(dir + "/memory.limit_in_bytes");
     if (i != 0 && !limit.has_value()) continue;
     std::string stat;
-    const uint64_t usage =
-        WorkingSet(dir, "memory.usage_in_bytes", "total_inactive_file", &stat);
+    const uint64_t usage = WorkingSet(dir, "memory.usage_in_bytes", "total_inactive_file", &stat);
     if (i == 0) {
       if (m.usage == 0) m.usage = usage;
       // The effective limit, including ancestors this mount does not show (a container's).

@@ -68,9 +68,9 @@ TEST(ContainerMemoryTest, V2LimitAndWorkingSet) {
   r.Write("/sys/fs/cgroup/cgroup.controllers", "cpu memory\n");
   r.Write("/sys/fs/cgroup/pod/app/memory.max", "1073741824\n");
   r.Write("/sys/fs/cgroup/pod/app/memory.current", std::to_string(300 * kMiB) + "\n");
-  r.Write("/sys/fs/cgroup/pod/app/memory.stat",
-          "anon 1000\nfile 2000\ninactive_file " + std::to_string(100 * kMiB) +
-              "\nactive_file 5\n");
+  r.Write(
+      "/sys/fs/cgroup/pod/app/memory.stat",
+      "anon 1000\nfile 2000\ninactive_file " + std::to_string(100 * kMiB) + "\nactive_file 5\n");
   r.Write("/sys/fs/cgroup/pod/memory.max", "max\n");
   ContainerMemoryReader reader(r.root());
   ASSERT_EQ(reader.v2_dirs().size(), 3u);
@@ -120,8 +120,7 @@ TEST(ContainerMemoryTest, V1NestedLimitsAndHierarchicalLimit) {
   r.Write("/sys/fs/cgroup/memory/outer/memory.usage_in_bytes", std::to_string(kGiB));
   r.Write("/sys/fs/cgroup/memory/outer/memory.stat", "total_inactive_file 0\n");
   r.Write("/sys/fs/cgroup/memory/outer/inner/memory.limit_in_bytes", "9223372036854771712\n");
-  r.Write("/sys/fs/cgroup/memory/outer/inner/memory.usage_in_bytes",
-          std::to_string(300 * kMiB));
+  r.Write("/sys/fs/cgroup/memory/outer/inner/memory.usage_in_bytes", std::to_string(300 * kMiB));
   r.Write("/sys/fs/cgroup/memory/outer/inner/memory.stat",
           "cache 5\ninactive_file 7\nhierarchical_memory_limit " + std::to_string(2 * kGiB) +
               "\ntotal_inactive_file " + std::to_string(50 * kMiB) + "\n");

@@ -49,7 +49,9 @@ double GiB(uint64_t bytes) { return static_cast<double>(bytes) / static_cast<dou
 // "512.0 KiB", "1.1 MiB", "2.00 GiB": budgets range from tests' kilobytes to GPU hosts'.
 std::string Human(uint64_t bytes) {
   if (bytes >= kGiB) return absl::StrFormat("%.2f GiB", GiB(bytes));
-  if (bytes >= (1 << 20)) return absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  if (bytes >= (1 << 20)) {
+    return absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  }
   if (bytes >= 1024) return absl::StrFormat("%.1f KiB", static_cast<double>(bytes) / 1024);
   return "under 1 KiB";
 }

@@ -200,8 +200,7 @@ TEST(ServerMemoryBudgetTest, ReservationsChargeTheSessionAndTheBudget) {
     // Past the session's limit only: the session's is named, and the budget is untouched.
     rb = MemoryReservation::Reserve(&b, 100, 200, &budget);
     ASSERT_FALSE(rb.ok());
-    EXPECT_NE(rb.status().message().find("--session-mem-limit"), std::string::npos)
-        << rb.status();
+    EXPECT_NE(rb.status().message().find("--session-mem-limit"), std::string::npos) << rb.status();
     EXPECT_EQ(budget.held(), 500u);
     // Not committed: given back to both when dropped; a move assignment gives back the
     // overwritten one's.

@@ -112,8 +112,8 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   cache_bytes_ = NewGauge(r, "tg_cache_bytes", "Bytes in the blob cache (--cache).");
   mem_budget_ = NewGauge(r, "tg_mem_budget_bytes",
                          "Server memory budget all sessions share (--mem-budget; 0 = none).");
-  mem_held_ = NewGauge(r, "tg_mem_held_bytes",
-                       "Bytes all sessions hold against the server memory budget.");
+  mem_held_ =
+      NewGauge(r, "tg_mem_held_bytes", "Bytes all sessions hold against the server memory budget.");
   sessions_total_ = NewCounter(r, "tg_sessions_total", "Sessions started.");
   upload_bytes_ = NewCounter(r, "tg_upload_bytes_total", "Bytes received over Upload.");
   cache_hit_bytes_ =
@@ -182,10 +182,10 @@ absl::Status Metrics::StartExposer(const std::string& host, int port, const std:
     return callbacks;
   }();
   const std::vector<std::string> options = {
-      "listening_ports", address,
-      "num_threads", absl::StrCat(kExposerThreads),
+      "listening_ports",    address,
+      "num_threads",        absl::StrCat(kExposerThreads),
       "request_timeout_ms", absl::StrCat(absl::ToInt64Milliseconds(kExposerRequestTimeout)),
-      "enable_keep_alive", "no"};
+      "enable_keep_alive",  "no"};
   try {  // prometheus-cpp (civetweb) reports a failed bind by throwing.
     exposer_ = std::make_unique<prometheus::Exposer>(options, token.empty() ? nullptr : kWithToken);
     exposer_->RegisterCollectable(registry_);

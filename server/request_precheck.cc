@@ -13,8 +13,8 @@ namespace tg::server {
 namespace {
 
 namespace pb = ::tensorgrid::v1;
-using google::protobuf::io::CodedInputStream;
 using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedInputStream;
 
 // The counts of one request, as the scan goes.
 struct Counts {
@@ -118,7 +118,7 @@ absl::Status ScanRequest(CodedInputStream* in, bool top, uint64_t* id, Counts* c
       CodedInputStream::Limit limit;
       if (!Enter(in, &limit)) return absl::OkStatus();
       absl::Status s = field == pb::SessionRequest::kBatchFieldNumber ? ScanBatch(in, counts)
-                                                                        : ScanCompute(in, counts);
+                                                                      : ScanCompute(in, counts);
       if (!s.ok()) return s;
       in->PopLimit(limit);
     } else if (!WireFormatLite::SkipField(in, tag)) {

@@ -16,8 +16,8 @@
 namespace tg::server {
 
 struct Precheck {
-  uint64_t id = 0;       // the request's id, for the reply to a refused request.
-  absl::Status status;   // INVALID_ARGUMENT naming the count and the limit; OK to parse.
+  uint64_t id = 0;      // the request's id, for the reply to a refused request.
+  absl::Status status;  // INVALID_ARGUMENT naming the count and the limit; OK to parse.
 };
 
 // Scans the serialized SessionRequest in `in`. Bytes that are not a well-formed message

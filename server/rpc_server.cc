@@ -45,8 +45,8 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const ServerConfig& 
   s->host_ = config.host;
   s->metrics_ = std::make_unique<Metrics>();
   if (config.metrics_port.has_value()) {
-    TG_RETURN_IF_ERROR(s->metrics_->StartExposer(config.metrics_host, *config.metrics_port,
-                                                 config.metrics_token));
+    TG_RETURN_IF_ERROR(
+        s->metrics_->StartExposer(config.metrics_host, *config.metrics_port, config.metrics_token));
   }
   if (!config.cache_dir.empty()) {
     TG_ASSIGN_OR_RETURN(s->cache_, BlobCache::Open(config.cache_dir, config.cache_max_bytes));

@@ -16,9 +16,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/time.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "backends/register_builtin.h"
 #include "cli/arg_parser.h"
 #include "cli/device_pick.h"
@@ -263,8 +263,8 @@ absl::StatusOr<ServerConfig> MakeConfig(const Flags& f, uint64_t* host_reserve) 
   TG_ASSIGN_OR_RETURN(c.mem_budget, ByteSizeOrAuto(f.mem_budget, "--mem-budget",
                                                    AutoServerMemBudget(c.devices, *host_reserve)));
   if (f.max_buffers_per_session < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--max-buffers-per-session ",
-                                                   f.max_buffers_per_session, " is negative"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-buffers-per-session ", f.max_buffers_per_session, " is negative"));
   }
   c.max_buffers_per_session = static_cast<uint64_t>(f.max_buffers_per_session);
   if (f.stream_idle_timeout < 0) {
@@ -440,8 +440,9 @@ int Main(int argc, char** argv) {
   }
   std::unique_ptr<HealthPort> health_port;
   if (f.health_port != 0) {
-    absl::StatusOr<std::unique_ptr<HealthPort>> hp = HealthPort::Start(
-        f.health_host, static_cast<int>(f.health_port), ProbeOptionsFor(*config, (*server)->port()));
+    absl::StatusOr<std::unique_ptr<HealthPort>> hp =
+        HealthPort::Start(f.health_host, static_cast<int>(f.health_port),
+                          ProbeOptionsFor(*config, (*server)->port()));
     if (!hp.ok()) {
       kServerLog.Error(hp.status().message());
       return kExitRuntime;

@@ -371,8 +371,7 @@ inline std::string ScrapeMetrics(int port, const std::string& headers = "") {
   inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
   std::string out;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string req =
-        "GET /metrics HTTP/1.0\r\nHost: localhost\r\n" + headers + "\r\n";
+    const std::string req = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n" + headers + "\r\n";
     (void)!write(fd, req.data(), req.size());
     char buf[4096];
     ssize_t n;

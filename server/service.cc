@@ -1,15 +1,14 @@
 #include "server/service.h"
 
-#include <openssl/crypto.h>
-
 #include <grpcpp/support/proto_buffer_reader.h>
+#include <openssl/crypto.h>
 
 #include <algorithm>
 #include <functional>
 #include <optional>
 #include <tuple>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -17,8 +16,8 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "core/op.h"
-#include "core/status_macros.h"
 #include "core/shape_rules.h"
+#include "core/status_macros.h"
 #include "proto/content_hash.h"
 #include "proto/protocol.h"
 #include "proto/upload_frame.h"
@@ -89,8 +88,7 @@ std::vector<uint32_t> SupportedOps(Device* device) {
 }
 
 // OK when the call carries `authorization: Bearer <expected>`.
-grpc::Status CheckBearerToken(const grpc::ServerContextBase& context,
-                              const std::string& expected) {
+grpc::Status CheckBearerToken(const grpc::ServerContextBase& context, const std::string& expected) {
   const auto& md = context.client_metadata();
   auto it = md.find(rpc::kAuthMetadataKey);
   if (it == md.end()) {
@@ -141,11 +139,10 @@ TensorGridService::TensorGridService(ServiceOptions options)
                            return service->SessionRaw(context, stream);
                          },
                          this));
-  MarkMethodCallback(rpc::kUploadMethodIndex,
-                     new grpc::internal::CallbackBidiHandler<grpc::ByteBuffer, pb::UploadReply>(
-                         [this](grpc::CallbackServerContext* context) {
-                           return UploadReactor(context);
-                         }));
+  MarkMethodCallback(
+      rpc::kUploadMethodIndex,
+      new grpc::internal::CallbackBidiHandler<grpc::ByteBuffer, pb::UploadReply>(
+          [this](grpc::CallbackServerContext* context) { return UploadReactor(context); }));
 }
 
 TensorGridService::~TensorGridService() = default;
@@ -185,14 +182,14 @@ grpc::Status TensorGridService::CheckPeerAuth(const grpc::ServerContextBase& con
   if (status.ok()) {
     if (absl::Status allowed = options_.peer.allowed.CheckCaller(PeerAddress(context));
         !allowed.ok()) {
-      status = Error(grpc::StatusCode::PERMISSION_DENIED,
-                     absl::StrCat(call, ": ", allowed.message()));
+      status =
+          Error(grpc::StatusCode::PERMISSION_DENIED, absl::StrCat(call, ": ", allowed.message()));
     }
   }
   if (!status.ok()) {
-    kServerLog.Warn("peer call refused", {{"peer", PeerAddress(context)},
-                                          {"call", call},
-                                          {"error", status.error_message()}});
+    kServerLog.Warn(
+        "peer call refused",
+        {{"peer", PeerAddress(context)}, {"call", call}, {"error", status.error_message()}});
   }
   return status;
 }

@@ -104,8 +104,7 @@ class TensorGridService final
   // bearer token when the server has one, or a client certificate the transport verified
   // (--tls-client-ca), else UNAUTHENTICATED (PERMISSION_DENIED for a wrong token); then the
   // caller's address must be one --peers allows, else PERMISSION_DENIED. Refusals are logged.
-  grpc::Status CheckPeerAuth(const grpc::ServerContextBase& context,
-                             absl::string_view call) const;
+  grpc::Status CheckPeerAuth(const grpc::ServerContextBase& context, absl::string_view call) const;
   std::shared_ptr<server::Session> FindSession(const std::string& id) const
       ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -18,8 +18,8 @@
 #include "absl/time/clock.h"
 #include "core/op.h"
 #include "gtest/gtest.h"
-#include "proto/content_hash.h"
 #include "proto/cache_proof.h"
+#include "proto/content_hash.h"
 #include "proto/protocol.h"
 #include "server/log_capture.h"
 #include "server/metrics.h"
@@ -444,9 +444,9 @@ TEST_F(ServiceTest, FillPiecesFillsWhatTheCacheHasAndNothingElse) {
   const uint64_t h = s.Call(AllocRequest(1, 0, 3 * n)).alloc_buffer().buffer();
   ASSERT_TRUE(Upload(stub_.get(), "", s.id(), h, 0, a, true).status.ok());  // now cached.
   pb::FillPiecesReply reply;
-  ASSERT_TRUE(
-      FillPieces(stub_.get(), "", s.id(), {Piece(h, 2 * n, a, "", s.id()), Piece(h, n, b, "", s.id())},
-                 &reply).ok());
+  ASSERT_TRUE(FillPieces(stub_.get(), "", s.id(),
+                         {Piece(h, 2 * n, a, "", s.id()), Piece(h, n, b, "", s.id())}, &reply)
+                  .ok());
   ASSERT_EQ(reply.results_size(), 2);
   EXPECT_TRUE(reply.results(0).have_it());
   EXPECT_EQ(reply.results(0).source(), pb::UPLOAD_SOURCE_CACHE);
@@ -478,8 +478,7 @@ TEST_F(ServiceTest, CacheHitNeedsProofOfPossession) {
   ASSERT_TRUE(Upload(stub_.get(), "", other.id(), h, n, mine, false).status.ok());
   // FillPieces: no proof, a proof for the owner's session (replayed), a proof of other bytes.
   for (const pb::UploadHeader& piece :
-       {Piece(h, 0, secret), Piece(h, n, secret, "", owner.id()),
-        [&] {
+       {Piece(h, 0, secret), Piece(h, n, secret, "", owner.id()), [&] {
           pb::UploadHeader p = Piece(h, 0, secret);
           const rpc::Sha256Digest wrong = *rpc::CacheProof(other.id(), mine.data(), mine.size());
           p.set_cache_proof(wrong.data(), wrong.size());
@@ -502,8 +501,8 @@ TEST_F(ServiceTest, CacheHitNeedsProofOfPossession) {
   // The honest way: a proof salted with its own session.
   const uint64_t h2 = other.Call(AllocRequest(2, 0, n)).alloc_buffer().buffer();
   pb::FillPiecesReply reply;
-  ASSERT_TRUE(FillPieces(stub_.get(), "", other.id(), {Piece(h2, 0, secret, "", other.id())},
-                         &reply).ok());
+  ASSERT_TRUE(
+      FillPieces(stub_.get(), "", other.id(), {Piece(h2, 0, secret, "", other.id())}, &reply).ok());
   ASSERT_EQ(reply.results_size(), 1);
   EXPECT_TRUE(reply.results(0).have_it());
   EXPECT_TRUE(Download(stub_.get(), "", other.id(), h2, 0, n, &st) == secret);
@@ -524,8 +523,8 @@ TEST_F(ServiceTest, RefusedCacheFillLeavesAWrittenRangeAlone) {
   const std::string mine(n, 'm');
   ASSERT_TRUE(Upload(stub_.get(), "", other.id(), h, 0, mine, false).status.ok());
   pb::FillPiecesReply reply;
-  ASSERT_TRUE(FillPieces(stub_.get(), "", other.id(), {Piece(h, 0, secret, "", owner.id())},
-                         &reply).ok());
+  ASSERT_TRUE(
+      FillPieces(stub_.get(), "", other.id(), {Piece(h, 0, secret, "", owner.id())}, &reply).ok());
   EXPECT_FALSE(reply.results(0).have_it());
   grpc::Status st;
   EXPECT_TRUE(Download(stub_.get(), "", other.id(), h, 0, n, &st) == mine);
@@ -567,10 +566,10 @@ TEST_F(ServiceTest, FillPiecesRefusesOverlapsAndTooManyBytes) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(absl::StrContains(st.error_message(), "piece 1 of")) << st.error_message();
   // The same hash into ranges that do not overlap, and the same range of another buffer: fine.
-  st = FillPieces(stub_.get(), "", s.id(),
-                  {Piece(h, n, a, "", s.id()), Piece(h, 2 * n, a, "", s.id()),
-                   Piece(h2, n, a, "", s.id())},
-                  &reply);
+  st = FillPieces(
+      stub_.get(), "", s.id(),
+      {Piece(h, n, a, "", s.id()), Piece(h, 2 * n, a, "", s.id()), Piece(h2, n, a, "", s.id())},
+      &reply);
   ASSERT_TRUE(st.ok()) << st.error_message();
   ASSERT_EQ(reply.results_size(), 3);
   for (const pb::UploadReply& r : reply.results()) EXPECT_TRUE(r.have_it());

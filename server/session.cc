@@ -113,7 +113,8 @@ bool Session::AddStream(std::weak_ptr<CancellableStream> stream) {
   if (closed_) return false;
   // Streams that ended are dropped as new ones come, so the list stays as long as the
   // streams open (twice at most).
-  if (streams_in_flight_.size() >= 64 && streams_in_flight_.size() == streams_in_flight_.capacity()) {
+  if (streams_in_flight_.size() >= 64 &&
+      streams_in_flight_.size() == streams_in_flight_.capacity()) {
     std::erase_if(streams_in_flight_,
                   [](const std::weak_ptr<CancellableStream>& w) { return w.expired(); });
   }
@@ -223,9 +224,10 @@ void Session::Dispatch(std::shared_ptr<const pb::SessionRequest> message,
                        ReplySequencer::Group* group, int i) {
   pb::SessionReply reply;
   reply.set_id(command.id());
-  absl::StatusOr<Work> work = command.id() == 0 ? absl::InvalidArgumentError("request id must be > 0")
-                              : cancelled()     ? CancelledStatus()
-                                                : Prepare(command, &reply);
+  absl::StatusOr<Work> work = command.id() == 0
+                                  ? absl::InvalidArgumentError("request id must be > 0")
+                              : cancelled() ? CancelledStatus()
+                                            : Prepare(command, &reply);
   if (!work.ok() || work->lanes.empty() || !parallel_) {
     // Done by its checks, or a one-device session: no hand-off.
     const absl::Status status = work.ok() && work->run ? work->run(&reply) : work.status();
@@ -791,10 +793,10 @@ absl::StatusOr<std::shared_ptr<Session::CachedGraph>> Session::GraphFor(const pb
     charge = ReserveMemory(bytes);
   }
   if (!charge.ok()) {
-    return absl::Status(charge.status().code(),
-                        absl::StrFormat("graph of %d tensors (about %d bytes decoded): %s",
-                                        cmd.graph().tensors_size(), bytes,
-                                        charge.status().message()));
+    return absl::Status(
+        charge.status().code(),
+        absl::StrFormat("graph of %d tensors (about %d bytes decoded): %s",
+                        cmd.graph().tensors_size(), bytes, charge.status().message()));
   }
   auto cached = std::make_shared<CachedGraph>();
   cached->charge.emplace(*std::move(charge));

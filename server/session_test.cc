@@ -476,7 +476,8 @@ TEST_F(SessionTest, BatchOverTheCapIsRefusedBeforeAnyCommandRuns) {
 TEST_F(SessionTest, CancelledSessionAnswersCancelledWithoutRunning) {
   auto s = NewSession();
   s->Cancel();
-  EXPECT_EQ(s->Handle(AllocRequest(1, 0, 16)).code(), static_cast<int>(absl::StatusCode::kCancelled));
+  EXPECT_EQ(s->Handle(AllocRequest(1, 0, 16)).code(),
+            static_cast<int>(absl::StatusCode::kCancelled));
   EXPECT_EQ(s->buffer_count(), 0u);
 }
 

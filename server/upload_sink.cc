@@ -28,16 +28,16 @@ absl::StatusOr<std::unique_ptr<UploadSink>> UploadSink::Start(std::shared_ptr<Se
     TG_ASSIGN_OR_RETURN(digest, rpc::DigestFromBytes(header.sha256()));
   }
   // make_unique cannot reach the private constructor.
-  std::unique_ptr<UploadSink> sink(new UploadSink(session, buffer, header.buffer(),
-                                                  header.offset(), header.size(), digest,
-                                                  header.store(), cache, metrics));
+  std::unique_ptr<UploadSink> sink(new UploadSink(session, buffer, header.buffer(), header.offset(),
+                                                  header.size(), digest, header.store(), cache,
+                                                  metrics));
   uint64_t file = 0;
   if (header.model_file() != 0) {
     TG_ASSIGN_OR_RETURN(file, session->ModelFile(header.model_file()));
   }
   if (digest.has_value() && models != nullptr) {
-    TG_ASSIGN_OR_RETURN(sink->have_it_, sink->ReadFromModelFile(*session, *models, file,
-                                                                header.file_offset()));
+    TG_ASSIGN_OR_RETURN(sink->have_it_,
+                        sink->ReadFromModelFile(*session, *models, file, header.file_offset()));
   }
   if (digest.has_value() && header.cache_proof().size() == rpc::kSha256Bytes) {
     sink->proof_ = rpc::DigestFromBytes(header.cache_proof()).value();
@@ -93,9 +93,9 @@ absl::StatusOr<bool> UploadSink::ReadInto(
 absl::StatusOr<bool> UploadSink::ReadFromModelFile(Session& session, ModelIndex& models,
                                                    uint64_t file, uint64_t file_offset) {
   TG_ASSIGN_OR_RETURN(std::shared_ptr<SessionBuffer> buffer, Pin());
-  absl::StatusOr<bool> hit = ReadInto(
-      *buffer,
-      [&](uint8_t* dst) { return models.ReadPiece(file, file_offset, size_, *digest_, dst); });
+  absl::StatusOr<bool> hit = ReadInto(*buffer, [&](uint8_t* dst) {
+    return models.ReadPiece(file, file_offset, size_, *digest_, dst);
+  });
   if (!hit.ok()) {
     // The client still has the bytes: take them from it instead.
     kServerLog.Warn("model-dir read failed, receiving the bytes instead",

@@ -6,10 +6,11 @@
 // the announced bytes came, that they hash to the header's SHA-256 when it gave one, and stores
 // hashed uploads in the cache, and those whose header asked for it (store) under the hash of
 // what came. A cache hit needs the header's cache_proof (proto/cache_proof.h) to match the
-// cached bytes: knowing a hash alone never fills a buffer from the cache. Not thread-safe: one sink serves one stream. The session and cache
-// may be used concurrently by others. The sink holds its session and buffer weakly, pinning
-// the buffer only while it writes: a FreeBuffer or the session's end mid-upload frees the
-// memory at once, and the next chunk fails FAILED_PRECONDITION ("was freed").
+// cached bytes: knowing a hash alone never fills a buffer from the cache. Not thread-safe: one sink
+// serves one stream. The session and cache may be used concurrently by others. The sink holds its
+// session and buffer weakly, pinning the buffer only while it writes: a FreeBuffer or the session's
+// end mid-upload frees the memory at once, and the next chunk fails FAILED_PRECONDITION ("was
+// freed").
 #ifndef TENSORGRID_SERVER_UPLOAD_SINK_H_
 #define TENSORGRID_SERVER_UPLOAD_SINK_H_
 
@@ -69,8 +70,9 @@ class UploadSink {
 
  private:
   UploadSink(const std::shared_ptr<Session>& session, const std::shared_ptr<SessionBuffer>& buffer,
-             uint64_t handle, uint64_t offset, uint64_t size, std::optional<rpc::Sha256Digest> digest, bool store,
-             BlobCache* cache, Metrics* metrics);
+             uint64_t handle, uint64_t offset, uint64_t size,
+             std::optional<rpc::Sha256Digest> digest, bool store, BlobCache* cache,
+             Metrics* metrics);
 
   // Reads the bytes from a --model-dir file into the buffer; false when no indexed file
   // holds them (any more).

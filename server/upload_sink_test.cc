@@ -111,7 +111,8 @@ class UploadSinkTest : public ::testing::Test {
     pb::UploadHeader header =
         UploadHeaderMessage(session_->id(), buffer, offset, size, std::move(sha256)).header();
     if (holds != nullptr && !header.sha256().empty()) {
-      const rpc::Sha256Digest proof = *rpc::CacheProof(session_->id(), holds->data(), holds->size());
+      const rpc::Sha256Digest proof =
+          *rpc::CacheProof(session_->id(), holds->data(), holds->size());
       header.set_cache_proof(proof.data(), proof.size());
     }
     return UploadSink::Start(session_, header, cache_.get(), &metrics_);

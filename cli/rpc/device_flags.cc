@@ -1,6 +1,5 @@
 #include "cli/rpc/device_flags.h"
 
-
 #include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -111,10 +110,10 @@ absl::StatusOr<DevicePlan> ResolveDevicePlan(const DeviceFlags& f) {
   if (f.threads > 0) SetThreads(Registry::Get().devices(), f.threads);
   DevicePlan plan;
   TG_ASSIGN_OR_RETURN(plan.mode, ParseSplitMode(f.split_mode));
-  TG_ASSIGN_OR_RETURN(plan.devices,
-                      PickDevices(f.devices, "--device",
-                                  plan.mode == SplitMode::kNone ? DefaultDevices::kFirstDefault
-                                                                : DefaultDevices::kGpusAndRemoteElseCpus));
+  TG_ASSIGN_OR_RETURN(plan.devices, PickDevices(f.devices, "--device",
+                                                plan.mode == SplitMode::kNone
+                                                    ? DefaultDevices::kFirstDefault
+                                                    : DefaultDevices::kGpusAndRemoteElseCpus));
   if (plan.mode == SplitMode::kNone && plan.devices.size() > 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--device lists ", plan.devices.size(),
