@@ -72,7 +72,8 @@ class Buffer {
   virtual size_t size() const = 0;
   // Per-tensor setup after placement (e.g. padding, views). Default: nothing.
   virtual absl::Status InitTensor(Tensor* t) { return absl::OkStatus(); }
-  // Writes/reads `size` bytes at byte `offset` of t's data. Ranges are checked.
+  // Writes/reads `size` bytes at byte `offset` of t's data. Ranges are checked; an empty one
+  // does nothing, and its `data` may be null.
   virtual absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) = 0;
   virtual absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) = 0;
   virtual absl::Status MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) = 0;

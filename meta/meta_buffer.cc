@@ -217,6 +217,7 @@ absl::Status MetaBuffer::WriteRange(Tensor* t, const ShadowSet& set, const void*
 
 absl::Status MetaBuffer::SetTensor(Tensor* t, const void* data, size_t offset, size_t size) {
   TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
+  if (size == 0) return absl::OkStatus();  // `data` may be null (memcpy's may not).
   if (t->view_src != nullptr) return SetTensor(t->view_src, data, t->view_offs + offset, size);
   std::optional<ShadowSet> set;
   {
@@ -233,6 +234,7 @@ absl::Status MetaBuffer::SetTensor(Tensor* t, const void* data, size_t offset, s
 
 absl::Status MetaBuffer::GetTensor(const Tensor* t, void* data, size_t offset, size_t size) {
   TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
+  if (size == 0) return absl::OkStatus();
   if (t->view_src != nullptr) return GetTensor(t->view_src, data, t->view_offs + offset, size);
   std::optional<ShadowSet> set;
   {
@@ -272,6 +274,7 @@ absl::Status MetaBuffer::GetTensor(const Tensor* t, void* data, size_t offset, s
 
 absl::Status MetaBuffer::MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) {
   TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
+  if (size == 0) return absl::OkStatus();  // the fill below would be an empty (null) vector.
   if (t->view_src != nullptr) {
     return MemsetTensor(t->view_src, value, t->view_offs + offset, size);
   }

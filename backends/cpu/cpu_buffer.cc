@@ -28,12 +28,14 @@ CpuBuffer::~CpuBuffer() { std::free(base()); }
 
 absl::Status CpuBuffer::SetTensor(Tensor* t, const void* data, size_t offset, size_t size) {
   if (absl::Status s = CheckTensorRange(*t, offset, size); !s.ok()) return s;
+  if (size == 0) return absl::OkStatus();  // `data` may be null (memcpy's may not).
   std::memcpy(static_cast<uint8_t*>(t->data) + offset, data, size);
   return absl::OkStatus();
 }
 
 absl::Status CpuBuffer::GetTensor(const Tensor* t, void* data, size_t offset, size_t size) {
   if (absl::Status s = CheckTensorRange(*t, offset, size); !s.ok()) return s;
+  if (size == 0) return absl::OkStatus();
   std::memcpy(data, static_cast<const uint8_t*>(t->data) + offset, size);
   return absl::OkStatus();
 }

@@ -25,11 +25,13 @@ class CudaHostBuffer : public BasicBuffer {
   }
   absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override {
     TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
+    if (size == 0) return absl::OkStatus();  // `data` may be null (memcpy's may not).
     std::memcpy(static_cast<uint8_t*>(t->data) + offset, data, size);
     return absl::OkStatus();
   }
   absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override {
     TG_RETURN_IF_ERROR(CheckTensorRange(*t, offset, size));
+    if (size == 0) return absl::OkStatus();
     std::memcpy(data, static_cast<const uint8_t*>(t->data) + offset, size);
     return absl::OkStatus();
   }

@@ -59,6 +59,7 @@ VulkanBuffer* BufferOn(const VulkanDevice* device, const Tensor& t) {
 
 absl::Status VulkanBuffer::SetTensor(Tensor* t, const void* data, size_t offset, size_t size) {
   TG_ASSIGN_OR_RETURN(const uint64_t at, SyncAccessAt(*this, *t, offset, size));
+  if (size == 0) return absl::OkStatus();  // `data` may be null (memcpy's may not).
   if (uint8_t* p = range_.mapped()) {
     std::memcpy(p + at, data, size);
     return absl::OkStatus();
@@ -68,6 +69,7 @@ absl::Status VulkanBuffer::SetTensor(Tensor* t, const void* data, size_t offset,
 
 absl::Status VulkanBuffer::GetTensor(const Tensor* t, void* data, size_t offset, size_t size) {
   TG_ASSIGN_OR_RETURN(const uint64_t at, SyncAccessAt(*this, *t, offset, size));
+  if (size == 0) return absl::OkStatus();
   if (const uint8_t* p = range_.mapped()) {
     std::memcpy(data, p + at, size);
     return absl::OkStatus();
@@ -77,6 +79,7 @@ absl::Status VulkanBuffer::GetTensor(const Tensor* t, void* data, size_t offset,
 
 absl::Status VulkanBuffer::MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) {
   TG_ASSIGN_OR_RETURN(const uint64_t at, SyncAccessAt(*this, *t, offset, size));
+  if (size == 0) return absl::OkStatus();  // `data` may be null (memcpy's may not).
   if (uint8_t* p = range_.mapped()) {
     std::memset(p + at, value, size);
     return absl::OkStatus();
