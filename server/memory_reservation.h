@@ -3,7 +3,7 @@
 // --mem-budget), and the memory the whole server leaves free (the host reserve,
 // --mem-reserve), with the defaults of these flags. "Host memory" here is what this process
 // may use: the host's physical memory, or its container's memory limit where that is less
-// (server/container_memory.h).
+// (core/host_memory.h, whose readings these defaults and checks take).
 //
 // MemoryReservation: bytes counted against a session's memory limit, and the server's
 // budget, while an allocation is being made. Reserve() adds them to both counters (refusing
@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/host_memory.h"  // HostMemoryTotal/Available: what these quotas judge.
 
 namespace tg::server {
 
@@ -98,20 +99,6 @@ class MemoryReservation {
 // a margin, not an exact quota. Thread-safe.
 void SetHostMemoryReserve(uint64_t bytes);
 uint64_t HostMemoryReserve();
-
-// The host's physical memory, and what the kernel can still hand out without swapping
-// (/proc/meminfo's MemAvailable: free pages plus reclaimable page cache; the free pages
-// where that file cannot be read).
-uint64_t PhysicalMemoryTotal();
-uint64_t PhysicalMemoryAvailable();
-
-// The memory this process may use: the physical memory, or its container's limit where that
-// is less; and what of it is still available: the least of MemAvailable and the container's
-// headroom (limit less its working set). Every judgment of host memory in server/ uses these.
-// Both come from a reading at most 10 ms old (reading the files costs more than a small
-// allocation).
-uint64_t HostMemoryTotal();
-uint64_t HostMemoryAvailable();
 
 // OK when `size` more bytes leave at least `reserve` of `available` (always for reserve 0);
 // RESOURCE_EXHAUSTED naming the reserve, the numbers and --mem-reserve otherwise.

@@ -1,7 +1,5 @@
 #include "backends/cpu/cpu_device.h"
 
-#include <unistd.h>
-
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -11,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "backends/cpu/cpu_stream.h"
+#include "core/host_memory.h"
 
 namespace tg::cpu {
 namespace {
@@ -41,10 +40,10 @@ CpuDevice::CpuDevice(std::string name, std::string id, int n_threads)
       n_threads_(n_threads < 1 ? 1 : n_threads) {}
 
 DeviceMemory CpuDevice::memory() const {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long avail = sysconf(_SC_AVPHYS_PAGES);
-  const long page = sysconf(_SC_PAGE_SIZE);
-  return {static_cast<size_t>(avail) * page, static_cast<size_t>(pages) * page};
+  // What the kernel can still hand out (page cache included) within the container's limit:
+  // the same figure an rpc-server's CPU device reports, so a layer split over local and
+  // remote CPUs weighs them alike.
+  return {HostMemoryAvailable(), HostMemoryTotal()};
 }
 
 absl::StatusOr<std::unique_ptr<Stream>> CpuDevice::CreateStream() {

@@ -1,4 +1,4 @@
-#include "server/container_memory.h"
+#include "core/container_memory.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -15,7 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 
-namespace tg::server {
+namespace tg {
 namespace {
 
 // The cgroup files are a few hundred bytes; memory.stat about 1.5 KiB, mountinfo a few KiB
@@ -249,4 +249,4 @@ const ContainerMemoryReader& ContainerMemoryReader::Process() {
   return *reader;
 }
 
-}  // namespace tg::server
+}  // namespace tg

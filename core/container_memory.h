@@ -1,7 +1,8 @@
-// The memory limit of the container rpc-server runs in: the memory cgroup (v1 or v2) of the
-// process and its ancestors, read from the cgroup filesystem. A pod or `docker run -m` sets
-// such a limit far below the host's physical memory; a server that judged its memory by the
-// host alone would accept allocations the kernel then answers with an OOM kill.
+// The memory limit of the container this process runs in: the memory cgroup (v1 or v2) of
+// the process and its ancestors, read from the cgroup filesystem. A pod or `docker run -m`
+// sets such a limit far below the host's physical memory; a process that judged its memory
+// by the host alone would take allocations the kernel then answers with an OOM kill (an
+// rpc-server accepting a session's buffer, a client splitting layers onto its CPU).
 //
 // ContainerMemoryReader finds the process's memory cgroup directories once (from
 // /proc/self/cgroup and /proc/self/mountinfo, or the usual mount points where mountinfo says
@@ -21,14 +22,14 @@
 // kill, so counting them would refuse allocations the container can hold; the active page
 // cache is counted, since the kernel reclaims it only after the inactive pages.
 // Thread-safety: Read() is const and may be called from any thread.
-#ifndef TENSORGRID_SERVER_CONTAINER_MEMORY_H_
-#define TENSORGRID_SERVER_CONTAINER_MEMORY_H_
+#ifndef TENSORGRID_CORE_CONTAINER_MEMORY_H_
+#define TENSORGRID_CORE_CONTAINER_MEMORY_H_
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace tg::server {
+namespace tg {
 
 // One reading of the container's memory.
 struct ContainerMemory {
@@ -69,6 +70,6 @@ class ContainerMemoryReader {
 // Limits at or above this many bytes mean "no limit" (see the header comment).
 inline constexpr uint64_t kNoCgroupLimit = uint64_t{1} << 62;
 
-}  // namespace tg::server
+}  // namespace tg
 
-#endif  // TENSORGRID_SERVER_CONTAINER_MEMORY_H_
+#endif  // TENSORGRID_CORE_CONTAINER_MEMORY_H_

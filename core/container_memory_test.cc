@@ -1,7 +1,7 @@
-// Tests of server/container_memory: fake cgroup trees (v1, v2, nested, unlimited, missing
+// Tests of core/container_memory: fake cgroup trees (v1, v2, nested, unlimited, missing
 // files, a container's namespaced view) built in a temporary directory and read through the
 // reader's root; and, where this machine has a writable v1 memory cgroup, the real one.
-#include "server/container_memory.h"
+#include "core/container_memory.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,7 +13,7 @@
 
 #include "gtest/gtest.h"
 
-namespace tg::server {
+namespace tg {
 namespace {
 
 namespace fs = std::filesystem;
@@ -217,4 +217,4 @@ TEST(ContainerMemoryTest, RealV1Cgroup) {
 }
 
 }  // namespace
-}  // namespace tg::server
+}  // namespace tg
