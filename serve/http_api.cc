@@ -1,6 +1,7 @@
 #include "serve/http_api.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <utility>
@@ -14,6 +15,11 @@ namespace tg::serve {
 namespace {
 
 constexpr char kJson[] = "application/json";
+// The listen queue. Debian's cpp-httplib is a shared library built with a backlog of 5, and
+// the kernel reset most of 64 clients that connected at the same moment (a burst of users, a
+// load balancer's reconnects) before the server accepted them; llama-server listens with 128.
+// listen() on a listening socket sets its backlog anew (the kernel caps it at somaxconn).
+constexpr int kListenBacklog = 1024;
 // How often a stream checks that its client is still there while no token comes.
 constexpr absl::Duration kStreamPoll = absl::Milliseconds(100);
 
@@ -48,11 +54,21 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(const HttpOptions& optio
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.set_payload_max_length(options.max_body_bytes);
   api->Routes();
+  int listening = -1;  // the socket the bind below made (the last one tried).
+  s.set_socket_options([&listening](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listening = sock;
+  });
   api->port_ = options.port == 0 ? s.bind_to_any_port(options.host)
                                  : (s.bind_to_port(options.host, options.port) ? options.port : -1);
+  s.set_socket_options(httplib::default_socket_options);
   if (api->port_ <= 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.host, ":", options.port));
+  }
+  if (::listen(listening, kListenBacklog) != 0) {
+    return absl::InternalError(absl::StrCat("listen(backlog ", kListenBacklog, ") on ",
+                                            options.host, ":", api->port_, " failed"));
   }
   api->thread_ = std::thread([server = api->server_.get()] { server->listen_after_bind(); });
   return api;

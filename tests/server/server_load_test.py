@@ -10,6 +10,7 @@ processes):
   with the default f16 cache a sequence's logits depend on the other sequences batched with
   it (f16 rounding of attention values magnifies the float noise of a different summation
   order), and about one round in six has a stream that differs from its answer alone.
+- burst: 64 clients connect at the same moment, each asking a short completion: all answered.
 - soak: N (1000) requests, 16 at a time, against --parallel 8 with a chat template: greedy
   completions whole and streamed, chat completions, streams whose client closes the socket
   after the first event, and bad bodies. Every answer is checked (the greedy texts equal the
@@ -48,6 +49,7 @@ STEPS_ALLOWED = 5         # decode steps the queued request may wait after the s
 DETECT_SLACK_S = 0.10     # for the server to see the closed socket and wake its threads.
 LONG_TOKENS = 8000        # the abandoned request's max_tokens (about 3 s of decoding).
 CONCURRENT_ROUNDS = 3     # rounds of 16 concurrent streams.
+BURST = 64                # clients that connect at the same moment.
 
 
 def proc_stats(pid):
@@ -175,6 +177,35 @@ def concurrent_streams(a, check):
               f"16 concurrent streams against --parallel 8 (8 greedy, 8 seeded at 0.8), "
               f"{CONCURRENT_ROUNDS} rounds: each complete and equal to its answer alone "
               f"(wrong: {wrong[:3]})")
+    finally:
+        s.stop()
+
+
+def burst(a, check):
+    """BURST clients connect at the same moment (a barrier) and each asks one short completion:
+    every one must be answered. A listen backlog of 5 (cpp-httplib's default) had the kernel
+    reset most of 64 such connections before the server accepted them."""
+    s = Server(a.tg_server, a.model, ["--parallel", "8"])
+    try:
+        gate = threading.Barrier(BURST)
+        answers = [None] * BURST
+
+        def client(i):
+            gate.wait()
+            try:
+                answers[i] = post(s.port, "/v1/completions",
+                                  {"prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": 4,
+                                   "temperature": 0})[0]
+            except OSError as e:
+                answers[i] = repr(e)
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(BURST)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        failed = [a_ for a_ in answers if a_ != 200]
+        check(not failed, f"{BURST} clients connecting at once: every one answered 200 "
+                          f"({len(failed)} not: {failed[:3]})")
     finally:
         s.stop()
 
@@ -344,6 +375,7 @@ def main():
 
     started = time.monotonic()
     concurrent_streams(a, check)
+    burst(a, check)
     soak(a, check)
     abandoned_slot(a, check)
     print(f"{passed} passed, {failed} failed ({time.monotonic() - started:.1f} s)")
