@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "core/lost_endpoint.h"
 #include "core/op.h"
 #include "core/status_macros.h"
 #include "proto/cache_proof.h"
@@ -26,10 +27,18 @@ namespace pb = tensorgrid::v1;
 // while the user still waits for it.
 constexpr absl::Duration kHelloDeadline = absl::Seconds(10);
 
+// A failed call to the server at `endpoint`. The codes of a broken connection and of a call
+// past its deadline (CallDeadlines: the most this client waits) report the server lost, as
+// the Session stream's do (SessionChannel).
 absl::Status FromGrpc(const grpc::Status& s, absl::string_view endpoint, absl::string_view what) {
   if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+  absl::Status status(static_cast<absl::StatusCode>(s.error_code()),
                       absl::StrCat("rpc-server ", endpoint, ": ", what, ": ", s.error_message()));
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    SetLostEndpoint(status, endpoint);
+  }
+  return status;
 }
 
 // The UploadHeader of `job` (its session id left to the caller): with `digest`, the bytes'
@@ -41,7 +50,16 @@ void SetUploadHeader(const UploadJob& job, const std::optional<Sha256Digest>& di
                      absl::string_view session_id, pb::UploadHeader* h) {
   h->set_buffer(job.buffer);
   h->set_offset(job.offset);
-  h->set_size(job.size());
+  h->set_size(job.written());
+  if (job.region) {
+    pb::PieceRegion* r = h->mutable_region();
+    r->set_piece_size(job.size());
+    r->set_offset(job.region->offset);
+    r->set_row_size(job.region->row_size);
+    r->set_rows(job.region->rows);
+    r->set_stride(job.region->stride);
+    r->set_buffer_stride(job.region->buffer_stride);
+  }
   if (digest.has_value()) {
     h->set_sha256(digest->data(), digest->size());
     h->set_model_file(job.model_file);
@@ -118,8 +136,10 @@ absl::Status Connection::Hello() {
   if (!s.ok()) {
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot reach rpc-server at ", endpoint_, ": ", s.error_message()));
+      return WithLostEndpoint(
+          absl::UnavailableError(
+              absl::StrCat("cannot reach rpc-server at ", endpoint_, ": ", s.error_message())),
+          endpoint_);
     }
     return FromGrpc(s, endpoint_, "hello refused");
   }
@@ -215,6 +235,10 @@ absl::StatusOr<std::vector<bool>> Connection::FillPieces(absl::Span<const Upload
     if (!job->digest.has_value()) {
       return absl::InvalidArgumentError("FillPieces: a job without a digest");
     }
+    if (job->region && hello_.protocol_minor() < kMinorPieceRegions) {
+      return absl::UnimplementedError(
+          absl::StrCat("rpc-server ", endpoint_, " fills no rows of pieces"));
+    }
     SetUploadHeader(*job, job->digest, ProvesCache(), session_->session_id(), request.add_pieces());
     bytes += job->size();
   }
@@ -235,9 +259,9 @@ absl::StatusOr<std::vector<bool>> Connection::FillPieces(absl::Span<const Upload
   for (size_t i = 0; i < jobs.size(); ++i) {
     const pb::UploadReply& r = reply.results(static_cast<int>(i));
     if (!r.have_it()) continue;
-    const UploadResult result = HadIt(r, jobs[i]->size());
+    const UploadResult result = HadIt(r, jobs[i]->written());
     if (jobs[i]->on_done) jobs[i]->on_done(result);
-    uploads_->RecordDone(jobs[i]->size(), result);
+    uploads_->RecordDone(jobs[i]->written(), result);
     filled[i] = true;
   }
   return filled;

@@ -187,6 +187,16 @@ absl::Status FillKnownPieces(const std::vector<Job>& jobs, const std::vector<Ser
 
 }  // namespace
 
+ModelFileView ModelFileViewOf(const WeightSource& source) {
+  ModelFileView view;
+  view.path = source.path;
+  view.bytes = source.mapping;
+  view.data_start = source.header_bytes;
+  view.tensors.reserve(source.tensors.size());
+  for (const FileExtent& e : source.tensors) view.tensors.push_back({e.offset, e.size});
+  return view;
+}
+
 std::optional<std::vector<PieceHash>> ReadSidecarFor(
     const ModelFileView& file, absl::Span<const FileRange> pieces,
     const std::function<void(const std::string&)>& warn) {
@@ -255,7 +265,9 @@ absl::StatusOr<std::vector<BufferLoad>> UploadModelWeights(const ModelFileView& 
       };
     }
     Tally* t = tally_of.at(j.buffer);
-    j.upload.on_done = [t, start](const UploadResult& r) {
+    j.upload.on_done = [t, start, size = j.upload.size(),
+                        on_placed = &options.on_placed](const UploadResult& r) {
+      if (*on_placed) (*on_placed)(size);
       t->sent += r.sent;
       t->cached += r.skipped;
       t->from_file += r.from_file;

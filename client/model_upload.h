@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "client/remote_buffer.h"
+#include "core/weight_source.h"
 #include "proto/model_identity.h"
 
 namespace tg::rpc {
@@ -32,6 +33,9 @@ struct ModelFileView {
   uint64_t data_start = 0;          // offset of the tensor data: bytes before it are the header.
   std::vector<FileRange> tensors;   // every tensor's extent (pieces are cut from these).
 };
+
+// The file of a weight source (core/weight_source.h) as this loader sees it.
+ModelFileView ModelFileViewOf(const WeightSource& source);
 
 // One tensor's bytes (a range of `tensors`) into a remote buffer at `buffer_offset`.
 struct WeightCopy {
@@ -58,6 +62,8 @@ struct ModelUploadOptions {
   int hash_threads = 0;   // 0: one per core.
   // Warnings for the user (a sidecar that does not fit the file). Default: stderr.
   std::function<void(const std::string&)> warn;
+  // Called, from any thread, with the bytes of each piece once it is in place. May be empty.
+  std::function<void(uint64_t bytes)> on_placed;
 };
 
 absl::StatusOr<std::vector<BufferLoad>> UploadModelWeights(const ModelFileView& file,

@@ -5,8 +5,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/model_upload.h"
+#include "client/piece_rows.h"
 #include "client/remote_device.h"
 #include "core/status_macros.h"
 #include "proto/protocol.h"
@@ -272,6 +275,73 @@ absl::Status RemoteBuffer::Clear(uint8_t value) {
   request.mutable_clear_buffer()->set_buffer(handle_);
   request.mutable_clear_buffer()->set_value(value);
   return connection_->Post(std::move(request));
+}
+
+absl::StatusOr<std::vector<LoadStats>> RemoteBuffer::LoadTensors(
+    const WeightSource& source, absl::Span<const TensorLoad> loads) {
+  absl::flat_hash_map<uint64_t, uint64_t> extent;
+  for (const FileExtent& e : source.tensors) extent[e.offset] = e.size;
+  std::vector<WeightCopy> copies;  // whole tensors: whole pieces, as the sidecar has them.
+  std::vector<RowsCopy> parts;     // slices of tensors: rows of pieces.
+  std::vector<const TensorLoad*> part_loads;
+  for (const TensorLoad& l : loads) {
+    TG_RETURN_IF_ERROR(CheckTensorLoad(source, l));
+    TG_RETURN_IF_ERROR(CheckTensorRange2D(*l.tensor, l.rows));
+    const StridedRange& r = l.rows;
+    const bool contiguous = r.TensorContiguous() && (r.n_rows <= 1 || r.HostStride() == r.row_size);
+    const uint64_t bytes = uint64_t{r.n_rows} * r.row_size;
+    auto it = extent.find(l.file_offset);
+    if (contiguous && it != extent.end() && it->second == bytes) {
+      copies.push_back({this, OffsetOf(*l.tensor, r.offset), {l.file_offset, bytes}});
+      continue;
+    }
+    parts.push_back({OffsetOf(*l.tensor, r.offset), l.file_offset, r.row_size, r.n_rows,
+                     r.n_rows > 1 ? r.HostStride() : r.row_size,
+                     r.n_rows > 1 ? r.stride : r.row_size});
+    part_loads.push_back(&l);
+  }
+  const ModelFileView file = ModelFileViewOf(source);
+  ModelUploadOptions options;
+  options.progress = false;  // LoadWeights's caller reports progress (source.on_placed).
+  options.on_placed = source.on_placed;
+  BufferLoad rows_load;
+  TG_ASSIGN_OR_RETURN(std::vector<bool> filled,
+                      FillRowsFromPieces(file, this, parts, options, &rows_load));
+  // What the server did not have: contiguous slices are uploaded as any bytes, rows written.
+  std::vector<TensorLoad> rows;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (filled[i]) continue;
+    const RowsCopy& p = parts[i];
+    if (p.rows == 1) {
+      copies.push_back({this, p.buffer_offset, {p.file_offset, p.row_size}});
+    } else {
+      rows.push_back(*part_loads[i]);
+    }
+  }
+  LoadStats stats{.buffer = this};
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (filled[i]) stats.bytes += parts[i].rows * parts[i].row_size;
+  }
+  stats.from_file = rows_load.from_file;
+  stats.cached = rows_load.cached;
+  stats.host_file = rows_load.model_file;
+  if (!copies.empty()) {
+    TG_ASSIGN_OR_RETURN(std::vector<BufferLoad> uploaded,
+                        UploadModelWeights(file, copies, options));
+    for (const BufferLoad& u : uploaded) {
+      stats.bytes += u.bytes;
+      stats.sent += u.sent;
+      stats.cached += u.cached;
+      stats.from_file += u.from_file;
+      if (!u.model_file.empty()) stats.host_file = u.model_file;
+    }
+  }
+  TG_ASSIGN_OR_RETURN(std::vector<LoadStats> written, SetTensorLoads(this, source, rows));
+  for (const LoadStats& w : written) {
+    stats.bytes += w.bytes;
+    stats.sent += w.bytes;
+  }
+  return std::vector<LoadStats>{std::move(stats)};  // LoadWeights times it.
 }
 
 }  // namespace tg::rpc

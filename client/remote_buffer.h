@@ -1,7 +1,7 @@
 // Memory on a remote device: a buffer handle in the server's session. Tensor addresses are
-// offsets from a fake base (never dereferenced); writes of weights go through the hashed,
-// parallel upload path so a server's cache can skip them, small writes ride the session
-// stream without a round trip.
+// offsets from a fake base (never dereferenced); weights (LoadTensors) go through the hashed,
+// parallel upload path (client/model_upload.h) so that a server's cache or its own copy of
+// the model file can fill them, small writes ride the session stream without a round trip.
 #ifndef TENSORGRID_CLIENT_REMOTE_BUFFER_H_
 #define TENSORGRID_CLIENT_REMOTE_BUFFER_H_
 
@@ -49,6 +49,13 @@ class RemoteBuffer : public BasicBuffer {
   absl::Status GetTensor2D(const Tensor* t, void* data, const StridedRange& r) override;
   absl::Status CopyFrom(const Tensor* src, Tensor* dst) override;
   absl::Status Clear(uint8_t value) override;
+  // Whole tensors through UploadModelWeights: the server fills what its --model-dir copy of the
+  // file or its cache holds (the .tghash sidecar's hashes name the pieces), the rest is sent.
+  // Slices of tensors (a device's share under --split-mode tensor) through
+  // FillRowsFromPieces (client/piece_rows.h): the server cuts them from the pieces it has;
+  // what it has not is sent (rows apart as SetTensor2D).
+  absl::StatusOr<std::vector<LoadStats>> LoadTensors(const WeightSource& source,
+                                                     absl::Span<const TensorLoad> loads) override;
 
   uint64_t handle() const { return handle_; }
   Connection* connection() const { return connection_; }

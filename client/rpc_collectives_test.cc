@@ -21,6 +21,7 @@
 #include "client/remote_buffer.h"
 #include "client/remote_device.h"
 #include "core/context.h"
+#include "core/lost_endpoint.h"
 #include "core/registry.h"
 #include "gtest/gtest.h"
 #include "proto/protocol.h"
@@ -196,6 +197,8 @@ TEST_F(RpcCollectivesTest, PeerLostMidCollectiveFailsWithinSeconds) {
   EXPECT_EQ(reply.status().code(), absl::StatusCode::kUnavailable) << reply.status();
   EXPECT_NE(reply.status().message().find("peer unreachable: " + lost), std::string::npos)
       << reply.status();
+  // The server that answered is a's; the one its error reports lost, typed, is b's.
+  EXPECT_EQ(LostEndpoint(reply.status()), lost) << reply.status();
   EXPECT_LT(took, absl::Seconds(5));
 }
 

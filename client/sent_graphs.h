@@ -18,7 +18,7 @@ namespace tg::rpc {
 
 class SentGraphs {
  public:
-  // Half the graphs a server session caches (kGraphCacheSize in server/session.h), so every
+  // Half the graphs a server session caches (kGraphCacheSize in server/graph_cache.h), so every
   // remembered key is still cached there.
   static constexpr size_t kCapacity = 16;
 

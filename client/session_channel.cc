@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/lost_endpoint.h"
 #include "core/status_macros.h"
 #include "proto/protocol.h"
 
@@ -97,8 +98,11 @@ SessionChannel::~SessionChannel() {
 
 absl::Status SessionChannel::ReplyStatus(const Reply& reply) const {
   if (reply.code() == 0) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(reply.code()),
-                      absl::StrCat("rpc-server ", endpoint_, ": ", reply.message()));
+  // A server that lost a peer says which in lost_endpoint (its message names it for people).
+  return WithLostEndpoint(
+      absl::Status(static_cast<absl::StatusCode>(reply.code()),
+                   absl::StrCat("rpc-server ", endpoint_, ": ", reply.message())),
+      reply.lost_endpoint());
 }
 
 absl::Status SessionChannel::BrokenLocked(absl::string_view what) {
@@ -113,6 +117,7 @@ absl::Status SessionChannel::BrokenLocked(absl::string_view what) {
         "the server is treated as lost",
         endpoint_, what, absl::FormatDuration(stalled_after_),
         deadlines_->ExplainCommands(in_flight_bytes_)));
+    SetLostEndpoint(broken_, endpoint_);
     return broken_;
   }
   std::string detail = s.ok() ? "the stream ended" : s.error_message();
@@ -120,8 +125,9 @@ absl::Status SessionChannel::BrokenLocked(absl::string_view what) {
                             s.error_code() == grpc::StatusCode::CANCELLED
                         ? absl::StatusCode::kUnavailable
                         : static_cast<absl::StatusCode>(s.error_code());
-  broken_ =
-      absl::Status(code, absl::StrCat("rpc-server ", endpoint_, " is gone (", what, "): ", detail));
+  broken_ = WithLostEndpoint(
+      absl::Status(code, absl::StrCat("rpc-server ", endpoint_, " is gone (", what, "): ", detail)),
+      endpoint_);
   return broken_;
 }
 

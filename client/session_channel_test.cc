@@ -18,8 +18,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/client_test_util.h"
+#include "core/lost_endpoint.h"
 #include "gtest/gtest.h"
 #include "proto/grpc_channel.h"
 #include "server/server_test_util.h"
@@ -335,11 +337,52 @@ TEST_F(SessionChannelTest, AnotherThreadPostsWhileOneWaitsForAReply) {
   EXPECT_EQ(OnServer(100, 5), "later");
 }
 
+// A server that cannot reach the peer a PeerPull names (here a server that went away)
+// answers "peer unreachable" with the peer's endpoint in SessionReply.lost_endpoint; the
+// client's error says so in words, naming both servers, and carries the peer, not the server
+// that answered, as its typed identity (core/lost_endpoint.h).
+TEST_F(SessionChannelTest, APeerTheServerLostArrivesAsTheErrorsIdentity) {
+  server::ServerConfig config;
+  config.port = 0;
+  config.devices = {Registry::Get().CpuDevice()};
+  auto peer = server::RpcServer::Start(config);
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  const std::string lost = (*peer)->address();
+  auto peer_stub = pb::TensorGrid::NewStub(NewChannel(lost, {}));
+  auto source = SessionChannel::Open(*peer_stub, std::make_unique<grpc::ClientContext>(), lost);
+  ASSERT_TRUE(source.ok()) << source.status();
+  auto alloc = (*source)->Call(AllocRequest(0, 0, 4096));
+  ASSERT_TRUE(alloc.ok()) << alloc.status();
+  pb::SessionRequest grant;
+  grant.mutable_grant_peer_read()->set_buffer(alloc->alloc_buffer().buffer());
+  auto granted = (*source)->Call(grant);
+  ASSERT_TRUE(granted.ok()) << granted.status();
+  (*peer)->Shutdown(0);
+
+  pb::SessionRequest pull;
+  pb::PeerPull* p = pull.mutable_peer_pull();
+  p->set_endpoint(lost);
+  p->set_grant(granted->grant().grant());
+  p->set_size(64);
+  p->set_dst_buffer(buffer_);
+  const absl::Status s = channel_->Call(pull).status();
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_EQ(s.message(),
+            absl::StrCat("rpc-server ", server_->address(), ": peer unreachable: ", lost));
+  EXPECT_EQ(LostEndpoint(s), lost) << s;
+  // The server that answered is alive: its channel goes on, and its own errors name no one.
+  const absl::Status missing = channel_->Call(ReadRequest(0, kNoSuchBuffer, 0, 1)).status();
+  EXPECT_FALSE(missing.ok());
+  EXPECT_EQ(LostEndpoint(missing), std::nullopt) << missing;
+  EXPECT_TRUE(channel_->Call(ReadRequest(0, buffer_, 0, 1)).ok());
+}
+
 TEST_F(SessionChannelTest, AGoneServerBreaksTheChannelForGood) {
   server_->Shutdown(0);
   const absl::Status first = channel_->Call(ReadRequest(0, buffer_, 0, 1)).status();
   EXPECT_TRUE(absl::IsUnavailable(first)) << first;
   EXPECT_NE(first.message().find("is gone"), std::string::npos) << first;
+  EXPECT_EQ(LostEndpoint(first), server_->address()) << first;
   EXPECT_EQ(channel_->Call(ReadRequest(0, buffer_, 0, 1)).status(), first);
   EXPECT_EQ(channel_->Post(ReadRequest(0, buffer_, 0, 1)), first);
   EXPECT_EQ(channel_->QueueWrite(0, buffer_, 0, "z", 1), first);

@@ -48,6 +48,17 @@ struct UploadJob {
   // for (OpenModelFile), so that it may read the bytes from its own copy.
   uint64_t model_file = 0;
   uint64_t file_offset = 0;
+  // FillPieces only, on servers of protocol minor kMinorPieceRegions: the bytes above are the
+  // whole piece at file_offset (hashed and proven whole), of which only these rows are
+  // written, from `offset` on (UploadHeader.region).
+  struct Rows {
+    uint64_t offset = 0;  // of row 0 in the piece.
+    uint64_t row_size = 0;
+    uint64_t rows = 0;
+    uint64_t stride = 0;         // in the piece.
+    uint64_t buffer_stride = 0;  // in the buffer.
+  };
+  std::optional<Rows> region;
   // Called on the pool's thread once the job has run without error (load reports).
   std::function<void(const UploadResult&)> on_done;
   // Called when the given `digest` turned out not to be the bytes' (a stale sidecar): the
@@ -58,6 +69,8 @@ struct UploadJob {
     return borrowed != nullptr ? borrowed : reinterpret_cast<const uint8_t*>(bytes.data());
   }
   size_t size() const { return borrowed != nullptr ? borrowed_size : bytes.size(); }
+  // Bytes the job puts in the buffer: size(), or the region's rows.
+  uint64_t written() const { return region ? region->rows * region->row_size : size(); }
 };
 
 // The pool's work since it was made (callers take differences).

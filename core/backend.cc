@@ -67,6 +67,20 @@ absl::Status HostGetTensor2D(const Tensor* t, void* data, const StridedRange& r)
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<LoadStats>> SetTensorLoads(Buffer* buffer, const WeightSource& source,
+                                                      absl::Span<const TensorLoad> loads) {
+  LoadStats stats{.buffer = buffer};
+  for (const TensorLoad& l : loads) {
+    if (absl::Status s = CheckTensorLoad(source, l); !s.ok()) return s;
+    const uint8_t* data = source.mapping.data() + l.file_offset;
+    if (absl::Status s = buffer->SetTensor2D(l.tensor, data, l.rows); !s.ok()) return s;
+    const uint64_t bytes = uint64_t{l.rows.n_rows} * l.rows.row_size;
+    stats.bytes += bytes;
+    if (source.on_placed) source.on_placed(bytes);
+  }
+  return std::vector<LoadStats>{stats};
+}
+
 absl::Status PlaceTensor(Buffer* buffer, Tensor* t, size_t offset) {
   const size_t align = buffer->type()->alignment();
   const size_t bytes = buffer->type()->AllocSize(*t);

@@ -20,6 +20,7 @@
 #include "core/graph.h"
 #include "core/strided_range.h"
 #include "core/tensor.h"
+#include "core/weight_source.h"
 
 namespace tg {
 
@@ -44,6 +45,13 @@ class BufferType {
   // Bytes `t` occupies in this memory (a backend may pad). Default: t.NumBytes().
   virtual size_t AllocSize(const Tensor& t) const { return t.NumBytes(); }
   virtual bool is_host() const = 0;  // true when data is addressable by the CPU.
+  // Optional: a read-only buffer over `size` bytes of host memory at `data` (aligned to
+  // alignment()) that the caller keeps alive, e.g. a mapped model file, so that weights are
+  // used where they lie (ggml's buffer_from_host_ptr). Default: UNIMPLEMENTED (the caller
+  // allocates and loads).
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> FromHostPtr(const void* data, size_t size) {
+    return absl::UnimplementedError("buffers over host memory not supported");
+  }
 };
 
 // Checks r's shape (core/strided_range.h) and that its rows lie inside t and t inside its
@@ -56,6 +64,10 @@ absl::Status HostGetTensor2D(const Tensor* t, void* data, const StridedRange& r)
 
 // What a buffer is used for (lets a scheduler prefer weight-holding devices).
 enum class BufferUsage { kAny, kWeights, kCompute };
+
+// Buffer::LoadTensors's default: CheckTensorLoad, then SetTensor2D from the mapping, per load.
+absl::StatusOr<std::vector<LoadStats>> SetTensorLoads(Buffer* buffer, const WeightSource& source,
+                                                      absl::Span<const TensorLoad> loads);
 
 // Bytes of a tensor held in one buffer (Buffer::Parts).
 struct TensorPart {
@@ -99,6 +111,13 @@ class Buffer {
     return absl::UnimplementedError("direct copy not supported");
   }
   virtual absl::Status Clear(uint8_t value) = 0;  // fills the whole buffer.
+  // Loads weights of tensors in this buffer from a mapped file (core/weight_source.h); returns
+  // how they got there, per buffer that holds them. Optional: a buffer on another host may find
+  // the bytes there; a meta buffer loads its devices'. Default: SetTensorLoads.
+  virtual absl::StatusOr<std::vector<LoadStats>> LoadTensors(const WeightSource& source,
+                                                             absl::Span<const TensorLoad> loads) {
+    return SetTensorLoads(this, source, loads);
+  }
   // Which buffers hold t's bytes and how many each (load reports). Default: all, here; a
   // buffer that spreads tensors over other devices' buffers (meta) names those.
   virtual std::vector<TensorPart> Parts(const Tensor& t) const { return {{this, t.NumBytes()}}; }

@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "backends/cpu/cpu_device.h"
 #include "backends/register_builtin.h"
+#include "tests/lib/fake_device.h"
 
 namespace tg {
 namespace {
@@ -39,28 +40,7 @@ TEST(RegistryTest, DuplicateFamilyIsRejected) {
   EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists);
 }
 
-// A device of a given name, type and id; everything else is unused by the registry.
-class FakeDevice : public Device {
- public:
-  FakeDevice(std::string name, DeviceType type, std::string id)
-      : name_(std::move(name)), type_(type), id_(std::move(id)) {}
-  absl::string_view name() const override { return name_; }
-  absl::string_view description() const override { return "fake"; }
-  DeviceType type() const override { return type_; }
-  absl::string_view id() const override { return id_; }
-  DeviceMemory memory() const override { return {}; }
-  absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
-    return absl::UnimplementedError("fake");
-  }
-  BufferType* default_buffer_type() override { return nullptr; }
-  bool SupportsOp(const Tensor&) const override { return false; }
-  bool SupportsBufferType(const BufferType*) const override { return false; }
-
- private:
-  std::string name_;
-  DeviceType type_;
-  std::string id_;
-};
+using ::tg::testing::FakeDevice;  // a name, a type and an id: all the registry reads.
 
 class FakeFamily : public DeviceFamily {
  public:

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/lost_endpoint.h"
 #include "core/status_macros.h"
 
 namespace tg {
@@ -35,8 +36,8 @@ absl::Status HostCopy(const Tensor* src, Tensor* dst, std::vector<uint8_t>* stag
 }
 
 absl::Status Annotate(const absl::Status& s, size_t split, const Device& device) {
-  return absl::Status(s.code(),
-                      absl::StrCat("split ", split, " on ", device.name(), ": ", s.message()));
+  return KeepIdentity(s, absl::Status(s.code(), absl::StrCat("split ", split, " on ", device.name(),
+                                                             ": ", s.message())));
 }
 
 }  // namespace
@@ -188,9 +189,10 @@ absl::Status Scheduler::Allocate(ScheduledGraph& g) {
     status = allocator.Allocate(per_device[d]);
     allocator.set_filter(nullptr);
     if (!status.ok()) {
-      status =
+      status = KeepIdentity(
+          status,
           absl::Status(status.code(), absl::StrCat("scheduler: compute memory on ",
-                                                   devices_[d]->name(), ": ", status.message()));
+                                                   devices_[d]->name(), ": ", status.message())));
     }
   }
   g.plan_.RestoreRewires();

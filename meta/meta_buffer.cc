@@ -5,9 +5,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/load_weights.h"
+#include "core/lost_endpoint.h"
 #include "core/status_macros.h"
 #include "meta/meta_device.h"
 #include "meta/shadow_io.h"
+#include "meta/slice_copy.h"
 
 namespace tg::meta {
 namespace {
@@ -24,6 +27,38 @@ constexpr size_t kMinArenaChunk = size_t{1} << 20;
 constexpr size_t kMaxArenaChunk = size_t{256} << 20;
 
 size_t AlignUp(size_t n, size_t align) { return (n + align - 1) / align * align; }
+
+// The loads that put the whole tensor t, at file_offset of the file, into its shadows: the
+// whole range for each copy (a PARTIAL tensor: its first device's; the others are zeroed
+// here), each device's pieces of an AXIS split as rows of the file.
+absl::Status AppendShadowLoads(const Tensor& t, const ShadowSet& set, uint64_t file_offset,
+                               std::vector<TensorLoad>* out) {
+  const size_t total = t.NumBytes();
+  bool first = true;
+  for (size_t d = 0; d < set.shadows.size(); ++d) {
+    Tensor* s = set.shadows[d];
+    if (s == nullptr) continue;
+    if (set.state.is_axis()) {
+      for (const SliceRun& run : SliceRuns(t, set.state, static_cast<int>(d))) {
+        const bool one_run =
+            run.rows == 1 || (run.full_stride == run.bytes && run.slice_stride == run.bytes);
+        StridedRange r;
+        r.offset = run.slice_offset;
+        r.row_size = one_run ? run.bytes * run.rows : run.bytes;
+        r.n_rows = one_run ? 1 : run.rows;
+        r.stride = one_run ? r.row_size : run.slice_stride;
+        r.host_stride = one_run ? 0 : run.full_stride;
+        out->push_back({s, file_offset + run.full_offset, r});
+      }
+    } else if (set.state.is_mirrored() || first) {
+      out->push_back(WholeTensorLoad(s, file_offset, total));
+    } else {
+      TG_RETURN_IF_ERROR(s->buffer->MemsetTensor(s, 0, 0, total));
+    }
+    first = false;
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -98,10 +133,11 @@ absl::Status MetaBuffer::PlaceInArena(int d, Tensor* shadow) {
     const size_t chunk = std::max(bytes, std::clamp(share, kMinArenaChunk, kMaxArenaChunk));
     absl::StatusOr<std::unique_ptr<Buffer>> buffer = bt->Allocate(chunk);
     if (!buffer.ok()) {
-      return absl::Status(
-          buffer.status().code(),
-          absl::StrFormat("%s: placing '%s' on %s: %s", type()->name(), shadow->name,
-                          device_->device(d)->name(), buffer.status().message()));
+      return KeepIdentity(
+          buffer.status(),
+          absl::Status(buffer.status().code(),
+                       absl::StrFormat("%s: placing '%s' on %s: %s", type()->name(), shadow->name,
+                                       device_->device(d)->name(), buffer.status().message())));
     }
     (*buffer)->set_usage(usage());
     arena.chunks.push_back(std::move(*buffer));
@@ -270,6 +306,32 @@ absl::Status MetaBuffer::GetTensor(const Tensor* t, void* data, size_t offset, s
   TG_RETURN_IF_ERROR(GatherFromShadows(*t, *set, full.data()));
   std::memcpy(data, full.data() + offset, size);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<LoadStats>> MetaBuffer::LoadTensors(const WeightSource& source,
+                                                               absl::Span<const TensorLoad> loads) {
+  std::vector<TensorLoad> device_loads, others;
+  for (const TensorLoad& l : loads) {
+    TG_RETURN_IF_ERROR(CheckTensorLoad(source, l));
+    const Tensor& t = *l.tensor;
+    std::optional<ShadowSet> set;
+    {
+      MutexLock lock(&mu_);
+      if (auto it = resident_.find(&t); it != resident_.end()) set = it->second;
+    }
+    const bool whole = l.rows.offset == 0 && l.rows.n_rows == 1 && l.rows.row_size == t.NumBytes();
+    if (!set.has_value() || !whole || !t.IsContiguous()) {
+      others.push_back(l);
+      continue;
+    }
+    TG_RETURN_IF_ERROR(AppendShadowLoads(t, *set, l.file_offset, &device_loads));
+  }
+  TG_ASSIGN_OR_RETURN(std::vector<LoadStats> stats, LoadWeights(source, device_loads));
+  if (!others.empty()) {
+    TG_ASSIGN_OR_RETURN(std::vector<LoadStats> written, SetTensorLoads(this, source, others));
+    for (LoadStats& w : written) stats.push_back(std::move(w));
+  }
+  return stats;
 }
 
 absl::Status MetaBuffer::MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) {

@@ -74,6 +74,12 @@ class MetaBuffer : public BasicBuffer {
   absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override;
   absl::Status MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) override;
   absl::Status Clear(uint8_t value) override;
+  // Each whole resident tensor's load becomes its devices' loads (LoadWeights over their
+  // buffers, all at once): a copy of the file range for a mirrored tensor, and for a split one
+  // each device's slice, a sub-range of the file (a cut along the outermost dimension) or rows
+  // of it. Other loads: SetTensorLoads.
+  absl::StatusOr<std::vector<LoadStats>> LoadTensors(const WeightSource& source,
+                                                     absl::Span<const TensorLoad> loads) override;
   // A resident tensor's shadows: each device's slice or copy, in that device's buffer.
   std::vector<TensorPart> Parts(const Tensor& t) const override;
 

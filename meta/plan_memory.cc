@@ -1,6 +1,7 @@
 #include "meta/plan_memory.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/lost_endpoint.h"
 #include "core/status_macros.h"
 
 namespace tg::meta {
@@ -116,9 +117,10 @@ absl::Status PlanMemory::LayOut(PartitionPlan& plan, int d) {
   if (allocator.buffer_size() != before) ++stamp_;  // other plans' tensors lost their memory.
   if (s.ok()) return s;
   const Device* device = types_[d]->device();
-  return absl::Status(s.code(),
+  return KeepIdentity(
+      s, absl::Status(s.code(),
                       absl::StrCat(device != nullptr ? device->name() : types_[d]->name(),
-                                   ": compute memory of a tensor-parallel graph: ", s.message()));
+                                   ": compute memory of a tensor-parallel graph: ", s.message())));
 }
 
 }  // namespace tg::meta

@@ -60,4 +60,20 @@ void InsertSlice(const Tensor& full, const SplitState& state, int d, const uint8
   });
 }
 
+std::vector<SliceRun> SliceRuns(const Tensor& full, const SplitState& state, int d) {
+  const int axis = state.axis();
+  const size_t full_stride = AxisBytes(full, axis, full.ne[axis]);
+  const size_t slice_stride = AxisBytes(full, axis, state.Count(d));
+  std::vector<SliceRun> runs;
+  size_t slice_pos = 0;
+  for (const AxisRange& r : state.pieces(d)) {
+    const size_t bytes = AxisBytes(full, axis, r.size());
+    if (bytes == 0) continue;
+    runs.push_back({AxisBytes(full, axis, r.begin), slice_pos, bytes, OuterCount(full, axis),
+                    full_stride, slice_stride});
+    slice_pos += bytes;
+  }
+  return runs;
+}
+
 }  // namespace tg::meta

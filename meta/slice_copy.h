@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 #include "meta/split_state.h"
@@ -24,6 +25,20 @@ void ExtractSlice(const Tensor& full, const SplitState& state, int d, const uint
 // slice_bytes (device d's dense slice) -> its place in full_bytes.
 void InsertSlice(const Tensor& full, const SplitState& state, int d, const uint8_t* slice_bytes,
                  uint8_t* full_bytes);
+
+// One piece of device d's slice as strided rows: `rows` runs of `bytes` each, run o at byte
+// full_offset + o * full_stride of the whole tensor and slice_offset + o * slice_stride of the
+// slice (both contiguous).
+struct SliceRun {
+  size_t full_offset = 0;
+  size_t slice_offset = 0;
+  size_t bytes = 0;
+  int64_t rows = 0;
+  size_t full_stride = 0;
+  size_t slice_stride = 0;
+};
+// Device d's pieces of an AXIS state, in the order the slice stores them (empty ones left out).
+std::vector<SliceRun> SliceRuns(const Tensor& full, const SplitState& state, int d);
 
 }  // namespace tg::meta
 

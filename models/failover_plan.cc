@@ -1,14 +1,13 @@
 #include "models/failover_plan.h"
 
-#include <set>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/backend.h"
+#include "core/lost_endpoint.h"
 
 namespace tg {
 namespace {
@@ -21,33 +20,15 @@ std::string EndpointOf(const Device* device) {
   return end == absl::string_view::npos ? "" : std::string(name.substr(4, end - 4));
 }
 
-// True when `text` holds `phrase` not followed by another digit: "peer unreachable: h:80"
-// names h:80, not h:8.
-bool Names(absl::string_view text, absl::string_view phrase) {
-  for (size_t at = text.find(phrase); at != absl::string_view::npos;
-       at = text.find(phrase, at + 1)) {
-    const size_t end = at + phrase.size();
-    if (end == text.size() || !absl::ascii_isdigit(text[end])) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 std::optional<std::string> LostServer(const absl::Status& error, const DevicePlan& plan) {
-  if (error.ok()) return std::nullopt;
-  std::set<std::string> endpoints;
+  // Only the typed identity counts (core/lost_endpoint.h): the message is for people, and a
+  // reply of a server left may well name a lost one that is not of this plan.
+  const std::optional<std::string> lost = LostEndpoint(error);
+  if (!lost.has_value()) return std::nullopt;
   for (const Device* d : plan.devices) {
-    if (std::string e = EndpointOf(d); !e.empty()) endpoints.insert(e);
-  }
-  // The client's own channel broke ("gone", "stalled"), a server could not pull from it
-  // (PeerCopy: the pull failed, or the peer could not be reached at all), or it could not be
-  // reached again; in that order of certainty.
-  for (const char* pattern :
-       {"rpc-server %s is ", "peer_pull from %s:", "peer unreachable: %s", "rpc-server at %s:"}) {
-    for (const std::string& e : endpoints) {
-      if (Names(error.message(), absl::StrFormat(pattern, e))) return e;
-    }
+    if (EndpointOf(d) == *lost) return lost;
   }
   return std::nullopt;
 }

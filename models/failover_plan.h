@@ -1,5 +1,5 @@
 // Failover plans: when a remote device's server is lost mid-generation, which server an
-// error names and what plan is left without it: the same split mode over the remaining
+// error reports lost and what plan is left without it: the same split mode over the remaining
 // devices, their -ts proportions renormalised. FailoverModel (models/failover_model.h)
 // reloads the model on that plan and FailoverSession (models/failover_session.h) rebuilds
 // the KV cache on it. Stateless functions; thread-safe.
@@ -15,9 +15,10 @@
 
 namespace tg {
 
-// The endpoint (host:port) of a remote device in `plan` that `error` reports lost (the
-// client's errors name the server: "rpc-server H:P is gone ...", "... is stalled ..."), or
-// nullopt when the error is not a lost server's (a bad argument, a full context).
+// The endpoint (host:port) of a remote device in `plan` that `error` reports lost: its
+// typed identity (core/lost_endpoint.h, set where the error was made, by the client or by a
+// server that lost a peer), never its message. nullopt when the error is not a lost server's
+// (a bad argument, a full context) or names a server outside `plan`.
 std::optional<std::string> LostServer(const absl::Status& error, const DevicePlan& plan);
 
 // `plan` without the devices of the server at `endpoint`; -ts renormalised over the rest.

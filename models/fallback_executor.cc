@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/lost_endpoint.h"
 #include "core/status_macros.h"
 #include "models/scheduled_executor.h"
 #include "models/single_device_executor.h"
@@ -30,9 +31,11 @@ absl::Status FallbackExecutor::FallBack(const absl::Status& refusal) {
   absl::StatusOr<std::unique_ptr<ScheduledExecutor>> scheduled =
       ScheduledExecutor::Create(devices, n_copies_);
   if (!scheduled.ok()) {
-    return absl::Status(scheduled.status().code(),
-                        absl::StrCat(refusal.message(), "; and scheduling with ", cpu_->name(),
-                                     " failed: ", scheduled.status().message()));
+    return KeepIdentity(
+        scheduled.status(),
+        absl::Status(scheduled.status().code(),
+                     absl::StrCat(refusal.message(), "; and scheduling with ", cpu_->name(),
+                                  " failed: ", scheduled.status().message())));
   }
   scheduled_ = *std::move(scheduled);
   fallback_reason_ = std::string(refusal.message());

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/lost_endpoint.h"
 #include "core/status_macros.h"
 
 namespace tg {
@@ -55,9 +56,11 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(
     absl::StatusOr<std::unique_ptr<Buffer>> buffer =
         devices[d]->default_buffer_type()->Allocate(totals[d]);
     if (!buffer.ok()) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "KV cache of %.1f MiB for %d positions does not fit on %s: %s", totals[d] / 1048576.0,
-          n_ctx, devices[d]->name(), buffer.status().message()));
+      return KeepIdentity(
+          buffer.status(),
+          absl::ResourceExhaustedError(absl::StrFormat(
+              "KV cache of %.1f MiB for %d positions does not fit on %s: %s", totals[d] / 1048576.0,
+              n_ctx, devices[d]->name(), buffer.status().message())));
     }
     for (auto& [t, offset] : placement[d])
       TG_RETURN_IF_ERROR(PlaceTensor(buffer->get(), t, offset));

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "models/gguf_file.h"
+#include "gguf/gguf_file.h"
 
 namespace tg {
 

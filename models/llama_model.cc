@@ -1,10 +1,15 @@
 #include "models/llama_model.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/load_weights.h"
+#include "core/lost_endpoint.h"
+#include "core/mutex.h"
 #include "core/registry.h"
 #include "core/status_macros.h"
 #include "models/llama_tensor_split.h"
@@ -102,7 +107,7 @@ absl::Status LlamaModel::CreateWeights() {
   }
   layers_.resize(hp.n_layer);
   for (int64_t i = 0; i < hp.n_layer; ++i) TG_RETURN_IF_ERROR(CreateLayerWeights(i));
-  for (const WeightSource& w : weights_) {
+  for (const FileWeight& w : weights_) {
     const bool is_norm_or_bias = w.tensor->ne[1] == 1;
     if (is_norm_or_bias && w.tensor->type != DType::kF32) {
       return absl::InvalidArgumentError(absl::StrCat(file_->path(), ": tensor '", w.tensor->name,
@@ -161,52 +166,121 @@ absl::Status LlamaModel::CreateLayerWeights(int64_t i) {
   return absl::OkStatus();
 }
 
-// One buffer per device holding weights, each tensor copied once from the mapped file.
+WeightSource WeightSourceOf(const GgufFile& file) {
+  WeightSource source;
+  source.path = file.path();
+  source.mapping = file.bytes();
+  source.header_bytes = static_cast<uint64_t>(file.data_section() - file.bytes().data());
+  for (const GgufTensorInfo& t : file.tensors()) {
+    source.tensors.push_back({static_cast<uint64_t>(t.data - file.bytes().data()), t.nbytes});
+  }
+  return source;
+}
+
+absl::StatusOr<std::unique_ptr<Buffer>> LlamaModel::MapTensorData(int d) const {
+  BufferType* type = placement_.devices[d]->default_buffer_type();
+  const absl::Span<const uint8_t> bytes = file_->bytes();
+  const uint8_t* begin = file_->data_section();
+  begin -= reinterpret_cast<uintptr_t>(begin) % type->alignment();
+  if (begin < bytes.data()) return nullptr;  // a mapping not aligned for the device.
+  absl::StatusOr<std::unique_ptr<Buffer>> buffer =
+      type->FromHostPtr(begin, bytes.data() + bytes.size() - begin);
+  if (absl::IsUnimplemented(buffer.status())) return nullptr;
+  TG_RETURN_IF_ERROR(buffer.status());
+  (*buffer)->set_usage(BufferUsage::kWeights);
+  return buffer;
+}
+
+// Per device: the weights its buffer type can use where they lie in the mapped file (aligned,
+// unpadded) stay there; one buffer holds the rest, which LoadWeights fills from the file.
 absl::Status LlamaModel::UploadWeights(const LoadOptions& options) {
   const size_t n_devices = placement_.devices.size();
+  std::vector<std::unique_ptr<Buffer>> mapped(n_devices);
   std::vector<size_t> totals(n_devices, 0);
-  std::vector<size_t> offsets;
-  for (const WeightSource& w : weights_) {
+  std::vector<size_t> offsets;  // per weight; SIZE_MAX: in the mapping.
+  std::vector<char> asked(n_devices, 0);
+  for (const FileWeight& w : weights_) {
+    if (!asked[w.device]) {
+      asked[w.device] = 1;
+      TG_ASSIGN_OR_RETURN(mapped[w.device], MapTensorData(w.device));
+    }
     BufferType* type = placement_.devices[w.device]->default_buffer_type();
     const size_t align = type->alignment();
+    const Buffer* m = mapped[w.device].get();
+    if (m != nullptr && m->type()->AllocSize(*w.tensor) == w.info->nbytes &&
+        (w.info->data - static_cast<const uint8_t*>(m->base())) % m->type()->alignment() == 0) {
+      offsets.push_back(SIZE_MAX);
+      continue;
+    }
     totals[w.device] = (totals[w.device] + align - 1) / align * align;
     offsets.push_back(totals[w.device]);
     totals[w.device] += type->AllocSize(*w.tensor);
   }
   std::vector<Buffer*> buffers(n_devices, nullptr);
   for (size_t d = 0; d < n_devices; ++d) {
-    if (totals[d] == 0) continue;  // a device without layers.
+    if (totals[d] == 0) continue;  // a device without layers, or all of them mapped.
     Device* device = placement_.devices[d];
     absl::StatusOr<std::unique_ptr<Buffer>> buffer =
         device->default_buffer_type()->Allocate(totals[d]);
     if (!buffer.ok()) {
-      return absl::ResourceExhaustedError(
-          absl::StrFormat("weights of %.1f MiB do not fit on %s: %s", totals[d] / 1048576.0,
-                          device->name(), buffer.status().message()));
+      return KeepIdentity(buffer.status(),
+                          absl::ResourceExhaustedError(absl::StrFormat(
+                              "weights of %.1f MiB do not fit on %s: %s", totals[d] / 1048576.0,
+                              device->name(), buffer.status().message())));
     }
     (*buffer)->set_usage(BufferUsage::kWeights);
     buffers[d] = buffer->get();
     buffers_.push_back(std::move(*buffer));
   }
-  std::vector<WeightWrite> writes;
+  WeightSource source = WeightSourceOf(*file_);
+  std::vector<TensorLoad> loads;
+  size_t total = 0;
   for (size_t i = 0; i < weights_.size(); ++i) {
-    const WeightSource& w = weights_[i];
-    TG_RETURN_IF_ERROR(PlaceTensor(buffers[w.device], w.tensor, offsets[i]));
-    writes.push_back({buffers[w.device], w.tensor, w.info});
-  }
-  if (options.write_weights) {
-    TG_RETURN_IF_ERROR(options.write_weights(*file_, writes));
-  } else {
-    size_t done = 0;
-    for (const WeightWrite& w : writes) {
-      TG_RETURN_IF_ERROR(w.buffer->SetTensor(w.tensor, w.info->data, 0, w.info->nbytes));
-      done += w.info->nbytes;
-      if (options.progress)
-        options.progress(std::min(done, file_->file_size()), file_->file_size());
+    const FileWeight& w = weights_[i];
+    if (offsets[i] == SIZE_MAX) {
+      Buffer* m = mapped[w.device].get();
+      TG_RETURN_IF_ERROR(
+          PlaceTensor(m, w.tensor, w.info->data - static_cast<const uint8_t*>(m->base())));
+      continue;
     }
+    TG_RETURN_IF_ERROR(PlaceTensor(buffers[w.device], w.tensor, offsets[i]));
+    loads.push_back(WholeTensorLoad(
+        w.tensor, static_cast<uint64_t>(w.info->data - file_->bytes().data()), w.info->nbytes));
+    total += w.info->nbytes;
+  }
+  std::vector<const Buffer*> buffers_for_mapped(n_devices, nullptr);
+  for (size_t d = 0; d < n_devices; ++d) {
+    buffers_for_mapped[d] = mapped[d].get();
+    if (mapped[d] != nullptr) buffers_.push_back(std::move(mapped[d]));
+  }
+  std::atomic<size_t> done{0};
+  Mutex progress_mu;
+  if (options.progress) {
+    source.on_placed = [&](uint64_t bytes) {
+      const size_t now = done.fetch_add(bytes) + bytes;
+      MutexLock lock(&progress_mu);
+      options.progress(std::min(now, total), total);
+    };
+  }
+  const auto start = std::chrono::steady_clock::now();
+  TG_ASSIGN_OR_RETURN(std::vector<LoadStats> stats, LoadWeights(source, loads));
+  // The weights left in the mapping count too: the device holds them without a copy.
+  for (size_t i = 0; i < weights_.size(); ++i) {
+    const FileWeight& w = weights_[i];
+    if (offsets[i] != SIZE_MAX) continue;
+    const Buffer* m = buffers_for_mapped[w.device];
+    auto it = std::find_if(stats.begin(), stats.end(),
+                           [m](const LoadStats& s) { return s.buffer == m; });
+    if (it == stats.end()) it = stats.insert(stats.end(), LoadStats{.buffer = m});
+    it->bytes += w.info->nbytes;
+    it->mapped += w.info->nbytes;
+  }
+  if (options.loaded) {
+    options.loaded(stats,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   weight_bytes_ = 0;
-  for (const WeightSource& w : weights_) weight_bytes_ += w.duplicate ? 0 : w.info->nbytes;
+  for (const FileWeight& w : weights_) weight_bytes_ += w.duplicate ? 0 : w.info->nbytes;
   return absl::OkStatus();
 }
 

@@ -1,6 +1,7 @@
 // LlamaModel: a llama-family model loaded from GGUF — hyperparameters, tokenizer, and the
-// weights as tensors in device memory (copied out of the mmap'ed file, checked against the
-// shapes the architecture requires): one device's, the meta device's (--split-mode tensor),
+// weights as tensors in device memory (checked against the shapes the architecture requires,
+// loaded by LoadWeights, or used in place in the mapped file where the device's buffer type
+// takes host memory): one device's, the meta device's (--split-mode tensor),
 // or layer by layer on several devices (--split-mode layer, models/layer_placement.h), one
 // weight buffer per device. Immutable after Load; thread-safe to read.
 #ifndef TENSORGRID_MODELS_LLAMA_MODEL_H_
@@ -16,7 +17,7 @@
 #include "core/backend.h"
 #include "core/context.h"
 #include "core/split_mode.h"
-#include "models/gguf_file.h"
+#include "gguf/gguf_file.h"
 #include "models/layer_placement.h"
 #include "models/llama_hparams.h"
 #include "models/moe_ffn.h"
@@ -47,27 +48,19 @@ struct LlamaLayer {
   MoeFfnWeights moe;
 };
 
-// One weight to write: the tensor, placed in its buffer, and its bytes in the mapped file.
-struct WeightWrite {
-  Buffer* buffer = nullptr;
-  Tensor* tensor = nullptr;
-  const GgufTensorInfo* info = nullptr;  // info->data, info->nbytes.
-};
-
-// Writes every weight (all devices) and returns once all are in place; `file` is the mapped
-// model the data points into. Tools pass one that loads remote devices over the RPC loader.
-using WeightWriter =
-    std::function<absl::Status(const GgufFile& file, absl::Span<const WeightWrite> writes)>;
-
 struct LoadOptions {
   // Where the weights go. An empty plan means one device: `device`, else the registry's CPU.
   DevicePlan plan;
   Device* device = nullptr;
-  // Called with (bytes done, bytes total) while the default writer copies weights.
+  // Called with (bytes done, bytes total) as weights land, from any thread, one call at a time.
   std::function<void(size_t, size_t)> progress;
-  // How weights get into device memory. Default: Buffer::SetTensor for each, in file order.
-  WeightWriter write_weights;
+  // Called once every weight is in place: how each buffer's got there (LoadWeights,
+  // core/load_weights.h) and the seconds the whole load took. May be empty.
+  std::function<void(absl::Span<const LoadStats> stats, double seconds)> loaded;
 };
+
+// The mapped file as core's weight loading sees it: path, mapping, header and tensor extents.
+WeightSource WeightSourceOf(const GgufFile& file);
 
 class LlamaModel {
  public:
@@ -107,6 +100,9 @@ class LlamaModel {
   absl::Status CreateLayerWeights(int64_t il);
   absl::Status CreateWeights();
   absl::Status UploadWeights(const LoadOptions& options);
+  // A read-only buffer over the file's tensor data for device d, when its buffer type takes
+  // host memory (BufferType::FromHostPtr); null otherwise.
+  absl::StatusOr<std::unique_ptr<Buffer>> MapTensorData(int d) const;
 
   std::unique_ptr<GgufFile> file_;
   DevicePlan plan_;
@@ -115,15 +111,16 @@ class LlamaModel {
   std::unique_ptr<Tokenizer> tokenizer_;
   Device* device_ = nullptr;
   Context ctx_;
-  struct WeightSource {
+  struct FileWeight {
     Tensor* tensor;
     const GgufTensorInfo* info;
     int device;              // index into placement_.devices.
     bool duplicate = false;  // a second copy of a tensor (tied output on another device).
   };
-  std::vector<WeightSource> weights_;
+  std::vector<FileWeight> weights_;
   LayerPlacement placement_;
-  std::vector<std::unique_ptr<Buffer>> buffers_;  // weights, one buffer per device.
+  // Weights: per device, one buffer, or one over the mapping and one for the rest.
+  std::vector<std::unique_ptr<Buffer>> buffers_;
   Tensor* tok_embd_ = nullptr;
   Tensor* output_norm_ = nullptr;
   Tensor* output_ = nullptr;

@@ -16,8 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_device.h"
 #include "models/executor_test_util.h"
-#include "models/gguf_file.h"
-#include "models/gguf_writer.h"
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
 #include "models/llama_model.h"
 #include "models/shared_model_path.h"
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/lost_endpoint.h"
 #include "core/status_macros.h"
 
 namespace tg {
@@ -22,10 +23,11 @@ absl::StatusOr<std::unique_ptr<SingleDeviceExecutor>> SingleDeviceExecutor::Crea
     absl::StatusOr<std::unique_ptr<Event>> event = device->CreateEvent();
     if (absl::IsUnimplemented(event.status())) return e;
     if (!event.ok()) {
-      return absl::Status(
-          event.status().code(),
-          absl::StrCat("creating an event on ", device->name(),
-                       " for greedy steps queued ahead: ", event.status().message()));
+      return KeepIdentity(
+          event.status(),
+          absl::Status(event.status().code(),
+                       absl::StrCat("creating an event on ", device->name(),
+                                    " for greedy steps queued ahead: ", event.status().message())));
     }
     step.event = *std::move(event);
   }

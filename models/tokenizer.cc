@@ -258,10 +258,18 @@ std::vector<Fragment> Partition(const Vocab& vocab, absl::string_view text, bool
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
   TG_ASSIGN_OR_RETURN(std::string model, file.GetString(tokenizer_internal::kModelKey));
   if (model == "llama") return SpmTokenizer::Create(file);
-  if (model == "gpt2") return BpeTokenizer::Create(file);
+  if (model == "gpt2" || model == "gemma4") return BpeTokenizer::Create(file);
+  // What llama.cpp's other tokenizer models are, so that the refusal says what is missing.
+  static constexpr std::pair<absl::string_view, absl::string_view> kKnownModels[] = {
+      {"bert", " (WordPiece)"}, {"t5", " (Unigram)"},    {"rwkv", " (RWKV trie)"},
+      {"plamo2", " (PLaMo-2)"}, {"no_vocab", " (none)"}, {"none", " (none)"}};
+  absl::string_view kind;
+  for (const auto& [name, what] : kKnownModels) {
+    if (name == model) kind = what;
+  }
   return absl::InvalidArgumentError(
-      absl::StrCat(tokenizer_internal::kModelKey, ": unsupported tokenizer \"", model,
-                   "\" (supported: \"llama\" = SPM, \"gpt2\" = BPE)"));
+      absl::StrCat(tokenizer_internal::kModelKey, ": unsupported tokenizer \"", model, "\"", kind,
+                   " (supported: \"llama\" = SPM, \"gpt2\" = BPE, \"gemma4\" = SPM-style BPE)"));
 }
 
 std::string Tokenizer::Decode(absl::Span<const int32_t> ids) const {

@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "models/gguf_file.h"
+#include "gguf/gguf_file.h"
 
 namespace tg {
 
@@ -76,7 +76,7 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  // Reads tokenizer.ggml.model ("llama" = SPM, "gpt2" = BPE), .pre, .tokens, .scores,
+  // Reads tokenizer.ggml.model ("llama" = SPM, "gpt2" and "gemma4" = BPE), .pre, .tokens, .scores,
   // .token_type, .merges, the special ids and add_bos/add_eos/add_space_prefix flags.
   // INVALID_ARGUMENT naming the key for an unsupported or inconsistent vocabulary.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);

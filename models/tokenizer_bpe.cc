@@ -1,7 +1,4 @@
-// Byte-level BPE tokenizer and its pre-tokenizers; see tokenizer_bpe.h. The splitters are
-// transcriptions of llama.cpp's unicode_regex_split_custom_{gpt2,llama3,qwen2} (and of what
-// its std::regex fallback does for the "default" chain and for gpt-4o), quirks included:
-// tokenization must give llama.cpp's ids, not what a textbook regex engine would.
+// Byte-level BPE tokenizer; see tokenizer_bpe.h. The words come from models/pre_tokenizer.h.
 #include "models/tokenizer_bpe.h"
 
 #include <algorithm>
@@ -12,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "core/status_macros.h"
 #include "models/unicode.h"
 
@@ -31,373 +28,10 @@ constexpr char kMergesKey[] = "tokenizer.ggml.merges";
 // llama.cpp's BPE defaults: id 11 for BOS and EOS (GPT-2's), no BOS except for llama3.
 constexpr int32_t kBpeDefaultSpecialId = 11;
 constexpr size_t kByteTokenLength = 6;  // "<0xXX>".
-
-// ---- Pre-tokenizer -------------------------------------------------------------------------
-
-// What the splitters ask about a codepoint. Positions outside the piece being split have no
-// bits at all (llama.cpp's empty unicode_cpt_flags), which is what kValid tells apart.
-enum CpProps : uint8_t {
-  kValid = 1 << 0,
-  kLetter = 1 << 1,
-  kNumber = 1 << 2,
-  kSpace = 1 << 3,        // \s
-  kPunctuation = 1 << 4,  // \p{P}
-};
-constexpr uint32_t kOutOfRange = 0xFFFFFFFF;
-
-struct CpText {
-  std::vector<uint32_t> cpts;
-  std::vector<uint8_t> props;
-};
-
-CpText Analyze(absl::string_view text) {
-  CpText t;
-  t.cpts = DecodeUtf8Lenient(text);
-  t.props.resize(t.cpts.size());
-  for (size_t i = 0; i < t.cpts.size(); ++i) {
-    const CodepointClass cls = GetCodepointClass(t.cpts[i]);
-    t.props[i] = kValid | (cls == CodepointClass::kLetter ? kLetter : 0) |
-                 (cls == CodepointClass::kNumber ? kNumber : 0) |
-                 (IsWhitespace(t.cpts[i]) ? kSpace : 0) |
-                 (cls == CodepointClass::kPunctuation ? kPunctuation : 0);
-  }
-  return t;
-}
-
-// One piece [ini, end) of the text being split further, and the lengths it splits into.
-class PieceSplitter {
- public:
-  PieceSplitter(const CpText& t, size_t ini, size_t end, std::vector<size_t>* out)
-      : t_(t), ini_(ini), end_(end), prev_end_(ini), out_(out) {}
-
-  size_t end() const { return end_; }
-  uint32_t Cpt(size_t pos) const { return InRange(pos) ? t_.cpts[pos] : kOutOfRange; }
-  uint8_t Props(size_t pos) const { return InRange(pos) ? t_.props[pos] : 0; }
-  bool Is(size_t pos, uint8_t prop) const { return (Props(pos) & prop) != 0; }
-  // Ends the current word at `end`; returns its length (empty words are dropped).
-  size_t Add(size_t end) {
-    const size_t len = end - prev_end_;
-    if (len > 0) out_->push_back(len);
-    prev_end_ = end;
-    return len;
-  }
-
- private:
-  bool InRange(size_t pos) const { return ini_ <= pos && pos < end_; }
-
-  const CpText& t_;
-  size_t ini_, end_, prev_end_;
-  std::vector<size_t>* out_;
-};
-
-bool IsCrLf(uint32_t c) { return c == '\r' || c == '\n'; }
-uint32_t AsciiLower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + ('a' - 'A') : c; }
-
-// 's 't 're 've 'm 'll 'd at pos (case-folded when `fold`); returns the length or 0.
-size_t MatchContraction(const PieceSplitter& s, size_t pos, bool fold) {
-  if (s.Cpt(pos) != '\'' || pos + 1 >= s.end()) return 0;
-  auto at = [&](size_t p) { return fold ? AsciiLower(s.Cpt(p)) : s.Cpt(p); };
-  const uint32_t c1 = at(pos + 1);
-  if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return 2;
-  if (pos + 2 >= s.end()) return 0;
-  const uint32_t c2 = at(pos + 2);
-  if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) return 3;
-  return 0;
-}
-
-// \s+(?!\S) then \s+ (the gpt2 tail); returns false when no whitespace starts at *pos.
-bool MatchTrailingSpaces(PieceSplitter& s, size_t* pos) {
-  size_t n = 0;
-  while (s.Is(*pos + n, kSpace)) ++n;
-  if (n > 1 && s.Cpt(*pos + n) != kOutOfRange) {  // leave the last space to the next word.
-    *pos += n - 1;
-  } else if (n > 0) {
-    *pos += n;
-  } else {
-    return false;
-  }
-  s.Add(*pos);
-  return true;
-}
-
-// \s*[\r\n]+|\s+(?!\S)|\s+ (the llama3 and gpt-4o tails); a codepoint none of them takes
-// becomes a word of its own.
-void MatchSpaces(PieceSplitter& s, size_t* pos) {
-  size_t crlf_end = 0;  // just past the last \r or \n of the whitespace run.
-  for (size_t p = *pos; s.Is(p, kSpace); ++p) {
-    if (IsCrLf(s.Cpt(p))) crlf_end = p + 1;
-  }
-  if (crlf_end > 0) {
-    s.Add(*pos = crlf_end);
-    return;
-  }
-  if (!MatchTrailingSpaces(s, pos)) s.Add(++*pos);
-}
-
-constexpr uint8_t kLetterNumberSpace = kLetter | kNumber | kSpace;
-
-// [^\s\p{L}\p{N}] as llama.cpp tests it: any codepoint of the piece that is none of those.
-bool IsOther(uint8_t props) { return (props & kValid) && !(props & kLetterNumberSpace); }
-
-// The end of the run of codepoints with `prop` starting at pos.
-size_t RunEnd(const PieceSplitter& s, size_t pos, uint8_t prop) {
-  while (s.Is(pos, prop)) ++pos;
-  return pos;
-}
-
-// llama.cpp's unicode_regex_split_custom_gpt2 over one piece.
-void SplitGpt2Piece(PieceSplitter& s, size_t pos) {
-  while (pos < s.end()) {
-    const uint32_t cpt = s.Cpt(pos);
-    if (const size_t n = MatchContraction(s, pos, /*fold=*/false)) {
-      pos += s.Add(pos + n);
-      continue;
-    }
-    const size_t body = pos + (cpt == ' ');  // where the run after an optional space starts.
-    const uint8_t p2 = s.Props(cpt == ' ' ? pos + 1 : pos);
-    if (p2 & kLetter) {  // ?\p{L}+
-      pos = RunEnd(s, body, kLetter);
-    } else if (p2 & kNumber) {  // ?\p{N}+
-      pos = RunEnd(s, body, kNumber);
-    } else if (IsOther(p2)) {  // ?[^\s\p{L}\p{N}]+
-      pos = body;
-      while (IsOther(s.Props(pos))) ++pos;
-    } else {
-      if (!MatchTrailingSpaces(s, &pos)) s.Add(++pos);  // no match: one codepoint.
-      continue;
-    }
-    s.Add(pos);
-  }
-}
-
-// llama.cpp's unicode_regex_split_custom_llama3 (max_digits 3) and _qwen2 (max_digits 1).
-void SplitLlama3Piece(PieceSplitter& s, size_t pos, size_t max_digits) {
-  while (pos < s.end()) {
-    const uint32_t cpt = s.Cpt(pos);
-    const uint8_t props = s.Props(pos);
-    if (const size_t n = MatchContraction(s, pos, /*fold=*/true)) {  // (?i:'s|'t|...)
-      pos += s.Add(pos + n);
-      continue;
-    }
-    // [^\r\n\p{L}\p{N}]?\p{L}+
-    if (!IsCrLf(cpt) && !(props & kNumber) && (props & kLetter || s.Is(pos + 1, kLetter))) {
-      s.Add(pos = RunEnd(s, pos + 1, kLetter));
-      continue;
-    }
-    if (props & kNumber) {  // \p{N}{1,max_digits}, repeated over the whole digit run.
-      for (size_t group = pos; s.Is(pos, kNumber);) {
-        if (++pos - group >= max_digits) s.Add(group = pos);
-      }
-      s.Add(pos);
-      continue;
-    }
-    // " ?[^\s\p{L}\p{N}]+[\r\n]*". llama.cpp also takes a lone space at the end of the
-    // piece here (its flags test looks past the end and finds nothing).
-    if (!(s.Props(cpt == ' ' ? pos + 1 : pos) & kLetterNumberSpace)) {
-      pos += (cpt == ' ');
-      while (IsOther(s.Props(pos))) ++pos;
-      while (IsCrLf(s.Cpt(pos))) ++pos;
-      s.Add(pos);
-      continue;
-    }
-    MatchSpaces(s, &pos);
-  }
-}
-
-bool IsAsciiUpper(uint32_t c) { return c >= 'A' && c <= 'Z'; }
-bool IsAsciiLower(uint32_t c) { return c >= 'a' && c <= 'z'; }
-
-// llama.cpp's gpt-4o letter classes, (?=\p{L})[^a-z] and (?=\p{L})[^A-Z]: a non-ASCII
-// letter is both.
-bool IsUpperish(const PieceSplitter& s, size_t pos) {
-  return s.Is(pos, kLetter) && !IsAsciiLower(s.Cpt(pos));
-}
-bool IsLowerish(const PieceSplitter& s, size_t pos) {
-  return s.Is(pos, kLetter) && !IsAsciiUpper(s.Cpt(pos));
-}
-
-// The end of the gpt-4o word at pos (its first two alternatives, in std::regex's backtracking
-// order), or pos when neither matches.
-size_t MatchCasedWord(const PieceSplitter& s, size_t pos) {
-  // [^\r\n\p{L}\p{N}]? : taking it is the only way on, as the next part needs a letter.
-  const uint8_t props = s.Props(pos);
-  const size_t body =
-      pos + ((props & kValid) && !IsCrLf(s.Cpt(pos)) && !(props & (kLetter | kNumber)));
-  size_t upper_end = body;
-  while (IsUpperish(s, upper_end)) ++upper_end;
-  size_t end;
-  if (IsLowerish(s, upper_end)) {  // upper* lower+
-    end = upper_end;
-    while (IsLowerish(s, end)) ++end;
-  } else {
-    // upper* lower+ backtracks to the upper run's last non-ASCII letter (lower as well);
-    // failing that, upper+ lower* takes the run of A-Z.
-    end = upper_end;
-    while (end > body && IsAsciiUpper(s.Cpt(end - 1))) --end;
-    if (end == body) end = upper_end;
-    if (end == body) return pos;
-  }
-  return end + MatchContraction(s, end, /*fold=*/true);
-}
-
-// llama.cpp's gpt-4o regex, run by std::regex over the collapsed text (see kGpt4o).
-void SplitGpt4oPiece(PieceSplitter& s, size_t pos) {
-  constexpr size_t kMaxDigits = 3;
-  while (pos < s.end()) {
-    if (const size_t end = MatchCasedWord(s, pos); end > pos) {
-      s.Add(pos = end);
-      continue;
-    }
-    if (s.Is(pos, kNumber)) {  // \p{N}{1,3}
-      const size_t group = pos;
-      while (s.Is(pos, kNumber) && pos - group < kMaxDigits) ++pos;
-      s.Add(pos);
-      continue;
-    }
-    const size_t body = pos + (s.Cpt(pos) == ' ');
-    if (IsOther(s.Props(body))) {  //  ?[^\s\p{L}\p{N}]+[\r\n/]*
-      pos = body;
-      while (IsOther(s.Props(pos))) ++pos;
-      while (IsCrLf(s.Cpt(pos)) || s.Cpt(pos) == '/') ++pos;
-      s.Add(pos);
-      continue;
-    }
-    MatchSpaces(s, &pos);
-  }
-}
-
-// A regex "[class]+" split the way llama.cpp's std::regex fallback does it: each maximal run
-// of positions `in_class` accepts is a word, and so is each stretch between runs.
-template <typename Pred>
-void SplitRunsPiece(PieceSplitter& s, size_t pos, Pred in_class) {
-  while (pos < s.end()) {
-    const bool inside = in_class(pos);
-    while (pos < s.end() && in_class(pos) == inside) ++pos;
-    s.Add(pos);
-  }
-}
-
-bool IsAsciiDigit(uint32_t c) { return c >= '0' && c <= '9'; }
-
-// "[0-9][0-9][0-9]": leftmost non-overlapping triples of ASCII digits become words.
-void SplitDigitTriplesPiece(PieceSplitter& s, size_t pos) {
-  constexpr size_t kTriple = 3;
-  while (pos + kTriple <= s.end()) {
-    if (IsAsciiDigit(s.Cpt(pos)) && IsAsciiDigit(s.Cpt(pos + 1)) && IsAsciiDigit(s.Cpt(pos + 2))) {
-      s.Add(pos);
-      s.Add(pos += kTriple);
-    } else {
-      ++pos;
-    }
-  }
-  s.Add(s.end());
-}
-
-// The class of the default chain's first regex, "[\p{P}\$\+<=>\^~\|]+" (on ASCII,
-// llama.cpp's collapsed \p{P} is exactly the P characters).
-bool IsDefaultPunctuation(uint32_t c, uint8_t props) {
-  return (props & kPunctuation) || c == '$' || c == '+' || c == '<' || c == '=' || c == '>' ||
-         c == '^' || c == '~' || c == '|';
-}
-
-// Applies `split_piece` to every piece of `pieces` (lengths in codepoints).
-template <typename SplitPiece>
-std::vector<size_t> SplitEach(const CpText& t, const std::vector<size_t>& pieces,
-                              SplitPiece split_piece) {
-  std::vector<size_t> out;
-  out.reserve(pieces.size());
-  size_t start = 0;
-  for (size_t len : pieces) {
-    PieceSplitter s(t, start, start + len, &out);
-    split_piece(s, start);
-    start += len;
-  }
-  return out;
-}
-
-// llama.cpp's chain for "default": each regex splits the pieces the previous one left.
-std::vector<size_t> SplitDefault(const CpText& t, std::vector<size_t> pieces) {
-  pieces = SplitEach(t, pieces, [](PieceSplitter& s, size_t pos) {
-    SplitRunsPiece(s, pos, [&s](size_t p) { return IsDefaultPunctuation(s.Cpt(p), s.Props(p)); });
-  });
-  pieces = SplitEach(t, pieces, SplitGpt2Piece);
-  pieces = SplitEach(t, pieces, [](PieceSplitter& s, size_t pos) {  // \p{N}+
-    SplitRunsPiece(s, pos, [&s](size_t p) { return s.Is(p, kNumber); });
-  });
-  return SplitEach(t, pieces, SplitDigitTriplesPiece);
-}
-
-std::vector<size_t> SplitLengths(BpePreTokenizer kind, const CpText& t) {
-  const std::vector<size_t> whole = {t.cpts.size()};
-  switch (kind) {
-    case BpePreTokenizer::kGpt2:
-      return SplitEach(t, whole, SplitGpt2Piece);
-    case BpePreTokenizer::kLlama3:
-      return SplitEach(t, whole, [](PieceSplitter& s, size_t p) { SplitLlama3Piece(s, p, 3); });
-    case BpePreTokenizer::kQwen2:
-      return SplitEach(t, whole, [](PieceSplitter& s, size_t p) { SplitLlama3Piece(s, p, 1); });
-    case BpePreTokenizer::kGpt4o:
-      return SplitEach(t, whole, SplitGpt4oPiece);
-    case BpePreTokenizer::kDefault:
-      break;
-  }
-  return SplitDefault(t, whole);
-}
-
-struct PreTokenizerName {
-  absl::string_view name;
-  BpePreTokenizer kind;
-};
-
-// llama.cpp groups these names under one pre-tokenizer type each (llama_vocab::impl::load),
-// except "gpt2": an alias of ours that llama.cpp refuses.
-constexpr PreTokenizerName kPreTokenizerNames[] = {
-    {"default", BpePreTokenizer::kDefault},
-    {"gpt-2", BpePreTokenizer::kGpt2},
-    {"gpt2", BpePreTokenizer::kGpt2},
-    {"llama3", BpePreTokenizer::kLlama3},
-    {"llama-v3", BpePreTokenizer::kLlama3},
-    {"llama-bpe", BpePreTokenizer::kLlama3},
-    {"falcon3", BpePreTokenizer::kLlama3},
-    {"falcon-h1", BpePreTokenizer::kLlama3},
-    {"pixtral", BpePreTokenizer::kLlama3},
-    {"qwen2", BpePreTokenizer::kQwen2},
-    {"deepseek-r1-qwen", BpePreTokenizer::kQwen2},
-    {"gpt-4o", BpePreTokenizer::kGpt4o},
-    {"llama4", BpePreTokenizer::kGpt4o},
-    {"kanana2", BpePreTokenizer::kGpt4o},
-    {"talkie", BpePreTokenizer::kGpt4o},
-    {"minimax-m2", BpePreTokenizer::kGpt4o},
-};
+constexpr char kModelKey[] = "tokenizer.ggml.model";
+constexpr char kEscapedSpace[] = "\xE2\x96\x81";  // U+2581, SentencePiece's space.
 
 }  // namespace
-
-std::vector<std::string> BpePreTokenizerNames() {
-  std::vector<std::string> names;
-  for (const PreTokenizerName& n : kPreTokenizerNames) names.emplace_back(n.name);
-  return names;
-}
-
-absl::StatusOr<BpePreTokenizer> ParseBpePreTokenizer(absl::string_view name) {
-  for (const PreTokenizerName& n : kPreTokenizerNames) {
-    if (n.name == name) return n.kind;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat(kPreKey, ": unsupported pre-tokenizer \"", name,
-                   "\" (supported: ", absl::StrJoin(BpePreTokenizerNames(), ", "), ")"));
-}
-
-std::vector<std::string> PreTokenize(BpePreTokenizer kind, absl::string_view text) {
-  const CpText t = Analyze(text);
-  std::vector<std::string> words;
-  size_t start = 0;
-  for (size_t len : SplitLengths(kind, t)) {
-    std::string& word = words.emplace_back();
-    for (size_t i = start; i < start + len; ++i) AppendUtf8(t.cpts[i], &word);
-    start += len;
-  }
-  return words;
-}
 
 BpeTokenizer::BpeTokenizer(Vocab vocab, BpePreTokenizer pre, bool ignore_merges)
     : Tokenizer(std::move(vocab)), pre_(pre), ignore_merges_(ignore_merges) {
@@ -409,16 +43,30 @@ BpeTokenizer::BpeTokenizer(Vocab vocab, BpePreTokenizer pre, bool ignore_merges)
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> BpeTokenizer::Create(const GgufFile& file) {
   BpePreTokenizer pre = BpePreTokenizer::kDefault;
-  if (file.Has(kPreKey)) {
+  TG_ASSIGN_OR_RETURN(std::string model, file.GetString(kModelKey));
+  // As llama.cpp: the gemma4 model has its own pre-tokenizer whatever the key says, and no
+  // default special tokens.
+  const bool gemma4_model = model == "gemma4";
+  if (gemma4_model) {
+    pre = BpePreTokenizer::kGemma4;
+  } else if (file.Has(kPreKey)) {
     TG_ASSIGN_OR_RETURN(std::string name, file.GetString(kPreKey));
     TG_ASSIGN_OR_RETURN(pre, ParseBpePreTokenizer(name));
   }
   // llama3 vocabularies add BOS and take whole-word tokens as they are (ignore_merges).
   const bool llama3 = pre == BpePreTokenizer::kLlama3;
   tokenizer_internal::VocabDefaults defaults;
-  defaults.bos = defaults.eos = kBpeDefaultSpecialId;
+  defaults.bos = defaults.eos = gemma4_model ? -1 : kBpeDefaultSpecialId;
   defaults.add_bos = llama3;
   TG_ASSIGN_OR_RETURN(Vocab vocab, tokenizer_internal::LoadVocab(file, defaults));
+  // As llama.cpp: gemma4 always adds BOS, whatever tokenizer.ggml.add_bos_token says.
+  if (pre == BpePreTokenizer::kGemma4 && !vocab.add_bos) {
+    if (vocab.bos < 0) {
+      return absl::InvalidArgumentError(
+          "tokenizer.ggml.bos_token_id: missing, and the gemma4 tokenizer always adds BOS");
+    }
+    vocab.add_bos = true;
+  }
   if (!file.Has(kMergesKey)) {
     return absl::InvalidArgumentError(absl::StrCat(kMergesKey, ": missing (a BPE vocabulary)"));
   }
@@ -510,15 +158,33 @@ struct BigramOrder {
 
 void BpeTokenizer::EncodeWord(absl::string_view word, std::vector<int32_t>* out) const {
   const Vocab& v = vocab();
-  std::string text;  // the byte-level characters of `word`.
+  std::string text;  // the byte-level characters of `word`, or `word` itself when raw.
   std::vector<Symbol> symbols;
   symbols.reserve(word.size());
-  for (size_t i = 0; i < word.size(); ++i) {
-    const uint8_t b = static_cast<uint8_t>(word[i]);
-    const int index = static_cast<int>(i);
-    symbols.push_back({index - 1, i + 1 == word.size() ? -1 : index + 1, text.size(),
-                       byte_chars_[b].size(), byte_char_ids_[b]});
-    text += byte_chars_[b];
+  if (raw_utf8()) {
+    // One symbol per UTF-8 character. A word of newlines that is a token is taken whole.
+    text = std::string(word);
+    if (word.find_first_not_of('\n') == absl::string_view::npos) {
+      if (const int32_t id = v.Find(text); id >= 0) {
+        out->push_back(id);
+        return;
+      }
+    }
+    for (size_t i = 0; i < word.size();) {
+      const size_t n = std::min(word.size() - i, Utf8SequenceLength(word[i]));
+      const int index = static_cast<int>(symbols.size());
+      symbols.push_back(
+          {index - 1, i + n == word.size() ? -1 : index + 1, i, n, v.Find(word.substr(i, n))});
+      i += n;
+    }
+  } else {
+    for (size_t i = 0; i < word.size(); ++i) {
+      const uint8_t b = static_cast<uint8_t>(word[i]);
+      const int index = static_cast<int>(i);
+      symbols.push_back({index - 1, i + 1 == word.size() ? -1 : index + 1, text.size(),
+                         byte_chars_[b].size(), byte_char_ids_[b]});
+      text += byte_chars_[b];
+    }
   }
   if (ignore_merges_) {
     if (const int32_t id = v.Find(text); id >= 0) {
@@ -558,9 +224,12 @@ void BpeTokenizer::EncodeWord(absl::string_view word, std::vector<int32_t>* out)
       continue;
     }
     // As llama.cpp: a symbol that is no token falls back to tokens of its single bytes,
-    // which byte-level vocabularies rarely have, so it usually vanishes.
+    // which byte-level vocabularies rarely have, so it usually vanishes; raw UTF-8 ones
+    // have <0xXX> byte tokens.
     for (char c : absl::string_view(text).substr(symbols[i].start, symbols[i].n)) {
-      if (const int32_t id = v.Find(absl::string_view(&c, 1)); id >= 0) out->push_back(id);
+      const std::string byte_text =
+          raw_utf8() ? absl::StrFormat("<0x%02X>", static_cast<uint8_t>(c)) : std::string(1, c);
+      if (const int32_t id = v.Find(byte_text); id >= 0) out->push_back(id);
     }
   }
 }
@@ -577,11 +246,15 @@ std::vector<int32_t> BpeTokenizer::EncodeText(absl::string_view text, bool add_s
       out.push_back(f.token);
       continue;
     }
-    const CpText t = Analyze(f.text);
+    // SentencePiece-style vocabularies see spaces as U+2581.
+    const std::string escaped =
+        raw_utf8() ? absl::StrReplaceAll(f.text, {{" ", kEscapedSpace}}) : "";
+    const std::vector<uint32_t> cpts =
+        DecodeUtf8Lenient(raw_utf8() ? absl::string_view(escaped) : f.text);
     size_t start = 0;
-    for (size_t len : SplitLengths(pre_, t)) {
+    for (size_t len : PreTokenizeLengths(pre_, cpts)) {
       word.clear();
-      for (size_t i = start; i < start + len; ++i) AppendUtf8(t.cpts[i], &word);
+      for (size_t i = start; i < start + len; ++i) AppendUtf8(cpts[i], &word);
       EncodeWord(word, &out);
       start += len;
     }
@@ -595,6 +268,9 @@ std::string BpeTokenizer::TokenToPiece(int32_t id) const {
   if (id < 0 || id >= n_vocab()) return "";
   const std::string& text = v.tokens[id];
   if (v.Has(id, kAttrUnknown | kAttrControl | kAttrUserDefined)) return text;
+  if (v.Has(id, kAttrNormal) && raw_utf8()) {
+    return absl::StrReplaceAll(text, {{kEscapedSpace, " "}});
+  }
   if (v.Has(id, kAttrNormal)) {
     // Byte-level characters back to bytes; llama.cpp marks a character outside the 256.
     std::string bytes;

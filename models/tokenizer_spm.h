@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "models/gguf_file.h"
+#include "gguf/gguf_file.h"
 #include "models/tokenizer.h"
 
 namespace tg {

@@ -1,6 +1,6 @@
 // Tokenizer tests: SPM and BPE on tiny hand-made vocabularies (written with GgufWriter and
-// read back with GgufFile::FromBytes), the BPE pre-tokenizer splits for every supported
-// regex, the Unicode helpers, and the real stories260K vocabulary against llama.cpp's ids.
+// read back with GgufFile::FromBytes), the Unicode helpers, and the real stories260K
+// vocabulary against llama.cpp's ids. The pre-tokenizer splits: pre_tokenizer_test.cc.
 #include "models/tokenizer.h"
 
 #include <memory>
@@ -9,10 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "models/gguf_file.h"
-#include "models/gguf_writer.h"
 #include "models/shared_model_path.h"
 #include "models/token_type.h"
 #include "models/tokenizer_bpe.h"
@@ -22,7 +22,6 @@ namespace tg {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
 // A tokenizer together with the GGUF bytes and file it was read from.
@@ -367,7 +366,8 @@ TEST(BpeTokenizerTest, RoundTripsText) {
   v.Merge(" t", "he");
   // Without a bos_token_id llama.cpp's BPE BOS is id 11, the byte-level "\v".
   const int32_t bot = v.Add("<|begin_of_text|>", kTokenTypeControl);
-  for (const char* pre : {"llama-bpe", "qwen2", "gpt-2", "default"}) {
+  for (const char* pre : {"llama-bpe", "qwen2", "qwen35", "gpt-2", "mpt", "default", "falcon",
+                          "starcoder", "command-r", "deepseek-llm", "deepseek-coder"}) {
     GgufWriter w = v.Writer(pre);
     w.SetU32("tokenizer.ggml.bos_token_id", bot);
     Loaded l = MustLoad(w);
@@ -378,6 +378,42 @@ TEST(BpeTokenizerTest, RoundTripsText) {
       EXPECT_EQ(l.tok->Decode(l.tok->Encode(text, true)), text) << pre << ": " << text;
     }
   }
+}
+
+// gemma4: SentencePiece-style BPE on raw UTF-8 (worked out by hand from llama.cpp's rules):
+// spaces become U+2581, symbols are characters, a character that is no token falls back to
+// its <0xXX> byte tokens, and a run of newlines that is a token is taken whole.
+TEST(BpeTokenizerTest, Gemma4IsSentencePieceStyleBpe) {
+  const std::string sp = "\u2581";
+  std::vector<std::string> tokens = {"<pad>",   "<eos>",  "<bos>",  sp,   "h",    "i", sp + "h",
+                                     sp + "hi", "<0xC3>", "<0xA9>", "\n", "\n\n", "a"};
+  std::vector<int32_t> types(tokens.size(), kTokenTypeNormal);
+  types[0] = types[1] = types[2] = kTokenTypeControl;
+  types[8] = types[9] = kTokenTypeByte;
+  GgufWriter w;
+  w.SetString("tokenizer.ggml.model", "gemma4");
+  w.SetStringArray("tokenizer.ggml.tokens", tokens);
+  w.SetI32Array("tokenizer.ggml.token_type", types);
+  w.SetStringArray("tokenizer.ggml.merges", {sp + " h", sp + "h i", "\n \n"});
+  w.SetU32("tokenizer.ggml.bos_token_id", 2);
+  w.SetU32("tokenizer.ggml.eos_token_id", 1);
+  // As llama.cpp, gemma4 adds BOS even when the file says not to.
+  w.SetBool("tokenizer.ggml.add_bos_token", false);
+  Loaded l = MustLoad(w);
+  ASSERT_TRUE(l.tok);
+  // " hi é": ▁hi, then ▁ alone, then é as its two bytes.
+  EXPECT_THAT(l.tok->Encode(" hi \u00e9", /*add_special=*/true), ElementsAre(2, 7, 3, 8, 9));
+  // "\n\n\n" is one newline word: not a token, so it merges (\n\n then \n).
+  EXPECT_THAT(l.tok->Encode("a\n\na\n\n\n", false), ElementsAre(12, 11, 12, 11, 10));
+  EXPECT_EQ(l.tok->TokenToPiece(7), " hi");
+  EXPECT_EQ(l.tok->TokenToPiece(8), "\xC3");
+  EXPECT_EQ(l.tok->Decode(l.tok->Encode(" hi \u00e9 a\n", true)), " hi \u00e9 a\n");
+  // A gpt2 vocabulary naming the gemma4 pre-tokenizer is the same tokenizer.
+  w.SetString("tokenizer.ggml.model", "gpt2");
+  w.SetString("tokenizer.ggml.pre", "gemma4");
+  Loaded g = MustLoad(w);
+  ASSERT_TRUE(g.tok);
+  EXPECT_THAT(g.tok->Encode(" hi \u00e9", false), ElementsAre(7, 3, 8, 9));
 }
 
 TEST(BpeTokenizerTest, MalformedUtf8BecomesReplacementCharacters) {
@@ -402,114 +438,6 @@ TEST(BpeTokenizerTest, RejectsUnknownPreTokenizerAndMissingMerges) {
   auto no_merges = LoadFrom(w, &l);
   ASSERT_FALSE(no_merges.ok());
   EXPECT_THAT(no_merges.status().message(), HasSubstr("tokenizer.ggml.merges"));
-}
-
-// ---- Pre-tokenizer splits (expected words from Python's `regex` module on the original
-// patterns, which llama.cpp's hand-written splitters agree with on these strings) ----------
-
-struct SplitCase {
-  std::string text;
-  std::vector<std::string> words;
-};
-
-void ExpectSplits(BpePreTokenizer kind, const std::vector<SplitCase>& cases) {
-  for (const SplitCase& c : cases) {
-    EXPECT_THAT(PreTokenize(kind, c.text), ElementsAreArray(c.words)) << c.text;
-  }
-}
-
-// Llama 3's and Qwen2's splitters differ only in digits (runs of up to three vs one each).
-std::vector<SplitCase> Llama3FamilyCases(SplitCase digits) {
-  return {
-      {"I'M can't WE'LL they'Re", {"I", "'M", " can", "'t", " WE", "'LL", " they", "'Re"}},
-      std::move(digits),
-      {"Hello!!! ...wow?!", {"Hello", "!!!", " ...", "wow", "?!"}},
-      {"a\n\nb\r\n c", {"a", "\n\n", "b", "\r\n", " c"}},
-      {"end   ", {"end", "   "}},
-      {"你好世界 ok", {"你好世界", " ok"}},
-      {"hi 😀👍!", {"hi", " 😀👍!"}},
-      {"café naïve Ünïcödé", {"café", " naïve", " Ünïcödé"}},
-      {"  lead", {" ", " lead"}},
-      {"x  =  y\t\tz", {"x", " ", " =", " ", " y", "\t", "\tz"}},
-      {"", {}},
-  };
-}
-
-TEST(PreTokenizeTest, Llama3) {
-  ExpectSplits(BpePreTokenizer::kLlama3,
-               Llama3FamilyCases({"1234567 x12", {"123", "456", "7", " x", "12"}}));
-}
-
-TEST(PreTokenizeTest, Qwen2) {
-  ExpectSplits(
-      BpePreTokenizer::kQwen2,
-      Llama3FamilyCases({"1234567 x12", {"1", "2", "3", "4", "5", "6", "7", " x", "1", "2"}}));
-}
-
-TEST(PreTokenizeTest, Gpt2) {
-  ExpectSplits(BpePreTokenizer::kGpt2,
-               {
-                   {"I'M can't WE'LL they'Re",
-                    {"I", "'", "M", " can", "'t", " WE", "'", "LL", " they", "'", "Re"}},
-                   {"1234567 x12", {"1234567", " x", "12"}},
-                   {"Hello!!! ...wow?!", {"Hello", "!!!", " ...", "wow", "?!"}},
-                   {"a\n\nb\r\n c", {"a", "\n", "\n", "b", "\r\n", " c"}},
-                   {"end   ", {"end", "   "}},
-                   {"你好世界 ok", {"你好世界", " ok"}},
-                   {"hi 😀👍!", {"hi", " 😀👍!"}},
-                   {"café naïve Ünïcödé", {"café", " naïve", " Ünïcödé"}},
-                   {"  lead", {" ", " lead"}},
-                   {"x  =  y\t\tz", {"x", " ", " =", " ", " y", "\t", "\t", "z"}},
-               });
-}
-
-TEST(PreTokenizeTest, DefaultChain) {
-  ExpectSplits(BpePreTokenizer::kDefault,
-               {
-                   {"Hello, world! 12345 $x+=1",
-                    {"Hello", ",", " world", "!", " ", "123", "45", " ", "$", "x", "+=", "1"}},
-                   {"a`b 1234567", {"a", "`", "b", " ", "123", "456", "7"}},
-               });
-}
-
-// gpt-4o, worked out by hand from the regex llama.cpp runs (tokenizer_bpe.h, kGpt4o): a
-// non-ASCII letter counts as upper and lower case, combining marks are not letters.
-TEST(PreTokenizeTest, Gpt4o) {
-  ExpectSplits(
-      BpePreTokenizer::kGpt4o,
-      {
-          {"HelloWorld camelCase HTTPServer", {"Hello", "World", " camel", "Case", " HTTPServer"}},
-          {"DON'T don't I'm WE'LL they'Re 'tis",
-           {"DON'T", " don't", " I'm", " WE'LL", " they'Re", " '", "tis"}},
-          {"12345 x1234567 \u0663\u0664\u0665\u0666",
-           {"123", "45", " x", "123", "456", "7", " ", "\u0663\u0664\u0665", "\u0666"}},
-          {"$12 -3", {"$", "12", " -", "3"}},
-          {"end.\n\nNext!!\n/x a/b", {"end", ".\n\n", "Next", "!!\n/", "x", " a", "/b"}},
-          {"http://x.com/a", {"http", "://", "x", ".com", "/a"}},
-          {"a\r\n\r\nb", {"a", "\r\n\r\n", "b"}},
-          {"你好世界 ok 日本語のテキスト", {"你好世界", " ok", " 日本語のテキスト"}},
-          {"café naïve Ünïcödé", {"café", " naïve", " Ünïcödé"}},
-          // An upper run ending in A-Z stops after its last non-ASCII letter, which also
-          // counts as lower case (tiktoken keeps "ÜBER" and "WÖRLD" whole).
-          {"ÜBER HelloWÖRLD", {"Ü", "BER", " Hello", "WÖ", "RLD"}},
-          // A combining mark is no letter: it leads the next word or stands alone.
-          {"cafe\u0301s e\u0301", {"cafe", "\u0301s", " e", "\u0301"}},
-          {"a   b\t\tc  \n d ", {"a", "  ", " b", "\t", "\tc", "  \n", " d", " "}},
-          {"x\u00A0y\u3000\u3000z", {"x", "\u00A0y", "\u3000", "\u3000z"}},
-          {"hi 😀👍! ❤️", {"hi", " 😀👍!", " ❤️"}},
-          {"", {}},
-      });
-}
-
-TEST(PreTokenizeTest, ParsesNames) {
-  EXPECT_EQ(*ParseBpePreTokenizer("llama-bpe"), BpePreTokenizer::kLlama3);
-  EXPECT_EQ(*ParseBpePreTokenizer("llama3"), BpePreTokenizer::kLlama3);
-  EXPECT_EQ(*ParseBpePreTokenizer("qwen2"), BpePreTokenizer::kQwen2);
-  EXPECT_EQ(*ParseBpePreTokenizer("gpt2"), BpePreTokenizer::kGpt2);
-  EXPECT_EQ(*ParseBpePreTokenizer("default"), BpePreTokenizer::kDefault);
-  EXPECT_EQ(*ParseBpePreTokenizer("gpt-4o"), BpePreTokenizer::kGpt4o);
-  EXPECT_EQ(*ParseBpePreTokenizer("llama4"), BpePreTokenizer::kGpt4o);
-  EXPECT_FALSE(ParseBpePreTokenizer("nonesuch").ok());
 }
 
 // ---- Unicode helpers ---------------------------------------------------------------------

@@ -43,9 +43,12 @@ enum ProtocolMinor : uint32_t {
   // UploadHeader.cache_proof: a cache hit needs proof that the client holds the bytes (a
   // client before it never gets one: it sends the bytes).
   kMinorCacheProof = 9,
+  // UploadHeader.region: FillPieces writes only rows of a piece the server has (a device's
+  // slice of a weight under --split-mode tensor), reading the whole piece to check its hash.
+  kMinorPieceRegions = 10,
 };
 // The minor this build speaks: the newest addition.
-inline constexpr uint32_t kProtocolMinor = kMinorCacheProof;
+inline constexpr uint32_t kProtocolMinor = kMinorPieceRegions;
 // Default port of rpc-server.
 inline constexpr int kDefaultPort = 50052;
 // Bulk streams carry at most this much per message.
@@ -61,7 +64,8 @@ inline constexpr size_t kMaxFillPieces = 1024;
 // Most bytes one FillPieces call may fill (the server copies them from its disk or cache): a
 // small request must not buy unbounded work. Clients offer at most 1 GiB per call
 // (client/model_upload.cc kFillCallBytes, plus a piece of round-robin imbalance); a call
-// over this is INVALID_ARGUMENT.
+// over this is INVALID_ARGUMENT. A piece with a region counts its whole piece (the server reads
+// all of it).
 inline constexpr uint64_t kMaxFillBytes = uint64_t{2} << 30;
 // Most tensors, and nodes, in one GraphDesc: a 70B llama's decode graph has a few thousand
 // tensors (tensor parallelism adds a few per layer), so this leaves more than 10x headroom

@@ -15,6 +15,7 @@
 #include "server/grant_table.h"
 #include "server/metrics.h"
 #include "server/peer_client.h"
+#include "server/peer_pushes.h"
 #include "tensorgrid/v1/tensorgrid.grpc.pb.h"
 
 namespace tg::server {
@@ -272,7 +273,9 @@ absl::StatusOr<std::shared_ptr<PeerReduceStream>> CollectiveRunner::StreamFor(
   // saw it; the next one opens a new stream.
   if (stream != nullptr && stream->ended()) ended = std::move(stream);
   if (stream == nullptr) {
-    stream = std::make_shared<PeerReduceStream>(channel, endpoint, peers_->auth_token());
+    const std::string sender =
+        senders_ == nullptr ? std::string() : senders_->SenderKey(session_id, endpoint);
+    stream = std::make_shared<PeerReduceStream>(channel, endpoint, peers_->auth_token(), sender);
   }
   return stream;
 }
@@ -345,7 +348,7 @@ absl::Status CollectiveRunner::Pull(const pb::AllReduce& cmd, const ExchangeStep
   return absl::OkStatus();
 }
 
-absl::Status CollectiveRunner::Receive(const pb::PeerReduceRequest& request) {
+absl::Status CollectiveRunner::Receive(const pb::PeerReduceRequest& request, std::string sender) {
   if (grants_->Find(request.grant()) == nullptr) {
     return absl::NotFoundError("peer_reduce: unknown or revoked grant");
   }
@@ -356,7 +359,7 @@ absl::Status CollectiveRunner::Receive(const pb::PeerReduceRequest& request) {
   const size_t n = request.data().size();
   TG_RETURN_IF_ERROR(mailbox_.Put(
       {request.grant(), request.collective(), request.step(), request.part(), request.from_rank()},
-      request.data()));
+      request.data(), "peer_reduce", std::move(sender)));
   if (metrics_ != nullptr) metrics_->PeerCopyBytes(n);
   return absl::OkStatus();
 }

@@ -13,7 +13,12 @@
 // every endpoint checked before anything is sent) and the peer TLS options apply. A peer
 // that dies mid-collective is noticed within about a second (its channel fails), and the
 // command fails with "peer unreachable: ENDPOINT"; a peer that is alive but silent fails it
-// after kPieceWait. Thread-safe.
+// after kPieceWait.
+//
+// The pieces a session sends carry its sender key (PeerPushes::SenderKey, the same key as
+// its pushes), and each piece is filed with the key it came with: when the sending session
+// ends, its end notice (PeerPushes::SenderEnded) drops from this mailbox what it sent that
+// nobody took, and refuses what of it is still on its way. Thread-safe.
 #ifndef TENSORGRID_SERVER_COLLECTIVE_RUNNER_H_
 #define TENSORGRID_SERVER_COLLECTIVE_RUNNER_H_
 
@@ -42,6 +47,7 @@ namespace tg::server {
 class GrantTable;
 class Metrics;
 class PeerClient;
+class PeerPushes;
 
 using BufferFinder =
     absl::FunctionRef<absl::StatusOr<std::shared_ptr<SessionBuffer>>(uint64_t handle)>;
@@ -64,20 +70,27 @@ class CollectiveRunner {
   // How often a wait looks at the peer's channel.
   static constexpr absl::Duration kPeerPoll = absl::Milliseconds(200);
 
-  // `peers`, `grants` must outlive the runner; `metrics` may be null.
-  CollectiveRunner(PeerClient* peers, GrantTable* grants, Metrics* metrics)
-      : peers_(peers), grants_(grants), metrics_(metrics), mailbox_(grants) {}
+  // `peers`, `grants` must outlive the runner; `metrics` may be null. `senders` (may be null:
+  // pieces go without a sender key) draws the sessions' sender keys; it must outlive the
+  // runner, and is used by Run only, so it may be constructed after the runner.
+  CollectiveRunner(PeerClient* peers, GrantTable* grants, Metrics* metrics,
+                   PeerPushes* senders = nullptr)
+      : peers_(peers), grants_(grants), metrics_(metrics), senders_(senders), mailbox_(grants) {}
 
   // The AllReduce command of session `session_id`, whose buffers `find` resolves.
   absl::Status Run(const std::string& session_id, BufferFinder find,
                    const tensorgrid::v1::AllReduce& cmd) ABSL_LOCKS_EXCLUDED(mu_);
   // A peer's piece (PeerReduceStream, or PeerReduce from servers before it): NOT_FOUND for
-  // a grant this server did not make.
-  absl::Status Receive(const tensorgrid::v1::PeerReduceRequest& request);
+  // a grant this server did not make. `sender` (may be empty: not known) is the sending
+  // session's key (PeerPushes::SenderIn(context, PeerPushes::kSenderKey)); FAILED_PRECONDITION
+  // for a sender that ended.
+  absl::Status Receive(const tensorgrid::v1::PeerReduceRequest& request, std::string sender = {});
   // The session is gone: its streams to peers are closed.
   void EndSession(const std::string& session_id) ABSL_LOCKS_EXCLUDED(streams_mu_);
 
   size_t held_bytes() const { return mailbox_.held_bytes(); }
+  // Where peers' pieces wait: PeerPushes drops an ended sender's pieces from it.
+  ReduceMailbox* mailbox() { return &mailbox_; }
 
  private:
   // This server's part of one collective, shared by its devices' commands.
@@ -116,6 +129,7 @@ class CollectiveRunner {
   PeerClient* const peers_;
   GrantTable* const grants_;
   Metrics* const metrics_;
+  PeerPushes* const senders_;
   ReduceMailbox mailbox_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::pair<std::string, uint64_t>, std::shared_ptr<Part>> parts_

@@ -4,16 +4,31 @@
 // connection; one server's part alone sums its two devices (the sum a loop here makes) into
 // both, once for the two commands of the collective; PeerReduce takes only this server's
 // grants and pieces of at most one chunk.
+//
+// And against a real rpc-server on loopback (in-process) as the peer: the pieces a session's
+// all-reduce sends there carry its sender key, and when that session ends
+// (PeerPushes::SenderEnded) the peer drops them from its all-reduce mailbox, their charge
+// back to the receiving session, while another sending session's pieces stay; a piece of
+// the ended session that comes after is refused.
 #include "server/collective_runner.h"
 
+#include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "proto/protocol.h"
+#include "server/allreduce_schedule.h"
 #include "server/grant_table.h"
+#include "server/memory_reservation.h"
+#include "server/metrics.h"
 #include "server/peer_client.h"
+#include "server/peer_pushes.h"
+#include "server/rpc_server.h"
 #include "server/server_test_util.h"
+#include "server/service.h"
 #include "server/session.h"
 
 namespace tg::server {
@@ -193,6 +208,137 @@ TEST_F(CollectiveRunnerTest, PeerReduceTakesOnlyThisServersGrantsAndOneChunk) {
   req.set_data("abcd");
   EXPECT_TRUE(runner_->Receive(req).ok());
   EXPECT_EQ(runner_->held_bytes(), 4u);
+}
+
+// This server (A: a runner whose sessions' keys PeerPushes draws) and a real peer server B
+// holding a receiving session's grant, whose pieces are charged to `held`.
+class CollectiveRunnerPeerTest : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kElements = 1024;
+  static constexpr uint64_t kPieceBytes = kElements * sizeof(float);
+
+  void SetUp() override {
+    ServerConfig config;
+    config.port = 0;
+    config.devices = testing::TwoCpuDevices();
+    auto server = RpcServer::Start(config);
+    ASSERT_TRUE(server.ok()) << server.status();
+    peer_ = std::move(*server);
+    auto b = config.devices[0]->default_buffer_type()->Allocate(kPieceBytes);
+    ASSERT_TRUE(b.ok()) << b.status();
+    receiver_buffer_ = std::make_shared<SessionBuffer>(*std::move(b), 0, kPieceBytes, nullptr);
+    receiver_account_ = std::make_shared<MailboxAccount>(
+        "receiver", [this](uint64_t n) { return MemoryReservation::Reserve(&held_, 0, n); },
+        [this](uint64_t n) { held_ -= n; }, &peer_->metrics());
+    receiver_grant_ = peer_->service().grants().Grant(receiver_buffer_, receiver_account_);
+
+    peers_ = std::make_unique<PeerClient>(PeerClientOptions{});  // loopback is allowed.
+    pushes_ = std::make_unique<PeerPushes>(peers_.get(), &grants_, nullptr);
+    runner_ = std::make_unique<CollectiveRunner>(peers_.get(), &grants_, nullptr, pushes_.get());
+    auto a = config.devices[0]->default_buffer_type()->Allocate(kPieceBytes);
+    ASSERT_TRUE(a.ok()) << a.status();
+    buffer_ = std::make_shared<SessionBuffer>(*std::move(a), 0, kPieceBytes, nullptr);
+    ASSERT_TRUE(buffer_->Write(0, Floats(kElements, 3).data(), kPieceBytes).ok());
+    grant_ = grants_.Grant(buffer_);
+  }
+
+  void TearDown() override {
+    runner_.reset();
+    if (peer_ != nullptr) peer_->Shutdown(0);
+  }
+
+  // Session `session` runs collective `collective` over A (rank 0) and B, B never taking
+  // part: A's pieces wait in B's mailbox, and the piece A waits for is put here.
+  absl::Status AllReduceIntoThePeer(const std::string& session, uint64_t collective) {
+    pb::AllReduce a;
+    a.set_collective(collective);
+    pb::CollectiveServer* self = a.add_servers();
+    self->set_endpoint("127.0.0.1:1");  // never dialled: this server's own rank.
+    self->set_grant(grant_);
+    pb::CollectiveServer* peer = a.add_servers();
+    peer->set_endpoint(peer_->address());
+    peer->set_grant(receiver_grant_);
+    a.set_rank(0);
+    pb::CollectiveTensor* t = a.add_tensors();
+    t->set_buffer(7);
+    a.set_count(kElements);
+    a.set_algorithm(pb::AllReduce::BUTTERFLY);
+    const std::vector<ExchangeStep> steps = ButterflySchedule(2, 0, kElements);
+    if (steps.size() != 1 || steps[0].recv_from != 1) {
+      return absl::InternalError("the butterfly of two ranks is not one exchange with rank 1");
+    }
+    pb::PeerReduceRequest from_b;
+    from_b.set_grant(grant_);
+    from_b.set_collective(collective);
+    from_b.set_step(steps[0].id);
+    from_b.set_from_rank(1);
+    from_b.set_data(Bytes(Floats(kElements, 5)));
+    TG_RETURN_IF_ERROR(runner_->Receive(from_b));
+    return runner_->Run(
+        session,
+        [this](uint64_t h) -> absl::StatusOr<std::shared_ptr<SessionBuffer>> {
+          if (h != 7) return absl::NotFoundError("no such buffer");
+          return buffer_;
+        },
+        a);
+  }
+
+  // B's mailbox once it holds `bytes` (the stream delivers in the background), at most 10 s.
+  double PeerMailboxOnce(double bytes) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (peer_->metrics().peer_mailbox_bytes() != bytes && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return peer_->metrics().peer_mailbox_bytes();
+  }
+
+  std::unique_ptr<RpcServer> peer_;
+  std::atomic<uint64_t> held_{0};
+  std::shared_ptr<SessionBuffer> receiver_buffer_;
+  std::shared_ptr<MailboxAccount> receiver_account_;
+  std::string receiver_grant_;
+
+  GrantTable grants_;
+  std::unique_ptr<PeerClient> peers_;
+  std::unique_ptr<PeerPushes> pushes_;
+  std::unique_ptr<CollectiveRunner> runner_;
+  std::shared_ptr<SessionBuffer> buffer_;
+  std::string grant_;
+};
+
+TEST_F(CollectiveRunnerPeerTest, AnEndedSendersPiecesLeaveThePeersMailboxAndNobodyElses) {
+  ASSERT_EQ(held_.load(), 0u);
+  const absl::Status ended = AllReduceIntoThePeer("ending", 1);
+  ASSERT_TRUE(ended.ok()) << ended;
+  const absl::Status stays = AllReduceIntoThePeer("staying", 2);
+  ASSERT_TRUE(stays.ok()) << stays;
+  ASSERT_EQ(PeerMailboxOnce(2 * kPieceBytes), 2.0 * kPieceBytes);
+  EXPECT_EQ(held_.load(), 2 * kPieceBytes);
+  // The key "ending"'s pieces carry (drawn already: the same one again).
+  const std::string key = pushes_->SenderKey("ending", peer_->address());
+  ASSERT_FALSE(key.empty());
+
+  pushes_->SenderEnded("ending");  // returns once B answered the notice.
+  EXPECT_EQ(peer_->metrics().peer_mailbox_bytes(), 1.0 * kPieceBytes);
+  EXPECT_EQ(held_.load(), kPieceBytes);
+
+  // A piece of the ended session still on its way is refused, not filed.
+  PeerReduceStream late(peers_->ChannelFor(peer_->address()).value(), peer_->address(), "", key);
+  pb::PeerReduceRequest piece;
+  piece.set_grant(receiver_grant_);
+  piece.set_collective(3);
+  piece.set_from_rank(0);
+  piece.set_data(std::string(kPieceBytes, 'x'));
+  ASSERT_TRUE(late.Send(piece).ok());
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (late.status().ok() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition) << late.status();
+  EXPECT_EQ(peer_->metrics().peer_mailbox_bytes(), 1.0 * kPieceBytes);
+  EXPECT_EQ(held_.load(), kPieceBytes);
+
+  pushes_->SenderEnded("staying");
+  EXPECT_EQ(peer_->metrics().peer_mailbox_bytes(), 0.0);
+  EXPECT_EQ(held_.load(), 0u);
 }
 
 }  // namespace

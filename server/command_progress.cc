@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "core/lost_endpoint.h"
 
 namespace tg::server {
 namespace {
@@ -15,7 +16,7 @@ constexpr auto kPollCancelled = std::chrono::milliseconds(50);
 
 void CommandProgress::Advance(uint64_t id, const absl::Status& failure) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     done_ = std::max(done_, id);
     if (!failure.ok()) {
       failures_.emplace_back(id, failure);
@@ -27,7 +28,7 @@ void CommandProgress::Advance(uint64_t id, const absl::Status& failure) {
 
 void CommandProgress::Close() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     closed_ = true;
   }
   advanced_.notify_all();
@@ -35,7 +36,7 @@ void CommandProgress::Close() {
 
 absl::Status CommandProgress::WaitFor(uint64_t id, absl::Time deadline,
                                       const std::function<bool()>& cancelled) const {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (done_ < id) {
     if (closed_) {
       return absl::AbortedError(
@@ -48,19 +49,20 @@ absl::Status CommandProgress::WaitFor(uint64_t id, absl::Time deadline,
           absl::StrCat("source command ", id, " did not finish in time (done up to ", done_, ")"));
     }
     advanced_.wait_for(
-        lock, std::min<std::chrono::nanoseconds>(absl::ToChronoNanoseconds(left), kPollCancelled));
+        lock.native(), std::min<std::chrono::nanoseconds>(absl::ToChronoNanoseconds(left), kPollCancelled));
   }
   for (const auto& [failed, status] : failures_) {
     if (failed == id) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("source command ", id, " failed: ", status.message()));
+      // A command that failed because this server lost a peer still says which.
+      return KeepIdentity(status, absl::FailedPreconditionError(absl::StrCat(
+                                      "source command ", id, " failed: ", status.message())));
     }
   }
   return absl::OkStatus();
 }
 
 uint64_t CommandProgress::done() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return done_;
 }
 

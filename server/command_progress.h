@@ -14,12 +14,13 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "core/mutex.h"
 
 namespace tg::server {
 
@@ -29,22 +30,25 @@ class CommandProgress {
   static constexpr size_t kRememberedFailures = 64;
 
   // Every command up to request id `id` has finished; `failure` is command id's own error.
-  void Advance(uint64_t id, const absl::Status& failure = absl::OkStatus());
+  void Advance(uint64_t id, const absl::Status& failure = absl::OkStatus())
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The session is gone: waiters stop waiting (ABORTED).
-  void Close();
+  void Close() ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until command `id` has finished: OK, or FAILED_PRECONDITION naming its error,
   // ABORTED when the session closed first, DEADLINE_EXCEEDED at `deadline`, or CANCELLED
   // when `cancelled` (polled) says the waiter went away.
   absl::Status WaitFor(uint64_t id, absl::Time deadline,
-                       const std::function<bool()>& cancelled = nullptr) const;
-  uint64_t done() const;
+                       const std::function<bool()>& cancelled = nullptr) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t done() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  mutable std::mutex mu_;
+  // A std::mutex underneath, for the condition variable (core/mutex.h).
+  mutable Mutex mu_;
   mutable std::condition_variable advanced_;
-  uint64_t done_ = 0;
-  bool closed_ = false;
-  std::deque<std::pair<uint64_t, absl::Status>> failures_;  // oldest first.
+  uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<std::pair<uint64_t, absl::Status>> failures_ ABSL_GUARDED_BY(mu_);  // oldest first.
 };
 
 }  // namespace tg::server

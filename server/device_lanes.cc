@@ -5,14 +5,16 @@
 
 namespace tg::server {
 
-DeviceLanes::DeviceLanes(int n_lanes) : queues_(std::max(n_lanes, 1)), threads_(queues_.size()) {}
+DeviceLanes::DeviceLanes(int n_lanes)
+    : n_lanes_(std::max(n_lanes, 1)), queues_(n_lanes_), threads_(n_lanes_) {}
 
 DeviceLanes::~DeviceLanes() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
   changed_.notify_all();
+  // No lock: nothing submits any more, and the threads only end (a lane starts no thread).
   for (std::thread& t : threads_) {
     if (t.joinable()) t.join();
   }
@@ -23,7 +25,7 @@ void DeviceLanes::Submit(std::vector<int> lanes, absl::AnyInvocable<void()> task
   lanes.erase(std::unique(lanes.begin(), lanes.end()), lanes.end());
   auto t = std::make_shared<Task>(Task{std::move(lanes), std::move(task)});
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (int lane : t->lanes) {
       queues_[lane].push_back(t);
       StartLocked(lane);
@@ -34,14 +36,16 @@ void DeviceLanes::Submit(std::vector<int> lanes, absl::AnyInvocable<void()> task
 }
 
 void DeviceLanes::Drain() {
-  std::unique_lock<std::mutex> lock(mu_);
-  changed_.wait(lock, [&] { return finished_ == submitted_; });
+  MutexLock lock(&mu_);
+  changed_.wait(lock.native(),
+                [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return finished_ == submitted_; });
 }
 
 bool DeviceLanes::ReadyLocked(const Task& task) const {
-  return std::all_of(task.lanes.begin(), task.lanes.end(), [&](int lane) {
-    return !queues_[lane].empty() && queues_[lane].front().get() == &task;
-  });
+  return std::all_of(task.lanes.begin(), task.lanes.end(),
+                     [&](int lane) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                       return !queues_[lane].empty() && queues_[lane].front().get() == &task;
+                     });
 }
 
 void DeviceLanes::StartLocked(int lane) {
@@ -49,21 +53,21 @@ void DeviceLanes::StartLocked(int lane) {
 }
 
 void DeviceLanes::LaneLoop(int lane) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (;;) {
     // A lane runs the task at its head when it is that task's first lane and the task heads
     // every other lane it names; a later lane of the task just waits for it to finish.
-    changed_.wait(lock, [&] {
+    changed_.wait(lock.native(), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       if (queues_[lane].empty()) return stop_;
       const Task& head = *queues_[lane].front();
       return head.lanes.front() == lane && ReadyLocked(head);
     });
     if (queues_[lane].empty()) return;  // stop_ and nothing left.
     std::shared_ptr<Task> task = queues_[lane].front();
-    lock.unlock();
+    lock.native().unlock();
     task->run();
     task->run = nullptr;  // what it captured goes now, outside the lock.
-    lock.lock();
+    lock.native().lock();
     for (int l : task->lanes) queues_[l].pop_front();
     ++finished_;
     changed_.notify_all();

@@ -14,11 +14,12 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
+#include "core/mutex.h"
 
 namespace tg::server {
 
@@ -30,12 +31,12 @@ class DeviceLanes {
   DeviceLanes(const DeviceLanes&) = delete;
   DeviceLanes& operator=(const DeviceLanes&) = delete;
 
-  int size() const { return static_cast<int>(queues_.size()); }
+  int size() const { return n_lanes_; }
   // Queues `task` behind every earlier task of each lane in `lanes` (indices in [0, size()),
   // at least one; repeats are ignored). It runs on the thread of the lowest of them.
-  void Submit(std::vector<int> lanes, absl::AnyInvocable<void()> task);
+  void Submit(std::vector<int> lanes, absl::AnyInvocable<void()> task) ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until no task is queued or running (tasks submitted meanwhile included).
-  void Drain();
+  void Drain() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Task {
@@ -43,19 +44,20 @@ class DeviceLanes {
     absl::AnyInvocable<void()> run;
   };
   // True when `task` heads the queue of every lane it names.
-  bool ReadyLocked(const Task& task) const;
-  void StartLocked(int lane);
-  void LaneLoop(int lane);
+  bool ReadyLocked(const Task& task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartLocked(int lane) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LaneLoop(int lane) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // std::mutex rather than absl::Mutex: ThreadSanitizer sees through it (as in
-  // core/scheduler_pipeline.h).
-  std::mutex mu_;
+  const int n_lanes_;
+  // A std::mutex underneath rather than absl::Mutex: ThreadSanitizer sees through it (as in
+  // core/scheduler_pipeline.h), and the condition variable waits on it (core/mutex.h).
+  Mutex mu_;
   std::condition_variable changed_;  // a queue or stop_ changed.
-  std::vector<std::deque<std::shared_ptr<Task>>> queues_;
-  std::vector<std::thread> threads_;  // joinable once started.
-  uint64_t submitted_ = 0;
-  uint64_t finished_ = 0;
-  bool stop_ = false;
+  std::vector<std::deque<std::shared_ptr<Task>>> queues_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);  // joinable once started.
+  uint64_t submitted_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t finished_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace tg::server

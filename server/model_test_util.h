@@ -19,8 +19,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "models/gguf_file.h"
-#include "models/gguf_writer.h"
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
 #include "proto/model_identity.h"
 
 namespace tg::server::testing {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/lost_endpoint.h"
 #include "core/status_macros.h"
 #include "proto/grpc_channel.h"
 #include "proto/protocol.h"
@@ -64,10 +65,31 @@ absl::Status PeerClient::PeerStatus(const std::string& endpoint, const grpc::Sta
                                          {"call", call},
                                          {"code", static_cast<int>(status.error_code())},
                                          {"error", status.error_message()}});
-    return absl::UnavailableError(absl::StrCat("peer unreachable: ", endpoint));
+    return Unreachable(endpoint);
   }
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(call, " from ", endpoint, ": ", status.error_message()));
+  // The peer answered: it is alive, but its error may say that it lost another server.
+  absl::Status answered(static_cast<absl::StatusCode>(status.error_code()),
+                        absl::StrCat(call, " from ", endpoint, ": ", status.error_message()));
+  pb::ErrorDetails details;
+  if (!status.error_details().empty() && details.ParseFromString(status.error_details())) {
+    SetLostEndpoint(answered, details.lost_endpoint());
+  }
+  return answered;
+}
+
+std::string PeerClient::IdentityDetails(const absl::Status& status) {
+  const std::optional<std::string> lost = LostEndpoint(status);
+  if (!lost.has_value()) return "";
+  pb::ErrorDetails details;
+  details.set_code(static_cast<int32_t>(status.code()));
+  details.set_message(std::string(status.message()));
+  details.set_lost_endpoint(*lost);
+  return details.SerializeAsString();
+}
+
+absl::Status PeerClient::Unreachable(absl::string_view endpoint) {
+  return WithLostEndpoint(absl::UnavailableError(absl::StrCat("peer unreachable: ", endpoint)),
+                          endpoint);
 }
 
 void PeerClient::Authorize(const std::string& token, grpc::ClientContext* context) {
@@ -87,9 +109,7 @@ absl::Status PeerClient::CheckAlive(const std::string& endpoint, int* failures) 
   } else if (state == GRPC_CHANNEL_READY) {
     *failures = 0;
   }
-  if (*failures >= kFailedPolls) {
-    return absl::UnavailableError(absl::StrCat("peer unreachable: ", endpoint));
-  }
+  if (*failures >= kFailedPolls) return Unreachable(endpoint);
   return absl::OkStatus();
 }
 

@@ -60,10 +60,18 @@ class PeerClient {
   absl::StatusOr<std::shared_ptr<grpc::Channel>> ChannelFor(const std::string& endpoint)
       ABSL_LOCKS_EXCLUDED(mu_);
   // A finished peer call's status as a client may see it: a transport failure becomes
-  // UNAVAILABLE "peer unreachable: ENDPOINT" (the details go to the log), another error
-  // keeps its code and says "CALL from ENDPOINT: ...".
+  // UNAVAILABLE "peer unreachable: ENDPOINT" (the details go to the log) and reports
+  // `endpoint` lost (core/lost_endpoint.h); another error keeps its code and says
+  // "CALL from ENDPOINT: ...", and reports lost the server the peer said it lost, if any
+  // (its error details, IdentityDetails).
   static absl::Status PeerStatus(const std::string& endpoint, const grpc::Status& status,
                                  absl::string_view call);
+  // The gRPC error details (a serialized tensorgrid.v1.ErrorDetails) that carry the server
+  // `status` reports lost to the server that called; empty when it reports none.
+  static std::string IdentityDetails(const absl::Status& status);
+  // UNAVAILABLE "peer unreachable: ENDPOINT", marked as reporting `endpoint` lost
+  // (core/lost_endpoint.h): what every peer call says of a peer it could not reach.
+  static absl::Status Unreachable(absl::string_view endpoint);
   // For waits on a peer (a piece it should send): UNAVAILABLE "peer unreachable: ENDPOINT"
   // once its channel has been seen failed by kFailedPolls calls with no ready look between
   // them, counted in *failures (one failed look may be a connection being re-established;

@@ -4,16 +4,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/lost_endpoint.h"
 #include "core/status_macros.h"
 #include "server/grant_table.h"
+#include "server/log.h"
 #include "server/metrics.h"
 #include "server/peer_client.h"
+#include "server/random_id.h"
 #include "tensorgrid/v1/tensorgrid.grpc.pb.h"
 
 namespace tg::server {
 namespace {
 
 namespace pb = ::tensorgrid::v1;
+
+constexpr Logger kLog("rpc-server");
+constexpr size_t kMaxSenderKeyChars = 64;
 
 PieceKey KeyOf(const std::string& grant, uint64_t tag) { return PieceKey{grant, tag, 0, 0, 0}; }
 
@@ -39,8 +45,40 @@ absl::Status PeerPushes::Check(const pb::PeerPush& cmd) {
   return absl::OkStatus();
 }
 
+std::string PeerPushes::SenderKey(const std::string& session, const std::string& endpoint) {
+  absl::MutexLock lock(&senders_mu_);
+  Sender& sender = senders_[session];
+  if (sender.key.empty()) sender.key = RandomHex(16);
+  if (sender.destinations.size() < kMaxDestinations) sender.destinations.insert(endpoint);
+  return sender.key;
+}
+
+void PeerPushes::SenderEnded(const std::string& session) {
+  Sender sender;
+  {
+    absl::MutexLock lock(&senders_mu_);
+    auto it = senders_.find(session);
+    if (it == senders_.end()) return;
+    sender = std::move(it->second);
+    senders_.erase(it);
+  }
+  if (peers_ == nullptr) return;
+  for (const std::string& endpoint : sender.destinations) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = peers_->ChannelFor(endpoint);
+    if (!channel.ok()) continue;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + kSenderEndedDeadline));
+    PeerClient::Authorize(peers_->auth_token(), &ctx);
+    ctx.AddMetadata(kSenderEndedKey, sender.key);
+    pb::PeerDeliverReply reply;
+    // Best effort: a destination that is gone or slow sweeps the pieces itself.
+    (void)pb::TensorGrid::NewStub(*channel)->PeerDeliver(&ctx, pb::PeerDeliverRequest(), &reply);
+  }
+}
+
 absl::Status PeerPushes::Send(const pb::PeerPush& cmd,
-                              absl::Span<const std::shared_ptr<SessionBuffer>> sources) {
+                              absl::Span<const std::shared_ptr<SessionBuffer>> sources,
+                              const std::string& session) {
   if (peers_ == nullptr) return absl::UnimplementedError("peer_push is not enabled");
   TG_RETURN_IF_ERROR(Check(cmd));
   if (sources.size() != static_cast<size_t>(cmd.pieces_size())) {
@@ -58,12 +96,14 @@ absl::Status PeerPushes::Send(const pb::PeerPush& cmd,
     data->resize(p.size());
     TG_RETURN_IF_ERROR(sources[i]->Read(p.offset(), data->data(), p.size()));
   }
+  const std::string sender = session.empty() ? std::string() : SenderKey(session, cmd.endpoint());
   auto stub = pb::TensorGrid::NewStub(channel);
   auto deliver = [&](bool wait_for_ready, absl::Duration limit) {
     grpc::ClientContext ctx;
     ctx.set_wait_for_ready(wait_for_ready);
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + limit));
     PeerClient::Authorize(peers_->auth_token(), &ctx);
+    if (!sender.empty()) ctx.AddMetadata(kSenderKey, sender);
     pb::PeerDeliverReply reply;
     return stub->PeerDeliver(&ctx, request, &reply);
   };
@@ -86,8 +126,10 @@ absl::Status PeerPushes::LostStatus(const std::string& grant) {
   absl::MutexLock lock(&lost_mu_);
   auto it = lost_.find(grant);
   if (it == lost_.end()) return absl::OkStatus();
-  return absl::Status(it->second.code(), absl::StrCat("an earlier piece of this buffer was lost: ",
-                                                      it->second.message()));
+  return KeepIdentity(it->second,
+                      absl::Status(it->second.code(),
+                                   absl::StrCat("an earlier piece of this buffer was lost: ",
+                                                it->second.message())));
 }
 
 void PeerPushes::RecordLost(const std::string& grant, const absl::Status& status) {
@@ -96,7 +138,36 @@ void PeerPushes::RecordLost(const std::string& grant, const absl::Status& status
   lost_.emplace(grant, status);
 }
 
-absl::Status PeerPushes::Receive(const pb::PeerDeliverRequest& request) {
+std::string PeerPushes::SenderIn(const grpc::ServerContextBase& context, const char* key) {
+  const auto& metadata = context.client_metadata();
+  // A key is 32 hex digits (SenderKey); anything longer is not one of ours and is not kept
+  // beside every piece.
+  auto it = metadata.find(key);
+  if (it == metadata.end() || it->second.size() > kMaxSenderKeyChars) return std::string();
+  return std::string(it->second.data(), it->second.size());
+}
+
+size_t PeerPushes::DropSender(absl::string_view sender) {
+  size_t dropped = mailbox_.DropSender(sender);
+  if (reduce_mailbox_ != nullptr) dropped += reduce_mailbox_->DropSender(sender);
+  return dropped;
+}
+
+absl::Status PeerPushes::Receive(const grpc::ServerContext& context,
+                                 const pb::PeerDeliverRequest& request) {
+  if (request.pieces_size() == 0) {
+    if (const std::string ended = SenderIn(context, kSenderEndedKey); !ended.empty()) {
+      const size_t dropped = DropSender(ended);
+      if (dropped > 0) {
+        kLog.Info("pieces of an ended sender dropped", {{"bytes", dropped}});
+      }
+    }
+    return absl::OkStatus();
+  }
+  return Receive(request, SenderIn(context, kSenderKey));
+}
+
+absl::Status PeerPushes::Receive(const pb::PeerDeliverRequest& request, std::string sender) {
   if (request.pieces_size() > kMaxPieces) {
     return absl::InvalidArgumentError(
         absl::StrFormat("peer_deliver: %d pieces (at most %d)", request.pieces_size(), kMaxPieces));
@@ -115,7 +186,7 @@ absl::Status PeerPushes::Receive(const pb::PeerDeliverRequest& request) {
   }
   for (int i = 0; i < request.pieces_size(); ++i) {
     const pb::DeliveredPiece& p = request.pieces(i);
-    absl::Status s = mailbox_.Put(KeyOf(p.grant(), p.tag()), p.data(), "peer_deliver");
+    absl::Status s = mailbox_.Put(KeyOf(p.grant(), p.tag()), p.data(), "peer_deliver", sender);
     if (absl::IsAlreadyExists(s)) {
       s = absl::AlreadyExistsError(
           absl::StrFormat("peer_deliver: the piece tagged %d came twice", p.tag()));

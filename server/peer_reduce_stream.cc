@@ -2,9 +2,9 @@
 
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "server/peer_client.h"
+#include "server/peer_pushes.h"
 
 namespace tg::server {
 
@@ -19,9 +19,11 @@ constexpr absl::Duration kEndReasonWait = absl::Seconds(2);
 }  // namespace
 
 PeerReduceStream::PeerReduceStream(const std::shared_ptr<grpc::Channel>& channel,
-                                   std::string endpoint, const std::string& auth_token)
+                                   std::string endpoint, const std::string& auth_token,
+                                   const std::string& sender)
     : endpoint_(std::move(endpoint)), stub_(pb::TensorGrid::NewStub(channel)) {
   PeerClient::Authorize(auth_token, &context_);
+  if (!sender.empty()) context_.AddMetadata(PeerPushes::kSenderKey, sender);
   stub_->async()->PeerReduceStream(&context_, this);
   // The peer never sends: this read completes when the call ends, whoever ends it.
   StartRead(&ignored_);
@@ -70,8 +72,7 @@ absl::Status PeerReduceStream::EndReasonLocked() const {
   // ended_ is set when a read or write fails, a moment before OnDone brings the peer's status:
   // answering in between would call a peer that refused a piece unreachable.
   mu_.AwaitWithTimeout(absl::Condition(&done_), kEndReasonWait);
-  if (!done_ || status_.ok())
-    return absl::UnavailableError(absl::StrCat("peer unreachable: ", endpoint_));
+  if (!done_ || status_.ok()) return PeerClient::Unreachable(endpoint_);
   return status_;
 }
 

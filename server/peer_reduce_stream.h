@@ -6,7 +6,9 @@
 // a time, from gRPC's threads. The peer sends nothing back: it ends the call only to refuse
 // a piece (a grant it did not make, a piece too large), and a transport failure ends it too;
 // either way every later Send and status() return why, as "peer unreachable: ENDPOINT" for
-// a transport failure (the details go to the log) or the peer's own error.
+// a transport failure (the details go to the log) or the peer's own error. The call carries
+// the sending session's key (PeerPushes::SenderKey), so that the peer drops the pieces it
+// holds from that session when told the session ended (PeerPushes::SenderEnded).
 // Thread-safe; the destructor cancels the call and waits for gRPC to be done with it.
 #ifndef TENSORGRID_SERVER_PEER_REDUCE_STREAM_H_
 #define TENSORGRID_SERVER_PEER_REDUCE_STREAM_H_
@@ -28,9 +30,10 @@ class PeerReduceStream final : public grpc::ClientBidiReactor<tensorgrid::v1::Pe
                                                               tensorgrid::v1::PeerReduceReply> {
  public:
   // Starts the call on `channel` to `endpoint` (the name errors carry), with `auth_token` as
-  // its bearer token unless empty (peers with --auth-token-file require this server's).
+  // its bearer token unless empty (peers with --auth-token-file require this server's), and
+  // `sender` as the sending session's key (PeerPushes::kSenderKey) unless empty.
   PeerReduceStream(const std::shared_ptr<grpc::Channel>& channel, std::string endpoint,
-                   const std::string& auth_token = "");
+                   const std::string& auth_token = "", const std::string& sender = "");
   ~PeerReduceStream() override;
 
   // Queues `piece`; the reason the call ended, if it has.

@@ -18,7 +18,8 @@ ReduceMailbox::~ReduceMailbox() {
   for (auto it = pieces_.begin(); it != pieces_.end();) EraseLocked(it++);
 }
 
-absl::Status ReduceMailbox::Put(PieceKey key, std::string data, absl::string_view what) {
+absl::Status ReduceMailbox::Put(PieceKey key, std::string data, absl::string_view what,
+                                std::string sender) {
   const size_t n = data.size();
   std::shared_ptr<GrantRecord> record;
   std::shared_ptr<MailboxAccount> account;
@@ -44,8 +45,16 @@ absl::Status ReduceMailbox::Put(PieceKey key, std::string data, absl::string_vie
                         "piece of %d bytes is refused",
                         what, unaccounted_, kMaxUnaccountedBytes, n));
   }
-  auto [it, inserted] =
-      pieces_.try_emplace(std::move(key), Piece{std::move(data), n, now, account});
+  // A piece of a sender whose end was told (it was on its way then) would wait for nobody.
+  if (!sender.empty() && ended_.contains(sender)) {
+    if (account != nullptr) account->Refund(n);
+    return absl::FailedPreconditionError(
+        absl::StrCat(what,
+                     ": the session that sent this piece has ended (its pieces here were "
+                     "dropped)"));
+  }
+  auto [it, inserted] = pieces_.try_emplace(
+      std::move(key), Piece{std::move(data), n, now, account, std::move(sender)});
   if (!inserted) {
     if (account != nullptr) account->Refund(n);
     return absl::AlreadyExistsError(absl::StrFormat("%s: collective %d step %d part %d came twice",
@@ -111,6 +120,28 @@ void ReduceMailbox::Drop(const std::string& grant, uint64_t collective) {
 void ReduceMailbox::Discard(const PieceKey& key) {
   absl::MutexLock lock(&mu_);
   if (auto it = pieces_.find(key); it != pieces_.end()) EraseLocked(it);
+}
+
+size_t ReduceMailbox::DropSender(absl::string_view sender) {
+  if (sender.empty()) return 0;
+  absl::MutexLock lock(&mu_);
+  if (ended_.emplace(sender).second) {
+    ended_order_.emplace_back(sender);
+    if (ended_order_.size() > kMaxEndedSenders) {
+      ended_.erase(ended_order_.front());
+      ended_order_.pop_front();
+    }
+  }
+  size_t dropped = 0;
+  for (auto it = pieces_.begin(); it != pieces_.end();) {
+    if (it->second.sender == sender) {
+      dropped += it->second.size;
+      EraseLocked(it++);
+    } else {
+      ++it;
+    }
+  }
+  return dropped;
 }
 
 void ReduceMailbox::Revoked(const std::string& grant) {

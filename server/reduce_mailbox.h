@@ -6,17 +6,22 @@
 // that session's memory limit and a cap of its own), so one tenant's pieces never crowd out
 // another's. A grant's pieces are dropped, uncharged, when it is revoked (the buffer freed,
 // the session ended); pieces nobody took (a collective that failed here) are dropped when it
-// ends and, failing that, after kStaleAfter. Thread-safe.
+// ends; a piece filed with the key of the session that sent it goes when that sender ends
+// (DropSender: a push or all-reduce piece nobody will take), and a piece of that sender that
+// comes later (it was on its way when the end was told) is refused; failing all that, after
+// kStaleAfter. Thread-safe.
 #ifndef TENSORGRID_SERVER_REDUCE_MAILBOX_H_
 #define TENSORGRID_SERVER_REDUCE_MAILBOX_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <tuple>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -50,6 +55,9 @@ class ReduceMailbox final : public RevokeListener {
   // (MailboxAccount::kMaxHeldBytes and the session's memory limit).
   static constexpr size_t kMaxUnaccountedBytes = size_t{512} << 20;
   static constexpr absl::Duration kStaleAfter = absl::Minutes(2);
+  // Ended senders remembered at most (their late pieces refused); past it the oldest is
+  // forgotten, and a piece of it still to come waits for kStaleAfter or its grant's end.
+  static constexpr size_t kMaxEndedSenders = 4096;
 
   // `grants` (may be null; else it must outlive the mailbox) names the grants pieces may be
   // put for and the accounts they are charged to; the mailbox listens for its revocations.
@@ -61,9 +69,11 @@ class ReduceMailbox final : public RevokeListener {
   // Files a piece. NOT_FOUND for a grant the table does not know (or revoked meanwhile);
   // RESOURCE_EXHAUSTED, naming the numbers, when the receiving session's account (or, with
   // no account, kMaxUnaccountedBytes) would pass its cap; ALREADY_EXISTS for a piece already
-  // held. `what` starts every message ("peer_reduce", "peer_deliver").
-  absl::Status Put(PieceKey key, std::string data, absl::string_view what = "peer_reduce")
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // held; FAILED_PRECONDITION for a piece of a sender that ended (DropSender). `what` starts
+  // every message ("peer_reduce", "peer_deliver"). `sender` (may be empty: unknown) names the
+  // session that sent the piece, for DropSender.
+  absl::Status Put(PieceKey key, std::string data, absl::string_view what = "peer_reduce",
+                   std::string sender = {}) ABSL_LOCKS_EXCLUDED(mu_);
   // Waits for the piece until `deadline`; every `poll` it calls `check`, and gives up with
   // its error (a peer known to be gone). DEADLINE_EXCEEDED names the wait.
   absl::StatusOr<std::string> Take(const PieceKey& key, absl::Time deadline, absl::Duration poll,
@@ -73,6 +83,10 @@ class ReduceMailbox final : public RevokeListener {
   void Drop(const std::string& grant, uint64_t collective) ABSL_LOCKS_EXCLUDED(mu_);
   // Drops one piece (a delivery refused whole after part of it was filed).
   void Discard(const PieceKey& key) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops, uncharged, every piece `sender` (not empty) sent that nobody took: the sending
+  // session ended, so nothing will await them; its pieces put later are refused. Returns the
+  // bytes dropped.
+  size_t DropSender(absl::string_view sender) ABSL_LOCKS_EXCLUDED(mu_);
   // RevokeListener: drops every piece of `grant`.
   void Revoked(const std::string& grant) override ABSL_LOCKS_EXCLUDED(mu_);
   size_t held_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -83,6 +97,7 @@ class ReduceMailbox final : public RevokeListener {
     size_t size = 0;  // what was charged (Take moves data out before the erase).
     absl::Time arrived;
     std::shared_ptr<MailboxAccount> account;  // null: counted in unaccounted_.
+    std::string sender;                       // empty: not known.
   };
   using Pieces = absl::flat_hash_map<PieceKey, Piece>;
   // Erases the piece at `it` (other iterators stay valid), giving its bytes back.
@@ -95,6 +110,9 @@ class ReduceMailbox final : public RevokeListener {
   size_t held_ ABSL_GUARDED_BY(mu_) = 0;
   size_t unaccounted_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_sweep_ ABSL_GUARDED_BY(mu_);
+  // Senders DropSender was told of, oldest first in ended_order_ (at most kMaxEndedSenders).
+  absl::flat_hash_set<std::string> ended_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> ended_order_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tg::server

@@ -2,7 +2,9 @@
 // at its deadline or with the check's error; pieces of a finished collective are dropped;
 // the held bytes are capped; a piece is never handed to another grant. With a grant table:
 // each piece is charged to the session that made its grant, one session's full account never
-// refuses another's pieces, and a revoked grant's pieces go at once, uncharged.
+// refuses another's pieces, and a revoked grant's pieces go at once, uncharged; an ended
+// sender's pieces go, uncharged, and nobody else's, and its pieces that come after are
+// refused uncharged (the last kMaxEndedSenders senders remembered).
 #include "server/reduce_mailbox.h"
 
 #include <atomic>
@@ -10,6 +12,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "backends/register_builtin.h"
 #include "core/registry.h"
 #include "gtest/gtest.h"
@@ -198,6 +201,84 @@ TEST(ReduceMailboxTest, OneSessionHoldsAtMostItsShare) {
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_EQ(filed, MailboxAccount::kMaxHeldBytes);
   EXPECT_EQ(t.held.load(), MailboxAccount::kMaxHeldBytes);
+}
+
+TEST(ReduceMailboxTest, AnEndedSendersPiecesGoUnchargedAndNobodyElses) {
+  GrantTable grants;
+  Metrics metrics;
+  ReduceMailbox box(&grants);
+  Tenant receiver(grants, 0, &metrics);
+  // Two sending sessions fill one receiver's mailbox; one piece came from a sender unknown.
+  ASSERT_TRUE(
+      box.Put(Key(receiver.grant, 0, 1), std::string(300, 'a'), "peer_deliver", "gone").ok());
+  ASSERT_TRUE(
+      box.Put(Key(receiver.grant, 0, 2), std::string(200, 'a'), "peer_deliver", "gone").ok());
+  ASSERT_TRUE(
+      box.Put(Key(receiver.grant, 0, 3), std::string(50, 'b'), "peer_deliver", "alive").ok());
+  ASSERT_TRUE(box.Put(Key(receiver.grant, 0, 4), std::string(7, 'c'), "peer_deliver").ok());
+  EXPECT_EQ(receiver.held.load(), 557u);
+  EXPECT_EQ(box.DropSender(""), 0u);  // "not known" names no sender.
+  EXPECT_EQ(box.DropSender("nobody"), 0u);
+  EXPECT_EQ(box.DropSender("gone"), 500u);
+  EXPECT_EQ(box.held_bytes(), 57u);
+  EXPECT_EQ(receiver.held.load(), 57u);
+  EXPECT_EQ(metrics.peer_mailbox_bytes(), 57.0);
+  EXPECT_EQ(box.DropSender("gone"), 0u);  // twice: nothing more, nothing refunded twice.
+  EXPECT_EQ(receiver.held.load(), 57u);
+  // The other pieces are still there for the receiver.
+  auto take = [&](uint32_t tag) {
+    return box.Take(Key(receiver.grant, 0, tag), absl::Now() + absl::Milliseconds(50),
+                    absl::Milliseconds(10), Fine);
+  };
+  EXPECT_EQ(take(1).status().code(), absl::StatusCode::kDeadlineExceeded);
+  absl::StatusOr<std::string> alive = take(3);
+  ASSERT_TRUE(alive.ok()) << alive.status();
+  EXPECT_EQ(*alive, std::string(50, 'b'));
+  ASSERT_TRUE(take(4).ok());
+  EXPECT_EQ(receiver.held.load(), 0u);
+}
+
+TEST(ReduceMailboxTest, AnEndedSendersLatePieceIsRefusedUncharged) {
+  GrantTable grants;
+  Metrics metrics;
+  ReduceMailbox box(&grants);
+  Tenant receiver(grants, 0, &metrics);
+  ASSERT_TRUE(
+      box.Put(Key(receiver.grant, 1, 0), std::string(100, 'a'), "peer_reduce", "gone").ok());
+  EXPECT_EQ(box.DropSender("gone"), 100u);
+  // A piece of the ended sender that was on its way when the end was told.
+  const absl::Status late =
+      box.Put(Key(receiver.grant, 1, 1), std::string(100, 'a'), "peer_reduce", "gone");
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition) << late;
+  EXPECT_TRUE(absl::StrContains(late.message(), "peer_reduce: the session that sent this piece"))
+      << late;
+  EXPECT_EQ(box.held_bytes(), 0u);
+  EXPECT_EQ(receiver.held.load(), 0u);
+  EXPECT_EQ(metrics.peer_mailbox_bytes(), 0.0);
+  // Other senders, and pieces of no known sender, are filed as before.
+  ASSERT_TRUE(box.Put(Key(receiver.grant, 1, 2), "abcd", "peer_reduce", "alive").ok());
+  ASSERT_TRUE(box.Put(Key(receiver.grant, 1, 3), "efgh").ok());
+  EXPECT_EQ(receiver.held.load(), 8u);
+}
+
+TEST(ReduceMailboxTest, EndedSendersAreRememberedUpToTheCap) {
+  ReduceMailbox box;
+  EXPECT_EQ(box.DropSender("first"), 0u);  // a sender that sent nothing here is remembered too.
+  for (size_t i = 1; i < ReduceMailbox::kMaxEndedSenders; ++i) {
+    box.DropSender(absl::StrCat("sender-", i));
+  }
+  // Exactly at the cap: "first" and the last are both still refused.
+  EXPECT_EQ(box.Put(Key("g", 1, 0), "abcd", "peer_reduce", "first").code(),
+            absl::StatusCode::kFailedPrecondition);
+  const std::string last = absl::StrCat("sender-", ReduceMailbox::kMaxEndedSenders - 1);
+  EXPECT_EQ(box.Put(Key("g", 1, 0), "abcd", "peer_reduce", last).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // One more: the oldest is forgotten, the rest stay.
+  box.DropSender("one-more");
+  EXPECT_TRUE(box.Put(Key("g", 1, 0), "abcd", "peer_reduce", "first").ok());
+  EXPECT_EQ(box.Put(Key("g", 1, 1), "abcd", "peer_reduce", "sender-1").code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(box.held_bytes(), 4u);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/lost_endpoint.h"
+
 namespace tg::server {
 
 namespace pb = ::tensorgrid::v1;
@@ -17,7 +19,7 @@ ReplySequencer::Group* ReplySequencer::Open(uint64_t request_id, bool batch, int
   const size_t count = batch ? static_cast<size_t>(std::max(n, 0)) : 1;
   group->replies.resize(count);
   group->missing = count;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   groups_.push_back(std::move(group));
   Group* raw = groups_.back().get();
   if (count == 0) SendReadyLocked();  // an empty batch is answered at once.
@@ -25,7 +27,7 @@ ReplySequencer::Group* ReplySequencer::Open(uint64_t request_id, bool batch, int
 }
 
 void ReplySequencer::Fill(Group* group, int i, pb::SessionReply reply) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   group->replies[i] = std::move(reply);
   --group->missing;
   SendReadyLocked();
@@ -39,7 +41,9 @@ void ReplySequencer::SendReadyLocked() {
         progress_->Advance(
             r.id(), r.code() == 0
                         ? absl::OkStatus()
-                        : absl::Status(static_cast<absl::StatusCode>(r.code()), r.message()));
+                        : WithLostEndpoint(
+                              absl::Status(static_cast<absl::StatusCode>(r.code()), r.message()),
+                              r.lost_endpoint()));
       }
     }
     if (ok_) ok_ = SendGroupLocked(*groups_.front());
@@ -68,12 +72,12 @@ bool ReplySequencer::SendGroupLocked(Group& group) {
 }
 
 void ReplySequencer::WaitSent() {
-  std::unique_lock<std::mutex> lock(mu_);
-  sent_.wait(lock, [&] { return groups_.empty(); });
+  MutexLock lock(&mu_);
+  sent_.wait(lock.native(), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return groups_.empty(); });
 }
 
 bool ReplySequencer::ok() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return ok_;
 }
 

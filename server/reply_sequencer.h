@@ -17,9 +17,10 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "core/mutex.h"
 #include "server/command_progress.h"
 #include "tensorgrid/v1/tensorgrid.pb.h"
 
@@ -48,24 +49,25 @@ class ReplySequencer {
   // Opens the replies of the next request: one plain reply (batch false, n 1), or the n
   // replies of a batch whose request id is `request_id` (n 0: one empty BatchReply). The
   // group stays valid until its last Fill.
-  Group* Open(uint64_t request_id, bool batch, int n);
+  Group* Open(uint64_t request_id, bool batch, int n) ABSL_LOCKS_EXCLUDED(mu_);
   // Files reply i of `group`, then sends every group at the front whose replies are all in.
-  void Fill(Group* group, int i, tensorgrid::v1::SessionReply reply);
+  void Fill(Group* group, int i, tensorgrid::v1::SessionReply reply) ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until every opened group has been sent, or dropped after a failed send.
-  void WaitSent();
+  void WaitSent() ABSL_LOCKS_EXCLUDED(mu_);
   // False once a send has failed: later replies are dropped.
-  bool ok() const;
+  bool ok() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void SendReadyLocked();
-  bool SendGroupLocked(Group& group);
+  void SendReadyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool SendGroupLocked(Group& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Send send_;
   CommandProgress* const progress_;
-  mutable std::mutex mu_;
+  // A std::mutex underneath, for the condition variable (core/mutex.h).
+  mutable Mutex mu_;
   std::condition_variable sent_;  // groups_ became shorter.
-  std::deque<std::unique_ptr<Group>> groups_;
-  bool ok_ = true;
+  std::deque<std::unique_ptr<Group>> groups_ ABSL_GUARDED_BY(mu_);
+  bool ok_ ABSL_GUARDED_BY(mu_) = true;
 };
 
 }  // namespace tg::server

@@ -1,7 +1,6 @@
 #include "server/service.h"
 
 #include <grpcpp/support/proto_buffer_reader.h>
-#include <openssl/crypto.h>
 
 #include <algorithm>
 #include <functional>
@@ -10,21 +9,19 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_replace.h"
-#include "absl/strings/strip.h"
 #include "core/op.h"
 #include "core/shape_rules.h"
 #include "core/status_macros.h"
-#include "proto/content_hash.h"
 #include "proto/protocol.h"
 #include "proto/upload_frame.h"
+#include "server/auth_policy.h"
 #include "server/blob_cache.h"
 #include "server/log.h"
 #include "server/memory_reservation.h"
 #include "server/metrics.h"
+#include "server/piece_region.h"
 #include "server/random_id.h"
 #include "server/reply_sequencer.h"
 #include "server/request_precheck.h"
@@ -45,22 +42,12 @@ constexpr uint64_t kRecycleShareOfHostMemory = 4;
 
 grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()),
+                      PeerClient::IdentityDetails(s));  // a lost peer, for the server calling.
 }
 
 grpc::Status Error(grpc::StatusCode code, std::string message) {
   return grpc::Status(code, std::move(message));
-}
-
-// The client's address as people write it: "ipv4:127.0.0.1:5432" becomes 127.0.0.1:5432,
-// "ipv6:%5B::1%5D:5432" becomes [::1]:5432.
-std::string PeerAddress(const grpc::ServerContextBase& context) {
-  const std::string full = context.peer();
-  absl::string_view peer = full;
-  for (absl::string_view scheme : {"ipv4:", "ipv6:"}) {
-    if (absl::ConsumePrefix(&peer, scheme)) break;
-  }
-  return absl::StrReplaceAll(peer, {{"%5B", "["}, {"%5D", "]"}});
 }
 
 // Ops for which `device` accepts a representative node (f32 sources of a small shape).
@@ -87,30 +74,6 @@ std::vector<uint32_t> SupportedOps(Device* device) {
   return ops;
 }
 
-// OK when the call carries `authorization: Bearer <expected>`.
-grpc::Status CheckBearerToken(const grpc::ServerContextBase& context, const std::string& expected) {
-  const auto& md = context.client_metadata();
-  auto it = md.find(rpc::kAuthMetadataKey);
-  if (it == md.end()) {
-    return Error(grpc::StatusCode::UNAUTHENTICATED,
-                 "missing bearer token: send metadata 'authorization: Bearer <token>'");
-  }
-  const absl::string_view value(it->second.data(), it->second.size());
-  constexpr absl::string_view kBearer = "Bearer ";
-  if (!absl::StartsWith(value, kBearer)) {
-    return Error(grpc::StatusCode::UNAUTHENTICATED,
-                 "malformed authorization metadata: expected 'Bearer <token>'");
-  }
-  const absl::string_view token = value.substr(kBearer.size());
-  // Compare digests in constant time: neither the length nor a prefix of the token leaks.
-  const rpc::Sha256Digest got = rpc::Sha256(token.data(), token.size());
-  const rpc::Sha256Digest want = rpc::Sha256(expected.data(), expected.size());
-  if (CRYPTO_memcmp(got.data(), want.data(), got.size()) != 0) {
-    return Error(grpc::StatusCode::PERMISSION_DENIED, "wrong bearer token");
-  }
-  return grpc::Status::OK;
-}
-
 // The peer client's options: the servers of a cluster share one token, which this server
 // sends on its peer calls.
 PeerClientOptions WithToken(PeerClientOptions peer, const std::string& token) {
@@ -123,11 +86,12 @@ PeerClientOptions WithToken(PeerClientOptions peer, const std::string& token) {
 TensorGridService::TensorGridService(ServiceOptions options)
     : options_(std::move(options)),
       server_id_(RandomHex(16)),
+      auth_(options_.auth_token, options_.peer.allowed),
       recycler_(
           std::make_shared<SessionBufferRecycler>(HostMemoryTotal() / kRecycleShareOfHostMemory)),
       peers_(WithToken(options_.peer, options_.auth_token)),
-      collectives_(&peers_, &grants_, options_.metrics),
-      pushes_(&peers_, &grants_, options_.metrics),
+      collectives_(&peers_, &grants_, options_.metrics, &pushes_),  // sender keys, for Run.
+      pushes_(&peers_, &grants_, options_.metrics, PeerPushes::kPieceWait, collectives_.mailbox()),
       watchdog_(options_.stream_idle_timeout) {
   for (Device* d : options_.devices) supported_ops_.push_back(SupportedOps(d));
   // gRPC owns method handlers and takes them as raw pointers.
@@ -152,48 +116,6 @@ size_t TensorGridService::active_sessions() const {
   return sessions_.size();
 }
 
-grpc::Status TensorGridService::CheckAuth(const grpc::ServerContextBase* context) const {
-  if (options_.auth_token.empty()) return grpc::Status::OK;
-  grpc::Status status = CheckBearerToken(*context, options_.auth_token);
-  if (!status.ok()) {
-    kServerLog.Warn("call refused",
-                    {{"peer", PeerAddress(*context)}, {"error", status.error_message()}});
-  }
-  return status;
-}
-
-grpc::Status TensorGridService::CheckPeerAuth(const grpc::ServerContextBase& context,
-                                              absl::string_view call) const {
-  grpc::Status status = grpc::Status::OK;
-  if (!options_.auth_token.empty()) {
-    status = CheckBearerToken(context, options_.auth_token);
-    // A client certificate the transport verified against --tls-client-ca is a peer's
-    // identity too (servers with --peer-tls-cert).
-    const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
-    if (!status.ok() && auth != nullptr && auth->IsPeerAuthenticated()) status = grpc::Status::OK;
-    if (!status.ok()) {
-      status = Error(status.error_code(),
-                     absl::StrCat(call, ": ", status.error_message(),
-                                  " (a peer server sends its own --auth-token-file, which the "
-                                  "servers of a cluster share, or a client certificate of this "
-                                  "server's --tls-client-ca: --peer-tls-cert)"));
-    }
-  }
-  if (status.ok()) {
-    if (absl::Status allowed = options_.peer.allowed.CheckCaller(PeerAddress(context));
-        !allowed.ok()) {
-      status =
-          Error(grpc::StatusCode::PERMISSION_DENIED, absl::StrCat(call, ": ", allowed.message()));
-    }
-  }
-  if (!status.ok()) {
-    kServerLog.Warn(
-        "peer call refused",
-        {{"peer", PeerAddress(context)}, {"call", call}, {"error", status.error_message()}});
-  }
-  return status;
-}
-
 std::shared_ptr<server::Session> TensorGridService::FindSession(const std::string& id) const {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
@@ -202,7 +124,7 @@ std::shared_ptr<server::Session> TensorGridService::FindSession(const std::strin
 
 grpc::Status TensorGridService::Hello(grpc::ServerContext* context, const pb::HelloRequest* request,
                                       pb::HelloReply* reply) {
-  if (grpc::Status s = CheckAuth(context); !s.ok()) return s;
+  if (grpc::Status s = auth_.Check(*context, "Hello"); !s.ok()) return s;
   const uint64_t fingerprint = OpTableFingerprint();
   if (request->protocol_version() != rpc::kProtocolVersion ||
       request->op_table_fingerprint() != fingerprint) {
@@ -234,14 +156,10 @@ grpc::Status TensorGridService::Hello(grpc::ServerContext* context, const pb::He
     info->set_name(std::string(d->name()));
     info->set_description(std::string(d->description()));
     info->set_type(std::string(DeviceTypeName(d->type())));
-    DeviceMemory mem = d->memory();
+    // A CPU device's memory is what this process may use: its container's limit where that
+    // is less than the host's (core/host_memory.h).
+    const DeviceMemory mem = d->memory();
     BufferType* bt = d->default_buffer_type();
-    if (bt->is_host()) {
-      // Host memory is what this process may use: its container's limit where that is less
-      // than the host's (server/container_memory.h).
-      mem.total = HostMemoryTotal();
-      mem.free = HostMemoryAvailable();
-    }
     // Memory kept for reuse is free to the next session (a client splits layers by it).
     uint64_t free = std::min<uint64_t>(mem.total, mem.free + recycler_->kept_bytes(bt));
     // Nor can sessions take more than what the server budget has left.
@@ -264,7 +182,7 @@ grpc::Status TensorGridService::Hello(grpc::ServerContext* context, const pb::He
 grpc::Status TensorGridService::SessionRaw(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<pb::SessionReply, grpc::ByteBuffer>* stream) {
-  if (grpc::Status s = CheckAuth(context); !s.ok()) return s;
+  if (grpc::Status s = auth_.Check(*context, "Session"); !s.ok()) return s;
   const std::string id = RandomHex(16);
   SessionEnv env;
   env.devices = options_.devices;
@@ -403,20 +321,27 @@ grpc::Status CheckFillPieces(const pb::FillPiecesRequest& request) {
   uint64_t total = 0;
   for (int i = 0; i < request.pieces_size(); ++i) {
     const pb::UploadHeader& piece = request.pieces(i);
-    if (piece.size() > rpc::kMaxFillBytes - total) {
+    // A region costs the piece the server reads and spans its rows in the buffer.
+    server::RegionExtent extent{piece.size(), piece.size()};
+    if (piece.has_region()) {
+      absl::StatusOr<server::RegionExtent> region = server::CheckPieceRegion(piece);
+      if (!region.ok()) return ToGrpc(region.status());
+      extent = *region;
+    }
+    if (extent.read > rpc::kMaxFillBytes - total) {
       return Error(grpc::StatusCode::INVALID_ARGUMENT,
                    absl::StrFormat("fill: piece %d of %d bytes takes the call past %d bytes, the "
                                    "most one FillPieces may fill; offer them in several calls",
-                                   i, piece.size(), rpc::kMaxFillBytes));
+                                   i, extent.read, rpc::kMaxFillBytes));
     }
-    total += piece.size();
-    if (piece.size() == 0) continue;
-    if (piece.offset() > UINT64_MAX - piece.size()) {
+    total += extent.read;
+    if (extent.span == 0) continue;
+    if (piece.offset() > UINT64_MAX - extent.span) {
       return Error(grpc::StatusCode::INVALID_ARGUMENT,
                    absl::StrFormat("fill: piece %d: offset %d + size %d overflows", i,
-                                   piece.offset(), piece.size()));
+                                   piece.offset(), extent.span));
     }
-    extents.push_back({piece.buffer(), piece.offset(), piece.offset() + piece.size(), i});
+    extents.push_back({piece.buffer(), piece.offset(), piece.offset() + extent.span, i});
   }
   std::sort(extents.begin(), extents.end(), [](const Extent& a, const Extent& b) {
     return std::tie(a.buffer, a.offset, a.index) < std::tie(b.buffer, b.offset, b.index);
@@ -578,7 +503,7 @@ class RefusedStream final : public grpc::ServerBidiReactor<Request, Reply> {
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, pb::UploadReply>* TensorGridService::UploadReactor(
     grpc::CallbackServerContext* context) {
-  if (grpc::Status s = CheckAuth(context); !s.ok()) {
+  if (grpc::Status s = auth_.Check(*context, "Upload"); !s.ok()) {
     return new RefusedStream<grpc::ByteBuffer, pb::UploadReply>(std::move(s));
   }
   auto stream = std::make_shared<UploadStream>(
@@ -590,7 +515,7 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, pb::UploadReply>* TensorGridService::U
 grpc::Status TensorGridService::FillPieces(grpc::ServerContext* context,
                                            const pb::FillPiecesRequest* request,
                                            pb::FillPiecesReply* reply) {
-  if (grpc::Status s = CheckAuth(context); !s.ok()) return s;
+  if (grpc::Status s = auth_.Check(*context, "FillPieces"); !s.ok()) return s;
   if (static_cast<size_t>(request->pieces_size()) > rpc::kMaxFillPieces) {
     return Error(grpc::StatusCode::INVALID_ARGUMENT,
                  absl::StrFormat("fill: %d pieces in one call, more than %d; offer them in "
@@ -608,6 +533,18 @@ grpc::Status TensorGridService::FillPieces(grpc::ServerContext* context,
                    absl::StrFormat("fill: piece %d has no sha256; send its bytes with Upload", i));
     }
     if (context->IsCancelled()) return Error(grpc::StatusCode::CANCELLED, "cancelled");
+    if (piece.has_region()) {  // rows of a piece (server/piece_region.h).
+      pb::UploadReply* result = reply->add_results();
+      pb::UploadSource source = pb::UPLOAD_SOURCE_NETWORK;
+      absl::StatusOr<bool> filled = server::FillPieceRegion(
+          *session, piece, options_.cache, options_.metrics, options_.models, &source);
+      if (!filled.ok()) return ToGrpc(filled.status());
+      result->set_have_it(*filled);
+      result->set_send(!*filled);
+      if (*filled) result->set_source(source);
+      if (*filled) result->set_received(piece.size());
+      continue;
+    }
     // What an Upload of this header would do before it asks for the bytes.
     absl::StatusOr<std::unique_ptr<UploadSink>> sink =
         UploadSink::Start(session, piece, options_.cache, options_.metrics, options_.models);
@@ -711,7 +648,7 @@ grpc::Status DownloadRange(const std::weak_ptr<SessionBuffer>& weak, uint64_t ha
 grpc::Status TensorGridService::Download(grpc::ServerContext* context,
                                          const pb::DownloadRequest* request,
                                          grpc::ServerWriter<pb::DataChunk>* writer) {
-  if (grpc::Status s = CheckAuth(context); !s.ok()) return s;
+  if (grpc::Status s = auth_.Check(*context, "Download"); !s.ok()) return s;
   const pb::Range& range = request->range();
   std::weak_ptr<SessionBuffer> buffer;
   auto stream = std::make_shared<DownloadStream>(context);
@@ -742,7 +679,7 @@ grpc::Status TensorGridService::PeerCopy(grpc::ServerContext* context,
                                          grpc::ServerWriter<pb::DataChunk>* writer) {
   // A peer server's call: its token or certificate, from an allowed address; then the grant
   // names the buffer.
-  if (grpc::Status s = CheckPeerAuth(*context, "peer copy"); !s.ok()) return s;
+  if (grpc::Status s = auth_.Check(*context, "PeerCopy"); !s.ok()) return s;
   std::shared_ptr<SessionBuffer> buf = grants_.Find(request->grant());
   if (buf == nullptr) {
     return Error(grpc::StatusCode::NOT_FOUND, "peer copy: unknown or revoked grant");
@@ -766,8 +703,9 @@ grpc::Status TensorGridService::PeerCopy(grpc::ServerContext* context,
 grpc::Status TensorGridService::PeerReduce(grpc::ServerContext* context,
                                            const pb::PeerReduceRequest* request,
                                            pb::PeerReduceReply* reply) {
-  if (grpc::Status s = CheckPeerAuth(*context, "peer_reduce"); !s.ok()) return s;
-  return ToGrpc(collectives_.Receive(*request));
+  if (grpc::Status s = auth_.Check(*context, "PeerReduce"); !s.ok()) return s;
+  return ToGrpc(
+      collectives_.Receive(*request, PeerPushes::SenderIn(*context, PeerPushes::kSenderKey)));
 }
 
 namespace {
@@ -777,17 +715,21 @@ namespace {
 class ReduceStreamReactor final
     : public grpc::ServerBidiReactor<pb::PeerReduceRequest, pb::PeerReduceReply> {
  public:
-  explicit ReduceStreamReactor(CollectiveRunner* runner) : runner_(runner) { StartRead(&piece_); }
+  ReduceStreamReactor(CollectiveRunner* runner, std::string sender)
+      : runner_(runner), sender_(std::move(sender)) {
+    StartRead(&piece_);
+  }
 
  private:
   void OnReadDone(bool ok) override {
     if (!ok) return Finish(grpc::Status::OK);  // the sender closed or cancelled it.
-    if (absl::Status s = runner_->Receive(piece_); !s.ok()) return Finish(ToGrpc(s));
+    if (absl::Status s = runner_->Receive(piece_, sender_); !s.ok()) return Finish(ToGrpc(s));
     StartRead(&piece_);
   }
   void OnDone() override { delete this; }
 
   CollectiveRunner* const runner_;
+  const std::string sender_;  // the sending session's key (PeerPushes::kSenderKey).
   pb::PeerReduceRequest piece_;
 };
 
@@ -795,17 +737,18 @@ class ReduceStreamReactor final
 
 grpc::ServerBidiReactor<pb::PeerReduceRequest, pb::PeerReduceReply>*
 TensorGridService::PeerReduceStream(grpc::CallbackServerContext* context) {
-  if (grpc::Status s = CheckPeerAuth(*context, "peer_reduce"); !s.ok()) {
+  if (grpc::Status s = auth_.Check(*context, "PeerReduceStream"); !s.ok()) {
     return new RefusedStream<pb::PeerReduceRequest, pb::PeerReduceReply>(std::move(s));
   }
-  return new ReduceStreamReactor(&collectives_);
+  return new ReduceStreamReactor(&collectives_,
+                                 PeerPushes::SenderIn(*context, PeerPushes::kSenderKey));
 }
 
 grpc::Status TensorGridService::PeerDeliver(grpc::ServerContext* context,
                                             const pb::PeerDeliverRequest* request,
                                             pb::PeerDeliverReply* reply) {
-  if (grpc::Status s = CheckPeerAuth(*context, "peer_deliver"); !s.ok()) return s;
-  return ToGrpc(pushes_.Receive(*request));
+  if (grpc::Status s = auth_.Check(*context, "PeerDeliver"); !s.ok()) return s;
+  return ToGrpc(pushes_.Receive(*context, *request));
 }
 
 }  // namespace tg::server

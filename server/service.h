@@ -2,8 +2,9 @@
 // PeerReduceStream, which use the callback API so that an idle stream holds no thread). Owns the
 // server-wide session table and grant table; Session streams create and destroy Sessions, Upload,
 // FillPieces and Download reach into them by session id, PeerCopy serves grants to other servers.
-// The peer calls (PeerCopy, PeerDeliver, PeerReduce, PeerReduceStream) are taken only from
-// authenticated peers at allowed addresses (CheckPeerAuth).
+// Every method first asks the auth table who may call it (server/auth_policy.h): clients with
+// the bearer token, or, for the peer calls (PeerCopy, PeerDeliver, PeerReduce,
+// PeerReduceStream), authenticated peers at allowed addresses.
 // Thread-safe (gRPC calls every method from its own threads).
 #ifndef TENSORGRID_SERVER_SERVICE_H_
 #define TENSORGRID_SERVER_SERVICE_H_
@@ -19,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/backend.h"
+#include "server/auth_policy.h"
 #include "server/collective_runner.h"
 #include "server/grant_table.h"
 #include "server/peer_client.h"
@@ -99,17 +101,12 @@ class TensorGridService final
   GrantTable& grants() { return grants_; }
 
  private:
-  grpc::Status CheckAuth(const grpc::ServerContextBase* context) const;
-  // The check of every peer call (PeerCopy, PeerDeliver, PeerReduce, PeerReduceStream): the
-  // bearer token when the server has one, or a client certificate the transport verified
-  // (--tls-client-ca), else UNAUTHENTICATED (PERMISSION_DENIED for a wrong token); then the
-  // caller's address must be one --peers allows, else PERMISSION_DENIED. Refusals are logged.
-  grpc::Status CheckPeerAuth(const grpc::ServerContextBase& context, absl::string_view call) const;
   std::shared_ptr<server::Session> FindSession(const std::string& id) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
   const ServiceOptions options_;
   const std::string server_id_;
+  const AuthPolicy auth_;  // who may call each method; every handler asks it first.
   std::vector<std::vector<uint32_t>> supported_ops_;  // per device.
   // Freed weight buffers kept for the next session's load (SessionBufferRecycler).
   const std::shared_ptr<SessionBufferRecycler> recycler_;

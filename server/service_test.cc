@@ -895,6 +895,7 @@ TEST_F(ServiceTest, PeerPullWaitsAtTheSourceForItsCommand) {
   reply = dst.Call(pull_after(3, 5));
   EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
   EXPECT_TRUE(absl::StrContains(reply.message(), "source command 5 failed")) << reply.message();
+  EXPECT_EQ(reply.lost_endpoint(), "");  // no server was lost.
   // A pull waiting for a command that never comes ends when the source session does.
   std::thread closer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -911,6 +912,52 @@ pb::SessionRequest GrantRequest(uint64_t id, uint64_t buffer) {
   g.set_id(id);
   g.mutable_grant_peer_read()->set_buffer(buffer);
   return g;
+}
+
+// Which server is lost travels typed (SessionReply.lost_endpoint) from the server that lost
+// it, and from server to server: the source's command fails because the source cannot reach
+// a third server, and a pull waiting for that command, on this server, names the third one,
+// not the source it pulled from (which answered: it is alive).
+TEST_F(ServiceTest, APeerLostBehindThePeerPulledFromIsTheOneNamed) {
+  StartServer();
+  auto source = StartPeerServer();
+  ASSERT_TRUE(source.ok()) << source.status();
+  auto third = StartPeerServer();
+  ASSERT_TRUE(third.ok()) << third.status();
+  const std::string lost = (*third)->address();
+  third->reset();  // gone: its port refuses.
+  auto source_stub = Connect((*source)->address());
+  SessionStream src(source_stub.get(), "");
+  SessionStream dst(stub_.get(), "");
+  constexpr uint64_t kBytes = 64;
+  const uint64_t hs = src.Call(AllocRequest(1, 0, kBytes)).alloc_buffer().buffer();
+  const std::string grant = src.Call(GrantRequest(2, hs)).grant().grant();
+  const uint64_t hd = dst.Call(AllocRequest(1, 0, kBytes)).alloc_buffer().buffer();
+  pb::SessionRequest from_lost;
+  from_lost.set_id(3);
+  from_lost.mutable_peer_pull()->set_endpoint(lost);
+  from_lost.mutable_peer_pull()->set_grant("the lost server's grant");
+  from_lost.mutable_peer_pull()->set_size(kBytes);
+  from_lost.mutable_peer_pull()->set_dst_buffer(hs);
+  pb::SessionReply reply = src.Call(from_lost);
+  EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kUnavailable)) << reply.message();
+  EXPECT_EQ(reply.message(), "peer unreachable: " + lost);
+  EXPECT_EQ(reply.lost_endpoint(), lost);
+
+  pb::SessionRequest after;
+  after.set_id(2);
+  after.mutable_peer_pull()->set_endpoint((*source)->address());
+  after.mutable_peer_pull()->set_grant(grant);
+  after.mutable_peer_pull()->set_size(kBytes);
+  after.mutable_peer_pull()->set_dst_buffer(hd);
+  after.mutable_peer_pull()->set_after(3);
+  reply = dst.Call(after);
+  EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kFailedPrecondition))
+      << reply.message();
+  EXPECT_EQ(reply.message(), absl::StrCat("peer_pull from ", (*source)->address(),
+                                          ": source command 3 failed: peer unreachable: ", lost));
+  EXPECT_EQ(reply.lost_endpoint(), lost);
+  ExpectHealthy();
 }
 
 pb::SessionRequest PushRequest(uint64_t id, const std::string& endpoint, uint64_t buffer,
@@ -1016,6 +1063,7 @@ TEST_F(ServiceTest, PeerPushAndAwaitFailWhenThePeerIsGone) {
   killer.join();
   EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kUnavailable)) << reply.message();
   EXPECT_TRUE(absl::StrContains(reply.message(), "peer unreachable: " + gone)) << reply.message();
+  EXPECT_EQ(reply.lost_endpoint(), gone);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   // The next await on that buffer (a step queued behind) fails at once, with the reason.
   const auto again = std::chrono::steady_clock::now();
@@ -1122,6 +1170,68 @@ TEST_F(ServiceTest, SixteenConcurrentSessionsThenNothingHeld) {
   EXPECT_NE(text.find("\ntg_sessions_total 16\n"), std::string::npos);
   EXPECT_NE(text.find("tg_compute_total 48"), std::string::npos);
   EXPECT_NE(text.find("tg_requests_total{code=\"OK\"}"), std::string::npos);
+  ExpectHealthy();
+}
+
+// FillPieces with a region (protocol minor 10): the header names a whole cached piece (proof
+// over all of it) and the server writes only the region's rows, where a naive copy puts them;
+// without the proof nothing is written; a region that is not rows of the piece, or whose
+// rows would overlap another piece's in the call, is INVALID_ARGUMENT.
+TEST_F(ServiceTest, FillPiecesWritesRowsOfAPieceItHas) {
+  StartServer();
+  SessionStream s(stub_.get(), "");
+  const size_t n = 64 << 10;
+  const std::string piece = RandomBytes(n, 21);
+  const uint64_t h = s.Call(AllocRequest(1, 0, 2 * n)).alloc_buffer().buffer();
+  ASSERT_TRUE(Upload(stub_.get(), "", s.id(), h, n, piece, true).status.ok());  // now cached.
+  auto region = [&](uint64_t at, uint64_t offset, uint64_t row, uint64_t rows, uint64_t stride,
+                    uint64_t buffer_stride, bool prove = true) {
+    pb::UploadHeader p = Piece(h, at, piece, "", prove ? s.id() : "");
+    p.set_size(rows * row);
+    pb::PieceRegion* r = p.mutable_region();
+    r->set_piece_size(n);
+    r->set_offset(offset);
+    r->set_row_size(row);
+    r->set_rows(rows);
+    r->set_stride(stride);
+    r->set_buffer_stride(buffer_stride);
+    return p;
+  };
+  pb::FillPiecesReply reply;
+  ASSERT_TRUE(FillPieces(stub_.get(), "", s.id(),
+                         {region(0, 50, 100, 8, 1000, 200), region(4096, 7, 3000, 1, 0, 0, false)},
+                         &reply)
+                  .ok());
+  ASSERT_EQ(reply.results_size(), 2);
+  EXPECT_TRUE(reply.results(0).have_it());
+  EXPECT_EQ(reply.results(0).source(), pb::UPLOAD_SOURCE_CACHE);
+  EXPECT_EQ(reply.results(0).received(), 800u);
+  EXPECT_TRUE(reply.results(1).send());  // no proof.
+  std::string want(8 * 200, '\0');
+  for (size_t i = 0; i < 8; ++i) want.replace(i * 200, 100, piece.substr(50 + i * 1000, 100));
+  grpc::Status st;
+  EXPECT_TRUE(Download(stub_.get(), "", s.id(), h, 0, want.size(), &st) == want);
+  EXPECT_TRUE(Download(stub_.get(), "", s.id(), h, 4096, 3000, &st) == std::string(3000, '\0'));
+  EXPECT_EQ(server_->metrics().cache_hit_bytes(), 800u);
+  for (const pb::UploadHeader& bad :
+       {region(0, 0, 100, 8, 50, 200), region(0, n - 50, 100, 1, 0, 0),
+        region(0, 0, 100, 8, 1000, 200 + 1, true), [&] {
+          pb::UploadHeader p = region(0, 0, 100, 2, 1000, 200);
+          p.set_size(100);
+          return p;
+        }()}) {
+    pb::FillPiecesReply r;
+    if (bad.region().buffer_stride() == 201) {
+      // Spans overlapping another region's in the same call.
+      EXPECT_EQ(
+          FillPieces(stub_.get(), "", s.id(), {bad, region(300, 0, 100, 1, 0, 0)}, &r).error_code(),
+          grpc::StatusCode::INVALID_ARGUMENT);
+      continue;
+    }
+    EXPECT_EQ(FillPieces(stub_.get(), "", s.id(), {bad}, &r).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT)
+        << bad.DebugString();
+  }
   ExpectHealthy();
 }
 

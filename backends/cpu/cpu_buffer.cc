@@ -7,6 +7,23 @@
 #include "absl/strings/str_format.h"
 
 namespace tg::cpu {
+namespace {
+
+absl::Status ReadOnly(const Tensor& t) {
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "CPU: tensor '%s' lies in read-only host memory (a mapped file); it cannot be written",
+      t.name));
+}
+
+// GetTensor of host memory: the checks, then a memcpy.
+absl::Status ReadHostTensor(const Tensor* t, void* data, size_t offset, size_t size) {
+  if (absl::Status s = CheckTensorRange(*t, offset, size); !s.ok()) return s;
+  if (size == 0) return absl::OkStatus();
+  std::memcpy(data, static_cast<const uint8_t*>(t->data) + offset, size);
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Buffer>> CpuBufferType::Allocate(size_t size) {
   // Rounding a size this close to SIZE_MAX up would wrap to a small (or no) allocation
@@ -24,6 +41,15 @@ absl::StatusOr<std::unique_ptr<Buffer>> CpuBufferType::Allocate(size_t size) {
   return std::make_unique<CpuBuffer>(this, data, size);
 }
 
+absl::StatusOr<std::unique_ptr<Buffer>> CpuMappedBufferType::FromHostPtr(const void* data,
+                                                                         size_t size) {
+  if (reinterpret_cast<uintptr_t>(data) % kCpuMappedAlignment != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CPU: host memory at %p is not %d-byte aligned", data, kCpuMappedAlignment));
+  }
+  return std::make_unique<CpuMappedBuffer>(this, data, size);
+}
+
 CpuBuffer::~CpuBuffer() { std::free(base()); }
 
 absl::Status CpuBuffer::SetTensor(Tensor* t, const void* data, size_t offset, size_t size) {
@@ -34,10 +60,7 @@ absl::Status CpuBuffer::SetTensor(Tensor* t, const void* data, size_t offset, si
 }
 
 absl::Status CpuBuffer::GetTensor(const Tensor* t, void* data, size_t offset, size_t size) {
-  if (absl::Status s = CheckTensorRange(*t, offset, size); !s.ok()) return s;
-  if (size == 0) return absl::OkStatus();
-  std::memcpy(data, static_cast<const uint8_t*>(t->data) + offset, size);
-  return absl::OkStatus();
+  return ReadHostTensor(t, data, offset, size);
 }
 
 absl::Status CpuBuffer::MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) {
@@ -60,6 +83,30 @@ absl::Status CpuBuffer::CopyFrom(const Tensor* src, Tensor* dst) {
 absl::Status CpuBuffer::Clear(uint8_t value) {
   if (base() != nullptr) std::memset(base(), value, size());
   return absl::OkStatus();
+}
+
+absl::Status CpuMappedBuffer::SetTensor(Tensor* t, const void* data, size_t offset, size_t size) {
+  if (absl::Status s = CheckTensorRange(*t, offset, size); !s.ok()) return s;
+  return size == 0 ? absl::OkStatus() : ReadOnly(*t);
+}
+
+absl::Status CpuMappedBuffer::GetTensor(const Tensor* t, void* data, size_t offset, size_t size) {
+  return ReadHostTensor(t, data, offset, size);
+}
+
+absl::Status CpuMappedBuffer::MemsetTensor(Tensor* t, uint8_t value, size_t offset, size_t size) {
+  if (absl::Status s = CheckTensorRange(*t, offset, size); !s.ok()) return s;
+  return size == 0 ? absl::OkStatus() : ReadOnly(*t);
+}
+
+absl::Status CpuMappedBuffer::SetTensor2D(Tensor* t, const void* data, const StridedRange& r) {
+  if (absl::Status s = CheckTensorRange2D(*t, r); !s.ok()) return s;
+  return r.n_rows == 0 || r.row_size == 0 ? absl::OkStatus() : ReadOnly(*t);
+}
+
+absl::Status CpuMappedBuffer::Clear(uint8_t value) {
+  return absl::FailedPreconditionError(
+      "CPU: a buffer over read-only host memory (a mapped file) cannot be cleared");
 }
 
 }  // namespace tg::cpu

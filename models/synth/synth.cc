@@ -15,7 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
-#include "models/gguf_writer.h"
+#include "gguf/gguf_writer.h"
 #include "models/synth/synth_mix.h"
 #include "models/synth/synth_vocab.h"
 #include "models/synth/synth_weights.h"

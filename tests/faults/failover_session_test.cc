@@ -27,6 +27,7 @@
 #include "client/connection.h"
 #include "client/remote_buffer.h"
 #include "client/remote_device.h"
+#include "core/lost_endpoint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/failover_model.h"
@@ -322,8 +323,8 @@ TEST_F(FailoverSessionTest, AServerLeftThatStillOwesAnErrorAboutTheLostOneTakesT
   pull.mutable_peer_pull()->set_dst_buffer(static_cast<rpc::RemoteBuffer*>(buffer.get())->handle());
   ASSERT_TRUE(families_[1]->connection()->Post(std::move(pull)).ok());
   buffer.reset();
-  const absl::StatusOr<FailoverEvent> event =
-      model->Recover(absl::UnavailableError(absl::StrCat("rpc-server ", Endpoint(0), " is gone")));
+  const absl::StatusOr<FailoverEvent> event = model->Recover(WithLostEndpoint(
+      absl::UnavailableError(absl::StrCat("rpc-server ", Endpoint(0), " is gone")), Endpoint(0)));
   ASSERT_TRUE(event.ok()) << event.status();
   EXPECT_EQ(event->server, Endpoint(0));
   EXPECT_THAT(event->plan.devices, ::testing::ElementsAre(remotes_[1]));

@@ -1,11 +1,18 @@
 // libFuzzer entry point for the GGUF parser: any byte string must parse to a valid GgufFile
 // or fail with a status, and a file that parses must be safe to use through every accessor.
+// Read with pread the way rpc-server's --model-dir reads (through a small window, keeping no
+// metadata), the same bytes must end the same way, with the same tensor extents.
 // Built as a libFuzzer binary (clang, TG_FUZZ=ON) or linked into gguf_fuzz_replay.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 
-#include "models/gguf_file.h"
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_reader.h"
+#include "gguf/gguf_tensor_extents.h"
 
 namespace {
 
@@ -44,10 +51,30 @@ uint64_t TouchTensors(const tg::GgufFile& f) {
   return sum;
 }
 
+// The same bytes read with pread from a memfd: the same status, the same extents.
+void CompareWithPread(const uint8_t* data, size_t size,
+                      const absl::StatusOr<std::unique_ptr<tg::GgufFile>>& mem) {
+  static const int fd = memfd_create("gguf_fuzz", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, 0) != 0) std::abort();
+  if (size > 0 && pwrite(fd, data, size, 0) != static_cast<ssize_t>(size)) std::abort();
+  tg::GgufPreadReader reader(fd, size, "<memory>", 7);
+  absl::StatusOr<std::unique_ptr<tg::GgufFile>> pread =
+      tg::GgufFile::Read(reader, "<memory>", {.keep_metadata = false});
+  if (pread.status() != mem.status()) std::abort();
+  if (!mem.ok()) return;
+  const tg::GgufTensorExtents a = tg::TensorExtentsOf(**mem);
+  const tg::GgufTensorExtents b = tg::TensorExtentsOf(**pread);
+  if (a.data_start != b.data_start || a.tensors != b.tensors) std::abort();
+  for (const tg::GgufTensorInfo& t : (*pread)->tensors()) {
+    if (t.data != nullptr) std::abort();  // nothing to point into.
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<std::unique_ptr<tg::GgufFile>> f = tg::GgufFile::FromBytes({data, size});
+  CompareWithPread(data, size, f);
   if (!f.ok()) return 0;
   const tg::GgufFile& g = **f;
   const uint8_t* end = g.bytes().data() + g.bytes().size();

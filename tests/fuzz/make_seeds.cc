@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
-#include "models/gguf_file.h"
-#include "models/gguf_writer.h"
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
 
 namespace {
 

@@ -12,24 +12,35 @@ alloc_past_budget   1 GiB cgroup, default flags: Hello reports at most 1 GiB; Al
                     gives local's tokens.
 sessions_in_cgroup  1.5 GiB cgroup, --mem-reserve 200M (budget 1336 MiB): 8 sessions each take
                     200 MiB and write all of it (resident: RSS checked); the first six get it,
-                    the 7th and 8th are refused naming the budget; no OOM kill; once they
-                    close, tg_mem_held_bytes is back to its baseline within 5 s.
+                    the 7th and 8th are refused naming the budget; no OOM kill.
 model_too_big       --mem-budget 512K, below what the model needs: tg-run fails with an error
                     naming the server's endpoint, the bytes asked and the budget; the server
                     lives.
+model_too_big_for_pod  a synthetic ~320 MB model (tg-gguf synth, in the test's temp dir)
+                    against a server in a 256 MiB cgroup with default flags (its budget from
+                    the cgroup alone): tg-run fails naming the server (host:port), the bytes
+                    asked and the budget; no OOM kill, the server lives and serves a model
+                    that fits.
 zero_byte_buffers   300000 AllocBuffer of 0 bytes in one session (batches of 4096): 65536
                     granted, the rest refused naming the count, the cap and
                     --max-buffers-per-session; RSS bounded; all freed when the session ends.
+Every case with an attacker session runs an honest tg-run beside it (hostile.Honest: one
+device, -sm layer and -sm tensor with a partner server outside the cgroup; the local tokens,
+within 2x the slower calm run) and, once the attacker's sessions end, wants every counter back
+to its baseline within 5 s (hostile.Baseline: sessions, buffers, bytes, mailbox, threads).
 Exit 0 pass, 1 fail, 77 skipped (no model, no grpcio, no writable memory cgroup).
 """
+import argparse
 import os
+import re
+import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402
-from hostile import GIB, MIB, Client, Failures, proc_stats, start_server, wait_for  # noqa: E402
+from hostile import GIB, MIB, Client, Failures, proc_stats, start_server  # noqa: E402
 
 RESOURCE_EXHAUSTED = 8
 
@@ -41,7 +52,11 @@ def budget_refusal(msg):
 def alloc_past_budget(args, f, workdir):
     with hostile.skip_unless_cgroup(GIB) as cg:
         srv = start_server(args, workdir, prefix=cg.prefix)
+        partner = start_server(args, workdir, index=1)  # outside the cgroup.
         try:
+            honest = hostile.Honest(args, srv, partner)
+            honest.calm(f)
+            baseline = hostile.Baseline(srv)
             with Client(srv.endpoint) as c:
                 hello = c.hello()
                 dev = hello.devices[0]
@@ -85,27 +100,31 @@ def alloc_past_budget(args, f, workdir):
                     f.check(codes == {RESOURCE_EXHAUSTED}, "the refusals should be "
                             "RESOURCE_EXHAUSTED")
                     f.check(rss >= rss0 + granted * 0.95, "the granted memory is not resident")
+                    # What the attackers left of the budget serves an honest client.
+                    honest.beside(f, "two sessions holding the budget")
             f.check(srv.proc.poll() is None, "the server died")
             f.check(cg.oom_kills() == 0, f"{cg.oom_kills()} OOM kills in the cgroup")
-            remote, took, err = hostile.tg_run(args, rpc=[srv.endpoint])
-            local, _, _ = hostile.tg_run(args)
-            print(f"tg-run over the server: {took:.1f} s")
-            f.check(remote is not None and remote == local,
-                    f"tg-run over the server differs from local: {err[-800:]}")
+            f.check(baseline.restored(), "counters not back to their baseline within 5 s of the "
+                                         "attackers' sessions closing")
+            honest.calm(f)
+            honest.check(f)
             f.check(srv.proc.poll() is None and cg.oom_kills() == 0, "the server died after all")
         finally:
             srv.stop()
+            partner.stop()
 
 
 def sessions_in_cgroup(args, f, workdir):
     with hostile.skip_unless_cgroup(1536 * MIB) as cg:
         srv = start_server(args, workdir, prefix=cg.prefix, extra=["--mem-reserve", "200M"])
+        partner = start_server(args, workdir, index=1)  # outside the cgroup.
         sessions = []
         try:
-            baseline = srv.metrics().get("tg_mem_held_bytes", -1)
+            honest = hostile.Honest(args, srv, partner)
+            honest.calm(f)
+            baseline = hostile.Baseline(srv)
             rss0 = proc_stats(srv.proc.pid)["rss"]
-            print(f"baseline: tg_mem_held_bytes {baseline:.0f}, "
-                  f"tg_mem_budget_bytes {srv.metrics().get('tg_mem_budget_bytes', 0):.0f}, "
+            print(f"tg_mem_budget_bytes {srv.metrics().get('tg_mem_budget_bytes', 0):.0f}, "
                   f"RSS {rss0 / MIB:.0f} MiB")
             with Client(srv.endpoint) as c:
                 results = []
@@ -131,24 +150,26 @@ def sessions_in_cgroup(args, f, workdir):
                         "the granted memory is not resident: the test proves nothing")
                 f.check(srv.proc.poll() is None, "the server died")
                 f.check(cg.oom_kills() == 0, f"{cg.oom_kills()} OOM kills in the cgroup")
+                honest.beside(f, "six sessions of 200 MiB")
                 for s in sessions:
                     s.close()
                 sessions = []
-                t0 = time.time()
-                held = wait_for(lambda: srv.metrics().get("tg_mem_held_bytes") == baseline, 5)
-                print(f"after the sessions closed: tg_mem_held_bytes "
-                      f"{srv.metrics().get('tg_mem_held_bytes')} in {time.time() - t0:.2f} s")
-                f.check(held, "the held bytes did not return to their baseline within 5 s")
+                f.check(baseline.restored(), "counters not back to their baseline within 5 s "
+                                             "of the sessions closing")
+                honest.calm(f)
+                honest.check(f)
                 f.check(srv.proc.poll() is None and cg.oom_kills() == 0, "the server died")
         finally:
             for s in sessions:
                 s.close()
             srv.stop()
+            partner.stop()
 
 
 def model_too_big(args, f, workdir):
     srv = start_server(args, workdir, extra=["--mem-budget", "512K"])
     try:
+        baseline = hostile.Baseline(srv)
         tokens, _, err = hostile.tg_run(args, rpc=[srv.endpoint])
         line = next((l for l in err.splitlines() if "budget" in l), err[-600:])
         print(f"tg-run with --mem-budget 512K: {'OK' if tokens else 'failed'}: {line}")
@@ -157,16 +178,74 @@ def model_too_big(args, f, workdir):
         f.check(str(512 << 10) in line and "asked" in line and "--mem-budget" in line,
                 "the error should name the bytes asked, the budget and --mem-budget")
         f.check(srv.proc.poll() is None, "the server died")
-        f.check(wait_for(lambda: srv.metrics().get("tg_mem_held_bytes") == 0, 5),
-                "bytes still held after tg-run left")
+        f.check(baseline.restored(), "counters not back to their baseline within 5 s of tg-run "
+                                     "leaving")
     finally:
         srv.stop()
+
+
+# A model bigger than the pod: a synthetic F32 llama of ~320 MB (5 layers of 1024 x 2816, a
+# vocabulary of 8000; tg-gguf writes it in a few seconds) against a server in a 256 MiB
+# memory cgroup with default flags, whose budget comes from the cgroup alone.
+POD_LIMIT = 256 * MIB
+BIG_MODEL_DIMS = "1024,2816,5,8,8,8000"
+
+
+def model_too_big_for_pod(args, f, workdir):
+    tg_gguf = args.tg_gguf or os.path.join(os.path.dirname(os.path.dirname(args.tg_run)),
+                                           "tg-gguf", "tg-gguf")
+    if not os.access(tg_gguf, os.X_OK):
+        f(f"{tg_gguf} (to write the big model) not found: pass --tg-gguf")
+        return
+    big = os.path.join(workdir, "too-big.gguf")
+    p = subprocess.run([tg_gguf, "synth", big, "--dims", BIG_MODEL_DIMS, "--type", "f32",
+                        "--threads", "2"], capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        f(f"tg-gguf synth failed: {p.stderr[-800:]}")
+        return
+    size = os.path.getsize(big)
+    print(f"{big}: {size / MIB:.0f} MiB, in a {POD_LIMIT / MIB:.0f} MiB cgroup")
+    f.check(size > POD_LIMIT, "the model should be bigger than the cgroup")
+    with hostile.skip_unless_cgroup(POD_LIMIT) as cg:
+        srv = start_server(args, workdir, prefix=cg.prefix)  # default flags: no --mem-budget.
+        try:
+            budget = int(srv.metrics().get("tg_mem_budget_bytes", 0))
+            print(f"tg_mem_budget_bytes {budget} (from the cgroup alone)")
+            f.check(0 < budget < POD_LIMIT, f"the budget {budget} should come from the cgroup")
+            baseline = hostile.Baseline(srv)
+            big_args = argparse.Namespace(**dict(vars(args), model=big))
+            tokens, took, err = hostile.tg_run(big_args, rpc=[srv.endpoint], n=4)
+            line = next((l for l in err.splitlines() if "budget" in l), err[-600:])
+            print(f"tg-run of the big model: {'OK' if tokens else 'failed'} in {took:.1f} s: "
+                  f"{line}")
+            f.check(tokens is None, "tg-run should fail: the model does not fit the pod")
+            f.check(srv.endpoint in line, "the error should name the server (host:port)")
+            f.check(str(budget) in line, f"the error should name the budget {budget}")
+            asked = re.search(r"(\d+) asked", line)
+            f.check(asked is not None and size * 0.9 <= int(asked.group(1)) <= size,
+                    f"the error should name the bytes asked (the model's weights, about {size})")
+            f.check(srv.proc.poll() is None, "the server died")
+            f.check(cg.oom_kills() == 0, f"{cg.oom_kills()} OOM kills in the cgroup")
+            f.check(baseline.restored(), "counters not back to their baseline within 5 s of "
+                                         "tg-run leaving")
+            # The server still serves a model that fits.
+            want, _, _ = hostile.tg_run(args)
+            got, _, err = hostile.tg_run(args, rpc=[srv.endpoint])
+            f.check(got is not None and got == want,
+                    f"tg-run of a model that fits, after the refusal: {err[-800:]}")
+            f.check(srv.proc.poll() is None and cg.oom_kills() == 0, "the server died after all")
+        finally:
+            srv.stop()
 
 
 def zero_byte_buffers(args, f, workdir):
     total, per_batch, cap = 300000, 4096, 65536
     srv = start_server(args, workdir)
+    partner = start_server(args, workdir, index=1)
     try:
+        honest = hostile.Honest(args, srv, partner)
+        honest.calm(f)
+        baseline = hostile.Baseline(srv)
         rss0 = proc_stats(srv.proc.pid)["rss"]
         ok = refused = 0
         refusal = ""
@@ -207,24 +286,30 @@ def zero_byte_buffers(args, f, workdir):
             f.check(rss - rss0 < 256 * MIB, "RSS grew without bound")
             f.check(m.get("tg_mem_held_bytes", 0) >= per_buffer * ok * 0.5,
                     "the buffers' bookkeeping is charged far below what it costs")
+            honest.beside(f, f"a session holding {ok} buffers")
         f.check(srv.proc.poll() is None, "the server died")
-        idle = wait_for(lambda: (lambda m: m.get("tg_buffers") == 0 and
-                                 m.get("tg_mem_held_bytes") == 0)(srv.metrics()), 10)
-        f.check(idle, f"buffers left after the session ended: {srv.metrics().get('tg_buffers')}")
+        f.check(baseline.restored(), "counters not back to their baseline within 5 s of the "
+                                     "session ending")
+        honest.calm(f)
+        honest.check(f)
     finally:
         srv.stop()
+        partner.stop()
 
 
 CASES = {
     "alloc_past_budget": alloc_past_budget,
     "sessions_in_cgroup": sessions_in_cgroup,
     "model_too_big": model_too_big,
+    "model_too_big_for_pod": model_too_big_for_pod,
     "zero_byte_buffers": zero_byte_buffers,
 }
 
 
 def main():
-    args = hostile.parse_args([("--case", dict(required=True, choices=sorted(CASES)))])
+    args = hostile.parse_args([("--case", dict(required=True, choices=sorted(CASES))),
+                               ("--tg-gguf", dict(default=None, help="tg-gguf, for the big "
+                                                  "model of model_too_big_for_pod"))])
     f = Failures()
     with tempfile.TemporaryDirectory(prefix="tg-hostile-mem-") as workdir:
         CASES[args.case](args, f, workdir)

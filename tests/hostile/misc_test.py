@@ -2,13 +2,15 @@
 
   metrics_auth      /metrics with --metrics-token-file: 401 without the token, 200 with it.
   metrics_halfopen  8 TCP connections to the metrics port that send nothing: a scrape still
-                    answers within 2 s.
+                    answers within 2 s, and tg-run (hostile.Honest) beside them.
   fifo_cache        a FIFO put under a cached blob's name does not stall the next load (the
                     server opens blobs without blocking and takes only regular files).
   truncated_blob    a blob cut short while the server is down is dropped at start-up: the next
                     load uploads it once, the one after uploads nothing.
   cache_privacy     a session that knows only a cached piece's SHA-256 gets `send` from
                     FillPieces and Upload, never the bytes; the honest reload still sends 0.
+                    An honest tg-run (hostile.Honest) runs beside the attacker's session, and
+                    every counter is back to its baseline (hostile.Baseline) once it ends.
   loopback_name     -H 127.evil.example is not loopback: refused without TLS, a token or
                     --insecure (a "127." prefix used to be enough).
 """
@@ -81,8 +83,12 @@ def case_metrics_auth(args, work, f):
 
 def case_metrics_halfopen(args, work, f):
     srv = H.start_server(args, work)
+    partner = H.start_server(args, work, index=1)
     idle = []
     try:
+        honest = H.Honest(args, srv, partner)
+        honest.calm(f)
+        baseline = H.Baseline(srv)
         for _ in range(8):
             s = socket.create_connection(("127.0.0.1", srv.metrics_port), timeout=5)
             idle.append(s)
@@ -93,10 +99,19 @@ def case_metrics_halfopen(args, work, f):
         print(f"scrape beside 8 half-open connections: {code} in {dt:.2f} s")
         f.check(code == 200 and "tg_sessions_total" in body, f"scrape answered {code}")
         f.check(dt < 2, f"scrape took {dt:.2f} s beside 8 half-open connections (limit 2 s)")
+        honest.beside(f, "8 half-open metrics connections")
+        for s in idle:
+            s.close()
+        idle = []
+        f.check(baseline.restored(), "counters not back to their baseline within 5 s of the "
+                                     "half-open connections closing")
+        honest.calm(f)
+        honest.check(f)
     finally:
         for s in idle:
             s.close()
         srv.stop()
+        partner.stop()
 
 
 def case_fifo_cache(args, work, f):
@@ -111,7 +126,10 @@ def case_fifo_cache(args, work, f):
         path = max(found, key=lambda b: b[1])[0]
         os.remove(path)
         os.mkfifo(path)
+        baseline = H.Baseline(srv)
         _, dt = load(args, srv, f, "load with a FIFO under a blob's name", timeout=60)
+        f.check(baseline.restored(), "counters not back to their baseline within 5 s of the "
+                                     "load beside the FIFO")
         f.check(dt < 30, f"the load took {dt:.1f} s: the FIFO stalled it")
         f.check(not os.path.exists(path) or not stat.S_ISFIFO(os.stat(path).st_mode),
               "the FIFO is still under the blob's name")
@@ -150,8 +168,12 @@ def case_truncated_blob(args, work, f):
 def case_cache_privacy(args, work, f):
     cache = os.path.join(work, "cache")
     srv = H.start_server(args, work, extra=["--cache", cache])
+    partner = H.start_server(args, work, index=1)
     try:
         load(args, srv, f, "the victim's load (fills the cache)")
+        honest = H.Honest(args, srv, partner)
+        honest.calm(f)
+        baseline = H.Baseline(srv)
         path, size = max(blobs(cache), key=lambda b: b[1])
         secret = open(path, "rb").read()
         digest = bytes.fromhex(os.path.basename(path))
@@ -183,10 +205,16 @@ def case_cache_privacy(args, work, f):
                 metadata=c.metadata, timeout=30))
             f.check(got != secret, "the attacker's Download returned the victim's cached bytes")
             f.check(got == bytes(size), "the attacker's buffer is not all zeros")
+            honest.beside(f, "a session probing the cache by hash")
+        f.check(baseline.restored(), "counters not back to their baseline within 5 s of the "
+                                     "attacker's session closing")
+        honest.calm(f)
+        honest.check(f)
         uploaded, _ = load(args, srv, f, "the honest reload")
         f.check(uploaded == 0, f"the honest reload uploaded {uploaded:.0f} bytes, want 0")
     finally:
         srv.stop()
+        partner.stop()
 
 
 def case_loopback_name(args, work, f):

@@ -6,18 +6,29 @@
                      with 64 PeerDelivers of 8 MiB (a raw client with the token). The pieces
                      are charged to the attacker's own session: most are refused
                      RESOURCE_EXHAUSTED naming the numbers, tg_peer_mailbox_bytes stays within
-                     its limit and B's RSS within budget. An honest tg-run -sm layer over both
-                     servers (their layer boundary is a server-to-server push) meanwhile gives
-                     the local run's tokens, within 2x the time of a run without the attack.
-                     When the attacker's session closes, the mailbox is empty within 5 s.
---case reduce_flood  the same with 128 PeerReduces of 4 MiB (the all-reduce mailbox) and an
-                     honest tg-run -sm tensor over both servers (its partial sums are
-                     all-reduced server to server): the right tokens, no hang.
+                     its limit and B's RSS within budget. An honest tg-run beside gives the local
+                     run's tokens (see below).
+                     When the attacker's session closes, every counter of both servers is
+                     back to its baseline within 5 s. Then a session on A pushes pieces
+                     (PeerPush) into a grant of a session on B that never awaits them and
+                     ends while B's session stays: B drops them within 5 s (the sender's end
+                     notice), while an honest run beside gets its own pieces.
+--case reduce_flood  the same with 128 PeerReduces of 4 MiB (the all-reduce mailbox). Then a
+                     session on A runs an all-reduce with B (AllReduce, A sending its pieces
+                     into a grant of a session on B that never takes part) and ends while B's
+                     session stays: B drops those pieces within 5 s (the same end notice,
+                     which covers the all-reduce mailbox), while an honest run beside gets
+                     its own pieces.
 --case peer_auth     a server with a token refuses PeerDeliver, PeerReduce, PeerReduceStream and
                      PeerCopy without it (UNAUTHENTICATED); one with --peers 10.9.9.9 refuses
                      them from 127.0.0.1 even with the token (PERMISSION_DENIED); two servers
                      sharing a token still serve tg-run -sm layer and -sm tensor (the peer
                      calls between them carry the token).
+
+Beside each attack an honest tg-run in the three configurations (hostile.Honest: one device,
+-sm layer and -sm tensor over both servers: its layer boundary is a push into B's mailbox,
+its partial sums go through the all-reduce mailbox): the local tokens, within 2x the slower
+calm run.
 
 Each case fails on a server whose peer mailboxes are shared and uncharged or whose peer calls
 need no token.
@@ -30,14 +41,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402
-from hostile import MIB, Failures, proc_stats, start_server, tg_run, wait_for  # noqa: E402
+from hostile import MIB, Failures, proc_stats, start_server  # noqa: E402
 
 SESSION_LIMIT = 64 * MIB
 # What the server may grow by while the attacker's pieces are held: its session's limit, and
 # room for gRPC's buffers of the messages in flight.
 RSS_SLACK = 160 * MIB
 DRAIN_SECONDS = 5
-HONEST_TOKENS = 24
 
 
 def token_file(workdir):
@@ -63,12 +73,6 @@ def peer_bytes(servers):
     return sum(s.metrics().get("tg_peer_copy_bytes_total", 0.0) for s in servers)
 
 
-def honest(args, servers, split, token):
-    """tg-run over the servers' devices: (tokens, seconds, output)."""
-    return tg_run(args, rpc=[s.endpoint for s in servers], split=split, n=HONEST_TOKENS,
-                  extra=["--rpc-token-file", token], timeout=180)
-
-
 def attacker_grant(session):
     code, msg, handle = session.alloc(0, 64)
     if code != 0:
@@ -79,9 +83,17 @@ def attacker_grant(session):
     return grant
 
 
-def flood(client, grant, kind):
+# The pace of the flood that goes on beside the honest runs: the attacker's client shares
+# this machine's 2 cores with the server and the honest client, so an unpaced flood (Python
+# building 8 MiB messages as fast as it can) would measure the machine, not the server. 20
+# pieces a second (80 to 160 MiB/s, all refused) keeps the attacker's share full and the
+# server parsing and refusing.
+FLOOD_PACE_S = 0.05
+
+
+def flood(client, grant, kind, stop=None):
     """The attack's calls on `client` (with the token): {code name: count} and one refusal's
-    message."""
+    message. With `stop` (an Event), the calls go on, FLOOD_PACE_S apart, until it is set."""
     pb = hostile.pb
     codes, refusal = {}, ""
     if kind == "push":
@@ -89,14 +101,18 @@ def flood(client, grant, kind):
     else:
         calls, size = 128, 4 * MIB
     data = b"\xa5" * size
-    for i in range(calls):
+    i = 0
+    while i < calls or (stop is not None and not stop.is_set()):
+        i += 1
+        if stop is not None:
+            time.sleep(FLOOD_PACE_S)
         try:
             if kind == "push":
-                req = pb.PeerDeliverRequest(pieces=[pb.DeliveredPiece(grant=grant, tag=i + 1,
+                req = pb.PeerDeliverRequest(pieces=[pb.DeliveredPiece(grant=grant, tag=i,
                                                                       data=data)])
                 client.stub.PeerDeliver(req, metadata=client.metadata, timeout=30)
             else:
-                req = pb.PeerReduceRequest(grant=grant, collective=1000 + i, step=0, part=0,
+                req = pb.PeerReduceRequest(grant=grant, collective=1000 + i % calls, step=0, part=0,
                                            from_rank=1, data=data)
                 client.stub.PeerReduce(req, metadata=client.metadata, timeout=30)
             codes["OK"] = codes.get("OK", 0) + 1
@@ -106,22 +122,125 @@ def flood(client, grant, kind):
     return codes, refusal
 
 
-def check_flood(args, fail, kind, split):
+SENDER_PIECES, SENDER_PIECE_BYTES = 4, 4 * MIB
+
+
+def sender_ends(fail, servers, secret, honest, baselines):
+    """A session on A pushes pieces (PeerPush, A delivering to B) into a grant of a session on
+    B that never awaits them, then ends while B's session stays: B drops those pieces (their
+    charge to B's session goes back) within 5 s, while an honest run beside it gets all its
+    own pieces."""
+    pb = hostile.pb
+    a, b = servers
+    with hostile.Client(a.endpoint, secret) as ca, hostile.Client(b.endpoint, secret) as cb, \
+            cb.session() as receiver:
+        grant = attacker_grant(receiver)
+        before = mailbox_bytes(b)
+        sender = ca.session()
+        code, msg, handle = sender.alloc(0, SENDER_PIECE_BYTES)
+        fail.check(code == 0, f"sender alloc: {code} {msg}")
+        for tag in range(1, SENDER_PIECES + 1):
+            r = sender.call(pb.SessionRequest(peer_push=pb.PeerPush(
+                endpoint=b.endpoint, pieces=[pb.PushPiece(buffer=handle, offset=0,
+                                                          size=SENDER_PIECE_BYTES, grant=grant,
+                                                          tag=tag)])))
+            fail.check(r.code == 0, f"peer_push {tag} from A to B: {r.code} {r.message}")
+        held = mailbox_bytes(b)
+        print(f"a session on A pushed {SENDER_PIECES} x {SENDER_PIECE_BYTES} bytes nobody "
+              f"awaits into B's mailbox: {before:.0f} -> {held:.0f} bytes")
+        fail.check(held >= before + SENDER_PIECES * SENDER_PIECE_BYTES,
+                   "the pushed pieces are not in B's mailbox: the drop below proves nothing")
+        beside = threading.Thread(target=honest.beside, args=(fail, "a sender's end"))
+        beside.start()
+        t0 = time.time()
+        sender.close()
+        drained = hostile.wait_for(lambda: mailbox_bytes(b) <= before, DRAIN_SECONDS)
+        took = time.time() - t0
+        beside.join(180)
+        print(f"B's mailbox {mailbox_bytes(b):.0f} bytes {took:.2f} s after the sending "
+              f"session ended (B's session still open)")
+        fail.check(drained, f"the pieces the ended session sent still fill B's mailbox after "
+                            f"{DRAIN_SECONDS} s: {mailbox_bytes(b):.0f} bytes")
+        fail.check(baselines[0].restored(), "A's counters not back to their baseline within 5 s "
+                                            "of the sending session ending")
+    fail.check(baselines[1].restored(), "B's counters not back to their baseline within 5 s of "
+                                        "the receiving session ending")
+
+
+# The all-reduce a session on A sends into B's mailbox: REDUCE_ELEMENTS f32 values, which go
+# as REDUCE_PARTS pieces of 4 MiB (tg::rpc::kChunkBytes).
+REDUCE_PARTS = 4
+REDUCE_ELEMENTS = REDUCE_PARTS * 4 * MIB // 4
+# The step of a two-rank butterfly in which rank 0 sends to rank 1 and takes rank 1's pieces
+# (server/allreduce_schedule.cc: step 0 is the fold of ranks past a power of two).
+BUTTERFLY_STEP = 1
+
+
+def reduce_sender_ends(fail, servers, secret, honest, baselines):
+    """A session on A runs an all-reduce over A (rank 0) and B (rank 1), naming a grant of a
+    session on B that never takes part: A's pieces wait in B's mailbox (the pieces A waits for
+    are put in A's mailbox by this client, as B would send them). The session on A then ends
+    while B's stays: B drops those pieces (their charge to B's session goes back) within 5 s,
+    while an honest run beside it gets all its own pieces."""
+    pb = hostile.pb
+    a, b = servers
+    size = REDUCE_ELEMENTS * 4
+    with hostile.Client(a.endpoint, secret) as ca, hostile.Client(b.endpoint, secret) as cb, \
+            cb.session() as receiver:
+        grant_b = attacker_grant(receiver)
+        before = mailbox_bytes(b)
+        sender = ca.session()
+        code, msg, handle = sender.alloc(0, size)
+        fail.check(code == 0, f"sender alloc: {code} {msg}")
+        code, msg, grant_a = sender.grant(handle)
+        fail.check(code == 0, f"sender grant: {code} {msg}")
+        collective = 77
+        for part in range(REDUCE_PARTS):
+            ca.stub.PeerReduce(pb.PeerReduceRequest(
+                grant=grant_a, collective=collective, step=BUTTERFLY_STEP, part=part, from_rank=1,
+                data=b"\0" * (size // REDUCE_PARTS)), metadata=ca.metadata, timeout=30)
+        r = sender.call(pb.SessionRequest(all_reduce=pb.AllReduce(
+            collective=collective,
+            servers=[pb.CollectiveServer(endpoint=a.endpoint, grant=grant_a),
+                     pb.CollectiveServer(endpoint=b.endpoint, grant=grant_b)],
+            rank=0, tensors=[pb.CollectiveTensor(device=0, buffer=handle, offset=0)],
+            count=REDUCE_ELEMENTS, device=0, algorithm=pb.AllReduce.BUTTERFLY)))
+        fail.check(r.code == 0, f"all_reduce from A into B: {r.code} {r.message}")
+        # The pieces go over A's stream to B in the background.
+        hostile.wait_for(lambda: mailbox_bytes(b) >= before + size, DRAIN_SECONDS)
+        held = mailbox_bytes(b)
+        print(f"a session on A sent an all-reduce of {size} bytes nobody takes into B's "
+              f"mailbox: {before:.0f} -> {held:.0f} bytes")
+        fail.check(held >= before + size,
+                   "the all-reduce's pieces are not in B's mailbox: the drop below proves nothing")
+        beside = threading.Thread(target=honest.beside, args=(fail, "an all-reduce sender's end"))
+        beside.start()
+        t0 = time.time()
+        sender.close()
+        drained = hostile.wait_for(lambda: mailbox_bytes(b) <= before, DRAIN_SECONDS)
+        took = time.time() - t0
+        beside.join(180)
+        print(f"B's mailbox {mailbox_bytes(b):.0f} bytes {took:.2f} s after the all-reduce's "
+              f"sending session ended (B's session still open)")
+        fail.check(drained, f"the all-reduce pieces the ended session sent still fill B's "
+                            f"mailbox after {DRAIN_SECONDS} s: {mailbox_bytes(b):.0f} bytes")
+        fail.check(baselines[0].restored(), "A's counters not back to their baseline within 5 s "
+                                            "of the all-reduce's sending session ending")
+    fail.check(baselines[1].restored(), "B's counters not back to their baseline within 5 s of "
+                                        "the receiving session ending")
+
+
+def check_flood(args, fail, kind):
     with tempfile.TemporaryDirectory(prefix=f"tg-peer-{kind}-") as workdir:
         token = token_file(workdir)
         flags = ["--auth-token-file", token, "--session-mem-limit", str(SESSION_LIMIT)]
         servers = [start_server(args, workdir, i, extra=flags) for i in range(2)]
         try:
-            want, _, out = tg_run(args, n=HONEST_TOKENS)
-            if want is None:
-                fail(f"the local run failed: {out[-1500:]}")
-                return
-            got, calm, out = honest(args, servers, split, token)
-            if got != want:
-                fail(f"-sm {split} without the attack: {got} != {want}: {out[-1500:]}")
-                return
-            before_peer = peer_bytes(servers)
             b = servers[1]
+            honest = hostile.Honest(args, b, servers[0], token)
+            honest.calm(fail)
+            baselines = [hostile.Baseline(s_) for s_ in servers]
+            before_peer = peer_bytes(servers)
             rss0 = proc_stats(b.proc.pid)["rss"]
             with hostile.Client(b.endpoint, read_token(token)) as client, client.session() as s:
                 grant = attacker_grant(s)
@@ -139,27 +258,33 @@ def check_flood(args, fail, kind, split):
                          f"{SESSION_LIMIT})")
                 if rss - rss0 > SESSION_LIMIT + RSS_SLACK:
                     fail(f"B's RSS grew by {(rss - rss0) / MIB:.0f} MiB under the attack")
-                # The attack goes on beside the honest run.
-                more = threading.Thread(target=flood, args=(client, grant, kind), daemon=True)
+                # The attack goes on beside the honest runs, whose own pieces (the layer
+                # boundary's push, the all-reduce's partial sums) go through B's mailbox too.
+                stop = threading.Event()
+                more = threading.Thread(target=flood, args=(client, grant, kind, stop),
+                                        daemon=True)
                 more.start()
-                got, dt, out = honest(args, servers, split, token)
+                honest.beside(fail, f"the {kind} flood")
+                stop.set()
                 more.join(120)
-                print(f"-sm {split}: {calm:.1f} s alone, {dt:.1f} s under the attack")
-                if got != want:
-                    fail(f"-sm {split} under the attack: {got} != {want}: {out[-1500:]}")
-                elif dt > 2 * calm + 1:
-                    fail(f"-sm {split} under the attack took {dt:.1f} s, more than 2x the "
-                         f"{calm:.1f} s without")
                 if peer_bytes(servers) <= before_peer:
-                    fail(f"-sm {split} moved no bytes server to server: the test tests nothing")
-            t0 = time.time()
-            drained = wait_for(lambda: mailbox_bytes(b) == 0, DRAIN_SECONDS + 1)
-            took = time.time() - t0
-            if not drained or took > DRAIN_SECONDS:
-                fail(f"after the attacker's session closed, tg_peer_mailbox_bytes is "
-                     f"{mailbox_bytes(b)} after {took:.1f} s")
+                    fail("-sm layer/tensor moved no bytes server to server: the test tests "
+                         "nothing")
+                if mailbox_bytes(b) == 0:
+                    fail("the attacker's pieces left the mailbox while its session lived: the "
+                         "drop below proves nothing")
+            # The attacker's pieces go with its session (their grant is revoked), and with
+            # them their charge; the honest runs' pieces were all taken.
+            for base in baselines:
+                fail.check(base.restored(DRAIN_SECONDS),
+                           f"{base.srv.endpoint}: counters not back to their baseline within "
+                           f"{DRAIN_SECONDS} s of the attacker's session closing")
+            if kind == "push":
+                sender_ends(fail, servers, read_token(token), honest, baselines)
             else:
-                print(f"mailbox empty {took:.1f} s after the attacker's session closed")
+                reduce_sender_ends(fail, servers, read_token(token), honest, baselines)
+            honest.calm(fail)
+            honest.check(fail)
             for s_ in servers:
                 if s_.proc.poll() is not None:
                     fail(f"{s_.endpoint} died: {s_.read_log()}")
@@ -214,7 +339,11 @@ def check_peer_auth(args, fail):
         fenced = start_server(args, workdir, 2,
                               extra=["--auth-token-file", token, "--peers", "10.9.9.9"])
         try:
+            # The honest runs go over servers[0] (and servers[1]) with the shared token.
+            honest = hostile.Honest(args, servers[0], servers[1], token)
+            honest.calm(fail)
             for server, label in [(servers[0], "default --peers"), (fenced, "--peers 10.9.9.9")]:
+                base = hostile.Baseline(server)
                 with hostile.Client(server.endpoint, secret) as c, c.session() as s:
                     grant = attacker_grant(s)
                     for name, call in peer_calls(c, grant, []):
@@ -234,23 +363,18 @@ def check_peer_auth(args, fail):
                         except hostile.grpc.RpcError as e:
                             fail(f"{label}: PeerDeliver with the token: {code_of(e)} "
                                  f"{e.details()}")
+                        # Two servers sharing a token serve -sm layer and -sm tensor beside
+                        # the attacker (the peer calls between them carry the token).
+                        before = peer_bytes(servers)
+                        honest.beside(fail, "refused peer calls")
+                        if peer_bytes(servers) <= before:
+                            fail("-sm layer/tensor: no bytes went server to server")
+                fail.check(base.restored(), f"{label}: counters not back to their baseline "
+                                            f"within 5 s of the attacker's session closing")
             if "peer call refused" not in fenced.read_log():
                 fail("the refusals are not logged")
-            want, _, out = tg_run(args, n=HONEST_TOKENS)
-            if want is None:
-                fail(f"the local run failed: {out[-1500:]}")
-                return
-            for split in ("layer", "tensor"):
-                before = peer_bytes(servers)
-                got, dt, out = honest(args, servers, split, token)
-                if got != want:
-                    fail(f"-sm {split} over two servers sharing a token: {got} != {want}: "
-                         f"{out[-1500:]}")
-                elif peer_bytes(servers) <= before:
-                    fail(f"-sm {split}: no bytes went server to server")
-                else:
-                    print(f"-sm {split} over two servers sharing a token: the local tokens in "
-                          f"{dt:.1f} s")
+            honest.calm(fail)
+            honest.check(fail)
         finally:
             for s_ in servers + [fenced]:
                 s_.stop()
@@ -262,9 +386,9 @@ def main():
                                                         "peer_auth"]})])
     fail = Failures()
     if args.case == "push_flood":
-        check_flood(args, fail, "push", "layer")
+        check_flood(args, fail, "push")
     elif args.case == "reduce_flood":
-        check_flood(args, fail, "reduce", "tensor")
+        check_flood(args, fail, "reduce")
     else:
         check_peer_auth(args, fail)
     if fail.count == 0:

@@ -16,6 +16,9 @@ over-large request holds on a real rpc-server.
                             within it (evicted or refused, RSS bounded); a Batch of 6e6
                             commands refused (RSS +<100 MB); a Batch of 100 slow Computes
                             stops within ~1 s of its client cancelling (server CPU idle).
+Each case runs an honest tg-run beside the attack (hostile.Honest: one device, -sm layer and
+-sm tensor with a partner server; the local tokens within 2x the slower calm run) and wants
+every counter back to its baseline within 5 s of the attacker leaving (hostile.Baseline).
 """
 import os
 import sys
@@ -25,7 +28,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402
-from hostile import MIB, Failures, proc_stats, start_server, tg_run, wait_for  # noqa: E402
+from hostile import MIB, Failures, proc_stats, start_server, wait_for  # noqa: E402
 
 F32 = 0
 OP_MUL_MAT = 3
@@ -85,7 +88,11 @@ def compute_request(request_id, graph_key, graph_bytes):
 def stalled_streams(args, work, fail):
     srv = start_server(args, work, extra=["--session-mem-limit", "128M", "--max-sessions", "4",
                                           "--stream-idle-timeout", "5"])
+    partner = start_server(args, work, index=1)
     try:
+        honest = hostile.Honest(args, srv, partner)
+        honest.calm(fail)
+        baseline = hostile.Baseline(srv)
         with hostile.Client(srv.endpoint) as c:
             c.hello()
             base = rss(srv)
@@ -120,6 +127,9 @@ def stalled_streams(args, work, fail):
                                                         size=120 * MIB)), metadata=c.metadata)
                     time.sleep(0.5)  # the server writes until flow control stops it.
 
+                if rnd < 2:  # an honest client beside a stalled upload, then a download.
+                    honest.beside(fail, f"a stalled {'upload' if rnd == 0 else 'download'}")
+
                 def drain(call=call, ended=ended):
                     try:
                         for _ in call:
@@ -133,19 +143,15 @@ def stalled_streams(args, work, fail):
                     fail(f"round {rnd}: free failed: {code} {msg}")
                 s.close()
                 closed = time.time() - t0
-                if rnd % 2 == 1:
-                    threading.Thread(target=drain, daemon=True).start()
-                else:
-                    threading.Thread(target=drain, daemon=True).start()
-                m = wait_for(lambda: (lambda m: m if m.get("tg_sessions_active", 1) == 0
-                                      and m.get("tg_buffers", 1) == 0 else None)(srv.metrics()),
-                             5)
+                threading.Thread(target=drain, daemon=True).start()
+                restored = baseline.restored()
                 now = rss(srv)
                 kind = "upload" if rnd % 2 == 0 else "download"
                 print(f"round {rnd} ({kind}): rss {now / MIB:.0f} MiB (base {base / MIB:.0f}), "
                       f"free+close {closed:.2f} s")
-                if not m:
-                    fail(f"round {rnd}: sessions/buffers not back to 0: {srv.metrics()}")
+                if not restored:
+                    fail(f"round {rnd}: counters not back to their baseline within 5 s of the "
+                         f"session closing")
                 if now > base + slack:
                     fail(f"round {rnd} ({kind}): rss {now / MIB:.0f} MiB > baseline "
                          f"{base / MIB:.0f} + {slack / MIB:.0f} MiB: the stalled stream pins "
@@ -160,22 +166,23 @@ def stalled_streams(args, work, fail):
                     stop.set()
             if srv.proc.poll() is not None:
                 fail("server died")
-            local, _, _ = tg_run(args)
-            remote, _, err = tg_run(args, rpc=[srv.endpoint])
-            if remote is None or remote != local:
-                fail(f"honest tg-run over the server: {remote} != local {local}: {err[-800:]}")
+            honest.calm(fail)
+            honest.check(fail)
     finally:
         srv.stop()
+        partner.stop()
 
 
 def headerless_uploads(args, work, fail):
     import asyncio  # noqa: PLC0415
     n, channels, idle = 5000, 4, 5
     srv = start_server(args, work, extra=["--stream-idle-timeout", str(idle)])
+    partner = start_server(args, work, index=1)
     try:
-        local, t_local, _ = tg_run(args)
-        _, t_normal, _ = tg_run(args, rpc=[srv.endpoint])
-        base = proc_stats(srv.proc.pid)["threads"]
+        honest = hostile.Honest(args, srv, partner)
+        honest.calm(fail)
+        baseline = hostile.Baseline(srv)
+        base = baseline.values["threads"]
         codes = {}
         opened, done = threading.Event(), threading.Event()
         release = None
@@ -223,32 +230,37 @@ def headerless_uploads(args, work, fail):
             fail("the attack streams did not open in 60 s")
             return
         threads = proc_stats(srv.proc.pid)["threads"]
-        remote, t_remote, err = tg_run(args, rpc=[srv.endpoint])
+        opened_after = time.time() - t0
+        honest.beside(fail, f"{n} header-less uploads")
         threads = max(threads, proc_stats(srv.proc.pid)["threads"])
-        print(f"threads: baseline {base}, under {n} header-less uploads {threads}; tg-run "
-              f"{t_remote:.2f} s (normal {t_normal:.2f} s); attack opened in "
-              f"{time.time() - t0:.1f} s")
+        print(f"threads: baseline {base}, under {n} header-less uploads {threads}; attack "
+              f"opened in {opened_after:.1f} s")
         if threads > base + 32:
             fail(f"server threads {threads} > baseline {base} + 32 under {n} header-less "
                  f"uploads")
-        if remote != local:
-            fail(f"honest tg-run during the attack: {remote} != local {local}: {err[-800:]}")
-        if t_remote > 2 * t_normal + 1:
-            fail(f"honest tg-run took {t_remote:.2f} s, more than 2x its normal {t_normal:.2f} s")
         done.wait(idle * 3 + 40)
         print(f"attack streams ended with codes {codes} (4 = DEADLINE_EXCEEDED)")
         if codes.get(DEADLINE_EXCEEDED, 0) != n:
             fail(f"not every header-less stream was dropped by the idle timeout: {codes}")
+        fail.check(baseline.restored(), "counters not back to their baseline within 5 s of the "
+                                        "attack's streams ending")
+        honest.calm(fail)
+        honest.check(fail)
         if srv.proc.poll() is not None:
             fail("server died")
     finally:
         srv.stop()
+        partner.stop()
 
 
 def graph_bombs(args, work, fail):
     pb = hostile.pb
     srv = start_server(args, work, extra=["--session-mem-limit", "8M"])
+    partner = start_server(args, work, index=2)
     try:
+        honest = hostile.Honest(args, srv, partner)
+        honest.calm(fail)
+        baseline = hostile.Baseline(srv)
         with hostile.Client(srv.endpoint) as c:
             c.hello()
             s = c.session()
@@ -298,6 +310,7 @@ def graph_bombs(args, work, fail):
                 fail(f"graphs over the 8 MiB session limit were not refused: {codes}")
             if grown > 100 * MIB:
                 fail(f"32 refused graphs grew rss by {grown / MIB:.0f} MiB")
+            honest.beside(fail, "a session holding its share of cached graphs")
 
             # 3. A batch of 6,000,000 commands (cache_stats, id 1): 36 MB on the wire.
             command = field(1, b"\x08\x01" + field(12, b""))
@@ -317,10 +330,18 @@ def graph_bombs(args, work, fail):
             if ok.code != 0:
                 fail(f"the session is unusable after the refusals: {ok.code} {ok.message}")
             s.close()
+        fail.check(baseline.restored(), "counters not back to their baseline within 5 s of the "
+                                        "graph-bomb session closing")
+        honest.calm(fail)
+        honest.check(fail)
 
-        # 4. A batch of 100 slow Computes, cancelled by its client after 1.5 s.
+        # 4. A batch of 100 slow Computes, cancelled by its client after 1.5 s: once the
+        # cancel settled, an honest client gets the server back at its normal speed.
         srv.stop()
         srv = start_server(args, work, index=1, extra=["--session-mem-limit", "0"])
+        honest = hostile.Honest(args, srv, partner)
+        honest.calm(fail)
+        baseline = hostile.Baseline(srv)
         with hostile.Client(srv.endpoint) as c:
             s = c.session()
             k = 2560
@@ -349,10 +370,16 @@ def graph_bombs(args, work, fail):
             print(f"server CPU in the 1 s window after the cancel settled: {busy:.2f} s")
             if busy > 0.2:
                 fail(f"the cancelled batch kept running: {busy:.2f} s of CPU in 1 s")
+            fail.check(baseline.restored(), "counters not back to their baseline within 5 s of "
+                                            "the cancelled session ending")
+            honest.beside(fail, "a cancelled batch of 100 slow computes")
+            honest.calm(fail)
+            honest.check(fail)
             if srv.proc.poll() is not None:
                 fail("server died")
     finally:
         srv.stop()
+        partner.stop()
 
 
 CASES = {"stalled_streams": stalled_streams, "headerless_uploads": headerless_uploads,

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "models/gguf_file.h"
-#include "models/gguf_writer.h"
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
 #include "models/synth/synth.h"
 
 namespace tg {

@@ -1,7 +1,8 @@
 // tokenizer_vs_peer: tokenizes a set of tricky prompts with tg::Tokenizer and with llama.cpp
 // (peer_harness tokenize) and requires identical ids, on the real stories260K SPM vocabulary
 // and on byte-level BPE vocabularies trained here (llama3 "llama-bpe", "qwen2", gpt-oss's
-// "gpt-4o", and also "gpt-2" and "default" pre-tokenizers) and written as vocab-only llama
+// "gpt-4o", "gpt-2", "default", and the pattern-chain ones: "qwen35", "falcon", "starcoder",
+// "deepseek-llm", "deepseek-coder", "gemma4") and written as vocab-only llama
 // GGUFs that libllama accepts; then every other tokenizer.ggml.pre name we accept, on the
 // vocabulary of the splitter we map it to, so that a name llama.cpp maps elsewhere differs.
 //
@@ -30,8 +31,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "models/gguf_file.h"
-#include "models/gguf_writer.h"
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
 #include "models/shared_model_path.h"
 #include "models/token_type.h"
 #include "models/tokenizer.h"
@@ -71,6 +72,7 @@ std::vector<std::string> FixedPrompts() {
       "cases: HelloWorld camelCase HTTPServer iPhone ÜBER HelloWÖRLD ÉCOLE éA Aé",
       "marks: cafe\u0301s e\u0301 x\u00A0y\u3000\u3000z",
       "slashes: end.\n\nNext!!\n/x http://x.com/a a/b //\n// one!\n/two!\n/three",
+      "scripts: Привет мир Ωμέγα Ｆｕｌｌ　ｗｉｄｔｈ ‘quotes’ “double” ２０２４年 ǅ ﬁ",
       "",
       " ",
       "special texts stay text: <|eot_id|> <|im_end|> </s> <s> and a <tool> tag",
@@ -452,6 +454,57 @@ std::vector<BpeSpec> BpeSpecs() {
        "<|startoftext|>",
        "<|endoftext|>",
        false},
+      // The pre-tokenizers whose steps are split patterns run by our own matcher.
+      {"qwen35-bpe",
+       "qwen35",
+       BpePreTokenizer::kQwen35,
+       kQwen2Merges,
+       {{"<|endoftext|>", kTokenTypeControl}},
+       "<|endoftext|>",
+       "<|endoftext|>",
+       false},
+      {"falcon-bpe",
+       "falcon",
+       BpePreTokenizer::kFalcon,
+       kGpt2Merges,
+       {{"<|endoftext|>", kTokenTypeControl}},
+       "<|endoftext|>",
+       "<|endoftext|>",
+       false},
+      {"starcoder-bpe",
+       "starcoder",
+       BpePreTokenizer::kStarcoder,
+       kGpt2Merges,
+       {{"<|endoftext|>", kTokenTypeControl}},
+       "<|endoftext|>",
+       "<|endoftext|>",
+       false},
+      {"deepseek-llm-bpe",
+       "deepseek-llm",
+       BpePreTokenizer::kDeepseekLlm,
+       kGpt2Merges,
+       {{"<|endoftext|>", kTokenTypeControl}},
+       "<|endoftext|>",
+       "<|endoftext|>",
+       true},
+      // SentencePiece-style BPE on raw UTF-8 (spaces as U+2581): on this byte-level vocabulary
+      // most non-ASCII characters and every space fall to absent <0xXX> tokens, alike on both.
+      {"gemma4-bpe",
+       "gemma4",
+       BpePreTokenizer::kGemma4,
+       kGpt2Merges,
+       {{"<|endoftext|>", kTokenTypeControl}, {"<0x41>", kTokenTypeByte}},
+       "<|endoftext|>",
+       "<|endoftext|>",
+       false},
+      {"deepseek-coder-bpe",
+       "deepseek-coder",
+       BpePreTokenizer::kDeepseekCoder,
+       kGpt2Merges,
+       {{"<|endoftext|>", kTokenTypeControl}},
+       "<|endoftext|>",
+       "<|endoftext|>",
+       true},
   };
 }
 

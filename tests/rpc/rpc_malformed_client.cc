@@ -20,7 +20,7 @@
 
 #include "absl/strings/ascii.h"
 #include "client/connection.h"
-#include "models/gguf_file.h"
+#include "gguf/gguf_file.h"
 #include "proto/model_identity.h"
 #include "proto/protocol.h"
 #include "server/server_test_util.h"

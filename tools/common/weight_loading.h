@@ -1,8 +1,8 @@
-// How the tools write a model's weights (LoadOptions::write_weights): buffers on rpc-servers
-// go through rpc::UploadModelWeights (every server at once, hashes from the .tghash sidecar,
-// a server's own copy of the file under --model-dir, its weight cache), local buffers get
-// Buffer::SetTensor meanwhile. Fills the per-device load report that tg-run -v and tg-bench
-// print. Not thread-safe: one load per writer.
+// How the tools report a model's weight loading (LoadOptions::progress and ::loaded): a
+// progress bar on a terminal, and the per-device load report that tg-run -v and tg-bench print
+// (bytes, and for devices on rpc-servers what was sent, what came from the server's cache or
+// its own copy of the file). The loading itself is core's LoadWeights (core/load_weights.h).
+// Not thread-safe: one load per report at a time.
 #ifndef TENSORGRID_TOOLS_COMMON_WEIGHT_LOADING_H_
 #define TENSORGRID_TOOLS_COMMON_WEIGHT_LOADING_H_
 
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "client/model_upload.h"
-#include "models/gguf_file.h"
+#include "absl/types/span.h"
+#include "core/weight_source.h"
 #include "models/llama_model.h"
 
 namespace tg {
@@ -25,6 +25,7 @@ struct DeviceLoad {
   uint64_t sent = 0;        // over the network (remote devices).
   uint64_t cached = 0;      // from the server's weight cache.
   uint64_t from_file = 0;   // read by the server from its own copy of the model file.
+  uint64_t mapped = 0;      // left in this process's mapping of the file (no copy).
   double seconds = 0;       // from the start of the weight load until this device's were in place.
   std::string server_file;  // the server's copy of the file, when it had one.
 };
@@ -34,19 +35,16 @@ struct LoadReport {
   double seconds = 0;  // all weights.
 };
 
-struct WeightLoadingOptions {
-  bool progress = true;  // a progress line on a terminal.
-  // Called with (bytes done, bytes total) while only local devices are written.
-  std::function<void(size_t, size_t)> local_progress;
-  std::string tool;  // prefixes warnings ("tg-run").
-};
+// The report of a load: one entry per device that holds loaded bytes, in first-seen order.
+LoadReport LoadReportOf(absl::Span<const LoadStats> stats, double seconds);
 
-// The mapped file as the RPC loader sees it: bytes, where the tensor data starts, every
-// tensor's extent in the file.
-rpc::ModelFileView ModelFileViewOf(const GgufFile& file);
+// LoadOptions::loaded for a tool: fills `report`, which outlives the model (a failover loads
+// again, into the same report).
+std::function<void(absl::Span<const LoadStats>, double)> FillLoadReport(LoadReport* report);
 
-// A writer that fills `report` (may be null) as it goes.
-WeightWriter ToolWeightWriter(const WeightLoadingOptions& options, LoadReport* report);
+// LoadOptions::progress for a tool: "tg-bench: loading [####      ]  40%" redrawn on stderr
+// when it is a terminal.
+std::function<void(size_t, size_t)> LoadProgressBar(std::string tool);
 
 // One line per device, e.g.
 //   tg-run: load RPC[127.0.0.1:50052]/0: 610.2 MB in 0.52 s: 0.0 MB sent, 0.0 MB from its

@@ -509,9 +509,10 @@ absl::Status Run(const BenchFlags& f) {
   }
   LoadOptions lo;
   lo.plan = plan;
-  // Outlives the model: a failover loads again through the same writer, into the same report.
+  // Outlives the model: a failover loads again, into the same report.
   LoadReport load;
-  lo.write_weights = ToolWeightWriter({.progress = true, .tool = "tg-bench"}, &load);
+  lo.progress = LoadProgressBar("tg-bench");
+  lo.loaded = FillLoadReport(&load);
   TG_ASSIGN_OR_RETURN(std::unique_ptr<FailoverModel> model,
                       FailoverModel::Load(path, lo, f.rpc_failover));
   // Where the load time went (per device: bytes sent, from the server's cache or file).

@@ -9,10 +9,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "models/gguf_file.h"
+#include "client/model_upload.h"
+#include "gguf/gguf_file.h"
+#include "models/llama_model.h"
 #include "proto/model_hashes.h"
 #include "proto/parallel_hash.h"
-#include "tools/common/weight_loading.h"
 
 namespace tg::gguf_tool {
 namespace {
@@ -31,7 +32,7 @@ absl::Status RunHash(const std::string& path, std::FILE* out) {
   const auto start = std::chrono::steady_clock::now();
   TG_ASSIGN_OR_RETURN(const int64_t mtime, MtimeNs(path));
   TG_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
-  const rpc::ModelFileView view = ModelFileViewOf(*file);
+  const rpc::ModelFileView view = rpc::ModelFileViewOf(WeightSourceOf(*file));
   rpc::ModelHashes hashes;
   hashes.identity = rpc::IdentityOf(view.bytes.subspan(0, view.data_start), view.bytes.size());
   hashes.mtime_ns = mtime;

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "models/gguf_file.h"
+#include "gguf/gguf_file.h"
 
 namespace tg::gguf_tool {
 

@@ -6,7 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/arg_parser.h"
 #include "cli/flag_file.h"
-#include "models/gguf_file.h"
+#include "gguf/gguf_file.h"
 #include "models/tokenizer.h"
 
 namespace tg::gguf_tool {

@@ -8,8 +8,10 @@ exact ids llama.cpp gives them (.out, add_special and parse_special off).
 The tree is cloned from the llama.cpp peer's git bundle (../shared/peer/llama-cpp-peer.sh
 setup) into DIR on first use; skipped (exit 77, the reason printed) without it or git. Every
 vocabulary whose tokenizer tensorgrid supports must give llama.cpp's ids for every input, and
-these must be among them: llama-spm, llama-bpe, qwen2, gpt-2, phi-3. One it does not support
-must fail at load naming the tokenizer or pre-tokenizer. "N passed, M failed" at the end.
+these must be among them: llama-spm, llama-bpe, qwen2, qwen35, gpt-2, phi-3, mpt, falcon,
+starcoder, refact, command-r, deepseek-llm, deepseek-coder (issue 39's list), gemma-4. One it
+does not support (bert-bge: WordPiece; nomic-bert-moe: t5, Unigram) must fail at load naming
+the tokenizer or pre-tokenizer. "N passed, M failed" at the end.
 """
 import argparse
 import os
@@ -20,7 +22,8 @@ import tempfile
 
 SKIP = 77
 MARKER = "\n__ggml_vocab_test__\n"
-MUST_SUPPORT = {"llama-spm", "llama-bpe", "qwen2", "gpt-2", "phi-3"}
+MUST_SUPPORT = {"llama-spm", "llama-bpe", "qwen2", "qwen35", "gpt-2", "phi-3", "mpt", "falcon",
+                "starcoder", "refact", "command-r", "deepseek-llm", "deepseek-coder", "gemma-4"}
 BUNDLE = os.path.join(os.path.expanduser("~"), ".cache", "tensorgrid-peer", "main", "package",
                       "llama", "gitRelease.bundle")
 

@@ -61,16 +61,6 @@ double Ms(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::ti
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-void ProgressBar(size_t done, size_t total) {
-  static bool tty = isatty(STDERR_FILENO);
-  if (!tty || total == 0) return;
-  const int width = 30;
-  const int filled = static_cast<int>(width * done / total);
-  std::fprintf(stderr, "\rtg-run: loading [%s%s] %3d%%", std::string(filled, '#').c_str(),
-               std::string(width - filled, ' ').c_str(), static_cast<int>(100 * done / total));
-  if (done >= total) std::fprintf(stderr, "\r\033[K");
-}
-
 struct Result {
   std::vector<int32_t> prompt_tokens;
   std::vector<int32_t> tokens;
@@ -200,6 +190,7 @@ void PrintJson(const Result& r, const LoadReport& load) {
   for (const DeviceLoad& d : load.devices) {
     j.BeginObject().Key("device").String(d.device).Key("bytes").Int(d.bytes);
     j.Key("sent").Int(d.sent).Key("cached").Int(d.cached).Key("from_file").Int(d.from_file);
+    j.Key("mapped").Int(d.mapped);
     j.Key("seconds").Double(d.seconds).EndObject();
   }
   j.EndArray().EndObject();
@@ -252,10 +243,10 @@ absl::Status Run(const RunFlags& f) {
   TG_ASSIGN_OR_RETURN(DType kv_type, ParseDType(f.kv_type));
   LoadOptions lo;
   lo.plan = plan;
-  // Outlives the model: a failover loads again through the same writer, into the same report.
+  // Outlives the model: a failover loads again, into the same report.
   LoadReport load;
-  lo.write_weights =
-      ToolWeightWriter({.progress = true, .local_progress = ProgressBar, .tool = "tg-run"}, &load);
+  lo.progress = LoadProgressBar("tg-run");
+  lo.loaded = FillLoadReport(&load);
   TG_ASSIGN_OR_RETURN(std::unique_ptr<FailoverModel> model,
                       FailoverModel::Load(path, lo, f.rpc_failover));
   if (f.verbose) std::fputs(FormatLoadReport(load, "tg-run").c_str(), stderr);

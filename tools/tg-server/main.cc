@@ -117,7 +117,8 @@ absl::Status Serve(const ServerFlags& f) {
   LoadOptions lo;
   lo.plan = plan;
   LoadReport load;
-  lo.write_weights = ToolWeightWriter({.progress = true, .tool = "tg-server"}, &load);
+  lo.progress = LoadProgressBar("tg-server");
+  lo.loaded = FillLoadReport(&load);
   TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::Load(f.model, lo));
   if (f.verbose) std::fputs(FormatLoadReport(load, "tg-server").c_str(), stderr);
   serve::EngineOptions eo;

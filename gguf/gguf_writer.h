@@ -1,8 +1,8 @@
 // GgufWriter: builds a GGUF v3 file (metadata + tensors) in memory order and writes it
 // atomically (temporary file + rename). Used by `tg-gguf synth` and by tests that need
 // hand-made or hostile files. Not thread-safe.
-#ifndef TENSORGRID_MODELS_GGUF_WRITER_H_
-#define TENSORGRID_MODELS_GGUF_WRITER_H_
+#ifndef TENSORGRID_GGUF_GGUF_WRITER_H_
+#define TENSORGRID_GGUF_GGUF_WRITER_H_
 
 #include <cstdint>
 #include <string>
@@ -12,7 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/dtype.h"
-#include "models/gguf_file.h"
+#include "gguf/gguf_file.h"
 
 namespace tg {
 
@@ -61,4 +61,4 @@ class GgufWriter {
 
 }  // namespace tg
 
-#endif  // TENSORGRID_MODELS_GGUF_WRITER_H_
+#endif  // TENSORGRID_GGUF_GGUF_WRITER_H_

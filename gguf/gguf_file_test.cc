@@ -1,8 +1,10 @@
-// GGUF reader and writer (models/gguf_file.h, models/gguf_writer.h): round trips of every
+// GGUF reader and writer (gguf/gguf_file.h, gguf/gguf_writer.h): round trips of every
 // metadata type and tensor type, the real stories260K model, and hostile files made by
 // mutating the bytes of a valid one (each must fail with the right message, never crash).
-#include "models/gguf_file.h"
+#include "gguf/gguf_file.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,10 +21,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
+#include "gguf/gguf_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "models/gguf_writer.h"
-#include "models/shared_model_path.h"
 
 namespace tg {
 namespace {
@@ -75,10 +76,32 @@ Bytes RandomBytes(size_t n, uint32_t seed) {
   return b;
 }
 
+// The status of parsing `bytes` through pread (a memfd, a window of `window` bytes so that
+// fields straddle refills), named as FromBytes names memory.
+absl::Status ParseWithPread(const Bytes& bytes, const GgufLimits& limits, bool keep_metadata,
+                            size_t window) {
+  const int fd = memfd_create("gguf_file_test", MFD_CLOEXEC);
+  if (fd < 0) return absl::InternalError("memfd_create failed");
+  const bool written =
+      bytes.empty() || write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+  GgufPreadReader reader(fd, bytes.size(), "<memory>", window);
+  absl::Status s = written ? GgufFile::Read(reader, "<memory>",
+                                            {.limits = limits, .keep_metadata = keep_metadata})
+                                 .status()
+                           : absl::InternalError("write to the memfd failed");
+  close(fd);
+  return s;
+}
+
+// The status of parsing `bytes` from memory; reading them with pread (keeping the metadata or
+// not) must end the same way, message included.
 absl::Status Parse(const Bytes& bytes, const GgufLimits& limits = {}) {
   // An exact-size heap copy, so that AddressSanitizer sees any read past the end.
   Bytes copy(bytes.begin(), bytes.end());
-  return GgufFile::FromBytes(copy, limits).status();
+  const absl::Status s = GgufFile::FromBytes(copy, limits).status();
+  EXPECT_EQ(ParseWithPread(bytes, limits, /*keep_metadata=*/true, 5), s);
+  EXPECT_EQ(ParseWithPread(bytes, limits, /*keep_metadata=*/false, 64), s);
+  return s;
 }
 
 // Offset just past the GGUF string `s` (u64 length + bytes) in `bytes`: where the fields
@@ -335,6 +358,50 @@ TEST(GgufFileIo, WriteFileThenOpen) {
   std::remove(path.c_str());
 }
 
+// Read() over pread without keeping the metadata (rpc-server's --model-dir): the tensors and
+// the data offset are the mapped parse's, only general.alignment is kept, nothing points into
+// memory that is not there.
+TEST(GgufFileIo, PreadWithoutMetadata) {
+  GgufWriter w(64);
+  w.SetString("general.architecture", "llama");
+  w.SetStringArray("tokenizer.ggml.tokens", std::vector<std::string>(300, "tok"));
+  w.SetValue("flags", ArrayOf(GgufType::kBool, {Scalar(GgufType::kBool, true)}));
+  ASSERT_TRUE(w.AddTensor("a", DType::kF32, std::vector<int64_t>{4}, RandomBytes(16, 1)).ok());
+  ASSERT_TRUE(w.AddTensor("b", DType::kQ8_0, std::vector<int64_t>{32}, RandomBytes(34, 2)).ok());
+  const std::string path = TempPath("pread.gguf");
+  ASSERT_TRUE(w.WriteFile(path).ok());
+  absl::StatusOr<std::unique_ptr<GgufFile>> mapped = GgufFile::Open(path);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  GgufPreadReader reader(fd, (*mapped)->file_size(), path, 16);
+  absl::StatusOr<std::unique_ptr<GgufFile>> read =
+      GgufFile::Read(reader, path, {.keep_metadata = false});
+  ::close(fd);
+  ASSERT_TRUE(read.ok()) << read.status();
+  const GgufFile& f = **read;
+  ASSERT_EQ(f.metadata().size(), 1u);
+  EXPECT_EQ(f.metadata()[0].first, "general.alignment");
+  EXPECT_EQ(f.alignment(), 64u);
+  EXPECT_FALSE(f.Has("tokenizer.ggml.tokens"));
+  EXPECT_EQ(f.data_offset(),
+            static_cast<uint64_t>((*mapped)->data_section() - (*mapped)->bytes().data()));
+  EXPECT_EQ(f.data_section(), nullptr);
+  EXPECT_TRUE(f.bytes().empty());
+  EXPECT_EQ(f.file_size(), (*mapped)->file_size());
+  ASSERT_EQ(f.tensors().size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const GgufTensorInfo& want = (*mapped)->tensors()[i];
+    const GgufTensorInfo& got = f.tensors()[i];
+    EXPECT_EQ(got.name, want.name);
+    EXPECT_EQ(got.type, want.type);
+    EXPECT_EQ(got.offset, want.offset);
+    EXPECT_EQ(got.nbytes, want.nbytes);
+    EXPECT_EQ(got.data, nullptr);
+  }
+  std::remove(path.c_str());
+}
+
 TEST(GgufFileIo, OpenErrors) {
   absl::Status missing = GgufFile::Open("/nonexistent/model.gguf").status();
   EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
@@ -353,7 +420,7 @@ TEST(GgufFileIo, OpenErrors) {
 // The real model
 
 TEST(GgufRealModel, Stories260K) {
-  const std::string path = DemoModelPath();
+  const std::string path = TG_DEMO_MODEL;  // tests/CMakeLists.txt sets it on tg_testlib.
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
     std::printf("skipping: %s not found (set TG_SHARED_DIR)\n", path.c_str());

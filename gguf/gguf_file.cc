@@ -1,8 +1,9 @@
 // GgufFile: the GGUF v2/v3 parser and validator (GgufParser), the read-only mapping behind
 // Open(), and the typed metadata getters. Every byte read goes through a bounds-checked
-// cursor and every size computation is overflow-checked, so a hostile file yields a one-line
-// status naming the problem, never a crash or an unbounded allocation.
-#include "models/gguf_file.h"
+// cursor over a GgufReader (memory or pread) and every size computation is overflow-checked, so a
+// hostile file yields a one-line status naming the problem, never a crash or an unbounded
+// allocation.
+#include "gguf/gguf_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -16,6 +17,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -131,7 +133,8 @@ absl::string_view GgufTypeName(GgufType type) { return NameOf(kGgufTypes, type, 
 // Reads a whole GGUF image into a GgufFile, validating as it goes. One instance per parse.
 class GgufParser {
  public:
-  GgufParser(GgufFile* file, const GgufLimits& limits) : file_(*file), limits_(limits) {}
+  GgufParser(GgufFile* file, GgufReader& reader, const GgufReadOptions& options)
+      : file_(*file), reader_(reader), options_(options), limits_(options.limits) {}
 
   absl::Status Parse() {
     uint64_t n_tensors = 0;
@@ -149,7 +152,9 @@ class GgufParser {
   absl::Status Invalid(absl::string_view msg) const {
     return absl::InvalidArgumentError(absl::StrCat(file_.path_, ": ", msg));
   }
+  // A read that failed: the reader's error if it had one, else the file ended first.
   absl::Status Truncated(const absl::AlphaNum& need, absl::string_view what) const {
+    if (!io_error_.ok()) return io_error_;
     return absl::OutOfRangeError(absl::StrCat(file_.path_, ": truncated: ", what, " needs ", need,
                                               " bytes at offset ", pos_, " but the file has ",
                                               file_.size_, " bytes"));
@@ -157,10 +162,23 @@ class GgufParser {
 
   // ---- bounds-checked little-endian reads; false when the file ends first.
   size_t Remaining() const { return file_.size_ - pos_; }
+  // The n bytes at pos_ (n <= Remaining()), or null after keeping the reader's error.
+  const uint8_t* Fetch(size_t n) {
+    static constexpr uint8_t kNothing = 0;
+    if (n == 0) return &kNothing;
+    absl::StatusOr<const uint8_t*> p = reader_.Bytes(pos_, n);
+    if (!p.ok()) {
+      io_error_ = p.status();
+      return nullptr;
+    }
+    return *p;
+  }
   template <typename T>
   bool Read(T* out) {
     if (Remaining() < sizeof(T)) return false;
-    std::memcpy(out, file_.base_ + pos_, sizeof(T));
+    const uint8_t* p = Fetch(sizeof(T));
+    if (p == nullptr) return false;
+    std::memcpy(out, p, sizeof(T));
     pos_ += sizeof(T);
     return true;
   }
@@ -172,14 +190,15 @@ class GgufParser {
   template <typename T, typename W>
   absl::Status ReadWidened(GgufValue* out) {
     T v{};
-    Read(&v);
+    if (!Read(&v)) return Truncated(sizeof(T), "a metadata value");
     out->scalar = static_cast<W>(v);
     return absl::OkStatus();
   }
 
   absl::Status ParseHeader(uint64_t* n_tensors, uint64_t* n_kv);
   absl::Status ParseMetadata(uint64_t n_kv);
-  // `what` names the string in an error message; it is only called on failure.
+  // `what` names the string in an error message; it is only called on failure. A null `out`
+  // skips the string's bytes, and a null GgufValue* skips a value (checked all the same).
   absl::Status ParseString(uint64_t max_bytes, absl::FunctionRef<std::string()> what,
                            std::string* out);
   absl::Status ParseValue(GgufType type, int depth, absl::string_view key, GgufValue* out);
@@ -188,15 +207,20 @@ class GgufParser {
   absl::Status ReadType(absl::string_view what, GgufType* out);
   absl::Status ApplyAlignment();
   absl::Status ParseTensorInfos(uint64_t n_tensors);
-  absl::Status ParseTensorInfo(GgufTensorInfo* info);
+  // `known` is false for a type tensorgrid does not know (with skip_unknown_types).
+  absl::Status ParseTensorInfo(GgufTensorInfo* info, bool* known);
   absl::Status ParseShape(GgufTensorInfo* info);
+  absl::Status ParseTensorOffset(absl::string_view what, GgufTensorInfo* info);
   absl::Status LocateTensorData();
   absl::Status CheckOverlaps() const;
 
   GgufFile& file_;
+  GgufReader& reader_;
+  const GgufReadOptions& options_;
   const GgufLimits& limits_;
   size_t pos_ = 0;
   uint64_t total_array_elems_ = 0;  // <= limits_.max_total_array_elems.
+  absl::Status io_error_;           // the reader's, once a read failed.
 };
 
 absl::Status GgufParser::ParseHeader(uint64_t* n_tensors, uint64_t* n_kv) {
@@ -239,7 +263,11 @@ absl::Status GgufParser::ParseString(uint64_t max_bytes, absl::FunctionRef<std::
     return Invalid(absl::StrCat(what(), " length ", len, " exceeds the limit ", max_bytes));
   }
   if (len > Remaining()) return Truncated(len, what());
-  out->assign(reinterpret_cast<const char*>(file_.base_ + pos_), len);
+  if (out != nullptr) {
+    const uint8_t* p = Fetch(len);
+    if (p == nullptr) return io_error_;
+    out->assign(reinterpret_cast<const char*>(p), len);
+  }
   pos_ += len;
   return absl::OkStatus();
 }
@@ -253,17 +281,24 @@ absl::Status GgufParser::ReadType(absl::string_view what, GgufType* out) {
 }
 
 absl::Status GgufParser::ParseMetadata(uint64_t n_kv) {
+  absl::flat_hash_set<std::string> skipped;  // keys whose values are not kept.
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key;
     TG_RETURN_IF_ERROR(ParseString(
         kMaxKeyBytes, [i] { return absl::StrCat("key #", i); }, &key));
     GgufType type;
     TG_RETURN_IF_ERROR(ReadType(absl::StrCat("key '", key, "' value type"), &type));
+    const bool keep = options_.keep_metadata || key == kAlignmentKey;
     GgufValue value;
-    TG_RETURN_IF_ERROR(ParseValue(type, 0, key, &value));
-    if (!file_.kv_index_.emplace(key, file_.kv_.size()).second) {
+    TG_RETURN_IF_ERROR(ParseValue(type, 0, key, keep ? &value : nullptr));
+    if (file_.kv_index_.contains(key) || skipped.contains(key)) {
       return Invalid(absl::StrCat("duplicate key '", key, "'"));
     }
+    if (!keep) {
+      skipped.insert(std::move(key));
+      continue;
+    }
+    file_.kv_index_.emplace(key, file_.kv_.size());
     file_.kv_.emplace_back(std::move(key), std::move(value));
   }
   return absl::OkStatus();
@@ -271,16 +306,25 @@ absl::Status GgufParser::ParseMetadata(uint64_t n_kv) {
 
 absl::Status GgufParser::ParseValue(GgufType type, int depth, absl::string_view key,
                                     GgufValue* out) {
-  out->type = type;
-  if (type == GgufType::kArray) return ParseArray(depth + 1, key, out);
+  if (type == GgufType::kArray) {
+    if (out != nullptr) out->type = type;
+    return ParseArray(depth + 1, key, out);
+  }
   if (type == GgufType::kString) {
     std::string str;
     absl::Status s = ParseString(
-        limits_.max_string_bytes, [key] { return absl::StrCat("key '", key, "' string"); }, &str);
-    out->scalar = std::move(str);
+        limits_.max_string_bytes, [key] { return absl::StrCat("key '", key, "' string"); },
+        out != nullptr ? &str : nullptr);
+    if (out != nullptr) {
+      out->type = type;
+      out->scalar = std::move(str);
+    }
     return s;
   }
-  return ParseScalar(type, key, out);
+  GgufValue scratch;  // a skipped scalar is still read: a bool must be 0 or 1.
+  GgufValue* v = out != nullptr ? out : &scratch;
+  v->type = type;
+  return ParseScalar(type, key, v);
 }
 
 absl::Status GgufParser::ParseScalar(GgufType type, absl::string_view key, GgufValue* out) {
@@ -311,7 +355,7 @@ absl::Status GgufParser::ParseScalar(GgufType type, absl::string_view key, GgufV
       return ReadWidened<double, double>(out);
     case GgufType::kBool: {
       uint8_t b = 0;
-      Read(&b);
+      if (!Read(&b)) return Truncated(1, absl::StrCat("key '", key, "' value"));
       if (b > 1) return Invalid(absl::StrCat("key '", key, "' bool value ", b, " is not 0 or 1"));
       out->scalar = b == 1;
       return absl::OkStatus();
@@ -328,7 +372,8 @@ absl::Status GgufParser::ParseArray(int depth, absl::string_view key, GgufValue*
     return Invalid(
         absl::StrCat("key '", key, "' has arrays nested more than ", limits_.max_nesting, " deep"));
   }
-  TG_RETURN_IF_ERROR(ReadType(absl::StrCat("key '", key, "' array element type"), &out->elem_type));
+  GgufType elem_type;
+  TG_RETURN_IF_ERROR(ReadType(absl::StrCat("key '", key, "' array element type"), &elem_type));
   uint64_t count = 0;
   TG_RETURN_IF_ERROR(ReadOr(&count, absl::StrCat("key '", key, "' array count")));
   if (count > limits_.max_array_elems) {
@@ -343,15 +388,28 @@ absl::Status GgufParser::ParseArray(int depth, absl::string_view key, GgufValue*
   total_array_elems_ += count;
   // Every element takes at least MinEncodedBytes in the file, so this bounds the allocation
   // below by the file's size before anything is reserved.
-  const size_t min_bytes = MinEncodedBytes(out->elem_type);
+  const size_t min_bytes = MinEncodedBytes(elem_type);
   if (count > Remaining() / min_bytes) {
     return Truncated(
         U128ToString(u128{count} * min_bytes),
-        absl::StrCat("key '", key, "' array of ", count, " ", GgufTypeName(out->elem_type)));
+        absl::StrCat("key '", key, "' array of ", count, " ", GgufTypeName(elem_type)));
   }
+  if (out == nullptr) {
+    // Skipped: fixed-size elements other than bool (whose bytes must be 0 or 1) need no look.
+    if (elem_type != GgufType::kString && elem_type != GgufType::kArray &&
+        elem_type != GgufType::kBool) {
+      pos_ += count * min_bytes;  // checked against Remaining() above.
+      return absl::OkStatus();
+    }
+    for (uint64_t i = 0; i < count; ++i) {
+      TG_RETURN_IF_ERROR(ParseValue(elem_type, depth, key, nullptr));
+    }
+    return absl::OkStatus();
+  }
+  out->elem_type = elem_type;
   out->array.resize(count);
   for (uint64_t i = 0; i < count; ++i) {
-    TG_RETURN_IF_ERROR(ParseValue(out->elem_type, depth, key, &out->array[i]));
+    TG_RETURN_IF_ERROR(ParseValue(elem_type, depth, key, &out->array[i]));
   }
   return absl::OkStatus();
 }
@@ -382,7 +440,12 @@ absl::Status GgufParser::ParseTensorInfos(uint64_t n_tensors) {
     GgufTensorInfo info;
     TG_RETURN_IF_ERROR(ParseString(
         kMaxTensorNameBytes, [i] { return absl::StrCat("tensor #", i, " name"); }, &info.name));
-    TG_RETURN_IF_ERROR(ParseTensorInfo(&info));
+    bool known = true;
+    TG_RETURN_IF_ERROR(ParseTensorInfo(&info, &known));
+    if (!known) {
+      ++file_.unknown_type_tensors_;
+      continue;
+    }
     if (!file_.tensor_index_.emplace(info.name, file_.tensors_.size()).second) {
       return Invalid(absl::StrCat("duplicate tensor name '", info.name, "'"));
     }
@@ -391,16 +454,18 @@ absl::Status GgufParser::ParseTensorInfos(uint64_t n_tensors) {
   return absl::OkStatus();
 }
 
-absl::Status GgufParser::ParseTensorInfo(GgufTensorInfo* info) {
+absl::Status GgufParser::ParseTensorInfo(GgufTensorInfo* info, bool* known) {
   const std::string what = absl::StrCat("tensor '", info->name, "'");
   TG_RETURN_IF_ERROR(ParseShape(info));
   uint32_t type_id = 0;
   TG_RETURN_IF_ERROR(ReadOr(&type_id, absl::StrCat(what, " type")));
   absl::StatusOr<DType> type = DTypeFromId(type_id);
-  if (!type.ok()) {
+  *known = type.ok();
+  if (!*known && !options_.skip_unknown_types) {
     return absl::UnimplementedError(
         absl::StrCat(file_.path_, ": ", what, " has unsupported type id ", type_id));
   }
+  if (!*known) return ParseTensorOffset(what, info);  // its size is unknown.
   info->type = *type;
   if (info->ne[0] % BlockSize(info->type) != 0) {
     return Invalid(absl::StrCat(what, " row length ", info->ne[0], " is not a multiple of the ",
@@ -414,6 +479,10 @@ absl::Status GgufParser::ParseTensorInfo(GgufTensorInfo* info) {
     }
   }
   info->nbytes = nbytes;
+  return ParseTensorOffset(what, info);
+}
+
+absl::Status GgufParser::ParseTensorOffset(absl::string_view what, GgufTensorInfo* info) {
   TG_RETURN_IF_ERROR(ReadOr(&info->offset, absl::StrCat(what, " offset")));
   if (info->offset % file_.alignment_ != 0) {
     return Invalid(absl::StrCat(what, " offset ", info->offset,
@@ -449,6 +518,7 @@ absl::Status GgufParser::ParseShape(GgufTensorInfo* info) {
 absl::Status GgufParser::LocateTensorData() {
   // The data section starts at the next multiple of the alignment (pos_ <= size, no overflow).
   const u128 data_start = (u128{pos_} + file_.alignment_ - 1) / file_.alignment_ * file_.alignment_;
+  const uint8_t* base = reader_.in_memory().data();  // null when read with pread.
   for (GgufTensorInfo& t : file_.tensors_) {
     const u128 begin = data_start + t.offset;
     const u128 end = begin + t.nbytes;
@@ -457,10 +527,10 @@ absl::Status GgufParser::LocateTensorData() {
           file_.path_, ": tensor '", t.name, "' data [", U128ToString(begin), ", ",
           U128ToString(end), ") lies past the end of the file (", file_.size_, " bytes)"));
     }
-    t.data = file_.base_ + static_cast<size_t>(begin);
+    if (base != nullptr) t.data = base + static_cast<size_t>(begin);
   }
-  file_.data_section_ =
-      file_.base_ + static_cast<size_t>(std::min<u128>(data_start, u128{file_.size_}));
+  file_.data_offset_ = static_cast<uint64_t>(std::min<u128>(data_start, u128{file_.size_}));
+  if (base != nullptr) file_.data_section_ = base + file_.data_offset_;
   return absl::OkStatus();
 }
 
@@ -487,14 +557,20 @@ absl::Status GgufParser::CheckOverlaps() const {
 // ---------------------------------------------------------------------------------------------
 // Construction
 
+absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Read(GgufReader& reader, absl::string_view name,
+                                                         const GgufReadOptions& options) {
+  std::unique_ptr<GgufFile> file(new GgufFile());
+  file->path_ = std::string(name);
+  file->base_ = reader.in_memory().data();
+  file->size_ = reader.size();
+  TG_RETURN_IF_ERROR(GgufParser(file.get(), reader, options).Parse());
+  return file;
+}
+
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::FromBytes(absl::Span<const uint8_t> bytes,
                                                               const GgufLimits& limits) {
-  std::unique_ptr<GgufFile> file(new GgufFile());
-  file->path_ = kMemoryName;
-  file->base_ = bytes.data();
-  file->size_ = bytes.size();
-  TG_RETURN_IF_ERROR(GgufParser(file.get(), limits).Parse());
-  return file;
+  GgufBytesReader reader(bytes);
+  return Read(reader, kMemoryName, {.limits = limits});
 }
 
 namespace {
@@ -536,7 +612,8 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
     file->mapped_ = true;
   }
   ::close(fd);  // the mapping keeps the file alive.
-  TG_RETURN_IF_ERROR(GgufParser(file.get(), limits).Parse());
+  GgufBytesReader reader(file->bytes());
+  TG_RETURN_IF_ERROR(GgufParser(file.get(), reader, {.limits = limits}).Parse());
   return file;
 }
 

@@ -1,13 +1,15 @@
-// GgufFile: a read-only, validated view of a GGUF v2/v3 file (mmap'ed). Open() checks
-// everything it reads — magic, version, counts within limits, string and array lengths
-// inside the file, every metadata type (nested arrays too), general.alignment, tensor
-// types/shapes/offsets, tensor data inside the file and not overlapping — and returns
-// INVALID_ARGUMENT / OUT_OF_RANGE naming the problem for a truncated, corrupt or hostile
-// file (UNIMPLEMENTED for a tensor type tensorgrid does not support). After Open() succeeds,
-// accessors never fail on structure, only on missing keys or wrong types. Thread-safe for
+// GgufFile: a read-only, validated view of a GGUF v2/v3 file: mmap'ed (Open), bytes in memory
+// (FromBytes) or read with pread from a descriptor (Read with a GgufPreadReader: no tensor data
+// pointers then). The one GGUF parser of the tree: models/, rpc-server's --model-dir index and
+// the tools all read through it. It checks everything it reads — magic, version, counts within
+// limits, string and array lengths inside the file, every metadata type (nested arrays too),
+// general.alignment, tensor types/shapes/offsets, tensor data inside the file and not overlapping —
+// and returns INVALID_ARGUMENT / OUT_OF_RANGE naming the problem for a truncated, corrupt or
+// hostile file (UNIMPLEMENTED for a tensor type tensorgrid does not support). After Open()
+// succeeds, accessors never fail on structure, only on missing keys or wrong types. Thread-safe for
 // reading.
-#ifndef TENSORGRID_MODELS_GGUF_FILE_H_
-#define TENSORGRID_MODELS_GGUF_FILE_H_
+#ifndef TENSORGRID_GGUF_GGUF_FILE_H_
+#define TENSORGRID_GGUF_GGUF_FILE_H_
 
 #include <cstdint>
 #include <memory>
@@ -20,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/dtype.h"
+#include "gguf/gguf_reader.h"
 
 namespace tg {
 
@@ -56,7 +59,7 @@ struct GgufTensorInfo {
   int64_t ne[4] = {1, 1, 1, 1};
   uint64_t offset = 0;            // relative to the data section.
   size_t nbytes = 0;              // RowBytes(type, ne0) * ne1 * ne2 * ne3.
-  const uint8_t* data = nullptr;  // inside the mapping.
+  const uint8_t* data = nullptr;  // inside the mapping; null when read with pread.
 };
 
 // Limits a hostile file cannot push past (each well above any real model).
@@ -71,6 +74,18 @@ struct GgufLimits {
   int max_nesting = 8;
 };
 
+// How Read() parses (Open and FromBytes use the defaults).
+struct GgufReadOptions {
+  GgufLimits limits;
+  // false: metadata values are checked as they are read but not kept; metadata() holds only
+  // general.alignment (rpc-server's index needs the tensor table, not the vocabulary).
+  bool keep_metadata = true;
+  // false: a tensor of a type tensorgrid does not know fails the parse (UNIMPLEMENTED). true:
+  // it is left out of tensors() and counted (unknown_type_tensors()); its offset is still
+  // checked for alignment, but its extent is unknown.
+  bool skip_unknown_types = false;
+};
+
 class GgufFile {
  public:
   // Maps and validates a file.
@@ -79,6 +94,12 @@ class GgufFile {
   // Validates bytes already in memory (the caller keeps them alive): fuzzing, tests.
   static absl::StatusOr<std::unique_ptr<GgufFile>> FromBytes(absl::Span<const uint8_t> bytes,
                                                              const GgufLimits& limits = {});
+  // Parses what `reader` reads; `name` prefixes error messages (and is path()). When the reader
+  // has the file in memory, tensor data pointers point into it (the caller keeps it alive);
+  // otherwise they, data_section() and bytes() are null/empty and data_offset() locates the
+  // tensor data. Errors as for Open; the reader's own errors (I/O, a file that shrank) as is.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> Read(GgufReader& reader, absl::string_view name,
+                                                        const GgufReadOptions& options = {});
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -105,9 +126,17 @@ class GgufFile {
 
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* FindTensor(absl::string_view name) const;
-  // Start of the tensor data section inside the mapping, and the whole mapping.
+  // Tensors left out because their type is unknown (GgufReadOptions::skip_unknown_types).
+  uint64_t unknown_type_tensors() const { return unknown_type_tensors_; }
+  // File offset of the tensor data section: the bytes before it are the header, metadata and
+  // tensor table (the file's identity, proto/model_identity.h).
+  uint64_t data_offset() const { return data_offset_; }
+  // Start of the tensor data section inside the mapping, and the whole mapping (null and empty
+  // when the file was read with pread).
   const uint8_t* data_section() const { return data_section_; }
-  absl::Span<const uint8_t> bytes() const { return {base_, size_}; }
+  absl::Span<const uint8_t> bytes() const {
+    return base_ != nullptr ? absl::Span<const uint8_t>(base_, size_) : absl::Span<const uint8_t>();
+  }
 
  private:
   GgufFile() = default;
@@ -123,9 +152,11 @@ class GgufFile {
   absl::flat_hash_map<std::string, size_t> kv_index_;
   std::vector<GgufTensorInfo> tensors_;
   absl::flat_hash_map<std::string, size_t> tensor_index_;
+  uint64_t unknown_type_tensors_ = 0;
+  uint64_t data_offset_ = 0;
   const uint8_t* data_section_ = nullptr;
 };
 
 }  // namespace tg
 
-#endif  // TENSORGRID_MODELS_GGUF_FILE_H_
+#endif  // TENSORGRID_GGUF_GGUF_FILE_H_

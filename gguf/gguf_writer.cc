@@ -1,6 +1,6 @@
 // GgufWriter: lays out a GGUF v3 file (header, metadata, tensor infos, aligned tensor data)
 // and streams it either into a byte vector or, atomically, into a file.
-#include "models/gguf_writer.h"
+#include "gguf/gguf_writer.h"
 
 #include <fcntl.h>
 #include <unistd.h>
