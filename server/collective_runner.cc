@@ -68,7 +68,8 @@ void Decode(const std::string& wire, bool bf16, bool add, float* v) {
 }  // namespace
 
 absl::Status CollectiveRunner::Run(const std::string& session_id, BufferFinder find,
-                                   const pb::AllReduce& cmd) {
+                                   const pb::AllReduce& cmd,
+                                   const std::function<bool()>& cancelled) {
   const std::pair<std::string, uint64_t> key(session_id, cmd.collective());
   std::shared_ptr<Part> part;
   bool first = false;
@@ -90,7 +91,7 @@ absl::Status CollectiveRunner::Run(const std::string& session_id, BufferFinder f
   }
   absl::Status status;
   if (first) {
-    status = RunPart(session_id, find, cmd);
+    status = RunPart(session_id, find, cmd, cancelled);
     absl::MutexLock lock(&mu_);
     part->done = true;
     part->status = status;
@@ -167,7 +168,8 @@ absl::StatusOr<CollectiveRunner::Local> CollectiveRunner::Resolve(BufferFinder f
 }
 
 absl::Status CollectiveRunner::RunPart(const std::string& session_id, BufferFinder find,
-                                       const pb::AllReduce& cmd) {
+                                       const pb::AllReduce& cmd,
+                                       const std::function<bool()>& cancelled) {
   TG_ASSIGN_OR_RETURN(const Local local, Resolve(find, cmd));
   const int m = cmd.servers_size();
   // Every peer is checked before anything is sent: one outside --peers fails the command
@@ -180,7 +182,7 @@ absl::Status CollectiveRunner::RunPart(const std::string& session_id, BufferFind
   std::vector<float> sum;
   TG_RETURN_IF_ERROR(LocalSum(local, count, &sum));
   if (m > 1) {
-    absl::Status s = Exchange(session_id, cmd, &sum);
+    absl::Status s = Exchange(session_id, cmd, cancelled, &sum);
     mailbox_.Drop(cmd.servers(cmd.rank()).grant(), cmd.collective());
     TG_RETURN_IF_ERROR(s);
   }
@@ -234,6 +236,7 @@ absl::Status CollectiveRunner::LocalSum(const Local& local, size_t count, std::v
 }
 
 absl::Status CollectiveRunner::Exchange(const std::string& session_id, const pb::AllReduce& cmd,
+                                        const std::function<bool()>& cancelled,
                                         std::vector<float>* sum) {
   const int m = cmd.servers_size();
   const int rank = static_cast<int>(cmd.rank());
@@ -258,7 +261,9 @@ absl::Status CollectiveRunner::Exchange(const std::string& session_id, const pb:
   }
   for (const ExchangeStep& step : steps) {
     if (step.send_to >= 0) TG_RETURN_IF_ERROR(Push(cmd, step, bf16, *sum, *streams[step.send_to]));
-    if (step.recv_from >= 0) TG_RETURN_IF_ERROR(Pull(cmd, step, bf16, deadline, streams, sum));
+    if (step.recv_from >= 0) {
+      TG_RETURN_IF_ERROR(Pull(cmd, step, bf16, deadline, streams, cancelled, sum));
+    }
   }
   return absl::OkStatus();
 }
@@ -314,6 +319,7 @@ absl::Status CollectiveRunner::Push(const pb::AllReduce& cmd, const ExchangeStep
 
 absl::Status CollectiveRunner::Pull(const pb::AllReduce& cmd, const ExchangeStep& step, bool bf16,
                                     absl::Time deadline, const PeerStreams& streams,
+                                    const std::function<bool()>& cancelled,
                                     std::vector<float>* sum) {
   const std::string& from = cmd.servers(step.recv_from).endpoint();
   const size_t want = WireBytes(step.recv_end - step.recv_begin, bf16);
@@ -324,6 +330,7 @@ absl::Status CollectiveRunner::Pull(const pb::AllReduce& cmd, const ExchangeStep
     PieceKey key{cmd.servers(cmd.rank()).grant(), cmd.collective(), step.id,
                  static_cast<uint32_t>(p), static_cast<uint32_t>(step.recv_from)};
     TG_ASSIGN_OR_RETURN(std::string wire, mailbox_.Take(key, deadline, kPeerPoll, [&] {
+      if (cancelled && cancelled()) return ReduceMailbox::SessionEnded("all_reduce", from);
       // A piece of ours the peers refused, or could not be sent, fails the exchange.
       for (const auto& s : streams) {
         if (s != nullptr) TG_RETURN_IF_ERROR(s->status());

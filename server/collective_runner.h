@@ -23,6 +23,7 @@
 #define TENSORGRID_SERVER_COLLECTIVE_RUNNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -77,9 +78,12 @@ class CollectiveRunner {
                    PeerPushes* senders = nullptr)
       : peers_(peers), grants_(grants), metrics_(metrics), senders_(senders), mailbox_(grants) {}
 
-  // The AllReduce command of session `session_id`, whose buffers `find` resolves.
+  // The AllReduce command of session `session_id`, whose buffers `find` resolves. While it
+  // waits for its peers' pieces it asks `cancelled` (may be empty) every kPeerPoll, and gives
+  // up with CANCELLED once its session ended: a close never waits out kPieceWait.
   absl::Status Run(const std::string& session_id, BufferFinder find,
-                   const tensorgrid::v1::AllReduce& cmd) ABSL_LOCKS_EXCLUDED(mu_);
+                   const tensorgrid::v1::AllReduce& cmd,
+                   const std::function<bool()>& cancelled = {}) ABSL_LOCKS_EXCLUDED(mu_);
   // A peer's piece (PeerReduceStream, or PeerReduce from servers before it): NOT_FOUND for
   // a grant this server did not make. `sender` (may be empty: not known) is the sending
   // session's key (PeerPushes::SenderIn(context, PeerPushes::kSenderKey)); FAILED_PRECONDITION
@@ -107,13 +111,13 @@ class CollectiveRunner {
   using PeerStreams = std::vector<std::shared_ptr<PeerReduceStream>>;
 
   absl::Status RunPart(const std::string& session_id, BufferFinder find,
-                       const tensorgrid::v1::AllReduce& cmd);
+                       const tensorgrid::v1::AllReduce& cmd, const std::function<bool()>& cancelled);
   absl::StatusOr<Local> Resolve(BufferFinder find, const tensorgrid::v1::AllReduce& cmd) const;
   // Sums the local tensors into `sum`.
   absl::Status LocalSum(const Local& local, size_t count, std::vector<float>* sum)
       ABSL_LOCKS_EXCLUDED(comm_mu_);
   absl::Status Exchange(const std::string& session_id, const tensorgrid::v1::AllReduce& cmd,
-                        std::vector<float>* sum);
+                        const std::function<bool()>& cancelled, std::vector<float>* sum);
   // The session's stream to `endpoint`, opened on first use and again after it ended.
   absl::StatusOr<std::shared_ptr<PeerReduceStream>> StreamFor(const std::string& session_id,
                                                               const std::string& endpoint)
@@ -124,7 +128,8 @@ class CollectiveRunner {
   // Takes the step's pieces from the mailbox; `streams` (this exchange's, by rank) are
   // watched for a piece of ours that could not be delivered.
   absl::Status Pull(const tensorgrid::v1::AllReduce& cmd, const ExchangeStep& step, bool bf16,
-                    absl::Time deadline, const PeerStreams& streams, std::vector<float>* sum);
+                    absl::Time deadline, const PeerStreams& streams,
+                    const std::function<bool()>& cancelled, std::vector<float>* sum);
 
   PeerClient* const peers_;
   GrantTable* const grants_;

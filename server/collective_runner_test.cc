@@ -9,10 +9,14 @@
 // all-reduce sends there carry its sender key, and when that session ends
 // (PeerPushes::SenderEnded) the peer drops them from its all-reduce mailbox, their charge
 // back to the receiving session, while another sending session's pieces stay; a piece of
-// the ended session that comes after is refused.
+// the ended session that comes after is refused. A session that ends while its all-reduce
+// waits for a live peer that never sends gets CANCELLED at once, not after kPieceWait.
 #include "server/collective_runner.h"
 
 #include <atomic>
+#include <chrono>
+#include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -248,8 +252,11 @@ class CollectiveRunnerPeerTest : public ::testing::Test {
   }
 
   // Session `session` runs collective `collective` over A (rank 0) and B, B never taking
-  // part: A's pieces wait in B's mailbox, and the piece A waits for is put here.
-  absl::Status AllReduceIntoThePeer(const std::string& session, uint64_t collective) {
+  // part: A's pieces wait in B's mailbox, and the piece A waits for is put here unless
+  // `b_answers` is false (then A waits until `cancelled` says its session ended).
+  absl::Status AllReduceIntoThePeer(const std::string& session, uint64_t collective,
+                                    bool b_answers = true,
+                                    const std::function<bool()>& cancelled = {}) {
     pb::AllReduce a;
     a.set_collective(collective);
     pb::CollectiveServer* self = a.add_servers();
@@ -273,14 +280,14 @@ class CollectiveRunnerPeerTest : public ::testing::Test {
     from_b.set_step(steps[0].id);
     from_b.set_from_rank(1);
     from_b.set_data(Bytes(Floats(kElements, 5)));
-    TG_RETURN_IF_ERROR(runner_->Receive(from_b));
+    if (b_answers) TG_RETURN_IF_ERROR(runner_->Receive(from_b));
     return runner_->Run(
         session,
         [this](uint64_t h) -> absl::StatusOr<std::shared_ptr<SessionBuffer>> {
           if (h != 7) return absl::NotFoundError("no such buffer");
           return buffer_;
         },
-        a);
+        a, cancelled);
   }
 
   // B's mailbox once it holds `bytes` (the stream delivers in the background), at most 10 s.
@@ -305,6 +312,21 @@ class CollectiveRunnerPeerTest : public ::testing::Test {
   std::shared_ptr<SessionBuffer> buffer_;
   std::string grant_;
 };
+
+TEST_F(CollectiveRunnerPeerTest, AWaitForAPeerGivesUpWhenTheSessionEnds) {
+  // B never sends its piece and is alive: only the session's end can end A's wait
+  // (kPieceWait, a minute, otherwise).
+  std::atomic<bool> ended{false};
+  std::future<absl::Status> waiting = std::async(std::launch::async, [&] {
+    return AllReduceIntoThePeer("waiting", 4, /*b_answers=*/false, [&] { return ended.load(); });
+  });
+  EXPECT_EQ(waiting.wait_for(std::chrono::milliseconds(500)), std::future_status::timeout);
+  ended = true;
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  const absl::Status s = waiting.get();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_NE(s.message().find("all_reduce: the session ended"), std::string::npos) << s;
+}
 
 TEST_F(CollectiveRunnerPeerTest, AnEndedSendersPiecesLeaveThePeersMailboxAndNobodyElses) {
   ASSERT_EQ(held_.load(), 0u);

@@ -424,8 +424,8 @@ absl::StatusOr<CommandDispatch::Work> CommandDispatch::Prepare(const pb::Session
             a.dst_buffer()));
       }
       PeerPushes* pushes = env_.pushes;
-      return OnLaneOf(*dst, [pushes, dst, grant = grant->second, &a](pb::SessionReply*) {
-        return pushes->Await(a, grant, *dst);
+      return OnLaneOf(*dst, [this, pushes, dst, grant = grant->second, &a](pb::SessionReply*) {
+        return pushes->Await(a, grant, *dst, [this] { return cancelled(); });
       });
     }
     case pb::SessionRequest::kAllReduce: {
@@ -441,7 +441,8 @@ absl::StatusOr<CommandDispatch::Work> CommandDispatch::Prepare(const pb::Session
       CollectiveRunner* runner = env_.collectives;
       work.run = [this, runner, &a](pb::SessionReply*) {
         return runner->Run(
-            env_.session_id, [this](uint64_t h) { return env_.table->Find(h); }, a);
+            env_.session_id, [this](uint64_t h) { return env_.table->Find(h); }, a,
+            [this] { return cancelled(); });
       };
       return work;
     }

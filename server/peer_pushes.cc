@@ -204,19 +204,20 @@ absl::Status PeerPushes::Receive(const pb::PeerDeliverRequest& request, std::str
 }
 
 absl::Status PeerPushes::Await(const pb::AwaitPush& cmd, const std::string& grant,
-                               SessionBuffer& dst) {
+                               SessionBuffer& dst, const std::function<bool()>& cancelled) {
   TG_RETURN_IF_ERROR(dst.CheckRange(cmd.dst_offset(), cmd.size()));
   TG_RETURN_IF_ERROR(LostStatus(grant));
-  absl::Status status = AwaitPiece(cmd, grant, dst);
+  absl::Status status = AwaitPiece(cmd, grant, dst, cancelled);
   if (absl::IsDeadlineExceeded(status) || absl::IsUnavailable(status)) RecordLost(grant, status);
   return status;
 }
 
 absl::Status PeerPushes::AwaitPiece(const pb::AwaitPush& cmd, const std::string& grant,
-                                    SessionBuffer& dst) {
+                                    SessionBuffer& dst, const std::function<bool()>& cancelled) {
   int failures = 0;
   absl::StatusOr<std::string> data =
       mailbox_.Take(KeyOf(grant, cmd.tag()), absl::Now() + piece_wait_, kPeerPoll, [&] {
+        if (cancelled && cancelled()) return ReduceMailbox::SessionEnded("await_push", cmd.endpoint());
         return peers_ == nullptr ? absl::OkStatus() : peers_->CheckAlive(cmd.endpoint(), &failures);
       });
   if (absl::IsDeadlineExceeded(data.status())) {

@@ -24,6 +24,7 @@
 #define TENSORGRID_SERVER_PEER_PUSHES_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -131,15 +132,17 @@ class PeerPushes {
   // source go; a push that could not reach the destination) fails every later await and push
   // of it at once with that error: a client that queued many steps ahead learns of it after
   // one wait, not one per step. A new session has new grants.
+  // `cancelled` (may be empty) is asked every kPeerPoll: once the session ended the wait gives
+  // up with CANCELLED, so a close never waits out the piece wait.
   absl::Status Await(const tensorgrid::v1::AwaitPush& cmd, const std::string& grant,
-                     SessionBuffer& dst);
+                     SessionBuffer& dst, const std::function<bool()>& cancelled = {});
 
   size_t held_bytes() const { return mailbox_.held_bytes(); }
 
  private:
   // Await's wait for the piece and its write into dst.
   absl::Status AwaitPiece(const tensorgrid::v1::AwaitPush& cmd, const std::string& grant,
-                          SessionBuffer& dst);
+                          SessionBuffer& dst, const std::function<bool()>& cancelled);
   // The lost-grant bookkeeping (see Await): OK, or the error that lost a piece of `grant`.
   absl::Status LostStatus(const std::string& grant) ABSL_LOCKS_EXCLUDED(lost_mu_);
   void RecordLost(const std::string& grant, const absl::Status& status)

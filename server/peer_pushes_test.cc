@@ -2,10 +2,13 @@
 // session that made the grant and go, uncharged, when that sender ends (DropSender), while
 // the pieces of other senders stay and are awaited as before. One sender's end drops its
 // all-reduce pieces too (the mailbox PeerPushes is given), and refuses its later pieces of
-// both kinds.
+// both kinds. An await whose session ends gives up at once instead of waiting out its piece
+// wait.
 #include "server/peer_pushes.h"
 
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 
@@ -85,6 +88,24 @@ TEST(PeerPushesTest, AnEndedSendersPiecesGoAndTheOthersAreAwaited) {
   // sender-a's is gone: an await of it finds nothing.
   EXPECT_EQ(pushes.Await(Await(1, 40), r.grant, *r.buffer).code(),
             absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(PeerPushesTest, AnAwaitGivesUpWhenItsSessionEnds) {
+  GrantTable grants;
+  // A piece wait past the 30 s bound below: only the session's end can end this await in time.
+  PeerPushes pushes(nullptr, &grants, nullptr, absl::Seconds(60));
+  Receiver r(grants, nullptr);
+  std::atomic<bool> ended{false};
+  std::future<absl::Status> waiting = std::async(std::launch::async, [&] {
+    return pushes.Await(Await(7, 16), r.grant, *r.buffer, [&] { return ended.load(); });
+  });
+  EXPECT_EQ(waiting.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  ended = true;
+  // Within a few polls (kPeerPoll); the bound only keeps a broken build from hanging here.
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  const absl::Status s = waiting.get();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_NE(s.message().find("await_push: the session ended"), std::string::npos) << s;
 }
 
 TEST(PeerPushesTest, AnotherSendersKeyDropsNothing) {

@@ -171,4 +171,9 @@ void ReduceMailbox::DropStaleLocked(absl::Time now) {
   }
 }
 
+absl::Status ReduceMailbox::SessionEnded(absl::string_view what, absl::string_view peer) {
+  return absl::CancelledError(
+      absl::StrCat(what, ": the session ended while waiting for a piece from ", peer));
+}
+
 }  // namespace tg::server

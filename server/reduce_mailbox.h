@@ -79,6 +79,9 @@ class ReduceMailbox final : public RevokeListener {
   absl::StatusOr<std::string> Take(const PieceKey& key, absl::Time deadline, absl::Duration poll,
                                    absl::FunctionRef<absl::Status()> check)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // What a Take's `check` returns once the waiting session has ended (CANCELLED, naming the
+  // command that waited and the peer it waited for).
+  static absl::Status SessionEnded(absl::string_view what, absl::string_view peer);
   // Drops every piece of (grant, collective).
   void Drop(const std::string& grant, uint64_t collective) ABSL_LOCKS_EXCLUDED(mu_);
   // Drops one piece (a delivery refused whole after part of it was filed).

@@ -165,6 +165,27 @@ def sender_ends(fail, servers, secret, honest, baselines):
                                             "of the sending session ending")
     fail.check(baselines[1].restored(), "B's counters not back to their baseline within 5 s of "
                                         "the receiving session ending")
+    waiter_goes(fail, servers, secret, baselines[1])
+
+
+def waiter_goes(fail, servers, secret, baseline):
+    """A session on B waits in an AwaitPush for a piece its live source A never sends, and its
+    client goes away: the session ends within 5 s, its wait given up (the piece wait is a
+    minute, kept for a source still computing), and B is back at its baseline."""
+    pb = hostile.pb
+    a, b = servers
+    with hostile.Client(b.endpoint, secret) as cb:
+        waiter = cb.session()
+        code, msg, handle = waiter.alloc(0, 64)
+        fail.check(code == 0, f"waiter alloc: {code} {msg}")
+        code, msg, _ = waiter.grant(handle)
+        fail.check(code == 0, f"waiter grant: {code} {msg}")
+        waiter.send(pb.SessionRequest(await_push=pb.AwaitPush(
+            endpoint=a.endpoint, tag=0x5EED, dst_buffer=handle, dst_offset=0, size=64)))
+        time.sleep(1)  # the await is waiting on B now.
+        waiter.cancel()
+        fail.check(baseline.restored(), "a session waiting in an AwaitPush for a live source "
+                                        "held B past 5 s after its client went")
 
 
 # The all-reduce a session on A sends into B's mailbox: REDUCE_ELEMENTS f32 values, which go
