@@ -260,6 +260,55 @@ TEST_P(MulMatTypeTest, SimdMatchesScalarKernels) {
   }
 }
 
+// Every column count of a decode (1 to 16 activation rows, which the tile kernels take in
+// passes of up to kMaxTileCols), with rows streamed one at a time (weights from memory) and in
+// cached tiles of several rows: each pass of columns shares one unpacking of the weights.
+TEST_P(MulMatTypeTest, DecodeColumnCountsMatchReference) {
+  const DType type = GetParam();
+  const int64_t k = TestKs(type).back();
+  // Fewer rows than the packed GEMMs take, so every column count goes through the tiles.
+  constexpr int64_t kRows = 19;
+  int run = 0;
+  for (bool from_memory : {true, false}) {
+    for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 16}) {
+      const int nth = 1 + run % 2;
+      Owned a = MakeWeights(type, k, kRows, 1, 1, 900 + run);
+      Owned b = MakeActivations(k, n, 1, 1, Layout::kContiguous, 1000 + run);
+      const std::vector<float> got = RunMulMat(&a.t, &b.t, nth, from_memory);
+      EXPECT_LT(Nmse(got, ReferenceMulMat(a.t, b.t)), Tolerance(type))
+          << Describe(type, k, kRows, n, nth) << " weights from memory " << from_memory;
+      ++run;
+    }
+  }
+}
+
+// Batch invariance of the quantized decode kernels: a column's results are bit-identical
+// whatever the other columns of its tile (a sequence decoded with 1..15 others gives the bits
+// it gives alone).
+TEST_P(MulMatTypeTest, DecodeColumnsAreBitIdenticalToOneColumn) {
+  const DType type = GetParam();
+  if (!IsQuantized(type)) GTEST_SKIP() << "float matrix-vector products use a row kernel";
+  const int64_t k = TestKs(type).back();
+  constexpr int64_t kRows = 21;
+  for (bool from_memory : {true, false}) {
+    for (int64_t n : {2, 5, 8, 11, 16}) {
+      Owned a = MakeWeights(type, k, kRows, 1, 1, 1100 + n);
+      Owned b = MakeActivations(k, n, 1, 1, Layout::kContiguous, 1200 + n);
+      const std::vector<float> batch = RunMulMat(&a.t, &b.t, 2, from_memory);
+      for (int64_t j = 0; j < n; ++j) {
+        Owned one = MakeActivations(k, 1, 1, 1, Layout::kContiguous, 0);
+        std::memcpy(one.bytes.data(), b.bytes.data() + j * b.t.nb[1], k * sizeof(float));
+        const std::vector<float> alone = RunMulMat(&a.t, &one.t, 1, from_memory);
+        for (int64_t r = 0; r < kRows; ++r) {
+          ASSERT_EQ(std::memcmp(&batch[j * kRows + r], &alone[r], sizeof(float)), 0)
+              << Describe(type, k, kRows, n, 2) << " column " << j << " row " << r << ": "
+              << batch[j * kRows + r] << " batched, " << alone[r] << " alone";
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MulMatTypeTest, ::testing::ValuesIn(kWeightTypes),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(DTypeName(info.param));

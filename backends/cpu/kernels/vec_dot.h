@@ -37,7 +37,9 @@
 namespace tg::cpu {
 
 inline constexpr int kMaxTileRows = 8;
-inline constexpr int kMaxTileCols = 4;
+// Up to 8 activation columns per tile: decoding 8 sequences at once meets each weight block
+// once (the quantized kernels unpack it once per pass of columns).
+inline constexpr int kMaxTileCols = 8;
 
 // Converts one row of k f32 activations into the kernel set's activation format.
 using ActFromF32Fn = void (*)(const float* x, void* y, int64_t k);

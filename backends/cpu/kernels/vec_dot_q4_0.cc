@@ -2,12 +2,16 @@
 //
 // Q4_0 is the format where decode is closest to compute-bound (18 bytes carry 32 weights), so
 // the AVX-512 kernel avoids per-block scalar work: it takes 16 blocks (288 bytes) at a time,
-// gathers the 4-bit quants of 4 blocks into one register with a byte permute (VBMI), multiplies
-// them as unsigned bytes with VNNI, reduces the 16 per-block sums into one vector and applies
-// the 16 weight and activation scales with two vector multiplies. The zero point (8) is folded
-// into a per-block correction precomputed with the activations. To make this cheap the
-// activations of each 16-block chunk are stored pre-arranged (ActQ4Chunk). Blocks past the
-// last full chunk, and the AVX2 kernel, use one 32-byte vector per block.
+// gathers the 4-bit quants of 4 blocks into one register with a byte permute (VBMI) and
+// transposes the four registers (4-byte groups) so that each 32-bit lane belongs to one
+// block: then 8 VNNI multiplies of unsigned nibbles by the activations add up each block's
+// dot in its own lane with no reduction, and two vector multiplies apply the 16 weight and
+// activation scales. The unpacking is done once per weight row chunk for all the columns of a
+// pass (up to 8: a decode of 8 sequences), the per-column work is 12 vector operations. The
+// zero point (8) is folded into a per-block correction precomputed with the activations. To
+// make this cheap the activations of each 16-block chunk are stored pre-arranged
+// (ActQ4Chunk). Blocks past the last full chunk, and the AVX2 kernel, use one 32-byte vector
+// per block.
 #include <cstring>
 
 #include "backends/cpu/kernels/quantize_act.h"
@@ -29,11 +33,12 @@ constexpr int kGroups = kChunkBlocks / kGroupBlocks;
 constexpr int kChunkBytes = kChunkBlocks * static_cast<int>(sizeof(BlockQ4_0));  // 288
 constexpr int kGroupBytes = kGroupBlocks * static_cast<int>(sizeof(BlockQ4_0));  // 72
 
-// Activations of 16 blocks, arranged for the kernel. Group g holds blocks 4g..4g+3: first
-// their quants 0..15, then their quants 16..31 (matching the low / high nibbles). The
-// reduction leaves block 4p + i in lane 4i + p, so scales and corrections use that order.
+// Activations of 16 blocks, arranged for the kernel: block b owns 32-bit lane LaneOfBlock(b)
+// of every vector, qs[h][q] holding there its quants 16h + 4q .. 16h + 4q + 3 (h = 0: those
+// that meet the low nibbles, 1: the high ones). Scales and corrections use the same lanes.
+constexpr int kQuads = kHalfBlock / 4;  // 4-byte groups of a half block.
 struct alignas(64) ActQ4Chunk {
-  int8_t qs[kGroups][2][64];
+  int8_t qs[2][kQuads][64];
   float d[kChunkBlocks];
   int32_t corr[kChunkBlocks];  // -8 * sum of the block's quants.
 };
@@ -79,9 +84,12 @@ void FromF32(const float* x, void* y, int64_t k) {
     for (int b = 0; b < kChunkBlocks; ++b) {
       int8_t q[kQK8_0];
       const float d = QuantizeBlockQ8_0(x + (c * kChunkBlocks + b) * kQK4_0, q);
-      const int g = b / kGroupBlocks, i = b % kGroupBlocks;
-      std::memcpy(&ch[c].qs[g][0][i * kHalfBlock], q, kHalfBlock);
-      std::memcpy(&ch[c].qs[g][1][i * kHalfBlock], q + kHalfBlock, kHalfBlock);
+      const int lane = LaneOfBlock(b);
+      for (int h = 0; h < 2; ++h) {
+        for (int quad = 0; quad < kQuads; ++quad) {
+          std::memcpy(&ch[c].qs[h][quad][4 * lane], q + h * kHalfBlock + 4 * quad, 4);
+        }
+      }
       ch[c].d[LaneOfBlock(b)] = d;
       ch[c].corr[LaneOfBlock(b)] = -kQ4Offset * SumI8(q, kQK8_0);
     }
@@ -101,21 +109,15 @@ void BlockwiseTile(int64_t first, int64_t nblocks, const char* a, size_t a_strid
                    const ActQ4Tail* const* y, float (&sums)[R][C]) {
   __m256 acc[R][C] = {};
   for (int64_t i = first; i < nblocks; ++i) {
-    __m256i yq[C], init[C];
-    __m256 dy[C];
-    for (int j = 0; j < C; ++j) {
-      const ActQ4Tail& yb = y[j][i - first];
-      yq[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb.qs));
-      init[j] = _mm256_set1_epi32(yb.neg_sum);
-      dy[j] = _mm256_set1_ps(yb.d);
-    }
     for (int r = 0; r < R; ++r) {
       const BlockQ4_0* x = reinterpret_cast<const BlockQ4_0*>(a + r * a_stride) + i;
       const __m256i xq = NibblesToBytes(x->qs);
       const __m256 dx = _mm256_set1_ps(_cvtsh_ss(x->d));
       for (int j = 0; j < C; ++j) {
-        const __m256 p = _mm256_cvtepi32_ps(DotU8I8Lanes(init[j], xq, yq[j]));
-        acc[r][j] = _mm256_fmadd_ps(p, _mm256_mul_ps(dx, dy[j]), acc[r][j]);
+        const ActQ4Tail& yb = y[j][i - first];
+        const __m256i yq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb.qs));
+        const __m256 p = _mm256_cvtepi32_ps(DotU8I8Lanes(_mm256_set1_epi32(yb.neg_sum), xq, yq));
+        acc[r][j] = _mm256_fmadd_ps(p, _mm256_mul_ps(dx, _mm256_set1_ps(yb.d)), acc[r][j]);
       }
     }
   }
@@ -158,24 +160,36 @@ ChunkConsts MakeChunkConsts() {
   return c;
 }
 
-// The 16 blocks of one weight row chunk, unpacked: quants as unsigned bytes and f32 scales.
+// The 16 blocks of one weight row chunk, unpacked: quants as unsigned bytes, low[q] holding
+// in block b's lane LaneOfBlock(b) its quants 4q .. 4q + 3 and high[q] 16 + 4q .. 16 + 4q + 3
+// (ActQ4Chunk's layout), and f32 scales.
+static_assert(kGroups == kQuads);
 struct UnpackedChunk {
-  __m512i low[kGroups];
-  __m512i high[kGroups];
+  __m512i low[kQuads];
+  __m512i high[kQuads];
   __m512 d;
 };
 
 inline UnpackedChunk UnpackChunk(const uint8_t* p, const ChunkConsts& c) {
   UnpackedChunk u;
-  __m512i first[kGroups], second[kGroups];
+  __m512i first[kGroups], second[kGroups], q[kGroups];
   for (int g = 0; g < kGroups; ++g) {
     first[g] = _mm512_loadu_si512(p + kGroupBytes * g);
     // The last group needs 8 bytes of its second load; masking keeps the read in bounds.
     second[g] = g + 1 < kGroups ? _mm512_loadu_si512(p + kGroupBytes * g + 64)
                                 : _mm512_maskz_loadu_epi8(0xFF, p + kGroupBytes * g + 64);
-    const __m512i q = _mm512_permutex2var_epi8(first[g], c.idx_qs, second[g]);
-    u.low[g] = _mm512_and_si512(q, c.low4);
-    u.high[g] = _mm512_and_si512(_mm512_srli_epi16(q, 4), c.low4);
+    // 128-bit lane i: the 16 quant bytes of block 4g + i.
+    q[g] = _mm512_permutex2var_epi8(first[g], c.idx_qs, second[g]);
+  }
+  // Transpose the 4-byte groups within each 128-bit lane: t[quad] holds, in 32-bit lane
+  // 4i + g, bytes 4 quad .. 4 quad + 3 of block 4g + i (LaneOfBlock).
+  const __m512i a0 = _mm512_unpacklo_epi32(q[0], q[1]), a1 = _mm512_unpackhi_epi32(q[0], q[1]);
+  const __m512i a2 = _mm512_unpacklo_epi32(q[2], q[3]), a3 = _mm512_unpackhi_epi32(q[2], q[3]);
+  const __m512i t[kQuads] = {_mm512_unpacklo_epi64(a0, a2), _mm512_unpackhi_epi64(a0, a2),
+                             _mm512_unpacklo_epi64(a1, a3), _mm512_unpackhi_epi64(a1, a3)};
+  for (int quad = 0; quad < kQuads; ++quad) {
+    u.low[quad] = _mm512_and_si512(t[quad], c.low4);
+    u.high[quad] = _mm512_and_si512(_mm512_srli_epi16(t[quad], 4), c.low4);
   }
   // Loads 0 and 2 cover chunk bytes 0..127 and 144..271, where the 16 scales live.
   const __m512i d =
@@ -185,22 +199,16 @@ inline UnpackedChunk UnpackChunk(const uint8_t* p, const ChunkConsts& c) {
   return u;
 }
 
-// Adds dx * dy * (q . y) of the chunk's 16 blocks to the 16 lanes of acc.
+// Adds dx * dy * (q . y) of the chunk's 16 blocks to the 16 lanes of acc. Two chains of 4
+// multiply-adds (the low and the high nibbles) leave each block's exact integer dot in its lane.
 inline __m512 ChunkDot(const UnpackedChunk& u, const ActQ4Chunk& y, __m512 acc) {
-  __m512i s[kGroups];
-  for (int g = 0; g < kGroups; ++g) {
-    const __m512i t =
-        _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.low[g], _mm512_load_si512(y.qs[g][0]));
-    s[g] = _mm512_dpbusd_epi32(t, u.high[g], _mm512_load_si512(y.qs[g][1]));
+  __m512i lo = _mm512_load_si512(y.corr);
+  __m512i hi = _mm512_setzero_si512();
+  for (int quad = 0; quad < kQuads; ++quad) {
+    lo = _mm512_dpbusd_epi32(lo, u.low[quad], _mm512_load_si512(y.qs[0][quad]));
+    hi = _mm512_dpbusd_epi32(hi, u.high[quad], _mm512_load_si512(y.qs[1][quad]));
   }
-  // Each block's 4 partial sums sit in one 128-bit lane of its group: two unpack levels
-  // leave block 4p + i's total in lane 4i + p.
-  const __m512i t0 =
-      _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
-  const __m512i t1 =
-      _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
-  __m512i sum = _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
-  sum = _mm512_add_epi32(sum, _mm512_load_si512(y.corr));
+  const __m512i sum = _mm512_add_epi32(lo, hi);
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(u.d, _mm512_load_ps(y.d)), acc);
 }
 
@@ -245,9 +253,15 @@ void Q4Tile(int64_t k, const char* a, size_t a_stride, const void* const* b, flo
   }
 }
 
-// 4 x 2 accumulators leave registers for an unpacked chunk (AVX-512) or the per-block
-// temporaries (AVX2).
-constexpr int kColsPerPass = 2;
+// Columns per pass for 1..4 rows. AVX-512: up to 8 accumulators beside an unpacked chunk (9
+// registers), so one row (decode streams weight rows one at a time) takes 8 columns per
+// unpacking. AVX2: 16 ymm registers hold 4 x 2 accumulators with the per-block temporaries,
+// or one row's 4 columns.
+#if defined(TG_CPU_AVX512)
+constexpr ColumnPasses kPasses{{8, 4, 2, 2}};
+#else
+constexpr ColumnPasses kPasses{{4, 2, 2, 2}};
+#endif
 
 // One register tile for QuantTile.
 constexpr auto kQ4Tile = [](auto rows, auto cols, int64_t k, const char* a, size_t a_stride,
@@ -257,7 +271,7 @@ constexpr auto kQ4Tile = [](auto rows, auto cols, int64_t k, const char* a, size
 
 }  // namespace
 
-const DotKernels kDotQ4_0{FromF32, ActRowBytes, QuantTile<kColsPerPass, decltype(kQ4Tile)>, 1};
+const DotKernels kDotQ4_0{FromF32, ActRowBytes, QuantTileByRows<kPasses, decltype(kQ4Tile)>, 1};
 
 }  // namespace tg::cpu::simd
 

@@ -109,7 +109,9 @@ void Q4KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, 
   }
 }
 
-constexpr int kColsPerPass = 4;
+// Columns per pass for 1..4 rows: one row (decode streams weight rows one at a time) takes 8
+// columns per unpacking of its super-blocks.
+constexpr ColumnPasses kPasses{{8, 4, 4, 4}};
 #else  // AVX2
 
 template <int R, int C>
@@ -159,7 +161,7 @@ void Q4KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, 
   }
 }
 
-constexpr int kColsPerPass = 2;
+constexpr ColumnPasses kPasses{{2, 2, 2, 2}};  // 16 ymm registers.
 #endif
 
 // One register tile for QuantTile.
@@ -170,7 +172,7 @@ constexpr auto kQ4KTile = [](auto rows, auto cols, int64_t k, const char* a, siz
 
 }  // namespace
 
-const DotKernels kDotQ4_K{FromF32, ActRowBytes, QuantTile<kColsPerPass, decltype(kQ4KTile)>, 1};
+const DotKernels kDotQ4_K{FromF32, ActRowBytes, QuantTileByRows<kPasses, decltype(kQ4KTile)>, 1};
 
 }  // namespace tg::cpu::simd
 

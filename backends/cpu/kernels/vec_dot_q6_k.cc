@@ -84,7 +84,9 @@ void Q6KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, 
   }
 }
 
-constexpr int kColsPerPass = 4;
+// Columns per pass for 1..4 rows: one row (decode streams weight rows one at a time) takes 8
+// columns per unpacking of its super-blocks.
+constexpr ColumnPasses kPasses{{8, 4, 4, 4}};
 #else  // AVX2
 
 // sum over groups of scale * bsum, times the offset: what the unsigned quants over-count.
@@ -146,7 +148,7 @@ void Q6KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, 
   }
 }
 
-constexpr int kColsPerPass = 2;
+constexpr ColumnPasses kPasses{{2, 2, 2, 2}};  // 16 ymm registers.
 #endif
 
 // One register tile for QuantTile.
@@ -158,7 +160,7 @@ constexpr auto kQ6KTile = [](auto rows, auto cols, int64_t k, const char* a, siz
 }  // namespace
 
 const DotKernels kDotQ6_K{ActQ8KFromF32, ActQ8KRowBytes,
-                          QuantTile<kColsPerPass, decltype(kQ6KTile)>, 1};
+                          QuantTileByRows<kPasses, decltype(kQ6KTile)>, 1};
 
 }  // namespace tg::cpu::simd
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "backends/cpu/kernels/vec_dot.h"
 #include "core/quant_blocks.h"
@@ -54,31 +55,37 @@ inline void TileInGroupsOf4(const RowsFn (&kRows)[4], int64_t k, const void* a, 
   }
 }
 
+// Calls fn(std::integral_constant<int, n>{}) for n in 1 .. sizeof...(I).
+template <class Fn, int... I>
+void WithColumnCount(Fn&& fn, int n, std::integer_sequence<int, I...>) {
+  ((n == I + 1 ? (fn(std::integral_constant<int, I + 1>{}), 0) : 0), ...);
+}
+
 // Calls fn(std::integral_constant<int, C>{}, j) for the activation columns j .. j + C - 1, in
-// passes of kColsPerPass (<= 4) columns and one shorter pass at the end: a kernel templated
-// on its column count C keeps C columns' accumulators in registers.
+// passes of kColsPerPass (<= kMaxTileCols) columns and one shorter pass at the end: a kernel
+// templated on its column count C keeps C columns' accumulators in registers.
 template <int kColsPerPass, class Fn>
 void ByColumnPasses(int cols, Fn&& fn) {
-  static_assert(kColsPerPass >= 1 && kColsPerPass <= 4);
+  static_assert(kColsPerPass >= 1 && kColsPerPass <= kMaxTileCols);
   for (int j = 0; j < cols; j += kColsPerPass) {
     const int n = cols - j < kColsPerPass ? cols - j : kColsPerPass;
-    if (n == 1) fn(std::integral_constant<int, 1>{}, j);
-    if constexpr (kColsPerPass >= 2) {
-      if (n == 2) fn(std::integral_constant<int, 2>{}, j);
-    }
-    if constexpr (kColsPerPass >= 3) {
-      if (n == 3) fn(std::integral_constant<int, 3>{}, j);
-    }
-    if constexpr (kColsPerPass >= 4) {
-      if (n == 4) fn(std::integral_constant<int, 4>{}, j);
-    }
+    WithColumnCount([&](auto c) { fn(c, j); }, n, std::make_integer_sequence<int, kColsPerPass>{});
   }
 }
 
+// Columns per pass of a quantized kernel for register tiles of 1, 2, 3 and 4 rows: what
+// keeps R x C accumulators (and the kernel's per-column temporaries) in registers. One row
+// with many columns (a decode of several sequences) unpacks each weight block once for up to
+// kMaxTileCols columns.
+struct ColumnPasses {
+  int cols[4];
+};
+
 // The tile entry of a quantized kernel set: rows in groups of at most 4, columns in passes of
-// kColsPerPass. Kernel is a stateless callable (a captureless lambda) run as
+// kPasses.cols[R - 1]. Kernel is a stateless callable (a captureless lambda) run as
 // Kernel{}(rows, cols, k, a, a_stride, b, c) for one register tile, rows and cols being
 // std::integral_constant<int, R> and <int, C>, so that it can instantiate its R x C kernel.
+// Each column's arithmetic is the same whatever the other columns (batch invariance).
 template <int kColsPerPass, class Kernel, int R>
 void QuantTileRows(int64_t k, const char* a, size_t a_stride, const void* const* b, int cols,
                    float* const* c) {
@@ -87,13 +94,21 @@ void QuantTileRows(int64_t k, const char* a, size_t a_stride, const void* const*
   });
 }
 
+template <ColumnPasses kPasses, class Kernel>
+void QuantTileByRows(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b,
+                     int cols, float* const* c) {
+  static constexpr RowsFn kRows[4] = {
+      QuantTileRows<kPasses.cols[0], Kernel, 1>, QuantTileRows<kPasses.cols[1], Kernel, 2>,
+      QuantTileRows<kPasses.cols[2], Kernel, 3>, QuantTileRows<kPasses.cols[3], Kernel, 4>};
+  TileInGroupsOf4(kRows, k, a, a_stride, rows, b, cols, c);
+}
+
+// QuantTileByRows with the same kColsPerPass for every row count.
 template <int kColsPerPass, class Kernel>
 void QuantTile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
                float* const* c) {
-  static constexpr RowsFn kRows[4] = {
-      QuantTileRows<kColsPerPass, Kernel, 1>, QuantTileRows<kColsPerPass, Kernel, 2>,
-      QuantTileRows<kColsPerPass, Kernel, 3>, QuantTileRows<kColsPerPass, Kernel, 4>};
-  TileInGroupsOf4(kRows, k, a, a_stride, rows, b, cols, c);
+  QuantTileByRows<ColumnPasses{{kColsPerPass, kColsPerPass, kColsPerPass, kColsPerPass}}, Kernel>(
+      k, a, a_stride, rows, b, cols, c);
 }
 
 // The activation rows of a tile's C columns (b as the tile kernels receive it) as Act*.
