@@ -36,38 +36,15 @@ import json
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_bench_util import free_port, load, wait_port  # noqa: E402
 
 TG_BENCH = "build/release/tools/tg-bench/tg-bench"
 TG_RPC = "build/release/server/rpc-server"
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_port(port, timeout=60.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on port {port} after {timeout} s")
-
-
-def load():
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
 
 
 def run(argv, env=None):

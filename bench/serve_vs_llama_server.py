@@ -31,7 +31,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,27 +38,11 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_bench_util import free_port, load, wait_port  # noqa: E402
+
 TG_SERVER = "build/release/tools/tg-server/tg-server"
 TG_RPC = "build/release/server/rpc-server"
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_port(port, timeout=60.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on port {port} after {timeout} s")
 
 
 def wait_health(port, proc, timeout=300.0):
@@ -79,11 +62,6 @@ def wait_health(port, proc, timeout=300.0):
             pass
         time.sleep(0.1)
     raise RuntimeError(f"server on port {port} not healthy after {timeout} s")
-
-
-def load():
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
 
 
 class Procs:

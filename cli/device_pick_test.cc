@@ -7,8 +7,11 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <string>
+
 #include "backends/register_builtin.h"
 #include "core/registry.h"
+#include "tests/lib/fake_device.h"
 
 namespace tg {
 namespace {
@@ -44,30 +47,16 @@ TEST_F(DevicePickTest, EmptyListGivesTheDefault) {
 }
 
 // A device of a given type and nothing else (DefaultDeviceList looks at types only).
-class TypedDevice : public Device {
- public:
-  explicit TypedDevice(DeviceType type) : type_(type) {}
-  absl::string_view name() const override { return DeviceTypeName(type_); }
-  absl::string_view description() const override { return "typed"; }
-  DeviceType type() const override { return type_; }
-  absl::string_view id() const override { return name(); }
-  DeviceMemory memory() const override { return {}; }
-  absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
-    return absl::UnimplementedError("typed");
-  }
-  BufferType* default_buffer_type() override { return nullptr; }
-  bool SupportsOp(const Tensor&) const override { return false; }
-  bool SupportsBufferType(const BufferType*) const override { return false; }
-
- private:
-  DeviceType type_;
-};
+testing::FakeDevice Typed(DeviceType type) {
+  return testing::FakeDevice(std::string(DeviceTypeName(type)), type, "typed");
+}
 
 // A split with no --device keeps off the client's CPU: GPUs and remote devices when there
 // are any (llama.cpp's --rpc ... -ngl 99), else iGPUs, else every CPU device.
 TEST(DefaultDeviceListTest, SplitsUseGpusAndRemoteDevicesBeforeTheCpus) {
-  TypedDevice cpu0(DeviceType::kCpu), cpu1(DeviceType::kCpu), gpu(DeviceType::kGpu),
-      igpu(DeviceType::kIgpu), remote0(DeviceType::kRemote), remote1(DeviceType::kRemote);
+  testing::FakeDevice cpu0 = Typed(DeviceType::kCpu), cpu1 = Typed(DeviceType::kCpu),
+                      gpu = Typed(DeviceType::kGpu), igpu = Typed(DeviceType::kIgpu),
+                      remote0 = Typed(DeviceType::kRemote), remote1 = Typed(DeviceType::kRemote);
   constexpr DefaultDevices kSplit = DefaultDevices::kGpusAndRemoteElseCpus;
   const std::vector<Device*> mixed = {&cpu0, &remote0, &igpu, &gpu, &cpu1, &remote1};
   EXPECT_THAT(DefaultDeviceList(mixed, kSplit), ElementsAre(&remote0, &gpu, &remote1));

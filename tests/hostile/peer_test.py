@@ -150,22 +150,29 @@ def sender_ends(fail, servers, secret, honest, baselines):
               f"awaits into B's mailbox: {before:.0f} -> {held:.0f} bytes")
         fail.check(held >= before + SENDER_PIECES * SENDER_PIECE_BYTES,
                    "the pushed pieces are not in B's mailbox: the drop below proves nothing")
-        beside = threading.Thread(target=honest.beside, args=(fail, "a sender's end"))
-        beside.start()
-        t0 = time.time()
-        sender.close()
-        drained = hostile.wait_for(lambda: mailbox_bytes(b) <= before, DRAIN_SECONDS)
-        took = time.time() - t0
-        beside.join(180)
-        print(f"B's mailbox {mailbox_bytes(b):.0f} bytes {took:.2f} s after the sending "
-              f"session ended (B's session still open)")
-        fail.check(drained, f"the pieces the ended session sent still fill B's mailbox after "
-                            f"{DRAIN_SECONDS} s: {mailbox_bytes(b):.0f} bytes")
-        fail.check(baselines[0].restored(), "A's counters not back to their baseline within 5 s "
-                                            "of the sending session ending")
+        sender_leaves(fail, sender, b, before, honest, baselines[0], "pushes")
     fail.check(baselines[1].restored(), "B's counters not back to their baseline within 5 s of "
                                         "the receiving session ending")
     waiter_goes(fail, servers, secret, baselines[1])
+
+
+def sender_leaves(fail, sender, b, before, honest, baseline_a, what):
+    """Closes the sending session on A with an honest run beside it: B's mailbox must be back
+    to `before` within DRAIN_SECONDS (B's receiving session still open), and A at its
+    baseline."""
+    beside = threading.Thread(target=honest.beside, args=(fail, f"the end of a session's {what}"))
+    beside.start()
+    t0 = time.time()
+    sender.close()
+    drained = hostile.wait_for(lambda: mailbox_bytes(b) <= before, DRAIN_SECONDS)
+    took = time.time() - t0
+    beside.join(180)
+    print(f"B's mailbox {mailbox_bytes(b):.0f} bytes {took:.2f} s after the session that sent "
+          f"its {what} ended (B's session still open)")
+    fail.check(drained, f"the {what} the ended session sent still fill B's mailbox after "
+                        f"{DRAIN_SECONDS} s: {mailbox_bytes(b):.0f} bytes")
+    fail.check(baseline_a.restored(), "A's counters not back to their baseline within 5 s of the "
+                                      f"session that sent {what} ending")
 
 
 def waiter_goes(fail, servers, secret, baseline):
@@ -234,19 +241,7 @@ def reduce_sender_ends(fail, servers, secret, honest, baselines):
               f"mailbox: {before:.0f} -> {held:.0f} bytes")
         fail.check(held >= before + size,
                    "the all-reduce's pieces are not in B's mailbox: the drop below proves nothing")
-        beside = threading.Thread(target=honest.beside, args=(fail, "an all-reduce sender's end"))
-        beside.start()
-        t0 = time.time()
-        sender.close()
-        drained = hostile.wait_for(lambda: mailbox_bytes(b) <= before, DRAIN_SECONDS)
-        took = time.time() - t0
-        beside.join(180)
-        print(f"B's mailbox {mailbox_bytes(b):.0f} bytes {took:.2f} s after the all-reduce's "
-              f"sending session ended (B's session still open)")
-        fail.check(drained, f"the all-reduce pieces the ended session sent still fill B's "
-                            f"mailbox after {DRAIN_SECONDS} s: {mailbox_bytes(b):.0f} bytes")
-        fail.check(baselines[0].restored(), "A's counters not back to their baseline within 5 s "
-                                            "of the all-reduce's sending session ending")
+        sender_leaves(fail, sender, b, before, honest, baselines[0], "all-reduce pieces")
     fail.check(baselines[1].restored(), "B's counters not back to their baseline within 5 s of "
                                         "the receiving session ending")
 
