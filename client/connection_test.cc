@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "client/client_test_util.h"
+#include "client/client_testing.h"
 #include "client/remote_device.h"
 #include "core/context.h"
 #include "core/graph.h"
@@ -20,7 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/protocol.h"
-#include "server/server_test_util.h"
+#include "server/server_testing.h"
 
 namespace tg::rpc {
 namespace {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "backends/register_builtin.h"
-#include "client/client_test_util.h"
+#include "client/client_testing.h"
 #include "client/remote_device.h"
 #include "core/registry.h"
 #include "gtest/gtest.h"
@@ -20,7 +20,7 @@
 #include "server/blob_cache.h"
 #include "server/metrics.h"
 #include "server/model_index.h"
-#include "server/model_test_util.h"
+#include "server/model_testing.h"
 #include "server/rpc_server.h"
 
 namespace tg::rpc {

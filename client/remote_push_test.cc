@@ -11,7 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "backends/register_builtin.h"
-#include "client/client_test_util.h"
+#include "client/client_testing.h"
 #include "client/connection.h"
 #include "client/remote_device.h"
 #include "client/remote_stream.h"

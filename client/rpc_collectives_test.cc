@@ -16,7 +16,7 @@
 
 #include "backends/register_builtin.h"
 #include "client/client_metrics.h"
-#include "client/client_test_util.h"
+#include "client/client_testing.h"
 #include "client/connection.h"
 #include "client/remote_buffer.h"
 #include "client/remote_device.h"

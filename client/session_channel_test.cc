@@ -20,11 +20,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/client_test_util.h"
+#include "client/client_testing.h"
 #include "core/lost_endpoint.h"
 #include "gtest/gtest.h"
 #include "proto/grpc_channel.h"
-#include "server/server_test_util.h"
+#include "server/server_testing.h"
 
 namespace tg::rpc {
 namespace {

@@ -1,4 +1,4 @@
-// FallbackExecutor on the toy model (models/executor_test_util.h) with a device that refuses
+// FallbackExecutor on the toy model (models/executor_testing.h) with a device that refuses
 // ARGMAX, as a GPU without a kernel does: logits graphs run on the device alone; the first
 // refused graph moves every graph to the scheduler over the device and a CPU, whose results
 // are checked against the host's; greedy generation refused at its first step starts over
@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "models/executor_test_util.h"
+#include "models/executor_testing.h"
 
 namespace tg::testing {
 namespace {

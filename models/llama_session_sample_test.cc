@@ -17,7 +17,7 @@
 #include "backends/cpu/cpu_device.h"
 #include "core/context.h"
 #include "core/ops.h"
-#include "models/executor_test_util.h"
+#include "models/executor_testing.h"
 #include "models/llama_model.h"
 #include "models/llama_session.h"
 #include "models/shared_model_path.h"

@@ -15,9 +15,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_device.h"
-#include "models/executor_test_util.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
+#include "models/executor_testing.h"
 #include "models/llama_model.h"
 #include "models/shared_model_path.h"
 

@@ -1,4 +1,4 @@
-// ScheduledExecutor on the toy model (models/executor_test_util.h) split over two CPU devices
+// ScheduledExecutor on the toy model (models/executor_testing.h) split over two CPU devices
 // (table on one, bias on the other: two splits a graph), checked against logits computed on
 // the host: a batch is cut into up to n_copies micro-batches of nearly equal size, in order;
 // one token, or n_copies 1, runs whole; a failed micro-batch's error comes back after the
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "models/executor_test_util.h"
+#include "models/executor_testing.h"
 
 namespace tg::testing {
 namespace {

@@ -1,4 +1,4 @@
-// SingleDeviceExecutor on the toy model (models/executor_test_util.h), checked against logits
+// SingleDeviceExecutor on the toy model (models/executor_testing.h), checked against logits
 // and argmax chains computed on the host: a batch of the key of the last graph runs it again
 // with its own inputs, any other builds anew; greedy steps are queued ahead in Stream batches
 // on a device with events and one at a time without; CreateEvent errors other than
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "models/executor_test_util.h"
+#include "models/executor_testing.h"
 
 namespace tg::testing {
 namespace {

@@ -22,7 +22,7 @@
 #include "google/protobuf/descriptor.h"
 #include "gtest/gtest.h"
 #include "server/rpc_server.h"
-#include "server/server_test_util.h"
+#include "server/server_testing.h"
 #include "tensorgrid/v1/tensorgrid.grpc.pb.h"
 
 namespace tg::server {

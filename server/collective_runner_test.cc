@@ -31,7 +31,7 @@
 #include "server/peer_client.h"
 #include "server/peer_pushes.h"
 #include "server/rpc_server.h"
-#include "server/server_test_util.h"
+#include "server/server_testing.h"
 #include "server/service.h"
 #include "server/session.h"
 

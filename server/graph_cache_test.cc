@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 #include "proto/protocol.h"
 #include "server/memory_reservation.h"
-#include "server/server_test_util.h"
+#include "server/server_testing.h"
 #include "server/session_buffer.h"
 
 namespace tg::server {

@@ -15,7 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
 #include "proto/protocol.h"
-#include "server/server_test_util.h"
+#include "server/server_testing.h"
 
 namespace tg::server {
 namespace {

@@ -10,7 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "gtest/gtest.h"
 #include "server/memory_reservation.h"
-#include "server/server_test_util.h"
+#include "server/server_testing.h"
 #include "server/session_buffer.h"
 
 namespace tg::server {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/model_test_util.h"
+#include "server/model_testing.h"
 
 namespace tg::server {
 namespace {

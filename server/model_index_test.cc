@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "proto/model_hashes.h"
 #include "server/indexed_model_file.h"
-#include "server/model_test_util.h"
+#include "server/model_testing.h"
 
 namespace tg::server {
 namespace {

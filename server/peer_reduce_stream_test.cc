@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 #include "proto/grpc_channel.h"
 #include "server/rpc_server.h"
-#include "server/server_test_util.h"
+#include "server/server_testing.h"
 
 namespace tg::server {
 namespace {

@@ -24,7 +24,7 @@
 #include "server/log_capture.h"
 #include "server/metrics.h"
 #include "server/rpc_server.h"
-#include "server/server_test_util.h"
+#include "server/server_testing.h"
 #include "tensorgrid/v1/tensorgrid.grpc.pb.h"
 
 namespace tg::server {

@@ -8,7 +8,7 @@
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "server/server_test_util.h"
+#include "server/server_testing.h"
 
 namespace tg::server {
 namespace {

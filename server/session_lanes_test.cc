@@ -15,7 +15,7 @@
 #include "backends/cpu/cpu_device.h"
 #include "backends/cpu/cpu_stream.h"
 #include "gtest/gtest.h"
-#include "server/server_test_util.h"
+#include "server/server_testing.h"
 #include "server/session.h"
 
 namespace tg::server {

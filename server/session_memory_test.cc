@@ -8,7 +8,7 @@
 #include "gtest/gtest.h"
 #include "server/memory_reservation.h"
 #include "server/session.h"
-#include "server/session_test_fixture.h"
+#include "server/session_testing.h"
 
 namespace tg::server {
 namespace {

@@ -10,10 +10,10 @@
 
 #include "gtest/gtest.h"
 #include "proto/protocol.h"
-#include "server/server_test_util.h"
+#include "server/server_testing.h"
 #include "server/session.h"
 #include "server/session_buffer.h"
-#include "server/session_test_fixture.h"
+#include "server/session_testing.h"
 #include "tests/lib/strided_reference.h"
 
 namespace tg::server {

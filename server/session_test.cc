@@ -14,9 +14,9 @@
 #include "server/graph_decoder.h"
 #include "server/memory_reservation.h"
 #include "server/metrics.h"
-#include "server/server_test_util.h"
+#include "server/server_testing.h"
 #include "server/session_buffer_recycler.h"
-#include "server/session_test_fixture.h"
+#include "server/session_testing.h"
 
 namespace tg::server {
 namespace {

@@ -22,7 +22,7 @@
 #include "proto/protocol.h"
 #include "server/blob_cache.h"
 #include "server/metrics.h"
-#include "server/server_test_util.h"
+#include "server/server_testing.h"
 
 namespace tg::server {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "backends/cuda/test_graphs.h"
+#include "backends/cuda/graph_testing.h"
 #include "core/context.h"
 #include "core/ops.h"
 #include "gtest/gtest.h"

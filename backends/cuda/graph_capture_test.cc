@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "backends/cuda/test_graphs.h"
+#include "backends/cuda/graph_testing.h"
 #include "core/context.h"
 #include "core/graph.h"
 #include "gtest/gtest.h"

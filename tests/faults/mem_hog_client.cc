@@ -19,7 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "client/connection.h"
-#include "server/server_test_util.h"
+#include "server/server_testing.h"
 
 int main(int argc, char** argv) {
   if (argc < 3) {

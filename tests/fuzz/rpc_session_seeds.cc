@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "server/server_test_util.h"
+#include "server/server_testing.h"
 #include "tests/fuzz/fuzz_model_file.h"
 
 namespace {

@@ -13,7 +13,7 @@
 #include "backends/cuda/cuda_collectives.h"
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/cuda_stream.h"
-#include "backends/cuda/test_graphs.h"
+#include "backends/cuda/graph_testing.h"
 #include "backends/register_builtin.h"
 #include "core/fp16.h"
 #include "core/ops.h"

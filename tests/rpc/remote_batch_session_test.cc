@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/client_test_util.h"
+#include "client/client_testing.h"
 #include "core/registry.h"
 #include "gtest/gtest.h"
 #include "models/batch_session.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "client/client_metrics.h"
-#include "client/client_test_util.h"
+#include "client/client_testing.h"
 #include "client/remote_device.h"
 #include "core/context.h"
 #include "core/graph.h"

@@ -23,7 +23,7 @@
 #include "gguf/gguf_file.h"
 #include "proto/model_identity.h"
 #include "proto/protocol.h"
-#include "server/server_test_util.h"
+#include "server/server_testing.h"
 
 namespace {
 

@@ -19,7 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/connection.h"
-#include "server/server_test_util.h"
+#include "server/server_testing.h"
 
 namespace {
 

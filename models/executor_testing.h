@@ -2,8 +2,8 @@
 // the host, described to an executor the way LlamaSession describes its batches and greedy
 // steps, and a CPU device with events (the CPU has none) so that greedy steps are queued
 // ahead without a remote server. Header-only: the models library must not link tests' code.
-#ifndef TENSORGRID_MODELS_EXECUTOR_TEST_UTIL_H_
-#define TENSORGRID_MODELS_EXECUTOR_TEST_UTIL_H_
+#ifndef TENSORGRID_MODELS_EXECUTOR_TESTING_H_
+#define TENSORGRID_MODELS_EXECUTOR_TESTING_H_
 
 #include <gtest/gtest.h>
 
@@ -343,4 +343,4 @@ class EventCpuDevice : public cpu::CpuDevice {
 
 }  // namespace tg::testing
 
-#endif  // TENSORGRID_MODELS_EXECUTOR_TEST_UTIL_H_
+#endif  // TENSORGRID_MODELS_EXECUTOR_TESTING_H_

@@ -2,13 +2,13 @@
 // on two CPU devices and counts into the fixture's own metrics and grant table; a test builds
 // its sessions from env_ (changed first where it needs more). Not thread-safe: one test's
 // fixture, used from that test's thread.
-#ifndef TENSORGRID_SERVER_SESSION_TEST_FIXTURE_H_
-#define TENSORGRID_SERVER_SESSION_TEST_FIXTURE_H_
+#ifndef TENSORGRID_SERVER_SESSION_TESTING_H_
+#define TENSORGRID_SERVER_SESSION_TESTING_H_
 
 #include "gtest/gtest.h"
 #include "server/grant_table.h"
 #include "server/metrics.h"
-#include "server/server_test_util.h"
+#include "server/server_testing.h"
 #include "server/session.h"
 
 namespace tg::server::testing {
@@ -29,4 +29,4 @@ class SessionEnvTest : public ::testing::Test {
 
 }  // namespace tg::server::testing
 
-#endif  // TENSORGRID_SERVER_SESSION_TEST_FIXTURE_H_
+#endif  // TENSORGRID_SERVER_SESSION_TESTING_H_

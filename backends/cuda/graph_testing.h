@@ -3,8 +3,8 @@
 // in a host arena the way GraphAllocator would (views at their base + offset), so that the
 // decisions, which look at addresses and never at contents, run without a device.
 // Not thread-safe.
-#ifndef TENSORGRID_BACKENDS_CUDA_TEST_GRAPHS_H_
-#define TENSORGRID_BACKENDS_CUDA_TEST_GRAPHS_H_
+#ifndef TENSORGRID_BACKENDS_CUDA_GRAPH_TESTING_H_
+#define TENSORGRID_BACKENDS_CUDA_GRAPH_TESTING_H_
 
 #include <cstdint>
 #include <vector>
@@ -101,4 +101,4 @@ inline size_t FakePlace(Graph& graph, std::vector<char>* arena) {
 
 }  // namespace tg::cuda::testing
 
-#endif  // TENSORGRID_BACKENDS_CUDA_TEST_GRAPHS_H_
+#endif  // TENSORGRID_BACKENDS_CUDA_GRAPH_TESTING_H_

@@ -1,8 +1,8 @@
 // Helpers for the tests of the --model-dir index: a small GGUF model file with f32 tensors of
 // chosen sizes (one can be larger than a piece), written with models/ GgufWriter, and its
 // bytes and tensor extents as models/ GgufFile (an independent parser) reads them.
-#ifndef TENSORGRID_SERVER_MODEL_TEST_UTIL_H_
-#define TENSORGRID_SERVER_MODEL_TEST_UTIL_H_
+#ifndef TENSORGRID_SERVER_MODEL_TESTING_H_
+#define TENSORGRID_SERVER_MODEL_TESTING_H_
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "gtest/gtest.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
+#include "gtest/gtest.h"
 #include "proto/model_identity.h"
 
 namespace tg::server::testing {
@@ -92,4 +92,4 @@ inline std::string FreshDir(const std::string& name) {
 
 }  // namespace tg::server::testing
 
-#endif  // TENSORGRID_SERVER_MODEL_TEST_UTIL_H_
+#endif  // TENSORGRID_SERVER_MODEL_TESTING_H_

@@ -1,8 +1,8 @@
 // Helpers shared by the server tests: building GraphDesc messages by hand, session command
 // and upload message builders, and the small MUL_MAT + ADD graph whose result is checked against a
 // naive loop.
-#ifndef TENSORGRID_SERVER_SERVER_TEST_UTIL_H_
-#define TENSORGRID_SERVER_SERVER_TEST_UTIL_H_
+#ifndef TENSORGRID_SERVER_SERVER_TESTING_H_
+#define TENSORGRID_SERVER_SERVER_TESTING_H_
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -383,4 +383,4 @@ inline std::string ScrapeMetrics(int port, const std::string& headers = "") {
 
 }  // namespace tg::server::testing
 
-#endif  // TENSORGRID_SERVER_SERVER_TEST_UTIL_H_
+#endif  // TENSORGRID_SERVER_SERVER_TESTING_H_

@@ -2,8 +2,8 @@
 // the local CPU), and a client Connection to it; rpc-server's service showing an older
 // protocol minor, on a loopback port of its own; a set of such servers with a client
 // RemoteFamily on each (LoopbackServers).
-#ifndef TENSORGRID_CLIENT_CLIENT_TEST_UTIL_H_
-#define TENSORGRID_CLIENT_CLIENT_TEST_UTIL_H_
+#ifndef TENSORGRID_CLIENT_CLIENT_TESTING_H_
+#define TENSORGRID_CLIENT_CLIENT_TESTING_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -174,4 +174,4 @@ class LoopbackServers {
 
 }  // namespace tg::rpc::testing
 
-#endif  // TENSORGRID_CLIENT_CLIENT_TEST_UTIL_H_
+#endif  // TENSORGRID_CLIENT_CLIENT_TESTING_H_
