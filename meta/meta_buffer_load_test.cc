@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backends/cpu/cpu_device.h"
@@ -47,7 +48,12 @@ std::vector<uint8_t> Bytes(size_t n, int seed) {
 // Each device's shadow bytes of t.
 std::vector<std::vector<uint8_t>> ShadowBytes(const MetaBuffer& buffer, const Tensor* t) {
   std::vector<std::vector<uint8_t>> out;
-  for (Tensor* s : buffer.Shadows(t)->shadows) {
+  const std::optional<ShadowSet> set = buffer.Shadows(t);  // held: the loop reads into it.
+  if (!set.has_value()) {
+    ADD_FAILURE() << "no shadows";
+    return out;
+  }
+  for (Tensor* s : set->shadows) {
     out.emplace_back();
     if (s == nullptr) continue;
     out.back().resize(s->NumBytes());
