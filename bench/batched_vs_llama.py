@@ -35,13 +35,12 @@ import argparse
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_bench_util import free_port, load, wait_port  # noqa: E402
+from peer_bench_util import Procs, free_port, load, print_table, wait_port  # noqa: E402
 
 TG_BENCH = "build/release/tools/tg-bench/tg-bench"
 TG_RPC = "build/release/server/rpc-server"
@@ -109,7 +108,7 @@ def main():
           f"rpc: servers -t {a.rpc_threads}, client -t {a.rpc_client_threads}", flush=True)
     summary = []
     for mode in a.modes.split(","):
-        procs = []
+        procs = Procs(subprocess.DEVNULL)
         try:
             tg_extra, ll_extra, threads = [], [], a.threads
             if mode == "rpc":
@@ -117,17 +116,12 @@ def main():
                 tg_eps, ll_eps = [], []
                 for _ in range(2):
                     p = free_port()
-                    procs.append(subprocess.Popen([TG_RPC, "-p", str(p), "-t", str(a.rpc_threads)],
-                                                  stdout=subprocess.DEVNULL,
-                                                  stderr=subprocess.DEVNULL))
+                    procs.start([TG_RPC, "-p", str(p), "-t", str(a.rpc_threads)])
                     wait_port(p)
                     tg_eps.append(f"127.0.0.1:{p}")
                     p = free_port()
-                    procs.append(subprocess.Popen(
-                        [os.path.join(a.llama_bin, "ggml-rpc-server"), "-p", str(p), "-t",
-                         str(a.rpc_threads)], stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                        env=dict(os.environ, LD_LIBRARY_PATH=a.llama_bin)))
+                    procs.start([os.path.join(a.llama_bin, "ggml-rpc-server"), "-p", str(p),
+                                 "-t", str(a.rpc_threads)], env={"LD_LIBRARY_PATH": a.llama_bin})
                     wait_port(p)
                     ll_eps.append(f"127.0.0.1:{p}")
                 tg_extra = ["--rpc", ",".join(tg_eps), "-sm", "layer", "--device",
@@ -155,19 +149,9 @@ def main():
                                    f"{mt / ml:.2f}x ({min(rr):.2f}-{max(rr):.2f}) | "
                                    f"{mt / m1t:.2f}x | {ml / m1l:.2f}x")
         finally:
-            for p in procs:
-                p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-    print(f"\n# load after: {load()}")
-    print("| mode | model | tg | N | tg-bench t/s | llama-batched-bench t/s | "
-          "tg/llama (per-round range) | tg N/N1 | llama N/N1 |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    for line in summary:
-        print(f"| {line} |")
+            procs.stop()
+    print_table(["mode", "model", "tg", "N", "tg-bench t/s", "llama-batched-bench t/s",
+                 "tg/llama (per-round range)", "tg N/N1", "llama N/N1"], 2, summary)
 
 
 if __name__ == "__main__":

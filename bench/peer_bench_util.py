@@ -1,7 +1,11 @@
 """What the peer benchmarks (batched_vs_llama.py, serve_vs_llama_server.py) share: free
-loopback ports, waiting for a process to listen, and the load average printed beside every
-figure (the machine is shared: ratios from interleaved rounds are what count)."""
+loopback ports, the processes they start and stop, waiting for a process to listen, the load
+average printed beside every figure (the machine is shared: ratios from interleaved rounds
+are what count), and the closing Markdown table."""
+import os
+import signal
 import socket
+import subprocess
 import time
 
 
@@ -27,3 +31,43 @@ def wait_port(port, timeout=60.0):
 def load():
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
+
+
+class Procs:
+    """Processes started by this script, stopped (SIGTERM, then SIGKILL) by stop()."""
+
+    def __init__(self, log):
+        self.procs = []
+        self.log = log
+
+    def start(self, argv, env=None):
+        e = dict(os.environ)
+        if env:
+            e.update(env)
+        p = subprocess.Popen(argv, stdout=self.log, stderr=self.log, env=e,
+                             stdin=subprocess.DEVNULL)
+        self.procs.append(p)
+        return p
+
+    def stop(self):
+        # The HTTP server first, then its rpc-servers (llama-server still talks to them
+        # while it exits).
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs = []
+
+
+def print_table(header, text_columns, rows):
+    """The load after the run, then a Markdown table: `header` names the columns, the first
+    `text_columns` left-aligned, the rest right; each row is its cells joined by " | "."""
+    print(f"\n# load after: {load()}")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * text_columns + "---:|" * (len(header) - text_columns))
+    for line in rows:
+        print(f"| {line} |")

@@ -30,16 +30,14 @@ import argparse
 import http.client
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_bench_util import free_port, load, wait_port  # noqa: E402
+from peer_bench_util import Procs, free_port, load, print_table, wait_port  # noqa: E402
 
 TG_SERVER = "build/release/tools/tg-server/tg-server"
 TG_RPC = "build/release/server/rpc-server"
@@ -62,36 +60,6 @@ def wait_health(port, proc, timeout=300.0):
             pass
         time.sleep(0.1)
     raise RuntimeError(f"server on port {port} not healthy after {timeout} s")
-
-
-class Procs:
-    """Processes started by this script, stopped (SIGTERM, then SIGKILL) by stop()."""
-
-    def __init__(self, log):
-        self.procs = []
-        self.log = log
-
-    def start(self, argv, env=None):
-        e = dict(os.environ)
-        if env:
-            e.update(env)
-        p = subprocess.Popen(argv, stdout=self.log, stderr=self.log, env=e,
-                             stdin=subprocess.DEVNULL)
-        self.procs.append(p)
-        return p
-
-    def stop(self):
-        # The HTTP server first, then its rpc-servers (llama-server still talks to them
-        # while it exits).
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        self.procs = []
 
 
 def start_tg(procs, a, model, n, mode):
@@ -276,12 +244,8 @@ def main():
                         f"{med['llama'][1] / med['tg'][1]:.2f}x ({min(rt):.2f}-{max(rt):.2f})")
                 print("median: " + line, flush=True)
                 summary.append(line)
-    print(f"\n# load after: {load()}")
-    print("| mode | model | N | tg t/s | llama t/s | tg/llama (per-round range) | "
-          "tg TTFT ms | llama TTFT ms | llama/tg TTFT (range) |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    for line in summary:
-        print(f"| {line} |")
+    print_table(["mode", "model", "N", "tg t/s", "llama t/s", "tg/llama (per-round range)",
+                 "tg TTFT ms", "llama TTFT ms", "llama/tg TTFT (range)"], 2, summary)
 
 
 if __name__ == "__main__":
