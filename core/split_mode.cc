@@ -23,11 +23,14 @@ absl::StatusOr<SplitMode> ParseSplitMode(absl::string_view name) {
 absl::string_view SplitModeName(SplitMode mode) { return NameOf(kSplitModes, mode, "none"); }
 
 std::vector<float> ProportionsFromMemory(const std::vector<Device*>& devices) {
-  std::vector<float> p;
+  // One reading per device: free memory moves between two readings (a CPU device's is the
+  // host's MemAvailable), and the shares must add up to one.
+  std::vector<double> free;
   double total = 0;
-  for (Device* d : devices) total += static_cast<double>(d->memory().free);
-  for (Device* d : devices) {
-    p.push_back(total > 0 ? static_cast<float>(d->memory().free / total)
+  for (Device* d : devices) total += free.emplace_back(static_cast<double>(d->memory().free));
+  std::vector<float> p;
+  for (double f : free) {
+    p.push_back(total > 0 ? static_cast<float>(f / total)
                           : 1.0f / static_cast<float>(devices.size()));
   }
   return p;
