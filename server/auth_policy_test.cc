@@ -15,6 +15,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -73,6 +74,48 @@ TEST(AuthTable, AMethodTheTableLacksIsRefusedToEveryone) {
   EXPECT_TRUE(open.Check(context, "Hello").ok());
   const AuthPolicy closed("tok", PeerAllowList::Default());
   EXPECT_EQ(closed.Check(context, "Hello").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST(ClientTokens, ParseTakesNamedTokensAndNamesTheLineOfAnyMistake) {
+  absl::StatusOr<std::vector<ClientToken>> ok = ParseClientTokens(
+      "# tenants\n\nalice  alice-token-0123456789\n\tbob.b-2 bob-token-0123456789  \n", "t.txt",
+      "cluster");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_EQ(ok->size(), 2u);
+  EXPECT_EQ((*ok)[0].name, "alice");
+  EXPECT_EQ((*ok)[0].token, "alice-token-0123456789");
+  EXPECT_EQ((*ok)[1].name, "bob.b-2");
+  const struct {
+    const char* text;
+    const char* want;  // in the message, after "t.txt:LINE: ".
+  } bad[] = {
+      {"alice\n", "t.txt:1: want 'NAME TOKEN', got 1 fields"},
+      {"a b c\n", "t.txt:1: want 'NAME TOKEN', got 3 fields"},
+      {"\n1alice alice-token-0123456789\n", "t.txt:2: client name '1alice' must start"},
+      {"al:ice alice-token-0123456789\n", "client name 'al:ice'"},
+      {"alice short\n", "the token of client alice has 5 characters; it needs 16"},
+      {"alice alice-token-0123456789\nalice other-token-0123456789\n",
+       "t.txt:2: client alice is named twice"},
+      {"alice alice-token-0123456789\nbob alice-token-0123456789\n",
+       "t.txt:2: client bob's token is another client's too"},
+      {"alice cluster-token-0123456789\n", "the --auth-token-file token"},
+  };
+  for (const auto& b : bad) {
+    SCOPED_TRACE(b.text);
+    absl::StatusOr<std::vector<ClientToken>> got =
+        ParseClientTokens(b.text, "t.txt", "cluster-token-0123456789");
+    ASSERT_FALSE(got.ok());
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(got.status().message().find(b.want), std::string::npos) << got.status();
+  }
+}
+
+TEST(ClientTokens, AddressHostDropsThePortOnly) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"127.0.0.1:5432", "127.0.0.1"}, {"[::1]:5432", "[::1]"},
+      {"[fe80::1%eth0]:80", "[fe80::1%eth0]"}, {"10.0.0.7", "10.0.0.7"},
+      {"unix:/tmp/sock", "unix:/tmp/sock"}, {"", ""}};
+  for (const auto& [address, host] : cases) EXPECT_EQ(AddressHost(address), host) << address;
 }
 
 // Calls `method` of the service with one empty message and `token` (none when empty),

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/client_accounts.h"
 #include "server/random_id.h"
 
 namespace tg::server {
@@ -26,12 +27,14 @@ HandleTable::HandleTable(const Limits& limits)
 HandleTable::~HandleTable() { Clear(); }
 
 absl::StatusOr<MemoryReservation> HandleTable::ReserveMemory(uint64_t size) {
-  return MemoryReservation::Reserve(&bytes_held_, limits_.mem_limit, size, limits_.budget);
+  return MemoryReservation::Reserve(&bytes_held_, limits_.mem_limit, size, limits_.budget,
+                                    limits_.client);
 }
 
 void HandleTable::ReleaseMemory(uint64_t size) {
   bytes_held_ -= size;
   if (limits_.budget != nullptr) limits_.budget->Give(size);
+  if (limits_.client != nullptr) limits_.client->Give(size);
 }
 
 absl::StatusOr<MemoryReservation> HandleTable::ReserveBuffer(uint64_t size) {

@@ -1,7 +1,7 @@
 // HandleTable: the buffers one rpc-server session holds behind opaque handles, the model
 // files it opened (OpenModelFile), and the accounting of what the session makes the server
 // hold: every byte is charged against the session's memory limit (--session-mem-limit) and
-// the server-wide budget, and the buffers are capped in number (--max-buffers-per-session).
+// its client's and the server-wide budget, and the buffers are capped in number (--max-buffers-per-session).
 // A buffer's charge goes in with it (Insert) and comes back with it (Remove, Clear). Handles
 // are a keyed bijection of a counter: unique within the session, different across sessions,
 // never an address.
@@ -44,6 +44,7 @@ class HandleTable {
   struct Limits {
     uint64_t mem_limit = 0;                               // bytes per session; 0 = no limit.
     ServerMemoryBudget* budget = nullptr;                 // charged too where set.
+    ClientAccount* client = nullptr;                      // likewise (--client-mem-limit).
     uint64_t max_buffers = kDefaultMaxBuffersPerSession;  // 0 = no cap.
     // Tests and the fuzzer only: handles are 1, 2, 3, ...
     bool predictable_handles = false;
@@ -54,8 +55,8 @@ class HandleTable {
   HandleTable(const HandleTable&) = delete;
   HandleTable& operator=(const HandleTable&) = delete;
 
-  // Charges `size` bytes against the session's memory limit and the server's budget:
-  // RESOURCE_EXHAUSTED naming the numbers and the flag when it would pass either. The bytes
+  // Charges `size` bytes against the session's memory limit, its client's and the server's
+  // budget: RESOURCE_EXHAUSTED naming the numbers and the flag when it would pass any. The bytes
   // go back when the reservation is dropped, unless committed (then whoever holds the memory
   // gives them back with ReleaseMemory).
   absl::StatusOr<MemoryReservation> ReserveMemory(uint64_t size);

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
+#include "server/client_accounts.h"
 #include "server/metrics.h"
 
 namespace tg::server {
@@ -95,23 +96,32 @@ void ServerMemoryBudget::Give(uint64_t size) {
 
 absl::StatusOr<MemoryReservation> MemoryReservation::Reserve(std::atomic<uint64_t>* held,
                                                              uint64_t limit, uint64_t size,
-                                                             ServerMemoryBudget* budget) {
-  // The budget first: when both would be passed, it is the one to name.
+                                                             ServerMemoryBudget* budget,
+                                                             ClientAccount* client) {
+  // The widest first: when several would be passed, it is the one to name.
   if (budget != nullptr) TG_RETURN_IF_ERROR(budget->Take(size));
+  if (client != nullptr) {
+    if (absl::Status taken = client->Take(size); !taken.ok()) {
+      if (budget != nullptr) budget->Give(size);
+      return taken;
+    }
+  }
   if (uint64_t now; !AddWithin(held, limit, size, &now)) {
     if (budget != nullptr) budget->Give(size);
+    if (client != nullptr) client->Give(size);
     return absl::ResourceExhaustedError(absl::StrFormat(
         "session memory limit of %d bytes (%.1f GiB) exceeded: %d held, %d asked; the "
         "server's --session-mem-limit raises it (0 = no limit)",
         limit, GiB(limit), now, size));
   }
-  return MemoryReservation(held, budget, size);
+  return MemoryReservation(held, budget, client, size);
 }
 
 MemoryReservation::MemoryReservation(MemoryReservation&& other) noexcept
-    : held_(other.held_), budget_(other.budget_), size_(other.size_) {
+    : held_(other.held_), budget_(other.budget_), client_(other.client_), size_(other.size_) {
   other.held_ = nullptr;
   other.budget_ = nullptr;
+  other.client_ = nullptr;
 }
 
 MemoryReservation& MemoryReservation::operator=(MemoryReservation&& other) noexcept {
@@ -119,9 +129,11 @@ MemoryReservation& MemoryReservation::operator=(MemoryReservation&& other) noexc
     Release();
     held_ = other.held_;
     budget_ = other.budget_;
+    client_ = other.client_;
     size_ = other.size_;
     other.held_ = nullptr;
     other.budget_ = nullptr;
+    other.client_ = nullptr;
   }
   return *this;
 }
@@ -131,8 +143,10 @@ MemoryReservation::~MemoryReservation() { Release(); }
 void MemoryReservation::Release() {
   if (held_ != nullptr) *held_ -= size_;
   if (budget_ != nullptr) budget_->Give(size_);
+  if (client_ != nullptr) client_->Give(size_);
   held_ = nullptr;
   budget_ = nullptr;
+  client_ = nullptr;
 }
 
 void SetHostMemoryReserve(uint64_t bytes) { host_reserve.store(bytes); }

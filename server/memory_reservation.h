@@ -5,9 +5,9 @@
 // may use: the host's physical memory, or its container's memory limit where that is less
 // (core/host_memory.h, whose readings these defaults and checks take).
 //
-// MemoryReservation: bytes counted against a session's memory limit, and the server's
-// budget, while an allocation is being made. Reserve() adds them to both counters (refusing
-// what would pass either); the destructor takes them off again unless Commit() said that a
+// MemoryReservation: bytes counted against a session's memory limit, its client's
+// (--client-mem-limit, server/client_accounts.h) and the server's budget, while an allocation
+// is being made. Reserve() adds them to every counter (refusing what would pass any); the destructor takes them off again unless Commit() said that a
 // buffer now holds them (Session::Free gives committed bytes back). So every failure path
 // after the reservation undoes it by returning, with no hand-written rollback.
 // Thread-safety: reservations on one counter may be made and dropped from any threads (the
@@ -25,6 +25,7 @@
 
 namespace tg::server {
 
+class ClientAccount;
 class Metrics;
 
 // The server-wide budget: the sum of everything all sessions hold (their MemoryReservations)
@@ -57,14 +58,16 @@ class ServerMemoryBudget {
 
 class MemoryReservation {
  public:
-  // Adds `size` to *held when the total stays within `limit` (0 = no limit), and to
-  // `budget` (null = none) when it stays within that; RESOURCE_EXHAUSTED naming the limit
-  // (the server budget's when both would be passed: raising the session's would not help),
-  // the bytes held and the bytes asked otherwise, with neither counter changed. `held` and
-  // `budget` must outlive the reservation.
+  // Adds `size` to *held when the total stays within `limit` (0 = no limit), to `client`'s
+  // account and to `budget` (either null = none) when they stay within theirs;
+  // RESOURCE_EXHAUSTED naming the limit (the widest that would be passed: the budget's, then
+  // the client's, since raising a narrower one would not help), the bytes held and the bytes
+  // asked otherwise, with no counter changed. `held`, `budget` and `client` must outlive the
+  // reservation.
   static absl::StatusOr<MemoryReservation> Reserve(std::atomic<uint64_t>* held, uint64_t limit,
                                                    uint64_t size,
-                                                   ServerMemoryBudget* budget = nullptr);
+                                                   ServerMemoryBudget* budget = nullptr,
+                                                   ClientAccount* client = nullptr);
 
   MemoryReservation(MemoryReservation&& other) noexcept;
   // Gives back what this one holds (unless committed), then takes over `other`'s.
@@ -78,16 +81,19 @@ class MemoryReservation {
   void Commit() {
     held_ = nullptr;
     budget_ = nullptr;
+    client_ = nullptr;
   }
   uint64_t size() const { return size_; }
 
  private:
-  MemoryReservation(std::atomic<uint64_t>* held, ServerMemoryBudget* budget, uint64_t size)
-      : held_(held), budget_(budget), size_(size) {}
+  MemoryReservation(std::atomic<uint64_t>* held, ServerMemoryBudget* budget,
+                    ClientAccount* client, uint64_t size)
+      : held_(held), budget_(budget), client_(client), size_(size) {}
   void Release();  // gives the bytes back unless committed.
 
   std::atomic<uint64_t>* held_;  // nullptr once committed or moved from.
   ServerMemoryBudget* budget_;   // nullptr once committed or moved from, or without one.
+  ClientAccount* client_;        // likewise.
   uint64_t size_;
 };
 

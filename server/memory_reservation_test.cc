@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "server/client_accounts.h"
 
 namespace tg::server {
 namespace {
@@ -200,6 +201,44 @@ TEST(ServerMemoryBudgetTest, ReservationsChargeTheSessionAndTheBudget) {
   EXPECT_EQ(budget.held(), 500u);  // the committed one stays.
   EXPECT_EQ(a.load(), 500u);
   EXPECT_EQ(b.load(), 0u);
+}
+
+TEST(ServerMemoryBudgetTest, ReservationsChargeTheClientBetweenBudgetAndSession) {
+  ServerMemoryBudget budget(10000);
+  ClientAccounts accounts(/*mem_limit=*/1000, 0);
+  std::shared_ptr<ClientAccount> client = *accounts.Open("alice");
+  std::atomic<uint64_t> s{0};
+  {
+    absl::StatusOr<MemoryReservation> r =
+        MemoryReservation::Reserve(&s, 5000, 700, &budget, client.get());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(client->held(), 700u);
+    // Past the client's limit and the session's: the client's is named (the wider), and
+    // neither the budget nor the session keeps anything of the refusal.
+    absl::StatusOr<MemoryReservation> past =
+        MemoryReservation::Reserve(&s, 800, 400, &budget, client.get());
+    ASSERT_FALSE(past.ok());
+    EXPECT_NE(past.status().message().find("--client-mem-limit"), std::string::npos)
+        << past.status();
+    EXPECT_EQ(budget.held(), 700u);
+    EXPECT_EQ(s.load(), 700u);
+    // Past the session's only: the session's is named and the client gets its bytes back.
+    past = MemoryReservation::Reserve(&s, 800, 200, &budget, client.get());
+    ASSERT_FALSE(past.ok());
+    EXPECT_NE(past.status().message().find("--session-mem-limit"), std::string::npos)
+        << past.status();
+    EXPECT_EQ(client->held(), 700u);
+    // Past the budget too: the budget's.
+    past = MemoryReservation::Reserve(&s, 800, 20000, &budget, client.get());
+    EXPECT_NE(past.status().message().find("--mem-budget"), std::string::npos) << past.status();
+    EXPECT_EQ(client->held(), 700u);
+    // Moved: released once.
+    MemoryReservation moved = *std::move(r);
+    EXPECT_EQ(client->held(), 700u);
+  }
+  EXPECT_EQ(client->held(), 0u);
+  EXPECT_EQ(budget.held(), 0u);
+  EXPECT_EQ(s.load(), 0u);
 }
 
 TEST(ServerMemoryBudgetTest, ConcurrentSessionsNeverPassTheBudget) {

@@ -66,6 +66,9 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const ServerConfig& 
   ServiceOptions options;
   options.devices = config.devices;
   options.auth_token = config.auth_token;
+  options.client_tokens = config.client_tokens;
+  options.client_mem_limit = config.client_mem_limit;
+  options.client_max_sessions = config.client_max_sessions;
   options.max_sessions = config.max_sessions;
   options.session_mem_limit = config.session_mem_limit;
   s->budget_ = std::make_unique<ServerMemoryBudget>(config.mem_budget, s->metrics_.get());

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "core/backend.h"
 #include "proto/protocol.h"
+#include "server/auth_policy.h"
 #include "server/host_port.h"
 #include "server/peer_client.h"
 #include "server/session.h"
@@ -43,6 +44,9 @@ struct ServerConfig {
   std::string tls_key_pem;
   std::string tls_client_ca_pem;
   std::string auth_token;  // empty: no token.
+  std::vector<ClientToken> client_tokens;  // --client-tokens; see ServiceOptions.
+  uint64_t client_mem_limit = 0;           // --client-mem-limit; 0 = none.
+  int client_max_sessions = 0;             // --client-max-sessions; 0 = none.
   PeerClientOptions peer;  // PeerPull: --peers, --peer-tls-ca/-cert/-key.
   int max_sessions = 64;
   uint64_t session_mem_limit = 0;

@@ -55,6 +55,9 @@ struct Flags {
   std::string tls_key;
   std::string tls_client_ca;
   std::string auth_token_file;
+  std::string client_tokens_file;
+  std::string client_mem_limit = "0";
+  int64_t client_max_sessions = 0;
   bool insecure = false;
   std::string peer_tls_ca;
   std::string peer_tls_cert;
@@ -246,6 +249,23 @@ absl::StatusOr<ServerConfig> MakeConfig(const Flags& f, uint64_t* host_reserve) 
           absl::StrCat("--auth-token-file ", f.auth_token_file, " is empty"));
     }
   }
+  if (!f.client_tokens_file.empty()) {
+    TG_ASSIGN_OR_RETURN(std::string text, ReadFlagFile(f.client_tokens_file, "--client-tokens"));
+    TG_ASSIGN_OR_RETURN(c.client_tokens,
+                        ParseClientTokens(text, f.client_tokens_file, c.auth_token));
+    if (c.client_tokens.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--client-tokens ", f.client_tokens_file, " names no client"));
+    }
+  }
+  TG_ASSIGN_OR_RETURN(c.client_mem_limit,
+                      ByteSizeOrAuto(f.client_mem_limit, "--client-mem-limit", /*automatic=*/0));
+  if (f.client_max_sessions < 0 || f.client_max_sessions > f.max_sessions) {
+    return absl::InvalidArgumentError(absl::StrCat("--client-max-sessions ", f.client_max_sessions,
+                                                   " is not in 0..--max-sessions (",
+                                                   f.max_sessions, ")"));
+  }
+  c.client_max_sessions = static_cast<int>(f.client_max_sessions);
   if (!IsLoopbackHost(c.host) && !f.insecure && (c.tls_cert_pem.empty() || c.auth_token.empty())) {
     return absl::InvalidArgumentError(
         absl::StrCat("refusing to listen on ", c.host,
@@ -306,7 +326,10 @@ void LogListening(const ServerConfig& config, RpcServer& server) {
        {"model_dir", config.model_dirs.empty() ? "off" : absl::StrJoin(config.model_dirs, ",")},
        {"metrics_host", config.metrics_port.has_value() ? config.metrics_host : "off"},
        {"metrics_token", config.metrics_token.empty() ? "off" : "on"},
-       {"reflection", config.reflection ? "on" : "off"}});
+       {"reflection", config.reflection ? "on" : "off"},
+       {"client_tokens", config.client_tokens.size()},
+       {"client_mem_limit", config.client_mem_limit},
+       {"client_max_sessions", config.client_max_sessions}});
 }
 
 int Main(int argc, char** argv) {
@@ -332,6 +355,10 @@ int Main(int argc, char** argv) {
               "CA (PEM) that client certificates must chain to (mTLS)");
   p.AddString(nullptr, "--auth-token-file", &f.auth_token_file,
               "file holding the bearer token clients must send");
+  // A client is the name of the token it sends from --client-tokens, else its IP address.
+  p.AddString(nullptr, "--client-tokens", &f.client_tokens_file, "'NAME TOKEN' lines: tenants");
+  p.AddString(nullptr, "--client-mem-limit", &f.client_mem_limit, "memory per client (0 = none)");
+  p.AddInt(nullptr, "--client-max-sessions", &f.client_max_sessions, "per client (0 = no cap)");
   p.AddBool(nullptr, "--insecure", &f.insecure,
             "allow a non-loopback address without TLS and a token");
   p.AddString(nullptr, "--peer-tls-ca", &f.peer_tls_ca,

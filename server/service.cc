@@ -86,7 +86,8 @@ PeerClientOptions WithToken(PeerClientOptions peer, const std::string& token) {
 TensorGridService::TensorGridService(ServiceOptions options)
     : options_(std::move(options)),
       server_id_(RandomHex(16)),
-      auth_(options_.auth_token, options_.peer.allowed),
+      auth_(options_.auth_token, options_.peer.allowed, options_.client_tokens),
+      clients_(options_.client_mem_limit, options_.client_max_sessions),
       recycler_(
           std::make_shared<SessionBufferRecycler>(HostMemoryTotal() / kRecycleShareOfHostMemory)),
       peers_(WithToken(options_.peer, options_.auth_token)),
@@ -183,11 +184,20 @@ grpc::Status TensorGridService::SessionRaw(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<pb::SessionReply, grpc::ByteBuffer>* stream) {
   if (grpc::Status s = auth_.Check(*context, "Session"); !s.ok()) return s;
+  const std::string client = auth_.ClientOf(*context);
+  absl::StatusOr<std::shared_ptr<ClientAccount>> account = clients_.Open(client);
+  if (!account.ok()) {
+    kServerLog.Warn("session refused", {{"peer", PeerAddress(*context)},
+                                        {"client", client},
+                                        {"error", account.status().message()}});
+    return Error(grpc::StatusCode::RESOURCE_EXHAUSTED, std::string(account.status().message()));
+  }
   const std::string id = RandomHex(16);
   SessionEnv env;
   env.devices = options_.devices;
   env.mem_limit = options_.session_mem_limit;
   env.budget = options_.budget;
+  env.client = *std::move(account);
   env.max_buffers = options_.max_buffers_per_session;
   env.metrics = options_.metrics;
   env.grants = &grants_;
@@ -222,6 +232,7 @@ grpc::Status TensorGridService::SessionRaw(
   }
   kServerLog.Info("session opened", {{"id", session->log_id()},
                                      {"peer", PeerAddress(*context)},
+                                     {"client", client},
                                      {"sessions", open_sessions + 1}});
   if (options_.metrics != nullptr) options_.metrics->SessionOpened();
   pb::SessionReply started;

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "core/backend.h"
 #include "server/auth_policy.h"
+#include "server/client_accounts.h"
 #include "server/collective_runner.h"
 #include "server/grant_table.h"
 #include "server/peer_client.h"
@@ -39,6 +40,12 @@ class ModelIndex;
 struct ServiceOptions {
   std::vector<Device*> devices;  // exposed in this order (DeviceInfo.index).
   std::string auth_token;        // empty: no bearer token required.
+  // Clients' own tokens (--client-tokens): each names its client (AuthPolicy::ClientOf).
+  std::vector<ClientToken> client_tokens;
+  // What one client's sessions may hold together (--client-mem-limit), and how many it may
+  // have open (--client-max-sessions); 0 = no limit.
+  uint64_t client_mem_limit = 0;
+  int client_max_sessions = 0;
   int max_sessions = 64;
   uint64_t session_mem_limit = 0;  // bytes; 0 = no limit.
   // What all sessions hold together (--mem-budget); may be null (no budget). Must outlive
@@ -107,6 +114,8 @@ class TensorGridService final
   const ServiceOptions options_;
   const std::string server_id_;
   const AuthPolicy auth_;  // who may call each method; every handler asks it first.
+  // What each client's sessions hold together; outlives every session (their accounts).
+  ClientAccounts clients_;
   std::vector<std::vector<uint32_t>> supported_ops_;  // per device.
   // Freed weight buffers kept for the next session's load (SessionBufferRecycler).
   const std::shared_ptr<SessionBufferRecycler> recycler_;

@@ -805,6 +805,79 @@ TEST_F(ServiceTest, SessionMemoryLimit) {
   ExpectHealthy();
 }
 
+// --client-mem-limit: two sessions of one client (its own token) share one limit, and a
+// second client, or the same one after its sessions closed, still has all of its own.
+TEST_F(ServiceTest, ClientMemoryLimitSpansTheClientsSessions) {
+  ServerConfig config;
+  config.client_tokens = {{"alice", "alice-token-0123456789"}, {"bob", "bob-token-0123456789"}};
+  config.client_mem_limit = 1 << 20;
+  StartServer(config);
+  {
+    SessionStream a1(stub_.get(), "alice-token-0123456789");
+    SessionStream a2(stub_.get(), "alice-token-0123456789");
+    SessionStream b(stub_.get(), "bob-token-0123456789");
+    ASSERT_TRUE(a1.ok() && a2.ok() && b.ok());
+    EXPECT_EQ(a1.Call(AllocRequest(1, 0, 600 << 10)).code(), 0);
+    // Within alice's session, not within what her sessions hold together.
+    pb::SessionReply r = a2.Call(AllocRequest(1, 0, 600 << 10));
+    EXPECT_EQ(r.code(), testing::kExhausted);
+    EXPECT_NE(r.message().find("client alice"), std::string::npos) << r.message();
+    EXPECT_NE(r.message().find("--client-mem-limit"), std::string::npos) << r.message();
+    EXPECT_NE(r.message().find(absl::StrCat(600 << 10, " bytes, ", 600 << 10, " asked")),
+              std::string::npos)
+        << r.message();
+    EXPECT_EQ(a2.Call(AllocRequest(2, 0, 300 << 10)).code(), 0);  // what is left.
+    EXPECT_EQ(b.Call(AllocRequest(1, 0, 900 << 10)).code(), 0);   // bob's own share.
+    EXPECT_TRUE(a1.Close().ok());
+    // a1's bytes went back to alice with its close.
+    EXPECT_EQ(a2.Call(AllocRequest(3, 0, 600 << 10)).code(), 0);
+  }
+  SessionStream again(stub_.get(), "alice-token-0123456789");
+  EXPECT_EQ(again.Call(AllocRequest(1, 0, 1000 << 10)).code(), 0);
+  token_ = "bob-token-0123456789";  // the server takes client tokens only.
+  ExpectHealthy();
+}
+
+TEST_F(ServiceTest, ClientMaxSessionsAndTokens) {
+  ServerConfig config;
+  config.auth_token = "cluster-token";
+  config.client_tokens = {{"alice", "alice-token-0123456789"}};
+  config.client_max_sessions = 2;
+  StartServer(config);
+  SessionStream a1(stub_.get(), "alice-token-0123456789");
+  SessionStream a2(stub_.get(), "alice-token-0123456789");
+  ASSERT_TRUE(a1.ok() && a2.ok());
+  {
+    SessionStream a3(stub_.get(), "alice-token-0123456789");
+    EXPECT_FALSE(a3.ok());
+    const grpc::Status st = a3.Close();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_NE(st.error_message().find("client alice has 2 sessions open"), std::string::npos)
+        << st.error_message();
+    EXPECT_NE(st.error_message().find("--client-max-sessions 2"), std::string::npos);
+  }
+  // Another client (the cluster token's caller, known by its address) is not alice.
+  SessionStream other(stub_.get(), "cluster-token");
+  EXPECT_TRUE(other.ok());
+  // A token that is neither is refused.
+  SessionStream wrong(stub_.get(), "nobody-token-0123456789");
+  EXPECT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.Close().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  // A closed session gives its slot back to its client.
+  EXPECT_TRUE(a1.Close().ok());
+  SessionStream a4(stub_.get(), "alice-token-0123456789");
+  EXPECT_TRUE(a4.ok());
+  // A client token is no peer credential.
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer alice-token-0123456789");
+  std::unique_ptr<grpc::ClientReader<pb::DataChunk>> copy =
+      stub_->PeerCopy(&ctx, pb::PeerCopyRequest());
+  pb::DataChunk chunk;
+  while (copy->Read(&chunk)) {
+  }
+  EXPECT_EQ(copy->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
 TEST_F(ServiceTest, PeerPullBetweenServers) {
   PeerPair pair = StartWithPeer();
   ASSERT_NE(pair.peer, nullptr);

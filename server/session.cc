@@ -23,6 +23,7 @@ Session::Session(std::string id, SessionEnv env)
       progress_(std::make_shared<CommandProgress>()),
       table_(HandleTable::Limits{.mem_limit = env_.mem_limit,
                                  .budget = env_.budget,
+                                 .client = env_.client.get(),
                                  .max_buffers = env_.max_buffers,
                                  .predictable_handles = env_.predictable_handles}),
       graphs_(&table_),

@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/backend.h"
+#include "server/client_accounts.h"
 #include "server/command_dispatch.h"
 #include "server/command_progress.h"
 #include "server/graph_cache.h"
@@ -54,6 +55,10 @@ struct SessionEnv {
   uint64_t mem_limit = 0;        // bytes per session; 0 = no limit.
   // The server-wide budget every reservation is charged against too; none without it.
   ServerMemoryBudget* budget = nullptr;
+  // The account of the client that opened the session (server/client_accounts.h), charged
+  // too; none without it. The session keeps it, and the client's session count, until it is
+  // destroyed.
+  std::shared_ptr<ClientAccount> client;
   // Buffers the session may hold at once (--max-buffers-per-session); 0 = no cap.
   uint64_t max_buffers = kDefaultMaxBuffersPerSession;
   Metrics* metrics = nullptr;

@@ -418,6 +418,24 @@ class SessionStream:
         return r.code, r.message, r.grant.grant
 
 
+# Two tenants of a server, each with its own token (rpc-server --client-tokens): the attacks
+# run as one, the honest clients as the other.
+CLIENT_TOKENS = {"attacker": "attacker-token-0123456789abcdef",
+                 "honest": "honest-token-0123456789abcdef"}
+
+
+def write_client_tokens(workdir):
+    """(the --client-tokens file of CLIENT_TOKENS, a --rpc-token-file holding the honest
+    client's token), both in `workdir`."""
+    tokens_file = os.path.join(workdir, "clients.txt")
+    with open(tokens_file, "w") as out:
+        out.write("".join(f"{name} {token}\n" for name, token in CLIENT_TOKENS.items()))
+    honest_token = os.path.join(workdir, "honest.token")
+    with open(honest_token, "w") as out:
+        out.write(CLIENT_TOKENS["honest"] + "\n")
+    return tokens_file, honest_token
+
+
 # ---------------------------------------------------------------------------------------------
 # An honest client beside the attack.
 
@@ -504,3 +522,14 @@ class Honest:
                   f"beside the attack at most {worst:.2f} s (limit {limit:.2f} s)")
             f.check(worst <= limit, f"honest tg-run ({c}) took {worst:.2f} s beside the attack, "
                                     f"more than 2x the calm {calm:.2f} s (+{HONEST_SLACK_S} s)")
+
+
+def settle(f, srv, baseline, honest, leaving):
+    """What every attack case checks once the attacker has gone (`leaving` says how): the
+    server alive, every counter back at its baseline within RESTORE_SECONDS, and the honest
+    runs, calm again, within their bound."""
+    f.check(srv.proc.poll() is None, "the server died")
+    f.check(baseline.restored(), f"counters not back to their baseline within "
+                                 f"{RESTORE_SECONDS} s of {leaving}")
+    honest.calm(f)
+    honest.check(f)

@@ -24,6 +24,10 @@ model_too_big_for_pod  a synthetic ~320 MB model (tg-gguf synth, in the test's t
 zero_byte_buffers   300000 AllocBuffer of 0 bytes in one session (batches of 4096): 65536
                     granted, the rest refused naming the count, the cap and
                     --max-buffers-per-session; RSS bounded; all freed when the session ends.
+client_share        --mem-budget 1G, --session-mem-limit 512M, --client-mem-limit 512M and two
+                    clients' own tokens (--client-tokens): an attacker's four sessions take
+                    64 MiB pieces until refused and hold 512 MiB in all (each refusal names the
+                    client and --client-mem-limit); the other client still gets 448 MiB.
 Every case with an attacker session runs an honest tg-run beside it (hostile.Honest: one
 device, -sm layer and -sm tensor with a partner server outside the cgroup; the local tokens,
 within 2x the slower calm run) and, once the attacker's sessions end, wants every counter back
@@ -287,11 +291,54 @@ def zero_byte_buffers(args, f, workdir):
             f.check(m.get("tg_mem_held_bytes", 0) >= per_buffer * ok * 0.5,
                     "the buffers' bookkeeping is charged far below what it costs")
             honest.beside(f, f"a session holding {ok} buffers")
-        f.check(srv.proc.poll() is None, "the server died")
-        f.check(baseline.restored(), "counters not back to their baseline within 5 s of the "
-                                     "session ending")
+        hostile.settle(f, srv, baseline, honest, "the session ending")
+    finally:
+        srv.stop()
+        partner.stop()
+
+
+def client_share(args, f, workdir):
+    """One client's sessions together, within --client-mem-limit: an attacker that opens four
+    sessions, each taking 64 MiB pieces up to its --session-mem-limit, gets its client limit
+    (512 MiB) in all, not the server's 1 GiB budget; the other client still gets its own share,
+    and its tg-runs beside the attack are right and on time."""
+    tokens_file, honest_token = hostile.write_client_tokens(workdir)
+    flags = ["--mem-budget", "1G", "--session-mem-limit", "512M", "--client-tokens", tokens_file,
+             "--client-mem-limit", "512M"]
+    srv = start_server(args, workdir, extra=flags)
+    partner = start_server(args, workdir, index=1, extra=flags)
+    try:
+        honest = hostile.Honest(args, srv, partner, token=honest_token)
         honest.calm(f)
-        honest.check(f)
+        baseline = hostile.Baseline(srv)
+        with Client(srv.endpoint, hostile.CLIENT_TOKENS["attacker"]) as c:
+            sessions = [c.session() for _ in range(4)]
+            granted, refusals = 0, []
+            for s in sessions:
+                for _ in range(16):
+                    code, msg, _ = s.alloc(0, 64 * MIB)
+                    if code != 0:
+                        refusals.append((code, msg))
+                        break
+                    granted += 64 * MIB
+            print(f"attacker, 4 sessions: {granted / MIB:.0f} MiB granted; first refusal: "
+                  f"{refusals[0] if refusals else None}")
+            f.check(granted == 512 * MIB, f"the attacker's sessions hold {granted / MIB:.0f} MiB "
+                                          "together, not its 512 MiB client limit")
+            f.check(len(refusals) == 4 and all(
+                code == RESOURCE_EXHAUSTED and "client attacker" in msg
+                and "--client-mem-limit" in msg for code, msg in refusals),
+                "each session's refusal should be RESOURCE_EXHAUSTED naming the client and "
+                "--client-mem-limit")
+            # The other client's share is whole: 448 MiB in one session beside the attack.
+            with Client(srv.endpoint, hostile.CLIENT_TOKENS["honest"]) as h, h.session() as hs:
+                code, msg, _ = hs.alloc(0, 448 * MIB)
+                print(f"the honest client's 448 MiB beside the attack: {code} {msg}")
+                f.check(code == 0, f"the honest client was refused its share: {msg}")
+            honest.beside(f, "a client holding its whole share in four sessions")
+            for s in sessions:
+                s.close()
+        hostile.settle(f, srv, baseline, honest, "the attacker's sessions closing")
     finally:
         srv.stop()
         partner.stop()
@@ -303,6 +350,7 @@ CASES = {
     "model_too_big": model_too_big,
     "model_too_big_for_pod": model_too_big_for_pod,
     "zero_byte_buffers": zero_byte_buffers,
+    "client_share": client_share,
 }
 
 

@@ -12,7 +12,9 @@ grab up to the refusals, 500 Upload streams that never send a header, Downloads 
 with the session closed under them, 50,000 zero-byte buffers, a flood of pushed pieces into
 the attacker's own grant, and a graph of 200,000 tensors.
 
-Each server has a budget of 1 GiB (--mem-budget; --session-mem-limit 512M). Asserts: 0 wrong
+Each server has a budget of 1 GiB (--mem-budget; --session-mem-limit 512M) and two clients of
+its own tokens (--client-tokens): the attacks run as one, the honest runs as the other, and
+one client's sessions hold 512 MiB at most together (--client-mem-limit 512M). Asserts: 0 wrong
 tokens and 0 failed honest runs, both servers alive to the end (0 restarts), each server's
 RSS within its budget plus 1 GiB (itself, and freed buffers the recycler keeps for the next
 load), and RSS flat: the peak of every rotation of the attacks after minute 2 within 10% (plus
@@ -35,7 +37,7 @@ import hostile as h  # noqa: E402
 
 def attack_memory(ep, stop):
     """Sessions that allocate 64 MiB buffers until refused, hold them, then close."""
-    with h.Client(ep) as c:
+    with h.Client(ep, h.CLIENT_TOKENS["attacker"]) as c:
         sessions = []
         try:
             for _ in range(4):
@@ -53,7 +55,7 @@ def attack_memory(ep, stop):
 
 def attack_headerless(ep, stop):
     """500 Upload streams that never send a header, held until the attack ends."""
-    with h.Client(ep) as c:
+    with h.Client(ep, h.CLIENT_TOKENS["attacker"]) as c:
         gate = threading.Event()
 
         def never():
@@ -70,7 +72,7 @@ def attack_headerless(ep, stop):
 
 def attack_stalled_download(ep, stop):
     """Downloads of 64 MiB buffers never read, the session freed and closed under them."""
-    with h.Client(ep) as c:
+    with h.Client(ep, h.CLIENT_TOKENS["attacker"]) as c:
         calls = []
         for _ in range(3):
             s = c.session()
@@ -88,7 +90,7 @@ def attack_stalled_download(ep, stop):
 
 def attack_zero_buffers(ep, stop):
     """Batches of zero-byte buffers, 50,000 in all."""
-    with h.Client(ep) as c, c.session() as s:
+    with h.Client(ep, h.CLIENT_TOKENS["attacker"]) as c, c.session() as s:
         for _ in range(10):
             batch = h.pb.Batch(commands=[h.pb.SessionRequest(
                 id=i + 1, alloc_buffer=h.pb.AllocBuffer(device=0, size=0)) for i in range(5000)])
@@ -103,7 +105,7 @@ def attack_zero_buffers(ep, stop):
 
 def attack_push_flood(ep, stop):
     """PeerDeliver pieces of 8 MiB into the attacker's own grant, 64 of them."""
-    with h.Client(ep) as c, c.session() as s:
+    with h.Client(ep, h.CLIENT_TOKENS["attacker"]) as c, c.session() as s:
         code, _, handle = s.alloc(0, 8 * h.MIB)
         if code != 0:
             return
@@ -125,7 +127,7 @@ def attack_push_flood(ep, stop):
 
 def attack_graph_bomb(ep, stop):
     """A Compute whose graph names 200,000 tensors."""
-    with h.Client(ep) as c, c.session() as s:
+    with h.Client(ep, h.CLIENT_TOKENS["attacker"]) as c, c.session() as s:
         graph = h.pb.GraphDesc(tensors=[h.pb.TensorDesc(id=i + 1, type=0, ne=[1, 1, 1, 1],
                                                         nb=[4, 4, 4, 4])
                                         for i in range(200000)])
@@ -137,7 +139,9 @@ def attack_graph_bomb(ep, stop):
         stop.wait(5)
 
 
-# Each server's budget (--mem-budget; sessions half of it): what the memory attack may take.
+# Each server's budget (--mem-budget; a session, and a client's sessions together, half of it):
+# the attacker's memory grab gets half, whatever number of sessions it opens, and the honest
+# client keeps the other half.
 BUDGET = 1 << 30
 # Beyond the budget: the server itself (model, code, threads, gRPC buffers) and the memory a
 # freed session's buffers leave in the recycler for the next load (at most what the budget let
@@ -158,17 +162,20 @@ def main():
     seconds = args.seconds or int(os.environ.get("TG_SOAK_SECONDS", "600"))
     fail = h.Failures()
     with tempfile.TemporaryDirectory(prefix="tg-soak-") as d:
+        tokens_file, honest_token = h.write_client_tokens(d)
         servers = [h.start_server(args, d, index=i, devices=2,
                                   extra=["--mem-budget", str(BUDGET), "--session-mem-limit",
-                                         str(BUDGET // 2)])
+                                         str(BUDGET // 2), "--client-tokens", tokens_file,
+                                         "--client-mem-limit", str(BUDGET // 2)])
                    for i in range(2)]
         eps = [s.endpoint for s in servers]
         reference, _, err = h.tg_run(args, n=24)
         if reference is None:
             print(f"FAIL: the local reference run failed: {err[-1500:]}")
             return 1
-        modes = [("layer", eps, []), ("tensor", eps, []),
-                 ("none", eps[:1], ["--device", f"RPC[{eps[0]}]/0"])]
+        as_honest = ["--rpc-token-file", honest_token]
+        modes = [("layer", eps, as_honest), ("tensor", eps, as_honest),
+                 ("none", eps[:1], ["--device", f"RPC[{eps[0]}]/0"] + as_honest)]
         counts = {"runs": 0, "wrong": 0, "failed": 0, "attacks": 0}
         lock = threading.Lock()
         stop = threading.Event()

@@ -1,0 +1,58 @@
+#include "server/client_accounts.h"
+
+#include <utility>
+
+#include "absl/strings/str_format.h"
+
+namespace tg::server {
+
+ClientAccount::~ClientAccount() { owner_->Close(client_); }
+
+absl::Status ClientAccount::Take(uint64_t size) {
+  std::atomic<uint64_t>& held = shared_->held;
+  uint64_t now = held.load();
+  for (;;) {
+    if (mem_limit_ != 0 && (size > mem_limit_ || now > mem_limit_ - size)) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "client %s's memory limit of %d bytes (%.1f MiB) exceeded: its sessions hold %d "
+          "bytes, %d asked; the server's --client-mem-limit sets what one client's sessions "
+          "may hold together (0 = no limit)",
+          client_, mem_limit_, static_cast<double>(mem_limit_) / (1 << 20), now, size));
+    }
+    // Compare-and-swap: two sessions of the client never both pass against one value.
+    if (held.compare_exchange_weak(now, now + size)) return absl::OkStatus();
+  }
+}
+
+void ClientAccount::Give(uint64_t size) { shared_->held -= size; }
+
+uint64_t ClientAccount::held() const { return shared_->held.load(); }
+
+absl::StatusOr<std::shared_ptr<ClientAccount>> ClientAccounts::Open(const std::string& client) {
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<ClientAccount::Shared>& shared = open_[client];
+  if (shared == nullptr) shared = std::make_shared<ClientAccount::Shared>();
+  if (max_sessions_ != 0 && shared->sessions >= max_sessions_) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "client %s has %d sessions open, the most one client may have (the server's "
+        "--client-max-sessions %d); close one first",
+        client, shared->sessions, max_sessions_));
+  }
+  ++shared->sessions;
+  // The constructor is private (sessions are counted only through here): no make_shared.
+  return std::shared_ptr<ClientAccount>(new ClientAccount(client, mem_limit_, this, shared));
+}
+
+void ClientAccounts::Close(const std::string& client) {
+  absl::MutexLock lock(&mu_);
+  auto it = open_.find(client);
+  if (it == open_.end()) return;
+  if (--it->second->sessions == 0) open_.erase(it);
+}
+
+size_t ClientAccounts::clients() const {
+  absl::MutexLock lock(&mu_);
+  return open_.size();
+}
+
+}  // namespace tg::server
