@@ -323,6 +323,7 @@ absl::StatusOr<std::vector<LoadStats>> RemoteBuffer::LoadTensors(
     if (filled[i]) stats.bytes += parts[i].rows * parts[i].row_size;
   }
   stats.from_file = rows_load.from_file;
+  stats.hashed = rows_load.hashed;
   stats.cached = rows_load.cached;
   stats.host_file = rows_load.model_file;
   if (!copies.empty()) {
@@ -333,6 +334,7 @@ absl::StatusOr<std::vector<LoadStats>> RemoteBuffer::LoadTensors(
       stats.sent += u.sent;
       stats.cached += u.cached;
       stats.from_file += u.from_file;
+      stats.hashed += u.hashed;
       if (!u.model_file.empty()) stats.host_file = u.model_file;
     }
   }

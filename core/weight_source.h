@@ -62,6 +62,7 @@ struct LoadStats {
   uint64_t cached = 0;             // from the device host's cache of earlier loads.
   uint64_t from_file = 0;          // read by the device host from its own copy of the file.
   uint64_t mapped = 0;             // left where they lie in the mapped file (no copy at all).
+  uint64_t hashed = 0;             // hashed here to name them to the host (no sidecar had it).
   double seconds = 0;              // from the start of the load until its last byte was placed.
   std::string host_file;           // the device host's copy of the file, when it had one.
 };

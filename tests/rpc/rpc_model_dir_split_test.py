@@ -11,8 +11,9 @@ says each device got):
   of the file, or rows of it for a cut along the inner dimension, which the server cuts
   from the pieces of its own copy);
   -sm tensor over one device each of two servers;
-  -sm none, layer and tensor again with a .tghash sidecar beside the client's model (its
-  hashes name the pieces; tg-run must not warn about it).
+  -sm none, layer and tensor again with a .tghash sidecar beside the client's model: its
+  hashes name the pieces (tg-run's load report: 0 bytes hashed on every device, where the
+  runs without it hash what they ask for) and tg-run does not warn about it.
 Exit 0 pass, 1 fail, 77 skipped (model missing).
 """
 import json
@@ -43,7 +44,7 @@ def tg_run(a, model, extra, env):
     return r, (json.loads(r.stdout) if r.returncode == 0 else None)
 
 
-def case(a, fail, model, want, name, servers, devices, mode, model_dir, env):
+def case(a, fail, model, want, name, servers, devices, mode, model_dir, env, sidecar=False):
     with Cluster(a.rpc_server, n=servers, devices=devices,
                  extra=["--model-dir", model_dir]) as c:
         if not wait_indexed(c):
@@ -60,8 +61,16 @@ def case(a, fail, model, want, name, servers, devices, mode, model_dir, env):
         loads = out["load"]["devices"]
         got = sum(d["bytes"] for d in loads)
         from_file = sum(d["from_file"] for d in loads)
+        hashed = sum(d["hashed"] for d in loads)
         print(f"{name}: {len(loads)} devices loaded {got} bytes; uploaded {sent:.0f}, read by "
-              f"the servers from their files {read:.0f} (tg-run says {from_file})")
+              f"the servers from their files {read:.0f} (tg-run says {from_file}); hashed by "
+              f"tg-run {hashed}")
+        if sidecar:
+            fail.check(hashed == 0, f"{name}: tg-run hashed {hashed} bytes: the sidecar's "
+                                    "hashes were not used")
+        else:
+            fail.check(hashed > 0, f"{name}: tg-run hashed nothing without a sidecar (the "
+                                   "load report's hashed count is broken)")
         fail.check(out["tokens"] == want, f"{name}: tokens differ from local -sm none")
         fail.check(sent == 0, f"{name}: {sent:.0f} weight bytes were uploaded, want 0")
         fail.check(got > 0 and read == got and from_file == got,
@@ -97,7 +106,8 @@ def main():
                    f"tg-gguf hash: {h.stderr[-500:]}")
         for mode in ("none", "layer", "tensor"):
             devices = 1 if mode == "none" else 2
-            case(a, fail, model, want, f"sidecar, -sm {mode}", 1, devices, mode, served, env)
+            case(a, fail, model, want, f"sidecar, -sm {mode}", 1, devices, mode, served, env,
+                 sidecar=True)
     return fail.exit_code()
 
 

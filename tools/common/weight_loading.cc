@@ -29,6 +29,7 @@ LoadReport LoadReportOf(absl::Span<const LoadStats> stats, double seconds) {
     d.cached += s.cached;
     d.from_file += s.from_file;
     d.mapped += s.mapped;
+    d.hashed += s.hashed;
     d.seconds = std::max(d.seconds, s.seconds);
     if (!s.host_file.empty()) d.server_file = s.host_file;
   }

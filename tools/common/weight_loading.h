@@ -26,6 +26,7 @@ struct DeviceLoad {
   uint64_t cached = 0;      // from the server's weight cache.
   uint64_t from_file = 0;   // read by the server from its own copy of the model file.
   uint64_t mapped = 0;      // left in this process's mapping of the file (no copy).
+  uint64_t hashed = 0;      // hashed by this process to name them (no .tghash sidecar had it).
   double seconds = 0;       // from the start of the weight load until this device's were in place.
   std::string server_file;  // the server's copy of the file, when it had one.
 };

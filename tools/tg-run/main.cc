@@ -190,7 +190,7 @@ void PrintJson(const Result& r, const LoadReport& load) {
   for (const DeviceLoad& d : load.devices) {
     j.BeginObject().Key("device").String(d.device).Key("bytes").Int(d.bytes);
     j.Key("sent").Int(d.sent).Key("cached").Int(d.cached).Key("from_file").Int(d.from_file);
-    j.Key("mapped").Int(d.mapped);
+    j.Key("mapped").Int(d.mapped).Key("hashed").Int(d.hashed);
     j.Key("seconds").Double(d.seconds).EndObject();
   }
   j.EndArray().EndObject();
