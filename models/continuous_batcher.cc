@@ -46,8 +46,167 @@ void ContinuousBatcher::Cancel(int id) {
 
 void ContinuousBatcher::Finish(Active& a, const absl::Status& status) {
   a.ended = true;
-  session_.EndSequence(a.seq).IgnoreError();  // a live sequence of ours: cannot fail.
+  // A failed step's sequences end; one that ended well or was cancelled holds good rows.
+  if (reuse_prompts_ && (status.ok() || absl::IsCancelled(status))) {
+    KeepIdle(a);
+  } else {
+    session_.EndSequence(a.seq).IgnoreError();  // a live sequence of ours: cannot fail.
+  }
+  cached_cells_.reset();
   if (a.request.on_done) a.request.on_done(status);
+}
+
+namespace {
+
+// Whether `a` is a prefix of `b` (or equal).
+bool IsPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin());
+}
+
+}  // namespace
+
+void ContinuousBatcher::KeepIdle(Active& a) {
+  // Too short to be reused, or every prefix of it held by an idle sequence already. (The
+  // session holds what a.tokens says; a sequence that does not is not kept either.)
+  const bool useless =
+      static_cast<int64_t>(a.tokens.size()) < kMinCachedPrefix ||
+      session_.n_past(a.seq) != static_cast<int64_t>(a.tokens.size()) ||
+      absl::c_any_of(idle_, [&a](const Idle& i) { return IsPrefix(a.tokens, i.tokens); });
+  if (useless) {
+    session_.EndSequence(a.seq).IgnoreError();
+    return;
+  }
+  // The idle sequences it extends serve nothing it does not.
+  std::erase_if(idle_, [this, &a](const Idle& i) {
+    if (!IsPrefix(i.tokens, a.tokens)) return false;
+    session_.EndSequence(i.seq).IgnoreError();
+    return true;
+  });
+  idle_.push_back({a.seq, std::move(a.tokens), ++clock_});
+}
+
+bool ContinuousBatcher::EvictOne(int keep) {
+  auto lru = idle_.end();
+  for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+    if (it->seq != keep && (lru == idle_.end() || it->last_used < lru->last_used)) lru = it;
+  }
+  if (lru == idle_.end()) return false;
+  session_.EndSequence(lru->seq).IgnoreError();
+  idle_.erase(lru);
+  cached_cells_.reset();
+  return true;
+}
+
+int64_t ContinuousBatcher::cached_cells() const {
+  if (cached_cells_.has_value()) return *cached_cells_;
+  int64_t n = 0;
+  const KvCells& cells = session_.cells();
+  if (!idle_.empty()) {
+    const int64_t end = cells.end();
+    for (int32_t c = 0; c < end; ++c) {
+      auto holds = [&](int seq) { return cells.Holds(c, seq); };
+      if (absl::c_any_of(idle_, [&](const Idle& i) { return holds(i.seq); }) &&
+          absl::c_none_of(active_, [&](const Active& a) { return holds(a.seq); })) {
+        ++n;
+      }
+    }
+  }
+  cached_cells_ = n;
+  return n;
+}
+
+ContinuousBatcher::Match ContinuousBatcher::LongestPrefix(
+    const std::vector<int32_t>& prompt) const {
+  Match best;
+  bool best_whole = false;
+  const size_t most = prompt.size() - 1;  // the last prompt token is decoded: the first pick.
+  auto consider = [&](int seq, const std::vector<int32_t>& tokens, int idle) {
+    const size_t n = std::min(most, tokens.size());
+    const int64_t len =
+        std::mismatch(prompt.begin(), prompt.begin() + n, tokens.begin()).first - prompt.begin();
+    // Longer wins; at equal length an idle sequence that can be taken over whole (no new slot).
+    const bool whole = idle >= 0 && len == static_cast<int64_t>(tokens.size());
+    if (len > best.length || (len == best.length && len > 0 && whole && !best_whole)) {
+      best = {seq, len, idle};
+      best_whole = whole;
+    }
+  };
+  for (const Active& a : active_) consider(a.seq, a.tokens, -1);
+  for (size_t i = 0; i < idle_.size(); ++i) {
+    consider(idle_[i].seq, idle_[i].tokens, static_cast<int>(i));
+  }
+  if (best.length < kMinCachedPrefix) return {};
+  return best;
+}
+
+absl::StatusOr<int> ContinuousBatcher::WithSlot(const std::function<absl::StatusOr<int>()>& f,
+                                                int keep) {
+  for (;;) {
+    absl::StatusOr<int> seq = f();
+    if (!absl::IsResourceExhausted(seq.status()) || !EvictOne(keep)) return seq;
+  }
+}
+
+bool ContinuousBatcher::AdmitFront(int64_t& reserved) {
+  GenerationRequest& r = waiting_.front().second;
+  Match m = reuse_prompts_ ? LongestPrefix(r.prompt) : Match{};
+  // The sequence: an idle one taken over whole, a fork of m's prefix, or a new one.
+  int seq = -1;
+  std::optional<Idle> taken;  // given back to idle_ when the request must wait after all.
+  if (m.idle >= 0 && m.length == static_cast<int64_t>(idle_[m.idle].tokens.size())) {
+    taken = std::move(idle_[m.idle]);
+    idle_.erase(idle_.begin() + m.idle);
+    seq = taken->seq;
+  } else if (m.length > 0) {
+    absl::StatusOr<int> fork =
+        WithSlot([&] { return session_.ForkPrefix(m.seq, m.length); }, m.idle >= 0 ? m.seq : -1);
+    if (fork.ok()) {
+      seq = *fork;
+      for (Idle& i : idle_) {
+        if (i.seq == m.seq) i.last_used = ++clock_;
+      }
+    } else if (m.idle >= 0) {
+      EvictOne();  // the source is the one idle sequence left: its slot serves.
+    } else {
+      return false;  // every sequence slot is running.
+    }
+  }
+  if (seq < 0) {
+    m = {};
+    absl::StatusOr<int> fresh = WithSlot([this] { return session_.NewSequence(); }, -1);
+    if (!fresh.ok()) return false;  // every sequence slot is running.
+    seq = *fresh;
+  }
+  std::vector<int32_t> tokens(r.prompt.begin(), r.prompt.begin() + m.length);
+  active_.push_back({waiting_.front().first, seq, std::move(r)});
+  Active& a = active_.back();
+  a.prompt_done = static_cast<size_t>(m.length);
+  a.tokens = std::move(tokens);
+  cached_cells_.reset();
+  // Cells for the rest of its prompt and its max_tokens: the free ones, then the ones only
+  // idle sequences hold (those sequences end, least recently used first).
+  const int64_t need = a.Reserve();
+  const KvCells& cells = session_.cells();
+  auto free = [&] { return cells.size() - cells.used() - reserved; };
+  if (need > free() + cached_cells()) {
+    // Not yet, and undone (first come, first served: the rest wait behind it).
+    if (taken.has_value()) {
+      idle_.push_back(std::move(*taken));
+    } else {
+      session_.EndSequence(seq).IgnoreError();
+    }
+    waiting_.front().second = std::move(a.request);
+    active_.pop_back();
+    cached_cells_.reset();
+    return false;
+  }
+  while (need > free() && EvictOne()) {
+  }
+  reserved += need;
+  waiting_.pop_front();
+  cached_tokens_total_ += m.length;
+  if (a.request.on_admitted) a.request.on_admitted(m.length);
+  return true;
 }
 
 void ContinuousBatcher::Admit() {
@@ -61,16 +220,8 @@ void ContinuousBatcher::Admit() {
   cancelled_waiting_.clear();
   int64_t reserved = 0;
   for (const Active& a : active_) reserved += a.Reserve();
-  while (!waiting_.empty() && static_cast<int64_t>(active_.size()) < max_running_) {
-    GenerationRequest& r = waiting_.front().second;
-    const int64_t need = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
-    const int64_t free = session_.cells().size() - session_.cells().used() - reserved;
-    if (need > free) break;  // first come, first served: the rest wait behind it.
-    absl::StatusOr<int> seq = session_.NewSequence();
-    if (!seq.ok()) break;  // every sequence slot is taken.
-    active_.push_back({waiting_.front().first, *seq, std::move(r)});
-    reserved += need;
-    waiting_.pop_front();
+  while (!waiting_.empty() && static_cast<int64_t>(active_.size()) < max_running_ &&
+         AdmitFront(reserved)) {
   }
 }
 
@@ -110,6 +261,7 @@ absl::Status ContinuousBatcher::Step() {
   }
   for (size_t k = 0; k < who.size(); ++k) {
     Active& a = active_[who[k]];
+    a.tokens.insert(a.tokens.end(), work[k].tokens.begin(), work[k].tokens.end());
     if (a.prompt_done < a.request.prompt.size()) {
       a.prompt_done += work[k].tokens.size();
       if (a.prompt_done < a.request.prompt.size()) continue;  // a chunk: its pick is not used.

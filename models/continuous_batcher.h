@@ -5,8 +5,21 @@
 // are doing, and a long prompt holds up the running requests' tokens for no step: it takes
 // what the budget leaves. A request is admitted when the cache has cells for its prompt and
 // its max_tokens beside the ones the running requests may still take, so a step never finds
-// the cache full; it ends (its cells free) at its max_tokens, an end-of-generation token, when
-// its callback returns false, or when it is cancelled. Not thread-safe: one owner thread.
+// the cache full; it ends at its max_tokens, an end-of-generation token, when its callback
+// returns false, or when it is cancelled.
+// Prompt reuse (on unless turned off): a request that ends keeps its sequence as an idle
+// cached one (the tokens it decoded: its prompt and all its picks but the last), and a new
+// request starts from the longest prefix of its prompt that any live sequence (running or
+// idle) holds: BatchSession::ForkPrefix shares those cells and decoding starts after them,
+// or the idle sequence itself is taken over when the prefix is all of it. At most
+// prompt.size() - 1 positions are reused, so the last prompt token is decoded and gives the
+// first pick; a prefix shorter than kMinCachedPrefix is not worth a sequence. Idle sequences
+// are ended, least recently used first, when an admission needs their cells or their
+// sequence slot (KvCells::kMaxSequences): cells only idle sequences hold count as free when
+// a request is admitted, so the cache never refuses or delays one. An idle sequence whose
+// tokens begin another idle one's is dropped (the longer one serves every prefix it would).
+// The picks are the ones without reuse (the shared K and V rows are what decoding the prefix
+// again would write; the tests compare). Not thread-safe: one owner thread.
 #ifndef TENSORGRID_MODELS_CONTINUOUS_BATCHER_H_
 #define TENSORGRID_MODELS_CONTINUOUS_BATCHER_H_
 
@@ -17,6 +30,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "models/batch_session.h"
 
 namespace tg {
@@ -31,14 +45,26 @@ struct GenerationRequest {
   std::function<void(const absl::Status&)> on_done;
   // Tokens that end generation (the model's end-of-generation ids); not handed over.
   std::vector<int32_t> stop_tokens;
+  // Called once when the request is admitted, before its first token: how many of its
+  // prompt tokens came from the cache (a live sequence's, shared, not decoded again); 0
+  // without reuse. Not called for a request that ends before admission.
+  std::function<void(int64_t cached_tokens)> on_admitted;
 };
 
 class ContinuousBatcher {
  public:
-  // At most `max_running` requests decode at once (the rest wait their turn).
+  // The shortest shared prefix reused (shorter ones are decoded again).
+  static constexpr int64_t kMinCachedPrefix = 1;
+
+  // At most `max_running` requests decode at once (the rest wait their turn). The batcher
+  // owns every sequence of `session`. `reuse_prompts` false: a request's sequence ends with
+  // it, and every prompt is decoded whole.
   ContinuousBatcher(BatchSession& session, int64_t n_batch,
-                    int64_t max_running = KvCells::kMaxSequences)
-      : session_(session), n_batch_(n_batch), max_running_(max_running) {}
+                    int64_t max_running = KvCells::kMaxSequences, bool reuse_prompts = true)
+      : session_(session),
+        n_batch_(n_batch),
+        max_running_(max_running),
+        reuse_prompts_(reuse_prompts) {}
 
   // Queues a request; its id. INVALID_ARGUMENT (through on_done, at once) for an empty
   // prompt or one that cannot fit the cache even alone.
@@ -52,6 +78,11 @@ class ContinuousBatcher {
   bool idle() const { return active_.empty() && waiting_.empty(); }
   int64_t running() const { return static_cast<int64_t>(active_.size()); }
   int64_t queued() const { return static_cast<int64_t>(waiting_.size()); }
+  // Idle sequences kept for reuse, and the cells only they hold (free for an admission).
+  int64_t cached_sequences() const { return static_cast<int64_t>(idle_.size()); }
+  int64_t cached_cells() const;
+  // Prompt tokens taken from the cache instead of decoded, summed over admitted requests.
+  int64_t cached_tokens_total() const { return cached_tokens_total_; }
 
  private:
   struct Active {
@@ -60,22 +91,51 @@ class ContinuousBatcher {
     GenerationRequest request;
     size_t prompt_done = 0;  // prompt tokens decoded so far.
     int64_t generated = 0;
-    int32_t next = -1;        // the last pick, decoded at the next step.
-    bool cancelled = false;   // Cancel asked for it.
-    bool ended = false;       // finished: leaves active_ at the end of the step.
-    int64_t Reserve() const;  // cells it may still take.
+    int32_t next = -1;            // the last pick, decoded at the next step.
+    std::vector<int32_t> tokens;  // what the sequence holds: decoded (or shared) so far.
+    bool cancelled = false;       // Cancel asked for it.
+    bool ended = false;           // finished: leaves active_ at the end of the step.
+    int64_t Reserve() const;      // cells it may still take.
+  };
+
+  // A sequence kept after its request ended, for its prefixes.
+  struct Idle {
+    int seq;
+    std::vector<int32_t> tokens;
+    uint64_t last_used;  // clock_ when it went idle or a request last took a prefix.
+  };
+  // The live sequence holding the longest prefix of `prompt` (at most prompt.size() - 1).
+  struct Match {
+    int seq = -1;
+    int64_t length = 0;
+    int idle = -1;  // its index in idle_, or -1 for a running one.
   };
 
   void Admit();
+  // Admits the front of waiting_ when a sequence and cells are there; false when it waits.
+  bool AdmitFront(int64_t& reserved);
+  Match LongestPrefix(const std::vector<int32_t>& prompt) const;
+  // f() (NewSequence or ForkPrefix) once a sequence slot is free: idle sequences other than
+  // `keep` end, least recently used first, while every slot is taken.
+  absl::StatusOr<int> WithSlot(const std::function<absl::StatusOr<int>()>& f, int keep);
+  // Ends the least recently used idle sequence other than `keep`; false when there is none.
+  bool EvictOne(int keep = -1);
   void Finish(Active& a, const absl::Status& status);
+  // Keeps a's sequence as an idle one (or ends it when it is of no use).
+  void KeepIdle(Active& a);
 
   BatchSession& session_;
   const int64_t n_batch_;
   const int64_t max_running_;
+  const bool reuse_prompts_;
   int next_id_ = 0;
   std::deque<std::pair<int, GenerationRequest>> waiting_;
   std::vector<Active> active_;
   std::vector<int> cancelled_waiting_;
+  std::vector<Idle> idle_;
+  uint64_t clock_ = 0;
+  int64_t cached_tokens_total_ = 0;
+  mutable std::optional<int64_t> cached_cells_;  // cached_cells(), until idle_ or active_ change.
 };
 
 }  // namespace tg

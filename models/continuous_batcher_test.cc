@@ -2,7 +2,11 @@
 // long prompt read in chunks) each get the greedy tokens they get alone in a LlamaSession
 // (the independent path); the running requests get a token at every step while the long
 // prompt is read; a request waits for cells and then runs; cancelling and stopping end a
-// request and free its cells; bad requests are refused at once.
+// request and free its cells; bad requests are refused at once. Prompt reuse: a request
+// whose prompt starts like a finished (idle) or running one's starts from the shared prefix,
+// reports it (on_admitted) and decodes only the rest (BatchSession::tokens_decoded), with the
+// tokens it gets alone; idle sequences give way at once to a request that needs their cells
+// or their sequence slots; reuse off reports nothing cached and keeps nothing.
 #include "models/continuous_batcher.h"
 
 #include <gmock/gmock.h>
@@ -60,6 +64,35 @@ class ContinuousBatcherTest : public ::testing::Test {
     return r;
   }
 
+  // Runs `batcher` until it is idle.
+  static void Drain(ContinuousBatcher& batcher) {
+    for (int i = 0; i < 1000 && !batcher.idle(); ++i) ASSERT_TRUE(batcher.Step().ok());
+    ASSERT_TRUE(batcher.idle());
+  }
+
+  // `prompt` alone through `batcher`: its tokens, the prompt tokens it reported cached (-1:
+  // not admitted) and the tokens the session decoded for it.
+  struct Run {
+    std::vector<int32_t> tokens;
+    int64_t cached = -1;
+    int64_t decoded = 0;
+  };
+  Run RunOne(BatchSession& session, ContinuousBatcher& batcher, std::vector<int32_t> prompt,
+             int64_t max_tokens) {
+    Run run;
+    Record rec;
+    int step = 0;
+    GenerationRequest r = Request(std::move(prompt), max_tokens, &rec, &step);
+    r.on_admitted = [&run](int64_t cached) { run.cached = cached; };
+    const int64_t before = session.tokens_decoded();
+    batcher.Submit(std::move(r));
+    Drain(batcher);
+    run.decoded = session.tokens_decoded() - before;
+    EXPECT_TRUE(rec.done.has_value() && rec.done->ok());
+    run.tokens = rec.tokens;
+    return run;
+  }
+
   std::vector<int32_t> Alone(const std::vector<int32_t>& prompt, int steps) {
     return testing::DecodeAlone(*model_, prompt, steps).tokens;
   }
@@ -105,7 +138,7 @@ TEST_F(ContinuousBatcherTest, LateRequestsAndALongPromptLeaveEveryoneTheirTokens
   for (int s = plans[2].at; s < long_first; ++s) {
     EXPECT_THAT(rec[0].steps, ::testing::Contains(s)) << "request 0 had no token at step " << s;
   }
-  EXPECT_EQ(session->cells().used(), 0);
+  EXPECT_EQ(session->cells().used(), batcher.cached_cells());  // only idle sequences' cells.
 }
 
 TEST_F(ContinuousBatcherTest, ARequestWaitsForCellsThenRuns) {
@@ -121,6 +154,7 @@ TEST_F(ContinuousBatcherTest, ARequestWaitsForCellsThenRuns) {
   for (step = 1; step < 200 && !batcher.idle(); ++step) ASSERT_TRUE(batcher.Step().ok());
   EXPECT_EQ(a.tokens, Alone(testing::VariedPrompt(3), 22));
   EXPECT_EQ(b.tokens, Alone(testing::VariedPrompt(2), 26));
+  ASSERT_FALSE(a.steps.empty() || b.steps.empty());
   EXPECT_GT(b.steps.front(), a.steps.back());  // b started once a had ended.
 }
 
@@ -151,7 +185,7 @@ TEST_F(ContinuousBatcherTest, CancelAndStopEndARequestAndFreeItsCells) {
   EXPECT_TRUE(absl::IsCancelled(*queued.done));
   EXPECT_TRUE(queued.tokens.empty());
   EXPECT_TRUE(batcher.idle());
-  EXPECT_EQ(session->cells().used(), 0);
+  EXPECT_EQ(session->cells().used(), batcher.cached_cells());  // only idle sequences' cells.
 }
 
 TEST_F(ContinuousBatcherTest, BadRequestsAreRefusedAtOnce) {
@@ -168,6 +202,189 @@ TEST_F(ContinuousBatcherTest, BadRequestsAreRefusedAtOnce) {
               HasSubstr("a prompt of 9 tokens and 40 to generate need 49 cells; the cache has 32"));
   EXPECT_THAT(std::string(none.done->message()), HasSubstr("max_tokens 0 must be at least 1"));
   EXPECT_TRUE(batcher.idle());
+}
+
+// The first 10 tokens of VariedPrompt(3), then others.
+std::vector<int32_t> Diverging() {
+  std::vector<int32_t> p = testing::VariedPrompt(3);
+  p.resize(10);
+  for (int k = 0; k < 7; ++k) p.push_back((k * 53 + 7) % 500 + 3);
+  return p;
+}
+
+TEST_F(ContinuousBatcherTest, ASharedPrefixIsDecodedOnceAndGivesTheTokensAlone) {
+  auto session = Session(512);
+  ContinuousBatcher batcher(*session, 64);
+  const std::vector<int32_t> a = testing::VariedPrompt(3);  // 19 tokens.
+  const Run first = RunOne(*session, batcher, a, 12);
+  EXPECT_EQ(first.tokens, Alone(a, 12));
+  EXPECT_EQ(first.cached, 0);
+  EXPECT_EQ(first.decoded, 19 + 12 - 1);  // the prompt, then every pick but the last.
+  EXPECT_EQ(batcher.cached_sequences(), 1);
+  // Diverging after 10 tokens: 10 reused (a fork of the idle sequence), 7 decoded.
+  const std::vector<int32_t> b = Diverging();
+  const Run second = RunOne(*session, batcher, b, 12);
+  EXPECT_EQ(second.tokens, Alone(b, 12));
+  EXPECT_EQ(second.cached, 10);
+  EXPECT_EQ(second.decoded, 7 + 12 - 1);
+  // A continuation of the first: its prompt, its picks, more; all the first one held (its
+  // prompt and its first 11 picks: the 12th was never decoded) is reused.
+  std::vector<int32_t> c = a;
+  c.insert(c.end(), first.tokens.begin(), first.tokens.end());
+  for (int k = 0; k < 5; ++k) c.push_back((k * 71 + 13) % 500 + 3);
+  const Run third = RunOne(*session, batcher, c, 12);
+  EXPECT_EQ(third.tokens, Alone(c, 12));
+  EXPECT_EQ(third.cached, 19 + 11);
+  EXPECT_EQ(third.decoded, static_cast<int64_t>(c.size()) - 30 + 12 - 1);
+  EXPECT_EQ(batcher.cached_tokens_total(), 10 + 30);
+}
+
+TEST_F(ContinuousBatcherTest, APromptEqualToACachedOneReusesAllButItsLastToken) {
+  auto session = Session(512);
+  ContinuousBatcher batcher(*session, 64);
+  const std::vector<int32_t> a = testing::VariedPrompt(2);  // 14 tokens.
+  const std::vector<int32_t> want = Alone(a, 10);
+  const Run first = RunOne(*session, batcher, a, 10);
+  const Run second = RunOne(*session, batcher, a, 10);
+  EXPECT_EQ(first.tokens, want);
+  EXPECT_EQ(second.tokens, want);
+  EXPECT_EQ(first.cached, 0);
+  EXPECT_EQ(second.cached, 13);  // the last prompt token is decoded: it gives the first pick.
+  EXPECT_EQ(second.decoded, 1 + 10 - 1);
+  // The second holds all the first did: one of them was dropped.
+  EXPECT_EQ(batcher.cached_sequences(), 1);
+  // Longer: it holds more than the cached one, which is dropped when it ends.
+  const Run third = RunOne(*session, batcher, a, 16);
+  EXPECT_EQ(third.tokens, Alone(a, 16));
+  EXPECT_EQ(third.cached, 13);
+  EXPECT_EQ(batcher.cached_sequences(), 1);
+}
+
+TEST_F(ContinuousBatcherTest, ARunningRequestsPrefixIsSharedToo) {
+  auto session = Session(512);
+  ContinuousBatcher batcher(*session, 64);
+  const std::vector<int32_t> a = testing::VariedPrompt(3);
+  std::vector<int32_t> b = a;  // a's whole prompt, then others.
+  for (int k = 0; k < 6; ++k) b.push_back((k * 29 + 5) % 500 + 3);
+  Record ra, rb;
+  int step = 0;
+  int64_t cached_b = -1;
+  batcher.Submit(Request(a, 20, &ra, &step));
+  for (; step < 3; ++step) ASSERT_TRUE(batcher.Step().ok());  // a is generating.
+  GenerationRequest r = Request(b, 12, &rb, &step);
+  r.on_admitted = [&cached_b](int64_t n) { cached_b = n; };
+  batcher.Submit(std::move(r));
+  Drain(batcher);
+  EXPECT_EQ(ra.tokens, Alone(a, 20));
+  EXPECT_EQ(rb.tokens, Alone(b, 12));
+  EXPECT_EQ(cached_b, static_cast<int64_t>(a.size()));
+  EXPECT_EQ(session->cells().used(), batcher.cached_cells());
+}
+
+TEST_F(ContinuousBatcherTest, IdleSequencesGiveWayToARequestThatNeedsTheirCells) {
+  auto session = Session(96);
+  ContinuousBatcher batcher(*session, 64);
+  // Three finished requests fill most of the cache with idle sequences.
+  for (int i = 1; i <= 3; ++i) {
+    const Run run = RunOne(*session, batcher, testing::VariedPrompt(i), 16);
+    EXPECT_EQ(run.tokens, Alone(testing::VariedPrompt(i), 16)) << i;
+  }
+  EXPECT_EQ(batcher.cached_sequences(), 3);
+  EXPECT_GT(session->cells().used(), 96 - 40);
+  EXPECT_EQ(batcher.cached_cells(), session->cells().used());
+  // 40 cells, more than are free: admitted at the first step, idle sequences ended for it.
+  const std::vector<int32_t> p = Diverging();
+  Record rec;
+  int step = 0;
+  batcher.Submit(Request(p, 40 - static_cast<int64_t>(p.size()), &rec, &step));
+  ASSERT_TRUE(batcher.Step().ok());
+  EXPECT_EQ(batcher.running(), 1);
+  EXPECT_EQ(rec.tokens.size(), 1u);
+  EXPECT_LT(batcher.cached_sequences(), 3);
+  Drain(batcher);
+  EXPECT_EQ(rec.tokens, Alone(p, 40 - static_cast<int>(p.size())));
+}
+
+TEST_F(ContinuousBatcherTest, TheLeastRecentlyUsedIdleSequenceGoesFirst) {
+  auto session = Session(64);
+  ContinuousBatcher batcher(*session, 64);
+  // Prompts of 8 tokens with different first tokens: no prefix shared.
+  auto prompt = [](int32_t first, int n) {
+    std::vector<int32_t> p;
+    for (int k = 0; k < n; ++k) p.push_back(first + 37 * k);
+    return p;
+  };
+  for (int32_t first : {5, 6, 7}) RunOne(*session, batcher, prompt(first, 8), 8);  // A, B, C.
+  EXPECT_EQ(batcher.cached_sequences(), 3);
+  EXPECT_EQ(session->cells().used(), 45);  // 8 + 7 each.
+  // A used again (its prompt: all but the last token reused): B is now the least recent.
+  const Run again = RunOne(*session, batcher, prompt(5, 8), 8);
+  EXPECT_EQ(again.cached, 7);
+  EXPECT_EQ(again.tokens, Alone(prompt(5, 8), 8));
+  EXPECT_EQ(batcher.cached_sequences(), 3);
+  // 30 cells, 19 free: one idle sequence (B) ends.
+  const Run big = RunOne(*session, batcher, prompt(9, 10), 20);
+  EXPECT_EQ(big.cached, 0);
+  EXPECT_EQ(big.tokens, Alone(prompt(9, 10), 20));
+  EXPECT_EQ(RunOne(*session, batcher, prompt(5, 8), 1).cached, 7);  // A is there,
+  EXPECT_EQ(RunOne(*session, batcher, prompt(7, 8), 1).cached, 7);  // C too,
+  EXPECT_EQ(RunOne(*session, batcher, prompt(6, 8), 1).cached, 0);  // B is not.
+}
+
+TEST_F(ContinuousBatcherTest, IdleSequencesGiveWayToARequestThatNeedsASequenceSlot) {
+  auto session = Session(1024);
+  ContinuousBatcher batcher(*session, 512);
+  // Every sequence slot held by a finished request: prompts [1, i + 3, i + 100], no prefix
+  // of one another (they share only the first token).
+  auto prompt = [](int i) { return std::vector<int32_t>{1, i + 3, i + 100}; };
+  std::vector<Record> recs(KvCells::kMaxSequences);
+  int step = 0;
+  for (int i = 0; i < KvCells::kMaxSequences; ++i) {
+    batcher.Submit(Request(prompt(i), 2, &recs[i], &step));
+  }
+  Drain(batcher);
+  EXPECT_EQ(batcher.cached_sequences(), KvCells::kMaxSequences);
+  const std::vector<int32_t> p = testing::VariedPrompt(4);
+  Record rec;
+  int64_t cached = -1;
+  GenerationRequest r = Request(p, 8, &rec, &step);
+  r.on_admitted = [&cached](int64_t n) { cached = n; };
+  batcher.Submit(std::move(r));
+  ASSERT_TRUE(batcher.Step().ok());
+  EXPECT_EQ(batcher.running(), 1);
+  EXPECT_EQ(cached, 1);  // the first token, shared with the idle sequences.
+  EXPECT_EQ(batcher.cached_sequences(), KvCells::kMaxSequences - 1);
+  Drain(batcher);
+  EXPECT_EQ(rec.tokens, Alone(p, 8));
+  EXPECT_EQ(recs[5].tokens, Alone(prompt(5), 2));
+}
+
+TEST_F(ContinuousBatcherTest, ReuseOffDecodesEveryPromptWholeAndKeepsNothing) {
+  auto session = Session(512);
+  ContinuousBatcher batcher(*session, 64, KvCells::kMaxSequences, /*reuse_prompts=*/false);
+  const std::vector<int32_t> a = testing::VariedPrompt(2);
+  const Run first = RunOne(*session, batcher, a, 10);
+  const Run second = RunOne(*session, batcher, a, 10);
+  EXPECT_EQ(first.tokens, Alone(a, 10));
+  EXPECT_EQ(second.tokens, first.tokens);
+  EXPECT_EQ(first.cached, 0);
+  EXPECT_EQ(second.cached, 0);
+  EXPECT_EQ(second.decoded, 14 + 10 - 1);
+  EXPECT_EQ(batcher.cached_sequences(), 0);
+  EXPECT_EQ(session->cells().used(), 0);
+  // Nor is a running request's prefix shared: the same prompt while the first decodes.
+  Record r1, r2;
+  int step = 0;
+  int64_t cached2 = -1;
+  batcher.Submit(Request(a, 10, &r1, &step));
+  ASSERT_TRUE(batcher.Step().ok());
+  GenerationRequest r = Request(a, 10, &r2, &step);
+  r.on_admitted = [&cached2](int64_t n) { cached2 = n; };
+  batcher.Submit(std::move(r));
+  Drain(batcher);
+  EXPECT_EQ(cached2, 0);
+  EXPECT_EQ(r2.tokens, first.tokens);
+  EXPECT_EQ(session->cells().used(), 0);
 }
 
 }  // namespace

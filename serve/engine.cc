@@ -13,7 +13,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const LlamaModel& model,
   std::unique_ptr<Engine> e(new Engine(model, options));
   TG_ASSIGN_OR_RETURN(e->session_, BatchSession::Create(model, options.session));
   e->batcher_ = std::make_unique<ContinuousBatcher>(*e->session_, options.session.n_batch,
-                                                    options.max_running);
+                                                    options.max_running, options.reuse_prompts);
   e->thread_ = std::thread([engine = e.get()] { engine->Loop(); });
   return e;
 }
@@ -83,7 +83,8 @@ void Engine::Loop() {
     batcher_->Step().IgnoreError();
     running_ = batcher_->running();
     queued_ = batcher_->queued();
-    cells_used_ = session_->cells().used();
+    cells_cached_ = batcher_->cached_cells();
+    cells_used_ = session_->cells().used() - cells_cached_.load();
     if (stop && batcher_->idle()) return;
   }
 }

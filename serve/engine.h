@@ -2,7 +2,9 @@
 // BatchSession driven by a ContinuousBatcher (models/continuous_batcher.h). HTTP handler
 // threads Submit requests and Cancel them (a client gone); the decode thread admits them at
 // its next step, so requests decode together. Token callbacks run on the decode thread and
-// must not block. Thread-safe: Submit, Cancel and the counters from any thread.
+// must not block. Finished requests' sequences stay cached for the prompts that start like
+// them (ContinuousBatcher's prompt reuse; EngineOptions::reuse_prompts turns it off).
+// Thread-safe: Submit, Cancel and the counters from any thread.
 #ifndef TENSORGRID_SERVE_ENGINE_H_
 #define TENSORGRID_SERVE_ENGINE_H_
 
@@ -23,8 +25,9 @@ namespace tg::serve {
 
 struct EngineOptions {
   BatchSessionOptions session;
-  int64_t max_queued = 64;  // requests waiting beyond this are refused (RESOURCE_EXHAUSTED).
-  int64_t max_running = 8;  // requests decoded together (tg-server --parallel).
+  int64_t max_queued = 64;    // requests waiting beyond this are refused (RESOURCE_EXHAUSTED).
+  int64_t max_running = 8;    // requests decoded together (tg-server --parallel).
+  bool reuse_prompts = true;  // keep finished sequences for shared prefixes (--no-cache-prompt).
 };
 
 class Engine {
@@ -43,7 +46,9 @@ class Engine {
   const LlamaModel& model() const { return model_; }
   int64_t running() const { return running_.load(); }
   int64_t queued() const { return queued_.load(); }
+  // Cells running requests hold; cells only cached (idle) sequences hold, free on demand.
   int64_t cells_used() const { return cells_used_.load(); }
+  int64_t cells_cached() const { return cells_cached_.load(); }
   int64_t n_ctx() const { return options_.session.n_ctx; }
 
  private:
@@ -62,7 +67,7 @@ class Engine {
   // Handed to the decode thread at its next step: (engine id, request), ids to cancel.
   std::vector<std::pair<int, GenerationRequest>> incoming_ ABSL_GUARDED_BY(mu_);
   std::vector<int> cancels_ ABSL_GUARDED_BY(mu_);
-  std::atomic<int64_t> running_{0}, queued_{0}, cells_used_{0};
+  std::atomic<int64_t> running_{0}, queued_{0}, cells_used_{0}, cells_cached_{0};
   std::thread thread_;
 };
 

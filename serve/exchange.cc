@@ -14,15 +14,29 @@ GenerationRequest Exchange::Request(std::vector<int32_t> prompt, std::vector<int
   std::shared_ptr<Exchange> self = shared_from_this();
   r.on_token = [self](int32_t token) { return self->OnToken(token); };
   r.on_done = [self](const absl::Status& status) { self->OnDone(status); };
+  r.on_admitted = [self](int64_t cached_tokens) { self->OnAdmitted(cached_tokens); };
   return r;
 }
 
 bool Exchange::OnToken(int32_t token) {
+  const auto now = std::chrono::steady_clock::now();  // the token's pick just came back.
   const std::string piece = tokenizer_.TokenToPiece(token);
   absl::MutexLock lock(&mu_);
+  // The histograms are lock-free: the decode thread never waits on a /metrics scrape.
+  const std::chrono::steady_clock::time_point since =
+      tokens_ == 0 ? latencies_.arrival : last_token_;
+  LatencyHistogram* h =
+      tokens_ == 0 ? latencies_.first_token.get() : latencies_.between_tokens.get();
+  if (h != nullptr) h->Observe(absl::FromChrono(now - since));
+  last_token_ = now;
   ++tokens_;
   text_ += stop_.Add(piece);
   return !stop_.stopped() && !abandoned_;
+}
+
+void Exchange::OnAdmitted(int64_t cached_tokens) {
+  absl::MutexLock lock(&mu_);
+  cached_tokens_ = cached_tokens;
 }
 
 void Exchange::OnDone(const absl::Status& status) {
@@ -44,6 +58,7 @@ Exchange::Taken Exchange::Take(absl::Duration timeout) {
   t.done = done_;
   t.status = status_;
   t.completion_tokens = tokens_;
+  t.cached_tokens = cached_tokens_;
   // Ended before its max_tokens: a stop string or an end-of-generation token.
   t.finish_reason = stop_.stopped() || tokens_ < max_tokens_ ? "stop" : "length";
   return t;

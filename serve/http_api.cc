@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "serve/exchange.h"
+#include "serve/tls_server.h"
 
 namespace tg::serve {
 namespace {
@@ -44,11 +45,32 @@ int HttpStatusOf(const absl::Status& s) {
 
 }  // namespace
 
-HttpApi::HttpApi(const HttpOptions& options)
-    : options_(options), server_(std::make_unique<httplib::Server>()) {}
+HttpApi::HttpApi(const HttpOptions& options, std::unique_ptr<httplib::Server> server)
+    : options_(options),
+      server_(std::move(server)),
+      first_token_latency_(std::make_shared<LatencyHistogram>(
+          "tg_server_time_to_first_token_seconds",
+          "Seconds from a completion request's arrival to its first generated token.")),
+      token_latency_(std::make_shared<LatencyHistogram>(
+          "tg_server_time_per_output_token_seconds",
+          "Seconds between successive generated tokens of a request.")) {}
 
 absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(const HttpOptions& options) {
-  std::unique_ptr<HttpApi> api(new HttpApi(options));
+  if (options.ssl_cert_file.empty() != options.ssl_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TLS wants both --ssl-cert and --ssl-key; ",
+                     options.ssl_cert_file.empty() ? "--ssl-cert" : "--ssl-key", " is missing"));
+  }
+  std::unique_ptr<httplib::Server> server;
+  if (options.ssl_cert_file.empty()) {
+    server = std::make_unique<httplib::Server>();
+  } else {
+    absl::StatusOr<std::unique_ptr<httplib::Server>> tls =
+        MakeTlsServer(options.ssl_cert_file, options.ssl_key_file);
+    if (!tls.ok()) return tls.status();
+    server = std::move(*tls);
+  }
+  std::unique_ptr<HttpApi> api(new HttpApi(options, std::move(server)));
   httplib::Server& s = *api->server_;
   const int threads = options.threads;
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -208,6 +230,7 @@ Engine* HttpApi::ReadyEngine(const httplib::Request& req, httplib::Response& res
 }
 
 void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+  const auto arrival = std::chrono::steady_clock::now();
   Engine* engine = ReadyEngine(req, res);
   if (engine == nullptr) return;
   absl::StatusOr<Json> parsed = ParseBody(req.body);
@@ -245,7 +268,8 @@ void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool
                                  "%d tokens (shorten the prompt, lower max_tokens, or raise -c)",
                                  n_prompt, p->max_tokens, engine->n_ctx()));
   }
-  auto exchange = std::make_shared<Exchange>(tok, p->stop, p->max_tokens);
+  auto exchange = std::make_shared<Exchange>(
+      tok, p->stop, p->max_tokens, TokenLatencies{arrival, first_token_latency_, token_latency_});
   absl::StatusOr<int> id = engine->Submit(exchange->Request(prompt, stop_tokens_, p->sampling));
   if (!id.ok()) {
     res.set_header("Retry-After", "1");
@@ -263,10 +287,12 @@ void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool
       out += t.text;
     }
     generated_tokens_ += t.completion_tokens;
+    cached_tokens_ += t.cached_tokens;
     if (!t.status.ok()) return Error(res, HttpStatusOf(t.status), std::string(t.status.message()));
-    res.set_content(Dump(CompletionResponse(params, rid, created, options_.model_name, out,
-                                            t.finish_reason, {n_prompt, t.completion_tokens})),
-                    kJson);
+    res.set_content(
+        Dump(CompletionResponse(params, rid, created, options_.model_name, out, t.finish_reason,
+                                {n_prompt, t.completion_tokens, t.cached_tokens})),
+        kJson);
     return Count(200);
   }
   Count(200);
@@ -287,12 +313,14 @@ void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool
         }
         if (!t.done) return true;
         generated_tokens_ += t.completion_tokens;
+        cached_tokens_ += t.cached_tokens;
         if (!t.status.ok()) {
           send(ErrorBody(std::string(t.status.message()), "server_error", 500));
         } else {
           send(StreamChunk(params, rid, created, model, "", t.finish_reason));
           if (params.include_usage) {
-            send(UsageChunk(params, rid, created, model, {n_prompt, t.completion_tokens}));
+            send(UsageChunk(params, rid, created, model,
+                            {n_prompt, t.completion_tokens, t.cached_tokens}));
           }
         }
         const std::string done = "data: [DONE]\n\n";
@@ -314,13 +342,19 @@ std::string HttpApi::Metrics() const {
   absl::StrAppend(&out, "# TYPE tg_server_prompt_tokens_total counter\n",
                   "tg_server_prompt_tokens_total ", prompt_tokens_.load(), "\n",
                   "# TYPE tg_server_generated_tokens_total counter\n",
-                  "tg_server_generated_tokens_total ", generated_tokens_.load(), "\n");
+                  "tg_server_generated_tokens_total ", generated_tokens_.load(), "\n",
+                  "# TYPE tg_server_prompt_tokens_cached_total counter\n",
+                  "tg_server_prompt_tokens_cached_total ", cached_tokens_.load(), "\n");
   if (Engine* e = engine_.load(); e != nullptr) {
     absl::StrAppend(&out, "# TYPE tg_server_queued gauge\ntg_server_queued ", e->queued(), "\n",
                     "# TYPE tg_server_running gauge\ntg_server_running ", e->running(), "\n",
                     "# TYPE tg_server_kv_cells_used gauge\ntg_server_kv_cells_used ",
-                    e->cells_used(), "\n");
+                    e->cells_used(), "\n",
+                    "# TYPE tg_server_kv_cells_cached gauge\ntg_server_kv_cells_cached ",
+                    e->cells_cached(), "\n");
   }
+  first_token_latency_->AppendTo(&out);
+  token_latency_->AppendTo(&out);
   return out;
 }
 

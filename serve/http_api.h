@@ -4,7 +4,11 @@
 // /metrics (Prometheus text), POST /tokenize, /detokenize and /apply-template. Requests go to
 // the Engine, which decodes them together; errors are OpenAI-style JSON (400 bad request,
 // 401 without the API key, 413 too large a body, 503 with Retry-After when the queue is
-// full). Thread-safe: handlers run on the server's own thread pool.
+// full). With a certificate and key it serves HTTPS only (cpp-httplib's SSLServer, TLS 1.2+).
+// /metrics also carries two latency histograms: time to first token and time per output
+// token, and the prompt tokens reused from the engine's cache (also each response's
+// usage.prompt_tokens_details.cached_tokens). Thread-safe: handlers run on the server's own
+// thread pool.
 #ifndef TENSORGRID_SERVE_HTTP_API_H_
 #define TENSORGRID_SERVE_HTTP_API_H_
 
@@ -21,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "serve/engine.h"
+#include "serve/latency_histogram.h"
 #include "serve/openai_api.h"
 
 namespace httplib {
@@ -38,6 +43,12 @@ struct HttpOptions {
   std::string model_name;  // what /v1/models lists and responses name.
   size_t max_body_bytes = 8u << 20;  // larger bodies get 413.
   int threads = 64;                  // concurrent requests served (streams hold one each).
+  // TLS: paths of PEM files, both or neither. Both: HTTPS only, with this certificate (the
+  // server's first, then any intermediates) and its private key (unencrypted, matching the
+  // certificate); Start fails naming the file that cannot be read, parsed or matched.
+  // Neither: plain HTTP.
+  std::string ssl_cert_file;
+  std::string ssl_key_file;
 };
 
 // Renders chat messages into a prompt (the model's chat template); nullptr: no template.
@@ -47,6 +58,8 @@ using ChatRenderer =
 class HttpApi {
  public:
   // Binds and serves on a thread of its own; /health answers 503 until SetEngine.
+  // INVALID_ARGUMENT for TLS files that cannot be used (naming the file and why),
+  // UNAVAILABLE when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<HttpApi>> Start(const HttpOptions& options);
   ~HttpApi();  // stops serving and joins.
 
@@ -54,9 +67,10 @@ class HttpApi {
   // `chat`.
   void SetEngine(Engine* engine, ChatRenderer chat);
   int port() const { return port_; }
+  bool tls() const { return !options_.ssl_cert_file.empty(); }
 
  private:
-  explicit HttpApi(const HttpOptions& options);
+  HttpApi(const HttpOptions& options, std::unique_ptr<httplib::Server> server);
   void Routes();
   void Complete(const httplib::Request& req, httplib::Response& res, bool chat);
   bool Authorized(const httplib::Request& req, httplib::Response& res);
@@ -75,7 +89,10 @@ class HttpApi {
   ChatRenderer chat_;                 // set once with the engine, before requests can reach it.
   std::vector<int32_t> stop_tokens_;  // the model's end-of-generation ids.
   std::atomic<int64_t> next_id_{0};
-  std::atomic<int64_t> prompt_tokens_{0}, generated_tokens_{0};
+  // cached_tokens_: prompt tokens the engine took from its cache (a request's once it ends).
+  std::atomic<int64_t> prompt_tokens_{0}, generated_tokens_{0}, cached_tokens_{0};
+  // Shared with the requests' exchanges, which the engine may outlive this with.
+  const std::shared_ptr<LatencyHistogram> first_token_latency_, token_latency_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int, int64_t> requests_by_status_ ABSL_GUARDED_BY(mu_);
 };

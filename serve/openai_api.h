@@ -48,9 +48,12 @@ std::string Dump(const Json& j);
 // `max_new` bounds max_tokens (the context size); it is also the default for chat.
 absl::StatusOr<CompletionParams> ParseCompletion(const Json& body, bool chat, int64_t max_new);
 
+// A response's `usage`; cached_tokens is written as OpenAI's
+// prompt_tokens_details.cached_tokens (prompt tokens taken from the server's cache).
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;
 };
 
 // The whole response: `text` with its finish_reason ("stop" or "length").

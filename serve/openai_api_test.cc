@@ -1,7 +1,8 @@
 // The request parsing of tg-server: what ParseCompletion accepts the sampler accepts too (a
 // value it refuses would fail every request decoded in the same step), numbers past int64 are
 // refused naming the value, deep nesting is refused before parsing, and randomly mutated
-// bodies give a Status or a request within bounds, never a crash or an exception.
+// bodies give a Status or a request within bounds, never a crash or an exception. Usage
+// carries prompt_tokens_details.cached_tokens.
 #include "serve/openai_api.h"
 
 #include <gtest/gtest.h>
@@ -90,6 +91,21 @@ TEST(OpenAiApiTest, OptionalBoolNamesAWrongType) {
 TEST(OpenAiApiTest, DumpWritesBytesThatAreNotUtf8AsReplacementCharacters) {
   // A character cut by max_tokens: nlohmann's dump() would throw.
   EXPECT_EQ(Dump(Json{{"text", "ab\xe4\xb8"}}), "{\"text\":\"ab\xef\xbf\xbd\"}");
+}
+
+TEST(OpenAiApiTest, UsageCarriesTheCachedPromptTokensWholeAndStreamed) {
+  CompletionParams p;
+  const Usage usage{.prompt_tokens = 12, .completion_tokens = 5, .cached_tokens = 11};
+  const Json whole = CompletionResponse(p, "cmpl-1", 1, "m", "text", "length", usage);
+  const Json chunk = UsageChunk(p, "cmpl-1", 1, "m", usage);
+  for (const Json& j : {whole, chunk}) {
+    EXPECT_EQ(j["usage"]["prompt_tokens"], 12) << j.dump();
+    EXPECT_EQ(j["usage"]["completion_tokens"], 5) << j.dump();
+    EXPECT_EQ(j["usage"]["total_tokens"], 17) << j.dump();
+    EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 11) << j.dump();
+  }
+  const Json none = CompletionResponse(p, "cmpl-2", 1, "m", "", "stop", {3, 1});
+  EXPECT_EQ(none["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
 }
 
 // Random mutations of valid bodies: byte flips, cuts, insertions, fields set to values of

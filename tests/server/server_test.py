@@ -18,6 +18,7 @@ One line per check, then "N passed, M failed".
 import argparse
 import json
 import os
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -31,7 +32,12 @@ PROMPTS = ["Once upon a time", "The little dog", "Lily and Ben went", "One day, 
 
 
 class Server:
-    def __init__(self, binary, model, extra):
+    def __init__(self, binary, model, extra, tls_ca=None):
+        """tls_ca: the CA file that signed the --ssl-cert in `extra`, or an ssl.SSLContext
+        (HTTPS then)."""
+        self.scheme = "https" if tls_ca else "http"
+        self.context = (tls_ca if isinstance(tls_ca, ssl.SSLContext) or not tls_ca else
+                        ssl.create_default_context(cafile=tls_ca))
         self.work = tempfile.mkdtemp()
         port_file = os.path.join(self.work, "port")
         self.log = open(os.path.join(self.work, "log"), "w+")
@@ -52,6 +58,10 @@ class Server:
                 raise RuntimeError("tg-server never became healthy")
             time.sleep(0.05)
 
+    @property
+    def url(self):
+        return f"{self.scheme}://127.0.0.1:{self.port}"
+
     def read_log(self):
         self.log.seek(0)
         return self.log.read()
@@ -59,11 +69,11 @@ class Server:
     def request(self, method, path, body=None, headers=None, raw=None):
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         # JSON as OpenAI clients send it (a form-encoded body has a smaller size limit).
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data,
+        req = urllib.request.Request(f"{self.url}{path}", data=data,
                                      method=method,
                                      headers={"Content-Type": "application/json", **(headers or {})})
         try:
-            with urllib.request.urlopen(req, timeout=120) as r:
+            with urllib.request.urlopen(req, timeout=120, context=self.context) as r:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()
@@ -79,11 +89,11 @@ class Server:
 
     def stream(self, body):
         """POSTs a streaming completion; the data lines' JSON (and the final '[DONE]')."""
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions",
+        req = urllib.request.Request(f"{self.url}/v1/completions",
                                      data=json.dumps(dict(body, stream=True)).encode(),
                                      method="POST", headers={"Content-Type": "application/json"})
         events = []
-        with urllib.request.urlopen(req, timeout=120) as r:
+        with urllib.request.urlopen(req, timeout=120, context=self.context) as r:
             for line in r:
                 line = line.decode().strip()
                 if line.startswith("data: "):
@@ -113,6 +123,31 @@ def parse_args():
     ap.add_argument("--tg-run", required=True)
     ap.add_argument("--model", required=True)
     return ap.parse_args()
+
+
+class Checks:
+    """One "ok"/"FAIL" line per check(ok, what), counted; summary() prints "N passed, M
+    failed" and returns the exit code (1 when any failed)."""
+
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def __call__(self, ok, what):
+        print(f"{'ok  ' if ok else 'FAIL'} {what}", flush=True)
+        self.passed += bool(ok)
+        self.failed += not ok
+
+    def summary(self):
+        print(f"{self.passed} passed, {self.failed} failed")
+        return 1 if self.failed else 0
+
+
+def model_missing(model):
+    """True, after saying so, when the test model is absent (the test then exits 77)."""
+    if os.path.exists(model):
+        return False
+    print(f"skipped: model {model} not found")
+    return True
 
 
 def main():

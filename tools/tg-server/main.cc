@@ -35,7 +35,10 @@ struct ServerFlags {
   int64_t port = 8080;
   std::string port_file;
   int64_t parallel = 8;
+  bool no_cache_prompt = false;  // every prompt decoded whole; nothing kept after a request.
   std::string api_key_file;
+  std::string ssl_cert;  // PEM files: both, HTTPS only; neither, HTTP.
+  std::string ssl_key;
   std::string chat_template;       // a built-in by name.
   std::string chat_template_file;  // a Jinja file.
   bool verbose = false;
@@ -99,6 +102,12 @@ absl::Status Serve(const ServerFlags& f) {
   ho.port = static_cast<int>(f.port);
   ho.model_name = BaseName(f.model);
   TG_ASSIGN_OR_RETURN(ho.api_key, ReadKey(f.api_key_file));
+  ho.ssl_cert_file = f.ssl_cert;
+  ho.ssl_key_file = f.ssl_key;
+  // A TLS write to a client that has gone raises SIGPIPE (OpenSSL writes with write(), not
+  // send(MSG_NOSIGNAL) as cpp-httplib's plain sockets do); ignored, the write's error ends the
+  // stream. (gRPC's start-up ignores it too; this does not rely on that.)
+  signal(SIGPIPE, SIG_IGN);
   // Signals go to the thread that waits below, not to the server's threads.
   sigset_t signals;
   sigemptyset(&signals);
@@ -109,8 +118,8 @@ absl::Status Serve(const ServerFlags& f) {
   if (!f.port_file.empty()) {
     std::ofstream(f.port_file) << api->port() << "\n";
   }
-  std::fprintf(stderr, "tg-server: listening on http://%s:%d; loading %s\n", f.host.c_str(),
-               api->port(), f.model.c_str());
+  std::fprintf(stderr, "tg-server: listening on %s://%s:%d; loading %s\n",
+               api->tls() ? "https" : "http", f.host.c_str(), api->port(), f.model.c_str());
   DeviceFlags device_flags = f.devices;
   device_flags.verbose = f.verbose;
   TG_ASSIGN_OR_RETURN(DevicePlan plan, ResolveDevicePlan(device_flags));
@@ -126,6 +135,7 @@ absl::Status Serve(const ServerFlags& f) {
   eo.session.n_batch = f.batch;
   TG_ASSIGN_OR_RETURN(eo.session.kv_type, ParseDType(f.kv_type));
   eo.max_running = f.parallel;
+  eo.reuse_prompts = !f.no_cache_prompt;
   TG_ASSIGN_OR_RETURN(serve::ChatRenderer chat, ChatRendererFor(f, *model));
   TG_ASSIGN_OR_RETURN(std::unique_ptr<serve::Engine> engine, serve::Engine::Create(*model, eo));
   api->SetEngine(engine.get(), chat);
@@ -158,8 +168,15 @@ int main(int argc, char** argv) {
   p.AddInt(nullptr, "--port", &f.port, "port (default 8080; 0: any free one)");
   p.AddString(nullptr, "--port-file", &f.port_file, "write the bound port to this file");
   p.AddInt("-np", "--parallel", &f.parallel, "requests decoded at once (default 8)");
+  p.AddBool(nullptr, "--no-cache-prompt", &f.no_cache_prompt,
+            "keep no finished request's KV cache for later prompts that start like it (by "
+            "default the longest shared prefix is reused, idle entries freed when needed)");
   p.AddString(nullptr, "--api-key-file", &f.api_key_file,
               "file holding the API key clients must send as 'Authorization: Bearer KEY'");
+  p.AddString(nullptr, "--ssl-cert", &f.ssl_cert,
+              "PEM certificate (then its chain) to serve HTTPS only with; needs --ssl-key");
+  p.AddString(nullptr, "--ssl-key", &f.ssl_key,
+              "PEM private key of --ssl-cert (unencrypted); needs --ssl-cert");
   const std::string template_help =
       absl::StrCat("built-in chat template instead of the model's: ",
                    absl::StrJoin(tg::chat_template::ChatTemplate::BuiltinNames(), ", "));
@@ -173,13 +190,18 @@ int main(int argc, char** argv) {
   }
   if (p.help_requested()) {
     std::printf("%s", p.Usage("-m MODEL.gguf [--host H] [--port P] [--parallel N] [-c CELLS]\n"
-                              "                 [-sm none|layer|tensor] [--rpc host:port,...] "
-                              "[options]")
+                              "                 [-sm none|layer|tensor] [--rpc host:port,...]\n"
+                              "                 [--ssl-cert CERT.pem --ssl-key KEY.pem] [options]")
                           .c_str());
     return 0;
   }
   if (!p.positional().empty()) {
     std::fprintf(stderr, "tg-server: unexpected argument '%s'\n", p.positional()[0].c_str());
+    return 2;
+  }
+  if (f.ssl_cert.empty() != f.ssl_key.empty()) {
+    std::fprintf(stderr, "tg-server: %s is missing (HTTPS takes both --ssl-cert and --ssl-key)\n",
+                 f.ssl_cert.empty() ? "--ssl-cert" : "--ssl-key");
     return 2;
   }
   if (f.model.empty() || f.parallel < 1 || f.parallel > tg::KvCells::kMaxSequences || f.port < 0 ||
