@@ -1,12 +1,36 @@
 #include "models/continuous_batcher.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <utility>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_format.h"
 
 namespace tg {
+
+TokenLogprobs ComputeLogprobs(absl::Span<const float> logits, int32_t token, int n) {
+  // log p_i = l_i - (max + log sum exp(l_j - max)): in double, so that a vocabulary of
+  // small terms neither overflows nor loses them.
+  const double max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  const double lse = max + std::log(sum);
+  TokenLogprobs out;
+  out.logprob = static_cast<float>(logits[token] - lse);
+  const size_t k = std::min<size_t>(static_cast<size_t>(std::max(n, 0)), logits.size());
+  std::vector<int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  out.top.reserve(k);
+  for (size_t i = 0; i < k; ++i) {
+    out.top.emplace_back(ids[i], static_cast<float>(logits[ids[i]] - lse));
+  }
+  return out;
+}
 
 int64_t ContinuousBatcher::Active::Reserve() const {
   return static_cast<int64_t>(request.prompt.size() - prompt_done) +
@@ -253,7 +277,10 @@ absl::Status ContinuousBatcher::Step() {
     budget -= static_cast<int64_t>(n);
   }
   if (work.empty()) return absl::OkStatus();
-  absl::StatusOr<std::vector<SequenceResult>> results = session_.Step(work);
+  // Logits only when a request in the step wants its log-probabilities.
+  const bool with_logits =
+      absl::c_any_of(who, [this](size_t i) { return active_[i].request.top_logprobs >= 0; });
+  absl::StatusOr<std::vector<SequenceResult>> results = session_.Step(work, with_logits);
   if (!results.ok()) {
     for (size_t i : who) Finish(active_[i], results.status());
     std::erase_if(active_, [](const Active& a) { return a.ended; });
@@ -271,6 +298,10 @@ absl::Status ContinuousBatcher::Step() {
     if (!stop) {
       ++a.generated;
       a.next = pick;
+      if (a.request.top_logprobs >= 0 && a.request.on_logprobs) {
+        a.request.on_logprobs(pick,
+                              ComputeLogprobs((*results)[k].logits, pick, a.request.top_logprobs));
+      }
     }
     // A stop token is not handed over; on_token may end the request too.
     if (stop || !a.request.on_token(pick) || a.generated >= a.request.max_tokens) {

@@ -19,7 +19,11 @@
 // a request is admitted, so the cache never refuses or delays one. An idle sequence whose
 // tokens begin another idle one's is dropped (the longer one serves every prefix it would).
 // The picks are the ones without reuse (the shared K and V rows are what decoding the prefix
-// again would write; the tests compare). Not thread-safe: one owner thread.
+// again would write; the tests compare).
+// Log-probabilities (OpenAI's logprobs): a request with top_logprobs >= 0 gets, with each
+// token, its log-softmax over the raw logits of that position (temperature 1, no top-k/top-p)
+// and the top_logprobs likeliest tokens'; a step asks the session for logits only when one of
+// its requests wants them, so the others cost nothing extra. Not thread-safe: one owner thread.
 #ifndef TENSORGRID_MODELS_CONTINUOUS_BATCHER_H_
 #define TENSORGRID_MODELS_CONTINUOUS_BATCHER_H_
 
@@ -27,13 +31,23 @@
 #include <deque>
 #include <functional>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "models/batch_session.h"
 
 namespace tg {
+
+// A generated token's log-probabilities: log-softmax (in double) of the raw logits at its
+// position.
+struct TokenLogprobs {
+  float logprob = 0;  // the token's own, whether or not it is among `top`.
+  // The likeliest tokens (id, log-probability), likeliest first, ties by the lower id.
+  std::vector<std::pair<int32_t, float>> top;
+};
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;
@@ -49,7 +63,15 @@ struct GenerationRequest {
   // prompt tokens came from the cache (a live sequence's, shared, not decoded again); 0
   // without reuse. Not called for a request that ends before admission.
   std::function<void(int64_t cached_tokens)> on_admitted;
+  // -1: no log-probabilities. N >= 0: on_logprobs is called with each token (just before
+  // on_token, with the same token) and N alternatives (at most the vocabulary).
+  int top_logprobs = -1;
+  std::function<void(int32_t token, const TokenLogprobs&)> on_logprobs;
 };
+
+// What on_logprobs gets: the log-probabilities of `token` and of the `n` likeliest tokens
+// under `logits` (n_vocab of them).
+TokenLogprobs ComputeLogprobs(absl::Span<const float> logits, int32_t token, int n);
 
 class ContinuousBatcher {
  public:

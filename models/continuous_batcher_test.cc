@@ -6,14 +6,20 @@
 // whose prompt starts like a finished (idle) or running one's starts from the shared prefix,
 // reports it (on_admitted) and decodes only the rest (BatchSession::tokens_decoded), with the
 // tokens it gets alone; idle sequences give way at once to a request that needs their cells
-// or their sequence slots; reuse off reports nothing cached and keeps nothing.
+// or their sequence slots; reuse off reports nothing cached and keeps nothing. Log-probabilities:
+// a request's equal the log-softmax (in double, here) of the logits it gets alone in a
+// LlamaSession, its top N sorted with ties by id, the whole vocabulary's summing to 1; a
+// request without them beside it gets its tokens unchanged.
 #include "models/continuous_batcher.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -385,6 +391,95 @@ TEST_F(ContinuousBatcherTest, ReuseOffDecodesEveryPromptWholeAndKeepsNothing) {
   EXPECT_EQ(cached2, 0);
   EXPECT_EQ(r2.tokens, first.tokens);
   EXPECT_EQ(session->cells().used(), 0);
+}
+
+// The log-softmax of `logits` in double and every id sorted likeliest first (ties: lower id):
+// the reference the batcher's log-probabilities are held to.
+struct Reference {
+  std::vector<double> logprob;
+  std::vector<int32_t> order;
+};
+Reference LogSoftmax(const std::vector<float>& logits) {
+  Reference r;
+  double max = -INFINITY;
+  for (float l : logits) max = std::max(max, double{l});
+  double sum = 0;
+  for (float l : logits) sum += std::exp(double{l} - max);
+  for (float l : logits) r.logprob.push_back(double{l} - max - std::log(sum));
+  r.order.resize(logits.size());
+  std::iota(r.order.begin(), r.order.end(), 0);
+  std::stable_sort(r.order.begin(), r.order.end(),
+                   [&](int32_t a, int32_t b) { return r.logprob[a] > r.logprob[b]; });
+  return r;
+}
+
+TEST_F(ContinuousBatcherTest, LogprobsAreTheLogSoftmaxOfTheLogitsAlone) {
+  constexpr int kSteps = 8;
+  constexpr int kTop = 5;
+  // Batched and alone logits differ by float rounding (F32 KV): within this.
+  constexpr double kTol = 2e-3;
+  auto session = Session(512);
+  ContinuousBatcher batcher(*session, /*n_batch=*/64);
+  const std::vector<int32_t> with = testing::VariedPrompt(1);
+  const std::vector<int32_t> without = testing::VariedPrompt(2);
+  const std::vector<int32_t> whole = testing::VariedPrompt(3);
+  struct Got {
+    std::vector<int32_t> tokens;
+    std::vector<int32_t> logprob_tokens;
+    std::vector<TokenLogprobs> logprobs;
+  };
+  std::vector<Got> got(3);
+  int step = 0;
+  std::vector<Record> rec(3);
+  const std::vector<std::vector<int32_t>> prompts = {with, without, whole};
+  const std::vector<int> tops = {kTop, -1, 1 << 30};  // the last: the whole vocabulary.
+  for (int i = 0; i < 3; ++i) {
+    GenerationRequest r = Request(prompts[i], kSteps, &rec[i], &step);
+    r.top_logprobs = tops[i];
+    r.on_logprobs = [&got, i](int32_t t, const TokenLogprobs& lp) {
+      got[i].logprob_tokens.push_back(t);
+      got[i].logprobs.push_back(lp);
+    };
+    batcher.Submit(std::move(r));
+  }
+  Drain(batcher);
+  const int64_t n_vocab = model_->tokenizer().n_vocab();
+  for (int i : {0, 2}) {
+    const testing::GreedyTrace alone = testing::DecodeAlone(*model_, prompts[i], kSteps);
+    ASSERT_EQ(rec[i].tokens, alone.tokens) << i;
+    ASSERT_EQ(got[i].logprob_tokens, alone.tokens) << "on_logprobs gets each token, in order";
+    for (int k = 0; k < kSteps; ++k) {
+      const Reference ref = LogSoftmax(alone.logits[k]);
+      const TokenLogprobs& lp = got[i].logprobs[k];
+      const size_t n = i == 0 ? kTop : static_cast<size_t>(n_vocab);
+      ASSERT_EQ(lp.top.size(), n);
+      EXPECT_NEAR(lp.logprob, ref.logprob[alone.tokens[k]], kTol) << "step " << k;
+      // Greedy: the chosen token is the likeliest.
+      EXPECT_EQ(lp.top[0].first, alone.tokens[k]);
+      EXPECT_FLOAT_EQ(lp.logprob, lp.top[0].second);
+      double total = 0;
+      for (size_t j = 0; j < n; ++j) {
+        EXPECT_NEAR(lp.top[j].second, ref.logprob[lp.top[j].first], kTol) << k << " " << j;
+        if (j > 0) {
+          EXPECT_GE(lp.top[j - 1].second, lp.top[j].second);
+        }
+        EXPECT_LE(lp.top[j].second, 0.0f);
+        total += std::exp(double{lp.top[j].second});
+      }
+      if (i == 0) {
+        // The top ids are the reference's (ties by id), unless two are closer than rounding.
+        for (size_t j = 0; j < n; ++j) {
+          if (lp.top[j].first == ref.order[j]) continue;
+          EXPECT_NEAR(ref.logprob[lp.top[j].first], ref.logprob[ref.order[j]], kTol)
+              << "step " << k << " rank " << j;
+        }
+      } else {
+        EXPECT_NEAR(total, 1.0, 1e-4) << "the whole vocabulary's probabilities, step " << k;
+      }
+    }
+  }
+  EXPECT_TRUE(got[1].logprobs.empty()) << "a request without top_logprobs gets none";
+  EXPECT_EQ(rec[1].tokens, Alone(without, kSteps)) << "beside one with logprobs, unchanged";
 }
 
 }  // namespace

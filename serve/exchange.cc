@@ -1,5 +1,6 @@
 #include "serve/exchange.h"
 
+#include <limits>
 #include <utility>
 
 namespace tg::serve {
@@ -11,7 +12,11 @@ GenerationRequest Exchange::Request(std::vector<int32_t> prompt, std::vector<int
   r.max_tokens = max_tokens_;
   r.sampling = sampling;
   r.stop_tokens = std::move(stop_tokens);
+  r.top_logprobs = top_logprobs_;
   std::shared_ptr<Exchange> self = shared_from_this();
+  if (top_logprobs_ >= 0) {
+    r.on_logprobs = [self](int32_t token, const TokenLogprobs& lp) { self->OnLogprobs(token, lp); };
+  }
   r.on_token = [self](int32_t token) { return self->OnToken(token); };
   r.on_done = [self](const absl::Status& status) { self->OnDone(status); };
   r.on_admitted = [self](int64_t cached_tokens) { self->OnAdmitted(cached_tokens); };
@@ -30,8 +35,54 @@ bool Exchange::OnToken(int32_t token) {
   if (h != nullptr) h->Observe(absl::FromChrono(now - since));
   last_token_ = now;
   ++tokens_;
-  text_ += stop_.Add(piece);
+  if (top_logprobs_ < 0) {
+    text_ += stop_.Add(piece);
+    return !stop_.stopped() && !abandoned_;
+  }
+  LogprobEntry e = next_logprobs_.value_or(
+      LogprobEntry{"", std::numeric_limits<float>::quiet_NaN(), {}});  // null in JSON.
+  next_logprobs_.reset();
+  e.text = piece;
+  held_.push_back(std::move(e));
+  released_ += stop_.Add(piece);
+  if (stop_.stopped()) {
+    ReleaseRest();
+  } else {
+    ReleaseWhole();
+  }
   return !stop_.stopped() && !abandoned_;
+}
+
+void Exchange::OnLogprobs(int32_t token, const TokenLogprobs& logprobs) {
+  LogprobEntry e;  // its text is set by OnToken.
+  e.logprob = logprobs.logprob;
+  e.top.reserve(logprobs.top.size());
+  for (const auto& [id, lp] : logprobs.top) e.top.emplace_back(tokenizer_.TokenToPiece(id), lp);
+  absl::MutexLock lock(&mu_);
+  next_logprobs_ = std::move(e);
+}
+
+void Exchange::ReleaseWhole() {
+  // StopText releases a prefix of the pieces' concatenation, so released_ starts with the
+  // first held token's text.
+  while (!held_.empty() && released_.size() >= held_.front().text.size()) {
+    const size_t n = held_.front().text.size();
+    text_.append(released_, 0, n);
+    released_.erase(0, n);
+    entries_.push_back(std::move(held_.front()));
+    held_.pop_front();
+  }
+}
+
+void Exchange::ReleaseRest() {
+  ReleaseWhole();
+  if (!released_.empty() && !held_.empty()) {
+    held_.front().text = released_;
+    entries_.push_back(std::move(held_.front()));
+  }
+  text_ += released_;
+  released_.clear();
+  held_.clear();
 }
 
 void Exchange::OnAdmitted(int64_t cached_tokens) {
@@ -41,7 +92,12 @@ void Exchange::OnAdmitted(int64_t cached_tokens) {
 
 void Exchange::OnDone(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
-  text_ += stop_.Flush();
+  if (top_logprobs_ < 0) {
+    text_ += stop_.Flush();
+  } else {
+    released_ += stop_.Flush();
+    ReleaseRest();
+  }
   status_ = status;
   done_ = true;
 }
@@ -50,11 +106,12 @@ Exchange::Taken Exchange::Take(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   auto ready = [this] {
     mu_.AssertHeld();
-    return done_ || !text_.empty();
+    return done_ || !text_.empty() || !entries_.empty();
   };
   mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
   Taken t;
   t.text.swap(text_);
+  t.logprobs.swap(entries_);
   t.done = done_;
   t.status = status_;
   t.completion_tokens = tokens_;

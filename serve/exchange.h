@@ -3,13 +3,19 @@
 // the request and is never sent) and never blocks; the handler takes the text as it comes,
 // or waits for the end. It also times the tokens (time to the first since the request
 // arrived, the gaps between the next ones) into lock-free histograms, and keeps how many of
-// its prompt tokens the engine took from its cache. Thread-safe.
+// its prompt tokens the engine took from its cache. With log-probabilities asked for, it keeps
+// each token's entry beside its text and releases text only at token boundaries, so what a
+// Take returns is exactly its entries' texts: a token whose text StopText holds back waits
+// with it, and at a stop string the token it cuts keeps only the part before it (the tokens
+// after are dropped). Thread-safe.
 #ifndef TENSORGRID_SERVE_EXCHANGE_H_
 #define TENSORGRID_SERVE_EXCHANGE_H_
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +26,7 @@
 #include "models/continuous_batcher.h"
 #include "models/tokenizer.h"
 #include "serve/latency_histogram.h"
+#include "serve/openai_api.h"
 #include "serve/stop_text.h"
 
 namespace tg::serve {
@@ -34,10 +41,12 @@ struct TokenLatencies {
 
 class Exchange : public std::enable_shared_from_this<Exchange> {
  public:
+  // `top_logprobs` >= 0: each token's log-probabilities with that many alternatives.
   Exchange(const Tokenizer& tokenizer, std::vector<std::string> stops, int64_t max_tokens,
-           TokenLatencies latencies = {})
+           TokenLatencies latencies = {}, int top_logprobs = -1)
       : tokenizer_(tokenizer),
         latencies_(std::move(latencies)),
+        top_logprobs_(top_logprobs),
         stop_(std::move(stops)),
         max_tokens_(max_tokens) {}
 
@@ -52,6 +61,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     std::string finish_reason;  // when done: "stop" or "length".
     int64_t completion_tokens = 0;
     int64_t cached_tokens = 0;  // prompt tokens reused from the cache (known once admitted).
+    std::vector<LogprobEntry> logprobs;  // the tokens of `text` (with top_logprobs >= 0).
   };
   // Waits up to `timeout` for new text or the end.
   Taken Take(absl::Duration timeout);
@@ -60,15 +70,29 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 
  private:
   bool OnToken(int32_t token);
+  void OnLogprobs(int32_t token, const TokenLogprobs& logprobs);
+  // Moves the whole tokens released_ holds to text_ and entries_.
+  void ReleaseWhole() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The end: what released_ holds beyond whole tokens is the start of the token a stop string
+  // cut (it gets that text); the tokens after it are dropped.
+  void ReleaseRest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnAdmitted(int64_t cached_tokens);
   void OnDone(const absl::Status& status);
 
   const Tokenizer& tokenizer_;
   const TokenLatencies latencies_;
+  const int top_logprobs_;
   absl::Mutex mu_;
   StopText stop_ ABSL_GUARDED_BY(mu_);
   const int64_t max_tokens_;
   std::string text_ ABSL_GUARDED_BY(mu_);
+  // With log-probabilities: the next token's (on_logprobs comes just before on_token), the
+  // tokens whose text is not yet in text_, the text StopText released that is not a whole
+  // token yet, and the entries of text_.
+  std::optional<LogprobEntry> next_logprobs_ ABSL_GUARDED_BY(mu_);
+  std::deque<LogprobEntry> held_ ABSL_GUARDED_BY(mu_);
+  std::string released_ ABSL_GUARDED_BY(mu_);
+  std::vector<LogprobEntry> entries_ ABSL_GUARDED_BY(mu_);
   int64_t tokens_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t cached_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point last_token_ ABSL_GUARDED_BY(mu_);  // when tokens_ > 0.

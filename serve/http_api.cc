@@ -4,7 +4,9 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <iterator>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -269,7 +271,8 @@ void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool
                                  n_prompt, p->max_tokens, engine->n_ctx()));
   }
   auto exchange = std::make_shared<Exchange>(
-      tok, p->stop, p->max_tokens, TokenLatencies{arrival, first_token_latency_, token_latency_});
+      tok, p->stop, p->max_tokens, TokenLatencies{arrival, first_token_latency_, token_latency_},
+      static_cast<int>(p->logprobs));
   absl::StatusOr<int> id = engine->Submit(exchange->Request(prompt, stop_tokens_, p->sampling));
   if (!id.ok()) {
     res.set_header("Retry-After", "1");
@@ -281,36 +284,44 @@ void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool
   const CompletionParams params = *p;
   if (!params.stream) {
     std::string out;
+    std::vector<LogprobEntry> logprobs;
     Exchange::Taken t;
     while (!t.done) {
       t = exchange->Take(absl::Seconds(1));
       out += t.text;
+      logprobs.insert(logprobs.end(), std::make_move_iterator(t.logprobs.begin()),
+                      std::make_move_iterator(t.logprobs.end()));
     }
     generated_tokens_ += t.completion_tokens;
     cached_tokens_ += t.cached_tokens;
     if (!t.status.ok()) return Error(res, HttpStatusOf(t.status), std::string(t.status.message()));
     res.set_content(
         Dump(CompletionResponse(params, rid, created, options_.model_name, out, t.finish_reason,
-                                {n_prompt, t.completion_tokens, t.cached_tokens})),
+                                {n_prompt, t.completion_tokens, t.cached_tokens}, logprobs)),
         kJson);
     return Count(200);
   }
   Count(200);
   const std::string model = options_.model_name;
+  // The completion's bytes sent so far: the next chunk's first text_offset.
+  auto sent = std::make_shared<int64_t>(0);
   res.set_chunked_content_provider(
       "text/event-stream", [this, exchange, engine, id = *id, params, rid, created, model,
-                            n_prompt](size_t, httplib::DataSink& sink) {
+                            n_prompt, sent](size_t, httplib::DataSink& sink) {
         auto send = [&](const Json& j) {
           const std::string event = absl::StrCat("data: ", Dump(j), "\n\n");
           return sink.write(event.data(), event.size());
         };
         const Exchange::Taken t = exchange->Take(kStreamPoll);
-        if ((!t.text.empty() && !send(StreamChunk(params, rid, created, model, t.text, {}))) ||
+        const bool any = !t.text.empty() || !t.logprobs.empty();
+        if ((any && !send(StreamChunk(params, rid, created, model, t.text, {}, t.logprobs,
+                                      *sent))) ||
             !sink.is_writable()) {
           exchange->Abandon();  // the client is gone: its slot frees at the next step.
           engine->Cancel(id);
           return false;
         }
+        *sent += static_cast<int64_t>(t.text.size());
         if (!t.done) return true;
         generated_tokens_ += t.completion_tokens;
         cached_tokens_ += t.cached_tokens;

@@ -101,6 +101,28 @@ absl::Status ParseSampling(const Json& body, CompletionParams* p) {
   return absl::OkStatus();
 }
 
+// Completions: OpenAI's legacy `logprobs: N`, or llama-server's `n_probs: N`. Chat:
+// `logprobs: true`, with `top_logprobs: N` (0 when absent; refused without logprobs).
+absl::Status ParseLogprobs(const Json& body, bool chat, int64_t* n) {
+  if (!chat) {
+    for (const char* field : {"logprobs", "n_probs"}) {
+      if (const Json* v = Field(body, {field}); v != nullptr) {
+        return IntegerIn(*v, field, 0, kMaxTopLogprobs, n);
+      }
+    }
+    return absl::OkStatus();
+  }
+  TG_ASSIGN_OR_RETURN(const bool on, OptionalBool(body, "logprobs", false));
+  const Json* top = Field(body, {"top_logprobs"});
+  if (top != nullptr && !on) {
+    return absl::InvalidArgumentError(
+        "'top_logprobs' needs 'logprobs': true (or leave top_logprobs out)");
+  }
+  if (!on) return absl::OkStatus();
+  *n = 0;
+  return top == nullptr ? absl::OkStatus() : IntegerIn(*top, "top_logprobs", 0, kMaxTopLogprobs, n);
+}
+
 }  // namespace
 
 absl::StatusOr<Json> ParseBody(std::string_view body) {
@@ -188,6 +210,7 @@ absl::StatusOr<CompletionParams> ParseCompletion(const Json& body, bool chat, in
       p.include_usage = v->get<bool>();
     }
   }
+  TG_RETURN_IF_ERROR(ParseLogprobs(body, chat, &p.logprobs));
   return p;
 }
 
@@ -209,11 +232,54 @@ Json UsageJson(const Usage& u) {
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
+Json Bytes(const std::string& text) {
+  Json b = Json::array();
+  for (char c : text) b.push_back(static_cast<unsigned char>(c));
+  return b;
+}
+
 }  // namespace
+
+Json LogprobsJson(const CompletionParams& p, const std::vector<LogprobEntry>& entries,
+                  int64_t text_offset) {
+  if (p.logprobs < 0) return nullptr;
+  if (p.chat) {
+    Json content = Json::array();
+    for (const LogprobEntry& e : entries) {
+      Json top = Json::array();
+      for (const auto& [text, logprob] : e.top) {
+        top.push_back({{"token", text}, {"logprob", logprob}, {"bytes", Bytes(text)}});
+      }
+      content.push_back({{"token", e.text},
+                         {"logprob", e.logprob},
+                         {"bytes", Bytes(e.text)},
+                         {"top_logprobs", std::move(top)}});
+    }
+    return {{"content", std::move(content)}};
+  }
+  Json tokens = Json::array(), token_logprobs = Json::array(), top_logprobs = Json::array(),
+       offsets = Json::array();
+  for (const LogprobEntry& e : entries) {
+    tokens.push_back(e.text);
+    token_logprobs.push_back(e.logprob);
+    Json top = Json::object();
+    for (const auto& [text, logprob] : e.top) {
+      if (!top.contains(text)) top[text] = logprob;  // two ids, one text: the likelier.
+    }
+    top_logprobs.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += static_cast<int64_t>(e.text.size());
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top_logprobs)},
+          {"text_offset", std::move(offsets)}};
+}
 
 Json CompletionResponse(const CompletionParams& p, const std::string& id, int64_t created,
                         const std::string& model, const std::string& text,
-                        const std::string& finish_reason, const Usage& usage) {
+                        const std::string& finish_reason, const Usage& usage,
+                        const std::vector<LogprobEntry>& logprobs) {
   Json r = Envelope(p, id, created, model, false);
   Json choice = {{"index", 0}};
   if (p.chat) {
@@ -221,6 +287,7 @@ Json CompletionResponse(const CompletionParams& p, const std::string& id, int64_
   } else {
     choice["text"] = text;
   }
+  choice["logprobs"] = LogprobsJson(p, logprobs, 0);
   choice["finish_reason"] = finish_reason;
   r["choices"] = Json::array({choice});
   r["usage"] = UsageJson(usage);
@@ -229,7 +296,8 @@ Json CompletionResponse(const CompletionParams& p, const std::string& id, int64_
 
 Json StreamChunk(const CompletionParams& p, const std::string& id, int64_t created,
                  const std::string& model, const std::string& text,
-                 const std::optional<std::string>& finish_reason) {
+                 const std::optional<std::string>& finish_reason,
+                 const std::vector<LogprobEntry>& logprobs, int64_t text_offset) {
   Json r = Envelope(p, id, created, model, true);
   Json choice = {{"index", 0}};
   if (p.chat) {
@@ -237,6 +305,9 @@ Json StreamChunk(const CompletionParams& p, const std::string& id, int64_t creat
   } else {
     choice["text"] = text;
   }
+  // The finish chunk carries no text, so no tokens.
+  choice["logprobs"] =
+      finish_reason.has_value() ? Json(nullptr) : LogprobsJson(p, logprobs, text_offset);
   choice["finish_reason"] = finish_reason.has_value() ? Json(*finish_reason) : Json(nullptr);
   r["choices"] = Json::array({choice});
   return r;

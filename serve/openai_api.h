@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -20,6 +21,9 @@ namespace tg::serve {
 
 using Json = nlohmann::ordered_json;
 
+// The most alternatives per token a request may ask for (OpenAI's limit).
+inline constexpr int64_t kMaxTopLogprobs = 20;
+
 struct CompletionParams {
   bool chat = false;
   std::string prompt;  // /v1/completions.
@@ -29,6 +33,18 @@ struct CompletionParams {
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage.
+  // Alternatives per token with log-probabilities (completions' `logprobs: N` or `n_probs`,
+  // chat's `logprobs: true` with `top_logprobs: N`); -1: no log-probabilities.
+  int64_t logprobs = -1;
+};
+
+// One generated token's log-probabilities as a response writes them: its text (only the part
+// returned when a stop string cuts it), its log-probability, and its alternatives' (text,
+// log-probability), likeliest first.
+struct LogprobEntry {
+  std::string text;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;
 };
 
 // Arrays and objects a request body may nest (OpenAI's bodies nest a handful of levels): the
@@ -56,14 +72,24 @@ struct Usage {
   int64_t cached_tokens = 0;
 };
 
-// The whole response: `text` with its finish_reason ("stop" or "length").
+// A choice's `logprobs` for `entries` (null when p.logprobs < 0): completions' {tokens,
+// token_logprobs, top_logprobs, text_offset} (text_offset: UTF-8 byte offsets into the
+// completion, the first entry's `text_offset`), chat's {content: [{token, logprob, bytes,
+// top_logprobs}]}.
+Json LogprobsJson(const CompletionParams& p, const std::vector<LogprobEntry>& entries,
+                  int64_t text_offset);
+// The whole response: `text` with its finish_reason ("stop" or "length"), and the
+// log-probabilities of its tokens when the request asked.
 Json CompletionResponse(const CompletionParams& p, const std::string& id, int64_t created,
                         const std::string& model, const std::string& text,
-                        const std::string& finish_reason, const Usage& usage);
-// One server-sent event's JSON: a piece of text, or (finish_reason set) the last one.
+                        const std::string& finish_reason, const Usage& usage,
+                        const std::vector<LogprobEntry>& logprobs = {});
+// One server-sent event's JSON: a piece of text with its tokens' log-probabilities (the
+// first one `text_offset` bytes into the completion), or (finish_reason set) the last one.
 Json StreamChunk(const CompletionParams& p, const std::string& id, int64_t created,
                  const std::string& model, const std::string& text,
-                 const std::optional<std::string>& finish_reason);
+                 const std::optional<std::string>& finish_reason,
+                 const std::vector<LogprobEntry>& logprobs = {}, int64_t text_offset = 0);
 // The usage chunk that ends a stream with stream_options.include_usage.
 Json UsageChunk(const CompletionParams& p, const std::string& id, int64_t created,
                 const std::string& model, const Usage& usage);

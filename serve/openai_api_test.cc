@@ -2,7 +2,9 @@
 // value it refuses would fail every request decoded in the same step), numbers past int64 are
 // refused naming the value, deep nesting is refused before parsing, and randomly mutated
 // bodies give a Status or a request within bounds, never a crash or an exception. Usage
-// carries prompt_tokens_details.cached_tokens.
+// carries prompt_tokens_details.cached_tokens. Log-probabilities: completions' `logprobs: N`
+// (and llama-server's `n_probs`) and chat's `logprobs` + `top_logprobs` parse within [0, 20],
+// refused naming the field otherwise, and are written in OpenAI's shapes, whole and streamed.
 #include "serve/openai_api.h"
 
 #include <gtest/gtest.h>
@@ -29,6 +31,7 @@ absl::StatusOr<CompletionParams> Parse(const std::string& body, bool chat = fals
 void ExpectWithinBounds(const CompletionParams& p, const std::string& body) {
   EXPECT_GE(p.max_tokens, 1) << body;
   EXPECT_LE(p.max_tokens, kMaxNew) << body;
+  EXPECT_TRUE(p.logprobs >= -1 && p.logprobs <= kMaxTopLogprobs) << body;
   if (!p.sampling.has_value()) return;
   const SampleParams& s = p.sampling->sample;
   EXPECT_TRUE(std::isfinite(s.temperature) && s.temperature >= 0 && s.temperature <= 2) << body;
@@ -108,6 +111,112 @@ TEST(OpenAiApiTest, UsageCarriesTheCachedPromptTokensWholeAndStreamed) {
   EXPECT_EQ(none["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
 }
 
+TEST(OpenAiApiTest, LogprobsParseWithinLimitsAndBadValuesAreRefused) {
+  struct Case {
+    const char* body;
+    bool chat;
+    int64_t logprobs;
+  };
+  for (const Case& c : std::vector<Case>{
+           {R"({"prompt": "x"})", false, -1},
+           {R"({"prompt": "x", "logprobs": 5})", false, 5},
+           {R"({"prompt": "x", "logprobs": 0})", false, 0},
+           {R"({"prompt": "x", "logprobs": null})", false, -1},
+           {R"({"prompt": "x", "n_probs": 3})", false, 3},
+           {R"({"prompt": "x", "logprobs": 20})", false, 20},
+           {R"({"messages": [{"role": "user"}]})", true, -1},
+           {R"({"messages": [{"role": "user"}], "logprobs": false})", true, -1},
+           {R"({"messages": [{"role": "user"}], "logprobs": true})", true, 0},
+           {R"({"messages": [{"role": "user"}], "logprobs": true, "top_logprobs": 3})", true, 3}}) {
+    absl::StatusOr<CompletionParams> p = Parse(c.body, c.chat);
+    ASSERT_TRUE(p.ok()) << c.body << ": " << p.status();
+    EXPECT_EQ(p->logprobs, c.logprobs) << c.body;
+  }
+  struct Bad {
+    const char* body;
+    bool chat;
+    const char* message;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {R"({"prompt": "x", "logprobs": 21})", false, "'logprobs' 21 outside [0, 20]"},
+           {R"({"prompt": "x", "logprobs": -1})", false, "'logprobs' -1 outside [0, 20]"},
+           {R"({"prompt": "x", "logprobs": "x"})", false,
+            "'logprobs' must be an integer in [0, 20]"},
+           {R"({"prompt": "x", "n_probs": 2.5})", false, "'n_probs' must be an integer in [0, 20]"},
+           {R"({"messages": [{"role": "user"}], "logprobs": true, "top_logprobs": 21})", true,
+            "'top_logprobs' 21 outside [0, 20]"},
+           {R"({"messages": [{"role": "user"}], "logprobs": "x"})", true,
+            "'logprobs' must be true or false"},
+           {R"({"messages": [{"role": "user"}], "top_logprobs": 2})", true,
+            "'top_logprobs' needs 'logprobs': true (or leave top_logprobs out)"},
+           {R"({"messages": [{"role": "user"}], "logprobs": false, "top_logprobs": 2})", true,
+            "'top_logprobs' needs 'logprobs': true (or leave top_logprobs out)"}}) {
+    absl::StatusOr<CompletionParams> p = Parse(b.body, b.chat);
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << b.body;
+    EXPECT_EQ(p.status().message(), b.message) << b.body;
+  }
+}
+
+const std::vector<LogprobEntry> kEntries = {
+    {"Once", -0.5f, {{"Once", -0.5f}, {"A", -1.25f}, {"A", -3.0f}}},
+    {" up\xc3\xa9", -0.125f, {{" the", -0.0625f}, {" up\xc3\xa9", -0.125f}}}};
+
+TEST(OpenAiApiTest, CompletionLogprobsHaveOpenAisLegacyShape) {
+  CompletionParams p;
+  p.logprobs = 2;
+  const Json whole = CompletionResponse(p, "c", 1, "m", "Once up\xc3\xa9", "length", {}, kEntries);
+  const Json want = Json::parse(R"({
+      "tokens": ["Once", " upé"], "token_logprobs": [-0.5, -0.125],
+      "top_logprobs": [{"Once": -0.5, "A": -1.25}, {" the": -0.0625, " upé": -0.125}],
+      "text_offset": [0, 4]})");
+  EXPECT_EQ(whole["choices"][0]["logprobs"], want) << whole.dump();
+  EXPECT_EQ(whole["choices"][0]["text"], "Once up\xc3\xa9");
+  // Streamed: the chunk's offsets start where the text sent before it ends.
+  const Json chunk = StreamChunk(p, "c", 1, "m", " up\xc3\xa9", {}, {kEntries[1]}, 4);
+  EXPECT_EQ(chunk["choices"][0]["logprobs"]["text_offset"], Json::array({4})) << chunk.dump();
+  EXPECT_EQ(chunk["choices"][0]["logprobs"]["tokens"], Json::array({" up\xc3\xa9"}));
+  EXPECT_TRUE(StreamChunk(p, "c", 1, "m", "", "stop")["choices"][0]["logprobs"].is_null());
+  // N = 0: the tokens' own log-probabilities, no alternatives.
+  p.logprobs = 0;
+  std::vector<LogprobEntry> bare = kEntries;
+  for (LogprobEntry& e : bare) e.top.clear();
+  const Json zero = CompletionResponse(p, "c", 1, "m", "Once up\xc3\xa9", "stop", {}, bare);
+  EXPECT_EQ(zero["choices"][0]["logprobs"]["top_logprobs"], Json::parse("[{}, {}]"));
+  EXPECT_EQ(zero["choices"][0]["logprobs"]["token_logprobs"], Json::parse("[-0.5, -0.125]"));
+  // Not asked for: null, as OpenAI writes it.
+  p.logprobs = -1;
+  const Json none = CompletionResponse(p, "c", 1, "m", "x", "stop", {});
+  ASSERT_TRUE(none["choices"][0].contains("logprobs"));
+  EXPECT_TRUE(none["choices"][0]["logprobs"].is_null());
+}
+
+TEST(OpenAiApiTest, ChatLogprobsHaveOpenAisShape) {
+  CompletionParams p;
+  p.chat = true;
+  p.logprobs = 2;
+  const Json whole = CompletionResponse(p, "c", 1, "m", "Once up\xc3\xa9", "stop", {}, kEntries);
+  const Json want = Json::parse(R"({"content": [
+      {"token": "Once", "logprob": -0.5, "bytes": [79, 110, 99, 101],
+       "top_logprobs": [{"token": "Once", "logprob": -0.5, "bytes": [79, 110, 99, 101]},
+                        {"token": "A", "logprob": -1.25, "bytes": [65]},
+                        {"token": "A", "logprob": -3.0, "bytes": [65]}]},
+      {"token": " upé", "logprob": -0.125, "bytes": [32, 117, 112, 195, 169],
+       "top_logprobs": [{"token": " the", "logprob": -0.0625, "bytes": [32, 116, 104, 101]},
+                        {"token": " upé", "logprob": -0.125, "bytes": [32, 117, 112, 195, 169]}]}
+      ]})");
+  EXPECT_EQ(whole["choices"][0]["logprobs"], want) << whole.dump();
+  const Json chunk = StreamChunk(p, "c", 1, "m", "Once", {}, {kEntries[0]});
+  EXPECT_EQ(chunk["choices"][0]["delta"]["content"], "Once");
+  EXPECT_EQ(chunk["choices"][0]["logprobs"]["content"].size(), 1u) << chunk.dump();
+  EXPECT_EQ(chunk["choices"][0]["logprobs"]["content"][0]["token"], "Once");
+  EXPECT_TRUE(StreamChunk(p, "c", 1, "m", "", "stop")["choices"][0]["logprobs"].is_null());
+  p.logprobs = 0;
+  std::vector<LogprobEntry> bare = {kEntries[0]};
+  bare[0].top.clear();
+  const Json zero = CompletionResponse(p, "c", 1, "m", "Once", "stop", {}, bare);
+  EXPECT_EQ(zero["choices"][0]["logprobs"]["content"][0]["top_logprobs"], Json::array());
+}
+
 // Random mutations of valid bodies: byte flips, cuts, insertions, fields set to values of
 // every type and size. Each parse gives a Status or a request within bounds.
 class Mutator {
@@ -118,9 +227,10 @@ class Mutator {
     static const char* const kSeeds[] = {
         R"({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0.8, "seed": 1,
             "top_k": 40, "top_p": 0.9, "min_p": 0.05, "repeat_penalty": 1.1, "stop": ["\n"],
-            "stream": true, "stream_options": {"include_usage": true}, "n": 1})",
+            "stream": true, "stream_options": {"include_usage": true}, "n": 1, "logprobs": 3})",
         R"({"messages": [{"role": "system", "content": "Be brief."},
-                         {"role": "user", "content": "Hi"}], "max_completion_tokens": 4})",
+                         {"role": "user", "content": "Hi"}], "max_completion_tokens": 4,
+            "logprobs": true, "top_logprobs": 2})",
         R"({"prompt": "x", "n_predict": 3, "presence_penalty": 0, "frequency_penalty": 0})"};
     Json j = Json::parse(kSeeds[Pick(3)]);
     for (int n = 1 + Pick(3); n > 0; --n) MutateJson(j);
