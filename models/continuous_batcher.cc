@@ -46,16 +46,16 @@ int ContinuousBatcher::Submit(GenerationRequest request) {
   } else if (request.max_tokens < 1) {
     refused = absl::InvalidArgumentError(
         absl::StrFormat("max_tokens %d must be at least 1", request.max_tokens));
-  } else if (need > session_.cells().size()) {
+  } else if (need > session_->cells().size()) {
     refused = absl::InvalidArgumentError(absl::StrFormat(
         "a prompt of %d tokens and %d to generate need %d cells; the cache has %d (raise -c)",
-        request.prompt.size(), request.max_tokens, need, session_.cells().size()));
+        request.prompt.size(), request.max_tokens, need, session_->cells().size()));
   }
   if (!refused.ok()) {
     if (request.on_done) request.on_done(refused);
     return id;
   }
-  waiting_.emplace_back(id, std::move(request));
+  waiting_.push_back({id, std::move(request)});
   return id;
 }
 
@@ -63,8 +63,8 @@ void ContinuousBatcher::Cancel(int id) {
   for (Active& a : active_) {
     if (a.id == id) a.cancelled = true;
   }
-  for (auto& [waiting_id, request] : waiting_) {
-    if (waiting_id == id) cancelled_waiting_.push_back(id);
+  for (const Waiting& w : waiting_) {
+    if (w.id == id) cancelled_waiting_.push_back(id);
   }
 }
 
@@ -74,7 +74,7 @@ void ContinuousBatcher::Finish(Active& a, const absl::Status& status) {
   if (reuse_prompts_ && (status.ok() || absl::IsCancelled(status))) {
     KeepIdle(a);
   } else {
-    session_.EndSequence(a.seq).IgnoreError();  // a live sequence of ours: cannot fail.
+    session_->EndSequence(a.seq).IgnoreError();  // a live sequence of ours: cannot fail.
   }
   cached_cells_.reset();
   if (a.request.on_done) a.request.on_done(status);
@@ -94,16 +94,16 @@ void ContinuousBatcher::KeepIdle(Active& a) {
   // session holds what a.tokens says; a sequence that does not is not kept either.)
   const bool useless =
       static_cast<int64_t>(a.tokens.size()) < kMinCachedPrefix ||
-      session_.n_past(a.seq) != static_cast<int64_t>(a.tokens.size()) ||
+      session_->n_past(a.seq) != static_cast<int64_t>(a.tokens.size()) ||
       absl::c_any_of(idle_, [&a](const Idle& i) { return IsPrefix(a.tokens, i.tokens); });
   if (useless) {
-    session_.EndSequence(a.seq).IgnoreError();
+    session_->EndSequence(a.seq).IgnoreError();
     return;
   }
   // The idle sequences it extends serve nothing it does not.
   std::erase_if(idle_, [this, &a](const Idle& i) {
     if (!IsPrefix(i.tokens, a.tokens)) return false;
-    session_.EndSequence(i.seq).IgnoreError();
+    session_->EndSequence(i.seq).IgnoreError();
     return true;
   });
   idle_.push_back({a.seq, std::move(a.tokens), ++clock_});
@@ -115,7 +115,7 @@ bool ContinuousBatcher::EvictOne(int keep) {
     if (it->seq != keep && (lru == idle_.end() || it->last_used < lru->last_used)) lru = it;
   }
   if (lru == idle_.end()) return false;
-  session_.EndSequence(lru->seq).IgnoreError();
+  session_->EndSequence(lru->seq).IgnoreError();
   idle_.erase(lru);
   cached_cells_.reset();
   return true;
@@ -124,7 +124,7 @@ bool ContinuousBatcher::EvictOne(int keep) {
 int64_t ContinuousBatcher::cached_cells() const {
   if (cached_cells_.has_value()) return *cached_cells_;
   int64_t n = 0;
-  const KvCells& cells = session_.cells();
+  const KvCells& cells = session_->cells();
   if (!idle_.empty()) {
     const int64_t end = cells.end();
     for (int32_t c = 0; c < end; ++c) {
@@ -172,7 +172,7 @@ absl::StatusOr<int> ContinuousBatcher::WithSlot(const std::function<absl::Status
 }
 
 bool ContinuousBatcher::AdmitFront(int64_t& reserved) {
-  GenerationRequest& r = waiting_.front().second;
+  GenerationRequest& r = waiting_.front().request;
   Match m = reuse_prompts_ ? LongestPrefix(r.prompt) : Match{};
   // The sequence: an idle one taken over whole, a fork of m's prefix, or a new one.
   int seq = -1;
@@ -183,7 +183,7 @@ bool ContinuousBatcher::AdmitFront(int64_t& reserved) {
     seq = taken->seq;
   } else if (m.length > 0) {
     absl::StatusOr<int> fork =
-        WithSlot([&] { return session_.ForkPrefix(m.seq, m.length); }, m.idle >= 0 ? m.seq : -1);
+        WithSlot([&] { return session_->ForkPrefix(m.seq, m.length); }, m.idle >= 0 ? m.seq : -1);
     if (fork.ok()) {
       seq = *fork;
       for (Idle& i : idle_) {
@@ -197,29 +197,31 @@ bool ContinuousBatcher::AdmitFront(int64_t& reserved) {
   }
   if (seq < 0) {
     m = {};
-    absl::StatusOr<int> fresh = WithSlot([this] { return session_.NewSequence(); }, -1);
+    absl::StatusOr<int> fresh = WithSlot([this] { return session_->NewSequence(); }, -1);
     if (!fresh.ok()) return false;  // every sequence slot is running.
     seq = *fresh;
   }
   std::vector<int32_t> tokens(r.prompt.begin(), r.prompt.begin() + m.length);
-  active_.push_back({waiting_.front().first, seq, std::move(r)});
+  active_.push_back({waiting_.front().id, seq, std::move(r)});
   Active& a = active_.back();
+  a.resumed = waiting_.front().resumed;
+  a.generated = a.resumed;  // its prompt ends with them; max_tokens counts them.
   a.prompt_done = static_cast<size_t>(m.length);
   a.tokens = std::move(tokens);
   cached_cells_.reset();
   // Cells for the rest of its prompt and its max_tokens: the free ones, then the ones only
   // idle sequences hold (those sequences end, least recently used first).
   const int64_t need = a.Reserve();
-  const KvCells& cells = session_.cells();
+  const KvCells& cells = session_->cells();
   auto free = [&] { return cells.size() - cells.used() - reserved; };
   if (need > free() + cached_cells()) {
     // Not yet, and undone (first come, first served: the rest wait behind it).
     if (taken.has_value()) {
       idle_.push_back(std::move(*taken));
     } else {
-      session_.EndSequence(seq).IgnoreError();
+      session_->EndSequence(seq).IgnoreError();
     }
-    waiting_.front().second = std::move(a.request);
+    waiting_.front().request = std::move(a.request);
     active_.pop_back();
     cached_cells_.reset();
     return false;
@@ -228,6 +230,7 @@ bool ContinuousBatcher::AdmitFront(int64_t& reserved) {
   }
   reserved += need;
   waiting_.pop_front();
+  if (a.resumed > 0) return true;  // admitted once already: told then.
   cached_tokens_total_ += m.length;
   if (a.request.on_admitted) a.request.on_admitted(m.length);
   return true;
@@ -236,9 +239,9 @@ bool ContinuousBatcher::AdmitFront(int64_t& reserved) {
 void ContinuousBatcher::Admit() {
   for (int id : cancelled_waiting_) {
     auto it = std::find_if(waiting_.begin(), waiting_.end(),
-                           [id](const auto& w) { return w.first == id; });
+                           [id](const Waiting& w) { return w.id == id; });
     if (it == waiting_.end()) continue;
-    if (it->second.on_done) it->second.on_done(absl::CancelledError("cancelled while queued"));
+    if (it->request.on_done) it->request.on_done(absl::CancelledError("cancelled while queued"));
     waiting_.erase(it);
   }
   cancelled_waiting_.clear();
@@ -249,7 +252,7 @@ void ContinuousBatcher::Admit() {
   }
 }
 
-absl::Status ContinuousBatcher::Step() {
+absl::Status ContinuousBatcher::Step(const std::function<bool(const absl::Status&)>& recoverable) {
   for (Active& a : active_) {
     if (a.cancelled) Finish(a, absl::CancelledError("cancelled"));
   }
@@ -280,8 +283,10 @@ absl::Status ContinuousBatcher::Step() {
   // Logits only when a request in the step wants its log-probabilities.
   const bool with_logits =
       absl::c_any_of(who, [this](size_t i) { return active_[i].request.top_logprobs >= 0; });
-  absl::StatusOr<std::vector<SequenceResult>> results = session_.Step(work, with_logits);
+  absl::StatusOr<std::vector<SequenceResult>> results = session_->Step(work, with_logits);
   if (!results.ok()) {
+    // The requests stay as they were before the step, for Suspend.
+    if (recoverable && recoverable(results.status())) return results.status();
     for (size_t i : who) Finish(active_[i], results.status());
     std::erase_if(active_, [](const Active& a) { return a.ended; });
     return results.status();
@@ -310,6 +315,45 @@ absl::Status ContinuousBatcher::Step() {
   }
   std::erase_if(active_, [](const Active& a) { return a.ended; });
   return absl::OkStatus();
+}
+
+int64_t ContinuousBatcher::Suspend() {
+  const int64_t n = static_cast<int64_t>(active_.size());
+  // Newest first to the front: the queue then starts with them in admission order.
+  for (auto it = active_.rbegin(); it != active_.rend(); ++it) {
+    Active& a = *it;
+    if (a.generated > a.resumed) {
+      // It read its whole prompt and picked since: a.tokens is that prompt and every pick but
+      // the last, a.next, which the resumed request's last prompt token is.
+      a.request.prompt = std::move(a.tokens);
+      a.request.prompt.push_back(a.next);
+    }
+    if (a.cancelled) cancelled_waiting_.push_back(a.id);
+    waiting_.push_front({a.id, std::move(a.request), a.generated});
+  }
+  active_.clear();
+  idle_.clear();
+  cached_cells_.reset();
+  session_ = nullptr;
+  return n;
+}
+
+void ContinuousBatcher::Rebind(BatchSession& session) {
+  session_ = &session;
+  cached_cells_.reset();
+}
+
+void ContinuousBatcher::EndAll(const absl::Status& status) {
+  for (Active& a : active_) {
+    if (!a.ended && a.request.on_done) a.request.on_done(status);
+  }
+  for (Waiting& w : waiting_) {
+    if (w.request.on_done) w.request.on_done(status);
+  }
+  active_.clear();
+  waiting_.clear();
+  cancelled_waiting_.clear();
+  cached_cells_.reset();
 }
 
 }  // namespace tg

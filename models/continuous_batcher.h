@@ -23,7 +23,16 @@
 // Log-probabilities (OpenAI's logprobs): a request with top_logprobs >= 0 gets, with each
 // token, its log-softmax over the raw logits of that position (temperature 1, no top-k/top-p)
 // and the top_logprobs likeliest tokens'; a step asks the session for logits only when one of
-// its requests wants them, so the others cost nothing extra. Not thread-safe: one owner thread.
+// its requests wants them, so the others cost nothing extra.
+// Moving to another session (tg-server --rpc-failover: the model loaded again without a lost
+// server): Step(recoverable) gives back an error `recoverable` accepts without ending the
+// requests; Suspend() then sends every running request back to the front of the queue to
+// resume, its prompt its own plus every token it generated (the last pick, not decoded yet,
+// included) and its max_tokens what it had left, and forgets every sequence (idle ones too:
+// their cells go with the session); Rebind(session) goes on on the new one. Picks depend only
+// on the tokens and their positions (a seeded draw is made at the token's position), so a
+// resumed request hands over the tokens it would have without the move, each once. Not
+// thread-safe: one owner thread.
 #ifndef TENSORGRID_MODELS_CONTINUOUS_BATCHER_H_
 #define TENSORGRID_MODELS_CONTINUOUS_BATCHER_H_
 
@@ -83,7 +92,7 @@ class ContinuousBatcher {
   // it, and every prompt is decoded whole.
   ContinuousBatcher(BatchSession& session, int64_t n_batch,
                     int64_t max_running = KvCells::kMaxSequences, bool reuse_prompts = true)
-      : session_(session),
+      : session_(&session),
         n_batch_(n_batch),
         max_running_(max_running),
         reuse_prompts_(reuse_prompts) {}
@@ -95,7 +104,18 @@ class ContinuousBatcher {
   void Cancel(int id);
   // One batch: admits what fits, decodes, hands over the picks, ends what finished. A failed
   // step ends every request in it with the error (the others wait); OK with nothing to do.
-  absl::Status Step();
+  // With `recoverable` (may be null) true for the error, no request ends: the caller
+  // Suspend()s and Rebind()s (or EndAll()s) before the next step.
+  absl::Status Step(const std::function<bool(const absl::Status&)>& recoverable = nullptr);
+
+  // Every running request goes back to the front of the queue (in admission order) to resume
+  // where it was, and every sequence of the session is forgotten, not ended (the session may
+  // be gone already). Until Rebind, only EndAll may be called. The number of requests resumed.
+  int64_t Suspend();
+  // Serves on `session` (empty, on the same vocabulary) from the next step on.
+  void Rebind(BatchSession& session);
+  // Ends every request, running or queued, with `status` (the session is not touched).
+  void EndAll(const absl::Status& status);
 
   bool idle() const { return active_.empty() && waiting_.empty(); }
   int64_t running() const { return static_cast<int64_t>(active_.size()); }
@@ -117,7 +137,9 @@ class ContinuousBatcher {
     std::vector<int32_t> tokens;  // what the sequence holds: decoded (or shared) so far.
     bool cancelled = false;       // Cancel asked for it.
     bool ended = false;           // finished: leaves active_ at the end of the step.
-    int64_t Reserve() const;      // cells it may still take.
+    // Tokens handed over before the request resumed (Suspend), counted in generated.
+    int64_t resumed = 0;
+    int64_t Reserve() const;  // cells it may still take.
   };
 
   // A sequence kept after its request ended, for its prefixes.
@@ -146,12 +168,18 @@ class ContinuousBatcher {
   // Keeps a's sequence as an idle one (or ends it when it is of no use).
   void KeepIdle(Active& a);
 
-  BatchSession& session_;
+  BatchSession* session_;  // never null outside Suspend() .. Rebind().
   const int64_t n_batch_;
   const int64_t max_running_;
   const bool reuse_prompts_;
   int next_id_ = 0;
-  std::deque<std::pair<int, GenerationRequest>> waiting_;
+  // A queued request, or a suspended one: with what it generated already (resumed > 0).
+  struct Waiting {
+    int id;
+    GenerationRequest request;
+    int64_t resumed = 0;
+  };
+  std::deque<Waiting> waiting_;
   std::vector<Active> active_;
   std::vector<int> cancelled_waiting_;
   std::vector<Idle> idle_;

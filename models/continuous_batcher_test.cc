@@ -9,7 +9,11 @@
 // or their sequence slots; reuse off reports nothing cached and keeps nothing. Log-probabilities:
 // a request's equal the log-softmax (in double, here) of the logits it gets alone in a
 // LlamaSession, its top N sorted with ties by id, the whole vocabulary's summing to 1; a
-// request without them beside it gets its tokens unchanged.
+// request without them beside it gets its tokens unchanged. Moving to another session
+// (Suspend, Rebind: tg-server --rpc-failover): a greedy and a seeded sampling request stopped
+// mid-generation, and one still queued, get on a fresh session exactly the tokens of the
+// uninterrupted run, each once; a step failing with an error `recoverable` accepts ends no
+// request.
 #include "models/continuous_batcher.h"
 
 #include <gmock/gmock.h>
@@ -480,6 +484,83 @@ TEST_F(ContinuousBatcherTest, LogprobsAreTheLogSoftmaxOfTheLogitsAlone) {
   }
   EXPECT_TRUE(got[1].logprobs.empty()) << "a request without top_logprobs gets none";
   EXPECT_EQ(rec[1].tokens, Alone(without, kSteps)) << "beside one with logprobs, unchanged";
+}
+
+TEST_F(ContinuousBatcherTest, SuspendedRequestsResumeOnANewSessionWithTheirOwnTokens) {
+  constexpr int64_t kMax = 24;
+  const std::vector<int32_t> p0 = testing::VariedPrompt(1), p1 = testing::VariedPrompt(2),
+                             p2 = testing::VariedPrompt(3);
+  const SamplingParams seeded{.sample = {.temperature = 0.9f, .repeat_penalty = 1.2f, .seed = 5}};
+  // p0 greedy, p1 seeded sampling (both running), p2 greedy, queued behind them (2 at once).
+  auto submit_all = [&](ContinuousBatcher& b, std::vector<Record>& rec, std::vector<int>& admits,
+                        const int* step) {
+    for (int i = 0; i < 3; ++i) {
+      GenerationRequest r = Request(i == 0 ? p0 : i == 1 ? p1 : p2, kMax, &rec[i], step);
+      if (i == 1) r.sampling = seeded;
+      r.on_admitted = [&admits, i](int64_t) { ++admits[i]; };
+      b.Submit(std::move(r));
+    }
+  };
+  // The uninterrupted run.
+  std::vector<Record> want(3);
+  std::vector<int> want_admits(3, 0);
+  int step = 0;
+  {
+    auto session = Session(512);
+    ContinuousBatcher batcher(*session, /*n_batch=*/64, /*max_running=*/2);
+    submit_all(batcher, want, want_admits, &step);
+    Drain(batcher);
+  }
+  ASSERT_EQ(want[0].tokens, Alone(p0, kMax));  // the greedy reference is the session's alone.
+  ASSERT_EQ(want[1].tokens.size(), static_cast<size_t>(kMax));
+  // Stopped after 8 steps: 7 tokens out each, their last pick not decoded yet.
+  std::vector<Record> got(3);
+  std::vector<int> admits(3, 0);
+  auto first = Session(512);
+  ContinuousBatcher batcher(*first, /*n_batch=*/64, /*max_running=*/2);
+  submit_all(batcher, got, admits, &step);
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(batcher.Step().ok());
+  ASSERT_EQ(batcher.running(), 2);
+  ASSERT_EQ(batcher.queued(), 1);
+  ASSERT_GT(got[0].tokens.size(), 2u);
+  ASSERT_LT(got[1].tokens.size(), static_cast<size_t>(kMax));
+  EXPECT_EQ(batcher.Suspend(), 2);
+  EXPECT_EQ(batcher.running(), 0);
+  EXPECT_EQ(batcher.queued(), 3);
+  first.reset();  // the old session goes before the new one exists, as after a failover.
+  auto second = Session(512);
+  batcher.Rebind(*second);
+  Drain(batcher);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(got[i].done.has_value() && got[i].done->ok()) << i;
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
+    EXPECT_EQ(admits[i], 1) << "request " << i << " told of its admission again";
+  }
+  EXPECT_EQ(second->cells().used(), batcher.cached_cells());
+}
+
+TEST_F(ContinuousBatcherTest, AStepErrorThatIsRecoverableEndsNoRequest) {
+  auto session = Session(128);
+  const int32_t outside = static_cast<int32_t>(model_->tokenizer().n_vocab()) + 5;
+  for (bool recover : {true, false}) {
+    ContinuousBatcher batcher(*session, /*n_batch=*/32);
+    Record rec;
+    int step = 0;
+    batcher.Submit(Request({1, outside}, 4, &rec, &step));
+    const absl::Status s =
+        batcher.Step(recover ? [](const absl::Status& e) { return absl::IsInvalidArgument(e); }
+                             : std::function<bool(const absl::Status&)>());
+    ASSERT_TRUE(absl::IsInvalidArgument(s)) << s;
+    if (recover) {
+      EXPECT_FALSE(rec.done.has_value());
+      EXPECT_EQ(batcher.running(), 1);
+      EXPECT_EQ(batcher.Suspend(), 1);
+      batcher.EndAll(s);
+    }
+    ASSERT_TRUE(rec.done.has_value());
+    EXPECT_EQ(*rec.done, s);
+    EXPECT_TRUE(batcher.idle());
+  }
 }
 
 }  // namespace

@@ -42,6 +42,9 @@ struct TokenLatencies {
 class Exchange : public std::enable_shared_from_this<Exchange> {
  public:
   // `top_logprobs` >= 0: each token's log-probabilities with that many alternatives.
+  // `tokenizer` must outlive every call of the request's callbacks: the engine's own
+  // (Engine::tokenizer(), which lives as long as the engine that calls them), never a
+  // model's, which a --rpc-failover recovery destroys under running requests.
   Exchange(const Tokenizer& tokenizer, std::vector<std::string> stops, int64_t max_tokens,
            TokenLatencies latencies = {}, int top_logprobs = -1)
       : tokenizer_(tokenizer),

@@ -105,7 +105,7 @@ HttpApi::~HttpApi() {
 
 void HttpApi::SetEngine(Engine* engine, ChatRenderer chat) {
   chat_ = std::move(chat);
-  const Tokenizer& tok = engine->model().tokenizer();
+  const Tokenizer& tok = engine->tokenizer();
   for (int32_t id = 0; id < tok.n_vocab(); ++id) {
     if (tok.IsEog(id)) stop_tokens_.push_back(id);
   }
@@ -179,7 +179,7 @@ void HttpApi::Routes() {
     for (const absl::Status& s : {add_special.status(), parse_special.status()}) {
       if (!s.ok()) return Error(res, 400, std::string(s.message()));
     }
-    const std::vector<int32_t> ids = engine->model().tokenizer().Encode(
+    const std::vector<int32_t> ids = engine->tokenizer().Encode(
         body["content"].get<std::string>(), *add_special, *parse_special);
     res.set_content(Dump(Json{{"tokens", ids}}), kJson);
   });
@@ -189,7 +189,7 @@ void HttpApi::Routes() {
     absl::StatusOr<Json> parsed = ParseBody(req.body);
     if (!parsed.ok()) return Error(res, 400, std::string(parsed.status().message()));
     const Json& body = *parsed;
-    const Tokenizer& tok = engine->model().tokenizer();
+    const Tokenizer& tok = engine->tokenizer();
     const std::string bad = absl::StrCat("'tokens' must be token ids in [0, ", tok.n_vocab(), ")");
     if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array()) {
       return Error(res, 400, bad);
@@ -248,7 +248,7 @@ void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool
                               "' does not exist (this server serves '", options_.model_name, "')"));
   }
   std::string text = p->prompt;
-  const Tokenizer& tok = engine->model().tokenizer();
+  const Tokenizer& tok = engine->tokenizer();
   if (chat) {
     if (!chat_) return Error(res, 400, "the model has no chat template (--chat-template NAME)");
     absl::StatusOr<std::string> rendered = chat_(p->messages, /*add_generation_prompt=*/true);
@@ -362,7 +362,9 @@ std::string HttpApi::Metrics() const {
                     "# TYPE tg_server_kv_cells_used gauge\ntg_server_kv_cells_used ",
                     e->cells_used(), "\n",
                     "# TYPE tg_server_kv_cells_cached gauge\ntg_server_kv_cells_cached ",
-                    e->cells_cached(), "\n");
+                    e->cells_cached(), "\n",
+                    "# TYPE tg_server_failovers_total counter\ntg_server_failovers_total ",
+                    e->failovers(), "\n");
   }
   first_token_latency_->AppendTo(&out);
   token_latency_->AppendTo(&out);

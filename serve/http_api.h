@@ -7,8 +7,9 @@
 // full). With a certificate and key it serves HTTPS only (cpp-httplib's SSLServer, TLS 1.2+).
 // /metrics also carries two latency histograms: time to first token and time per output
 // token, and the prompt tokens reused from the engine's cache (also each response's
-// usage.prompt_tokens_details.cached_tokens). Thread-safe: handlers run on the server's own
-// thread pool.
+// usage.prompt_tokens_details.cached_tokens), and tg_server_failovers_total (the engine's
+// --rpc-failover recoveries). Text is made with the engine's tokenizer, never its model's,
+// which a recovery replaces. Thread-safe: handlers run on the server's own thread pool.
 #ifndef TENSORGRID_SERVE_HTTP_API_H_
 #define TENSORGRID_SERVE_HTTP_API_H_
 

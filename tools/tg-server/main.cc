@@ -1,7 +1,9 @@
 // tg-server: serves a GGUF model (on any devices and splits tg-run takes, remote ones
 // included) over an OpenAI-compatible HTTP API (serve/http_api.h); requests decode together
 // on one KV cache (continuous batching). Listens first, so /health says "loading" while the
-// weights load; stops on SIGINT/SIGTERM.
+// weights load; stops on SIGINT/SIGTERM. With --rpc-failover, a lost rpc-server of the plan
+// does not end the running requests: the model is loaded again on the devices left and they
+// go on (serve/engine.h), one stderr line telling each recovery.
 #include <signal.h>
 
 #include <cstdio>
@@ -10,16 +12,19 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cli/arg_parser.h"
 #include "cli/flag_file.h"
 #include "cli/rpc/device_flags.h"
 #include "core/deadlock_detection.h"
 #include "core/status_macros.h"
+#include "models/failover_model.h"
 #include "models/llama_model.h"
 #include "serve/chat_template/chat_template.h"
 #include "serve/engine.h"
 #include "serve/http_api.h"
+#include "tools/common/failover.h"
 #include "tools/common/weight_loading.h"
 
 namespace tg {
@@ -36,6 +41,7 @@ struct ServerFlags {
   std::string port_file;
   int64_t parallel = 8;
   bool no_cache_prompt = false;  // every prompt decoded whole; nothing kept after a request.
+  bool rpc_failover = false;     // go on without a lost rpc-server.
   std::string api_key_file;
   std::string ssl_cert;  // PEM files: both, HTTPS only; neither, HTTP.
   std::string ssl_key;
@@ -125,10 +131,16 @@ absl::Status Serve(const ServerFlags& f) {
   TG_ASSIGN_OR_RETURN(DevicePlan plan, ResolveDevicePlan(device_flags));
   LoadOptions lo;
   lo.plan = plan;
+  // Outlives the model: a failover loads again, into the same report.
   LoadReport load;
   lo.progress = LoadProgressBar("tg-server");
   lo.loaded = FillLoadReport(&load);
-  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::Load(f.model, lo));
+  // Declared before the engine, so destroyed after it: the engine's thread uses it to the end.
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<FailoverModel> failover,
+                      FailoverModel::Load(f.model, lo, f.rpc_failover));
+  // The model as loaded, for what is read once here (chat template, description); the engine
+  // reads failover->model() anew after each recovery.
+  const LlamaModel* model = &failover->model();
   if (f.verbose) std::fputs(FormatLoadReport(load, "tg-server").c_str(), stderr);
   serve::EngineOptions eo;
   eo.session.n_ctx = f.ctx;
@@ -137,11 +149,19 @@ absl::Status Serve(const ServerFlags& f) {
   eo.max_running = f.parallel;
   eo.reuse_prompts = !f.no_cache_prompt;
   TG_ASSIGN_OR_RETURN(serve::ChatRenderer chat, ChatRendererFor(f, *model));
-  TG_ASSIGN_OR_RETURN(std::unique_ptr<serve::Engine> engine, serve::Engine::Create(*model, eo));
+  auto report = [](const serve::EngineFailover& e) {
+    std::fprintf(stderr, "%s, %lld requests continue\n",
+                 RecoveryLine("tg-server", absl::StrFormat("at step %d", e.step), e.event).c_str(),
+                 static_cast<long long>(e.requests));
+  };
+  const std::string described = model->Describe();
+  TG_ASSIGN_OR_RETURN(std::unique_ptr<serve::Engine> engine,
+                      serve::Engine::Create(*failover, eo, report));
+  model = nullptr;  // from here on, a recovery may replace it.
   api->SetEngine(engine.get(), chat);
-  std::fprintf(stderr, "tg-server: ready: %s | %d sequences at once, %lld cells\n",
-               model->Describe().c_str(), static_cast<int>(f.parallel),
-               static_cast<long long>(f.ctx));
+  std::fprintf(stderr, "tg-server: ready: %s | %d sequences at once, %lld cells%s\n",
+               described.c_str(), static_cast<int>(f.parallel), static_cast<long long>(f.ctx),
+               f.rpc_failover ? " | --rpc-failover" : "");
   int signal = 0;
   sigwait(&signals, &signal);
   std::fprintf(stderr, "tg-server: shutting down (%s)\n", signal == SIGINT ? "SIGINT" : "SIGTERM");
@@ -171,6 +191,9 @@ int main(int argc, char** argv) {
   p.AddBool(nullptr, "--no-cache-prompt", &f.no_cache_prompt,
             "keep no finished request's KV cache for later prompts that start like it (by "
             "default the longest shared prefix is reused, idle entries freed when needed)");
+  p.AddBool(nullptr, "--rpc-failover", &f.rpc_failover,
+            "when an rpc-server is lost, go on with the remaining devices (the same split, -ts "
+            "renormalised); running requests resume where they were");
   p.AddString(nullptr, "--api-key-file", &f.api_key_file,
               "file holding the API key clients must send as 'Authorization: Bearer KEY'");
   p.AddString(nullptr, "--ssl-cert", &f.ssl_cert,
