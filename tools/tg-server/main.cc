@@ -187,10 +187,10 @@ int main(int argc, char** argv) {
   p.AddString(nullptr, "--host", &f.host, "address to listen on (default 127.0.0.1)");
   p.AddInt(nullptr, "--port", &f.port, "port (default 8080; 0: any free one)");
   p.AddString(nullptr, "--port-file", &f.port_file, "write the bound port to this file");
-  p.AddInt("-np", "--parallel", &f.parallel, "requests decoded at once (default 8)");
   p.AddBool(nullptr, "--no-cache-prompt", &f.no_cache_prompt,
             "keep no finished request's KV cache for later prompts that start like it (by "
             "default the longest shared prefix is reused, idle entries freed when needed)");
+  p.AddInt("-np", "--parallel", &f.parallel, "requests decoded at once (default 8)");
   p.AddBool(nullptr, "--rpc-failover", &f.rpc_failover,
             "when an rpc-server is lost, go on with the remaining devices (the same split, -ts "
             "renormalised); running requests resume where they were");
