@@ -131,7 +131,7 @@ absl::StatusOr<TlsIdentity> LoadTlsIdentity(const std::string& cert_file,
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<httplib::Server>> MakeTlsServer(const std::string& cert_file,
-                                                             const std::string& key_file) {
+                                                               const std::string& key_file) {
   absl::StatusOr<TlsIdentity> id = LoadTlsIdentity(cert_file, key_file);
   if (!id.ok()) return id.status();
   // The callback runs in the constructor; SSL_CTX_use_* take references of their own.
@@ -148,15 +148,15 @@ absl::StatusOr<std::unique_ptr<httplib::Server>> MakeTlsServer(const std::string
     return SSL_CTX_use_PrivateKey(&ctx, id->key.get()) == 1 && SSL_CTX_check_private_key(&ctx) == 1;
   });
   if (!server->is_valid()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot serve TLS with --ssl-cert '",
-                                                   cert_file, "' and --ssl-key '", key_file,
+    return absl::InvalidArgumentError(absl::StrCat("cannot serve TLS with --ssl-cert '", cert_file,
+                                                   "' and --ssl-key '", key_file,
                                                    "': ", OpenSslReason()));
   }
   return server;
 }
 #else
 absl::StatusOr<std::unique_ptr<httplib::Server>> MakeTlsServer(const std::string&,
-                                                             const std::string&) {
+                                                               const std::string&) {
   return absl::UnimplementedError(
       "this tg-server was built with a cpp-httplib without OpenSSL support (no --ssl-cert)");
 }

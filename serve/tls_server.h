@@ -20,7 +20,7 @@ namespace tg::serve {
 // INVALID_ARGUMENT naming --ssl-cert/--ssl-key, the file and the reason for unusable files;
 // UNIMPLEMENTED where cpp-httplib was built without OpenSSL.
 absl::StatusOr<std::unique_ptr<httplib::Server>> MakeTlsServer(const std::string& cert_file,
-                                                             const std::string& key_file);
+                                                               const std::string& key_file);
 
 }  // namespace tg::serve
 

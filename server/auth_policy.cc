@@ -46,12 +46,16 @@ bool SameDigest(const rpc::Sha256Digest& a, const rpc::Sha256Digest& b) {
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-rpc::Sha256Digest Digest(absl::string_view token) { return rpc::Sha256(token.data(), token.size()); }
+rpc::Sha256Digest Digest(absl::string_view token) {
+  return rpc::Sha256(token.data(), token.size());
+}
 
 // OK when the call carries `authorization: Bearer <expected>`.
 grpc::Status CheckBearerToken(const grpc::ServerContextBase& context, const std::string& expected) {
   absl::StatusOr<absl::string_view> token = BearerToken(context);
-  if (!token.ok()) return Error(grpc::StatusCode::UNAUTHENTICATED, std::string(token.status().message()));
+  if (!token.ok()) {
+    return Error(grpc::StatusCode::UNAUTHENTICATED, std::string(token.status().message()));
+  }
   if (!SameDigest(Digest(*token), Digest(expected))) {
     return Error(grpc::StatusCode::PERMISSION_DENIED, "wrong bearer token");
   }
@@ -90,12 +94,11 @@ std::string PeerAddress(const grpc::ServerContextBase& context) {
 std::string AddressHost(absl::string_view address) {
   // Only an address with a port ("host:port", "[v6]:port") loses its last part.
   const size_t colon = address.rfind(':');
-  const bool has_port = colon != absl::string_view::npos && colon > 0 &&
-                        colon + 1 < address.size() &&
-                        std::all_of(address.begin() + colon + 1, address.end(),
-                                    [](char c) { return absl::ascii_isdigit(c); }) &&
-                        (address[0] == '[' ? address[colon - 1] == ']'
-                                           : address.find(':') == colon);
+  const bool has_port =
+      colon != absl::string_view::npos && colon > 0 && colon + 1 < address.size() &&
+      std::all_of(address.begin() + colon + 1, address.end(),
+                  [](char c) { return absl::ascii_isdigit(c); }) &&
+      (address[0] == '[' ? address[colon - 1] == ']' : address.find(':') == colon);
   return std::string(has_port ? address.substr(0, colon) : address);
 }
 
@@ -123,10 +126,9 @@ absl::StatusOr<std::vector<ClientToken>> ParseClientTokens(absl::string_view tex
           "' must start with a letter and hold only letters, digits, '_', '-' and '.'"));
     }
     if (fields[1].size() < kMinClientTokenChars) {
-      return absl::InvalidArgumentError(absl::StrCat(where, "the token of client ", fields[0],
-                                                     " has ", fields[1].size(),
-                                                     " characters; it needs ",
-                                                     kMinClientTokenChars, " or more"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "the token of client ", fields[0], " has ", fields[1].size(),
+                       " characters; it needs ", kMinClientTokenChars, " or more"));
     }
     if (!names.insert(std::string(fields[0])).second) {
       return absl::InvalidArgumentError(

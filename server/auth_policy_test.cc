@@ -112,9 +112,9 @@ TEST(ClientTokens, ParseTakesNamedTokensAndNamesTheLineOfAnyMistake) {
 
 TEST(ClientTokens, AddressHostDropsThePortOnly) {
   const std::pair<const char*, const char*> cases[] = {
-      {"127.0.0.1:5432", "127.0.0.1"}, {"[::1]:5432", "[::1]"},
+      {"127.0.0.1:5432", "127.0.0.1"},         {"[::1]:5432", "[::1]"},
       {"[fe80::1%eth0]:80", "[fe80::1%eth0]"}, {"10.0.0.7", "10.0.0.7"},
-      {"unix:/tmp/sock", "unix:/tmp/sock"}, {"", ""}};
+      {"unix:/tmp/sock", "unix:/tmp/sock"},    {"", ""}};
   for (const auto& [address, host] : cases) EXPECT_EQ(AddressHost(address), host) << address;
 }
 

@@ -55,7 +55,10 @@ class ClientAccount {
   };
   ClientAccount(std::string client, uint64_t mem_limit, ClientAccounts* owner,
                 std::shared_ptr<Shared> shared)
-      : client_(std::move(client)), mem_limit_(mem_limit), owner_(owner), shared_(std::move(shared)) {}
+      : client_(std::move(client)),
+        mem_limit_(mem_limit),
+        owner_(owner),
+        shared_(std::move(shared)) {}
 
   const std::string client_;
   const uint64_t mem_limit_;
@@ -92,7 +95,8 @@ class ClientAccounts {
   const int max_sessions_;
   mutable absl::Mutex mu_;
   // A client's entry lives while it has a session open.
-  absl::flat_hash_map<std::string, std::shared_ptr<ClientAccount::Shared>> open_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<ClientAccount::Shared>> open_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tg::server

@@ -22,8 +22,7 @@ TEST(ClientAccounts, SessionsOfOneClientShareItsLimit) {
   EXPECT_TRUE((*a1)->Take(600).ok());
   const absl::Status refused = (*a2)->Take(600);
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(refused.message().find("client alice's memory limit of 1000 bytes"),
-            std::string::npos)
+  EXPECT_NE(refused.message().find("client alice's memory limit of 1000 bytes"), std::string::npos)
       << refused;
   EXPECT_NE(refused.message().find("hold 600 bytes, 600 asked"), std::string::npos) << refused;
   EXPECT_EQ((*a2)->held(), 600u);  // a refusal takes nothing.

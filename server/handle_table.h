@@ -1,10 +1,10 @@
 // HandleTable: the buffers one rpc-server session holds behind opaque handles, the model
 // files it opened (OpenModelFile), and the accounting of what the session makes the server
-// hold: every byte is charged against the session's memory limit (--session-mem-limit) and
-// its client's and the server-wide budget, and the buffers are capped in number (--max-buffers-per-session).
-// A buffer's charge goes in with it (Insert) and comes back with it (Remove, Clear). Handles
-// are a keyed bijection of a counter: unique within the session, different across sessions,
-// never an address.
+// hold: every byte is charged against the session's memory limit (--session-mem-limit), its
+// client's and the server-wide budget, and the buffers are capped in number
+// (--max-buffers-per-session). A buffer's charge goes in with it (Insert) and comes back with
+// it (Remove, Clear). Handles are a keyed bijection of a counter: unique within the session,
+// different across sessions, never an address.
 // Thread-safety: thread-safe. The handle maps are guarded by one mutex; the byte count is an
 // atomic. Checking the cap and inserting are two calls: a caller that needs them to agree
 // (Session's command dispatch) serializes its allocations.

@@ -7,9 +7,10 @@
 //
 // MemoryReservation: bytes counted against a session's memory limit, its client's
 // (--client-mem-limit, server/client_accounts.h) and the server's budget, while an allocation
-// is being made. Reserve() adds them to every counter (refusing what would pass any); the destructor takes them off again unless Commit() said that a
-// buffer now holds them (Session::Free gives committed bytes back). So every failure path
-// after the reservation undoes it by returning, with no hand-written rollback.
+// is being made. Reserve() adds them to every counter (refusing what would pass any); the
+// destructor takes them off again unless Commit() said that a buffer now holds them
+// (Session::Free gives committed bytes back). So every failure path after the reservation
+// undoes it by returning, with no hand-written rollback.
 // Thread-safety: reservations on one counter may be made and dropped from any threads (the
 // counters are atomics); a single reservation belongs to one thread. ServerMemoryBudget is
 // thread-safe.
@@ -86,8 +87,8 @@ class MemoryReservation {
   uint64_t size() const { return size_; }
 
  private:
-  MemoryReservation(std::atomic<uint64_t>* held, ServerMemoryBudget* budget,
-                    ClientAccount* client, uint64_t size)
+  MemoryReservation(std::atomic<uint64_t>* held, ServerMemoryBudget* budget, ClientAccount* client,
+                    uint64_t size)
       : held_(held), budget_(budget), client_(client), size_(size) {}
   void Release();  // gives the bytes back unless committed.
 

@@ -262,8 +262,8 @@ absl::StatusOr<ServerConfig> MakeConfig(const Flags& f, uint64_t* host_reserve) 
                       ByteSizeOrAuto(f.client_mem_limit, "--client-mem-limit", /*automatic=*/0));
   if (f.client_max_sessions < 0 || f.client_max_sessions > f.max_sessions) {
     return absl::InvalidArgumentError(absl::StrCat("--client-max-sessions ", f.client_max_sessions,
-                                                   " is not in 0..--max-sessions (",
-                                                   f.max_sessions, ")"));
+                                                   " is not in 0..--max-sessions (", f.max_sessions,
+                                                   ")"));
   }
   c.client_max_sessions = static_cast<int>(f.client_max_sessions);
   if (!IsLoopbackHost(c.host) && !f.insecure && (c.tls_cert_pem.empty() || c.auth_token.empty())) {
