@@ -3,25 +3,21 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "server/memory_reservation.h"
 
 namespace tg::server {
 
 ClientAccount::~ClientAccount() { owner_->Close(client_); }
 
 absl::Status ClientAccount::Take(uint64_t size) {
-  std::atomic<uint64_t>& held = shared_->held;
-  uint64_t now = held.load();
-  for (;;) {
-    if (mem_limit_ != 0 && (size > mem_limit_ || now > mem_limit_ - size)) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "client %s's memory limit of %d bytes (%.1f MiB) exceeded: its sessions hold %d "
-          "bytes, %d asked; the server's --client-mem-limit sets what one client's sessions "
-          "may hold together (0 = no limit)",
-          client_, mem_limit_, static_cast<double>(mem_limit_) / (1 << 20), now, size));
-    }
-    // Compare-and-swap: two sessions of the client never both pass against one value.
-    if (held.compare_exchange_weak(now, now + size)) return absl::OkStatus();
+  if (uint64_t now; !AddWithinLimit(&shared_->held, mem_limit_, size, &now)) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "client %s's memory limit of %d bytes (%.1f MiB) exceeded: its sessions hold %d "
+        "bytes, %d asked; the server's --client-mem-limit sets what one client's sessions "
+        "may hold together (0 = no limit)",
+        client_, mem_limit_, static_cast<double>(mem_limit_) / (1 << 20), now, size));
   }
+  return absl::OkStatus();
 }
 
 void ClientAccount::Give(uint64_t size) { shared_->held -= size; }

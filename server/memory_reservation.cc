@@ -50,10 +50,15 @@ std::string Human(uint64_t bytes) {
   return "under 1 KiB";
 }
 
-// Adds `size` to *held when the sum stays within `limit` (0 = no limit) and returns true;
-// false with *held unchanged otherwise. *seen is the value the check was made against (for
-// the refusal's message). Compare-and-swap: concurrent adds never both pass against one value.
-bool AddWithin(std::atomic<uint64_t>* held, uint64_t limit, uint64_t size, uint64_t* seen) {
+// The host memory sessions may use: what is above the reserve, when a served device keeps
+// its buffers in host memory; none otherwise.
+uint64_t UsableHostMemory(uint64_t host_total, bool serves_host_memory, uint64_t reserve) {
+  return serves_host_memory && host_total > reserve ? host_total - reserve : 0;
+}
+
+}  // namespace
+
+bool AddWithinLimit(std::atomic<uint64_t>* held, uint64_t limit, uint64_t size, uint64_t* seen) {
   uint64_t now = held->load();
   for (;;) {
     if (limit != 0 && (size > limit || now > limit - size)) {
@@ -64,21 +69,13 @@ bool AddWithin(std::atomic<uint64_t>* held, uint64_t limit, uint64_t size, uint6
   }
 }
 
-// The host memory sessions may use: what is above the reserve, when a served device keeps
-// its buffers in host memory; none otherwise.
-uint64_t UsableHostMemory(uint64_t host_total, bool serves_host_memory, uint64_t reserve) {
-  return serves_host_memory && host_total > reserve ? host_total - reserve : 0;
-}
-
-}  // namespace
-
 ServerMemoryBudget::ServerMemoryBudget(uint64_t limit, Metrics* metrics)
     : limit_(limit), metrics_(metrics) {
   if (metrics_ != nullptr) metrics_->SetMemBudget(limit_);
 }
 
 absl::Status ServerMemoryBudget::Take(uint64_t size) {
-  if (uint64_t now; !AddWithin(&held_, limit_, size, &now)) {
+  if (uint64_t now; !AddWithinLimit(&held_, limit_, size, &now)) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "server memory budget of %d bytes (%s) exceeded: all sessions hold %d bytes, %d "
         "asked; the server's --mem-budget sets it (default: its memory, or its container's "
@@ -106,7 +103,7 @@ absl::StatusOr<MemoryReservation> MemoryReservation::Reserve(std::atomic<uint64_
       return taken;
     }
   }
-  if (uint64_t now; !AddWithin(held, limit, size, &now)) {
+  if (uint64_t now; !AddWithinLimit(held, limit, size, &now)) {
     if (budget != nullptr) budget->Give(size);
     if (client != nullptr) client->Give(size);
     return absl::ResourceExhaustedError(absl::StrFormat(

@@ -29,6 +29,12 @@ namespace tg::server {
 class ClientAccount;
 class Metrics;
 
+// Adds `size` to *held when the sum stays within `limit` (0 = no limit) and returns true;
+// false with *held unchanged otherwise. *seen is the value the check was made against (for
+// the refusal's message). Compare-and-swap: concurrent adds never both pass against one value.
+// Every quota here (session, client, budget) counts through it.
+bool AddWithinLimit(std::atomic<uint64_t>* held, uint64_t limit, uint64_t size, uint64_t* seen);
+
 // The server-wide budget: the sum of everything all sessions hold (their MemoryReservations)
 // stays within it, so that the server's own memory plus every session's fits in the
 // machine (or container) however many sessions share it. Default: the host memory less the
