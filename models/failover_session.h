@@ -5,8 +5,9 @@
 // cache by decoding those tokens in one pass, tells `on_failover`, and finishes the call:
 // a Decode runs again; a generation resumes from the last token it handed over, so
 // `on_token` sees every token once. Greedy picks (ARGMAX) and SAMPLE's draws depend only
-// on the tokens and their positions, so the tokens are those of a run without the loss (up
-// to a near-tie in the last bits between a batched and a stepwise KV rebuild). Without
+// on the tokens and their positions, so the tokens are those of a run without the loss: bit
+// for bit with SessionOptions::deterministic (the rebuild decodes token by token, as the
+// run did), else up to a near-tie between the batched rebuild's bits and the run's. Without
 // failover, or for any other error, calls fail as LlamaSession's do. Not thread-safe.
 #ifndef TENSORGRID_MODELS_FAILOVER_SESSION_H_
 #define TENSORGRID_MODELS_FAILOVER_SESSION_H_

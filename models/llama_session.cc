@@ -300,13 +300,14 @@ absl::Status LlamaSession::FillPenaltyWindow(const PickOptions& pick,
   return write(pick.recent, scratch_i32_.data(), scratch_i32_.size() * sizeof(int32_t));
 }
 
-// Cuts tokens into batches of at most n_batch; only the last one's results are read unless
-// every row's logits are wanted.
+// Cuts tokens into batches of at most n_batch (1 when deterministic); only the last one's
+// results are read unless every row's logits are wanted.
 absl::Status LlamaSession::RunBatches(absl::Span<const int32_t> tokens, bool all_logits,
                                       Readback out, const PickOptions* sample) {
   const int64_t n_vocab = model_.hparams().n_vocab;
+  const int64_t n_batch = options_.deterministic ? 1 : options_.n_batch;
   for (size_t done = 0; done < tokens.size();) {
-    const size_t n = std::min<size_t>(options_.n_batch, tokens.size() - done);
+    const size_t n = std::min<size_t>(n_batch, tokens.size() - done);
     const bool last = done + n == tokens.size();
     Readback batch_out;
     if (all_logits) {

@@ -40,6 +40,11 @@ struct SessionOptions {
   // as take about kGreedyBatchUs to decode (measured as it goes), so that fast steps do
   // not pay a message each way while slow ones still arrive one by one.
   int greedy_batch = 0;
+  // Every batch decoded one token per graph, as a generation step decodes it: a prompt, or a
+  // failover's rebuild of the cache, then gives the bits of decoding it token by token on
+  // any device, so a generation after a failover continues with exactly the tokens of an
+  // uninterrupted run. Costs prompt throughput (docs/benchmarks.md, "--deterministic").
+  bool deterministic = false;
 };
 
 // Sampling on the model's device (LlamaSession::DecodeSample, Generate): SAMPLE's parameters

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -152,6 +153,35 @@ TEST_F(LayerSplitSessionTest, DecodeGreedyPicksTheArgmaxOfTheLogits) {
       EXPECT_EQ(device->n_past(), host->n_past());
     }
   }
+}
+
+// --deterministic: a prompt decoded in one call, split by layers with pipelined micro-batches,
+// gives the bits of decoding it one token per call on one device (a failover's rebuild of the
+// cache is such a call). Without it, the prompt's batches take other kernels (GEMMs).
+TEST_F(LayerSplitSessionTest, DeterministicPromptHasTheBitsOfTokenByToken) {
+  LoadOptions one;
+  one.plan = DevicePlan{SplitMode::kNone, {&dev0_}, {1.0f}};
+  LoadOptions split;
+  split.plan = DevicePlan{SplitMode::kLayer, {&dev0_, &dev1_}, {0.5f, 0.5f}};
+  auto ref_model = *LlamaModel::Load(path_, one);
+  auto model = *LlamaModel::Load(path_, split);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back((i * 53 + 7) % 512);
+  SessionOptions so;
+  so.n_ctx = 128;
+  so.n_copies = 4;
+  auto stepwise = *LlamaSession::Create(*ref_model, so);
+  std::vector<float> want;
+  for (int32_t t : prompt) {
+    const absl::Span<const float> l = *stepwise->Decode({&t, 1});
+    want.insert(want.end(), l.begin(), l.end());
+  }
+  so.deterministic = true;
+  auto s = *LlamaSession::Create(*model, so);
+  const absl::StatusOr<absl::Span<const float>> got = s->Decode(prompt, /*all_logits=*/true);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), want.size());
+  EXPECT_EQ(std::memcmp(got->data(), want.data(), want.size() * sizeof(float)), 0);
 }
 
 // Decode steps within one kv_pad block run the session's previous graph again (no build, no

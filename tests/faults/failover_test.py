@@ -20,13 +20,19 @@
           devices left, and every row has all its repetitions: the row that lost it says so
           (failovers 1) and ran on the two servers left, the rows after it too.
   bench-off the bench case without --rpc-failover: a non-zero exit within 5 s naming it.
+  deterministic  -sm layer over 3 rpc-servers, --deterministic --rpc-failover, 1500 greedy
+          tokens, once uninterrupted and once with server 1 killed after it computed 247
+          steps: the second run's tokens equal the first's, on the model given and on a
+          synthetic Q8_0 model (--tg-gguf writes it).
 Servers run on loopback (tests/rpc/rpc_cluster.py); no namespaces needed.
 Exit 0 pass, 1 fail, 77 skipped (model missing).
 """
 import json
 import os
 import re
+import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -124,14 +130,69 @@ def bench(a):
     return 0 if ok else 1
 
 
+DET_TOKENS = 1500   # the issue's generation length.
+DET_KILL_STEPS = 247  # steps server 1 computes before the kill.
+
+
+def deterministic_run(a, model, kill):
+    """tg-run's tokens over 3 fresh servers, server 1 killed after DET_KILL_STEPS of its
+    steps when `kill`; with the recovery lines of its stderr."""
+    with Cluster(a.rpc_server, n=3, devices=1) as c:
+        devs = sum((c.remote_devices(i) for i in range(3)), [])
+        extra = ["-p", PROMPT, "-sm", "layer", "--rpc", ",".join(c.endpoints), "--device",
+                 ",".join(devs), "-c", "2048", "--deterministic", "--rpc-failover"]
+        g = Generation(tg_run_cmd(a.tg_run, model, DET_TOKENS, extra))
+        deadline = time.time() + 120
+        while kill and g.proc.poll() is None and time.time() < deadline:
+            if metric(c, 1, "tg_compute_total") >= DET_KILL_STEPS:
+                c.kill(1)
+                break
+            time.sleep(0.002)
+        rc, _ = g.finish(240)
+        if rc != 0:
+            raise RuntimeError(f"tg-run failed: {g.error_line()}")
+        return json.loads(g.stdout)["tokens"], [m for m in map(RECOVERY_RE.search,
+                                                                g.stderr.splitlines()) if m]
+
+
+def deterministic(a):
+    """The deterministic case (module docstring)."""
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="tg-det-") as tmp:
+        synth = os.path.join(tmp, "q8.gguf")
+        subprocess.run([a.tg_gguf, "synth", synth, "--dims", "256,768,6,8,4,4000", "--type",
+                        "q8_0", "--threads", "1"], check=True, capture_output=True)
+        for model in (a.model, synth):
+            name = os.path.basename(model)
+            want, _ = deterministic_run(a, model, kill=False)
+            got, lines = deterministic_run(a, model, kill=True)
+            if len(lines) != 1 or not 0 < int(lines[0].group(2)) < DET_TOKENS:
+                print(f"FAIL {name}: want one recovery mid-generation, got {len(lines)}")
+                ok = False
+                continue
+            at = int(lines[0].group(2))
+            diff = next((i for i, (x, y) in enumerate(zip(got, want)) if x != y), None)
+            if len(got) != DET_TOKENS or len(want) != DET_TOKENS or diff is not None:
+                print(f"FAIL {name}: lost at token {at}; the tokens part from the uninterrupted "
+                      f"run's at {diff} ({len(got)} and {len(want)} tokens)")
+                ok = False
+            else:
+                print(f"RESULT deterministic {name}: server lost at token {at}, recovered in "
+                      f"{lines[0].group(4)} s; all {DET_TOKENS} tokens equal the uninterrupted run's")
+    print("PASS" if ok else "FAILED")
+    return 0 if ok else 1
+
+
 def main():
     a = model_test_args([("--case", dict(choices=["layer", "tensor", "off", "last", "bench",
-                                                   "bench-off"], required=True)),
-                         ("--tg-bench", dict(default=None))])
+                                                   "bench-off", "deterministic"], required=True)),
+                         ("--tg-bench", dict(default=None)), ("--tg-gguf", dict(default=None))])
     if model_missing(a.model):
         return SKIP
     if a.case.startswith("bench"):
         return bench(a)
+    if a.case == "deterministic":
+        return deterministic(a)
     ctx = ["-c", "512"]
     _, want_text = local_tokens(a.tg_run, a.model, N_TOKENS, ["-p", PROMPT] + ctx)
     _, head = local_tokens(a.tg_run, a.model, KILL_AFTER, ["-p", PROMPT] + ctx)

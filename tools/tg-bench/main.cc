@@ -63,6 +63,7 @@ struct BenchFlags {
   float temp = 0.0f;    // > 0, tg: SAMPLE on the device at this temperature, fed back.
   int64_t greedy_batch = SessionOptions{}.greedy_batch;
   bool rpc_failover = false;
+  bool deterministic = false;
   bool no_split_probe = false;  // skip the split-overhead line (about 4 s over rpc-servers).
 };
 
@@ -200,6 +201,7 @@ absl::StatusOr<TestResult> RunTest(FailoverModel& fm, int64_t n_prompt, int64_t 
   SessionOptions so;
   so.n_ctx = std::max<int64_t>(n_prompt + n_gen + 16, 256);
   so.n_batch = f.batch;
+  so.deterministic = f.deterministic;
   so.n_copies = static_cast<int>(n_copies);
   so.greedy_batch = static_cast<int>(std::clamp<int64_t>(f.greedy_batch, 0, kMaxGreedyBatch + 1));
   // A repetition that loses a server is run again on the devices left: its time included the
@@ -573,6 +575,8 @@ int main(int argc, char** argv) {
   p.AddBool(nullptr, "--rpc-failover", &f.rpc_failover,
             "when an rpc-server is lost, run the test again on the remaining devices (the same "
             "split, -ts renormalised) and say so on stderr");
+  p.AddBool(nullptr, "--deterministic", &f.deterministic,
+            "pp: decode one token per graph, as tg-run --deterministic does (its cost)");
   if (absl::Status s = p.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "tg-bench: %s\n", std::string(s.message()).c_str());
     return 2;

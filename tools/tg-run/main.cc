@@ -50,6 +50,7 @@ struct RunFlags {
   bool json = false;
   int64_t top_logits = 5;
   bool rpc_failover = false;
+  bool deterministic = false;
   bool verbose = false;
   std::string prompt_cache;  // the prompt's saved state (tools/common/prompt_cache.h).
 };
@@ -253,6 +254,7 @@ absl::Status Run(const RunFlags& f) {
   SessionOptions so;
   so.n_ctx = f.ctx > 0 ? f.ctx : std::min<int64_t>(model->model().hparams().n_ctx_train, 4096);
   so.n_batch = f.batch;
+  so.deterministic = f.deterministic;
   so.kv_type = kv_type;
   Result r;
   // --rpc-failover: one line once the session goes on without a lost server.
@@ -315,6 +317,10 @@ int main(int argc, char** argv) {
   p.AddBool(nullptr, "--rpc-failover", &f.rpc_failover,
             "when an rpc-server is lost, go on with the remaining devices (the same split, -ts "
             "renormalised; the KV cache rebuilt from the tokens so far)");
+  p.AddBool(nullptr, "--deterministic", &f.deterministic,
+            "decode the prompt one token per step: the bits of any chunking, so that a "
+            "failover's rebuilt cache continues with the uninterrupted run's tokens (slower "
+            "prompts)");
   p.AddString(nullptr, "--prompt-cache", &f.prompt_cache,
               "file of the prompt's saved state: written after the prompt is decoded, and "
               "restored instead of decoding when a later prompt starts with its tokens (-v says "

@@ -282,14 +282,15 @@ TEST_P(MulMatTypeTest, DecodeColumnCountsMatchReference) {
   }
 }
 
-// Batch invariance of the quantized decode kernels: a column's results are bit-identical
-// whatever the other columns of its tile (a sequence decoded with 1..15 others gives the bits
-// it gives alone).
+// Batch invariance of the decode kernels: a column's results are bit-identical whatever the
+// other columns of its tile (a sequence decoded with 1..15 others gives the bits it gives
+// alone). Float weights at a row length the row kernel takes and at one the tiles take.
 TEST_P(MulMatTypeTest, DecodeColumnsAreBitIdenticalToOneColumn) {
   const DType type = GetParam();
-  if (!IsQuantized(type)) GTEST_SKIP() << "float matrix-vector products use a row kernel";
-  const int64_t k = TestKs(type).back();
+  const std::vector<int64_t> ks =
+      IsQuantized(type) ? std::vector<int64_t>{TestKs(type).back()} : std::vector<int64_t>{45, 2100};
   constexpr int64_t kRows = 21;
+  for (int64_t k : ks) {
   for (bool from_memory : {true, false}) {
     for (int64_t n : {2, 5, 8, 11, 16}) {
       Owned a = MakeWeights(type, k, kRows, 1, 1, 1100 + n);
@@ -306,6 +307,7 @@ TEST_P(MulMatTypeTest, DecodeColumnsAreBitIdenticalToOneColumn) {
         }
       }
     }
+  }
   }
 }
 

@@ -186,34 +186,52 @@ void FloatTileRows(int64_t k, const char* a, size_t a_stride, const void* const*
   }
 }
 
-// One weight row against one activation row, four independent accumulators: the
+// One weight row against C activation rows, four independent accumulators per column: the
 // matrix-vector path for short rows, where walking the rows one after the other keeps each
-// thread on a single sequential stream. 256-bit loads on AVX-512 too: GGUF aligns tensor
-// data to 32 bytes only, and 64-byte loads that straddle cache lines measured 5-20% slower
-// on the stories15M F32 decode (ymm 773-825 t/s, zmm 625-804, same run).
-template <typename L>
-float RowDot(int64_t k, const char* a, const float* y) {
+// thread on a single sequential stream. Each column's sums run in the same order whatever C
+// is, so a column's result has the same bits batched as alone (batch invariance). 256-bit
+// loads on AVX-512 too: GGUF aligns tensor data to 32 bytes only, and 64-byte loads that
+// straddle cache lines measured 5-20% slower on the stories15M F32 decode (ymm 773-825 t/s,
+// zmm 625-804, same run).
+template <typename L, int C>
+void RowDot(int64_t k, const char* a, const void* const* b, float* const* c, int r) {
   constexpr int kAcc = 4, kW = 8;
-  __m256 acc[kAcc];
-  for (int u = 0; u < kAcc; ++u) acc[u] = _mm256_setzero_ps();
+  const auto y = ActColumns<float, C>(b);
+  __m256 acc[C][kAcc];
+  for (int j = 0; j < C; ++j) {
+    for (int u = 0; u < kAcc; ++u) acc[j][u] = _mm256_setzero_ps();
+  }
   int64_t i = 0;
   for (; i + kAcc * kW <= k; i += kAcc * kW) {
     for (int u = 0; u < kAcc; ++u) {
-      acc[u] = _mm256_fmadd_ps(L::Load8(a + (i + u * kW) * L::kBytes),
-                               _mm256_loadu_ps(y + i + u * kW), acc[u]);
+      const __m256 av = L::Load8(a + (i + u * kW) * L::kBytes);
+      for (int j = 0; j < C; ++j) {
+        acc[j][u] = _mm256_fmadd_ps(av, _mm256_loadu_ps(y[j] + i + u * kW), acc[j][u]);
+      }
     }
   }
   for (; i + kW <= k; i += kW) {
-    acc[0] = _mm256_fmadd_ps(L::Load8(a + i * L::kBytes), _mm256_loadu_ps(y + i), acc[0]);
+    const __m256 av = L::Load8(a + i * L::kBytes);
+    for (int j = 0; j < C; ++j) acc[j][0] = _mm256_fmadd_ps(av, _mm256_loadu_ps(y[j] + i), acc[j][0]);
   }
-  float sum =
-      HorizontalSum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-  for (; i < k; ++i) sum += L::Scalar(a, i) * y[i];
-  return sum;
+  for (int j = 0; j < C; ++j) {
+    float sum = HorizontalSum(
+        _mm256_add_ps(_mm256_add_ps(acc[j][0], acc[j][1]), _mm256_add_ps(acc[j][2], acc[j][3])));
+    for (int64_t t = i; t < k; ++t) sum += L::Scalar(a, t) * y[j][t];
+    c[j][r] = sum;
+  }
 }
 
-// Up to this row length a matrix-vector tile takes its rows one at a time: the activation
-// row (<= 8 KiB) stays in L1 anyway, and one sequential stream per thread measured 1.3-1.6x
+// Columns per RowDot pass: C x 4 accumulators plus the loads fit the ymm registers (32 with
+// AVX-512, 16 with AVX2).
+#if defined(TG_CPU_AVX512)
+constexpr int kRowDotCols = 4;
+#else
+constexpr int kRowDotCols = 2;
+#endif
+
+// Up to this row length a tile takes its rows one at a time (RowDot, for 1 column or
+// several): the activation rows (<= 8 KiB each) stay in L1 anyway, and one sequential stream per thread measured 1.3-1.6x
 // the throughput of 8 interleaved rows on the 288-wide stories15M shape (rows of 1152 bytes,
 // 2 threads, Zen 4). Longer rows share each activation load between kMaxTileRows rows.
 constexpr int64_t kRowwiseMaxK = 2048;
@@ -221,10 +239,15 @@ constexpr int64_t kRowwiseMaxK = 2048;
 template <typename L>
 void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
           float* const* c) {
-  if (cols == 1 && k <= kRowwiseMaxK) {
+  if (k <= kRowwiseMaxK) {
+    using RowFn = void (*)(int64_t, const char*, const void* const*, float* const*, int);
+    static constexpr RowFn kCols[4] = {RowDot<L, 1>, RowDot<L, 2>, RowDot<L, 3>, RowDot<L, 4>};
     for (int r = 0; r < rows; ++r) {
-      c[0][r] =
-          RowDot<L>(k, static_cast<const char*>(a) + r * a_stride, static_cast<const float*>(b[0]));
+      const char* row = static_cast<const char*>(a) + r * a_stride;
+      for (int j = 0; j < cols; j += kRowDotCols) {
+        const int n = cols - j < kRowDotCols ? cols - j : kRowDotCols;
+        kCols[n - 1](k, row, b + j, c + j, r);
+      }
     }
     return;
   }
