@@ -445,6 +445,51 @@ TEST_F(SchedulerTest, InputReadInPlaceWhenTheDeviceCanUseItsMemory) {
   }
 }
 
+// A view of an input on one device read by a node on a private-memory device (a pick reading
+// its row of the positions) crosses as a copy: the input is no leaf of the second device's
+// split, which a remote device would refuse (it holds only its own memory).
+TEST_F(SchedulerTest, AViewOfAnotherDevicesInputIsNoLeafOfTheSplitReadingIt) {
+  TestDevice gpu("GPU", AllOps, nullptr, /*private_memory=*/true);
+  // x [8, 2] is read on CPU0; h on the GPU; then a view of x's second row, read on the GPU.
+  auto build = [](Context& ctx, Tensor* w0, Tensor* w1, Tensor** x) {
+    *x = NewInput(ctx, DType::kF32, {8, 2});
+    Tensor* h = *MulMat(ctx, w1, *MulMat(ctx, w0, *x));  // [8, 2]
+    Tensor* h_row = *View(ctx, h, {8, 1}, {h->nb[1]}, h->nb[1]);
+    Tensor* x_row = *View(ctx, *x, {8, 1}, {(*x)->nb[1]}, (*x)->nb[1]);
+    return *Add(ctx, h_row, x_row);
+  };
+  Tensor* w0 = Weight(dev0_, 8, 4, 1);
+  const std::vector<float> xv = RandomFloats(16, 5);
+  std::vector<float> want;
+  {
+    Context ctx;
+    Tensor* x;
+    Tensor* out = build(ctx, w0, Weight(dev0_, 4, 8, 2), &x);
+    Graph graph = *BuildGraph({out});
+    auto s = MakeScheduler({&dev0_});
+    auto g = *s->Schedule(graph);
+    ASSERT_TRUE(g->SetInput(x, xv.data(), xv.size() * sizeof(float)).ok());
+    ASSERT_TRUE(s->Compute(*g).ok());
+    want = ReadF32(*out);
+  }
+  Context ctx;
+  Tensor* x;
+  Tensor* out = build(ctx, w0, Weight(gpu, 4, 8, 2), &x);
+  Graph graph = *BuildGraph({out});
+  auto s = MakeScheduler({&dev0_, &gpu});
+  auto g = *s->Schedule(graph);
+  ASSERT_EQ(g->DeviceOf(x), &dev0_);
+  ASSERT_EQ(g->splits().size(), 2u);
+  const Split& on_gpu = g->splits()[1];
+  for (const Tensor* leaf : on_gpu.graph.leafs) {
+    EXPECT_NE(MemoryOwner(leaf), x) << "a leaf of the GPU's split lives in CPU0's memory";
+  }
+  for (const Tensor* node : on_gpu.graph.nodes) EXPECT_NE(MemoryOwner(node), x);
+  ASSERT_TRUE(g->SetInput(x, xv.data(), xv.size() * sizeof(float)).ok());
+  ASSERT_TRUE(s->Compute(*g).ok());
+  EXPECT_THAT(ReadF32(*out), ElementsAreArray(want));
+}
+
 TEST_F(SchedulerTest, UnsupportedOpGoesToADeviceThatSupportsIt) {
   TestDevice no_silu("NOSILU", [](Op op) { return op != Op::kSilu; });
   Tensor* w0 = Weight(no_silu, 8, 16, 1);

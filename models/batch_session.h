@@ -38,6 +38,7 @@ struct BatchSessionOptions {
   // consecutive decode steps share a graph.
   int64_t kv_pad = 0;
   int n_copies = 0;  // several devices: pipelined pieces of a step (0: the default).
+  int64_t min_micro_batch = 0;  // fewest tokens of such a piece (0: kMinMicroBatchTokens).
 };
 
 // One sequence's part of a step: its next tokens, at its next positions, and how its last

@@ -63,6 +63,7 @@ class BatchSessionTest : public ::testing::Test {
     BatchSessionOptions o;
     o.n_ctx = 512;
     o.kv_type = DType::kF32;
+    o.min_micro_batch = 1;  // short prompt steps pipelined too.
     return o;
   }
 

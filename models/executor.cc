@@ -20,7 +20,8 @@ absl::Status Executor::Generate(PickSteps& steps, int32_t token, int64_t max_tok
 absl::StatusOr<std::unique_ptr<Executor>> CreateExecutor(const LlamaModel& model,
                                                          const ExecutorOptions& options) {
   if (model.multi_device()) {
-    return ScheduledExecutor::Create(model.placement().UsedDevices(), options.n_copies);
+    return ScheduledExecutor::Create(model.placement().UsedDevices(), options.n_copies,
+                                     options.min_micro_batch);
   }
   // A device without a kernel for some node (a GPU without SAMPLE) hands it to the host CPU.
   Device* device = model.device();

@@ -164,6 +164,7 @@ absl::StatusOr<std::unique_ptr<LlamaSession>> LlamaSession::Create(const LlamaMo
   TG_ASSIGN_OR_RETURN(s->cache_, KvCache::ForModel(model, options.n_ctx, options.kv_type));
   ExecutorOptions eo;
   eo.n_copies = options.n_copies == 0 ? kDefaultPipelineCopies : options.n_copies;
+  if (options.min_micro_batch > 0) eo.min_micro_batch = options.min_micro_batch;
   eo.greedy_batch = options.greedy_batch;
   TG_ASSIGN_OR_RETURN(s->executor_, CreateExecutor(model, eo));
   return s;

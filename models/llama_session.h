@@ -29,6 +29,9 @@ struct SessionOptions {
   // Micro-batches of a prompt batch in flight at once when the model spans several devices
   // (0: kDefaultPipelineCopies; 1: no pipelining). Each holds its own compute memory.
   int n_copies = 0;
+  // Fewest tokens of one such micro-batch (0: kMinMicroBatchTokens); a shorter batch runs
+  // whole.
+  int64_t min_micro_batch = 0;
   // The attended cache length is rounded up to a multiple of this (0: kDefaultKvPad), so
   // that consecutive decode graphs are identical: the session runs the one it has again and
   // a remote device reuses the one it has. The mask hides the extra cells, and attention

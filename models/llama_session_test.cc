@@ -80,6 +80,7 @@ class LayerSplitSessionTest : public ::testing::Test {
       for (int64_t n_batch : {512, 10}) {
         so.n_copies = n_copies;
         so.n_batch = n_batch;
+        so.min_micro_batch = 1;
         auto s = *LlamaSession::Create(*model, so);
         for (int round = 0; round < 2; ++round) {  // the second reuses the compute memory.
           s->Reset();
@@ -137,6 +138,7 @@ TEST_F(LayerSplitSessionTest, DecodeGreedyPicksTheArgmaxOfTheLogits) {
       so.n_ctx = 128;
       so.n_copies = n_copies;
       so.n_batch = n_batch;
+      so.min_micro_batch = 1;
       auto host = *LlamaSession::Create(*model, so);
       auto device = *LlamaSession::Create(*model, so);
       absl::StatusOr<absl::Span<const float>> logits = host->Decode(prompt);

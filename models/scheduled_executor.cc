@@ -18,8 +18,9 @@ absl::Status WriteThroughBuffer(Tensor* t, const void* data, size_t bytes) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ScheduledExecutor>> ScheduledExecutor::Create(
-    absl::Span<Device* const> devices, int n_copies) {
+    absl::Span<Device* const> devices, int n_copies, int64_t min_micro_batch) {
   std::unique_ptr<ScheduledExecutor> e(new ScheduledExecutor());
+  e->min_micro_batch_ = std::max<int64_t>(min_micro_batch, 1);
   std::vector<SchedulerBackend> backends;
   for (Device* d : devices) {
     TG_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, d->CreateStream());
@@ -32,8 +33,12 @@ absl::StatusOr<std::unique_ptr<ScheduledExecutor>> ScheduledExecutor::Create(
   return e;
 }
 
+int64_t ScheduledExecutor::MicroBatches(int64_t n_tokens) const {
+  return std::clamp<int64_t>(n_tokens / min_micro_batch_, 1, scheduler_->n_copies());
+}
+
 absl::Status ScheduledExecutor::Run(Batch& batch) {
-  if (scheduler_->n_copies() > 1 && batch.n_tokens() > 1) return RunPipelined(batch);
+  if (MicroBatches(batch.n_tokens()) > 1) return RunPipelined(batch);
   return RunSequential(batch);
 }
 
@@ -72,7 +77,7 @@ absl::Status ScheduledExecutor::RunPipelined(Batch& batch) {
     std::unique_ptr<ScheduledGraph> scheduled;  // declared after graph: destroyed first.
   };
   const int64_t n = batch.n_tokens();
-  const int64_t n_micro = std::min<int64_t>(scheduler_->n_copies(), n);
+  const int64_t n_micro = MicroBatches(n);
   std::vector<InFlight> slots(n_micro);
   auto finish = [&](InFlight& f) {
     absl::Status s = f.scheduled == nullptr ? absl::OkStatus() : scheduler_->Wait(*f.scheduled);

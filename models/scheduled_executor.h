@@ -1,7 +1,8 @@
 // ScheduledExecutor: runs a session's graphs over the devices of a layer split through the
 // scheduler (core/scheduler.h), with a stream per device. A batch of one token runs its
 // splits one after another; a longer batch is pipelined: cut into up to n_copies
-// micro-batches of nearly equal size, each in its own memory slot and all in flight
+// micro-batches of nearly equal size, none under min_micro_batch tokens (a decode step of a
+// few sequences runs whole), each in its own memory slot and all in flight
 // together, so that device d computes micro-batch m+1 while device d+1 computes m. Every
 // batch builds its graphs anew (the scheduler places a graph once). Greedy generation runs
 // one step at a time (Executor's default).
@@ -23,20 +24,25 @@ namespace tg {
 class ScheduledExecutor : public Executor {
  public:
   // `devices` in priority order (the model's layer order), each given a stream; n_copies
-  // memory slots (1: no pipelining), at most kMaxSchedulerCopies.
+  // memory slots (1: no pipelining), at most kMaxSchedulerCopies; micro-batches of at least
+  // min_micro_batch tokens.
   static absl::StatusOr<std::unique_ptr<ScheduledExecutor>> Create(
-      absl::Span<Device* const> devices, int n_copies);
+      absl::Span<Device* const> devices, int n_copies,
+      int64_t min_micro_batch = kMinMicroBatchTokens);
 
   absl::Status Run(Batch& batch) override;
 
  private:
   ScheduledExecutor() = default;
+  // Micro-batches a batch of n_tokens is cut into (1: it runs whole).
+  int64_t MicroBatches(int64_t n_tokens) const;
   absl::Status RunSequential(Batch& batch);
   absl::Status RunPipelined(Batch& batch);
   void AddSchedulerTimes(const SchedulerStats& before);
 
   std::vector<std::unique_ptr<Stream>> streams_;  // one per device, used by the scheduler.
   std::unique_ptr<Scheduler> scheduler_;          // declared after streams_: destroyed first.
+  int64_t min_micro_batch_ = 1;
 };
 
 }  // namespace tg

@@ -1,8 +1,8 @@
 // ScheduledExecutor on the toy model (models/executor_testing.h) split over two CPU devices
 // (table on one, bias on the other: two splits a graph), checked against logits computed on
-// the host: a batch is cut into up to n_copies micro-batches of nearly equal size, in order;
-// one token, or n_copies 1, runs whole; a failed micro-batch's error comes back after the
-// ones in flight finish; greedy steps go one at a time.
+// the host: a batch is cut into up to n_copies micro-batches of nearly equal size (none under
+// the minimum), in order; one token, or n_copies 1, runs whole; a failed micro-batch's error
+// comes back after the ones in flight finish; greedy steps go one at a time.
 #include "models/scheduled_executor.h"
 
 #include <gtest/gtest.h>
@@ -22,9 +22,9 @@ class ScheduledExecutorTest : public ::testing::Test {
     ASSERT_NE(model_, nullptr);
   }
 
-  std::unique_ptr<ScheduledExecutor> NewExecutor(int n_copies) {
+  std::unique_ptr<ScheduledExecutor> NewExecutor(int n_copies, int64_t min_micro_batch = 1) {
     Device* devices[] = {&dev0_, &dev1_};
-    return ValueOrNull(ScheduledExecutor::Create(devices, n_copies));
+    return ValueOrNull(ScheduledExecutor::Create(devices, n_copies, min_micro_batch));
   }
 
   static std::vector<int32_t> Tokens(int n) {
@@ -67,6 +67,22 @@ TEST_F(ScheduledExecutorTest, OneTokenOrOneCopyRunsTheBatchWhole) {
     }
     EXPECT_EQ(e->timings().graphs, 2);
     EXPECT_EQ(e->timings().splits, 4);
+  }
+}
+
+// No micro-batch is shorter than the minimum: fewer pieces, or the batch whole.
+TEST_F(ScheduledExecutorTest, MicroBatchesHoldAtLeastTheMinimum) {
+  for (const auto& [n, want] :
+       {std::pair<int, std::vector<BatchPiece>>{10, {{0, 5}, {5, 5}}},
+        {7, {{0, 7}}},
+        {17, {{0, 5}, {5, 4}, {9, 4}, {13, 4}}}}) {
+    SCOPED_TRACE(absl::StrCat("n ", n));
+    auto e = NewExecutor(4, /*min_micro_batch=*/4);
+    const std::vector<int32_t> tokens = Tokens(n);
+    ToyBatch batch(*model_, tokens, 0);
+    ASSERT_TRUE(e->Run(batch).ok());
+    EXPECT_EQ(batch.built, want);
+    ExpectHostLogits(*model_, batch, tokens);
   }
 }
 

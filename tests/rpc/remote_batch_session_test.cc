@@ -50,6 +50,7 @@ TEST_P(RemoteBatchSessionTest, BatchedEqualsAloneOnTheLocalCpu) {
   BatchSessionOptions o;
   o.n_ctx = 256;
   o.kv_type = DType::kF32;
+  o.min_micro_batch = 1;  // the prompt steps pipelined over the servers.
   auto session = BatchSession::Create(**model, o);
   ASSERT_TRUE(session.ok()) << session.status();
   std::vector<std::vector<int32_t>> prompts;
