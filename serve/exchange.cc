@@ -33,6 +33,7 @@ bool Exchange::OnToken(int32_t token) {
   LatencyHistogram* h =
       tokens_ == 0 ? latencies_.first_token.get() : latencies_.between_tokens.get();
   if (h != nullptr) h->Observe(absl::FromChrono(now - since));
+  if (tokens_ == 0) first_token_ = now;
   last_token_ = now;
   ++tokens_;
   if (top_logprobs_ < 0) {
@@ -86,7 +87,9 @@ void Exchange::ReleaseRest() {
 }
 
 void Exchange::OnAdmitted(int64_t cached_tokens) {
+  const auto now = std::chrono::steady_clock::now();
   absl::MutexLock lock(&mu_);
+  admitted_ = now;
   cached_tokens_ = cached_tokens;
 }
 
@@ -116,6 +119,11 @@ Exchange::Taken Exchange::Take(absl::Duration timeout) {
   t.status = status_;
   t.completion_tokens = tokens_;
   t.cached_tokens = cached_tokens_;
+  if (done_ && tokens_ > 0) {
+    using Ms = std::chrono::duration<double, std::milli>;
+    t.prompt_ms = Ms(first_token_ - admitted_).count();
+    t.predicted_ms = Ms(last_token_ - first_token_).count();
+  }
   // Ended before its max_tokens: a stop string or an end-of-generation token.
   t.finish_reason = stop_.stopped() || tokens_ < max_tokens_ ? "stop" : "length";
   return t;

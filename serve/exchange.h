@@ -64,6 +64,8 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     std::string finish_reason;  // when done: "stop" or "length".
     int64_t completion_tokens = 0;
     int64_t cached_tokens = 0;  // prompt tokens reused from the cache (known once admitted).
+    double prompt_ms = -1;      // when done with tokens: admitted -> the first token.
+    double predicted_ms = -1;   // when done with tokens: the first token -> the last.
     std::vector<LogprobEntry> logprobs;  // the tokens of `text` (with top_logprobs >= 0).
   };
   // Waits up to `timeout` for new text or the end.
@@ -99,6 +101,8 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   int64_t tokens_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t cached_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point last_token_ ABSL_GUARDED_BY(mu_);  // when tokens_ > 0.
+  std::chrono::steady_clock::time_point first_token_ ABSL_GUARDED_BY(mu_);  // when tokens_ > 0.
+  std::chrono::steady_clock::time_point admitted_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool abandoned_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);

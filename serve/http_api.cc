@@ -297,7 +297,9 @@ void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool
     if (!t.status.ok()) return Error(res, HttpStatusOf(t.status), std::string(t.status.message()));
     res.set_content(
         Dump(CompletionResponse(params, rid, created, options_.model_name, out, t.finish_reason,
-                                {n_prompt, t.completion_tokens, t.cached_tokens}, logprobs)),
+                                {n_prompt, t.completion_tokens, t.cached_tokens, t.prompt_ms,
+                                 t.predicted_ms},
+                                logprobs)),
         kJson);
     return Count(200);
   }
@@ -328,10 +330,13 @@ void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool
         if (!t.status.ok()) {
           send(ErrorBody(std::string(t.status.message()), "server_error", 500));
         } else {
-          send(StreamChunk(params, rid, created, model, "", t.finish_reason));
+          const Usage usage{n_prompt, t.completion_tokens, t.cached_tokens, t.prompt_ms,
+                            t.predicted_ms};
+          Json last = StreamChunk(params, rid, created, model, "", t.finish_reason);
+          AddTimings(usage, &last);
+          send(last);
           if (params.include_usage) {
-            send(UsageChunk(params, rid, created, model,
-                            {n_prompt, t.completion_tokens, t.cached_tokens}));
+            send(UsageChunk(params, rid, created, model, usage));
           }
         }
         const std::string done = "data: [DONE]\n\n";

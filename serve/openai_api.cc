@@ -291,6 +291,7 @@ Json CompletionResponse(const CompletionParams& p, const std::string& id, int64_
   choice["finish_reason"] = finish_reason;
   r["choices"] = Json::array({choice});
   r["usage"] = UsageJson(usage);
+  AddTimings(usage, &r);
   return r;
 }
 
@@ -319,6 +320,23 @@ Json UsageChunk(const CompletionParams& p, const std::string& id, int64_t create
   r["choices"] = Json::array();
   r["usage"] = UsageJson(usage);
   return r;
+}
+
+void AddTimings(const Usage& u, Json* response) {
+  if (u.prompt_ms < 0 || u.predicted_ms < 0) return;
+  const int64_t prompt_n = u.prompt_tokens - u.cached_tokens;
+  const int64_t intervals = std::max<int64_t>(u.completion_tokens - 1, 0);
+  auto per_token = [](double ms, int64_t n) { return n > 0 ? ms / n : 0.0; };
+  auto per_second = [](double ms, int64_t n) { return ms > 0 ? 1e3 * n / ms : 0.0; };
+  (*response)["timings"] = {{"cache_n", u.cached_tokens},
+                            {"prompt_n", prompt_n},
+                            {"prompt_ms", u.prompt_ms},
+                            {"prompt_per_token_ms", per_token(u.prompt_ms, prompt_n)},
+                            {"prompt_per_second", per_second(u.prompt_ms, prompt_n)},
+                            {"predicted_n", u.completion_tokens},
+                            {"predicted_ms", u.predicted_ms},
+                            {"predicted_per_token_ms", per_token(u.predicted_ms, intervals)},
+                            {"predicted_per_second", per_second(u.predicted_ms, intervals)}};
 }
 
 Json ErrorBody(const std::string& message, const std::string& type, int code) {

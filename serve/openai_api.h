@@ -65,12 +65,22 @@ std::string Dump(const Json& j);
 absl::StatusOr<CompletionParams> ParseCompletion(const Json& body, bool chat, int64_t max_new);
 
 // A response's `usage`; cached_tokens is written as OpenAI's
-// prompt_tokens_details.cached_tokens (prompt tokens taken from the server's cache).
+// prompt_tokens_details.cached_tokens (prompt tokens taken from the server's cache). The
+// times, when known (>= 0), go in llama-server's `timings` object (AddTimings).
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
+  double prompt_ms = -1;     // admitted -> the first token: the prompt not taken from cache.
+  double predicted_ms = -1;  // the first token -> the last.
 };
+
+// Adds llama-server's `timings` to a response (the whole one, or a stream's last chunk):
+// cache_n, prompt_n (the prompt tokens decoded), prompt_ms, prompt_per_token_ms,
+// prompt_per_second, predicted_n, predicted_ms, predicted_per_token_ms and
+// predicted_per_second (predicted_n - 1 intervals, the first token closing the prompt).
+// Nothing when the times are unknown.
+void AddTimings(const Usage& usage, Json* response);
 
 // A choice's `logprobs` for `entries` (null when p.logprobs < 0): completions' {tokens,
 // token_logprobs, top_logprobs, text_offset} (text_offset: UTF-8 byte offsets into the

@@ -96,6 +96,31 @@ TEST(OpenAiApiTest, DumpWritesBytesThatAreNotUtf8AsReplacementCharacters) {
   EXPECT_EQ(Dump(Json{{"text", "ab\xe4\xb8"}}), "{\"text\":\"ab\xef\xbf\xbd\"}");
 }
 
+// llama-server's timings: counts from the usage, rates from the times; none without times.
+TEST(OpenAiApiTest, TimingsFollowTheUsageAndTheTimes) {
+  const Usage usage{.prompt_tokens = 12,
+                    .completion_tokens = 5,
+                    .cached_tokens = 10,
+                    .prompt_ms = 4.0,
+                    .predicted_ms = 8.0};
+  Json r = Json::object();
+  AddTimings(usage, &r);
+  const Json& t = r["timings"];
+  EXPECT_EQ(t["cache_n"], 10);
+  EXPECT_EQ(t["prompt_n"], 2);
+  EXPECT_DOUBLE_EQ(t["prompt_ms"].get<double>(), 4.0);
+  EXPECT_DOUBLE_EQ(t["prompt_per_token_ms"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(t["prompt_per_second"].get<double>(), 500.0);
+  EXPECT_EQ(t["predicted_n"], 5);
+  EXPECT_DOUBLE_EQ(t["predicted_per_token_ms"].get<double>(), 2.0);  // 4 intervals.
+  EXPECT_DOUBLE_EQ(t["predicted_per_second"].get<double>(), 500.0);
+  Json none = Json::object();
+  AddTimings(Usage{.prompt_tokens = 3}, &none);
+  EXPECT_FALSE(none.contains("timings"));
+  CompletionParams p;
+  EXPECT_EQ(CompletionResponse(p, "cmpl-1", 1, "m", "x", "stop", usage)["timings"]["cache_n"], 10);
+}
+
 TEST(OpenAiApiTest, UsageCarriesTheCachedPromptTokensWholeAndStreamed) {
   CompletionParams p;
   const Usage usage{.prompt_tokens = 12, .completion_tokens = 5, .cached_tokens = 11};
