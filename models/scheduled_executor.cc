@@ -52,18 +52,37 @@ void ScheduledExecutor::AddSchedulerTimes(const SchedulerStats& before) {
   timings.graphs += after.graphs - before.graphs;
 }
 
+void ScheduledExecutor::DropLastGraph() {
+  last_scheduled_.reset();  // before the graph it was made of.
+  last_graph_.reset();
+}
+
 absl::Status ScheduledExecutor::RunSequential(Batch& batch) {
   const BatchPiece whole = WholeBatch(batch);
   const auto t0 = std::chrono::steady_clock::now();
-  TG_ASSIGN_OR_RETURN(std::unique_ptr<LlamaGraph> g, batch.Build(whole));
-  TG_ASSIGN_OR_RETURN(std::unique_ptr<ScheduledGraph> scheduled, scheduler_->Schedule(g->graph));
-  TG_RETURN_IF_ERROR(batch.FillInputs(*g, whole, WriteThroughBuffer));
+  GraphKey key = batch.Key(whole);
+  if (last_graph_ == nullptr || !(last_key_ == key)) {
+    DropLastGraph();
+    TG_ASSIGN_OR_RETURN(last_graph_, batch.Build(whole));
+    absl::StatusOr<std::unique_ptr<ScheduledGraph>> scheduled =
+        scheduler_->Schedule(last_graph_->graph);
+    if (!scheduled.ok()) {
+      DropLastGraph();
+      return scheduled.status();
+    }
+    last_scheduled_ = std::move(*scheduled);
+    last_key_ = std::move(key);
+  }
+  absl::Status status = batch.FillInputs(*last_graph_, whole, WriteThroughBuffer);
   mutable_timings().build_us += MicrosSince(t0);
-  const SchedulerStats before = scheduler_->stats();
-  absl::Status status = scheduler_->Compute(*scheduled);
-  AddSchedulerTimes(before);
-  TG_RETURN_IF_ERROR(status);
-  return batch.ReadResults(*g, whole);
+  if (status.ok()) {
+    const SchedulerStats before = scheduler_->stats();
+    status = scheduler_->Compute(*last_scheduled_);
+    AddSchedulerTimes(before);
+  }
+  if (status.ok()) status = batch.ReadResults(*last_graph_, whole);
+  if (!status.ok()) DropLastGraph();  // a failed run leaves nothing to trust.
+  return status;
 }
 
 // Each micro-batch in its own memory slot, all in flight together. The devices run each
@@ -76,6 +95,7 @@ absl::Status ScheduledExecutor::RunPipelined(Batch& batch) {
     std::unique_ptr<LlamaGraph> graph;
     std::unique_ptr<ScheduledGraph> scheduled;  // declared after graph: destroyed first.
   };
+  DropLastGraph();  // slot 0's memory is planned anew.
   const int64_t n = batch.n_tokens();
   const int64_t n_micro = MicroBatches(n);
   std::vector<InFlight> slots(n_micro);

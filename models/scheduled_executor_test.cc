@@ -1,8 +1,9 @@
 // ScheduledExecutor on the toy model (models/executor_testing.h) split over two CPU devices
 // (table on one, bias on the other: two splits a graph), checked against logits computed on
 // the host: a batch is cut into up to n_copies micro-batches of nearly equal size (none under
-// the minimum), in order; one token, or n_copies 1, runs whole; a failed micro-batch's error
-// comes back after the ones in flight finish; greedy steps go one at a time.
+// the minimum), in order; one token, or n_copies 1, runs whole, and the next batch of its
+// key runs that graph again; a failed micro-batch's error comes back after the ones in flight
+// finish; greedy steps go one at a time.
 #include "models/scheduled_executor.h"
 
 #include <gtest/gtest.h>
@@ -59,15 +60,36 @@ TEST_F(ScheduledExecutorTest, OneTokenOrOneCopyRunsTheBatchWhole) {
     SCOPED_TRACE(absl::StrCat("n_copies ", n_copies, " n ", n));
     auto e = NewExecutor(n_copies);
     const std::vector<int32_t> tokens = Tokens(n);
-    for (int round = 0; round < 2; ++round) {  // the second builds again: graphs are not kept.
-      ToyBatch batch(*model_, tokens, 0);
-      ASSERT_TRUE(e->Run(batch).ok());
-      EXPECT_EQ(batch.built, (std::vector<BatchPiece>{{0, n}}));
-      ExpectHostLogits(*model_, batch, tokens);
-    }
-    EXPECT_EQ(e->timings().graphs, 2);
-    EXPECT_EQ(e->timings().splits, 4);
+    ToyBatch batch(*model_, tokens, 0);
+    ASSERT_TRUE(e->Run(batch).ok());
+    EXPECT_EQ(batch.built, (std::vector<BatchPiece>{{0, n}}));
+    ExpectHostLogits(*model_, batch, tokens);
+    EXPECT_EQ(e->timings().graphs, 1);
+    EXPECT_EQ(e->timings().splits, 2);
   }
+}
+
+// A batch run whole with the key of the last one (a decode step in the same kv block) runs
+// its graph again, with the new batch's inputs; another key, or a pipelined batch in between,
+// builds anew.
+TEST_F(ScheduledExecutorTest, ABatchOfTheLastKeyRunsItsGraphAgain) {
+  auto e = NewExecutor(4, /*min_micro_batch=*/4);
+  auto run = [&](std::vector<int32_t> tokens, int64_t n_past) {
+    ToyBatch batch(*model_, tokens, n_past);
+    EXPECT_TRUE(e->Run(batch).ok());
+    ExpectHostLogits(*model_, batch, tokens);
+    return batch.built.size();
+  };
+  EXPECT_EQ(run({3}, 0), 1u);
+  EXPECT_EQ(run({5}, 1), 0u);  // positions 0 and 1: one block of 4 cells.
+  EXPECT_EQ(run({7}, 2), 0u);
+  EXPECT_EQ(run({2}, 4), 1u);  // the next block: another key.
+  EXPECT_EQ(run({4, 6}, 5), 1u);  // two tokens: another key.
+  EXPECT_EQ(run({1}, 7), 1u);
+  EXPECT_EQ(run({3}, 6), 0u);
+  EXPECT_EQ(run(Tokens(8), 0), 2u);  // pipelined: two micro-batches.
+  EXPECT_EQ(run({3}, 6), 1u);        // slot 0 was planned again: built anew.
+  EXPECT_EQ(e->timings().graphs, 10);
 }
 
 // No micro-batch is shorter than the minimum: fewer pieces, or the batch whole.
