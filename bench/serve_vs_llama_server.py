@@ -10,8 +10,8 @@ started together (a barrier), each streaming one /v1/completions request (server
 events, plain http.client) of --max-tokens tokens at temperature 0 with "ignore_eos" (llama-
 server honours it; tg-server ignores unknown fields, so the generated counts, from the
 final chunk's usage or else the chunks with text, are checked and printed: a short count is
-flagged). Every prompt starts with a number unique to its request, so no server can reuse a
-cached prompt of an earlier request (llama-server would; tg-server has no prefix reuse yet).
+flagged). Every prompt starts with a number unique to its request, so neither server can
+reuse a cached prompt of an earlier request (both would).
 
 Per wave: aggregate completion t/s = all completion tokens / (last response end - first
 request start); time to first token (TTFT) per client = request start to the first chunk
