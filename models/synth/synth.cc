@@ -180,6 +180,7 @@ void SetModelMetadata(const SynthOptions& o, GgufWriter* w) {
   w->SetU32(a + "vocab_size", static_cast<uint32_t>(d.n_vocab));
   SetExpertMetadata(o, a, w);
   if (o.arch == SynthArch::kGptOss) SetGptOssMetadata(a, w);
+  if (!o.chat_template.empty()) w->SetString("tokenizer.chat_template", o.chat_template);
 }
 
 void SetTokenizerMetadata(const SpmVocab& v, GgufWriter* w) {

@@ -2,8 +2,10 @@
 #include "models/synth/synth_options.h"
 
 #include <algorithm>
+#include <fstream>
 #include <iterator>
 #include <optional>
+#include <sstream>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -31,7 +33,8 @@ constexpr char kUsageDims[] = "n_embd,n_ff,n_layer,n_head,n_head_kv,n_vocab";
 constexpr int64_t kMaxExperts = 512;  // llama.cpp's LLAMA_MAX_EXPERTS.
 constexpr const char* kFlags[] = {"--dims",    "--type",         "--seed",
                                   "--ctx",     "--threads",      "--arch",
-                                  "--experts", "--experts-used", "--expert-ff"};
+                                  "--experts", "--experts-used", "--expert-ff",
+                                  "--chat-template"};
 // --arch's names, which are also general.architecture's but for mixtral (GgufArchName).
 constexpr EnumName<SynthArch> kArchNames[] = {
     {SynthArch::kLlama, "llama"},
@@ -207,6 +210,17 @@ absl::Status ApplyFlag(absl::string_view flag, absl::string_view value, SynthOpt
     *have_type = true;
     return ParseType(value, opts);
   }
+  if (flag == "--chat-template") {
+    std::ifstream in{std::string(value), std::ios::binary};
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in || text.str().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--chat-template: cannot read a template from '", value, "'"));
+    }
+    opts->chat_template = text.str();
+    return absl::OkStatus();
+  }
   if (flag == "--seed") {
     if (absl::SimpleAtoi(value, &opts->seed)) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat("bad --seed '", value, "'"));
@@ -259,7 +273,7 @@ absl::StatusOr<SynthOptions> ParseSynthOptions(absl::Span<char* const> args) {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown flag '", arg, "' (flags: --dims ", kUsageDims,
           " --type T --seed S --ctx N --threads N --arch A --experts E --experts-used K "
-          "--expert-ff F; see tg-gguf synth --help)"));
+          "--expert-ff F --chat-template FILE; see tg-gguf synth --help)"));
     }
     if (i + 1 >= args.size()) {
       return absl::InvalidArgumentError(absl::StrCat("flag ", arg, " needs a value"));
@@ -285,13 +299,14 @@ std::string SynthUsage() {
       "usage: tg-gguf synth OUT --dims ", kUsageDims, "\n",
       "                     --type T [--seed S (42)] [--ctx N (2048)] [--threads N (0: all)]\n",
       "                     [--arch ", NameList(kArchNames, "|"), " --experts E --experts-used K\n",
-      "                      [--expert-ff F (n_ff)]]\n",
+      "                      [--expert-ff F (n_ff)]] [--chat-template FILE]\n",
       "       T: ", TypeNames(/*mixes=*/false, "|"), " (every matrix)\n          or ",
       TypeNames(/*mixes=*/true, "|"), " (llama-quantize's mixes; docs/gguf.md)\n\n",
       "Writes a llama GGUF with random weights that tensorgrid and llama.cpp load; e.g. the\n",
       "stories15M shape: --dims 288,768,6,6,6,32000. A mixture-of-experts --arch (all but\n",
       "llama, the default) makes every feed-forward E experts of which the router picks K;\n",
-      "gpt-oss's experts are MXFP4.\n");
+      "gpt-oss's experts are MXFP4. --chat-template writes FILE's Jinja template as\n",
+      "tokenizer.chat_template, the one tg-server renders chats with.\n");
 }
 
 }  // namespace tg::synth

@@ -50,6 +50,7 @@ struct SynthOptions {
   uint64_t seed = 42;
   int64_t ctx = 2048;
   int threads = 0;    // generating the weights; 0 = every core. The file does not depend on it.
+  std::string chat_template;  // --chat-template FILE's text: tokenizer.chat_template (or none).
   bool help = false;  // -h/--help: print SynthUsage() instead; nothing else was checked.
 };
 

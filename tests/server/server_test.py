@@ -117,11 +117,13 @@ def tg_run(binary, model, prompt, n, extra):
 
 
 def parse_args():
-    """The arguments every server test takes: --tg-server, --tg-run, --model."""
+    """The arguments every server test takes: --tg-server, --tg-run, --model, and --tg-gguf
+    (for the tests that write a model)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--tg-server", required=True)
     ap.add_argument("--tg-run", required=True)
     ap.add_argument("--model", required=True)
+    ap.add_argument("--tg-gguf", default=None)
     return ap.parse_args()
 
 
