@@ -136,6 +136,16 @@ class SchedulerTest : public ::testing::Test {
     return std::move(*s);
   }
 
+  // `out` computed on CPU0 alone with input `x` set to `xv`.
+  std::vector<float> OnCpu0(Tensor* out, Tensor* x, const std::vector<float>& xv) {
+    Graph graph = *BuildGraph({out});
+    auto s = MakeScheduler({&dev0_});
+    auto g = *s->Schedule(graph);
+    EXPECT_TRUE(g->SetInput(x, xv.data(), xv.size() * sizeof(float)).ok());
+    EXPECT_TRUE(s->Compute(*g).ok());
+    return ReadF32(*out);
+  }
+
   // The output of an MLP on weights `w0`, `w1` for input `x`, scheduled on CPU0 alone.
   std::vector<float> OneDeviceMlp(Tensor* w0, Tensor* w1, const std::vector<float>& x);
 
@@ -329,12 +339,7 @@ TEST_F(SchedulerTest, AStridedViewCrossesThroughTheHostAsItsRowsOnly) {
     Context ctx;
     Tensor *x, *slice;
     Tensor* out = build(ctx, Weight(dev0_, 8, 16, 1), Weight(dev0_, 6, 4, 2), &x, &slice);
-    Graph graph = *BuildGraph({out});
-    auto s = MakeScheduler({&dev0_});
-    auto g = *s->Schedule(graph);
-    ASSERT_TRUE(g->SetInput(x, xv.data(), xv.size() * sizeof(float)).ok());
-    ASSERT_TRUE(s->Compute(*g).ok());
-    want = ReadF32(*out);
+    want = OnCpu0(out, x, xv);
   }
   Context ctx;
   Tensor *x, *slice;
@@ -465,12 +470,7 @@ TEST_F(SchedulerTest, AViewOfAnotherDevicesInputIsNoLeafOfTheSplitReadingIt) {
     Context ctx;
     Tensor* x;
     Tensor* out = build(ctx, w0, Weight(dev0_, 4, 8, 2), &x);
-    Graph graph = *BuildGraph({out});
-    auto s = MakeScheduler({&dev0_});
-    auto g = *s->Schedule(graph);
-    ASSERT_TRUE(g->SetInput(x, xv.data(), xv.size() * sizeof(float)).ok());
-    ASSERT_TRUE(s->Compute(*g).ok());
-    want = ReadF32(*out);
+    want = OnCpu0(out, x, xv);
   }
   Context ctx;
   Tensor* x;

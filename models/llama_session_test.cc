@@ -52,13 +52,21 @@ class LayerSplitSessionTest : public ::testing::Test {
     return tied;
   }
 
-  void ExpectSameAsOneDevice(const std::string& path) {
+  // `path` loaded on CPU0 alone, and split by layers over CPU0 and CPU1.
+  std::unique_ptr<LlamaModel> OnOneDevice(const std::string& path) {
     LoadOptions one;
     one.plan = DevicePlan{SplitMode::kNone, {&dev0_}, {1.0f}};
+    return *LlamaModel::Load(path, one);
+  }
+  std::unique_ptr<LlamaModel> SplitByLayers(const std::string& path) {
     LoadOptions split;
     split.plan = DevicePlan{SplitMode::kLayer, {&dev0_, &dev1_}, {0.5f, 0.5f}};
-    auto ref_model = *LlamaModel::Load(path, one);
-    auto model = *LlamaModel::Load(path, split);
+    return *LlamaModel::Load(path, split);
+  }
+
+  void ExpectSameAsOneDevice(const std::string& path) {
+    auto ref_model = OnOneDevice(path);
+    auto model = SplitByLayers(path);
     ASSERT_TRUE(model->multi_device());
     EXPECT_EQ(model->placement().Describe(),
               "CPU0: layers 0-2, embeddings; CPU1: layers 3-4, output");
@@ -161,12 +169,8 @@ TEST_F(LayerSplitSessionTest, DecodeGreedyPicksTheArgmaxOfTheLogits) {
 // gives the bits of decoding it one token per call on one device (a failover's rebuild of the
 // cache is such a call). Without it, the prompt's batches take other kernels (GEMMs).
 TEST_F(LayerSplitSessionTest, DeterministicPromptHasTheBitsOfTokenByToken) {
-  LoadOptions one;
-  one.plan = DevicePlan{SplitMode::kNone, {&dev0_}, {1.0f}};
-  LoadOptions split;
-  split.plan = DevicePlan{SplitMode::kLayer, {&dev0_, &dev1_}, {0.5f, 0.5f}};
-  auto ref_model = *LlamaModel::Load(path_, one);
-  auto model = *LlamaModel::Load(path_, split);
+  auto ref_model = OnOneDevice(path_);
+  auto model = SplitByLayers(path_);
   std::vector<int32_t> prompt;
   for (int i = 0; i < 40; ++i) prompt.push_back((i * 53 + 7) % 512);
   SessionOptions so;
