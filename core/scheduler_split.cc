@@ -85,9 +85,8 @@ absl::StatusOr<SplitPlan> CutSplits(const Graph& graph, absl::Span<Device* const
     // A view of memory on another device (an input's row that a pick reads here) is read
     // through its copy: left in, it would make that memory a leaf of this split, which a
     // device that holds only its own memory (a remote one) refuses.
-    std::erase_if(s.graph.nodes, [&](const Tensor* n) {
-      return IsViewOp(n->op) && a.Get(n) != s.device;
-    });
+    std::erase_if(s.graph.nodes,
+                  [&](const Tensor* n) { return IsViewOp(n->op) && a.Get(n) != s.device; });
     CollectSplitLeafs(s, plan, first_rewire);
     first_rewire = plan.rewires.size();
     copies.clear();

@@ -83,7 +83,7 @@ TEST_F(ScheduledExecutorTest, ABatchOfTheLastKeyRunsItsGraphAgain) {
   EXPECT_EQ(run({3}, 0), 1u);
   EXPECT_EQ(run({5}, 1), 0u);  // positions 0 and 1: one block of 4 cells.
   EXPECT_EQ(run({7}, 2), 0u);
-  EXPECT_EQ(run({2}, 4), 1u);  // the next block: another key.
+  EXPECT_EQ(run({2}, 4), 1u);     // the next block: another key.
   EXPECT_EQ(run({4, 6}, 5), 1u);  // two tokens: another key.
   EXPECT_EQ(run({1}, 7), 1u);
   EXPECT_EQ(run({3}, 6), 0u);
@@ -94,10 +94,9 @@ TEST_F(ScheduledExecutorTest, ABatchOfTheLastKeyRunsItsGraphAgain) {
 
 // No micro-batch is shorter than the minimum: fewer pieces, or the batch whole.
 TEST_F(ScheduledExecutorTest, MicroBatchesHoldAtLeastTheMinimum) {
-  for (const auto& [n, want] :
-       {std::pair<int, std::vector<BatchPiece>>{10, {{0, 5}, {5, 5}}},
-        {7, {{0, 7}}},
-        {17, {{0, 5}, {5, 4}, {9, 4}, {13, 4}}}}) {
+  for (const auto& [n, want] : {std::pair<int, std::vector<BatchPiece>>{10, {{0, 5}, {5, 5}}},
+                                {7, {{0, 7}}},
+                                {17, {{0, 5}, {5, 4}, {9, 4}, {13, 4}}}}) {
     SCOPED_TRACE(absl::StrCat("n ", n));
     auto e = NewExecutor(4, /*min_micro_batch=*/4);
     const std::vector<int32_t> tokens = Tokens(n);

@@ -296,10 +296,10 @@ void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool
     cached_tokens_ += t.cached_tokens;
     if (!t.status.ok()) return Error(res, HttpStatusOf(t.status), std::string(t.status.message()));
     res.set_content(
-        Dump(CompletionResponse(params, rid, created, options_.model_name, out, t.finish_reason,
-                                {n_prompt, t.completion_tokens, t.cached_tokens, t.prompt_ms,
-                                 t.predicted_ms},
-                                logprobs)),
+        Dump(CompletionResponse(
+            params, rid, created, options_.model_name, out, t.finish_reason,
+            {n_prompt, t.completion_tokens, t.cached_tokens, t.prompt_ms, t.predicted_ms},
+            logprobs)),
         kJson);
     return Count(200);
   }

@@ -31,10 +31,9 @@ constexpr int64_t kByteTokens = 256;
 constexpr int64_t kMinPieces = 8;  // a few real pieces ("▁", common words) after the bytes.
 constexpr char kUsageDims[] = "n_embd,n_ff,n_layer,n_head,n_head_kv,n_vocab";
 constexpr int64_t kMaxExperts = 512;  // llama.cpp's LLAMA_MAX_EXPERTS.
-constexpr const char* kFlags[] = {"--dims",    "--type",         "--seed",
-                                  "--ctx",     "--threads",      "--arch",
-                                  "--experts", "--experts-used", "--expert-ff",
-                                  "--chat-template"};
+constexpr const char* kFlags[] = {"--dims",      "--type",         "--seed",    "--ctx",
+                                  "--threads",   "--arch",         "--experts", "--experts-used",
+                                  "--expert-ff", "--chat-template"};
 // --arch's names, which are also general.architecture's but for mixtral (GgufArchName).
 constexpr EnumName<SynthArch> kArchNames[] = {
     {SynthArch::kLlama, "llama"},

@@ -287,27 +287,27 @@ TEST_P(MulMatTypeTest, DecodeColumnCountsMatchReference) {
 // alone). Float weights at a row length the row kernel takes and at one the tiles take.
 TEST_P(MulMatTypeTest, DecodeColumnsAreBitIdenticalToOneColumn) {
   const DType type = GetParam();
-  const std::vector<int64_t> ks =
-      IsQuantized(type) ? std::vector<int64_t>{TestKs(type).back()} : std::vector<int64_t>{45, 2100};
+  const std::vector<int64_t> ks = IsQuantized(type) ? std::vector<int64_t>{TestKs(type).back()}
+                                                    : std::vector<int64_t>{45, 2100};
   constexpr int64_t kRows = 21;
   for (int64_t k : ks) {
-  for (bool from_memory : {true, false}) {
-    for (int64_t n : {2, 5, 8, 11, 16}) {
-      Owned a = MakeWeights(type, k, kRows, 1, 1, 1100 + n);
-      Owned b = MakeActivations(k, n, 1, 1, Layout::kContiguous, 1200 + n);
-      const std::vector<float> batch = RunMulMat(&a.t, &b.t, 2, from_memory);
-      for (int64_t j = 0; j < n; ++j) {
-        Owned one = MakeActivations(k, 1, 1, 1, Layout::kContiguous, 0);
-        std::memcpy(one.bytes.data(), b.bytes.data() + j * b.t.nb[1], k * sizeof(float));
-        const std::vector<float> alone = RunMulMat(&a.t, &one.t, 1, from_memory);
-        for (int64_t r = 0; r < kRows; ++r) {
-          ASSERT_EQ(std::memcmp(&batch[j * kRows + r], &alone[r], sizeof(float)), 0)
-              << Describe(type, k, kRows, n, 2) << " column " << j << " row " << r << ": "
-              << batch[j * kRows + r] << " batched, " << alone[r] << " alone";
+    for (bool from_memory : {true, false}) {
+      for (int64_t n : {2, 5, 8, 11, 16}) {
+        Owned a = MakeWeights(type, k, kRows, 1, 1, 1100 + n);
+        Owned b = MakeActivations(k, n, 1, 1, Layout::kContiguous, 1200 + n);
+        const std::vector<float> batch = RunMulMat(&a.t, &b.t, 2, from_memory);
+        for (int64_t j = 0; j < n; ++j) {
+          Owned one = MakeActivations(k, 1, 1, 1, Layout::kContiguous, 0);
+          std::memcpy(one.bytes.data(), b.bytes.data() + j * b.t.nb[1], k * sizeof(float));
+          const std::vector<float> alone = RunMulMat(&a.t, &one.t, 1, from_memory);
+          for (int64_t r = 0; r < kRows; ++r) {
+            ASSERT_EQ(std::memcmp(&batch[j * kRows + r], &alone[r], sizeof(float)), 0)
+                << Describe(type, k, kRows, n, 2) << " column " << j << " row " << r << ": "
+                << batch[j * kRows + r] << " batched, " << alone[r] << " alone";
+          }
         }
       }
     }
-  }
   }
 }
 

@@ -212,7 +212,9 @@ void RowDot(int64_t k, const char* a, const void* const* b, float* const* c, int
   }
   for (; i + kW <= k; i += kW) {
     const __m256 av = L::Load8(a + i * L::kBytes);
-    for (int j = 0; j < C; ++j) acc[j][0] = _mm256_fmadd_ps(av, _mm256_loadu_ps(y[j] + i), acc[j][0]);
+    for (int j = 0; j < C; ++j) {
+      acc[j][0] = _mm256_fmadd_ps(av, _mm256_loadu_ps(y[j] + i), acc[j][0]);
+    }
   }
   for (int j = 0; j < C; ++j) {
     float sum = HorizontalSum(
@@ -231,9 +233,10 @@ constexpr int kRowDotCols = 2;
 #endif
 
 // Up to this row length a tile takes its rows one at a time (RowDot, for 1 column or
-// several): the activation rows (<= 8 KiB each) stay in L1 anyway, and one sequential stream per thread measured 1.3-1.6x
-// the throughput of 8 interleaved rows on the 288-wide stories15M shape (rows of 1152 bytes,
-// 2 threads, Zen 4). Longer rows share each activation load between kMaxTileRows rows.
+// several): the activation rows (<= 8 KiB each) stay in L1 anyway, and one sequential stream
+// per thread measured 1.3-1.6x the throughput of 8 interleaved rows on the 288-wide
+// stories15M shape (rows of 1152 bytes, 2 threads, Zen 4). Longer rows share each
+// activation load between kMaxTileRows rows.
 constexpr int64_t kRowwiseMaxK = 2048;
 
 template <typename L>
