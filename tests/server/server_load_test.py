@@ -361,6 +361,7 @@ def main():
     ap.add_argument("--tg-server", required=True)
     ap.add_argument("--tg-run", required=True)  # taken as by every server test; not used.
     ap.add_argument("--model", required=True)
+    ap.add_argument("--tg-gguf", default=None)  # as above.
     ap.add_argument("--requests", type=int, default=1000)
     a = ap.parse_args()
     if not os.path.exists(a.model):
