@@ -252,16 +252,11 @@ absl::StatusOr<std::unique_ptr<BatchSession>> BatchSession::Create(
   if (options.n_ctx <= 0) return absl::InvalidArgumentError("the cache needs at least one cell");
   if (options.n_batch <= 0) return absl::InvalidArgumentError("batch size must be positive");
   if (options.kv_pad < 0) return absl::InvalidArgumentError("kv_pad must not be negative");
-  if (options.n_copies < 0 || options.n_copies > kMaxSchedulerCopies) {
-    return absl::InvalidArgumentError(absl::StrCat("pipeline copies ", options.n_copies,
-                                                   " outside [0, ", kMaxSchedulerCopies, "]"));
-  }
+  TG_ASSIGN_OR_RETURN(const ExecutorOptions eo,
+                      PipelineOptions(options.n_copies, options.min_micro_batch));
   std::unique_ptr<BatchSession> s(new BatchSession(model, options));
   if (s->options_.kv_pad == 0) s->options_.kv_pad = kDefaultKvPad;
   TG_ASSIGN_OR_RETURN(s->cache_, KvCache::ForModel(model, options.n_ctx, options.kv_type));
-  ExecutorOptions eo;
-  eo.n_copies = options.n_copies == 0 ? kDefaultPipelineCopies : options.n_copies;
-  if (options.min_micro_batch > 0) eo.min_micro_batch = options.min_micro_batch;
   TG_ASSIGN_OR_RETURN(s->executor_, CreateExecutor(model, eo));
   return s;
 }

@@ -1,5 +1,6 @@
 #include "models/executor.h"
 
+#include "absl/strings/str_cat.h"
 #include "core/registry.h"
 #include "core/status_macros.h"
 #include "models/fallback_executor.h"
@@ -15,6 +16,17 @@ absl::Status Executor::Generate(PickSteps& steps, int32_t token, int64_t max_tok
     if (!on_token(token)) break;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<ExecutorOptions> PipelineOptions(int n_copies, int64_t min_micro_batch) {
+  if (n_copies < 0 || n_copies > kMaxSchedulerCopies) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline copies ", n_copies, " outside [0, ", kMaxSchedulerCopies, "]"));
+  }
+  ExecutorOptions eo;
+  if (n_copies > 0) eo.n_copies = n_copies;
+  if (min_micro_batch > 0) eo.min_micro_batch = min_micro_batch;
+  return eo;
 }
 
 absl::StatusOr<std::unique_ptr<Executor>> CreateExecutor(const LlamaModel& model,

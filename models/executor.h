@@ -152,6 +152,11 @@ struct ExecutorOptions {
   int greedy_batch = 0;                   // one device: SessionOptions::greedy_batch.
 };
 
+// A session's pipelining options as the executor takes them: n_copies 0 is
+// kDefaultPipelineCopies, min_micro_batch 0 (or less) kMinMicroBatchTokens. INVALID_ARGUMENT
+// for n_copies outside [0, kMaxSchedulerCopies].
+absl::StatusOr<ExecutorOptions> PipelineOptions(int n_copies, int64_t min_micro_batch);
+
 // The executor for `model`'s placement: its one device (with the host CPU for the nodes a
 // non-CPU device has no kernel for, see FallbackExecutor), or scheduled over the devices of
 // its layer split (in layer order, the scheduler's priority order).

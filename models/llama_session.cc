@@ -149,10 +149,8 @@ class LlamaSession::DeviceSteps : public PickSteps {
 absl::StatusOr<std::unique_ptr<LlamaSession>> LlamaSession::Create(const LlamaModel& model,
                                                                    const SessionOptions& options) {
   if (options.n_batch <= 0) return absl::InvalidArgumentError("batch size must be positive");
-  if (options.n_copies < 0 || options.n_copies > kMaxSchedulerCopies) {
-    return absl::InvalidArgumentError(absl::StrCat("pipeline copies ", options.n_copies,
-                                                   " outside [0, ", kMaxSchedulerCopies, "]"));
-  }
+  TG_ASSIGN_OR_RETURN(ExecutorOptions eo,
+                      PipelineOptions(options.n_copies, options.min_micro_batch));
   if (options.kv_pad < 0) return absl::InvalidArgumentError("kv_pad must not be negative");
   if (options.greedy_batch < 0 || options.greedy_batch > kMaxGreedyBatch) {
     return absl::InvalidArgumentError(
@@ -162,9 +160,6 @@ absl::StatusOr<std::unique_ptr<LlamaSession>> LlamaSession::Create(const LlamaMo
   s->options_ = options;
   if (s->options_.kv_pad == 0) s->options_.kv_pad = kDefaultKvPad;
   TG_ASSIGN_OR_RETURN(s->cache_, KvCache::ForModel(model, options.n_ctx, options.kv_type));
-  ExecutorOptions eo;
-  eo.n_copies = options.n_copies == 0 ? kDefaultPipelineCopies : options.n_copies;
-  if (options.min_micro_batch > 0) eo.min_micro_batch = options.min_micro_batch;
   eo.greedy_batch = options.greedy_batch;
   TG_ASSIGN_OR_RETURN(s->executor_, CreateExecutor(model, eo));
   return s;

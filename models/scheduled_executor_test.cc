@@ -3,11 +3,13 @@
 // the host: a batch is cut into up to n_copies micro-batches of nearly equal size (none under
 // the minimum), in order; one token, or n_copies 1, runs whole, and the next batch of its
 // key runs that graph again; a failed micro-batch's error comes back after the ones in flight
-// finish; greedy steps go one at a time.
+// finish; greedy steps go one at a time. A session's pipelining options resolve their zeros.
 #include "models/scheduled_executor.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -131,6 +133,21 @@ TEST_F(ScheduledExecutorTest, GreedyStepsGoOneAtATime) {
   EXPECT_EQ(steps.decoded_one, 6);
   EXPECT_EQ(steps.step_builds, 0);
   EXPECT_EQ(steps.n_past, 6);
+}
+
+// A session's pipelining options: zeros take the defaults, copies stay within the scheduler's.
+TEST(PipelineOptionsTest, ZerosTakeTheDefaultsAndCopiesAreBounded) {
+  const ExecutorOptions defaults = *PipelineOptions(0, 0);
+  EXPECT_EQ(defaults.n_copies, kDefaultPipelineCopies);
+  EXPECT_EQ(defaults.min_micro_batch, kMinMicroBatchTokens);
+  const ExecutorOptions set = *PipelineOptions(2, 16);
+  EXPECT_EQ(set.n_copies, 2);
+  EXPECT_EQ(set.min_micro_batch, 16);
+  for (int bad : {-1, kMaxSchedulerCopies + 1}) {
+    const absl::StatusOr<ExecutorOptions> o = PipelineOptions(bad, 0);
+    EXPECT_TRUE(absl::IsInvalidArgument(o.status())) << bad;
+    EXPECT_THAT(std::string(o.status().message()), ::testing::HasSubstr("pipeline copies"));
+  }
 }
 
 }  // namespace

@@ -45,6 +45,11 @@ int HttpStatusOf(const absl::Status& s) {
   }
 }
 
+// A finished request's usage (and times) for its response.
+Usage UsageOf(const Exchange::Taken& t, int64_t n_prompt) {
+  return {n_prompt, t.completion_tokens, t.cached_tokens, t.prompt_ms, t.predicted_ms};
+}
+
 }  // namespace
 
 HttpApi::HttpApi(const HttpOptions& options, std::unique_ptr<httplib::Server> server)
@@ -295,12 +300,9 @@ void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool
     generated_tokens_ += t.completion_tokens;
     cached_tokens_ += t.cached_tokens;
     if (!t.status.ok()) return Error(res, HttpStatusOf(t.status), std::string(t.status.message()));
-    res.set_content(
-        Dump(CompletionResponse(
-            params, rid, created, options_.model_name, out, t.finish_reason,
-            {n_prompt, t.completion_tokens, t.cached_tokens, t.prompt_ms, t.predicted_ms},
-            logprobs)),
-        kJson);
+    res.set_content(Dump(CompletionResponse(params, rid, created, options_.model_name, out,
+                                            t.finish_reason, UsageOf(t, n_prompt), logprobs)),
+                    kJson);
     return Count(200);
   }
   Count(200);
@@ -330,8 +332,7 @@ void HttpApi::Complete(const httplib::Request& req, httplib::Response& res, bool
         if (!t.status.ok()) {
           send(ErrorBody(std::string(t.status.message()), "server_error", 500));
         } else {
-          const Usage usage{n_prompt, t.completion_tokens, t.cached_tokens, t.prompt_ms,
-                            t.predicted_ms};
+          const Usage usage = UsageOf(t, n_prompt);
           Json last = StreamChunk(params, rid, created, model, "", t.finish_reason);
           AddTimings(usage, &last);
           send(last);
