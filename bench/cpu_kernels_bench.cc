@@ -8,6 +8,9 @@
 //    against OpenBLAS's cblas_sgemm, both on kThreads threads;
 //  * dot_kernel_l2_1thread/<type>: the tile kernel alone, one thread, L2-resident weight:
 //    the compute ceiling a matvec approaches when memory is faster than the kernel;
+//  * decode_columns/<type>/8192x8192/<n>: a decode of n sequences at once (n activation rows,
+//    the tile kernels), weights from cold caches: "x_one_column" is the time against n
+//    single-column products, what batching n sequences saves;
 //  * mul_mat_quant/<type>/...: quantized weights with many activation rows (for reference).
 // A summary with the ratios against the targets is printed at the end.
 #include <sys/mman.h>
@@ -378,6 +381,32 @@ void BM_DotKernelCached(benchmark::State& state, DType type) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * rows * row));
 }
 
+// n activation columns against a cold 8192x8192 weight, timed against one column in the same
+// iteration (both from cold caches).
+void BM_DecodeColumns(benchmark::State& state, DType type, int64_t n) {
+  MulMatCase batch(type, kMatVecDim, kMatVecDim, n);
+  MulMatCase one(type, kMatVecDim, kMatVecDim, 1);
+  batch.Run();
+  one.Run();
+  std::vector<PairedTimes> times;
+  for (auto _ : state) {
+    EvictCaches();
+    Clock::time_point t0 = Clock::now();
+    one.Run();
+    const double t_one = Seconds(t0);
+    EvictCaches();
+    t0 = Clock::now();
+    batch.Run();
+    const double t = Seconds(t0);
+    state.SetIterationTime(t);
+    times.push_back({t_one, t});
+  }
+  const PairedTimes median = MedianPair(times);
+  state.counters["weight_GB/s"] = batch.WeightBytes() / median.ours / kGiga;
+  state.counters["x_one_column"] = median.ours / median.reference;
+  state.counters["columns_per_one"] = static_cast<double>(n) * median.reference / median.ours;
+}
+
 void BM_MulMatQuant(benchmark::State& state, DType type, int64_t m, int64_t n, int64_t k) {
   MulMatCase c(type, k, m, n);
   TimeFlops(state, 2.0 * m * n * k, [&] { c.Run(); });
@@ -439,6 +468,15 @@ void RegisterAll() {
     const std::string name = absl::StrCat("dot_kernel_l2_1thread/", DTypeName(type), "/4096");
     benchmark::RegisterBenchmark(name.c_str(), BM_DotKernelCached, type)
         ->Unit(benchmark::kMicrosecond);
+  }
+  for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
+    for (int64_t n : {2, 4, 8}) {
+      const std::string name = absl::StrCat("decode_columns/", DTypeName(type), "/8192x8192/", n);
+      benchmark::RegisterBenchmark(name.c_str(), BM_DecodeColumns, type, n)
+          ->UseManualTime()
+          ->Iterations(kMatVecIterations)
+          ->Unit(benchmark::kMillisecond);
+    }
   }
   constexpr int64_t kShapes[][3] = {{2048, 2048, 512}, {2048, 512, 2048}};  // M, N, K.
   for (const auto& s : kShapes) {

@@ -34,8 +34,9 @@ constexpr int64_t kGemmMinRows = 32;
 // Activation rows converted per column block: what stays in L2 next to the weight tiles.
 constexpr size_t kColumnBlockBytes = 256 * 1024;
 // Up to this many activation rows, tiles take the kernel's streaming_rows weight rows (1 for
-// the quantized types, so each thread reads its weights as one sequential stream: four
-// interleaved rows measured at half the DRAM throughput on Zen 4).
+// most quantized types, so each thread reads its weights as one sequential stream: four
+// interleaved rows measured at half the DRAM throughput on Zen 4; AVX2's Q4_0 takes 8 and
+// prefetches).
 constexpr int64_t kStreamingMaxCols = 16;
 // Weight matrices up to this size stay in L3 (32 MiB, shared with the rest of the model)
 // after their first use, so decode is bound by the kernels rather than DRAM: tiles of

@@ -137,6 +137,41 @@ INSTANTIATE_TEST_SUITE_P(
                       DType::kMXFP4, DType::kQ5_K, DType::kQ3_K, DType::kQ2_K, DType::kIQ4_XS),
     [](const ::testing::TestParamInfo<DType>& info) { return std::string(DTypeName(info.param)); });
 
+// AVX2's Q4_0 decode tiles and its packed prefill GEMM share their arithmetic (per row, each
+// block's exact integer dot times dx * dy, added in block order), so a column of a prefill
+// gives the bits it gives alone: a prompt's matrix products do not depend on how it is cut
+// into batches. Row counts that are not a multiple of the tiles' 8 and 16, rows padded as
+// in a view, weights cached and streamed (with prefetch).
+TEST(Q4_0ArithmeticTest, PrefillColumnsAreBitIdenticalToDecode) {
+  if (std::string(DotKernelsIsa()) != "avx2" || !QGemmSupports(DType::kQ4_0)) {
+    GTEST_SKIP() << "the shared arithmetic is the AVX2 kernels' (this build: " << DotKernelsIsa()
+                 << ")";
+  }
+  constexpr int64_t kRows = 37, kCols = 20;  // above 16 columns: the packed GEMM.
+  int run = 0;
+  for (int64_t k : {288, 2048}) {
+    for (size_t pad : {size_t{0}, size_t{18}}) {
+      for (bool from_memory : {false, true}) {
+        Owned a = MakeWeights(DType::kQ4_0, k, kRows, 300 + run, pad);
+        Owned x = MakeF32(k, kCols, 400 + run);
+        ++run;
+        const std::vector<float> prefill = RunMulMat(&a.t, &x.t, 2, from_memory);
+        for (int64_t j = 0; j < kCols; ++j) {
+          Owned one = MakeF32(k, 1, 0);
+          std::memcpy(one.bytes.data(), x.bytes.data() + j * x.t.nb[1], k * sizeof(float));
+          const std::vector<float> alone = RunMulMat(&a.t, &one.t, 1 + j % 2, from_memory);
+          for (int64_t i = 0; i < kRows; ++i) {
+            ASSERT_EQ(std::memcmp(&prefill[j * kRows + i], &alone[i], sizeof(float)), 0)
+                << "K=" << k << " pad=" << pad << " from memory " << from_memory << " column " << j
+                << " row " << i << ": " << prefill[j * kRows + i] << " in a prefill, " << alone[i]
+                << " alone";
+          }
+        }
+      }
+    }
+  }
+}
+
 // The packed GEMM's tile directly: every row count 1..16 and column count 1..8.
 TEST(QGemmTest, TileRowAndColumnCounts) {
   if (!QGemmSupports(DType::kQ8_0)) GTEST_SKIP() << "no packed GEMM in this build";

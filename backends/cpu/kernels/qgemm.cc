@@ -20,7 +20,9 @@
 // activation bytes into 16-bit pair sums, and VPMADDWD against ones widens them. A pair sum
 // must fit 16 bits, so the offsets stay small there: Q8_0 and IQ4_NL (whose levels reach
 // +113) are packed signed (offset 0) and multiplied as |w| times the activation with w's
-// sign (VPSIGNB). A tile's 16 rows are two 8-lane halves.
+// sign (VPSIGNB). The small types add several groups' pair sums in 16 bits before widening
+// (Q4_0 a whole block). A tile's 16 rows are two 8-lane halves. The AVX2 Q4_0 decode tiles
+// (vec_dot_q4_0.cc) compute each row with the same operations, so their bits agree.
 #include "backends/cpu/kernels/qgemm.h"
 
 #include <cstring>
@@ -334,9 +336,11 @@ void IsaTile(DType type, int64_t nblocks, const PackedBlock* w, const ActBlock* 
 #elif defined(TG_CPU_SIMD)
 namespace {
 
-// acc[2 j + h] holds rows 8 h .. 8 h + 7 of column j.
-template <int C, bool kMin, bool kSigned>
+// acc[2 j + h] holds rows 8 h .. 8 h + 7 of column j. kSpan groups' VPMADDUBSW pair sums are
+// added in 16 bits before one VPMADDWD widens them (IsaTile says why they fit).
+template <int C, bool kMin, bool kSigned, int kSpan>
 void Tile(int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, __m256* acc) {
+  static_assert(kGroups % kSpan == 0);
   for (int j = 0; j < 2 * C; ++j) acc[j] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nblocks; ++b) {
@@ -344,17 +348,22 @@ void Tile(int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, __m25
     for (int j = 0; j < C; ++j) {
       const ActBlock& yb = y[j][b];
       __m256i s[2] = {_mm256_set1_epi32(yb.corr), _mm256_set1_epi32(yb.corr)};
-      for (int g = 0; g < kGroups; ++g) {
-        int32_t v;
-        std::memcpy(&v, yb.qs + 4 * g, 4);
-        const __m256i a4 = _mm256_set1_epi32(v);
-        for (int h = 0; h < 2; ++h) {
-          const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(w[b].q[g] + 32 * h));
-          const __m256i p =
-              kSigned ? _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a4, q))
-                      : _mm256_maddubs_epi16(q, a4);
-          s[h] = _mm256_add_epi32(s[h], _mm256_madd_epi16(p, ones));
+      for (int g0 = 0; g0 < kGroups; g0 += kSpan) {
+        __m256i p[2];
+        for (int g = g0; g < g0 + kSpan; ++g) {
+          int32_t v;
+          std::memcpy(&v, yb.qs + 4 * g, 4);
+          const __m256i a4 = _mm256_set1_epi32(v);
+          for (int h = 0; h < 2; ++h) {
+            const __m256i q =
+                _mm256_load_si256(reinterpret_cast<const __m256i*>(w[b].q[g] + 32 * h));
+            const __m256i pg =
+                kSigned ? _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a4, q))
+                        : _mm256_maddubs_epi16(q, a4);
+            p[h] = g == g0 ? pg : _mm256_add_epi16(p[h], pg);
+          }
         }
+        for (int h = 0; h < 2; ++h) s[h] = _mm256_add_epi32(s[h], _mm256_madd_epi16(p[h], ones));
       }
       const __m256 dy = _mm256_set1_ps(yb.d);
       for (int h = 0; h < 2; ++h) {
@@ -370,24 +379,29 @@ void Tile(int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, __m25
 }
 
 // Four columns at a time: 8 accumulators stay in registers beside the loads.
-template <bool kMin, bool kSigned>
+template <bool kMin, bool kSigned, int kSpan>
 void RunTile(int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, int cols,
              __m256* acc) {
   simd::ByColumnPasses<4>(cols, [&](auto n, int j) {
-    Tile<decltype(n)::value, kMin, kSigned>(nblocks, w, y + j, acc + 2 * j);
+    Tile<decltype(n)::value, kMin, kSigned, kSpan>(nblocks, w, y + j, acc + 2 * j);
   });
 }
 
 // QGemmTile's work, on the packed tile and the activation rows.
 void IsaTile(DType type, int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, int rows,
              int cols, float* const* c) {
+  // A pair sum is at most 2 * 127 * the largest packed weight (activations stay within
+  // +-127), and kSpan of them below 2^15: Q4_0's nibbles (15) take a whole block (8 groups),
+  // Q5_0 / Q5_1 (31) and MXFP4 (24) 4 groups, the signed Q8_0 / IQ4_NL (127) one.
   __m256 acc[2 * kQGemmCols];
   if (type == DType::kQ8_0 || type == DType::kIQ4_NL) {  // packed signed (WeightOffset 0).
-    RunTile<false, true>(nblocks, w, y, cols, acc);
+    RunTile<false, true, 1>(nblocks, w, y, cols, acc);
   } else if (type == DType::kQ5_1) {
-    RunTile<true, false>(nblocks, w, y, cols, acc);
-  } else {
-    RunTile<false, false>(nblocks, w, y, cols, acc);
+    RunTile<true, false, 4>(nblocks, w, y, cols, acc);
+  } else if (type == DType::kQ4_0) {
+    RunTile<false, false, 8>(nblocks, w, y, cols, acc);
+  } else {  // Q5_0, MXFP4.
+    RunTile<false, false, 4>(nblocks, w, y, cols, acc);
   }
   for (int j = 0; j < cols; ++j) {
     alignas(32) float out[kQGemmRows];
