@@ -20,9 +20,10 @@
 // activation bytes into 16-bit pair sums, and VPMADDWD against ones widens them. A pair sum
 // must fit 16 bits, so the offsets stay small there: Q8_0 and IQ4_NL (whose levels reach
 // +113) are packed signed (offset 0) and multiplied as |w| times the activation with w's
-// sign (VPSIGNB). The small types add several groups' pair sums in 16 bits before widening
-// (Q4_0 a whole block). A tile's 16 rows are two 8-lane halves. The AVX2 Q4_0 decode tiles
-// (vec_dot_q4_0.cc) compute each row with the same operations, so their bits agree.
+// sign (VPSIGNB). The 5-bit types and MXFP4 add 4 groups' pair sums in 16 bits before
+// widening. A tile's 16 rows are two 8-lane halves. AVX2 packs no Q4_0: its decode tiles
+// (vec_dot_q4_0.cc: 8 rows transposed into lanes per pass of columns, 16-bit sums over the
+// whole block) ran prompts 1.4-1.7x faster than this GEMM (pp512, a 2048-wide model).
 #include "backends/cpu/kernels/qgemm.h"
 
 #include <cstring>
@@ -114,9 +115,12 @@ PackLayout LayoutOf(DType type) {
 }  // namespace
 
 bool QGemmSupports(DType type) {
-#if defined(TG_CPU_SIMD)  // AVX2, and AVX-512 VNNI.
+#if defined(TG_CPU_AVX512)
   return type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kQ5_0 ||
          type == DType::kQ5_1 || type == DType::kIQ4_NL || type == DType::kMXFP4;
+#elif defined(TG_CPU_SIMD)  // AVX2: Q4_0's decode tiles are faster for prompts too.
+  return type == DType::kQ8_0 || type == DType::kQ5_0 || type == DType::kQ5_1 ||
+         type == DType::kIQ4_NL || type == DType::kMXFP4;
 #else
   (void)type;
   return false;
@@ -391,15 +395,13 @@ void RunTile(int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, in
 void IsaTile(DType type, int64_t nblocks, const PackedBlock* w, const ActBlock* const* y, int rows,
              int cols, float* const* c) {
   // A pair sum is at most 2 * 127 * the largest packed weight (activations stay within
-  // +-127), and kSpan of them below 2^15: Q4_0's nibbles (15) take a whole block (8 groups),
-  // Q5_0 / Q5_1 (31) and MXFP4 (24) 4 groups, the signed Q8_0 / IQ4_NL (127) one.
+  // +-127), and kSpan of them below 2^15: Q5_0 / Q5_1 (31) and MXFP4 (24) 4 groups, the
+  // signed Q8_0 / IQ4_NL (127) one.
   __m256 acc[2 * kQGemmCols];
   if (type == DType::kQ8_0 || type == DType::kIQ4_NL) {  // packed signed (WeightOffset 0).
     RunTile<false, true, 1>(nblocks, w, y, cols, acc);
   } else if (type == DType::kQ5_1) {
     RunTile<true, false, 4>(nblocks, w, y, cols, acc);
-  } else if (type == DType::kQ4_0) {
-    RunTile<false, false, 8>(nblocks, w, y, cols, acc);
   } else {  // Q5_0, MXFP4.
     RunTile<false, false, 4>(nblocks, w, y, cols, acc);
   }

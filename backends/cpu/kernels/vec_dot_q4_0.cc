@@ -13,14 +13,14 @@
 // (ActQ4Chunk). Blocks past the last full chunk use one 32-byte vector per block.
 //
 // AVX2 (no VNNI, no byte permutes) takes eight weight rows at a time with one row per 32-bit
-// lane, as the packed prefill GEMM (qgemm.cc) does: the 16 quant bytes of the 8 rows'
-// block are transposed 4 bytes at a time (4 unpacks of 2 rows, 4 of 4), so that each of 8
-// vectors holds the same 4 quants of every row; a column then costs 8 VPMADDUBSW against
-// its quants broadcast 4 at a time, summed in 16 bits (8 x 2 x 15 x 127 < 2^15, exact), one
-// VPMADDWD, one conversion and one FMA for the 8 rows. Each row's result is the sum over
-// blocks, in block order, of fma(exact block dot, dx * dy): the prefill GEMM's arithmetic,
-// so decode and prefill give the same bits. The next eight rows are prefetched while these
-// are computed (eight rows streamed side by side defeat the hardware prefetcher: a 276 MB
+// lane: the 16 quant bytes of the 8 rows' block are transposed 4 bytes at a time (4 unpacks
+// of 2 rows, 4 of 4), so that each of 8 vectors holds the same 4 quants of every row; a
+// column then costs 8 VPMADDUBSW against its quants broadcast 4 at a time, summed in 16 bits
+// (8 x 2 x 15 x 127 < 2^15, exact), one VPMADDWD, one conversion and one FMA for the 8 rows.
+// Each row's result is the sum over blocks, in block order, of fma(exact block dot, dx * dy).
+// Prompts take these tiles too (AVX2 packs no Q4_0 for qgemm.h: 1.4-1.7x slower), so decode
+// and prefill give the same bits. The next eight rows are prefetched while these are
+// computed (eight rows streamed side by side defeat the hardware prefetcher: a 276 MB
 // matrix-vector product ran at 0.67x of one row at a time without it, 1.35x with it, 2
 // threads on an AVX2 EPYC).
 #include <algorithm>
