@@ -9,8 +9,9 @@
 //  * dot_kernel_l2_1thread/<type>: the tile kernel alone, one thread, L2-resident weight:
 //    the compute ceiling a matvec approaches when memory is faster than the kernel;
 //  * decode_columns/<type>/8192x8192/<n>: a decode of n sequences at once (n activation rows,
-//    the tile kernels), weights from cold caches: "x_one_column" is the time against n
-//    single-column products, what batching n sequences saves;
+//    the tile kernels), weights from cold caches: "x_one_column" is its time against one
+//    single-column product in the same iteration, "columns_per_one" n over that (how many
+//    columns batching gets for the time of one);
 //  * mul_mat_quant/<type>/...: quantized weights with many activation rows (for reference).
 // A summary with the ratios against the targets is printed at the end.
 #include <sys/mman.h>
