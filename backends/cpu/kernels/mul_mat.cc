@@ -35,8 +35,8 @@ constexpr int64_t kGemmMinRows = 32;
 constexpr size_t kColumnBlockBytes = 256 * 1024;
 // Up to this many activation rows, tiles take the kernel's streaming_rows weight rows (1 for
 // most quantized types, so each thread reads its weights as one sequential stream: four
-// interleaved rows measured at half the DRAM throughput on Zen 4; AVX2's Q4_0 takes 8 and
-// prefetches).
+// interleaved rows measured at half the DRAM throughput on Zen 4; AVX2's Q4_0 takes 32, at any
+// number of activation rows, and prefetches).
 constexpr int64_t kStreamingMaxCols = 16;
 // Weight matrices up to this size stay in L3 (32 MiB, shared with the rest of the model)
 // after their first use, so decode is bound by the kernels rather than DRAM: tiles of
@@ -150,7 +150,7 @@ int64_t ColumnBlock(size_t act_stride, int64_t n) {
 size_t WeightBytes(const Tensor* a) { return static_cast<size_t>(a->NumRows()) * a->nb[1]; }
 
 int64_t TileRows(const ComputeParams& p, const DotKernels& kern, int64_t n, size_t weight_bytes) {
-  if (n > kStreamingMaxCols) return kMaxTileRows;
+  if (n > kStreamingMaxCols) return std::max<int64_t>(kMaxTileRows, kern.streaming_rows);
   if (!p.weights_from_memory && weight_bytes <= kCachedMaxWeightBytes) {
     return std::max<int64_t>(kern.streaming_rows, kCachedTileRows);
   }

@@ -171,6 +171,38 @@ TEST(Q4_0ArithmeticTest, PrefillColumnsAreBitIdenticalToDecode) {
   }
 }
 
+// The AVX2 tiles add a block's products in 16 bits (8 x 2 x 255 x 8 at most with the
+// activations offset by 128). Weights all at q = -8 or all at +7 against activations that
+// quantize to +-127 reach those bounds; any saturation would show against the reference.
+TEST(Q4_0ArithmeticTest, ExtremeQuantsStayExact) {
+  constexpr int64_t kK = 256, kRows = 40;
+  Owned a = MakeWeights(DType::kQ4_0, kK, kRows, 900);
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t b = 0; b < kK / kQK4_0; ++b) {
+      uint8_t* block = a.bytes.data() + r * a.t.nb[1] + b * sizeof(BlockQ4_0);
+      const uint16_t one = 0x3C00;  // f16 1.0: no cancellation between blocks.
+      std::memcpy(block, &one, sizeof(one));
+      std::memset(block + sizeof(one), r % 2 == 0 ? 0x00 : 0xFF, kQK4_0 / 2);
+    }
+  }
+  for (int64_t n : {1, 3, 8, 20}) {
+    Owned x = MakeF32(kK, n, 0);
+    float* xv = reinterpret_cast<float*>(x.bytes.data());
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t i = 0; i < kK; ++i) xv[j * kK + i] = j % 2 == 0 ? 1.0f : -1.0f;
+    }
+    const std::vector<double> want = Reference(a.t, x.t);
+    const std::vector<float> got = RunMulMat(&a.t, &x.t, 2, false);
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t i = 0; i < kRows; ++i) {
+        const double w = want[j * kRows + i];
+        EXPECT_NEAR(got[j * kRows + i], w, 1e-5 * std::fabs(w))
+            << n << " columns, column " << j << " row " << i;
+      }
+    }
+  }
+}
+
 // The packed GEMM's tile directly: every row count 1..16 and column count 1..8.
 TEST(QGemmTest, TileRowAndColumnCounts) {
   if (!QGemmSupports(DType::kQ8_0)) GTEST_SKIP() << "no packed GEMM in this build";

@@ -59,7 +59,8 @@ struct DotKernels {
   // Weight rows per tile when there are few activation rows (decode). 1 keeps each thread
   // on one sequential stream, which DRAM serves best; kernels whose activation rows are
   // too big for L1 share them between more rows instead, and those with one row per vector
-  // lane (AVX2's Q4_0: 8) take as many rows as lanes and prefetch the next ones.
+  // lane (AVX2's Q4_0: 32, four vectors) take that many rows, at any number of activation
+  // rows, and prefetch the next ones.
   int streaming_rows;
 };
 

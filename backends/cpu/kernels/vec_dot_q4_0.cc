@@ -12,17 +12,22 @@
 // make this cheap the activations of each 16-block chunk are stored pre-arranged
 // (ActQ4Chunk). Blocks past the last full chunk use one 32-byte vector per block.
 //
-// AVX2 (no VNNI, no byte permutes) takes eight weight rows at a time with one row per 32-bit
-// lane: the 16 quant bytes of the 8 rows' block are transposed 4 bytes at a time (4 unpacks
-// of 2 rows, 4 of 4), so that each of 8 vectors holds the same 4 quants of every row; a
-// column then costs 8 VPMADDUBSW against its quants broadcast 4 at a time, summed in 16 bits
-// (8 x 2 x 15 x 127 < 2^15, exact), one VPMADDWD, one conversion and one FMA for the 8 rows.
-// Each row's result is the sum over blocks, in block order, of fma(exact block dot, dx * dy).
+// AVX2 (no VNNI, no byte permutes) puts one weight row in each 32-bit lane and takes 32 rows
+// (four vectors of lanes) at a time: the 16 quant bytes of each 8 rows' block are transposed
+// 4 bytes at a time (4 unpacks of 2 rows, 4 of 4) so that each of 8 vectors holds the same 4
+// quants of every row, stored as signed q - 8 for 8 blocks at a time. The activations are kept
+// as unsigned q + 128, so that a column's 4 quants broadcast once serve as VPMADDUBSW's
+// unsigned operand against the 4 vectors of rows; 8 of them summed in 16 bits (8 x 2 x 255 x 8
+// < 2^15, exact), one VPMADDWD, the per-row correction -128 * sum(q - 8), one conversion and
+// one FMA give 8 rows. Each row's result is the sum over blocks, in block order, of fma(exact
+// block dot, dx * dy). One column alone (a decode of one sequence) is not worth the staging:
+// 8 rows at a time keep their unsigned quants in registers against the column's signed quants
+// broadcast and a per-column correction, which gives the same exact dots and so the same bits.
 // Prompts take these tiles too (AVX2 packs no Q4_0 for qgemm.h: 1.4-1.7x slower), so decode
-// and prefill give the same bits. The next eight rows are prefetched while these are
-// computed (eight rows streamed side by side defeat the hardware prefetcher: a 276 MB
-// matrix-vector product ran at 0.67x of one row at a time without it, 1.35x with it, 2
-// threads on an AVX2 EPYC).
+// and prefill give the same bits. The next rows are prefetched while these are computed (rows
+// streamed side by side defeat the hardware prefetcher: a 276 MB matrix-vector product of 8
+// rows at a time ran at 0.67x of one row at a time without it, 1.35x with it, 2 threads on an
+// AVX2 EPYC).
 #include <algorithm>
 #include <cstring>
 
@@ -61,7 +66,7 @@ constexpr int LaneOfBlock(int block) {
 }
 constexpr size_t kChunkActBytes = sizeof(ActQ4Chunk);
 #else
-constexpr int kChunkBlocks = 0;  // AVX2: every block is an ActQ4Tail.
+constexpr int kChunkBlocks = 0;  // AVX2: every block is an ActQ4Tail (then an ActQ4Unsigned).
 constexpr size_t kChunkActBytes = 0;
 #endif
 
@@ -81,13 +86,28 @@ struct ActQ4Tail {
 };
 static_assert(sizeof(ActQ4Tail) == 40);
 
+#if !defined(TG_CPU_AVX512)
+// AVX2 rows hold after their ActQ4Tails (for one column against unsigned weight nibbles) the
+// same quants offset to unsigned, for several columns against signed weights (RowGroups).
+constexpr int kActOffset = 128;
+struct ActQ4Unsigned {
+  float d;
+  uint8_t qs[kQK8_0];  // q + 128.
+};
+static_assert(sizeof(ActQ4Unsigned) == 36);
+constexpr size_t kUnsignedBlockBytes = sizeof(ActQ4Unsigned);
+#else
+constexpr size_t kUnsignedBlockBytes = 0;
+#endif
+
 int64_t FullChunks(int64_t nblocks) { return kChunkBlocks > 0 ? nblocks / kChunkBlocks : 0; }
 
 size_t ActRowBytes(int64_t k) {
   const int64_t nblocks = k / kQK4_0;
   const int64_t chunks = FullChunks(nblocks);
   const size_t bytes = static_cast<size_t>(chunks) * kChunkActBytes +
-                       static_cast<size_t>(nblocks - chunks * kChunkBlocks) * sizeof(ActQ4Tail);
+                       static_cast<size_t>(nblocks - chunks * kChunkBlocks) * sizeof(ActQ4Tail) +
+                       static_cast<size_t>(nblocks) * kUnsignedBlockBytes;
   return (bytes + kRowAlign - 1) / kRowAlign * kRowAlign;
 }
 
@@ -118,6 +138,14 @@ void FromF32(const float* x, void* y, int64_t k) {
     tail->d = QuantizeBlockQ8_0(x + i * kQK4_0, tail->qs);
     tail->corr = -(kQ4Offset / kTailCorrLanes) * SumI8(tail->qs, kQK8_0);
   }
+#if !defined(TG_CPU_AVX512)
+  const ActQ4Tail* from = reinterpret_cast<const ActQ4Tail*>(out);
+  ActQ4Unsigned* to = reinterpret_cast<ActQ4Unsigned*>(tail);
+  for (int64_t i = 0; i < nblocks; ++i) {
+    to[i].d = from[i].d;
+    for (int j = 0; j < kQK8_0; ++j) to[i].qs[j] = static_cast<uint8_t>(from[i].qs[j] + kActOffset);
+  }
+#endif
 }
 
 #if defined(TG_CPU_AVX512)
@@ -250,85 +278,213 @@ void ChunkTile(int64_t chunks, const char* a, size_t a_stride, const void* const
 #endif
 
 #if !defined(TG_CPU_AVX512)
-constexpr int kLaneRows = 8;  // weight rows per pass: one per 32-bit lane.
+constexpr int kLaneRows = 8;   // weight rows per vector: one per 32-bit lane.
+constexpr int kMaxGroups = 4;  // vectors of rows per tile, sharing each column's broadcasts.
+constexpr int kTileRows = kLaneRows * kMaxGroups;
+constexpr int kStageBlocks = 8;  // blocks transposed at a time, then met by every column.
 constexpr size_t kLine = 64;
 
-// Rows [0, rows) (rows <= 8) of `a` against C activation columns: c[j][r] for r < rows.
-// Missing rows read the last one (their lanes are dropped). While the blocks go by, the
-// `ahead` bytes from `next` (the following rows) are prefetched, an even share per block.
-template <int C>
-void EightRows(int64_t nblocks, const char* a, size_t a_stride, int rows, const char* next,
-               size_t ahead, const ActQ4Tail* const* y, float* const* c) {
+// One block of 8 weight rows, transposed for the columns: q[g] holds quants 4g .. 4g + 3 (g <
+// 4: the low nibbles, else 16 + 4(g - 4) ..) of row r, as signed q - 8, in 32-bit lane r.
+struct StagedRows {
+  __m256i q[8];
+  __m256i corr;  // -128 * sum(q - 8) per row: undoes the activations' offset.
+  __m256 d;
+};
+
+// Block `at` (a byte offset) of the 8 rows at row[0..7], transposed: q[g] holds quants 4g ..
+// 4g + 3 (g >= 4: 16 + 4(g - 4) ..) of row r, unsigned (q + 8), in 32-bit lane r.
+inline void TransposeQuants(const char* const* row, size_t at, __m256i (&q)[8]) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  // Row r's quants in 128-bit half r / 4 of load r % 4, then 4-byte groups transposed.
+  __m256i v[4];
+  for (int r = 0; r < 4; ++r) {
+    v[r] = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(row[r + 4] + at + 2),
+                               reinterpret_cast<const __m128i*>(row[r] + at + 2));
+  }
+  const __m256i u0 = _mm256_unpacklo_epi32(v[0], v[1]), u1 = _mm256_unpackhi_epi32(v[0], v[1]);
+  const __m256i u2 = _mm256_unpacklo_epi32(v[2], v[3]), u3 = _mm256_unpackhi_epi32(v[2], v[3]);
+  const __m256i t[4] = {_mm256_unpacklo_epi64(u0, u2), _mm256_unpackhi_epi64(u0, u2),
+                        _mm256_unpacklo_epi64(u1, u3), _mm256_unpackhi_epi64(u1, u3)};
+  for (int g = 0; g < 4; ++g) {
+    q[g] = _mm256_and_si256(t[g], low4);
+    q[g + 4] = _mm256_and_si256(_mm256_srli_epi16(t[g], 4), low4);
+  }
+}
+
+// The scales of block `at` of the 8 rows at row[0..7], row r in lane r.
+inline __m256 RowScales(const char* const* row, size_t at) {
+  uint16_t d[kLaneRows];
+  for (int r = 0; r < kLaneRows; ++r) std::memcpy(&d[r], row[r] + at, sizeof(uint16_t));
+  return _mm256_cvtph_ps(_mm_setr_epi16(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]));
+}
+
+// Stages block `at` of the 8 rows at row[0..7] for RowGroups' columns.
+inline void StageRows(const char* const* row, size_t at, StagedRows& out) {
+  __m256i q[8];
+  TransposeQuants(row, at, q);
+  // Each row's 32 quants add up to at most 480: bytewise over 8 vectors (<= 120), then
+  // widened; sum(q - 8) = sum(q) - 256.
+  __m256i sum8 = q[0];
+  for (int g = 1; g < 8; ++g) sum8 = _mm256_add_epi8(sum8, q[g]);
+  const __m256i sum =
+      _mm256_madd_epi16(_mm256_maddubs_epi16(sum8, _mm256_set1_epi8(1)), _mm256_set1_epi16(1));
+  out.corr = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(kQ4Offset * kQK4_0), sum), 7);
+  for (int g = 0; g < 8; ++g) out.q[g] = _mm256_sub_epi8(q[g], _mm256_set1_epi8(kQ4Offset));
+  out.d = RowScales(row, at);
+}
+
+inline __m256i BroadcastQuad(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm256_set1_epi32(v);
+}
+
+// Rows [0, rows) (rows <= 8) of `a` against one activation column: c[r]. Each block's quants
+// stay unsigned in registers, against the column's signed quants and its correction (staging
+// them as RowGroups does costs more than one column's products). The integer dots are exact,
+// so the bits equal RowGroups'. Missing rows read the last one; `next` and `ahead` prefetch as
+// in RowGroups.
+void OneColumn(int64_t nblocks, const char* a, size_t a_stride, int rows, const char* next,
+               size_t ahead, const ActQ4Tail* y, float* c) {
   const char* row[kLaneRows];
   for (int r = 0; r < kLaneRows; ++r) row[r] = a + std::min(r, rows - 1) * a_stride;
   const size_t ahead_step = nblocks > 0 ? (ahead + nblocks - 1) / nblocks : 0;
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[C];
-  for (int j = 0; j < C; ++j) acc[j] = _mm256_setzero_ps();
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < nblocks; ++i) {
     const size_t at = i * sizeof(BlockQ4_0);
     for (size_t o = 0; o < ahead_step; o += kLine) {
       _mm_prefetch(next + i * ahead_step + o, _MM_HINT_T0);
     }
-    // Row r's quants in 128-bit half r / 4 of load r % 4, then 4-byte groups transposed:
-    // t[g] holds group g (quant bytes 4g .. 4g + 3) of row r in 32-bit lane r.
-    __m256i v[4];
-    for (int r = 0; r < 4; ++r) {
-      v[r] = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(row[r + 4] + at + 2),
-                                 reinterpret_cast<const __m128i*>(row[r] + at + 2));
-    }
-    const __m256i u0 = _mm256_unpacklo_epi32(v[0], v[1]), u1 = _mm256_unpackhi_epi32(v[0], v[1]);
-    const __m256i u2 = _mm256_unpacklo_epi32(v[2], v[3]), u3 = _mm256_unpackhi_epi32(v[2], v[3]);
-    const __m256i t[4] = {_mm256_unpacklo_epi64(u0, u2), _mm256_unpackhi_epi64(u0, u2),
-                          _mm256_unpacklo_epi64(u1, u3), _mm256_unpackhi_epi64(u1, u3)};
-    // Low nibbles are quants 4g .. 4g + 3, high ones 16 + 4g ..: group g + 4 of the block.
     __m256i q[8];
-    for (int g = 0; g < 4; ++g) {
-      q[g] = _mm256_and_si256(t[g], low4);
-      q[g + 4] = _mm256_and_si256(_mm256_srli_epi16(t[g], 4), low4);
+    TransposeQuants(row, at, q);
+    const ActQ4Tail& yb = y[i];
+    __m256i s16 = _mm256_maddubs_epi16(q[0], BroadcastQuad(yb.qs));
+    for (int g = 1; g < 8; ++g) {
+      s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[g], BroadcastQuad(yb.qs + 4 * g)));
     }
-    uint16_t d[kLaneRows];
-    for (int r = 0; r < kLaneRows; ++r) std::memcpy(&d[r], row[r] + at, sizeof(uint16_t));
-    const __m256 dx =
-        _mm256_cvtph_ps(_mm_setr_epi16(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]));
-    for (int j = 0; j < C; ++j) {
-      const ActQ4Tail& yb = y[j][i];
-      int32_t yq[8];
-      std::memcpy(yq, yb.qs, sizeof(yq));
-      __m256i s16 = _mm256_maddubs_epi16(q[0], _mm256_set1_epi32(yq[0]));
-      for (int g = 1; g < 8; ++g) {
-        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[g], _mm256_set1_epi32(yq[g])));
+    const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(yb.corr));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                          _mm256_mul_ps(RowScales(row, at), _mm256_set1_ps(yb.d)), acc);
+  }
+  alignas(32) float out[kLaneRows];
+  _mm256_store_ps(out, acc);
+  std::memcpy(c, out, rows * sizeof(float));
+}
+
+// Keeps the H running sums in registers between steps: without it GCC issues all of a
+// column's 8 x H VPMADDUBSW first and spills their results (1.6x slower at 8 columns).
+template <int H>
+inline void KeepOrder(__m256i (&s)[H]) {
+  if constexpr (H == 1) asm("" : "+x"(s[0]));
+  if constexpr (H == 2) asm("" : "+x"(s[0]), "+x"(s[1]));
+  if constexpr (H == 3) asm("" : "+x"(s[0]), "+x"(s[1]), "+x"(s[2]));
+  if constexpr (H == 4) asm("" : "+x"(s[0]), "+x"(s[1]), "+x"(s[2]), "+x"(s[3]));
+}
+
+// Rows [0, rows) (rows <= 8 H) of `a` against `cols` activation columns: c[j][r]. Missing rows
+// read the last one (their lanes are dropped). While the blocks go by, the `ahead` bytes from
+// `next` (the following rows) are prefetched, an even share per block.
+template <int H>
+void RowGroups(int64_t nblocks, const char* a, size_t a_stride, int rows, const char* next,
+               size_t ahead, const ActQ4Unsigned* const* y, int cols, float* const* c) {
+  const char* row[kLaneRows * H];
+  for (int r = 0; r < kLaneRows * H; ++r) row[r] = a + std::min(r, rows - 1) * a_stride;
+  const size_t ahead_step = nblocks > 0 ? (ahead + nblocks - 1) / nblocks : 0;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[kMaxTileCols][H];
+  for (int j = 0; j < cols; ++j) {
+    for (int h = 0; h < H; ++h) acc[j][h] = _mm256_setzero_ps();
+  }
+  StagedRows stage[kStageBlocks][H];
+  for (int64_t i0 = 0; i0 < nblocks; i0 += kStageBlocks) {
+    const int n = static_cast<int>(std::min<int64_t>(kStageBlocks, nblocks - i0));
+    for (int b = 0; b < n; ++b) {
+      const int64_t i = i0 + b;
+      // Into L2: the next 32 rows (36 KB for k = 2048) would evict the stage and the columns
+      // from L1.
+      for (size_t o = 0; o < ahead_step; o += kLine) {
+        _mm_prefetch(next + i * ahead_step + o, _MM_HINT_T1);
       }
-      const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(yb.corr));
-      acc[j] =
-          _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dx, _mm256_set1_ps(yb.d)), acc[j]);
+      for (int h = 0; h < H; ++h) {
+        StageRows(row + kLaneRows * h, i * sizeof(BlockQ4_0), stage[b][h]);
+      }
+    }
+    for (int j = 0; j < cols; ++j) {
+      __m256 sums[H];
+      for (int h = 0; h < H; ++h) sums[h] = acc[j][h];
+      for (int b = 0; b < n; ++b) {
+        const ActQ4Unsigned& yb = y[j][i0 + b];
+        __m256i s[H];
+        for (int h = 0; h < H; ++h) s[h] = _mm256_setzero_si256();
+        for (int g = 0; g < 8; ++g) {
+          const __m256i yq = BroadcastQuad(yb.qs + 4 * g);
+          for (int h = 0; h < H; ++h) {
+            s[h] = _mm256_add_epi16(s[h], _mm256_maddubs_epi16(yq, stage[b][h].q[g]));
+          }
+          KeepOrder(s);
+        }
+        const __m256 dy = _mm256_set1_ps(yb.d);
+        for (int h = 0; h < H; ++h) {
+          const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(s[h], ones), stage[b][h].corr);
+          sums[h] =
+              _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(stage[b][h].d, dy), sums[h]);
+        }
+      }
+      for (int h = 0; h < H; ++h) acc[j][h] = sums[h];
     }
   }
-  for (int j = 0; j < C; ++j) {
-    alignas(32) float out[kLaneRows];
-    _mm256_store_ps(out, acc[j]);
+  for (int j = 0; j < cols; ++j) {
+    alignas(32) float out[kLaneRows * H];
+    for (int h = 0; h < H; ++h) _mm256_store_ps(out + kLaneRows * h, acc[j][h]);
     std::memcpy(c[j], out, rows * sizeof(float));
   }
 }
 
-// The AVX2 tile entry: rows eight at a time, up to kMaxTileCols columns per pass.
+// The AVX2 tile entry: rows 32 at a time (the last up to 31 in as few vectors as they need),
+// every column of the call (up to kMaxTileCols) over each staging of the weights.
 void Q4TileAvx2(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
                 float* const* c) {
   const int64_t nblocks = k / kQK4_0;
   const char* base = static_cast<const char*>(a);
-  for (int r0 = 0; r0 < rows; r0 += kLaneRows) {
-    const int n = std::min(kLaneRows, rows - r0);
-    const int n_next = std::clamp(rows - r0 - kLaneRows, 0, kLaneRows);
-    const char* next = base + (r0 + kLaneRows) * a_stride;
-    ByColumnPasses<kMaxTileCols>(cols, [&](auto nc, int j) {
-      const auto y = ActColumns<ActQ4Tail, decltype(nc)::value>(b + j);
-      float* out[kMaxTileCols];
-      for (int jj = 0; jj < nc; ++jj) out[jj] = c[j + jj] + r0;
-      // The first pass of columns brings the next rows in; later ones find them there.
-      EightRows<decltype(nc)::value>(nblocks, base + r0 * a_stride, a_stride, n, next,
-                                     j == 0 ? n_next * a_stride : 0, y.data(), out);
-    });
+  const ActQ4Unsigned* y[kMaxTileCols];
+  for (int j = 0; j < cols; ++j) {
+    y[j] = reinterpret_cast<const ActQ4Unsigned*>(static_cast<const char*>(b[j]) +
+                                                  nblocks * sizeof(ActQ4Tail));
+  }
+  if (cols == 1) {
+    for (int r0 = 0; r0 < rows; r0 += kLaneRows) {
+      const int n = std::min(kLaneRows, rows - r0);
+      const int n_next = std::clamp(rows - r0 - kLaneRows, 0, kLaneRows);
+      const char* at = base + r0 * a_stride;
+      OneColumn(nblocks, at, a_stride, n, at + kLaneRows * a_stride, n_next * a_stride,
+                static_cast<const ActQ4Tail*>(b[0]), c[0] + r0);
+    }
+    return;
+  }
+  for (int r0 = 0; r0 < rows; r0 += kTileRows) {
+    const int n = std::min(kTileRows, rows - r0);
+    const int n_next = std::clamp(rows - r0 - kTileRows, 0, kTileRows);
+    const char* at = base + r0 * a_stride;
+    const char* next = at + kTileRows * a_stride;
+    const size_t ahead = n_next * a_stride;
+    float* out[kMaxTileCols];
+    for (int j = 0; j < cols; ++j) out[j] = c[j] + r0;
+    switch ((n + kLaneRows - 1) / kLaneRows) {
+      case 1:
+        RowGroups<1>(nblocks, at, a_stride, n, next, ahead, y, cols, out);
+        break;
+      case 2:
+        RowGroups<2>(nblocks, at, a_stride, n, next, ahead, y, cols, out);
+        break;
+      case 3:
+        RowGroups<3>(nblocks, at, a_stride, n, next, ahead, y, cols, out);
+        break;
+      default:
+        RowGroups<4>(nblocks, at, a_stride, n, next, ahead, y, cols, out);
+        break;
+    }
   }
 }
 #endif
@@ -370,7 +526,7 @@ constexpr auto kQ4Tile = [](auto rows, auto cols, int64_t k, const char* a, size
 #if defined(TG_CPU_AVX512)
 const DotKernels kDotQ4_0{FromF32, ActRowBytes, QuantTileByRows<kPasses, decltype(kQ4Tile)>, 1};
 #else
-const DotKernels kDotQ4_0{FromF32, ActRowBytes, Q4TileAvx2, kLaneRows};
+const DotKernels kDotQ4_0{FromF32, ActRowBytes, Q4TileAvx2, kTileRows};
 #endif
 
 }  // namespace tg::cpu::simd
