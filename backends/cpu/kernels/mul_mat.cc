@@ -2,11 +2,11 @@
 //
 // As in ggml: the f32 activations (src1) are first converted, rows split over the threads,
 // into the weight type's activation format (vec_dot.h) in the node's scratch; after a Sync
-// the output is computed in tiles of up to kMaxTileRows weight rows x kMaxTileCols activation
-// rows. F32/F16/BF16 weights with many activation rows go to the packed GEMM instead
-// (gemm_f32.h), which reads src1 in place; 32-element block weights (Q8_0, Q4_0, Q5_0, Q5_1,
-// IQ4_NL, MXFP4; AVX2: not Q4_0) with many activation rows to the packed quantized GEMM
-// (qgemm.h), which has its own activation format.
+// the output is computed in tiles of up to kMaxTileRows weight rows (a kernel's streaming_rows
+// where that is more: AVX2's Q4_0) x kMaxTileCols activation rows. F32/F16/BF16 weights with
+// many activation rows go to the packed GEMM instead (gemm_f32.h), which reads src1 in place;
+// 32-element block weights (Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4; AVX2: not Q4_0) with many
+// activation rows to the packed quantized GEMM (qgemm.h), which has its own activation format.
 //
 // Work split: the output is cut into items (batch, block of activation columns, tile of
 // weight rows), and each thread takes a contiguous range of items. For a matrix-vector
