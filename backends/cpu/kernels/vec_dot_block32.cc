@@ -132,6 +132,8 @@ void BlockTile(int64_t nblocks, const char* a, size_t a_stride, const void* cons
   __m256 acc[R][C] = {};
   const auto y = ActColumns<ActQ8S, C>(b);
   for (int64_t i = 0; i < nblocks; ++i) {
+    using Block = typename T::Block;
+    if constexpr (R == 1) PrefetchStreamAhead<sizeof(Block)>(a + i * sizeof(Block));
     __m256i yq[C], seed[C];
     __m256 dy[C], ds[C];
     for (int j = 0; j < C; ++j) {

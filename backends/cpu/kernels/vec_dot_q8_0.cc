@@ -25,6 +25,7 @@ void Q8Tile(int64_t nblocks, const char* a, size_t a_stride, const void* const* 
   __m256 acc[R][C] = {};
   const auto y = ActColumns<ActQ8_0, C>(b);
   for (int64_t i = 0; i < nblocks; ++i) {
+    if constexpr (R == 1) PrefetchStreamAhead<sizeof(BlockQ8_0)>(a + i * sizeof(BlockQ8_0));
     for (int r = 0; r < R; ++r) {
       const BlockQ8_0* x = reinterpret_cast<const BlockQ8_0*>(a + r * a_stride) + i;
       const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qs));

@@ -128,6 +128,19 @@ struct ActQ8_0 {
 static_assert(sizeof(ActQ8_0) == 36);
 
 #if defined(TG_CPU_SIMD)
+// Decode reads each weight row once, one row after another (streaming_rows 1), and the
+// hardware prefetcher starts over at every 4 KiB page: one-row tiles prefetch this far ahead of
+// the block they read (AVX2 EPYC, 2 threads, tg-bench decode: a 1.1 GB Q8_0 llama 8-16% faster,
+// a 230 MiB Q8_0 qwen3moe 15-23%).
+inline constexpr size_t kStreamPrefetchBytes = 1024;
+
+// Prefetches kBytes (a weight block's size) kStreamPrefetchBytes past `block`.
+template <size_t kBytes>
+inline void PrefetchStreamAhead(const void* block) {
+  const char* p = static_cast<const char*>(block) + kStreamPrefetchBytes;
+  for (size_t o = 0; o < kBytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
 inline float HorizontalSum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
