@@ -134,18 +134,18 @@ void FromF32(const float* x, void* y, int64_t k) {
 #endif
   out += chunks * kChunkActBytes;
   ActQ4Tail* tail = reinterpret_cast<ActQ4Tail*>(out);
+#if !defined(TG_CPU_AVX512)
+  ActQ4Unsigned* unsigned_blocks = reinterpret_cast<ActQ4Unsigned*>(tail + nblocks);
+#endif
   for (int64_t i = chunks * kChunkBlocks; i < nblocks; ++i, ++tail) {
     tail->d = QuantizeBlockQ8_0(x + i * kQK4_0, tail->qs);
     tail->corr = -(kQ4Offset / kTailCorrLanes) * SumI8(tail->qs, kQK8_0);
-  }
 #if !defined(TG_CPU_AVX512)
-  const ActQ4Tail* from = reinterpret_cast<const ActQ4Tail*>(out);
-  ActQ4Unsigned* to = reinterpret_cast<ActQ4Unsigned*>(tail);
-  for (int64_t i = 0; i < nblocks; ++i) {
-    to[i].d = from[i].d;
-    for (int j = 0; j < kQK8_0; ++j) to[i].qs[j] = static_cast<uint8_t>(from[i].qs[j] + kActOffset);
-  }
+    ActQ4Unsigned& u = unsigned_blocks[i];
+    u.d = tail->d;
+    for (int j = 0; j < kQK8_0; ++j) u.qs[j] = static_cast<uint8_t>(tail->qs[j] + kActOffset);
 #endif
+  }
 }
 
 #if defined(TG_CPU_AVX512)
@@ -334,6 +334,19 @@ inline void StageRows(const char* const* row, size_t at, StagedRows& out) {
   out.d = RowScales(row, at);
 }
 
+// The weight rows of a tile: rows past `rows` read the last one (their lanes are dropped).
+template <int N>
+void TileRowPointers(const char* a, size_t a_stride, int rows, const char* (&row)[N]) {
+  for (int r = 0; r < N; ++r) row[r] = a + std::min(r, rows - 1) * a_stride;
+}
+
+// Block i's even share (`step` bytes) of the following rows, fetched while the tile's own
+// blocks go by.
+template <_mm_hint kHint>
+inline void PrefetchShare(const char* next, int64_t i, size_t step) {
+  for (size_t o = 0; o < step; o += kLine) _mm_prefetch(next + i * step + o, kHint);
+}
+
 inline __m256i BroadcastQuad(const void* p) {
   int32_t v;
   std::memcpy(&v, p, sizeof(v));
@@ -348,15 +361,13 @@ inline __m256i BroadcastQuad(const void* p) {
 void OneColumn(int64_t nblocks, const char* a, size_t a_stride, int rows, const char* next,
                size_t ahead, const ActQ4Tail* y, float* c) {
   const char* row[kLaneRows];
-  for (int r = 0; r < kLaneRows; ++r) row[r] = a + std::min(r, rows - 1) * a_stride;
+  TileRowPointers(a, a_stride, rows, row);
   const size_t ahead_step = nblocks > 0 ? (ahead + nblocks - 1) / nblocks : 0;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < nblocks; ++i) {
     const size_t at = i * sizeof(BlockQ4_0);
-    for (size_t o = 0; o < ahead_step; o += kLine) {
-      _mm_prefetch(next + i * ahead_step + o, _MM_HINT_T0);
-    }
+    PrefetchShare<_MM_HINT_T0>(next, i, ahead_step);
     __m256i q[8];
     TransposeQuants(row, at, q);
     const ActQ4Tail& yb = y[i];
@@ -383,14 +394,13 @@ inline void KeepOrder(__m256i (&s)[H]) {
   if constexpr (H == 4) asm("" : "+x"(s[0]), "+x"(s[1]), "+x"(s[2]), "+x"(s[3]));
 }
 
-// Rows [0, rows) (rows <= 8 H) of `a` against `cols` activation columns: c[j][r]. Missing rows
-// read the last one (their lanes are dropped). While the blocks go by, the `ahead` bytes from
-// `next` (the following rows) are prefetched, an even share per block.
+// Rows [0, rows) (rows <= 8 H) of `a` against `cols` activation columns: c[j][r]. While the
+// blocks go by, the `ahead` bytes from `next` (the following rows) are prefetched.
 template <int H>
 void RowGroups(int64_t nblocks, const char* a, size_t a_stride, int rows, const char* next,
                size_t ahead, const ActQ4Unsigned* const* y, int cols, float* const* c) {
   const char* row[kLaneRows * H];
-  for (int r = 0; r < kLaneRows * H; ++r) row[r] = a + std::min(r, rows - 1) * a_stride;
+  TileRowPointers(a, a_stride, rows, row);
   const size_t ahead_step = nblocks > 0 ? (ahead + nblocks - 1) / nblocks : 0;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[kMaxTileCols][H];
@@ -404,9 +414,7 @@ void RowGroups(int64_t nblocks, const char* a, size_t a_stride, int rows, const 
       const int64_t i = i0 + b;
       // Into L2: the next 32 rows (36 KB for k = 2048) would evict the stage and the columns
       // from L1.
-      for (size_t o = 0; o < ahead_step; o += kLine) {
-        _mm_prefetch(next + i * ahead_step + o, _MM_HINT_T1);
-      }
+      PrefetchShare<_MM_HINT_T1>(next, i, ahead_step);
       for (int h = 0; h < H; ++h) {
         StageRows(row + kLaneRows * h, i * sizeof(BlockQ4_0), stage[b][h]);
       }
@@ -448,11 +456,6 @@ void Q4TileAvx2(int64_t k, const void* a, size_t a_stride, int rows, const void*
                 float* const* c) {
   const int64_t nblocks = k / kQK4_0;
   const char* base = static_cast<const char*>(a);
-  const ActQ4Unsigned* y[kMaxTileCols];
-  for (int j = 0; j < cols; ++j) {
-    y[j] = reinterpret_cast<const ActQ4Unsigned*>(static_cast<const char*>(b[j]) +
-                                                  nblocks * sizeof(ActQ4Tail));
-  }
   if (cols == 1) {
     for (int r0 = 0; r0 < rows; r0 += kLaneRows) {
       const int n = std::min(kLaneRows, rows - r0);
@@ -462,6 +465,11 @@ void Q4TileAvx2(int64_t k, const void* a, size_t a_stride, int rows, const void*
                 static_cast<const ActQ4Tail*>(b[0]), c[0] + r0);
     }
     return;
+  }
+  const ActQ4Unsigned* y[kMaxTileCols];
+  for (int j = 0; j < cols; ++j) {
+    y[j] = reinterpret_cast<const ActQ4Unsigned*>(static_cast<const char*>(b[j]) +
+                                                  nblocks * sizeof(ActQ4Tail));
   }
   for (int r0 = 0; r0 < rows; r0 += kTileRows) {
     const int n = std::min(kTileRows, rows - r0);
