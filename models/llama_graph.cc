@@ -119,19 +119,22 @@ class GraphBuilder {
     return Linear(att, l.wo, l.bo);
   }
 
-  // Attention whose softmax also holds a per-head sink logit (gpt-oss): FLASH_ATTN has no
-  // sinks, so the unfused form, as llama.cpp without flash attention builds it:
-  // kq = K^T q [n_kv, n, n_head]; SOFT_MAX(kq * scale + mask, sinks); V kq, permuted to
-  // FLASH_ATTN's [hd, n_head, n]. q [hd, n, n_head]; k, v: the cache views [hd, n_kv, n_kv_head].
+  // Attention whose softmax also holds a per-head sink logit (gpt-oss). FLASH_ATTN has no
+  // sinks, but a sink only scales each head's output: with L the sum of exp(s - m) over the
+  // keys, softmax with the sink weighs the keys by L / (L + exp(sink - m)), which is the sum
+  // of SOFT_MAX(kq * scale + mask, sinks) over the keys. So FLASH_ATTN times that share, rather
+  // than V kq unfused (that needs V transposed: a copy of the whole V cache per layer and
+  // step). q [hd, n, n_head]; k, v: the cache views [hd, n_kv, n_kv_head]; the result is
+  // FLASH_ATTN's [hd, n_head, n].
   absl::StatusOr<Tensor*> AttentionWithSinks(Tensor* q, Tensor* k, Tensor* v, Tensor* mask,
                                              Tensor* sinks, float scale) {
-    TG_ASSIGN_OR_RETURN(Tensor * kq, MulMat(ctx_, k, q));
+    TG_ASSIGN_OR_RETURN(Tensor * kq, MulMat(ctx_, k, q));  // [n_kv, n, n_head]
     TG_ASSIGN_OR_RETURN(kq, SoftMax(ctx_, kq, mask, scale, sinks));
-    TG_ASSIGN_OR_RETURN(Tensor * vt, Permute(ctx_, v, 1, 0, 2, 3));  // [n_kv, hd, n_kv_head]
-    TG_ASSIGN_OR_RETURN(vt, Cont(ctx_, vt));
-    TG_ASSIGN_OR_RETURN(Tensor * kqv, MulMat(ctx_, vt, kq));   // [hd, n, n_head]
-    TG_ASSIGN_OR_RETURN(kqv, Permute(ctx_, kqv, 0, 2, 1, 3));  // [hd, n_head, n]
-    return Cont(ctx_, kqv);
+    TG_ASSIGN_OR_RETURN(Tensor * share, SumRows(ctx_, kq));  // [1, n, n_head]
+    TG_ASSIGN_OR_RETURN(share, Permute(ctx_, share, 0, 2, 1, 3));
+    TG_ASSIGN_OR_RETURN(share, Cont(ctx_, share));  // [1, n_head, n]
+    TG_ASSIGN_OR_RETURN(Tensor * att, FlashAttn(ctx_, q, k, v, mask, scale));
+    return Mul(ctx_, att, share);
   }
 
   absl::StatusOr<Tensor*> FeedForward(int64_t il, Tensor* h) {

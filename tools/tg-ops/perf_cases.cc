@@ -144,7 +144,7 @@ double Bytes(const Tensor* t) { return t == nullptr ? 0.0 : static_cast<double>(
 std::vector<PerfCase> PerfCases() {
   std::vector<PerfCase> cases;
   for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                     DType::kQ4_K, DType::kQ6_K}) {
+                     DType::kMXFP4, DType::kQ4_K, DType::kQ6_K}) {
     cases.push_back(MatMul(type, kModelDim, kModelDim, 1));
   }
   // A decode step of several sequences at once (one column each).
@@ -156,6 +156,7 @@ std::vector<PerfCase> PerfCases() {
   cases.push_back(MatMul(DType::kQ4_0, kModelDim, kModelDim, 32));
   cases.push_back(MatMul(DType::kF32, kGemmDim, kGemmDim, kGemmDim));
   cases.push_back(MatMulId(DType::kQ4_0));
+  cases.push_back(MatMulId(DType::kMXFP4));
   for (Op op :
        {Op::kAdd, Op::kMul, Op::kScale, Op::kRmsNorm, Op::kSoftMax, Op::kSilu, Op::kSwiglu}) {
     cases.push_back(Activation(op));

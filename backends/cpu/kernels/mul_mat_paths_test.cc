@@ -203,6 +203,50 @@ TEST(Q4_0ArithmeticTest, ExtremeQuantsStayExact) {
   }
 }
 
+// MXFP4's scales at the exponents whose halves are subnormal (e = 0, 1) and across the
+// normal range, and its largest levels (+-12, doubled): the AVX2 tile computes the scales in
+// a vector from the exponent bits and adds 4 products of 24 x 127 in 16 bits. Each row has
+// one exponent; its levels share a sign and the activations one per column, so nothing
+// cancels and every result is held to 1e-5 relative to the reference.
+TEST(MXFP4ArithmeticTest, EveryExponentRangeAndExtremeLevels) {
+  constexpr int64_t kK = 256, kRows = 37;
+  constexpr uint8_t kExponents[] = {0, 1, 2, 3, 64, 100, 126, 127, 128, 129, 150, 200};
+  Owned a = MakeWeights(DType::kMXFP4, kK, kRows, 901);
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t b = 0; b < kK / kQKMXFP4; ++b) {
+      BlockMXFP4 block;
+      block.e = kExponents[r % std::size(kExponents)];
+      for (int i = 0; i < kQKMXFP4 / 2; ++i) {
+        // Rows of 3: all +12 (nibble 7), all -12 (15), or every level of one sign in turn.
+        const int low = r % 3 == 0 ? 7 : r % 3 == 1 ? 15 : (i + b) % 8 + 8 * (r % 2);
+        const int high = r % 3 == 2 ? (i + b + 3) % 8 + 8 * (r % 2) : low;
+        block.qs[i] = static_cast<uint8_t>(low | high << 4);
+      }
+      std::memcpy(a.bytes.data() + r * a.t.nb[1] + b * sizeof(BlockMXFP4), &block, sizeof(block));
+    }
+  }
+  for (int64_t n : {1, 3, 8, 20}) {
+    Owned x = MakeF32(kK, n, 0);
+    float* xv = reinterpret_cast<float*>(x.bytes.data());
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t i = 0; i < kK; ++i) {
+        // Even columns quantize to +-127 everywhere; odd ones vary along the row.
+        const float magnitude = j % 2 == 0 ? 1.0f : static_cast<float>(1 + (i * 7 + j) % 5);
+        xv[j * kK + i] = (j % 4 < 2 ? 1.0f : -1.0f) * magnitude;
+      }
+    }
+    const std::vector<double> want = Reference(a.t, x.t);
+    const std::vector<float> got = RunMulMat(&a.t, &x.t, 2, false);
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t i = 0; i < kRows; ++i) {
+        const double w = want[j * kRows + i];
+        EXPECT_NEAR(got[j * kRows + i], w, 1e-5 * std::fabs(w))
+            << n << " columns, column " << j << " row " << i;
+      }
+    }
+  }
+}
+
 // The packed GEMM's tile directly: every row count 1..16 and column count 1..8.
 TEST(QGemmTest, TileRowAndColumnCounts) {
   if (!QGemmSupports(DType::kQ8_0)) GTEST_SKIP() << "no packed GEMM in this build";

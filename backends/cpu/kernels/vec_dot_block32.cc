@@ -183,7 +183,9 @@ constexpr DotKernels kBlockKernels{FromF32, ActRowBytes,
 const DotKernels kDotQ5_0 = kBlockKernels<Q5_0Type>;
 const DotKernels kDotQ5_1 = kBlockKernels<Q5_1Type>;
 const DotKernels kDotIQ4_NL = kBlockKernels<IQ4_NLType>;
+#if defined(TG_CPU_AVX512)  // AVX2: vec_dot_mxfp4.cc.
 const DotKernels kDotMXFP4 = kBlockKernels<MXFP4Type>;
+#endif
 
 }  // namespace tg::cpu::simd
 

@@ -29,9 +29,11 @@
 // rows at a time ran at 0.67x of one row at a time without it, 1.35x with it, 2 threads on an
 // AVX2 EPYC).
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "backends/cpu/kernels/quantize_act.h"
+#include "backends/cpu/kernels/row_lanes.h"
 #include "backends/cpu/kernels/vec_dot_simd.h"
 
 #if defined(TG_CPU_SIMD)
@@ -278,11 +280,9 @@ void ChunkTile(int64_t chunks, const char* a, size_t a_stride, const void* const
 #endif
 
 #if !defined(TG_CPU_AVX512)
-constexpr int kLaneRows = 8;   // weight rows per vector: one per 32-bit lane.
 constexpr int kMaxGroups = 4;  // vectors of rows per tile, sharing each column's broadcasts.
 constexpr int kTileRows = kLaneRows * kMaxGroups;
 constexpr int kStageBlocks = 8;  // blocks transposed at a time, then met by every column.
-constexpr size_t kLine = 64;
 
 // One block of 8 weight rows, transposed for the columns: q[g] holds quants 4g .. 4g + 3 (g <
 // 4: the low nibbles, else 16 + 4(g - 4) ..) of row r, as signed q - 8, in 32-bit lane r.
@@ -291,26 +291,6 @@ struct StagedRows {
   __m256i corr;  // -128 * sum(q - 8) per row: undoes the activations' offset.
   __m256 d;
 };
-
-// Block `at` (a byte offset) of the 8 rows at row[0..7], transposed: q[g] holds quants 4g ..
-// 4g + 3 (g >= 4: 16 + 4(g - 4) ..) of row r, unsigned (q + 8), in 32-bit lane r.
-inline void TransposeQuants(const char* const* row, size_t at, __m256i (&q)[8]) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  // Row r's quants in 128-bit half r / 4 of load r % 4, then 4-byte groups transposed.
-  __m256i v[4];
-  for (int r = 0; r < 4; ++r) {
-    v[r] = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(row[r + 4] + at + 2),
-                               reinterpret_cast<const __m128i*>(row[r] + at + 2));
-  }
-  const __m256i u0 = _mm256_unpacklo_epi32(v[0], v[1]), u1 = _mm256_unpackhi_epi32(v[0], v[1]);
-  const __m256i u2 = _mm256_unpacklo_epi32(v[2], v[3]), u3 = _mm256_unpackhi_epi32(v[2], v[3]);
-  const __m256i t[4] = {_mm256_unpacklo_epi64(u0, u2), _mm256_unpackhi_epi64(u0, u2),
-                        _mm256_unpacklo_epi64(u1, u3), _mm256_unpackhi_epi64(u1, u3)};
-  for (int g = 0; g < 4; ++g) {
-    q[g] = _mm256_and_si256(t[g], low4);
-    q[g + 4] = _mm256_and_si256(_mm256_srli_epi16(t[g], 4), low4);
-  }
-}
 
 // The scales of block `at` of the 8 rows at row[0..7], row r in lane r.
 inline __m256 RowScales(const char* const* row, size_t at) {
@@ -322,7 +302,7 @@ inline __m256 RowScales(const char* const* row, size_t at) {
 // Stages block `at` of the 8 rows at row[0..7] for RowGroups' columns.
 inline void StageRows(const char* const* row, size_t at, StagedRows& out) {
   __m256i q[8];
-  TransposeQuants(row, at, q);
+  TransposeNibbles(row, at + offsetof(BlockQ4_0, qs), q);
   // Each row's 32 quants add up to at most 480: bytewise over 8 vectors (<= 120), then
   // widened; sum(q - 8) = sum(q) - 256.
   __m256i sum8 = q[0];
@@ -332,25 +312,6 @@ inline void StageRows(const char* const* row, size_t at, StagedRows& out) {
   out.corr = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(kQ4Offset * kQK4_0), sum), 7);
   for (int g = 0; g < 8; ++g) out.q[g] = _mm256_sub_epi8(q[g], _mm256_set1_epi8(kQ4Offset));
   out.d = RowScales(row, at);
-}
-
-// The weight rows of a tile: rows past `rows` read the last one (their lanes are dropped).
-template <int N>
-void TileRowPointers(const char* a, size_t a_stride, int rows, const char* (&row)[N]) {
-  for (int r = 0; r < N; ++r) row[r] = a + std::min(r, rows - 1) * a_stride;
-}
-
-// Block i's even share (`step` bytes) of the following rows, fetched while the tile's own
-// blocks go by.
-template <_mm_hint kHint>
-inline void PrefetchShare(const char* next, int64_t i, size_t step) {
-  for (size_t o = 0; o < step; o += kLine) _mm_prefetch(next + i * step + o, kHint);
-}
-
-inline __m256i BroadcastQuad(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return _mm256_set1_epi32(v);
 }
 
 // Rows [0, rows) (rows <= 8) of `a` against one activation column: c[r]. Each block's quants
@@ -369,7 +330,7 @@ void OneColumn(int64_t nblocks, const char* a, size_t a_stride, int rows, const 
     const size_t at = i * sizeof(BlockQ4_0);
     PrefetchShare<_MM_HINT_T0>(next, i, ahead_step);
     __m256i q[8];
-    TransposeQuants(row, at, q);
+    TransposeNibbles(row, at + offsetof(BlockQ4_0, qs), q);
     const ActQ4Tail& yb = y[i];
     __m256i s16 = _mm256_maddubs_epi16(q[0], BroadcastQuad(yb.qs));
     for (int g = 1; g < 8; ++g) {
@@ -379,9 +340,7 @@ void OneColumn(int64_t nblocks, const char* a, size_t a_stride, int rows, const 
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
                           _mm256_mul_ps(RowScales(row, at), _mm256_set1_ps(yb.d)), acc);
   }
-  alignas(32) float out[kLaneRows];
-  _mm256_store_ps(out, acc);
-  std::memcpy(c, out, rows * sizeof(float));
+  StoreLaneRows(acc, rows, c);
 }
 
 // Keeps the H running sums in registers between steps: without it GCC issues all of a

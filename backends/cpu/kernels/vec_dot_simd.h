@@ -204,9 +204,11 @@ inline void UnpackScalesK4(const uint8_t* packed, uint64_t* scales, uint64_t* mi
 
 // 32 nibbles of 16 bytes as 32 bytes: low nibbles first, then high nibbles (Q4_0's order).
 inline __m256i NibblesToBytes(const uint8_t* q) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-  const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
-  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+  // One load into both lanes, the upper lane shifted by 4 (one variable shift).
+  const __m256i both =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+  const __m256i shifted = _mm256_srlv_epi32(both, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+  return _mm256_and_si256(shifted, _mm256_set1_epi8(0x0F));
 }
 #endif
 
