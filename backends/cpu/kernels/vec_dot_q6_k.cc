@@ -89,62 +89,71 @@ void Q6KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, 
 constexpr ColumnPasses kPasses{{8, 4, 4, 4}};
 #else  // AVX2
 
-// sum over groups of scale * bsum, times the offset: what the unsigned quants over-count.
-inline int32_t OffsetTerm(const int8_t* scales, const int16_t* bsums) {
-  const __m256i sc =
-      _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
-  const __m256i p =
-      _mm256_madd_epi16(sc, _mm256_load_si256(reinterpret_cast<const __m256i*>(bsums)));
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-  return _mm_cvtsi128_si32(s) << kOffsetShift;
+// The int8 scales of groups 2s and 2s + 1 (elements 32 s .. 32 s + 31) widened to int16, the
+// first in the low 128-bit lane and the second in the high: a 32-quant vector's pair sums
+// (VPMADDUBSW) meet their group's scale in one VPMADDWD.
+inline __m256i QuarterScales(__m128i scales, int s) {
+  const __m128i idx = _mm_add_epi8(_mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                   _mm_set1_epi8(static_cast<char>(2 * s)));
+  return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, idx));
 }
 
+// Each lane adds its share of a super-block's integer dot, scaled by d * d_y, to its own f32
+// sum; the lanes are added once at the end of the row. Every R x C tile adds in this order
+// (batch invariance).
 template <int R, int C>
 void Q6KTile(int64_t nsb, const char* a, size_t a_stride, const void* const* b, float* const* c) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i low2 = _mm256_set1_epi8(0x03);
-  float acc[R][C] = {};
+  const __m256i bits45 = _mm256_set1_epi8(0x30);
+  __m256 acc[R][C] = {};
   const auto y = ActColumns<ActQ8K, C>(b);
   for (int64_t i = 0; i < nsb; ++i) {
     for (int r = 0; r < R; ++r) {
       const BlockQ6_K* x = reinterpret_cast<const BlockQ6_K*>(a + r * a_stride) + i;
+      if constexpr (R == 1) PrefetchStreamAhead<sizeof(BlockQ6_K)>(x);
+      const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x->scales));
+      const __m256i sc16 = _mm256_cvtepi8_epi16(scales);
       __m256i isum[C];
-      for (int j = 0; j < C; ++j) isum[j] = _mm256_setzero_si256();
+      for (int j = 0; j < C; ++j) {
+        // Start from -32 * (scales . bsums): what the unsigned quants over-count.
+        const __m256i offset = _mm256_madd_epi16(
+            sc16, _mm256_load_si256(reinterpret_cast<const __m256i*>(y[j][i].bsums)));
+        isum[j] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, kOffsetShift));
+      }
       for (int h = 0; h < 2; ++h) {
+        const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->ql + 64 * h));
+        const __m256i ql1 =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->ql + 64 * h + 32));
         const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qh + 32 * h));
-        for (int quarter = 0; quarter < 4; ++quarter) {
-          const __m256i ql = _mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(x->ql + 64 * h + 32 * (quarter % 2)));
-          const __m256i lo = quarter < 2 ? _mm256_and_si256(ql, low4)
-                                         : _mm256_and_si256(_mm256_srli_epi16(ql, 4), low4);
-          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * quarter), low2);
-          const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-          const int g = (128 * h + 32 * quarter) / kSuperGroup;
-          const __m256i sc =
-              _mm256_set_m128i(_mm_set1_epi16(x->scales[g + 1]), _mm_set1_epi16(x->scales[g]));
+        // Quarter t (elements 128 h + 32 t ..): ql's low nibbles (t < 2) or high ones, and
+        // qh's bits 2t, 2t + 1 moved to bits 4-5.
+        const __m256i q[4] = {
+            _mm256_or_si256(_mm256_and_si256(ql0, low4),
+                            _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)),
+            _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                            _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                            _mm256_and_si256(qh, bits45)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45))};
+        for (int t = 0; t < 4; ++t) {
+          const __m256i sc = QuarterScales(scales, 4 * h + t);
           for (int j = 0; j < C; ++j) {
             const __m256i yq = _mm256_load_si256(
-                reinterpret_cast<const __m256i*>(y[j][i].qs + 128 * h + 32 * quarter));
-            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, yq), sc);
-            isum[j] = _mm256_add_epi32(isum[j], p);
+                reinterpret_cast<const __m256i*>(y[j][i].qs + 128 * h + 32 * t));
+            isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(_mm256_maddubs_epi16(q[t], yq), sc));
           }
         }
       }
       const float d = _cvtsh_ss(x->d);
       for (int j = 0; j < C; ++j) {
-        __m128i s =
-            _mm_add_epi32(_mm256_castsi256_si128(isum[j]), _mm256_extracti128_si256(isum[j], 1));
-        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-        const int32_t total = _mm_cvtsi128_si32(s) - OffsetTerm(x->scales, y[j][i].bsums);
-        acc[r][j] += d * y[j][i].d * static_cast<float>(total);
+        acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_set1_ps(d * y[j][i].d),
+                                    acc[r][j]);
       }
     }
   }
   for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < C; ++j) c[j][r] = acc[r][j];
+    for (int j = 0; j < C; ++j) c[j][r] = HorizontalSum(acc[r][j]);
   }
 }
 
