@@ -250,10 +250,10 @@ TEST(MXFP4ArithmeticTest, EveryExponentRangeAndExtremeLevels) {
 // The packed GEMM's tile directly: every row count 1..16 and column count 1..8.
 TEST(QGemmTest, TileRowAndColumnCounts) {
   if (!QGemmSupports(DType::kQ8_0)) GTEST_SKIP() << "no packed GEMM in this build";
-  for (DType type :
-       {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kMXFP4}) {
+  for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL,
+                     DType::kMXFP4, DType::kQ4_K}) {
     if (!QGemmSupports(type)) continue;
-    const int64_t k = 96;
+    const int64_t k = BlockSize(type) == kQK_K ? 2 * kQK_K : 96;
     Owned a = MakeWeights(type, k, kQGemmRows, 50);
     Owned x = MakeF32(k, kQGemmCols, 51);
     const std::vector<double> want = Reference(a.t, x.t);
