@@ -37,6 +37,9 @@ class MetaStream : public Stream {
   Device* device() const override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
   absl::Status Compute(Graph& graph) override;
+  // compute_us and transfer_us: the host threads' time between collectives, or where the
+  // devices only queue (rpc-servers summing among themselves) the slowest device's own
+  // compute time per plan and the rest of the plan's wall time (collectives, latency).
   StreamStats stats() const override { return stats_; }
 
   // The plan the last Compute ran, and how many plans were built and replayed so far (for
