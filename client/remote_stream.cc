@@ -163,8 +163,9 @@ absl::Status RemoteStream::Compute(Graph& graph) {
   pb::Compute* c = request.mutable_compute();
   c->set_device(device_->index());
   c->set_graph_key(key);
-  if (!connection->sent_graphs().MarkSent(key)) {
+  if (!connection->sent_graphs().Known(key)) {
     TG_ASSIGN_OR_RETURN(EncodedGraph encoded, EncodeGraph(graph, locate));
+    connection->sent_graphs().Sent(key, static_cast<size_t>(encoded.desc.tensors_size()));
     *c->mutable_graph() = std::move(encoded.desc);
   }
 

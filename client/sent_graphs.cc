@@ -4,19 +4,43 @@
 
 namespace tg::rpc {
 
-bool SentGraphs::MarkSent(uint64_t key) {
+bool SentGraphs::Known(uint64_t key) {
   absl::MutexLock lock(&mu_);
-  auto it = std::find(keys_.begin(), keys_.end(), key);
-  const bool known = it != keys_.end();
-  if (known) keys_.erase(it);
-  keys_.push_back(key);
-  if (keys_.size() > kCapacity) keys_.pop_front();
-  return known;
+  auto it = std::find_if(graphs_.begin(), graphs_.end(),
+                         [key](const Graph& g) { return g.key == key; });
+  if (it == graphs_.end()) return false;
+  const Graph g = *it;
+  graphs_.erase(it);
+  graphs_.push_back(g);
+  return true;
+}
+
+void SentGraphs::Sent(uint64_t key, size_t tensors) {
+  absl::MutexLock lock(&mu_);
+  auto it = std::find_if(graphs_.begin(), graphs_.end(),
+                         [key](const Graph& g) { return g.key == key; });
+  if (it != graphs_.end()) {
+    tensors_ -= it->tensors;
+    graphs_.erase(it);
+  }
+  graphs_.push_back({key, tensors});
+  tensors_ += tensors;
+  while (graphs_.size() > kMaxGraphs || tensors_ > kMaxTensors) {
+    tensors_ -= graphs_.front().tensors;
+    graphs_.pop_front();
+  }
 }
 
 void SentGraphs::Forget(uint64_t key) {
   absl::MutexLock lock(&mu_);
-  keys_.erase(std::remove(keys_.begin(), keys_.end(), key), keys_.end());
+  for (auto it = graphs_.begin(); it != graphs_.end();) {
+    if (it->key == key) {
+      tensors_ -= it->tensors;
+      it = graphs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 }  // namespace tg::rpc

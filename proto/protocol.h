@@ -72,6 +72,16 @@ inline constexpr uint64_t kMaxFillBytes = uint64_t{2} << 30;
 // while a refused graph costs little to parse.
 inline constexpr size_t kMaxGraphTensors = size_t{1} << 16;
 inline constexpr size_t kMaxGraphNodes = size_t{1} << 16;
+// A server session keeps at most this many decoded graphs, holding at most this many tensors
+// in all (least recently used dropped first; also within the session's memory limit). A
+// client names a graph by its key alone only while it is among the last half of each that it
+// sent (client/sent_graphs.h), so the server surely still holds it. Tensor parallelism sends
+// one graph per device for each stretch of a step between collectives (a 1B llama's decode
+// step: about 47 per device; 16 remembered graphs had each one sent whole every step), hence
+// the count; the tensors bound the memory (about 450 bytes each decoded: 240 MB).
+inline constexpr size_t kGraphCacheGraphs = 1024;
+inline constexpr size_t kGraphCacheTensors = size_t{1} << 19;
+static_assert(kMaxGraphTensors <= kGraphCacheTensors / 2);
 // Graph tensors in one Session request (a batch may carry a few full graphs): the service
 // refuses a request over it before parsing it, bounding what one message costs to parse.
 inline constexpr size_t kMaxRequestGraphTensors = 2 * kMaxGraphTensors;

@@ -27,9 +27,9 @@ absl::StatusOr<std::shared_ptr<GraphCache::Entry>> GraphCache::For(const pb::Com
   }
   TG_RETURN_IF_ERROR(CheckGraphSize(cmd.graph()));
   // Charged before decoding: room is made by dropping the oldest graphs, first down to the
-  // cache's own bound, then as far as the session's memory limit needs.
+  // cache's own bounds, then as far as the session's memory limit needs.
   const uint64_t bytes = DecodedGraphBytes(cmd.graph());
-  Evict(bytes);
+  Evict(static_cast<size_t>(cmd.graph().tensors_size()));
   absl::StatusOr<MemoryReservation> charge = table_->ReserveMemory(bytes);
   while (!charge.ok() && charge.status().code() == absl::StatusCode::kResourceExhausted &&
          !graphs_.empty()) {
@@ -56,17 +56,18 @@ absl::StatusOr<std::shared_ptr<GraphCache::Entry>> GraphCache::For(const pb::Com
   TG_ASSIGN_OR_RETURN(cached->graph, DecodeGraph(cmd.graph(), device, resolve));
   cached->device = cmd.device();
   cached->key = cmd.graph_key();
+  cached->tensors = static_cast<size_t>(cmd.graph().tensors_size());
   graphs_.remove_if(same);
   graphs_.push_front(std::move(cached));
-  while (graphs_.size() > kGraphCacheSize) graphs_.pop_back();
   return graphs_.front();
 }
 
-void GraphCache::Evict(uint64_t more) {
-  uint64_t held = 0;
-  for (const auto& g : graphs_) held += g->charge->size();
-  while (!graphs_.empty() && held + more > kMaxGraphCacheBytes) {
-    held -= graphs_.back()->charge->size();
+void GraphCache::Evict(size_t more) {
+  size_t held = 0;
+  for (const auto& g : graphs_) held += g->tensors;
+  while (!graphs_.empty() && (held + more > rpc::kGraphCacheTensors ||
+                              graphs_.size() + 1 > rpc::kGraphCacheGraphs)) {
+    held -= graphs_.back()->tensors;
     graphs_.pop_back();
   }
 }

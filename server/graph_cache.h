@@ -1,8 +1,9 @@
 // GraphCache: one session's decoded compute graphs, by (device, graph key), so that a client
 // sends a graph once and names it by key after. A graph is charged to the session's memory
 // (HandleTable::ReserveMemory) before it is decoded and while it is kept; the cache keeps at
-// most kGraphCacheSize graphs and kMaxGraphCacheBytes of them, dropping the least recently
-// used first, and further as far as the session's memory limit needs. A kept graph holds the
+// most rpc::kGraphCacheGraphs graphs of rpc::kGraphCacheTensors tensors in all (the bounds
+// the client's SentGraphs counts against), dropping the least recently used first, and
+// further as far as the session's memory limit needs. A kept graph holds the
 // buffers it points into; freeing one of them drops the graphs that use it (DropUsing).
 // Thread-safety: thread-safe (one mutex; a graph is decoded under it). A graph handed out
 // stays valid while its holder keeps the shared_ptr, whatever the cache drops meanwhile.
@@ -19,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/backend.h"
+#include "proto/protocol.h"
 #include "server/graph_decoder.h"
 #include "server/handle_table.h"
 #include "server/memory_reservation.h"
@@ -27,18 +29,12 @@
 
 namespace tg::server {
 
-// Decoded graphs kept per session (least recently used dropped first).
-inline constexpr size_t kGraphCacheSize = 32;
-// Bytes of decoded graphs kept per session (an estimate, DecodedGraphBytes; also charged to
-// the session's memory): a 70B model's graph is a few MB decoded, so this keeps every
-// device's graphs of a few models with room to spare.
-inline constexpr uint64_t kMaxGraphCacheBytes = uint64_t{256} << 20;
-
 class GraphCache {
  public:
   struct Entry {
     uint32_t device;
     uint64_t key;
+    size_t tensors;  // of its GraphDesc, counted against rpc::kGraphCacheTensors.
     // The graph's estimated bytes (charge->size()), charged to the session while the graph
     // lives; set before the graph is decoded.
     std::optional<MemoryReservation> charge;
@@ -66,8 +62,9 @@ class GraphCache {
   uint64_t bytes() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // Drops the least recently used graphs until `more` bytes fit in kMaxGraphCacheBytes.
-  void Evict(uint64_t more) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the least recently used graphs until one more graph of `more` tensors fits in the
+  // bounds.
+  void Evict(size_t more) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   HandleTable* const table_;
   mutable absl::Mutex mu_;

@@ -1,7 +1,8 @@
 // Tests of GraphCache on its own, over a HandleTable: a graph sent once is found by key
 // after (on its device only); each graph is charged to the table before it is decoded and
 // while it is kept; a graph over the session's memory limit is refused naming its size,
-// while graphs that fit one at a time evict older ones; kGraphCacheSize bounds the count;
+// while graphs that fit one at a time evict older ones; rpc::kGraphCacheGraphs bounds the
+// count and rpc::kGraphCacheTensors their tensors;
 // DropUsing drops the graphs of a freed buffer and their charges; a graph over the tensor
 // limit is refused naming count and limit.
 #include "server/graph_cache.h"
@@ -131,19 +132,36 @@ TEST_F(GraphCacheTest, AGraphHeldPastItsEvictionKeepsItsChargeUntilLetGo) {
   EXPECT_EQ(table.bytes_held(), before);
 }
 
-TEST_F(GraphCacheTest, AtMostkGraphCacheSizeGraphsAreKeptNewestFirst) {
+TEST_F(GraphCacheTest, AtMostkGraphCacheGraphsAreKeptNewestFirst) {
   HandleTable table({});
   GraphCache cache(&table);
   const uint64_t h = AddBuffer(table, 4096);
-  for (uint64_t k = 1; k <= kGraphCacheSize + 2; ++k) {
+  for (uint64_t k = 1; k <= rpc::kGraphCacheGraphs + 2; ++k) {
     ASSERT_TRUE(cache.For(LeavesCompute(h, k, 2), devices_[0]).ok());
   }
-  EXPECT_EQ(cache.size(), kGraphCacheSize);
+  EXPECT_EQ(cache.size(), rpc::kGraphCacheGraphs);
   // The two oldest went; the rest are there.
   EXPECT_FALSE(cache.For(ByKey(1), devices_[0]).ok());
   EXPECT_FALSE(cache.For(ByKey(2), devices_[0]).ok());
   EXPECT_TRUE(cache.For(ByKey(3), devices_[0]).ok());
-  EXPECT_TRUE(cache.For(ByKey(kGraphCacheSize + 2), devices_[0]).ok());
+  EXPECT_TRUE(cache.For(ByKey(rpc::kGraphCacheGraphs + 2), devices_[0]).ok());
+}
+
+// Graphs of the most tensors one may have: the cache holds kGraphCacheTensors of them in all,
+// the next evicting the oldest.
+TEST_F(GraphCacheTest, AtMostkGraphCacheTensorsAreKept) {
+  HandleTable table({});
+  GraphCache cache(&table);
+  const uint64_t h = AddBuffer(table, 4096);
+  constexpr int kTensors = static_cast<int>(rpc::kMaxGraphTensors);
+  constexpr uint64_t kFit = rpc::kGraphCacheTensors / rpc::kMaxGraphTensors;
+  for (uint64_t k = 1; k <= kFit + 1; ++k) {
+    ASSERT_TRUE(cache.For(LeavesCompute(h, k, kTensors), devices_[0]).ok());
+  }
+  EXPECT_EQ(cache.size(), kFit);
+  EXPECT_FALSE(cache.For(ByKey(1), devices_[0]).ok());
+  EXPECT_TRUE(cache.For(ByKey(2), devices_[0]).ok());
+  EXPECT_TRUE(cache.For(ByKey(kFit + 1), devices_[0]).ok());
 }
 
 TEST_F(GraphCacheTest, GraphOverTheTensorLimitIsRefusedNamingCountAndLimit) {

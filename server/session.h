@@ -15,8 +15,8 @@
 // weakly (SessionBuffer), so the memory returns when the session ends, not when its slowest
 // client gives up.
 // Bounds: a batch holds at most kMaxBatchCommands commands; decoded graphs are charged to
-// the session's memory (ReserveMemory) and the cache holds at most kMaxGraphCacheBytes of
-// them; queued requests hold at most kMaxQueuedRequestBytes (Post waits for room).
+// the session's memory (ReserveMemory) and the cache holds at most rpc::kGraphCacheGraphs
+// of them, of rpc::kGraphCacheTensors tensors in all; queued requests hold at most kMaxQueuedRequestBytes (Post waits for room).
 // Thread-safety: thread-safe. Post/Refuse/Handle/Serve are serialized by the dispatch;
 // FindBuffer(), ModelFile(), the memory charge and the byte counters may be used
 // concurrently from Upload/Download threads.
