@@ -49,6 +49,8 @@ class MetaStream : public Stream {
   int64_t replays() const { return replays_; }
   // Bytes of compute memory the stream holds on device d (for tools and tests).
   size_t compute_bytes(int d) const { return memory_->bytes(d); }
+  // What device d's own stream reports (for tools and tests).
+  StreamStats device_stats(int d) const { return streams_[d]->stats(); }
 
  private:
   explicit MetaStream(MetaDevice* device);

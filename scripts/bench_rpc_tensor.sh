@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# -sm tensor against -sm layer over the same rpc-servers (docs/benchmarks.md, "-sm tensor over
+# two rpc-servers"): SERVERS one-thread rpc-servers on loopback, a client with 2 threads, and
+# the same model decoded locally with 2 threads; tg128 in ROUNDS interleaved rounds, each line
+# with tg-bench's compute and transfer shares (under -sm tensor: the servers' own compute,
+# and the rest of each step: collectives and latency).
+#
+#   bash scripts/bench_rpc_tensor.sh MODEL [rounds=3] [servers=2] [reps=2]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+model=${1:?usage: bench_rpc_tensor.sh MODEL [rounds] [servers] [reps]}
+rounds=${2:-3}
+servers=${3:-2}
+reps=${4:-2}
+bin=build/release
+work=$(mktemp -d)
+trap 'kill $(cat "$work"/pid* 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
+
+endpoints=""
+for i in $(seq "$servers"); do
+  "$bin/server/rpc-server" -p 0 --port-file "$work/port$i" -t 1 --cache "$work/cache$i" \
+    >"$work/server$i.log" 2>&1 &
+  echo $! >"$work/pid$i"
+  for _ in $(seq 200); do [ -s "$work/port$i" ] && break; sleep 0.05; done
+  endpoints+="${endpoints:+,}127.0.0.1:$(cat "$work/port$i")"
+done
+
+run() {  # label, tg-bench flags...
+  local label=$1
+  shift
+  "$bin/tools/tg-bench/tg-bench" -m "$model" -p 0 -n 128 -t 2 -r "$reps" "$@" 2>&1 |
+    awk -F'|' -v label="$label" '/tg128/ {printf "%-8s %s t/s  compute %s  transfer %s\n", label, $10, $11, $12}'
+}
+for r in $(seq "$rounds"); do
+  echo "== round $r, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  run local
+  run tensor --rpc "$endpoints" -sm tensor
+  run layer --rpc "$endpoints" -sm layer
+done
