@@ -47,6 +47,9 @@ void DequantizeRowIQ4_NL(const BlockIQ4_NL* x, float* y, int64_t n);
 void DequantizeRowIQ4_XS(const BlockIQ4_XS* x, float* y, int64_t n);
 void DequantizeRowMXFP4(const BlockMXFP4* x, float* y, int64_t n);
 
+// The signed scale (-32..31) of IQ4_XS sub-block j (0..7): its values are d * scale * level.
+int IQ4XSScale(const BlockIQ4_XS& x, int j);
+
 // Half the scale of an E8M0 exponent, 2^(e - 128) (MXFP4's values are stored doubled):
 // exact for every e, denormal for e < 2.
 inline float E8M0ToFloatHalf(uint8_t e) {

@@ -250,7 +250,7 @@ TEST(MXFP4ArithmeticTest, EveryExponentRangeAndExtremeLevels) {
 TEST(QGemmTest, TileRowAndColumnCounts) {
   if (!QGemmSupports(DType::kQ8_0)) GTEST_SKIP() << "no packed GEMM in this build";
   for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL,
-                     DType::kMXFP4, DType::kQ4_K}) {
+                     DType::kMXFP4, DType::kQ4_K, DType::kIQ4_XS}) {
     if (!QGemmSupports(type)) continue;
     const int64_t k = BlockSize(type) == kQK_K ? 2 * kQK_K : 96;
     Owned a = MakeWeights(type, k, kQGemmRows, 50);

@@ -1,5 +1,5 @@
-// Packed GEMM for the 32-element block types (Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4) and Q4_K
-// against Q8_0 activations on AVX-512 VNNI and on AVX2 (prefill).
+// Packed GEMM for the 32-element block types (Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4), Q4_K and
+// IQ4_XS against Q8_0 activations on AVX-512 VNNI and on AVX2 (prefill).
 //
 // The row-wise tile kernels spend most of their time on per-block scale arithmetic: every
 // 32-element block of every (row, column) pair needs its own scale product and
@@ -25,11 +25,11 @@
 // (vec_dot_q4_0.cc: 8 rows transposed into lanes per pass of columns, 16-bit sums over the
 // whole block) ran prompts 1.4-1.7x faster than this GEMM (pp512, a 2048-wide model).
 //
-// Q4_K packs each 32-element sub-block as a block of its own: the scale d * scale_s and the
-// minimum -dmin * min_s are exact in f32 (an f16 times a 6-bit integer), so it is Q5_1's
-// arithmetic with 4-bit quants, against activations rounded as Q8_K (its decode tiles'). Its
-// row-wise tiles unpack the scales again for every 2 columns: this ran a qwen3moe Q4_K_M
-// prompt (pp512, AVX2) 1.2x faster.
+// Q4_K and IQ4_XS pack each 32-element sub-block as a block of its own: the scale d * scale_s
+// (and Q4_K's minimum -dmin * min_s) is exact in f32 (an f16 times a 6-bit integer), so Q4_K
+// is Q5_1's arithmetic with 4-bit quants and IQ4_XS is IQ4_NL's, against activations rounded
+// as Q8_K (their decode tiles'). Their row-wise tiles unpack the scales again for every 2
+// columns: this ran a qwen3moe Q4_K_M prompt (pp512, AVX2) 1.2x faster.
 #include "backends/cpu/kernels/qgemm.h"
 
 #include <cstring>
@@ -73,6 +73,7 @@ int WeightOffset(DType type) {
 #if !defined(TG_CPU_AVX512)
     case DType::kQ8_0:
     case DType::kIQ4_NL:
+    case DType::kIQ4_XS:
       return 0;
 #endif
     case DType::kQ4_0:
@@ -125,10 +126,11 @@ bool QGemmSupports(DType type) {
 #if defined(TG_CPU_AVX512)
   return type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kQ5_0 ||
          type == DType::kQ5_1 || type == DType::kIQ4_NL || type == DType::kMXFP4 ||
-         type == DType::kQ4_K;
+         type == DType::kQ4_K || type == DType::kIQ4_XS;
 #elif defined(TG_CPU_SIMD)  // AVX2: Q4_0's decode tiles are faster for prompts too.
   return type == DType::kQ8_0 || type == DType::kQ5_0 || type == DType::kQ5_1 ||
-         type == DType::kIQ4_NL || type == DType::kMXFP4 || type == DType::kQ4_K;
+         type == DType::kIQ4_NL || type == DType::kMXFP4 || type == DType::kQ4_K ||
+         type == DType::kIQ4_XS;
 #else
   (void)type;
   return false;
@@ -139,7 +141,9 @@ size_t QGemmActRowBytes(int64_t k) { return static_cast<size_t>(k / kQK8_0) * si
 
 void QGemmActFromF32(DType type, const float* x, void* y, int64_t k) {
   ActBlock* out = static_cast<ActBlock*>(y);
-  if (type == DType::kQ4_K) {  // Q8_K's rounding (its decode tiles'), one scale per 256.
+  const int offset = WeightOffset(type);
+  if (type == DType::kQ4_K || type == DType::kIQ4_XS) {  // Q8_K's rounding (their decode
+    // tiles'), one scale per 256.
     for (int64_t sb = 0; sb < k / kQK_K; ++sb) {
       int8_t q[kQK_K];
       const float d = QuantizeBlockQ8_K(x + sb * kQK_K, q);
@@ -149,13 +153,12 @@ void QGemmActFromF32(DType type, const float* x, void* y, int64_t k) {
         int sum = 0;
         for (int j = 0; j < kQK8_0; ++j) sum += b.qs[j];
         b.d = d;
-        b.corr = 0;
+        b.corr = -offset * sum;
         b.ds = d * static_cast<float>(sum);
       }
     }
     return;
   }
-  const int offset = WeightOffset(type);
   for (int64_t i = 0; i < k / kQK8_0; ++i) {
     out[i].d = QuantizeBlockQ8_0(x + i * kQK8_0, out[i].qs);
 #if defined(TG_CPU_SIMD)
@@ -174,25 +177,39 @@ size_t QGemmPackBytes(int64_t k) { return static_cast<size_t>(k / kQK8_0) * size
 #if defined(TG_CPU_SIMD)
 namespace {
 
-// Q4_K rows as packed blocks of 32: sub-block s of a super-block has its quants in the low
-// (s even) or high nibbles of the super-block's 32-byte chunk s / 2.
-void PackQ4K(int64_t k, const char* a, size_t a_stride, int rows, PackedBlock* out) {
+// Super-block rows (Q4_K, IQ4_XS) as packed blocks of 32. Q4_K's sub-block s has its quants in
+// the low (s even) or high nibbles of the super-block's 32-byte chunk s / 2; IQ4_XS's are 16
+// bytes of nibbles each, as IQ4_NL's, looked up in its levels plus the type's offset.
+void PackSuperBlocks(DType type, int64_t k, const char* a, size_t a_stride, int rows,
+                     PackedBlock* out) {
   constexpr int kSubBlocks = kQK_K / kQK8_0;
+  const size_t block_bytes = type == DType::kQ4_K ? sizeof(BlockQ4_K) : sizeof(BlockIQ4_XS);
+  const int offset = WeightOffset(type);
   for (int64_t sb = 0; sb < k / kQK_K; ++sb) {
     PackedBlock* blocks = out + sb * kSubBlocks;
     if (rows < kQGemmRows) std::memset(blocks, 0, kSubBlocks * sizeof(PackedBlock));
     for (int r = 0; r < rows; ++r) {
-      const BlockQ4_K& x = reinterpret_cast<const BlockQ4_K*>(a + r * a_stride)[sb];
-      uint64_t scales, mins;
-      simd::UnpackScalesK4(x.scales, &scales, &mins);
-      const float d = HalfToFloat(x.d), dmin = HalfToFloat(x.dmin);
+      const char* x = a + r * a_stride + sb * block_bytes;
       for (int s = 0; s < kSubBlocks; ++s) {
         PackedBlock& b = blocks[s];
-        b.d[r] = d * static_cast<float>((scales >> (8 * s)) & 0xFF);
-        b.m[r] = -dmin * static_cast<float>((mins >> (8 * s)) & 0xFF);
-        const uint8_t* q = x.qs + 32 * (s / 2);
         alignas(32) uint8_t v[kQK8_0];
-        for (int i = 0; i < kQK8_0; ++i) v[i] = s % 2 == 0 ? q[i] & 0x0F : q[i] >> 4;
+        if (type == DType::kQ4_K) {
+          const BlockQ4_K& q4 = *reinterpret_cast<const BlockQ4_K*>(x);
+          uint64_t scales, mins;
+          simd::UnpackScalesK4(q4.scales, &scales, &mins);
+          b.d[r] = HalfToFloat(q4.d) * static_cast<float>((scales >> (8 * s)) & 0xFF);
+          b.m[r] = -HalfToFloat(q4.dmin) * static_cast<float>((mins >> (8 * s)) & 0xFF);
+          const uint8_t* q = q4.qs + 32 * (s / 2);
+          for (int i = 0; i < kQK8_0; ++i) v[i] = s % 2 == 0 ? q[i] & 0x0F : q[i] >> 4;
+        } else {
+          const BlockIQ4_XS& xs = *reinterpret_cast<const BlockIQ4_XS*>(x);
+          b.d[r] = HalfToFloat(xs.d) * static_cast<float>(IQ4XSScale(xs, s));
+          const uint8_t* q = xs.qs + 16 * s;
+          for (int i = 0; i < kQK8_0 / 2; ++i) {
+            v[i] = static_cast<uint8_t>(kIQ4NLValues[q[i] & 0x0F] + offset);
+            v[i + kQK8_0 / 2] = static_cast<uint8_t>(kIQ4NLValues[q[i] >> 4] + offset);
+          }
+        }
         for (int g = 0; g < kGroups; ++g) std::memcpy(&b.q[g][4 * r], v + 4 * g, 4);
       }
     }
@@ -229,7 +246,9 @@ __m512i FifthBits(__m512i qh, int g) {
 void QGemmPack(DType type, int64_t k, const char* a, size_t a_stride, int rows, void* pack) {
   const int64_t nblocks = k / kQK8_0;
   PackedBlock* out = static_cast<PackedBlock*>(pack);
-  if (type == DType::kQ4_K) return PackQ4K(k, a, a_stride, rows, out);
+  if (type == DType::kQ4_K || type == DType::kIQ4_XS) {
+    return PackSuperBlocks(type, k, a, a_stride, rows, out);
+  }
   const __mmask16 m = static_cast<__mmask16>((1u << rows) - 1);
   const __m512i row_offsets =
       _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -291,7 +310,9 @@ void QGemmPack(DType type, int64_t k, const char* a, size_t a_stride, int rows, 
 void QGemmPack(DType type, int64_t k, const char* a, size_t a_stride, int rows, void* pack) {
   const int64_t nblocks = k / kQK8_0;
   PackedBlock* out = static_cast<PackedBlock*>(pack);
-  if (type == DType::kQ4_K) return PackQ4K(k, a, a_stride, rows, out);
+  if (type == DType::kQ4_K || type == DType::kIQ4_XS) {
+    return PackSuperBlocks(type, k, a, a_stride, rows, out);
+  }
   const PackLayout lay = LayoutOf(type);
   const int offset = WeightOffset(type);
   for (int64_t b = 0; b < nblocks; ++b) {
@@ -453,9 +474,10 @@ void IsaTile(DType type, int64_t nblocks, const PackedBlock* w, const ActBlock* 
              int cols, float* const* c) {
   // A pair sum is at most 2 * 127 * the largest packed weight (activations stay within
   // +-127), and kSpan of them below 2^15: Q4_K (15) all 8 groups, Q5_0 / Q5_1 (31) and MXFP4
-  // (24) 4, the signed Q8_0 / IQ4_NL (127) one.
+  // (24) 4, the signed Q8_0 / IQ4_NL / IQ4_XS (127) one.
   __m256 acc[2 * kQGemmCols];
-  if (type == DType::kQ8_0 || type == DType::kIQ4_NL) {  // packed signed (WeightOffset 0).
+  if (type == DType::kQ8_0 || type == DType::kIQ4_NL ||
+      type == DType::kIQ4_XS) {  // packed signed (WeightOffset 0).
     RunTile<false, true, 1>(nblocks, w, y, cols, acc);
   } else if (type == DType::kQ5_1) {
     RunTile<true, false, 4>(nblocks, w, y, cols, acc);

@@ -1,5 +1,5 @@
-// Prefill GEMM for the 32-element block types (Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4) and Q4_K
-// on AVX-512 VNNI and AVX2 (there all but Q4_0, QGemmSupports): weight tiles of 16 rows are
+// Prefill GEMM for the 32-element block types (Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4), Q4_K and
+// IQ4_XS on AVX-512 VNNI and AVX2 (there all but Q4_0, QGemmSupports): weight tiles of 16 rows are
 // packed so that each vector lane holds one row, which lets one scale multiply serve a
 // whole block.
 #ifndef TENSORGRID_BACKENDS_CPU_KERNELS_QGEMM_H_
