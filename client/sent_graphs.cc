@@ -4,25 +4,28 @@
 
 namespace tg::rpc {
 
-bool SentGraphs::Known(uint64_t key) {
-  absl::MutexLock lock(&mu_);
+std::optional<SentGraphs::Graph> SentGraphs::TakeLocked(uint64_t key) {
   auto it = std::find_if(graphs_.begin(), graphs_.end(),
                          [key](const Graph& g) { return g.key == key; });
-  if (it == graphs_.end()) return false;
+  if (it == graphs_.end()) return std::nullopt;
   const Graph g = *it;
+  tensors_ -= g.tensors;
   graphs_.erase(it);
-  graphs_.push_back(g);
+  return g;
+}
+
+bool SentGraphs::Known(uint64_t key) {
+  absl::MutexLock lock(&mu_);
+  const std::optional<Graph> g = TakeLocked(key);
+  if (!g.has_value()) return false;
+  graphs_.push_back(*g);
+  tensors_ += g->tensors;
   return true;
 }
 
 void SentGraphs::Sent(uint64_t key, size_t tensors) {
   absl::MutexLock lock(&mu_);
-  auto it = std::find_if(graphs_.begin(), graphs_.end(),
-                         [key](const Graph& g) { return g.key == key; });
-  if (it != graphs_.end()) {
-    tensors_ -= it->tensors;
-    graphs_.erase(it);
-  }
+  TakeLocked(key);
   graphs_.push_back({key, tensors});
   tensors_ += tensors;
   while (graphs_.size() > kMaxGraphs || tensors_ > kMaxTensors) {
@@ -33,14 +36,7 @@ void SentGraphs::Sent(uint64_t key, size_t tensors) {
 
 void SentGraphs::Forget(uint64_t key) {
   absl::MutexLock lock(&mu_);
-  for (auto it = graphs_.begin(); it != graphs_.end();) {
-    if (it->key == key) {
-      tensors_ -= it->tensors;
-      it = graphs_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  TakeLocked(key);
 }
 
 }  // namespace tg::rpc

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <optional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -37,6 +38,8 @@ class SentGraphs {
     uint64_t key;
     size_t tensors;
   };
+  // Takes the graph of `key` out of the list (its tensors uncounted); nullopt when unknown.
+  std::optional<Graph> TakeLocked(uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Mutex mu_;
   std::deque<Graph> graphs_ ABSL_GUARDED_BY(mu_);  // most recent last.
   size_t tensors_ ABSL_GUARDED_BY(mu_) = 0;

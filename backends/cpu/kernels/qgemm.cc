@@ -141,26 +141,25 @@ size_t QGemmActRowBytes(int64_t k) { return static_cast<size_t>(k / kQK8_0) * si
 
 void QGemmActFromF32(DType type, const float* x, void* y, int64_t k) {
   ActBlock* out = static_cast<ActBlock*>(y);
-  const int offset = WeightOffset(type);
-  if (type == DType::kQ4_K || type == DType::kIQ4_XS) {  // Q8_K's rounding (their decode
-    // tiles'), one scale per 256.
+  constexpr int kSubBlocks = kQK_K / kQK8_0;
+  if (type == DType::kQ4_K || type == DType::kIQ4_XS) {
+    // Q8_K's rounding (their decode tiles'): one scale per 256 for its 8 blocks.
     for (int64_t sb = 0; sb < k / kQK_K; ++sb) {
       int8_t q[kQK_K];
       const float d = QuantizeBlockQ8_K(x + sb * kQK_K, q);
-      for (int s = 0; s < kQK_K / kQK8_0; ++s) {
-        ActBlock& b = out[sb * (kQK_K / kQK8_0) + s];
+      for (int s = 0; s < kSubBlocks; ++s) {
+        ActBlock& b = out[sb * kSubBlocks + s];
         std::memcpy(b.qs, q + s * kQK8_0, kQK8_0);
-        int sum = 0;
-        for (int j = 0; j < kQK8_0; ++j) sum += b.qs[j];
         b.d = d;
-        b.corr = -offset * sum;
-        b.ds = d * static_cast<float>(sum);
       }
     }
-    return;
+  } else {
+    for (int64_t i = 0; i < k / kQK8_0; ++i) {
+      out[i].d = QuantizeBlockQ8_0(x + i * kQK8_0, out[i].qs);
+    }
   }
+  const int offset = WeightOffset(type);
   for (int64_t i = 0; i < k / kQK8_0; ++i) {
-    out[i].d = QuantizeBlockQ8_0(x + i * kQK8_0, out[i].qs);
 #if defined(TG_CPU_SIMD)
     const int sum = simd::SumI8(out[i].qs, kQK8_0);
 #else
@@ -190,27 +189,36 @@ void PackSuperBlocks(DType type, int64_t k, const char* a, size_t a_stride, int 
     if (rows < kQGemmRows) std::memset(blocks, 0, kSubBlocks * sizeof(PackedBlock));
     for (int r = 0; r < rows; ++r) {
       const char* x = a + r * a_stride + sb * block_bytes;
-      for (int s = 0; s < kSubBlocks; ++s) {
-        PackedBlock& b = blocks[s];
-        alignas(32) uint8_t v[kQK8_0];
-        if (type == DType::kQ4_K) {
-          const BlockQ4_K& q4 = *reinterpret_cast<const BlockQ4_K*>(x);
-          uint64_t scales, mins;
-          simd::UnpackScalesK4(q4.scales, &scales, &mins);
-          b.d[r] = HalfToFloat(q4.d) * static_cast<float>((scales >> (8 * s)) & 0xFF);
-          b.m[r] = -HalfToFloat(q4.dmin) * static_cast<float>((mins >> (8 * s)) & 0xFF);
+      // Each sub-block's quants as bytes (v[s]), its scale and (Q4_K) its minimum.
+      alignas(32) uint8_t v[kSubBlocks][kQK8_0];
+      float d[kSubBlocks], m[kSubBlocks] = {};
+      if (type == DType::kQ4_K) {
+        const BlockQ4_K& q4 = *reinterpret_cast<const BlockQ4_K*>(x);
+        uint64_t scales, mins;
+        simd::UnpackScalesK4(q4.scales, &scales, &mins);
+        const float dq = HalfToFloat(q4.d), dmin = HalfToFloat(q4.dmin);
+        for (int s = 0; s < kSubBlocks; ++s) {
+          d[s] = dq * static_cast<float>((scales >> (8 * s)) & 0xFF);
+          m[s] = -dmin * static_cast<float>((mins >> (8 * s)) & 0xFF);
           const uint8_t* q = q4.qs + 32 * (s / 2);
-          for (int i = 0; i < kQK8_0; ++i) v[i] = s % 2 == 0 ? q[i] & 0x0F : q[i] >> 4;
-        } else {
-          const BlockIQ4_XS& xs = *reinterpret_cast<const BlockIQ4_XS*>(x);
-          b.d[r] = HalfToFloat(xs.d) * static_cast<float>(IQ4XSScale(xs, s));
+          for (int i = 0; i < kQK8_0; ++i) v[s][i] = s % 2 == 0 ? q[i] & 0x0F : q[i] >> 4;
+        }
+      } else {
+        const BlockIQ4_XS& xs = *reinterpret_cast<const BlockIQ4_XS*>(x);
+        const float dx = HalfToFloat(xs.d);
+        for (int s = 0; s < kSubBlocks; ++s) {
+          d[s] = dx * static_cast<float>(IQ4XSScale(xs, s));
           const uint8_t* q = xs.qs + 16 * s;
           for (int i = 0; i < kQK8_0 / 2; ++i) {
-            v[i] = static_cast<uint8_t>(kIQ4NLValues[q[i] & 0x0F] + offset);
-            v[i + kQK8_0 / 2] = static_cast<uint8_t>(kIQ4NLValues[q[i] >> 4] + offset);
+            v[s][i] = static_cast<uint8_t>(kIQ4NLValues[q[i] & 0x0F] + offset);
+            v[s][i + kQK8_0 / 2] = static_cast<uint8_t>(kIQ4NLValues[q[i] >> 4] + offset);
           }
         }
-        for (int g = 0; g < kGroups; ++g) std::memcpy(&b.q[g][4 * r], v + 4 * g, 4);
+      }
+      for (int s = 0; s < kSubBlocks; ++s) {
+        blocks[s].d[r] = d[s];
+        blocks[s].m[r] = m[s];
+        for (int g = 0; g < kGroups; ++g) std::memcpy(&blocks[s].q[g][4 * r], v[s] + 4 * g, 4);
       }
     }
   }

@@ -54,13 +54,6 @@ inline __m256i FifthBits(const uint8_t* qh_bytes) {
 #endif
 }
 
-// The table of 16 levels in both 128-bit lanes, for a nibble lookup with pshufb.
-inline __m256i LevelTable(const int8_t* levels, int add) {
-  alignas(16) int8_t t[16];
-  for (int i = 0; i < 16; ++i) t[i] = static_cast<int8_t>(levels[i] + add);
-  return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
-}
-
 // Per-type unpacking: Weights() gives the block's 32 weight bytes in element order, with
 // value = dw * (w - kOffset) (+ mw when kHasMin).
 // Q5_0 and Q5_1: a nibble plus the fifth bit; they differ in the zero point and the minimum.

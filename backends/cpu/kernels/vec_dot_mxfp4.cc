@@ -57,13 +57,6 @@ void FromF32(const float* x, void* y, int64_t k) {
   }
 }
 
-// The 16 levels + 12 in both 128-bit lanes, for the nibble lookup.
-__m256i LevelTable() {
-  alignas(16) int8_t t[16];
-  for (int i = 0; i < 16; ++i) t[i] = static_cast<int8_t>(kMXFP4Values[i] + kLevelOffset);
-  return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
-}
-
 // The scales of block `at` of the 8 rows at row0 + offsets[r], row r in lane r: the bits of
 // E8M0ToFloatHalf(e), (e - 1) << 23, or below e = 2 the subnormal 2^-128 << e.
 inline __m256 RowScales(const char* row0, __m256i offsets, size_t at) {
@@ -80,7 +73,7 @@ inline __m256 RowScales(const char* row0, __m256i offsets, size_t at) {
 template <int C>
 void RowsTimesColumns(int64_t nblocks, const char* a, size_t a_stride, int rows, const char* next,
                       size_t ahead, const ActMXFP4* const* y, float* const* c) {
-  static const __m256i kTable = LevelTable();
+  static const __m256i kTable = LevelTable(kMXFP4Values, kLevelOffset);
   const __m256i table = kTable;
   const char* row[kLaneRows];
   TileRowPointers(a, a_stride, rows, row);

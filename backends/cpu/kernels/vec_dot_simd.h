@@ -202,6 +202,13 @@ inline void UnpackScalesK4(const uint8_t* packed, uint64_t* scales, uint64_t* mi
   *mins = mn_lo | (uint64_t{mn_hi} << 32);
 }
 
+// The table of 16 levels (plus `add`) in both 128-bit lanes, for a nibble lookup with pshufb.
+inline __m256i LevelTable(const int8_t* levels, int add) {
+  alignas(16) int8_t t[16];
+  for (int i = 0; i < 16; ++i) t[i] = static_cast<int8_t>(levels[i] + add);
+  return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+}
+
 // 32 nibbles of 16 bytes as 32 bytes: low nibbles first, then high nibbles (Q4_0's order).
 inline __m256i NibblesToBytes(const uint8_t* q) {
   // One load into both lanes, the upper lane shifted by 4 (one variable shift).
