@@ -46,9 +46,12 @@ enum ProtocolMinor : uint32_t {
   // UploadHeader.region: FillPieces writes only rows of a piece the server has (a device's
   // slice of a weight under --split-mode tensor), reading the whole piece to check its hash.
   kMinorPieceRegions = 10,
+  // PeerLink: a server offers its peers a plain TCP link for small all-reduce pieces
+  // (server/peer_links.h); a peer without it answers UNIMPLEMENTED and keeps the stream.
+  kMinorPeerLinks = 11,
 };
 // The minor this build speaks: the newest addition.
-inline constexpr uint32_t kProtocolMinor = kMinorPieceRegions;
+inline constexpr uint32_t kProtocolMinor = kMinorPeerLinks;
 // Default port of rpc-server.
 inline constexpr int kDefaultPort = 50052;
 // Bulk streams carry at most this much per message.

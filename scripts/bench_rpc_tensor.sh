@@ -6,6 +6,8 @@
 # and the rest of each step: collectives and latency).
 #
 #   bash scripts/bench_rpc_tensor.sh MODEL [rounds=3] [servers=2] [reps=2]
+# SERVER_FLAGS adds rpc-server flags (SERVER_FLAGS="--peer-link-port off": the all-reduce
+# pieces over gRPC streams only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:?usage: bench_rpc_tensor.sh MODEL [rounds] [servers] [reps]}
@@ -18,8 +20,9 @@ trap 'kill $(cat "$work"/pid* 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' 
 
 endpoints=""
 for i in $(seq "$servers"); do
+  # shellcheck disable=SC2086
   "$bin/server/rpc-server" -p 0 --port-file "$work/port$i" -t 1 --cache "$work/cache$i" \
-    >"$work/server$i.log" 2>&1 &
+    ${SERVER_FLAGS:-} >"$work/server$i.log" 2>&1 &
   echo $! >"$work/pid$i"
   for _ in $(seq 200); do [ -s "$work/port$i" ] && break; sleep 0.05; done
   endpoints+="${endpoints:+,}127.0.0.1:$(cat "$work/port$i")"

@@ -47,6 +47,7 @@ inline constexpr MethodAuth kMethodCallers[] = {
     {"PeerReduce", Caller::kPeer, "peer_reduce"},
     {"PeerReduceStream", Caller::kPeer, "peer_reduce"},
     {"PeerDeliver", Caller::kPeer, "peer_deliver"},
+    {"PeerLink", Caller::kPeer, "peer_link"},
 };
 
 // The line of `method`, or null when the table has none.

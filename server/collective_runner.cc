@@ -13,6 +13,7 @@
 #include "core/tensor.h"
 #include "proto/protocol.h"
 #include "server/grant_table.h"
+#include "server/log.h"
 #include "server/metrics.h"
 #include "server/peer_client.h"
 #include "server/peer_pushes.h"
@@ -254,13 +255,21 @@ absl::Status CollectiveRunner::Exchange(const std::string& session_id, const pb:
   const absl::Time deadline = absl::Now() + kPieceWait;
   // The streams to the peers this server sends to, each opened once.
   std::vector<std::shared_ptr<PeerReduceStream>> streams(m);
+  PeerLinksOut links(m);
   for (const ExchangeStep& step : steps) {
     if (step.send_to < 0 || streams[step.send_to] != nullptr) continue;
-    TG_ASSIGN_OR_RETURN(streams[step.send_to],
-                        StreamFor(session_id, cmd.servers(step.send_to).endpoint()));
+    const pb::CollectiveServer& to = cmd.servers(step.send_to);
+    TG_ASSIGN_OR_RETURN(streams[step.send_to], StreamFor(session_id, to.endpoint()));
+    if (WireBytes(step.send_end - step.send_begin, bf16) <= kMaxLinkPieceBytes) {
+      links[step.send_to] =
+          LinkFor(session_id, to.endpoint(), to.grant(), cmd.servers(rank).endpoint());
+    }
   }
   for (const ExchangeStep& step : steps) {
-    if (step.send_to >= 0) TG_RETURN_IF_ERROR(Push(cmd, step, bf16, *sum, *streams[step.send_to]));
+    if (step.send_to >= 0) {
+      TG_RETURN_IF_ERROR(
+          Push(cmd, step, bf16, *sum, *streams[step.send_to], links[step.send_to].get()));
+    }
     if (step.recv_from >= 0) {
       TG_RETURN_IF_ERROR(Pull(cmd, step, bf16, deadline, streams, cancelled, sum));
     }
@@ -287,7 +296,13 @@ absl::StatusOr<std::shared_ptr<PeerReduceStream>> CollectiveRunner::StreamFor(
 
 void CollectiveRunner::EndSession(const std::string& session_id) {
   std::vector<std::shared_ptr<PeerReduceStream>> ended;  // closed outside the lock.
+  std::vector<std::shared_ptr<OutLink>> closed;
   absl::MutexLock lock(&streams_mu_);
+  absl::erase_if(out_links_, [&](auto& l) {
+    if (std::get<0>(l.first) != session_id) return false;
+    closed.push_back(std::move(l.second));
+    return true;
+  });
   for (auto it = streams_.begin(); it != streams_.end();) {
     if (it->first.first == session_id) {
       ended.push_back(std::move(it->second));
@@ -298,10 +313,62 @@ void CollectiveRunner::EndSession(const std::string& session_id) {
   }
 }
 
+std::shared_ptr<OutLink> CollectiveRunner::LinkFor(const std::string& session_id,
+                                                   const std::string& endpoint,
+                                                   const std::string& grant,
+                                                   const std::string& from) {
+  if (links_ == nullptr || links_->port() == 0) return nullptr;
+  const auto key = std::make_tuple(session_id, endpoint, grant);
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&streams_mu_);
+    auto no = no_link_until_.find(endpoint);
+    if (no != no_link_until_.end() && now < no->second) return nullptr;
+    auto it = out_links_.find(key);
+    if (it != out_links_.end() && !it->second->broken()) return it->second;
+  }
+  // The peer's ticket and the connection: once per session, peer and grant.
+  absl::StatusOr<std::shared_ptr<OutLink>> link =
+      [&]() -> absl::StatusOr<std::shared_ptr<OutLink>> {
+    TG_ASSIGN_OR_RETURN(const PeerClient::LinkOffer offer, peers_->OfferLink(endpoint));
+    LinkHello hello;
+    hello.ticket = offer.ticket;
+    hello.sender = senders_ == nullptr ? std::string() : senders_->SenderKey(session_id, endpoint);
+    hello.grant = grant;
+    hello.from = from;
+    return OutLink::Dial(offer.host, offer.port, hello, PeerLinks::kHelloWait);
+  }();
+  absl::MutexLock lock(&streams_mu_);
+  if (!link.ok()) {
+    kServerLog.Info("no peer link, all-reduce pieces keep the stream",
+                    {{"endpoint", endpoint}, {"why", link.status().message()}});
+    no_link_until_[endpoint] = now + kLinkRetry;
+    return nullptr;
+  }
+  if (out_links_.size() >= kMaxOutLinks) out_links_.erase(out_links_.begin());
+  out_links_[key] = *link;
+  return *std::move(link);
+}
+
 absl::Status CollectiveRunner::Push(const pb::AllReduce& cmd, const ExchangeStep& step, bool bf16,
-                                    const std::vector<float>& sum, PeerReduceStream& stream) {
+                                    const std::vector<float>& sum, PeerReduceStream& stream,
+                                    OutLink* link) {
   const pb::CollectiveServer& to = cmd.servers(step.send_to);
   const std::string wire = Encode(sum, step.send_begin, step.send_end, bf16);
+  if (link != nullptr && wire.size() <= kMaxLinkPieceBytes) {
+    LinkPieceHeader h;
+    h.collective = cmd.collective();
+    h.step = step.id;
+    h.part = 0;
+    h.from_rank = cmd.rank();
+    h.bytes = static_cast<uint32_t>(wire.size());
+    if (absl::Status s = link->Send(h, wire); !s.ok()) {
+      kServerLog.Warn("peer link broke", {{"endpoint", to.endpoint()}, {"error", s.message()}});
+      return PeerClient::Unreachable(to.endpoint());
+    }
+    ++link_pieces_sent_;
+    return absl::OkStatus();
+  }
   const size_t parts = Parts(wire.size());
   for (size_t p = 0; p < parts; ++p) {
     pb::PeerReduceRequest req;
@@ -326,17 +393,21 @@ absl::Status CollectiveRunner::Pull(const pb::AllReduce& cmd, const ExchangeStep
   const size_t parts = Parts(want);
   int failures = 0;
   size_t got = 0;
+  auto check = [&] {
+    if (cancelled && cancelled()) return ReduceMailbox::SessionEnded("all_reduce", from);
+    // A piece of ours the peers refused, or could not be sent, fails the exchange.
+    for (const auto& s : streams) {
+      if (s != nullptr) TG_RETURN_IF_ERROR(s->status());
+    }
+    return peers_->CheckAlive(from, &failures);
+  };
   for (size_t p = 0; p < parts; ++p) {
     PieceKey key{cmd.servers(cmd.rank()).grant(), cmd.collective(), step.id,
                  static_cast<uint32_t>(p), static_cast<uint32_t>(step.recv_from)};
-    TG_ASSIGN_OR_RETURN(std::string wire, mailbox_.Take(key, deadline, kPeerPoll, [&] {
-      if (cancelled && cancelled()) return ReduceMailbox::SessionEnded("all_reduce", from);
-      // A piece of ours the peers refused, or could not be sent, fails the exchange.
-      for (const auto& s : streams) {
-        if (s != nullptr) TG_RETURN_IF_ERROR(s->status());
-      }
-      return peers_->CheckAlive(from, &failures);
-    }));
+    TG_ASSIGN_OR_RETURN(std::string wire,
+                        links_ != nullptr && links_->port() != 0 && want <= kMaxLinkPieceBytes
+                            ? TakeLinkable(key, from, deadline, check)
+                            : mailbox_.Take(key, deadline, kPeerPoll, check));
     const size_t expect = std::min(rpc::kChunkBytes, want - got);
     if (wire.size() != expect) {
       return absl::InvalidArgumentError(
@@ -353,6 +424,36 @@ absl::Status CollectiveRunner::Pull(const pb::AllReduce& cmd, const ExchangeStep
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> CollectiveRunner::TakeLinkable(
+    const PieceKey& key, const std::string& from, absl::Time deadline,
+    absl::FunctionRef<absl::Status()> check) {
+  absl::Time next_check = absl::Now() + kPeerPoll;
+  for (;;) {
+    const absl::Time now = absl::Now();
+    if (links_->Linked(key.grant, from)) {
+      if (std::optional<std::string> piece =
+              links_->Take(key, from, std::min(deadline, next_check) - now, mailbox_)) {
+        return *std::move(piece);
+      }
+    } else {
+      // From the stream; a link the peer opens meanwhile is seen within kLinkLook.
+      absl::StatusOr<std::string> piece =
+          mailbox_.Take(key, std::min({deadline, next_check, now + kLinkLook}), kPeerPoll, check);
+      if (piece.ok() || !absl::IsDeadlineExceeded(piece.status())) return piece;
+    }
+    const absl::Time after = absl::Now();
+    if (after >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrFormat("all-reduce %d: no data from rank %d for step %d in time", key.collective,
+                          key.from_rank, key.step));
+    }
+    if (after >= next_check) {
+      TG_RETURN_IF_ERROR(check());
+      next_check = after + kPeerPoll;
+    }
+  }
 }
 
 absl::Status CollectiveRunner::Receive(const pb::PeerReduceRequest& request, std::string sender) {

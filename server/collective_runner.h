@@ -9,6 +9,11 @@
 // files a peer's piece in the mailbox, for grants of this server only (the grant the
 // receiving session made is the capability).
 //
+// A piece of at most kMaxLinkPieceBytes (a decode step's) goes over a peer link instead
+// (server/peer_links.h: a TCP connection per session, peer and grant that the command threads
+// write and read themselves) when both servers offer links; a peer that offers none, or a
+// link that cannot be opened, keeps the stream (tried again after kLinkRetry).
+//
 // Peers are reached through PeerClient: --peers (PERMISSION_DENIED before any connection,
 // every endpoint checked before anything is sent) and the peer TLS options apply. A peer
 // that dies mid-collective is noticed within about a second (its channel fails), and the
@@ -22,10 +27,12 @@
 #ifndef TENSORGRID_SERVER_COLLECTIVE_RUNNER_H_
 #define TENSORGRID_SERVER_COLLECTIVE_RUNNER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -38,6 +45,7 @@
 #include "absl/time/time.h"
 #include "core/backend.h"
 #include "server/allreduce_schedule.h"
+#include "server/peer_links.h"
 #include "server/peer_reduce_stream.h"
 #include "server/reduce_mailbox.h"
 #include "server/session_buffer.h"
@@ -70,13 +78,26 @@ class CollectiveRunner {
   static constexpr absl::Duration kPieceWait = absl::Seconds(60);
   // How often a wait looks at the peer's channel.
   static constexpr absl::Duration kPeerPoll = absl::Milliseconds(200);
+  // A peer that offered no link (or whose link could not be opened) is asked again after
+  // this long; a wait for a small piece looks for a newly opened link this often.
+  static constexpr absl::Duration kLinkRetry = absl::Seconds(60);
+  static constexpr absl::Duration kLinkLook = absl::Milliseconds(10);
+  // Outgoing links held at most (a session holds one per peer and grant).
+  static constexpr size_t kMaxOutLinks = 4096;
 
   // `peers`, `grants` must outlive the runner; `metrics` may be null. `senders` (may be null:
   // pieces go without a sender key) draws the sessions' sender keys; it must outlive the
-  // runner, and is used by Run only, so it may be constructed after the runner.
+  // runner, and is used by Run only, so it may be constructed after the runner. `links` (may
+  // be null: no links) takes this server's links and must outlive the runner; pieces go over
+  // links only while it listens (PeerLinks::port).
   CollectiveRunner(PeerClient* peers, GrantTable* grants, Metrics* metrics,
-                   PeerPushes* senders = nullptr)
-      : peers_(peers), grants_(grants), metrics_(metrics), senders_(senders), mailbox_(grants) {}
+                   PeerPushes* senders = nullptr, PeerLinks* links = nullptr)
+      : peers_(peers),
+        grants_(grants),
+        metrics_(metrics),
+        senders_(senders),
+        links_(links),
+        mailbox_(grants) {}
 
   // The AllReduce command of session `session_id`, whose buffers `find` resolves. While it
   // waits for its peers' pieces it asks `cancelled` (may be empty) every kPeerPoll, and gives
@@ -89,8 +110,10 @@ class CollectiveRunner {
   // session's key (PeerPushes::SenderIn(context, PeerPushes::kSenderKey)); FAILED_PRECONDITION
   // for a sender that ended.
   absl::Status Receive(const tensorgrid::v1::PeerReduceRequest& request, std::string sender = {});
-  // The session is gone: its streams to peers are closed.
+  // The session is gone: its streams and links to peers are closed.
   void EndSession(const std::string& session_id) ABSL_LOCKS_EXCLUDED(streams_mu_);
+  // Pieces this server sent over links (tests check that links carried them).
+  uint64_t link_pieces_sent() const { return link_pieces_sent_.load(); }
 
   size_t held_bytes() const { return mailbox_.held_bytes(); }
   // Where peers' pieces wait: PeerPushes drops an ended sender's pieces from it.
@@ -109,6 +132,7 @@ class CollectiveRunner {
   };
 
   using PeerStreams = std::vector<std::shared_ptr<PeerReduceStream>>;
+  using PeerLinksOut = std::vector<std::shared_ptr<OutLink>>;
 
   absl::Status RunPart(const std::string& session_id, BufferFinder find,
                        const tensorgrid::v1::AllReduce& cmd, const std::function<bool()>& cancelled);
@@ -122,9 +146,19 @@ class CollectiveRunner {
   absl::StatusOr<std::shared_ptr<PeerReduceStream>> StreamFor(const std::string& session_id,
                                                               const std::string& endpoint)
       ABSL_LOCKS_EXCLUDED(streams_mu_);
-  // Queues the step's pieces on the stream without waiting for them.
+  // The session's link to `endpoint` for pieces under `grant`, opened on first use (and
+  // again after it broke); null when the peer offers none or it cannot be opened.
+  std::shared_ptr<OutLink> LinkFor(const std::string& session_id, const std::string& endpoint,
+                                   const std::string& grant, const std::string& from)
+      ABSL_LOCKS_EXCLUDED(streams_mu_);
+  // Queues the step's pieces on the stream without waiting for them, or writes the piece
+  // into `link` (may be null) when it fits one.
   absl::Status Push(const tensorgrid::v1::AllReduce& cmd, const ExchangeStep& step, bool bf16,
-                    const std::vector<float>& sum, PeerReduceStream& stream);
+                    const std::vector<float>& sum, PeerReduceStream& stream, OutLink* link);
+  // Waits for one small piece that may come over a link from `from`, or the mailbox.
+  absl::StatusOr<std::string> TakeLinkable(const PieceKey& key, const std::string& from,
+                                           absl::Time deadline,
+                                           absl::FunctionRef<absl::Status()> check);
   // Takes the step's pieces from the mailbox; `streams` (this exchange's, by rank) are
   // watched for a piece of ours that could not be delivered.
   absl::Status Pull(const tensorgrid::v1::AllReduce& cmd, const ExchangeStep& step, bool bf16,
@@ -135,7 +169,9 @@ class CollectiveRunner {
   GrantTable* const grants_;
   Metrics* const metrics_;
   PeerPushes* const senders_;
+  PeerLinks* const links_;
   ReduceMailbox mailbox_;
+  std::atomic<uint64_t> link_pieces_sent_{0};
   absl::Mutex mu_;
   absl::flat_hash_map<std::pair<std::string, uint64_t>, std::shared_ptr<Part>> parts_
       ABSL_GUARDED_BY(mu_);
@@ -149,6 +185,10 @@ class CollectiveRunner {
   absl::Mutex streams_mu_;
   absl::flat_hash_map<std::pair<std::string, std::string>, std::shared_ptr<PeerReduceStream>>
       streams_ ABSL_GUARDED_BY(streams_mu_);
+  // Links per (session id, endpoint, grant), and when a peer that offered none is asked again.
+  absl::flat_hash_map<std::tuple<std::string, std::string, std::string>, std::shared_ptr<OutLink>>
+      out_links_ ABSL_GUARDED_BY(streams_mu_);
+  absl::flat_hash_map<std::string, absl::Time> no_link_until_ ABSL_GUARDED_BY(streams_mu_);
 };
 
 }  // namespace tg::server

@@ -11,6 +11,10 @@
 // back to the receiving session, while another sending session's pieces stay; a piece of
 // the ended session that comes after is refused. A session that ends while its all-reduce
 // waits for a live peer that never sends gets CANCELLED at once, not after kPieceWait.
+//
+// And between two real rpc-servers, each running its part: a decode-sized all-reduce goes
+// over peer links when both offer them (every piece on a link, both sums right), and over
+// the stream, with the same sums, when one server offers none.
 #include "server/collective_runner.h"
 
 #include <atomic>
@@ -21,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "proto/protocol.h"
@@ -361,6 +366,99 @@ TEST_F(CollectiveRunnerPeerTest, AnEndedSendersPiecesLeaveThePeersMailboxAndNobo
   pushes_->SenderEnded("staying");
   EXPECT_EQ(peer_->metrics().peer_mailbox_bytes(), 0.0);
   EXPECT_EQ(held_.load(), 0u);
+}
+
+// Two servers each run their part of one all-reduce, as two sessions' commands would.
+class CollectiveRunnerTwoServersTest : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kElements = 2048;  // a decode step's row of a 2048-wide model.
+
+  std::unique_ptr<RpcServer> StartServer(bool links) {
+    ServerConfig config;
+    config.port = 0;
+    config.devices = {testing::TwoCpuDevices()[0]};
+    if (!links) config.peer_link_port.reset();
+    auto server = RpcServer::Start(config);
+    EXPECT_TRUE(server.ok()) << server.status();
+    return server.ok() ? *std::move(server) : nullptr;
+  }
+
+  // Runs collective `collective` on servers a (values 1, 2, ...) and b (values 0.5, 1, ...);
+  // each ends with the sum or an error.
+  void AllReduce(RpcServer& a, RpcServer& b, uint64_t collective) {
+    RpcServer* servers[2] = {&a, &b};
+    std::shared_ptr<SessionBuffer>* buffers = buffers_;
+    std::string* grants = grants_;
+    for (int r = 0; r < 2; ++r) {
+      // Each server's buffer and grant, made once as a session's would be.
+      if (buffers[r] == nullptr) {
+        auto mem = testing::TwoCpuDevices()[0]->default_buffer_type()->Allocate(kElements * 4);
+        ASSERT_TRUE(mem.ok()) << mem.status();
+        buffers[r] = std::make_shared<SessionBuffer>(*std::move(mem), 0, kElements * 4, nullptr);
+        grants[r] = servers[r]->service().grants().Grant(buffers[r]);
+      }
+      std::vector<float> v(kElements);
+      for (uint64_t i = 0; i < kElements; ++i) v[i] = (i + 1) * (r == 0 ? 1.0f : 0.5f);
+      ASSERT_TRUE(buffers[r]->Write(0, v.data(), kElements * 4).ok());
+    }
+    std::future<absl::Status> done[2];
+    for (int r = 0; r < 2; ++r) {
+      pb::AllReduce cmd;
+      cmd.set_collective(collective);
+      for (int s = 0; s < 2; ++s) {
+        pb::CollectiveServer* server = cmd.add_servers();
+        server->set_endpoint(servers[s]->address());
+        server->set_grant(grants[s]);
+      }
+      cmd.set_rank(r);
+      cmd.add_tensors()->set_buffer(7);
+      cmd.set_count(kElements);
+      std::shared_ptr<SessionBuffer> buffer = buffers[r];
+      done[r] = std::async(std::launch::async, [servers, r, cmd, buffer] {
+        return servers[r]->service().collectives().Run(
+            absl::StrCat("session-", r),
+            [&](uint64_t h) -> absl::StatusOr<std::shared_ptr<SessionBuffer>> { return buffer; },
+            cmd);
+      });
+    }
+    for (int r = 0; r < 2; ++r) {
+      const absl::Status s = done[r].get();
+      ASSERT_TRUE(s.ok()) << "rank " << r << ": " << s;
+      std::vector<float> sum(kElements);
+      ASSERT_TRUE(buffers[r]->Read(0, sum.data(), kElements * 4).ok());
+      for (uint64_t i = 0; i < kElements; ++i) {
+        ASSERT_EQ(sum[i], (i + 1) * 1.5f) << "rank " << r << " element " << i;
+      }
+    }
+  }
+
+  std::shared_ptr<SessionBuffer> buffers_[2];
+  std::string grants_[2];
+};
+
+TEST_F(CollectiveRunnerTwoServersTest, DecodeSizedPiecesGoOverLinksWhenBothOfferThem) {
+  std::unique_ptr<RpcServer> a = StartServer(true), b = StartServer(true);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  for (uint64_t c = 1; c <= 3; ++c) AllReduce(*a, *b, c);
+  // One link each way, for the session's grant, carried every piece.
+  EXPECT_EQ(a->service().collectives().link_pieces_sent(), 3u);
+  EXPECT_EQ(b->service().collectives().link_pieces_sent(), 3u);
+  EXPECT_EQ(a->service().links().links(), 1u);
+  EXPECT_EQ(b->service().links().links(), 1u);
+  buffers_[0] = buffers_[1] = nullptr;
+}
+
+TEST_F(CollectiveRunnerTwoServersTest, APeerWithoutLinksGetsTheStreamWithTheSameSums) {
+  std::unique_ptr<RpcServer> a = StartServer(true), b = StartServer(false);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  for (uint64_t c = 1; c <= 3; ++c) AllReduce(*a, *b, c);
+  EXPECT_EQ(a->service().collectives().link_pieces_sent(), 0u);
+  EXPECT_EQ(b->service().collectives().link_pieces_sent(), 0u);
+  EXPECT_EQ(a->service().links().links(), 0u);
+  // Buffers go before their servers (their grants are the servers').
+  buffers_[0] = buffers_[1] = nullptr;
 }
 
 }  // namespace

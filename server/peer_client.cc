@@ -10,6 +10,7 @@
 #include "core/status_macros.h"
 #include "proto/grpc_channel.h"
 #include "proto/protocol.h"
+#include "server/auth_policy.h"
 #include "server/log.h"
 #include "tensorgrid/v1/tensorgrid.grpc.pb.h"
 
@@ -21,6 +22,7 @@ namespace pb = ::tensorgrid::v1;
 constexpr size_t kMaxChannels = 64;
 constexpr size_t kMaxEndpointChars = 256;
 constexpr auto kPullDeadline = std::chrono::minutes(10);
+constexpr auto kLinkOfferDeadline = std::chrono::seconds(2);
 // A checked endpoint is checked (and its name resolved) again after this long, so that a
 // peer moving to a new address is followed; not on every pull, which runs once per token.
 constexpr absl::Duration kRecheckAfter = absl::Seconds(30);
@@ -90,6 +92,35 @@ std::string PeerClient::IdentityDetails(const absl::Status& status) {
 absl::Status PeerClient::Unreachable(absl::string_view endpoint) {
   return WithLostEndpoint(absl::UnavailableError(absl::StrCat("peer unreachable: ", endpoint)),
                           endpoint);
+}
+
+absl::StatusOr<PeerClient::LinkOffer> PeerClient::OfferLink(const std::string& endpoint) {
+  if (!options_.tls.ca_pem.empty()) {
+    return absl::FailedPreconditionError("peer calls use TLS; a peer link would not");
+  }
+  TG_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, ChannelFor(endpoint));
+  std::string address;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = peers_.find(endpoint);
+    if (it == peers_.end()) return Unreachable(endpoint);
+    address = it->second.address;
+  }
+  grpc::ClientContext ctx;
+  Authorize(options_.auth_token, &ctx);
+  ctx.set_deadline(std::chrono::system_clock::now() + kLinkOfferDeadline);
+  pb::PeerLinkRequest req;
+  pb::PeerLinkReply reply;
+  const grpc::Status st = pb::TensorGrid::NewStub(channel)->PeerLink(&ctx, req, &reply);
+  if (!st.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                        absl::StrCat("peer_link from ", endpoint, ": ", st.error_message()));
+  }
+  if (reply.port() == 0 || reply.port() > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("peer_link from %s: port %d", endpoint, reply.port()));
+  }
+  return LinkOffer{AddressHost(address), static_cast<int>(reply.port()), reply.ticket()};
 }
 
 void PeerClient::Authorize(const std::string& token, grpc::ClientContext* context) {

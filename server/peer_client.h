@@ -79,6 +79,17 @@ class PeerClient {
   absl::Status CheckAlive(const std::string& endpoint, int* failures) ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr int kFailedPolls = 2;
 
+  // Where and how to open a peer link (server/peer_links.h) to `endpoint`: its address's
+  // host, the port its PeerLink call names and the ticket. FAILED_PRECONDITION when this
+  // server's peer calls use TLS (a link is plaintext) or the peer offers none; the peer's
+  // error (UNIMPLEMENTED from a server before protocol minor 11) otherwise.
+  struct LinkOffer {
+    std::string host;
+    int port = 0;
+    std::string ticket;
+  };
+  absl::StatusOr<LinkOffer> OfferLink(const std::string& endpoint) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Adds `token` (unless empty) to a peer call as its bearer token.
   static void Authorize(const std::string& token, grpc::ClientContext* context);
   const std::string& auth_token() const { return options_.auth_token; }

@@ -95,6 +95,15 @@ absl::StatusOr<std::string> ReduceMailbox::Take(const PieceKey& key, absl::Time 
   }
 }
 
+std::optional<std::string> ReduceMailbox::TryTake(const PieceKey& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = pieces_.find(key);
+  if (it == pieces_.end()) return std::nullopt;
+  std::string data = std::move(it->second.data);
+  EraseLocked(it);
+  return data;
+}
+
 void ReduceMailbox::EraseLocked(Pieces::iterator it) {
   const Piece& p = it->second;
   held_ -= p.size;

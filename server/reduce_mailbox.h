@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -79,6 +80,8 @@ class ReduceMailbox final : public RevokeListener {
   absl::StatusOr<std::string> Take(const PieceKey& key, absl::Time deadline, absl::Duration poll,
                                    absl::FunctionRef<absl::Status()> check)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The piece if it is here, without waiting.
+  std::optional<std::string> TryTake(const PieceKey& key) ABSL_LOCKS_EXCLUDED(mu_);
   // What a Take's `check` returns once the waiting session has ended (CANCELLED, naming the
   // command that waited and the peer it waited for).
   static absl::Status SessionEnded(absl::string_view what, absl::string_view peer);

@@ -121,6 +121,10 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const ServerConfig& 
         absl::StrCat("cannot listen on ", JoinHostPort(config.host, config.port)));
   }
   s->port_ = port;
+  // Links are plaintext: only a server whose calls are too offers them.
+  if (config.peer_link_port.has_value() && config.tls_cert_pem.empty()) {
+    TG_RETURN_IF_ERROR(s->service_->links().Listen(config.host, *config.peer_link_port));
+  }
   return s;
 }
 

@@ -66,6 +66,9 @@ struct ServerConfig {
   // served to clients loading the same model. Each must be a readable directory.
   std::vector<std::string> model_dirs;
   int index_threads = 0;  // hashing threads of the index; 0: one per core.
+  // --peer-link-port: where peers' links (server/peer_links.h) are taken, 0 for a free
+  // port; none: no links. Without TLS only (a server with TLS offers none).
+  std::optional<int> peer_link_port = 0;
   // --stream-idle-timeout: an Upload/Download idle this long is cancelled; 0: never.
   absl::Duration stream_idle_timeout = absl::Seconds(30);
 };

@@ -33,6 +33,7 @@
 #include "server/memory_reservation.h"
 #include "server/metrics.h"
 #include "server/rpc_server.h"
+#include "server/service.h"
 
 namespace tg::server {
 namespace {
@@ -74,6 +75,7 @@ struct Flags {
   std::string mem_budget = "auto";
   int64_t max_buffers_per_session = static_cast<int64_t>(kDefaultMaxBuffersPerSession);
   int64_t stream_idle_timeout = 30;  // seconds.
+  std::string peer_link_port = "0";  // a port, 0 for a free one, or "off".
   std::string port_file;
   std::string log_level = "info";
   std::string health_probe;
@@ -292,6 +294,16 @@ absl::StatusOr<ServerConfig> MakeConfig(const Flags& f, uint64_t* host_reserve) 
         absl::StrCat("--stream-idle-timeout ", f.stream_idle_timeout, " is negative"));
   }
   c.stream_idle_timeout = absl::Seconds(f.stream_idle_timeout);
+  if (f.peer_link_port == "off") {
+    c.peer_link_port.reset();
+  } else {
+    int port = -1;
+    if (!absl::SimpleAtoi(f.peer_link_port, &port) || port < 0 || port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("--peer-link-port ", f.peer_link_port,
+                                                     ": want a port (0 for a free one) or off"));
+    }
+    c.peer_link_port = port;
+  }
   if (f.threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
   if (f.threads > 0) SetThreads(c.devices, f.threads);
   return c;
@@ -329,7 +341,10 @@ void LogListening(const ServerConfig& config, RpcServer& server) {
        {"reflection", config.reflection ? "on" : "off"},
        {"client_tokens", config.client_tokens.size()},
        {"client_mem_limit", config.client_mem_limit},
-       {"client_max_sessions", config.client_max_sessions}});
+       {"client_max_sessions", config.client_max_sessions},
+       {"peer_link_port", server.service().links().port() != 0
+                              ? absl::StrCat(server.service().links().port())
+                              : std::string("off")}});
 }
 
 int Main(int argc, char** argv) {
@@ -396,6 +411,9 @@ int Main(int argc, char** argv) {
   p.AddInt(nullptr, "--stream-idle-timeout", &f.stream_idle_timeout,
            "seconds an Upload or Download may make no progress before it is cancelled and "
            "its buffer let go; 0 = never (default 30)");
+  p.AddString(nullptr, "--peer-link-port", &f.peer_link_port,
+              "port (on -H) where peer servers open links for small all-reduce pieces, 0 = any "
+              "free port, off = none (default 0; plaintext, so none with --tls-cert)");
   p.AddString(nullptr, "--port-file", &f.port_file, "write the bound port to this file");
   p.AddString(nullptr, "--log-level", &f.log_level,
               "least severe log lines written: error, warn, info or debug (default info)");

@@ -91,7 +91,9 @@ TensorGridService::TensorGridService(ServiceOptions options)
       recycler_(
           std::make_shared<SessionBufferRecycler>(HostMemoryTotal() / kRecycleShareOfHostMemory)),
       peers_(WithToken(options_.peer, options_.auth_token)),
-      collectives_(&peers_, &grants_, options_.metrics, &pushes_),  // sender keys, for Run.
+      links_(&grants_, options_.peer.allowed, options_.metrics),
+      collectives_(&peers_, &grants_, options_.metrics, &pushes_,  // sender keys, for Run.
+                   &links_),
       pushes_(&peers_, &grants_, options_.metrics, PeerPushes::kPieceWait, collectives_.mailbox()),
       watchdog_(options_.stream_idle_timeout) {
   for (Device* d : options_.devices) supported_ops_.push_back(SupportedOps(d));
@@ -760,6 +762,17 @@ grpc::Status TensorGridService::PeerDeliver(grpc::ServerContext* context,
                                             pb::PeerDeliverReply* reply) {
   if (grpc::Status s = auth_.Check(*context, "PeerDeliver"); !s.ok()) return s;
   return ToGrpc(pushes_.Receive(*context, *request));
+}
+
+grpc::Status TensorGridService::PeerLink(grpc::ServerContext* context,
+                                         const pb::PeerLinkRequest* request,
+                                         pb::PeerLinkReply* reply) {
+  if (grpc::Status s = auth_.Check(*context, "PeerLink"); !s.ok()) return s;
+  absl::StatusOr<std::string> ticket = links_.IssueTicket();
+  if (!ticket.ok()) return ToGrpc(ticket.status());
+  reply->set_port(static_cast<uint32_t>(links_.port()));
+  reply->set_ticket(*std::move(ticket));
+  return grpc::Status::OK;
 }
 
 }  // namespace tg::server

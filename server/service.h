@@ -4,7 +4,7 @@
 // FillPieces and Download reach into them by session id, PeerCopy serves grants to other servers.
 // Every method first asks the auth table who may call it (server/auth_policy.h): clients with
 // the bearer token, or, for the peer calls (PeerCopy, PeerDeliver, PeerReduce,
-// PeerReduceStream), authenticated peers at allowed addresses.
+// PeerReduceStream, PeerLink), authenticated peers at allowed addresses.
 // Thread-safe (gRPC calls every method from its own threads).
 #ifndef TENSORGRID_SERVER_SERVICE_H_
 #define TENSORGRID_SERVER_SERVICE_H_
@@ -25,6 +25,7 @@
 #include "server/collective_runner.h"
 #include "server/grant_table.h"
 #include "server/peer_client.h"
+#include "server/peer_links.h"
 #include "server/peer_pushes.h"
 #include "server/session.h"
 #include "server/session_buffer_recycler.h"
@@ -102,10 +103,16 @@ class TensorGridService final
   grpc::Status FillPieces(grpc::ServerContext* context,
                           const ::tensorgrid::v1::FillPiecesRequest* request,
                           ::tensorgrid::v1::FillPiecesReply* reply) override;
+  grpc::Status PeerLink(grpc::ServerContext* context,
+                        const ::tensorgrid::v1::PeerLinkRequest* request,
+                        ::tensorgrid::v1::PeerLinkReply* reply) override;
 
   const std::string& server_id() const { return server_id_; }
   size_t active_sessions() const ABSL_LOCKS_EXCLUDED(mu_);
   GrantTable& grants() { return grants_; }
+  // This server's peer links: RpcServer makes them listen (PeerLinks::Listen).
+  PeerLinks& links() { return links_; }
+  CollectiveRunner& collectives() { return collectives_; }
 
  private:
   std::shared_ptr<server::Session> FindSession(const std::string& id) const
@@ -121,7 +128,8 @@ class TensorGridService final
   const std::shared_ptr<SessionBufferRecycler> recycler_;
   GrantTable grants_;
   PeerClient peers_;
-  CollectiveRunner collectives_;  // uses peers_ and grants_.
+  PeerLinks links_;               // uses grants_.
+  CollectiveRunner collectives_;  // uses peers_, grants_ and links_.
   PeerPushes pushes_;             // uses peers_ and grants_.
   // Cancels Uploads and Downloads idle for longer than options_.stream_idle_timeout.
   StreamWatchdog watchdog_;
