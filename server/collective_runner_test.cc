@@ -371,7 +371,8 @@ TEST_F(CollectiveRunnerPeerTest, AnEndedSendersPiecesLeaveThePeersMailboxAndNobo
 // Two servers each run their part of one all-reduce, as two sessions' commands would.
 class CollectiveRunnerTwoServersTest : public ::testing::Test {
  protected:
-  static constexpr uint64_t kElements = 2048;  // a decode step's row of a 2048-wide model.
+  // A decode step's row of a 2048-wide model, unless a test sets another size.
+  uint64_t elements_ = 2048;
 
   std::unique_ptr<RpcServer> StartServer(bool links) {
     ServerConfig config;
@@ -392,14 +393,14 @@ class CollectiveRunnerTwoServersTest : public ::testing::Test {
     for (int r = 0; r < 2; ++r) {
       // Each server's buffer and grant, made once as a session's would be.
       if (buffers[r] == nullptr) {
-        auto mem = testing::TwoCpuDevices()[0]->default_buffer_type()->Allocate(kElements * 4);
+        auto mem = testing::TwoCpuDevices()[0]->default_buffer_type()->Allocate(elements_ * 4);
         ASSERT_TRUE(mem.ok()) << mem.status();
-        buffers[r] = std::make_shared<SessionBuffer>(*std::move(mem), 0, kElements * 4, nullptr);
+        buffers[r] = std::make_shared<SessionBuffer>(*std::move(mem), 0, elements_ * 4, nullptr);
         grants[r] = servers[r]->service().grants().Grant(buffers[r]);
       }
-      std::vector<float> v(kElements);
-      for (uint64_t i = 0; i < kElements; ++i) v[i] = (i + 1) * (r == 0 ? 1.0f : 0.5f);
-      ASSERT_TRUE(buffers[r]->Write(0, v.data(), kElements * 4).ok());
+      std::vector<float> v(elements_);
+      for (uint64_t i = 0; i < elements_; ++i) v[i] = (i + 1) * (r == 0 ? 1.0f : 0.5f);
+      ASSERT_TRUE(buffers[r]->Write(0, v.data(), elements_ * 4).ok());
     }
     std::future<absl::Status> done[2];
     for (int r = 0; r < 2; ++r) {
@@ -412,7 +413,7 @@ class CollectiveRunnerTwoServersTest : public ::testing::Test {
       }
       cmd.set_rank(r);
       cmd.add_tensors()->set_buffer(7);
-      cmd.set_count(kElements);
+      cmd.set_count(elements_);
       std::shared_ptr<SessionBuffer> buffer = buffers[r];
       done[r] = std::async(std::launch::async, [servers, r, cmd, buffer] {
         return servers[r]->service().collectives().Run(
@@ -424,9 +425,9 @@ class CollectiveRunnerTwoServersTest : public ::testing::Test {
     for (int r = 0; r < 2; ++r) {
       const absl::Status s = done[r].get();
       ASSERT_TRUE(s.ok()) << "rank " << r << ": " << s;
-      std::vector<float> sum(kElements);
-      ASSERT_TRUE(buffers[r]->Read(0, sum.data(), kElements * 4).ok());
-      for (uint64_t i = 0; i < kElements; ++i) {
+      std::vector<float> sum(elements_);
+      ASSERT_TRUE(buffers[r]->Read(0, sum.data(), elements_ * 4).ok());
+      for (uint64_t i = 0; i < elements_; ++i) {
         ASSERT_EQ(sum[i], (i + 1) * 1.5f) << "rank " << r << " element " << i;
       }
     }
@@ -446,6 +447,19 @@ TEST_F(CollectiveRunnerTwoServersTest, DecodeSizedPiecesGoOverLinksWhenBothOffer
   EXPECT_EQ(b->service().collectives().link_pieces_sent(), 3u);
   EXPECT_EQ(a->service().links().links(), 1u);
   EXPECT_EQ(b->service().links().links(), 1u);
+  buffers_[0] = buffers_[1] = nullptr;
+}
+
+TEST_F(CollectiveRunnerTwoServersTest, TheLargestLinkPieceGoesBothWaysAtOnce) {
+  // Both servers write each other a whole piece before either reads (the butterfly of two):
+  // each piece must fit the sockets' buffers.
+  elements_ = kMaxLinkPieceBytes / sizeof(float);
+  std::unique_ptr<RpcServer> a = StartServer(true), b = StartServer(true);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  for (uint64_t c = 1; c <= 3; ++c) AllReduce(*a, *b, c);
+  EXPECT_EQ(a->service().collectives().link_pieces_sent(), 3u);
+  EXPECT_EQ(b->service().collectives().link_pieces_sent(), 3u);
   buffers_[0] = buffers_[1] = nullptr;
 }
 

@@ -28,6 +28,16 @@ void SetTimeout(int fd, int option, absl::Duration d) {
   setsockopt(fd, SOL_SOCKET, option, &tv, sizeof(tv));
 }
 
+// Each end's socket buffer: a whole piece fits in the sender's alone, so that two servers
+// writing each other a piece at once (a butterfly step) never both wait for a reader. The
+// kernel doubles the value and caps it at net.core.[rw]mem_max (208 KiB by default: 416 KiB
+// of buffer, still more than kMaxLinkPieceBytes plus its header).
+void SetBuffers(int fd) {
+  const int bytes = static_cast<int>(2 * kMaxLinkPieceBytes);
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+}
+
 void SetNoDelay(int fd) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -78,6 +88,7 @@ absl::StatusOr<std::unique_ptr<OutLink>> OutLink::Dial(const std::string& host, 
     return absl::UnavailableError(absl::StrCat("peer link: socket: ", std::strerror(errno)));
   }
   std::unique_ptr<OutLink> link(new OutLink(fd));
+  SetBuffers(fd);
   const int rc = connect(fd, found->ai_addr, found->ai_addrlen);
   freeaddrinfo(found);
   const std::string where = absl::StrCat(host, ":", port);
@@ -162,7 +173,10 @@ absl::Status PeerLinks::Listen(const std::string& host, int port) {
   }
   const int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   const int one = 1;
-  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (fd >= 0) {
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    SetBuffers(fd);  // accepted connections inherit them.
+  }
   const bool bound =
       fd >= 0 && bind(fd, found->ai_addr, found->ai_addrlen) == 0 && listen(fd, 64) == 0;
   const int err = errno;
