@@ -271,7 +271,7 @@ absl::Status CollectiveRunner::Exchange(const std::string& session_id, const pb:
           Push(cmd, step, bf16, *sum, *streams[step.send_to], links[step.send_to].get()));
     }
     if (step.recv_from >= 0) {
-      TG_RETURN_IF_ERROR(Pull(cmd, step, bf16, deadline, streams, cancelled, sum));
+      TG_RETURN_IF_ERROR(Pull(cmd, step, bf16, deadline, streams, links, cancelled, sum));
     }
   }
   return absl::OkStatus();
@@ -325,7 +325,10 @@ std::shared_ptr<OutLink> CollectiveRunner::LinkFor(const std::string& session_id
     auto no = no_link_until_.find(endpoint);
     if (no != no_link_until_.end() && now < no->second) return nullptr;
     auto it = out_links_.find(key);
-    if (it != out_links_.end() && !it->second->broken()) return it->second;
+    // A link that broke, or that the peer closed (a piece refused), is dialed again.
+    if (it != out_links_.end() && !it->second->broken() && !it->second->ClosedByPeer()) {
+      return it->second;
+    }
   }
   // The peer's ticket and the connection: once per session, peer and grant.
   absl::StatusOr<std::shared_ptr<OutLink>> link =
@@ -362,12 +365,15 @@ absl::Status CollectiveRunner::Push(const pb::AllReduce& cmd, const ExchangeStep
     h.part = 0;
     h.from_rank = cmd.rank();
     h.bytes = static_cast<uint32_t>(wire.size());
-    if (absl::Status s = link->Send(h, wire); !s.ok()) {
-      kServerLog.Warn("peer link broke", {{"endpoint", to.endpoint()}, {"error", s.message()}});
-      return PeerClient::Unreachable(to.endpoint());
+    absl::Status sent = link->Send(h, wire);
+    if (sent.ok()) {
+      ++link_pieces_sent_;
+      return absl::OkStatus();
     }
-    ++link_pieces_sent_;
-    return absl::OkStatus();
+    // The peer never filed a piece its link did not bring whole: the stream takes it, and
+    // says why if the peer cannot be reached or refuses it. The next collective dials again.
+    kServerLog.Info("peer link broke, the piece takes the stream",
+                    {{"endpoint", to.endpoint()}, {"error", sent.message()}});
   }
   const size_t parts = Parts(wire.size());
   for (size_t p = 0; p < parts; ++p) {
@@ -386,6 +392,7 @@ absl::Status CollectiveRunner::Push(const pb::AllReduce& cmd, const ExchangeStep
 
 absl::Status CollectiveRunner::Pull(const pb::AllReduce& cmd, const ExchangeStep& step, bool bf16,
                                     absl::Time deadline, const PeerStreams& streams,
+                                    const PeerLinksOut& links,
                                     const std::function<bool()>& cancelled,
                                     std::vector<float>* sum) {
   const std::string& from = cmd.servers(step.recv_from).endpoint();
@@ -398,6 +405,13 @@ absl::Status CollectiveRunner::Pull(const pb::AllReduce& cmd, const ExchangeStep
     // A piece of ours the peers refused, or could not be sent, fails the exchange.
     for (const auto& s : streams) {
       if (s != nullptr) TG_RETURN_IF_ERROR(s->status());
+    }
+    for (size_t r = 0; r < links.size(); ++r) {
+      if (links[r] != nullptr && links[r]->ClosedByPeer()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("all_reduce: ", cmd.servers(r).endpoint(),
+                         " closed its peer link (its session ended or it refused a piece)"));
+      }
     }
     return peers_->CheckAlive(from, &failures);
   };

@@ -12,7 +12,8 @@
 // A piece of at most kMaxLinkPieceBytes (a decode step's) goes over a peer link instead
 // (server/peer_links.h: a TCP connection per session, peer and grant that the command threads
 // write and read themselves) when both servers offer links; a peer that offers none, or a
-// link that cannot be opened, keeps the stream (tried again after kLinkRetry).
+// link that cannot be opened, keeps the stream (tried again after kLinkRetry), and a piece
+// whose link broke goes on the stream.
 //
 // Peers are reached through PeerClient: --peers (PERMISSION_DENIED before any connection,
 // every endpoint checked before anything is sent) and the peer TLS options apply. A peer
@@ -159,10 +160,10 @@ class CollectiveRunner {
   absl::StatusOr<std::string> TakeLinkable(const PieceKey& key, const std::string& from,
                                            absl::Time deadline,
                                            absl::FunctionRef<absl::Status()> check);
-  // Takes the step's pieces from the mailbox; `streams` (this exchange's, by rank) are
-  // watched for a piece of ours that could not be delivered.
+  // Takes the step's pieces from the mailbox; `streams` and `links` (this exchange's, by
+  // rank) are watched for a piece of ours that could not be delivered.
   absl::Status Pull(const tensorgrid::v1::AllReduce& cmd, const ExchangeStep& step, bool bf16,
-                    absl::Time deadline, const PeerStreams& streams,
+                    absl::Time deadline, const PeerStreams& streams, const PeerLinksOut& links,
                     const std::function<bool()>& cancelled, std::vector<float>* sum);
 
   PeerClient* const peers_;

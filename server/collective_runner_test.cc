@@ -433,46 +433,56 @@ class CollectiveRunnerTwoServersTest : public ::testing::Test {
     }
   }
 
+  // Starts server a_ and b_, each offering links or not, and runs three collectives on them.
+  void ThreeCollectives(bool a_links, bool b_links) {
+    a_ = StartServer(a_links);
+    b_ = StartServer(b_links);
+    ASSERT_NE(a_, nullptr);
+    ASSERT_NE(b_, nullptr);
+    for (uint64_t c = 1; c <= 3; ++c) AllReduce(*a_, *b_, c);
+  }
+  uint64_t LinkPiecesSent(RpcServer& s) { return s.service().collectives().link_pieces_sent(); }
+
+  std::unique_ptr<RpcServer> a_, b_;
+  // After the servers: they go first (their grants are the servers').
   std::shared_ptr<SessionBuffer> buffers_[2];
   std::string grants_[2];
 };
 
 TEST_F(CollectiveRunnerTwoServersTest, DecodeSizedPiecesGoOverLinksWhenBothOfferThem) {
-  std::unique_ptr<RpcServer> a = StartServer(true), b = StartServer(true);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  for (uint64_t c = 1; c <= 3; ++c) AllReduce(*a, *b, c);
+  ThreeCollectives(true, true);
   // One link each way, for the session's grant, carried every piece.
-  EXPECT_EQ(a->service().collectives().link_pieces_sent(), 3u);
-  EXPECT_EQ(b->service().collectives().link_pieces_sent(), 3u);
-  EXPECT_EQ(a->service().links().links(), 1u);
-  EXPECT_EQ(b->service().links().links(), 1u);
-  buffers_[0] = buffers_[1] = nullptr;
+  EXPECT_EQ(LinkPiecesSent(*a_), 3u);
+  EXPECT_EQ(LinkPiecesSent(*b_), 3u);
+  EXPECT_EQ(a_->service().links().links(), 1u);
+  EXPECT_EQ(b_->service().links().links(), 1u);
 }
 
 TEST_F(CollectiveRunnerTwoServersTest, TheLargestLinkPieceGoesBothWaysAtOnce) {
   // Both servers write each other a whole piece before either reads (the butterfly of two):
   // each piece must fit the sockets' buffers.
   elements_ = kMaxLinkPieceBytes / sizeof(float);
-  std::unique_ptr<RpcServer> a = StartServer(true), b = StartServer(true);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  for (uint64_t c = 1; c <= 3; ++c) AllReduce(*a, *b, c);
-  EXPECT_EQ(a->service().collectives().link_pieces_sent(), 3u);
-  EXPECT_EQ(b->service().collectives().link_pieces_sent(), 3u);
-  buffers_[0] = buffers_[1] = nullptr;
+  ThreeCollectives(true, true);
+  EXPECT_EQ(LinkPiecesSent(*a_), 3u);
+  EXPECT_EQ(LinkPiecesSent(*b_), 3u);
+}
+
+TEST_F(CollectiveRunnerTwoServersTest, ALinkThePeerClosedIsDialedAgain) {
+  ThreeCollectives(true, true);
+  // B drops its links (as for a piece it refused); A sees the link closed and dials again.
+  b_->service().links().Revoked(grants_[1]);
+  ASSERT_EQ(b_->service().links().links(), 0u);
+  absl::SleepFor(absl::Milliseconds(50));  // the close reaches A.
+  for (uint64_t c = 4; c <= 5; ++c) AllReduce(*a_, *b_, c);
+  EXPECT_EQ(LinkPiecesSent(*a_), 5u);
+  EXPECT_EQ(b_->service().links().links(), 1u);
 }
 
 TEST_F(CollectiveRunnerTwoServersTest, APeerWithoutLinksGetsTheStreamWithTheSameSums) {
-  std::unique_ptr<RpcServer> a = StartServer(true), b = StartServer(false);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  for (uint64_t c = 1; c <= 3; ++c) AllReduce(*a, *b, c);
-  EXPECT_EQ(a->service().collectives().link_pieces_sent(), 0u);
-  EXPECT_EQ(b->service().collectives().link_pieces_sent(), 0u);
-  EXPECT_EQ(a->service().links().links(), 0u);
-  // Buffers go before their servers (their grants are the servers').
-  buffers_[0] = buffers_[1] = nullptr;
+  ThreeCollectives(true, false);
+  EXPECT_EQ(LinkPiecesSent(*a_), 0u);
+  EXPECT_EQ(LinkPiecesSent(*b_), 0u);
+  EXPECT_EQ(a_->service().links().links(), 0u);
 }
 
 }  // namespace

@@ -126,6 +126,13 @@ absl::Status OutLink::Send(const LinkPieceHeader& header, absl::string_view data
   return s;
 }
 
+bool OutLink::ClosedByPeer() const {
+  pollfd p{fd_, POLLIN, 0};
+  if (poll(&p, 1, 0) != 1) return false;
+  char byte;
+  return recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT) <= 0 || (p.revents & (POLLHUP | POLLERR));
+}
+
 bool OutLink::broken() const {
   absl::MutexLock lock(&mu_);
   return broken_;

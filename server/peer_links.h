@@ -59,6 +59,9 @@ class OutLink {
   // Writes one piece (at most kMaxLinkPieceBytes); after an error every later Send fails.
   absl::Status Send(const LinkPieceHeader& header, absl::string_view data) ABSL_LOCKS_EXCLUDED(mu_);
   bool broken() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the peer closed the link (it never writes on it after its answer): it dropped the
+  // link, and may have dropped a piece already sent (its grant revoked, a piece refused).
+  bool ClosedByPeer() const;
 
  private:
   explicit OutLink(int fd) : fd_(fd) {}
