@@ -56,6 +56,14 @@ std::string AddressOf(const sockaddr_storage& a) {
   return absl::StrCat("[", host, "]:", ntohs(in6->sin6_port));
 }
 
+// `host` without the brackets of an IPv6 address ("[::1]" -> "::1").
+std::string Unbracketed(const std::string& host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    return host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
 // Milliseconds for poll(), at least 0.
 int PollMs(absl::Duration d) {
   return static_cast<int>(
@@ -70,10 +78,7 @@ absl::StatusOr<std::unique_ptr<OutLink>> OutLink::Dial(const std::string& host, 
                                                        const LinkHello& hello,
                                                        absl::Duration timeout) {
   TG_ASSIGN_OR_RETURN(const std::string bytes, EncodeLinkHello(hello));
-  std::string bare = host;
-  if (bare.size() >= 2 && bare.front() == '[' && bare.back() == ']') {
-    bare = bare.substr(1, bare.size() - 2);
-  }
+  const std::string bare = Unbracketed(host);
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
@@ -163,10 +168,7 @@ PeerLinks::~PeerLinks() {
 
 absl::Status PeerLinks::Listen(const std::string& host, int port) {
   if (listen_fd_ >= 0) return absl::FailedPreconditionError("peer links: already listening");
-  std::string bare = host;
-  if (bare.size() >= 2 && bare.front() == '[' && bare.back() == ']') {
-    bare = bare.substr(1, bare.size() - 2);
-  }
+  const std::string bare = Unbracketed(host);
   const std::string where = JoinHostPort(host, port);
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
@@ -196,15 +198,17 @@ absl::Status PeerLinks::Listen(const std::string& host, int port) {
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  port_ = ntohs(addr.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&addr)->sin_port
-                                          : reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+  const int port_bound =
+      ntohs(addr.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&addr)->sin_port
+                                      : reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
   if (pipe2(wake_fd_, O_CLOEXEC) != 0) {
     close(fd);
-    port_ = 0;
     return absl::UnavailableError(absl::StrCat("peer links: pipe: ", std::strerror(errno)));
   }
   listen_fd_ = fd;
   acceptor_ = std::thread([this] { AcceptLoop(); });
+  // Last: peers get tickets, and pieces go over links, from here on.
+  port_.store(port_bound);
   return absl::OkStatus();
 }
 
@@ -280,7 +284,7 @@ absl::Status PeerLinks::CheckHello(const LinkHello& hello) {
 }
 
 absl::StatusOr<std::string> PeerLinks::IssueTicket() {
-  if (port_ == 0) return absl::FailedPreconditionError("this server takes no peer links");
+  if (port() == 0) return absl::FailedPreconditionError("this server takes no peer links");
   const absl::Time now = absl::Now();
   std::string ticket = RandomHex(kTicketBytes / 2);
   absl::MutexLock lock(&mu_);

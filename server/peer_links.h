@@ -20,6 +20,7 @@
 #ifndef TENSORGRID_SERVER_PEER_LINKS_H_
 #define TENSORGRID_SERVER_PEER_LINKS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -91,8 +92,9 @@ class PeerLinks final : public RevokeListener {
   // Listens on `host`:`port` (0: a free port) and takes links on a thread of its own.
   // UNAVAILABLE naming the address when it cannot be bound.
   absl::Status Listen(const std::string& host, int port) ABSL_LOCKS_EXCLUDED(mu_);
-  // The port links are taken on; 0 when not listening.
-  int port() const { return port_; }
+  // The port links are taken on; 0 when not listening (yet: Listen may come after the
+  // server started serving).
+  int port() const { return port_.load(); }
   // A ticket for one link (a PeerLink call, its caller checked as a peer): FAILED_PRECONDITION
   // when this server takes no links, RESOURCE_EXHAUSTED when kMaxTickets are outstanding.
   absl::StatusOr<std::string> IssueTicket() ABSL_LOCKS_EXCLUDED(mu_);
@@ -135,7 +137,7 @@ class PeerLinks final : public RevokeListener {
   Metrics* const metrics_;
   int listen_fd_ = -1;
   int wake_fd_[2] = {-1, -1};  // a pipe: written to stop the accept loop.
-  int port_ = 0;
+  std::atomic<int> port_{0};
   std::thread acceptor_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, absl::Time> tickets_ ABSL_GUARDED_BY(mu_);
