@@ -317,7 +317,7 @@ std::shared_ptr<OutLink> CollectiveRunner::LinkFor(const std::string& session_id
                                                    const std::string& endpoint,
                                                    const std::string& grant,
                                                    const std::string& from) {
-  if (links_ == nullptr || links_->port() == 0) return nullptr;
+  if (!LinksOn()) return nullptr;
   const auto key = std::make_tuple(session_id, endpoint, grant);
   const absl::Time now = absl::Now();
   {
@@ -419,7 +419,7 @@ absl::Status CollectiveRunner::Pull(const pb::AllReduce& cmd, const ExchangeStep
     PieceKey key{cmd.servers(cmd.rank()).grant(), cmd.collective(), step.id,
                  static_cast<uint32_t>(p), static_cast<uint32_t>(step.recv_from)};
     TG_ASSIGN_OR_RETURN(std::string wire,
-                        links_ != nullptr && links_->port() != 0 && want <= kMaxLinkPieceBytes
+                        LinksOn() && want <= kMaxLinkPieceBytes
                             ? TakeLinkable(key, from, deadline, check)
                             : mailbox_.Take(key, deadline, kPeerPoll, check));
     const size_t expect = std::min(rpc::kChunkBytes, want - got);

@@ -147,6 +147,8 @@ class CollectiveRunner {
   absl::StatusOr<std::shared_ptr<PeerReduceStream>> StreamFor(const std::string& session_id,
                                                               const std::string& endpoint)
       ABSL_LOCKS_EXCLUDED(streams_mu_);
+  // Whether pieces may go over links: this server takes links (so its peers offer theirs).
+  bool LinksOn() const { return links_ != nullptr && links_->port() != 0; }
   // The session's link to `endpoint` for pieces under `grant`, opened on first use (and
   // again after it broke); null when the peer offers none or it cannot be opened.
   std::shared_ptr<OutLink> LinkFor(const std::string& session_id, const std::string& endpoint,

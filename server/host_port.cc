@@ -15,13 +15,6 @@
 namespace tg::server {
 namespace {
 
-absl::string_view Unbracketed(absl::string_view host) {
-  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {
-    return host.substr(1, host.size() - 2);
-  }
-  return host;
-}
-
 // 127.0.0.0/8: the first byte of the address in network order.
 bool IsLoopbackV4(const in_addr& a) { return (ntohl(a.s_addr) >> 24) == 127; }
 
@@ -33,6 +26,13 @@ bool IsLoopbackV6(const in6_addr& a) {
 }
 
 }  // namespace
+
+absl::string_view Unbracketed(absl::string_view host) {
+  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {
+    return host.substr(1, host.size() - 2);
+  }
+  return host;
+}
 
 std::optional<bool> IsLoopbackAddress(absl::string_view host) {
   const std::string text(Unbracketed(host));

@@ -20,6 +20,8 @@ std::optional<bool> IsLoopbackAddress(absl::string_view host);
 bool IsLoopbackHost(absl::string_view host);
 // True for "bind every address": "", 0.0.0.0, ::, [::].
 bool IsWildcardHost(absl::string_view host);
+// `host` without the brackets of an IPv6 address ("[::1]" -> "::1"); anything else as it is.
+absl::string_view Unbracketed(absl::string_view host);
 // "host:port", with brackets around an IPv6 host.
 std::string JoinHostPort(absl::string_view host, int port);
 // The host to dial to reach a listener bound to `host` from this machine: 127.0.0.1 for a

@@ -15,8 +15,15 @@ namespace {
 
 constexpr size_t kMaxAnswerChars = 1024;
 
+// Writes the low `bytes` bytes of v at `out`, little-endian; returns the byte after them.
+char* StoreLe(uint64_t v, int bytes, char* out) {
+  for (int i = 0; i < bytes; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return out + bytes;
+}
+
 void PutLe(uint64_t v, int bytes, std::string* out) {
-  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  char b[8];
+  out->append(b, StoreLe(v, bytes, b) - b);
 }
 
 uint64_t GetLe(const char* p, int bytes) {
@@ -134,13 +141,11 @@ absl::Status ReadLinkAnswer(int fd) {
 }
 
 void EncodeLinkPieceHeader(const LinkPieceHeader& h, char out[kLinkPieceHeaderBytes]) {
-  std::string s;
-  PutLe(h.collective, 8, &s);
-  PutLe(h.step, 4, &s);
-  PutLe(h.part, 4, &s);
-  PutLe(h.from_rank, 4, &s);
-  PutLe(h.bytes, 4, &s);
-  std::memcpy(out, s.data(), kLinkPieceHeaderBytes);
+  out = StoreLe(h.collective, 8, out);
+  out = StoreLe(h.step, 4, out);
+  out = StoreLe(h.part, 4, out);
+  out = StoreLe(h.from_rank, 4, out);
+  StoreLe(h.bytes, 4, out);
 }
 
 absl::StatusOr<LinkPieceHeader> DecodeLinkPieceHeader(const char in[kLinkPieceHeaderBytes]) {

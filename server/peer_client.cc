@@ -111,11 +111,8 @@ absl::StatusOr<PeerClient::LinkOffer> PeerClient::OfferLink(const std::string& e
   ctx.set_deadline(std::chrono::system_clock::now() + kLinkOfferDeadline);
   pb::PeerLinkRequest req;
   pb::PeerLinkReply reply;
-  const grpc::Status st = pb::TensorGrid::NewStub(channel)->PeerLink(&ctx, req, &reply);
-  if (!st.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
-                        absl::StrCat("peer_link from ", endpoint, ": ", st.error_message()));
-  }
+  TG_RETURN_IF_ERROR(PeerStatus(
+      endpoint, pb::TensorGrid::NewStub(channel)->PeerLink(&ctx, req, &reply), "peer_link"));
   if (reply.port() == 0 || reply.port() > 65535) {
     return absl::InvalidArgumentError(
         absl::StrFormat("peer_link from %s: port %d", endpoint, reply.port()));

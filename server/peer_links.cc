@@ -56,14 +56,6 @@ std::string AddressOf(const sockaddr_storage& a) {
   return absl::StrCat("[", host, "]:", ntohs(in6->sin6_port));
 }
 
-// `host` without the brackets of an IPv6 address ("[::1]" -> "::1").
-std::string Unbracketed(const std::string& host) {
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    return host.substr(1, host.size() - 2);
-  }
-  return host;
-}
-
 // Milliseconds for poll(), at least 0.
 int PollMs(absl::Duration d) {
   return static_cast<int>(
@@ -78,7 +70,7 @@ absl::StatusOr<std::unique_ptr<OutLink>> OutLink::Dial(const std::string& host, 
                                                        const LinkHello& hello,
                                                        absl::Duration timeout) {
   TG_ASSIGN_OR_RETURN(const std::string bytes, EncodeLinkHello(hello));
-  const std::string bare = Unbracketed(host);
+  const std::string bare(Unbracketed(host));
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
@@ -168,7 +160,7 @@ PeerLinks::~PeerLinks() {
 
 absl::Status PeerLinks::Listen(const std::string& host, int port) {
   if (listen_fd_ >= 0) return absl::FailedPreconditionError("peer links: already listening");
-  const std::string bare = Unbracketed(host);
+  const std::string bare(Unbracketed(host));
   const std::string where = JoinHostPort(host, port);
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;

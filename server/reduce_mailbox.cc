@@ -79,12 +79,7 @@ absl::StatusOr<std::string> ReduceMailbox::Take(const PieceKey& key, absl::Time 
       absl::MutexLock lock(&mu_);
       auto there = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pieces_.contains(key); };
       mu_.AwaitWithDeadline(absl::Condition(&there), std::min(deadline, absl::Now() + poll));
-      auto it = pieces_.find(key);
-      if (it != pieces_.end()) {
-        std::string data = std::move(it->second.data);
-        EraseLocked(it);
-        return data;
-      }
+      if (std::optional<std::string> data = TakeLocked(key)) return *std::move(data);
     }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
@@ -97,6 +92,10 @@ absl::StatusOr<std::string> ReduceMailbox::Take(const PieceKey& key, absl::Time 
 
 std::optional<std::string> ReduceMailbox::TryTake(const PieceKey& key) {
   absl::MutexLock lock(&mu_);
+  return TakeLocked(key);
+}
+
+std::optional<std::string> ReduceMailbox::TakeLocked(const PieceKey& key) {
   auto it = pieces_.find(key);
   if (it == pieces_.end()) return std::nullopt;
   std::string data = std::move(it->second.data);

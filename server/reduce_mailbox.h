@@ -106,6 +106,8 @@ class ReduceMailbox final : public RevokeListener {
     std::string sender;                       // empty: not known.
   };
   using Pieces = absl::flat_hash_map<PieceKey, Piece>;
+  // The piece's data, erased (its bytes given back); nullopt when it is not here.
+  std::optional<std::string> TakeLocked(const PieceKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Erases the piece at `it` (other iterators stay valid), giving its bytes back.
   void EraseLocked(Pieces::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropStaleLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
