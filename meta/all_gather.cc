@@ -64,10 +64,9 @@ bool GathersBySum(const Tensor& full, const SplitState& state, absl::Span<Tensor
   return true;
 }
 
-absl::Status GatherBySumRank(int rank, const Tensor& full, const SplitState& state,
-                             absl::Span<Tensor* const> src, absl::Span<Tensor* const> dst,
-                             Stream& stream, AllReducer& reducer, bool wait_for_peers,
-                             Barrier& barrier) {
+absl::Status PlaceSliceForSum(int rank, const Tensor& full, const SplitState& state,
+                              absl::Span<Tensor* const> src, absl::Span<Tensor* const> dst,
+                              Stream& stream) {
   Tensor* out = dst[rank];
   absl::Status status = out->buffer->MemsetTensor(out, 0, 0, out->NumBytes());
   if (status.ok() && src[rank] != nullptr && state.Count(rank) > 0) {
@@ -109,6 +108,14 @@ absl::Status GatherBySumRank(int rank, const Tensor& full, const SplitState& sta
       return stream.Compute(graph);
     }();
   }
+  return status;
+}
+
+absl::Status GatherBySumRank(int rank, const Tensor& full, const SplitState& state,
+                             absl::Span<Tensor* const> src, absl::Span<Tensor* const> dst,
+                             Stream& stream, AllReducer& reducer, bool wait_for_peers,
+                             Barrier& barrier) {
+  absl::Status status = PlaceSliceForSum(rank, full, state, src, dst, stream);
   // Every rank passes the reducer's barriers, whatever happened here.
   absl::Status summed = reducer.RunRank(rank, dst, barrier, wait_for_peers);
   return status.ok() ? summed : status;

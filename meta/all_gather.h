@@ -38,6 +38,11 @@ absl::Status GatherBySumRank(int rank, const Tensor& full, const SplitState& sta
                              absl::Span<Tensor* const> src, absl::Span<Tensor* const> dst,
                              Stream& stream, AllReducer& reducer, bool wait_for_peers,
                              Barrier& barrier);
+// Its first part, for one thread queuing every rank's work (AllReducer::Queue sums after):
+// rank's dst zeroed and its slice copied into place, on its `stream`.
+absl::Status PlaceSliceForSum(int rank, const Tensor& full, const SplitState& state,
+                              absl::Span<Tensor* const> src, absl::Span<Tensor* const> dst,
+                              Stream& stream);
 
 }  // namespace tg::meta
 

@@ -6,6 +6,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "core/fp16.h"
+#include "core/status_macros.h"
 
 namespace tg::meta {
 namespace {
@@ -235,6 +236,14 @@ absl::Status AllReducer::Run(absl::Span<Tensor* const> tensors) {
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+absl::Status AllReducer::Queue(absl::Span<Tensor* const> tensors) {
+  if (!QueuesOnly()) {
+    return absl::FailedPreconditionError("this all-reduce runs on host threads, not queued");
+  }
+  TG_RETURN_IF_ERROR(Check(tensors));
+  return n_ranks() == 1 ? absl::OkStatus() : communicator_->AllReduce(tensors);
 }
 
 }  // namespace tg::meta

@@ -81,6 +81,10 @@ class AllReducer {
 
   // All ranks on threads of this object's own.
   absl::Status Run(absl::Span<Tensor* const> tensors);
+  // Every rank's part from this one thread, where the reducer only queues (QueuesOnly: the
+  // communicator posts the whole all-reduce to every device's queue); otherwise
+  // FAILED_PRECONDITION.
+  absl::Status Queue(absl::Span<Tensor* const> tensors);
 
  private:
   explicit AllReducer(std::vector<Device*> devices, AllReduceOptions options);

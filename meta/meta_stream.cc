@@ -104,7 +104,11 @@ absl::Status MetaStream::Execute(PartitionPlan& plan) {
   if (batch) {
     for (const auto& s : streams_) compute_before.push_back(s->stats().compute_us);
   }
-  pool_.Run([&](int rank) { RunRank(rank, plan, batch); });
+  if (batch && AllQueue(plan)) {
+    QueueAll(plan);
+  } else {
+    pool_.Run([&](int rank) { RunRank(rank, plan, batch); });
+  }
   if (batch) {
     const double wall = MicrosSince(t0);
     double device_us = 0;
@@ -169,6 +173,57 @@ void MetaStream::RunRank(int rank, PartitionPlan& plan, bool batch) {
   }
   if (absl::Status s = streams_[rank]->Synchronize(); !s.ok()) fail(std::move(s));
   if (rank == 0 && !batch) stats_.compute_us += MicrosSince(t0);
+}
+
+bool MetaStream::AllQueue(const PartitionPlan& plan) const {
+  for (const PlanStep& step : plan.steps) {
+    for (const CommOp& op : step.comms) {
+      if (Waits(op)) return false;
+    }
+  }
+  return true;
+}
+
+void MetaStream::QueueAll(PartitionPlan& plan) {
+  const int n = static_cast<int>(streams_.size());
+  auto fail = [&](int rank, absl::Status s) {
+    if (rank_status_[rank].ok()) rank_status_[rank] = std::move(s);
+    failed_.store(true);
+  };
+  for (int r = 0; r < n; ++r) streams_[r]->BeginBatch();
+  for (PlanStep& step : plan.steps) {
+    for (int r = 0; r < n; ++r) {
+      Graph& g = step.graphs[r];
+      if (g.nodes.empty() || failed_.load(std::memory_order_relaxed)) continue;
+      if (absl::Status s = streams_[r]->Compute(g); !s.ok()) fail(r, std::move(s));
+    }
+    // Collectives are queued even after a failure, as RunRank runs them: a server waiting
+    // for its peer's piece of an all-reduce gets it.
+    for (CommOp& op : step.comms) {
+      if (absl::Status s = QueueComm(op); !s.ok()) fail(0, std::move(s));
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    if (absl::Status s = streams_[r]->EndBatch(); !s.ok()) fail(r, std::move(s));
+  }
+  // As in RunRank: no device still computes, or answers, when Compute returns.
+  for (int r = 0; r < n; ++r) {
+    if (absl::Status s = streams_[r]->Synchronize(); !s.ok()) fail(r, std::move(s));
+  }
+}
+
+absl::Status MetaStream::QueueComm(CommOp& op) {
+  absl::Status status;
+  for (int r = 0; r < static_cast<int>(streams_.size()); ++r) {
+    if (op.kind == CommOp::Kind::kAllGather) {
+      status.Update(PlaceSliceForSum(r, *op.full, op.state, op.src, op.dst, *streams_[r]));
+    } else if (static_cast<size_t>(r) < op.zero_fill.size() && op.zero_fill[r]) {
+      Tensor* t = op.dst[r];
+      status.Update(t->buffer->MemsetTensor(t, 0, 0, t->NumBytes()));
+    }
+  }
+  status.Update(reducer_->Queue(op.dst));
+  return status;
 }
 
 bool MetaStream::Waits(const CommOp& op) const {

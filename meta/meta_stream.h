@@ -6,7 +6,8 @@
 // collectives (all-reduce, all-gather) among the threads. When the all-reduces only queue
 // (RPC devices summed by their servers), all-gathers run as all-reduces of zero-padded
 // slices and each device's work goes out in batches (Stream::BeginBatch: one message to a
-// remote device), cut only before collectives that wait for the devices. Outputs are registered
+// remote device), cut only before collectives that wait for the devices; where none waits,
+// one thread queues every device's work (no per-device threads). Outputs are registered
 // with their buffers so that Buffer::GetTensor gathers them. Synchronous: Compute returns when
 // every device is done. Used by one thread at a time (as every Stream).
 #ifndef TENSORGRID_META_META_STREAM_H_
@@ -59,6 +60,12 @@ class MetaStream : public Stream {
   absl::Status Execute(PartitionPlan& plan);
   void RunRank(int rank, PartitionPlan& plan, bool batch);
   absl::Status RunComm(int rank, CommOp& op, bool wait_for_peers);
+  // Where no collective of the plan waits for the devices (all queue: rpc-servers summing
+  // among themselves), this thread queues every device's work in plan order, each device's
+  // in one batch, then waits for them: no rank threads, no barriers.
+  bool AllQueue(const PartitionPlan& plan) const;
+  void QueueAll(PartitionPlan& plan);
+  absl::Status QueueComm(CommOp& op);
   // True when `op` waits for the devices on the host: every collective unless the
   // all-reduces only queue (AllReducer::QueuesOnly), then the all-gathers that cannot run as
   // a sum (GathersBySum).
