@@ -45,7 +45,15 @@ absl::Status LlamaModel::ChooseDevices(const LoadOptions& options) {
       device_ = plan_.devices[0];
       break;
     case SplitMode::kTensor: {
-      TG_ASSIGN_OR_RETURN(owned_device_, CreateTensorSplitDevice(hparams_, plan_));
+      // The heads' cut follows attn_output's quant blocks where it can (no all-gather).
+      int64_t attn_output_block = 1;
+      for (int64_t il = 0; il < hparams_.n_layer; ++il) {
+        const GgufTensorInfo* w =
+            file_->FindTensor(absl::StrCat("blk.", il, ".attn_output.weight"));
+        if (w != nullptr) attn_output_block = std::max(attn_output_block, BlockSize(w->type));
+      }
+      TG_ASSIGN_OR_RETURN(owned_device_,
+                          CreateTensorSplitDevice(hparams_, plan_, attn_output_block));
       device_ = owned_device_.get();
       break;
     }

@@ -9,10 +9,12 @@
 // Granularity: attention is cut in whole KV heads, each with its n_head / n_head_kv query
 // heads (q/k/v rows, biases, KV cache); the feed-forward in whole quant blocks of ffn_gate's
 // type (gate/up rows). attn_output and ffn_down are cut along their input columns the same
-// way, so that their products are partial sums for one all-reduce; where their quant blocks
-// straddle those cuts (e.g. head_dim 48 in Q8_0 blocks of 32) they are cut at the nearest
-// whole blocks instead and the meta device regathers their input (one all-gather more per
-// layer, but every device keeps its share of the heads).
+// way, so that their products are partial sums for one all-reduce. Where attn_output's quant
+// blocks would straddle a cut between heads (e.g. head_dim 48 in Q8_0 blocks of 32), heads go
+// in groups that end on whole blocks (6 heads of 48 over two devices: 4 + 2) when no device
+// gets more than 1.5x its share of the heads; otherwise attn_output is cut at the nearest
+// whole blocks and the meta device regathers its input (one all-gather more per layer), as
+// ffn_down is where its blocks are larger than ffn_gate's, whose blocks cut the feed-forward.
 // With more devices than units (e.g. 4 devices, 3 KV heads) some devices get no heads:
 // they still take their share of the feed-forward and output head (empty slices are
 // supported throughout the meta device). Thread-safe.
@@ -30,15 +32,18 @@
 
 namespace tg {
 
+// attn_output_block: the quant block of the attn_output weights (their largest, where layers
+// differ; 1: any cut).
 absl::StatusOr<std::unique_ptr<Device>> CreateTensorSplitDevice(const LlamaHParams& hp,
-                                                                const DevicePlan& plan);
+                                                                const DevicePlan& plan,
+                                                                int64_t attn_output_block = 1);
 
 // The split decisions behind CreateTensorSplitDevice, for `proportions.size()` devices
 // (exposed for tests). Tensors are recognised by their GGUF names ("blk.3.attn_q.weight")
 // and the KV cache's ("cache_k_l3"); anything else is mirrored.
 // expert_split: whole experts per device instead of a share of every expert's width.
 meta::SplitFn LlamaSplitFn(const LlamaHParams& hp, std::vector<float> proportions,
-                           bool expert_split = false);
+                           bool expert_split = false, int64_t attn_output_block = 1);
 
 }  // namespace tg
 

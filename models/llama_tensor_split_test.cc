@@ -56,18 +56,48 @@ TEST_F(LlamaSplitTest, HeadsStayWithTheirKvHead) {
 }
 
 TEST_F(LlamaSplitTest, QuantBlocksSetTheGranularity) {
-  // stories15M shape in Q8_0: 6 heads of 48; the head cut (144) is not a block bound, so
-  // attn_output is cut at whole blocks (160) and its input regathered.
+  // stories15M shape in Q8_0: 6 heads of 48. Told nothing of attn_output's blocks, the heads
+  // go 3 + 3; the head cut (144) is not a block bound, so attn_output is cut at whole blocks
+  // (160) and its input regathered.
   const meta::SplitFn fn = LlamaSplitFn(Shape(288, 768, 6, 6), {0.5f, 0.5f});
   EXPECT_EQ(Split(fn, "blk.0.attn_q.weight", DType::kQ8_0, {288, 288}), "AXIS_1[0:144|144:288]");
   EXPECT_EQ(Split(fn, "blk.0.attn_output.weight", DType::kQ8_0, {288, 288}),
             "AXIS_0[0:160|160:288]");
+  // Told its blocks of 32, the heads go in pairs (96 columns, three blocks): 4 + 2, within
+  // 1.5x of 3, and attn_output follows them (no gather); the KV cache as well.
+  const meta::SplitFn aligned = LlamaSplitFn(Shape(288, 768, 6, 6), {0.5f, 0.5f}, false, 32);
+  EXPECT_EQ(Split(aligned, "blk.0.attn_q.weight", DType::kQ8_0, {288, 288}),
+            "AXIS_1[0:192|192:288]");
+  EXPECT_EQ(Split(aligned, "blk.0.attn_output.weight", DType::kQ8_0, {288, 288}),
+            "AXIS_0[0:192|192:288]");
+  EXPECT_EQ(Split(aligned, "cache_k_l0", DType::kF16, {288, 64}), "AXIS_0[0:192|192:288]");
   EXPECT_EQ(Split(fn, "blk.0.ffn_gate.weight", DType::kQ8_0, {288, 768}), "AXIS_1[0:384|384:768]");
   EXPECT_EQ(Split(fn, "blk.0.ffn_down.weight", DType::kQ8_0, {768, 288}), "AXIS_0[0:384|384:768]");
   // With K-quants (256) the feed-forward of 768 is three blocks: 512 | 256.
   const meta::SplitFn k = LlamaSplitFn(Shape(512, 768, 8, 8), {0.5f, 0.5f});
   EXPECT_EQ(Split(k, "blk.0.ffn_gate.weight", DType::kQ4_K, {512, 768}), "AXIS_1[0:512|512:768]");
   EXPECT_EQ(Split(k, "blk.0.ffn_down.weight", DType::kQ6_K, {768, 512}), "AXIS_0[0:512|512:768]");
+}
+
+TEST_F(LlamaSplitTest, HeadsStayOneByOneWhereBlockAlignedGroupsUnbalance) {
+  // 6 heads of 48 over three devices: pairs give 2 + 2 + 2, aligned and balanced.
+  const meta::SplitFn three =
+      LlamaSplitFn(Shape(288, 768, 6, 6), {1.0f / 3, 1.0f / 3, 1.0f / 3}, false, 32);
+  EXPECT_EQ(Split(three, "blk.0.attn_output.weight", DType::kQ8_0, {288, 288}),
+            "AXIS_0[0:96|96:192|192:288]");
+  // 6 heads of 48 with -ts 0.5,0.25,0.25: pairs would give 4 + 0 + 2, none to a device
+  // that one by one gets 2; so 3 + 2 + 1.
+  EXPECT_EQ(Split(LlamaSplitFn(Shape(288, 768, 6, 6), {0.5f, 0.25f, 0.25f}, false, 32),
+                  "blk.0.attn_k.weight", DType::kQ8_0, {288, 288}),
+            "AXIS_1[0:144|144:240|240:288]");
+  // 10 heads of 48 over four devices: pairs would give 2 + 4 + 2 + 2, the second 1.6x its
+  // share of 2.5; so one by one (3 + 2 + 3 + 2), and attn_output is cut at whole blocks.
+  const meta::SplitFn four =
+      LlamaSplitFn(Shape(480, 768, 10, 10), {0.25f, 0.25f, 0.25f, 0.25f}, false, 32);
+  EXPECT_EQ(Split(four, "blk.0.attn_q.weight", DType::kQ8_0, {480, 480}),
+            "AXIS_1[0:144|144:240|240:384|384:480]");
+  EXPECT_EQ(Split(four, "blk.0.attn_output.weight", DType::kQ8_0, {480, 480}),
+            "AXIS_0[0:128|128:256|256:352|352:480]");
 }
 
 TEST_F(LlamaSplitTest, MoreDevicesThanKvHeadsLeavesSomeWithoutHeads) {

@@ -16,6 +16,12 @@ foreach(model ${_tg_split_moe_models})
                    -ts 3,1,1)
 endforeach()
 
+# Heads in block-aligned pairs (Q8_0, 6 heads of 48): 4 + 2 on two devices, 4 + 2 with
+# -ts 3,1, 2 + 2 + 2 on three; attn_output cut with them, no all-gather.
+if(TARGET tg-gguf)
+  tg_split_compare_each(tensor synth48q8 "2;3")
+endif()
+
 # A device with proportion 0 holds nothing at all and only takes part in the all-reduces.
 tg_split_compare(split_tensor_stories260k_3dev_zero_share stories260k 3 -sm tensor -ts 0,1,1)
 # Prompt processing in several batches (-b 2): multi-token graphs, then single-token ones.
