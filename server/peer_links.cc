@@ -366,7 +366,12 @@ std::optional<std::string> PeerLinks::Take(const PieceKey& key, const std::strin
       if (filed.ok()) return *std::move(filed);
     } else {
       pollfd p{link->fd, POLLIN, 0};
-      const int ready = poll(&p, 1, PollMs(std::max(left, absl::ZeroDuration())));
+      int ready = 0;
+      const absl::Time spin_end = std::min(deadline, absl::Now() + kSpinBeforeSleep);
+      while ((ready = poll(&p, 1, 0)) == 0 && absl::Now() < spin_end) {
+      }
+      if (ready == 0)
+        ready = poll(&p, 1, PollMs(std::max(deadline - absl::Now(), absl::ZeroDuration())));
       absl::StatusOr<std::optional<std::string>> piece = std::optional<std::string>();
       if (ready == 1) piece = ReadPiece(*link, key, mailbox);
       link->read_mu.Unlock();
