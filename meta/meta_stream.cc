@@ -57,19 +57,28 @@ absl::Status MetaStream::Compute(Graph& graph) {
 absl::StatusOr<std::shared_ptr<PartitionPlan>> MetaStream::PlanFor(Graph& graph) {
   // A cached plan whose leafs bind the same way is replayed: it re-derives the states for
   // this graph's shapes and refreshes its own tensors, or fails when the structure differs.
-  // (Cheaper than hashing the topology, which changes every decode step anyway.)
+  // (Cheaper than hashing the topology, which changes every decode step anyway.) For the
+  // graph it was last derived from, every tensor as it was (a decode step's graph reused
+  // within a KV block), the plan holds as it is.
   for (auto it = cache_.begin(); it != cache_.end(); ++it) {
     if (!BindingsMatch(*device_, *it->plan, graph)) continue;
-    std::shared_ptr<PartitionPlan> plan = std::move(it->plan);
+    Cached hit = std::move(*it);
     cache_.erase(it);
-    if (!ReplayPartition(*device_, graph, plan.get())) break;
-    ++replays_;
-    cache_.push_front({plan});
+    if (hit.graph.Matches(graph)) {
+      ++reruns_;
+    } else {
+      if (!ReplayPartition(*device_, graph, hit.plan.get())) break;
+      ++replays_;
+      hit.graph.Take(graph);
+    }
+    std::shared_ptr<PartitionPlan> plan = hit.plan;
+    cache_.push_front(std::move(hit));
     return plan;
   }
   TG_ASSIGN_OR_RETURN(std::shared_ptr<PartitionPlan> plan, PartitionGraph(*device_, graph));
   ++partitions_;
-  cache_.push_front({plan});
+  cache_.push_front({plan, {}});
+  cache_.front().graph.Take(graph);
   if (cache_.size() > kPlanCacheSize) cache_.pop_back();
   return plan;
 }

@@ -1,5 +1,6 @@
 // MetaStream: computes graphs on a meta device. Per graph structure it builds (and caches) a
-// partition plan (graph_partition.h), replayed for later graphs of that structure; each
+// partition plan (graph_partition.h), replayed for later graphs of that structure, or run
+// as it is for the very graph it was last derived from, unchanged (GraphSnapshot). Each
 // Compute then gives the plan's tensors memory in the stream's per-device compute memory
 // (plan_memory.h), scatters the inputs written since, and runs the plan with one host
 // thread per device: every device's subgraph of a step on its own stream, then the step's
@@ -25,6 +26,7 @@
 #include "core/thread_pool.h"
 #include "meta/allreduce.h"
 #include "meta/graph_partition.h"
+#include "meta/graph_snapshot.h"
 #include "meta/plan_memory.h"
 
 namespace tg::meta {
@@ -43,11 +45,12 @@ class MetaStream : public Stream {
   // compute time per plan and the rest of the plan's wall time (collectives, latency).
   StreamStats stats() const override { return stats_; }
 
-  // The plan the last Compute ran, and how many plans were built and replayed so far (for
-  // tests and tools).
+  // The plan the last Compute ran, and how many plans were built, replayed, and run again
+  // as they were for an unchanged graph so far (for tests and tools).
   const PartitionPlan* last_plan() const { return last_plan_.get(); }
   int64_t partitions() const { return partitions_; }
   int64_t replays() const { return replays_; }
+  int64_t reruns() const { return reruns_; }
   // Bytes of compute memory the stream holds on device d (for tools and tests).
   size_t compute_bytes(int d) const { return memory_->bytes(d); }
   // What device d's own stream reports (for tools and tests).
@@ -84,11 +87,13 @@ class MetaStream : public Stream {
   Barrier barrier_;
   struct Cached {
     std::shared_ptr<PartitionPlan> plan;
+    GraphSnapshot graph;  // what the plan was last derived from.
   };
   std::deque<Cached> cache_;  // most recently used first.
   std::shared_ptr<PartitionPlan> last_plan_;
   int64_t partitions_ = 0;
   int64_t replays_ = 0;
+  int64_t reruns_ = 0;
   std::atomic<bool> failed_{false};
   std::vector<absl::Status> rank_status_;
   StreamStats stats_;
