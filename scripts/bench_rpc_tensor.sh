@@ -7,7 +7,9 @@
 #
 #   bash scripts/bench_rpc_tensor.sh MODEL [rounds=3] [servers=2] [reps=2]
 # SERVER_FLAGS adds rpc-server flags (SERVER_FLAGS="--peer-link-port off": the all-reduce
-# pieces over gRPC streams only).
+# pieces over gRPC streams only). LLAMA_BIN (optional): the bin folder of a llama.cpp build
+# with -DGGML_RPC=ON; then as many of its rpc-servers (-t 1) run beside ours and each round
+# adds llama-bench -sm tensor and -sm layer over them (-ngl 99, client -t 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:?usage: bench_rpc_tensor.sh MODEL [rounds] [servers] [reps]}
@@ -34,9 +36,30 @@ run() {  # label, tg-bench flags...
   "$bin/tools/tg-bench/tg-bench" -m "$model" -p 0 -n 128 -t 2 -r "$reps" "$@" 2>&1 |
     awk -F'|' -v label="$label" '/tg128/ {printf "%-8s %s t/s  compute %s  transfer %s\n", label, $10, $11, $12}'
 }
+llama_endpoints=""
+if [ -n "${LLAMA_BIN:-}" ]; then
+  for i in $(seq "$servers"); do
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    LD_LIBRARY_PATH=$LLAMA_BIN "$LLAMA_BIN/ggml-rpc-server" -p "$port" -t 1 >"$work/llama$i.log" 2>&1 &
+    echo $! >"$work/pid_llama$i"
+    for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.05; done
+    llama_endpoints+="${llama_endpoints:+,}127.0.0.1:$port"
+  done
+fi
+llama_run() {  # label, llama-bench flags...
+  local label=$1
+  shift
+  LD_LIBRARY_PATH=$LLAMA_BIN "$LLAMA_BIN/llama-bench" -m "$model" -p 0 -n 128 -t 2 -r "$reps" \
+    -ngl 99 -rpc "$llama_endpoints" "$@" 2>/dev/null |
+    awk -F'|' -v label="$label" '/tg128/ {printf "%-8s %s t/s\n", label, $(NF - 1)}'
+}
 for r in $(seq "$rounds"); do
   echo "== round $r, load $(cut -d' ' -f1-3 /proc/loadavg)"
   run local
   run tensor --rpc "$endpoints" -sm tensor
   run layer --rpc "$endpoints" -sm layer
+  if [ -n "$llama_endpoints" ]; then
+    llama_run l.tensor -sm tensor
+    llama_run l.layer -sm layer
+  fi
 done
