@@ -100,9 +100,9 @@ class LlamaSplitPolicy {
   static std::vector<AxisRange> ChooseKvHeads(const LlamaHParams& hp, absl::Span<const float> p,
                                               int64_t attn_output_block) {
     std::vector<AxisRange> one_by_one = meta::ProportionalRanges(hp.n_head_kv, 1, p);
+    if (attn_output_block <= 1 || hp.n_head_kv <= 0) return one_by_one;
     const int64_t cols = hp.n_head / hp.n_head_kv * hp.head_dim;  // a KV head's query columns.
-    const int64_t block = std::max<int64_t>(attn_output_block, 1);
-    const int64_t unit = block / std::gcd(block, cols);
+    const int64_t unit = attn_output_block / std::gcd(attn_output_block, cols);
     if (unit == 1) return one_by_one;
     std::vector<AxisRange> aligned = meta::ProportionalRanges(hp.n_head_kv, unit, p);
     double total = 0;
