@@ -16,7 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -213,13 +215,20 @@ TEST_F(HealthProbeTest, HealthPortChecksShareOneProbeASecond) {
   const absl::Time start = absl::Now();
   std::vector<std::thread> threads;
   std::atomic<int> serving{0};
+  absl::Mutex mu;
+  std::string first_error;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&] {
-      for (int i = 0; i < 10; ++i) serving += ProbeHealth(o).ok() ? 1 : 0;
+      for (int i = 0; i < 10; ++i) {
+        const absl::Status s = ProbeHealth(o);
+        serving += s.ok() ? 1 : 0;
+        absl::MutexLock lock(&mu);
+        if (!s.ok() && first_error.empty()) first_error = s.ToString();
+      }
     });
   }
   for (std::thread& t : threads) t.join();
-  EXPECT_EQ(serving.load(), 80);
+  EXPECT_EQ(serving.load(), 80) << first_error;
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   // One probe per second elapsed (and one to begin with), not 80.
   EXPECT_LE((*port)->probes(), static_cast<uint64_t>(seconds) + 2) << seconds << " s";
