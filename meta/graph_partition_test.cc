@@ -160,53 +160,32 @@ class Harness {
     return w.allocator->Allocate(b->graph);
   }
 
-  // Writes the inputs (their values shifted by `run`), computes, reads the result.
+  // Writes the inputs (their values shifted by `run` after the first), computes, reads the
+  // result.
   absl::Status ComputeIn(World& w, Built& b, const std::vector<Spec>& inputs, int run,
                          std::vector<float>* out) {
     for (const Spec& in : inputs) {
       std::vector<float> values = in.values;
-      for (float& v : values) v += 0.25f * static_cast<float>(run);
+      if (run > 0) {
+        for (float& v : values) v += 0.25f * static_cast<float>(run);
+      }
       Tensor* t = b.leafs[in.name];
       const std::vector<uint8_t> bytes = Encode(in.type, values);
       TG_RETURN_IF_ERROR(t->buffer->SetTensor(t, bytes.data(), 0, bytes.size()));
     }
     TG_RETURN_IF_ERROR(w.stream->Compute(b.graph));
+    if (b.result->type != DType::kF32 || !b.result->IsContiguous()) {
+      return absl::InternalError("tests read contiguous f32 results");
+    }
     out->resize(b.result->NumElements());
     return b.result->buffer->GetTensor(b.result, out->data(), 0, out->size() * sizeof(float));
   }
 
   absl::Status RunOn(World& w, const Builder& build, const std::vector<Spec>& inputs,
                      std::vector<float>* out) {
-    if (w.stream == nullptr) TG_RETURN_IF_ERROR(Setup(w));
-    Context ctx;
-    std::map<std::string, Tensor*> leafs;
-    for (const Spec& in : inputs) {
-      TG_ASSIGN_OR_RETURN(Tensor * t, ctx.NewTensor(in.type, in.ne));
-      t->SetName(in.name);
-      t->flags |= kFlagInput;
-      leafs[in.name] = t;
-    }
-    Lookup get = [&](const std::string& name) -> Tensor* {
-      if (auto it = leafs.find(name); it != leafs.end()) return it->second;
-      auto it = w.weights.find(name);
-      return it == w.weights.end() ? nullptr : it->second;
-    };
-    TG_ASSIGN_OR_RETURN(Tensor * result, build(ctx, get));
-    TG_ASSIGN_OR_RETURN(Graph graph, BuildGraph({result}));
-    TG_RETURN_IF_ERROR(w.allocator->Allocate(graph));
-    for (const Spec& in : inputs) {
-      Tensor* t = leafs[in.name];
-      const std::vector<uint8_t> bytes = Encode(in.type, in.values);
-      TG_RETURN_IF_ERROR(t->buffer->SetTensor(t, bytes.data(), 0, bytes.size()));
-    }
-    TG_RETURN_IF_ERROR(w.stream->Compute(graph));
-    std::vector<float> f(result->NumElements());
-    if (result->type != DType::kF32 || !result->IsContiguous()) {
-      return absl::InternalError("tests read contiguous f32 results");
-    }
-    TG_RETURN_IF_ERROR(result->buffer->GetTensor(result, f.data(), 0, f.size() * sizeof(float)));
-    *out = std::move(f);
-    return absl::OkStatus();
+    Built b;
+    TG_RETURN_IF_ERROR(BuildIn(w, build, inputs, &b));
+    return ComputeIn(w, b, inputs, 0, out);
   }
 
  private:
