@@ -20,6 +20,15 @@ double MicrosSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
+// Zeroes rank's all-reduce target where that device contributes nothing (CommOp::zero_fill).
+absl::Status ZeroFill(const CommOp& op, int rank) {
+  if (static_cast<size_t>(rank) >= op.zero_fill.size() || !op.zero_fill[rank]) {
+    return absl::OkStatus();
+  }
+  Tensor* t = op.dst[rank];
+  return t->buffer->MemsetTensor(t, 0, 0, t->NumBytes());
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetaStream>> MetaStream::Create(MetaDevice* device) {
@@ -226,9 +235,8 @@ absl::Status MetaStream::QueueComm(CommOp& op) {
   for (int r = 0; r < static_cast<int>(streams_.size()); ++r) {
     if (op.kind == CommOp::Kind::kAllGather) {
       status.Update(PlaceSliceForSum(r, *op.full, op.state, op.src, op.dst, *streams_[r]));
-    } else if (static_cast<size_t>(r) < op.zero_fill.size() && op.zero_fill[r]) {
-      Tensor* t = op.dst[r];
-      status.Update(t->buffer->MemsetTensor(t, 0, 0, t->NumBytes()));
+    } else {
+      status.Update(ZeroFill(op, r));
     }
   }
   status.Update(reducer_->Queue(op.dst));
@@ -256,10 +264,7 @@ absl::Status MetaStream::RunComm(int rank, CommOp& op, bool wait_for_peers) {
   bool any_zero = false;
   for (bool z : op.zero_fill) any_zero = any_zero || z;
   if (any_zero) {
-    if (op.zero_fill[rank]) {
-      Tensor* t = op.dst[rank];
-      zeroed = t->buffer->MemsetTensor(t, 0, 0, t->NumBytes());
-    }
+    zeroed = ZeroFill(op, rank);
     barrier_.Wait();
   }
   absl::Status reduced = reducer_->RunRank(rank, op.dst, barrier_, wait_for_peers);
