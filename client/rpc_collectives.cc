@@ -46,6 +46,11 @@ absl::StatusOr<RpcCollectiveOptions> ParseCollectiveOptions(const char* route, c
   return o;
 }
 
+bool UseDirectAllReduce(size_t servers, uint32_t min_minor, uint64_t bytes) {
+  return servers >= 3 && min_minor >= kMinorDirectReduce &&
+         bytes * (servers - 1) <= kDirectMaxSendBytes;
+}
+
 RpcCollectives* RpcCollectives::Get() {
   static RpcCollectives* instance = [] {
     absl::StatusOr<RpcCollectiveOptions> o = ParseCollectiveOptions(
@@ -139,6 +144,13 @@ absl::Status RpcCommunicator::OnServers(absl::Span<Tensor* const> tensors,
   base.set_collective(g_next_collective.fetch_add(1));
   base.set_count(static_cast<uint64_t>(tensors[0]->NumElements()));
   base.set_bf16_wire(options_.bf16_wire);
+  uint32_t min_minor = kProtocolMinor;
+  for (const Server& s : servers) {
+    min_minor = std::min(min_minor, s.connection->hello().protocol_minor());
+  }
+  if (UseDirectAllReduce(servers.size(), min_minor, tensors[0]->NumBytes())) {
+    base.set_algorithm(pb::AllReduce::DIRECT);
+  }
   for (const Server& s : servers) {
     pb::CollectiveServer* cs = base.add_servers();
     cs->set_endpoint(s.connection->endpoint());

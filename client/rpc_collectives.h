@@ -4,7 +4,8 @@
 // family. Two routes:
 //   servers  (default) one AllReduce command per device, posted behind the device's queued
 //            work without waiting: each server sums its own devices and the servers run a
-//            ring or butterfly among themselves (server/collective_runner.h); the client
+//            ring, a butterfly or, for small tensors on three servers or more, a direct
+//            exchange among themselves (server/collective_runner.h); the client
 //            receives only the commands' completion, never the tensors;
 //   client   the tensors staged through the client: read from every device, summed here in
 //            device order, written back (the path before the servers could do it; kept for
@@ -44,6 +45,18 @@ struct RpcCollectiveOptions {
 // TG_RPC_ALLREDUCE and TG_RPC_ALLREDUCE_BF16 as given (null: unset). INVALID_ARGUMENT names
 // a bad value and the ones allowed.
 absl::StatusOr<RpcCollectiveOptions> ParseCollectiveOptions(const char* route, const char* bf16);
+
+// Largest number of bytes one server sends in a DIRECT all-reduce ((servers - 1) x the
+// tensor): a decode step's activations of an 8k-wide model over 3 servers, or a 2k-wide one's
+// over 9. Below it one step of several pieces costs less than the butterfly's log2(servers)
+// round trips; above it the butterfly's or ring's fewer bytes win.
+inline constexpr uint64_t kDirectMaxSendBytes = uint64_t{64} << 10;
+
+// Whether an all-reduce of `bytes` per device over `servers` servers, the oldest of which
+// speaks protocol minor `min_minor`, asks the servers for DIRECT (every server sends its
+// tensor to every other in one step) rather than AUTO: with three servers or more (two
+// servers' butterfly is one step already) that all know it, within kDirectMaxSendBytes.
+bool UseDirectAllReduce(size_t servers, uint32_t min_minor, uint64_t bytes);
 
 class RpcCommunicator : public Communicator {
  public:

@@ -1,9 +1,9 @@
 // RpcCollectives against real rpc-servers on loopback (in-process, each exposing the CPU as
 // two devices): over 2 and 3 servers x 2 devices, sizes on both sides of the ring/butterfly
-// threshold, every device ends with the f64 sum of all inputs (to float rounding) and all
-// with the same bits, through the servers (no tensor byte through the client, by
-// ClientMetrics) and staged through the client (every byte counted); BF16 on the wire stays
-// within BF16 rounding and bit-identical.
+// and direct thresholds, every device ends with the f64 sum of all inputs (to float rounding) and
+// all with the same bits, through the servers (no tensor byte through the client, by ClientMetrics)
+// and staged through the client (every byte counted); BF16 on the wire stays within BF16 rounding
+// and bit-identical.
 #include "client/rpc_collectives.h"
 
 #include <grpcpp/grpcpp.h>
@@ -117,9 +117,22 @@ TEST_F(RpcCollectivesTest, TwoServersSumOnTheServers) {
   for (size_t count : {size_t{1}, size_t{288}, size_t{40000}}) Check({}, count, true);
 }
 
-TEST_F(RpcCollectivesTest, ThreeServersRingAndButterfly) {
+TEST_F(RpcCollectivesTest, ThreeServersDirectAndRing) {
   Start(3);
+  ASSERT_TRUE(UseDirectAllReduce(3, kProtocolMinor, 1000 * 4));
+  ASSERT_FALSE(UseDirectAllReduce(3, kProtocolMinor, 70000 * 4));
   for (size_t count : {size_t{5}, size_t{1000}, size_t{70000}}) Check({}, count, true);
+}
+
+TEST(UseDirectAllReduceTest, SmallTensorsOnThreeServersOrMoreThatAllKnowIt) {
+  EXPECT_FALSE(UseDirectAllReduce(2, kMinorDirectReduce, 8192));  // one step already.
+  EXPECT_TRUE(UseDirectAllReduce(3, kMinorDirectReduce, 8192));
+  EXPECT_TRUE(UseDirectAllReduce(3, kMinorDirectReduce, kDirectMaxSendBytes / 2));
+  EXPECT_FALSE(UseDirectAllReduce(3, kMinorDirectReduce, kDirectMaxSendBytes / 2 + 4));
+  EXPECT_TRUE(UseDirectAllReduce(9, kMinorDirectReduce, 8192));
+  EXPECT_FALSE(UseDirectAllReduce(10, kMinorDirectReduce, 8192));
+  // A server before DIRECT among them: the servers' own choice (AUTO).
+  EXPECT_FALSE(UseDirectAllReduce(3, kMinorDirectReduce - 1, 8192));
 }
 
 TEST_F(RpcCollectivesTest, Bf16OnTheWireStaysBitIdentical) {

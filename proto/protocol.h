@@ -49,9 +49,12 @@ enum ProtocolMinor : uint32_t {
   // PeerLink: a server offers its peers a plain TCP link for small all-reduce pieces
   // (server/peer_links.h); a peer without it answers UNIMPLEMENTED and keeps the stream.
   kMinorPeerLinks = 11,
+  // AllReduce.algorithm DIRECT (server/allreduce_schedule.h): a client asks for it only when
+  // every server of the collective has this minor.
+  kMinorDirectReduce = 12,
 };
 // The minor this build speaks: the newest addition.
-inline constexpr uint32_t kProtocolMinor = kMinorPeerLinks;
+inline constexpr uint32_t kProtocolMinor = kMinorDirectReduce;
 // Default port of rpc-server.
 inline constexpr int kDefaultPort = 50052;
 // Bulk streams carry at most this much per message.

@@ -2,7 +2,9 @@
 """-sm tensor against -sm layer over rpc-servers on hosts apart: SERVERS one-thread rpc-servers,
 each in its own network namespace (the fault harness, tests/faults/faultnet.py) with DELAY_MS
 added on its link by netem (so a message between two servers crosses two delayed links), and
-tg-bench tg128 from the root namespace with 2 threads, in ROUNDS interleaved rounds.
+tg-bench tg128 from the root namespace with 2 threads, in ROUNDS interleaved rounds. Where the
+kernel has no sch_netem the harness delays through delayq.py, a Python process every packet
+crosses, which takes CPU from the servers on a small host: the header line says which ran.
 
   sudo python3 scripts/bench_rpc_netns.py MODEL [--servers 3] [--delay-ms 1] [--rounds 3]
                                          [--reps 2] [--plain]
@@ -60,9 +62,14 @@ def main():
     bench = os.path.join(build, "tools", "tg-bench", "tg-bench")
     cls = PlainNet if a.plain else faultnet.Net
     with cls(server, n=a.servers, devices=1, threads=1) as net:
-        for i in range(a.servers):
-            net.link(i).netem(delay_ms=a.delay_ms)
-        print(f"## {a.servers} servers, {a.delay_ms} ms on each link, "
+        # No delay: no link fault at all (without the kernel's netem the harness delays
+        # through delayq.py, a Python process that every packet crosses, on these cores).
+        how = "none"
+        if a.delay_ms > 0:
+            for i in range(a.servers):
+                net.link(i).netem(delay_ms=a.delay_ms)
+            how = "netem" if net.netem_ok else "delayq.py (userspace NFQUEUE: no sch_netem here)"
+        print(f"## {a.servers} servers, {a.delay_ms} ms on each link by {how}, "
               f"{'plain (peer links)' if a.plain else 'TLS (streams)'}; tg128 t/s")
         for r in range(1, a.rounds + 1):
             tensor = tg128(bench, a.model, net, "tensor", a.reps)

@@ -93,4 +93,26 @@ std::vector<ExchangeStep> ButterflySchedule(int m, int rank, size_t count) {
   return steps;
 }
 
+std::vector<ExchangeStep> DirectSchedule(int m, int rank, size_t count) {
+  std::vector<ExchangeStep> steps;
+  for (int k = 1; k < m; ++k) {
+    ExchangeStep st;
+    st.send_to = (rank + k) % m;
+    st.send_end = count;
+    steps.push_back(st);
+  }
+  // The sum v0 + v1 + ... in rank order: rank 0 starts from its own vector, every other rank
+  // from rank 0's, and adds its own after rank - 1's.
+  for (int from = 0; from < m; ++from) {
+    if (from == rank) continue;
+    ExchangeStep st;
+    st.recv_from = from;
+    st.recv_end = count;
+    st.add = from > 0;
+    st.add_own = from == rank - 1;
+    steps.push_back(st);
+  }
+  return steps;
+}
+
 }  // namespace tg::server

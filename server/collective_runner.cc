@@ -115,7 +115,8 @@ absl::StatusOr<CollectiveRunner::Local> CollectiveRunner::Resolve(BufferFinder f
   // An enum value this build does not know (proto3 keeps it) would run as AUTO.
   if (!pb::AllReduce::Algorithm_IsValid(cmd.algorithm())) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("all_reduce.algorithm %d is not one of AUTO (0), RING (1), BUTTERFLY (2)",
+        absl::StrFormat("all_reduce.algorithm %d is not one of AUTO (0), RING (1), BUTTERFLY (2), "
+                        "DIRECT (3)",
                         static_cast<int>(cmd.algorithm())));
   }
   const int m = cmd.servers_size();
@@ -242,6 +243,7 @@ absl::Status CollectiveRunner::Exchange(const std::string& session_id, const pb:
   const int m = cmd.servers_size();
   const int rank = static_cast<int>(cmd.rank());
   const size_t count = sum->size();
+  const bool direct = cmd.algorithm() == pb::AllReduce::DIRECT;
   // Two servers: the butterfly sends the same bytes as the ring in one step instead of two,
   // so the ring is worth it there only for BF16 on the wire.
   const bool ring = cmd.algorithm() == pb::AllReduce::RING ||
@@ -250,8 +252,14 @@ absl::Status CollectiveRunner::Exchange(const std::string& session_id, const pb:
   // BF16 only in the ring: there each chunk's owner rounds it once and the rest copy it;
   // butterfly partners would each add the other's rounded values and end apart.
   const bool bf16 = ring && cmd.bf16_wire();
-  const std::vector<ExchangeStep> steps =
-      ring ? RingSchedule(m, rank, count) : ButterflySchedule(m, rank, count);
+  const std::vector<ExchangeStep> steps = direct ? DirectSchedule(m, rank, count)
+                                          : ring ? RingSchedule(m, rank, count)
+                                                 : ButterflySchedule(m, rank, count);
+  // What this server brings, where a schedule adds it in later (direct).
+  std::vector<float> own;
+  if (std::any_of(steps.begin(), steps.end(), [](const ExchangeStep& s) { return s.add_own; })) {
+    own = *sum;
+  }
   const absl::Time deadline = absl::Now() + kPieceWait;
   // The streams to the peers this server sends to, each opened once.
   std::vector<std::shared_ptr<PeerReduceStream>> streams(m);
@@ -272,6 +280,9 @@ absl::Status CollectiveRunner::Exchange(const std::string& session_id, const pb:
     }
     if (step.recv_from >= 0) {
       TG_RETURN_IF_ERROR(Pull(cmd, step, bf16, deadline, streams, links, cancelled, sum));
+    }
+    if (step.add_own) {
+      for (size_t i = step.recv_begin; i < step.recv_end; ++i) (*sum)[i] += own[i];
     }
   }
   return absl::OkStatus();

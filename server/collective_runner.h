@@ -2,7 +2,8 @@
 // AllReduce and PeerReduce). AllReduce, one command per device taking part: the first of a
 // collective's commands to arrive runs this server's whole part (its devices' tensors summed
 // here, through the device family's Collectives when they share one, else on the host; then
-// the exchange with the other servers, a ring or a butterfly whose pieces go over one
+// the exchange with the other servers, a ring, a butterfly or direct (the client's pick for
+// small tensors on three servers or more; server/allreduce_schedule.h) whose pieces go over one
 // PeerReduceStream per session and peer; then the sum written to every device's tensor),
 // and the others wait for that part to be done, so that the part runs once whether the
 // session runs its devices' commands one after the other or each on its own thread. Receive

@@ -14,11 +14,14 @@
 //
 // And between two real rpc-servers, each running its part: a decode-sized all-reduce goes
 // over peer links when both offer them (every piece on a link, both sums right), and over
-// the stream, with the same sums, when one server offers none.
+// the stream, with the same sums, when one server offers none. Three servers' DIRECT
+// all-reduce ends on every rank with the bits of the sum in rank order, over links and
+// over streams.
 #include "server/collective_runner.h"
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <future>
 #include <memory>
@@ -39,6 +42,7 @@
 #include "server/server_testing.h"
 #include "server/service.h"
 #include "server/session.h"
+#include "tests/lib/test_util.h"
 
 namespace tg::server {
 namespace {
@@ -161,7 +165,7 @@ TEST_F(CollectiveRunnerTest, MalformedCommandsAreRefusedNamingTheValue) {
        "for device 5 lists no tensor"},
       {"unknown algorithm",
        [](pb::AllReduce* a) { a->set_algorithm(static_cast<pb::AllReduce::Algorithm>(77)); },
-       "all_reduce.algorithm 77 is not one of AUTO (0), RING (1), BUTTERFLY (2)"},
+       "all_reduce.algorithm 77 is not one of AUTO (0), RING (1), BUTTERFLY (2), DIRECT (3)"},
   };
   for (const Case& c : cases) {
     pb::SessionRequest r = Command(0);
@@ -387,10 +391,20 @@ class CollectiveRunnerTwoServersTest : public ::testing::Test {
   // Runs collective `collective` on servers a (values 1, 2, ...) and b (values 0.5, 1, ...);
   // each ends with the sum or an error.
   void AllReduce(RpcServer& a, RpcServer& b, uint64_t collective) {
-    RpcServer* servers[2] = {&a, &b};
+    AllReduceOn({&a, &b}, collective, pb::AllReduce::AUTO);
+  }
+
+  // Runs collective `collective` with `algorithm` on `servers` (rank r's values: (i + 1) / 2^r,
+  // plus random ones for three servers or more, whose float sum depends on the order); every
+  // rank ends with the sum in rank order, bit for bit, or an error.
+  void AllReduceOn(std::vector<RpcServer*> servers, uint64_t collective,
+                   pb::AllReduce::Algorithm algorithm) {
+    const int m = static_cast<int>(servers.size());
+    ASSERT_LE(m, kMaxTestServers);
     std::shared_ptr<SessionBuffer>* buffers = buffers_;
     std::string* grants = grants_;
-    for (int r = 0; r < 2; ++r) {
+    std::vector<float> want(elements_, 0.0f);
+    for (int r = 0; r < m; ++r) {
       // Each server's buffer and grant, made once as a session's would be.
       if (buffers[r] == nullptr) {
         auto mem = testing::TwoCpuDevices()[0]->default_buffer_type()->Allocate(elements_ * 4);
@@ -398,15 +412,19 @@ class CollectiveRunnerTwoServersTest : public ::testing::Test {
         buffers[r] = std::make_shared<SessionBuffer>(*std::move(mem), 0, elements_ * 4, nullptr);
         grants[r] = servers[r]->service().grants().Grant(buffers[r]);
       }
-      std::vector<float> v(elements_);
-      for (uint64_t i = 0; i < elements_; ++i) v[i] = (i + 1) * (r == 0 ? 1.0f : 0.5f);
+      std::vector<float> v = m > 2 ? tg::testing::RandomFloats(elements_, 40 + r)
+                                   : std::vector<float>(elements_, 0.0f);
+      for (uint64_t i = 0; i < elements_; ++i) {
+        v[i] += std::ldexp(static_cast<float>(i + 1), -r);
+        want[i] = r == 0 ? v[i] : want[i] + v[i];
+      }
       ASSERT_TRUE(buffers[r]->Write(0, v.data(), elements_ * 4).ok());
     }
-    std::future<absl::Status> done[2];
-    for (int r = 0; r < 2; ++r) {
+    std::vector<std::future<absl::Status>> done(m);
+    for (int r = 0; r < m; ++r) {
       pb::AllReduce cmd;
       cmd.set_collective(collective);
-      for (int s = 0; s < 2; ++s) {
+      for (int s = 0; s < m; ++s) {
         pb::CollectiveServer* server = cmd.add_servers();
         server->set_endpoint(servers[s]->address());
         server->set_grant(grants[s]);
@@ -414,21 +432,23 @@ class CollectiveRunnerTwoServersTest : public ::testing::Test {
       cmd.set_rank(r);
       cmd.add_tensors()->set_buffer(7);
       cmd.set_count(elements_);
+      cmd.set_algorithm(algorithm);
       std::shared_ptr<SessionBuffer> buffer = buffers[r];
-      done[r] = std::async(std::launch::async, [servers, r, cmd, buffer] {
-        return servers[r]->service().collectives().Run(
+      RpcServer* server = servers[r];
+      done[r] = std::async(std::launch::async, [server, r, cmd, buffer] {
+        return server->service().collectives().Run(
             absl::StrCat("session-", r),
             [&](uint64_t h) -> absl::StatusOr<std::shared_ptr<SessionBuffer>> { return buffer; },
             cmd);
       });
     }
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < m; ++r) {
       const absl::Status s = done[r].get();
       ASSERT_TRUE(s.ok()) << "rank " << r << ": " << s;
       std::vector<float> sum(elements_);
       ASSERT_TRUE(buffers[r]->Read(0, sum.data(), elements_ * 4).ok());
       for (uint64_t i = 0; i < elements_; ++i) {
-        ASSERT_EQ(sum[i], (i + 1) * 1.5f) << "rank " << r << " element " << i;
+        ASSERT_EQ(sum[i], want[i]) << "rank " << r << " element " << i;
       }
     }
   }
@@ -444,9 +464,10 @@ class CollectiveRunnerTwoServersTest : public ::testing::Test {
   uint64_t LinkPiecesSent(RpcServer& s) { return s.service().collectives().link_pieces_sent(); }
 
   std::unique_ptr<RpcServer> a_, b_;
+  static constexpr int kMaxTestServers = 3;
   // After the servers: they go first (their grants are the servers').
-  std::shared_ptr<SessionBuffer> buffers_[2];
-  std::string grants_[2];
+  std::shared_ptr<SessionBuffer> buffers_[kMaxTestServers];
+  std::string grants_[kMaxTestServers];
 };
 
 TEST_F(CollectiveRunnerTwoServersTest, DecodeSizedPiecesGoOverLinksWhenBothOfferThem) {
@@ -476,6 +497,28 @@ TEST_F(CollectiveRunnerTwoServersTest, ALinkThePeerClosedIsDialedAgain) {
   for (uint64_t c = 4; c <= 5; ++c) AllReduce(*a_, *b_, c);
   EXPECT_EQ(LinkPiecesSent(*a_), 5u);
   EXPECT_EQ(b_->service().links().links(), 1u);
+}
+
+TEST_F(CollectiveRunnerTwoServersTest, ThreeServersDirectSumInRankOrderInOneStep) {
+  a_ = StartServer(true);
+  b_ = StartServer(true);
+  std::unique_ptr<RpcServer> c = StartServer(true);
+  ASSERT_NE(a_, nullptr);
+  ASSERT_NE(b_, nullptr);
+  ASSERT_NE(c, nullptr);
+  for (uint64_t n = 1; n <= 3; ++n) {
+    AllReduceOn({a_.get(), b_.get(), c.get()}, n, pb::AllReduce::DIRECT);
+  }
+  // Each server sent its vector to both others, every time over a link.
+  EXPECT_EQ(LinkPiecesSent(*a_), 6u);
+  EXPECT_EQ(LinkPiecesSent(*b_), 6u);
+  EXPECT_EQ(LinkPiecesSent(*c), 6u);
+  // The same through the streams: a third server without links (new buffers and grants, as
+  // the ranks' servers change).
+  for (auto& b : buffers_) b.reset();
+  std::unique_ptr<RpcServer> d = StartServer(false);
+  ASSERT_NE(d, nullptr);
+  AllReduceOn({a_.get(), d.get(), b_.get()}, 4, pb::AllReduce::DIRECT);
 }
 
 TEST_F(CollectiveRunnerTwoServersTest, APeerWithoutLinksGetsTheStreamWithTheSameSums) {

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -369,6 +370,7 @@ std::optional<std::string> PeerLinks::Take(const PieceKey& key, const std::strin
       int ready = 0;
       const absl::Time spin_end = std::min(deadline, absl::Now() + kSpinBeforeSleep);
       while ((ready = poll(&p, 1, 0)) == 0 && absl::Now() < spin_end) {
+        sched_yield();  // a server computing on this core (more servers than cores) goes on.
       }
       if (ready == 0)
         ready = poll(&p, 1, PollMs(std::max(deadline - absl::Now(), absl::ZeroDuration())));

@@ -86,7 +86,9 @@ class PeerLinks final : public RevokeListener {
   // How long Take polls a link without sleeping before it blocks: a reader asleep costs its
   // sender the wake-up (a piece of 8 KiB on a 2-vCPU VM's loopback: 23-35 us to send to a
   // sleeping reader, 15-18 to a polling one). The reader's command thread has nothing else
-  // to do meanwhile.
+  // to do meanwhile; it yields between polls, so that where servers outnumber cores the one
+  // still computing what it waits for runs (three one-thread servers on 2 vCPUs: 1B -sm
+  // tensor 17.7-18.9 t/s against 15.4-16.7 without).
   static constexpr absl::Duration kSpinBeforeSleep = absl::Microseconds(200);
 
   // `grants` and `metrics` (may be null) must outlive this; `allowed` is --peers.

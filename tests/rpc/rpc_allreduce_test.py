@@ -9,6 +9,9 @@ tokens  2 servers x 2 devices (TG_CPU_DEVICES=2, -d CPU0,CPU1): -sm tensor gives
         all-reduce bytes (tg-run --json "rpc") are 0 while the servers ran the all-reduces and
         exchanged bytes (tg_peer_copy_bytes_total); TG_RPC_ALLREDUCE=client (staged through the
         client) gives the same tokens with its bytes counted, so the count can fail.
+three   3 servers x 1 device, where the decode all-reduces take one direct step: -sm tensor
+        gives local -sm none's tokens and logits, on the servers, each server taking its
+        peers' bytes.
 kill    a server killed (SIGKILL) while the all-reduces run every step: tg-run exits non-zero
         within 5 s, its last line naming the killed server.
 peers   an all-reduce naming a listener outside --peers as the other server: PERMISSION_DENIED
@@ -70,6 +73,21 @@ def case_tokens(a, c, base):
             c.check(rpc["allreduce_client_bytes"] > 0 and rpc["allreduce_on_servers"] == 0,
                     f"staged: {rpc['allreduce_staged']} all-reduces, "
                     f"{rpc['allreduce_client_bytes']} bytes through the client")
+        if not c.ok:
+            for s in cl.servers:
+                print(f"--- {s.endpoint} log:\n{s.read_log()}")
+
+
+def case_three(a, c, base):
+    with Cluster(a.rpc_server, n=3, devices=1) as cl:
+        devices = [d for i in range(3) for d in cl.remote_devices(i)]
+        out = tensor_run(a, cl.endpoints, devices, env=local_env())
+        c.check(out is not None and compare(base, out, TOL, "three servers' direct all-reduce"),
+                "-sm tensor over 3 servers matches -sm none")
+        if out is not None:
+            check_on_servers(c, out, "three servers' all-reduce")
+        peer = [cl.metrics(i).get("tg_peer_copy_bytes_total", 0) for i in range(3)]
+        c.check(all(p > 0 for p in peer), f"bytes into each server from its peers: {peer}")
         if not c.ok:
             for s in cl.servers:
                 print(f"--- {s.endpoint} log:\n{s.read_log()}")
@@ -170,20 +188,23 @@ def case_netns(a, c, base):
 def main():
     a = model_test_args([("--client", dict(required=True)),
                          ("--case", dict(required=True,
-                                         choices=["tokens", "kill", "peers", "mtls", "netns"]))])
+                                         choices=["tokens", "three", "kill", "peers", "mtls",
+                                                  "netns"]))])
     if model_missing(a.model):
         return SKIP
     if a.case == "mtls" and openssl_missing():
         return SKIP
     c = Checker()
     base = None
-    if a.case in ("tokens", "mtls", "netns"):
+    if a.case in ("tokens", "three", "mtls", "netns"):
         base = tg_run(a.tg_run, a.model, N_TOKENS, ["-sm", "none"], local_env())
         if base is None:
             return 1
     with tempfile.TemporaryDirectory(prefix="tg-allreduce-") as d:
         if a.case == "tokens":
             case_tokens(a, c, base)
+        elif a.case == "three":
+            case_three(a, c, base)
         elif a.case == "kill":
             case_kill(a, c)
         elif a.case == "peers":
