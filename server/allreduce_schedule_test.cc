@@ -18,9 +18,6 @@
 namespace tg::server {
 namespace {
 
-// Runs all ranks' schedules step by step: first every rank's sends (into a mailbox keyed by
-// receiver, sender and step), then every rank's receives. Steps with the same id may only
-// pair ranks that both list them, which the mailbox check below enforces.
 enum class Kind { kRing, kButterfly, kDirect };
 
 std::vector<ExchangeStep> Schedule(Kind kind, int m, int rank, size_t count) {
@@ -35,6 +32,9 @@ std::vector<ExchangeStep> Schedule(Kind kind, int m, int rank, size_t count) {
   return {};
 }
 
+// Runs all ranks' schedules step by step: first every rank's sends (into a mailbox keyed by
+// receiver, sender and step), then every rank's receives. Steps with the same id may only
+// pair ranks that both list them, which the mailbox check below enforces.
 std::vector<std::vector<float>> Simulate(int m, const std::vector<std::vector<float>>& in,
                                          Kind kind, bool bf16) {
   const size_t count = in[0].size();
