@@ -326,8 +326,12 @@ absl::Status SessionChannel::Post(Request request, ReplyHandler on_reply, uint64
   TG_ASSIGN_OR_RETURN(const uint64_t sent, SendLocked(std::move(request), true));
   if (id != nullptr) *id = sent;
   pending_.push_back({sent, std::move(on_reply)});
-  if (pending_.size() > kMaxPendingReplies) return DrainLocked();
-  return absl::OkStatus();
+  // Inside a batch nothing is waited for: a command sent before (or a full batch sent on
+  // its own) may need what another server gets in a batch still held on this thread (a meta
+  // stream's steps queued ahead), and that server would wait as long as this thread. The
+  // batch's end sends it, and the next wait reads the replies.
+  if (pending_.size() <= kMaxPendingReplies || batch_depth_ > 0) return absl::OkStatus();
+  return DrainLocked();
 }
 
 absl::Status SessionChannel::Drain() {

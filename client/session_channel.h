@@ -44,7 +44,8 @@ class SessionChannel {
   // Bytes of commands held in one batch at most (a command larger than this goes alone).
   static constexpr size_t kMaxBatchBytes = size_t{4} << 20;
   // Commands posted and not yet answered at most; one more waits for all of them, since the
-  // server's send window for unread replies is finite.
+  // server's send window for unread replies is finite (not inside a batch: its end sends
+  // it, and the caller's next wait reads the replies).
   static constexpr size_t kMaxPendingReplies = 256;
 
   // Opens the Session stream on `stub` under `context` (which carries the auth metadata)

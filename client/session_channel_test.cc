@@ -224,6 +224,25 @@ TEST_F(SessionChannelTest, ABatchGoesOutBeforeItPassesItsByteLimit) {
   EXPECT_EQ(OnServer(64 + half, half), std::string(half, 'r'));
 }
 
+// Past kMaxPendingReplies unanswered commands a post waits for them all, but not inside a
+// batch: what was sent may need what another server gets in a batch this thread still holds
+// (a meta stream queueing steps ahead), so the batch stays held until its end.
+TEST_F(SessionChannelTest, TooManyPendingInsideABatchWaitForItsEnd) {
+  const int sent = static_cast<int>(SessionChannel::kMaxPendingReplies) - 8;
+  for (int i = 0; i < sent; ++i) {
+    ASSERT_TRUE(channel_->Post(WriteRequest(0, buffer_, 0, "ab")).ok());
+  }
+  channel_->BeginBatch();
+  for (int i = 0; i < 16; ++i) ASSERT_TRUE(channel_->Post(WriteRequest(0, buffer_, 2, "cd")).ok());
+  ASSERT_TRUE(channel_->Post(WriteRequest(0, buffer_, 10, "zz")).ok());
+  EXPECT_TRUE(Arrives(0, "ab"));
+  absl::SleepFor(kHeld);
+  EXPECT_EQ(OnServer(2, 10), "----------");  // the batch is held.
+  ASSERT_TRUE(channel_->EndBatch().ok());
+  EXPECT_TRUE(channel_->Drain().ok());
+  EXPECT_EQ(OnServer(0, 12), "abcd------zz");
+}
+
 TEST_F(SessionChannelTest, WaitingForAHeldCommandSendsTheBatch) {
   std::string read;
   channel_->BeginBatch();

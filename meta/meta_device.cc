@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
+#include "meta/meta_event.h"
 #include "meta/meta_stream.h"
 
 namespace tg::meta {
@@ -57,6 +58,21 @@ DeviceMemory MetaDevice::memory() const {
 absl::StatusOr<std::unique_ptr<Stream>> MetaDevice::CreateStream() {
   TG_ASSIGN_OR_RETURN(std::unique_ptr<MetaStream> stream, MetaStream::Create(this));
   return std::unique_ptr<Stream>(std::move(stream));
+}
+
+absl::StatusOr<std::unique_ptr<Event>> MetaDevice::CreateEvent() {
+  if (!queues_work_.load()) {
+    return absl::UnimplementedError(
+        absl::StrCat(name_,
+                     " runs each Compute to its end: its devices' all-reduce is not "
+                     "queued on their servers"));
+  }
+  std::vector<std::unique_ptr<Event>> events;
+  for (Device* d : devices_) {
+    TG_ASSIGN_OR_RETURN(std::unique_ptr<Event> e, d->CreateEvent());
+    events.push_back(std::move(e));
+  }
+  return std::unique_ptr<Event>(new MetaEvent(std::move(events)));
 }
 
 bool MetaDevice::SupportsOp(const Tensor& node) const {

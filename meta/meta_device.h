@@ -9,6 +9,7 @@
 #ifndef TENSORGRID_META_META_DEVICE_H_
 #define TENSORGRID_META_META_DEVICE_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,10 @@ class MetaDevice : public Device, public ShadowLookup {
                ? static_cast<MetaBuffer*>(buffer)
                : nullptr;
   }
+  // A MetaEvent of one event per device, where the devices' work is queued (a stream has
+  // found their all-reduce run by their servers: rpc devices); else UNIMPLEMENTED, as when a
+  // device has no events. Streams of other devices run each Compute to its end.
+  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override;
   bool SupportsOp(const Tensor& node) const override;  // every device supports it.
   bool SupportsBufferType(const BufferType* type) const override {
     return type == buffer_type_.get();
@@ -67,6 +72,9 @@ class MetaDevice : public Device, public ShadowLookup {
   absl::StatusOr<SplitState> DecideSplit(const Tensor& t) const override;
   BufferType* DeviceBufferType(int d) const override { return devices_[d]->default_buffer_type(); }
 
+  // Called by a stream whose Compute only queues the devices' work (MetaStream::Create).
+  void set_queues_work() { queues_work_.store(true); }
+
  private:
   MetaDevice(std::vector<Device*> devices, SplitFn split, MetaOptions options);
 
@@ -78,6 +86,7 @@ class MetaDevice : public Device, public ShadowLookup {
   std::string id_;
   DeviceType type_ = DeviceType::kAccel;
   std::unique_ptr<MetaBufferType> buffer_type_;
+  std::atomic<bool> queues_work_{false};
 };
 
 }  // namespace tg::meta

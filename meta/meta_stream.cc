@@ -10,6 +10,7 @@
 #include "meta/all_gather.h"
 #include "meta/meta_buffer.h"
 #include "meta/meta_device.h"
+#include "meta/meta_event.h"
 #include "meta/shadow_io.h"
 
 namespace tg::meta {
@@ -42,6 +43,7 @@ absl::StatusOr<std::unique_ptr<MetaStream>> MetaStream::Create(MetaDevice* devic
   std::vector<BufferType*> memory;
   for (int d = 0; d < device->n_devices(); ++d) memory.push_back(device->DeviceBufferType(d));
   s->memory_ = std::make_shared<PlanMemory>(std::move(memory));
+  if (s->reducer_->QueuesOnly()) device->set_queues_work();
   return s;
 }
 
@@ -52,6 +54,72 @@ MetaStream::MetaStream(MetaDevice* device)
       rank_status_(device->n_devices()) {}
 
 Device* MetaStream::device() const { return device_; }
+
+absl::Status MetaStream::Synchronize() {
+  absl::Status status;
+  for (const std::unique_ptr<Stream>& s : streams_) status.Update(s->Synchronize());
+  if (queued_since_.has_value()) {
+    // The plans queued since then have run: split their time into the devices' compute
+    // (the slowest device's, as their streams report it) and the rest.
+    const double wall = MicrosSince(*queued_since_);
+    double device_us = 0;
+    for (size_t r = 0; r < streams_.size(); ++r) {
+      device_us = std::max(device_us, streams_[r]->stats().compute_us - compute_before_[r]);
+    }
+    device_us = std::min(device_us, wall);
+    stats_.compute_us += device_us;
+    stats_.transfer_us += wall - device_us;
+    queued_since_.reset();
+  }
+  return status;
+}
+
+absl::Status MetaStream::GetTensorAsync(const Tensor* t, void* data, size_t offset, size_t size) {
+  MetaBuffer* mb = device_->AsOwnBuffer(t->buffer);
+  std::optional<ShadowSet> set;
+  if (mb != nullptr && mb->holds_graph_tensors() && t->view_src == nullptr) set = mb->Shadows(t);
+  if (set.has_value() && set->state.is_mirrored()) {
+    for (size_t d = 0; d < set->shadows.size(); ++d) {
+      Tensor* shadow = set->shadows[d];
+      if (shadow == nullptr || !shadow->IsContiguous()) continue;
+      return streams_[d]->GetTensorAsync(shadow, data, offset, size);
+    }
+  }
+  // Read at once, after the work it may wait for has gone out.
+  TG_RETURN_IF_ERROR(SendHeld());
+  return Stream::GetTensorAsync(t, data, offset, size);
+}
+
+void MetaStream::BeginBatch() {
+  if (batch_depth_++ > 0) return;
+  for (const std::unique_ptr<Stream>& s : streams_) s->BeginBatch();
+}
+
+absl::Status MetaStream::EndBatch() {
+  if (batch_depth_ == 0 || --batch_depth_ > 0) return absl::OkStatus();
+  absl::Status status;
+  for (const std::unique_ptr<Stream>& s : streams_) status.Update(s->EndBatch());
+  return status;
+}
+
+absl::Status MetaStream::SendHeld() {
+  if (batch_depth_ == 0) return absl::OkStatus();
+  absl::Status status;
+  for (const std::unique_ptr<Stream>& s : streams_) {
+    status.Update(s->EndBatch());
+    s->BeginBatch();
+  }
+  return status;
+}
+
+absl::Status MetaStream::RecordEvent(Event* event) {
+  auto* e = dynamic_cast<MetaEvent*>(event);
+  if (e == nullptr) return absl::InvalidArgumentError("not an event of a meta device");
+  for (size_t d = 0; d < streams_.size(); ++d) {
+    TG_RETURN_IF_ERROR(streams_[d]->RecordEvent(e->device_event(static_cast<int>(d))));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status MetaStream::Compute(Graph& graph) {
   TG_ASSIGN_OR_RETURN(std::shared_ptr<PartitionPlan> plan, PlanFor(graph));
@@ -101,7 +169,11 @@ absl::Status MetaStream::Upload(PartitionPlan& plan, Graph& graph) {
           absl::StrCat(DescribeTensor(*orig), " is not in a compute buffer of ", device_->name()));
     }
     std::optional<std::vector<uint8_t>> bytes = mb->TakePending(orig);
-    if (bytes.has_value()) TG_RETURN_IF_ERROR(ScatterToShadows(*orig, in.set, bytes->data()));
+    if (!bytes.has_value()) continue;
+    // A device may write big inputs only after its earlier work (an upload that waits):
+    // then no other device's work may still be held here, which that work could need.
+    if (bytes->size() > kHeldInputBytes) TG_RETURN_IF_ERROR(SendHeld());
+    TG_RETURN_IF_ERROR(ScatterToShadows(*orig, in.set, bytes->data()));
   }
   return absl::OkStatus();
 }
@@ -116,26 +188,32 @@ absl::Status MetaStream::Execute(PartitionPlan& plan) {
   const bool batch = reducer_->QueuesOnly();
   // Then the host's threads only queue, and a step's time is the devices': split into the
   // compute time their streams report (the slowest device's) and the rest (collectives,
-  // latency, waiting), which RunRank's host clocks cannot see.
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<double> compute_before;
-  if (batch) {
-    for (const auto& s : streams_) compute_before.push_back(s->stats().compute_us);
-  }
+  // latency, waiting), which RunRank's host clocks cannot see. Plans queued without
+  // waiting are counted when the stream is next synchronized.
   if (batch && AllQueue(plan)) {
+    if (!queued_since_.has_value()) {
+      queued_since_ = std::chrono::steady_clock::now();
+      compute_before_.clear();
+      for (const auto& s : streams_) compute_before_.push_back(s->stats().compute_us);
+    }
     QueueAll(plan);
   } else {
-    pool_.Run([&](int rank) { RunRank(rank, plan, batch); });
-  }
-  if (batch) {
-    const double wall = MicrosSince(t0);
-    double device_us = 0;
-    for (size_t r = 0; r < streams_.size(); ++r) {
-      device_us = std::max(device_us, streams_[r]->stats().compute_us - compute_before[r]);
+    // The devices' threads batch and wait on their own: what the caller holds goes out,
+    // and what was queued before is done, first.
+    const int held = batch_depth_;
+    if (held > 0) {
+      batch_depth_ = 1;
+      TG_RETURN_IF_ERROR(EndBatch());
     }
-    device_us = std::min(device_us, wall);
-    stats_.compute_us += device_us;
-    stats_.transfer_us += wall - device_us;
+    TG_RETURN_IF_ERROR(Synchronize());
+    if (batch) {
+      queued_since_ = std::chrono::steady_clock::now();
+      compute_before_.clear();
+      for (const auto& s : streams_) compute_before_.push_back(s->stats().compute_us);
+    }
+    pool_.Run([&](int rank) { RunRank(rank, plan, batch); });
+    if (batch) TG_RETURN_IF_ERROR(Synchronize());
+    for (int i = 0; i < held; ++i) BeginBatch();
   }
   for (const PlanStep& step : plan.steps) {
     for (const Graph& g : step.graphs) stats_.splits += g.nodes.empty() ? 0 : 1;
@@ -208,7 +286,7 @@ void MetaStream::QueueAll(PartitionPlan& plan) {
     if (rank_status_[rank].ok()) rank_status_[rank] = std::move(s);
     failed_.store(true);
   };
-  for (int r = 0; r < n; ++r) streams_[r]->BeginBatch();
+  BeginBatch();
   for (PlanStep& step : plan.steps) {
     for (int r = 0; r < n; ++r) {
       Graph& g = step.graphs[r];
@@ -221,13 +299,7 @@ void MetaStream::QueueAll(PartitionPlan& plan) {
       if (absl::Status s = QueueComm(op); !s.ok()) fail(0, std::move(s));
     }
   }
-  for (int r = 0; r < n; ++r) {
-    if (absl::Status s = streams_[r]->EndBatch(); !s.ok()) fail(r, std::move(s));
-  }
-  // As in RunRank: no device still computes, or answers, when Compute returns.
-  for (int r = 0; r < n; ++r) {
-    if (absl::Status s = streams_[r]->Synchronize(); !s.ok()) fail(r, std::move(s));
-  }
+  if (absl::Status s = EndBatch(); !s.ok()) fail(0, std::move(s));
 }
 
 absl::Status MetaStream::QueueComm(CommOp& op) {

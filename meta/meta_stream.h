@@ -9,15 +9,22 @@
 // slices and each device's work goes out in batches (Stream::BeginBatch: one message to a
 // remote device), cut only before collectives that wait for the devices; where none waits,
 // one thread queues every device's work (no per-device threads). Outputs are registered
-// with their buffers so that Buffer::GetTensor gathers them. Synchronous: Compute returns when
-// every device is done. Used by one thread at a time (as every Stream).
+// with their buffers so that Buffer::GetTensor gathers them. Compute returns when every
+// device is done, except where one thread queues every device's work: then it returns once
+// the work is queued (remote devices run their commands in order, the next Compute's inputs
+// and mirrored outputs read by GetTensorAsync included), and Synchronize, or an event
+// recorded after it (MetaDevice::CreateEvent), waits for it; so decode steps are queued
+// ahead of their picks, several to a message between BeginBatch and EndBatch. Used by one
+// thread at a time (as every Stream).
 #ifndef TENSORGRID_META_META_STREAM_H_
 #define TENSORGRID_META_META_STREAM_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -38,11 +45,21 @@ class MetaStream : public Stream {
   static absl::StatusOr<std::unique_ptr<MetaStream>> Create(MetaDevice* device);
 
   Device* device() const override;
-  absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::Status Synchronize() override;  // every device's stream.
   absl::Status Compute(Graph& graph) override;
+  // A mirrored output of the last Compute is read from one device's stream, in order behind
+  // its work; anything else as the buffer reads it (at once).
+  absl::Status GetTensorAsync(const Tensor* t, void* data, size_t offset, size_t size) override;
+  // `event` (a MetaEvent of this device) on every device's stream.
+  absl::Status RecordEvent(Event* event) override;
+  // Holds every device's work until the matching EndBatch (nested: the outermost counts),
+  // so that steps queued ahead go to a remote device in one message.
+  void BeginBatch() override;
+  absl::Status EndBatch() override;
   // compute_us and transfer_us: the host threads' time between collectives, or where the
   // devices only queue (rpc-servers summing among themselves) the slowest device's own
-  // compute time per plan and the rest of the plan's wall time (collectives, latency).
+  // compute time and the rest of the wall time (collectives, latency) from the first plan
+  // queued to the Synchronize after it.
   StreamStats stats() const override { return stats_; }
 
   // The plan the last Compute ran, and how many plans were built, replayed, and run again
@@ -63,9 +80,11 @@ class MetaStream : public Stream {
   absl::Status Execute(PartitionPlan& plan);
   void RunRank(int rank, PartitionPlan& plan, bool batch);
   absl::Status RunComm(int rank, CommOp& op, bool wait_for_peers);
+  // Sends every device's work held by BeginBatch (the batches stay open).
+  absl::Status SendHeld();
   // Where no collective of the plan waits for the devices (all queue: rpc-servers summing
   // among themselves), this thread queues every device's work in plan order, each device's
-  // in one batch, then waits for them: no rank threads, no barriers.
+  // in one batch (or the caller's), and returns: no rank threads, no barriers, no wait.
   bool AllQueue(const PartitionPlan& plan) const;
   void QueueAll(PartitionPlan& plan);
   absl::Status QueueComm(CommOp& op);
@@ -77,6 +96,8 @@ class MetaStream : public Stream {
 
   // Plans kept for reuse: a prompt graph and a decode graph, with room to spare.
   static constexpr size_t kPlanCacheSize = 4;
+  // Inputs larger than this are written after the held work is sent (Upload).
+  static constexpr size_t kHeldInputBytes = size_t{64} << 10;
 
   MetaDevice* device_;
   std::vector<std::unique_ptr<Stream>> streams_;  // one per device.
@@ -95,6 +116,11 @@ class MetaStream : public Stream {
   int64_t replays_ = 0;
   int64_t reruns_ = 0;
   std::atomic<bool> failed_{false};
+  int batch_depth_ = 0;  // BeginBatch calls not yet ended.
+  // Since when plans were queued without waiting (the first such, since the last
+  // Synchronize), and the devices' compute times then.
+  std::optional<std::chrono::steady_clock::time_point> queued_since_;
+  std::vector<double> compute_before_;
   std::vector<absl::Status> rank_status_;
   StreamStats stats_;
 };

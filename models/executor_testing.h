@@ -274,7 +274,8 @@ inline void ExpectGenerationEnds(const ToyModel& model, Executor& e, ToyGreedy& 
 
 // A CPU device with events and a stream that counts what it is asked. CPU work is done
 // when Compute returns, so an event has happened once recorded; the `fail_wait`-th wait
-// (1: the first) fails with INTERNAL. CreateEvent returns `create_event` when it is not OK.
+// (1: the first) fails with INTERNAL; each wait records how many graphs had been computed by
+// then. CreateEvent returns `create_event` when it is not OK.
 // SupportsOp refuses `refused_op` (kNone: nothing), as a GPU without some kernel does.
 class EventCpuDevice : public cpu::CpuDevice {
  public:
@@ -297,6 +298,7 @@ class EventCpuDevice : public cpu::CpuDevice {
   std::vector<int> batch_computes;  // graphs computed in each Stream batch.
   int events_recorded = 0;
   int waits = 0;
+  std::vector<int> computes_at_wait;
   int fail_wait = 0;
 
  private:
@@ -304,6 +306,7 @@ class EventCpuDevice : public cpu::CpuDevice {
    public:
     explicit CountedEvent(EventCpuDevice* device) : device_(device) {}
     absl::Status Synchronize() override {
+      device_->computes_at_wait.push_back(device_->computes);
       if (++device_->waits == device_->fail_wait) return absl::InternalError("injected wait error");
       return absl::OkStatus();
     }

@@ -124,11 +124,14 @@ absl::Status SingleDeviceExecutor::Generate(PickSteps& steps, int32_t token, int
                 .start = std::chrono::steady_clock::now()};
   absl::Status status;
   while (status.ok()) {
-    // The next batch goes out once at most one is in flight.
-    if (run.queued < max_tokens && run.queued - run.done <= run.batch) {
+    // The next batch goes out once at most one is in flight, before waiting: two batches
+    // in flight keep the device busy while a pick crosses the link.
+    while (run.queued < max_tokens && run.queued - run.done <= run.batch) {
+      const int64_t queued = run.queued;
       status = QueueGreedyBatch(steps, run);
-      if (!status.ok()) break;
+      if (!status.ok() || run.queued == queued) break;  // the next step needs a new graph.
     }
+    if (!status.ok()) break;
     if (run.queued == run.done) {
       // Nothing in flight and nothing queued: the next step starts a new graph (a new KV
       // block) or the context is full. Its token comes from the host.

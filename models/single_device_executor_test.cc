@@ -130,6 +130,27 @@ TEST_F(SingleDeviceExecutorTest, GreedyStepsQueuedAheadPickTheHostsChain) {
   }
 }
 
+// With batches of one step, the next goes out before the host waits for a pick: a step is
+// decoded while the one before it comes back (over a link, its round trip is hidden).
+TEST_F(SingleDeviceExecutorTest, BatchesOfOneStepKeepTwoStepsInFlight) {
+  auto e = NewExecutor(1);
+  ToyGreedy steps(*model_, *e, /*n_ctx=*/64);
+  const int before = device_.computes;
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectGenerationEnds(*model_, *e, steps, 2, 30, absl::StatusCode::kOk, 30));
+  // The k-th wait (from 0) is for step k: the steps computed by then, less the k handed
+  // over, were in flight. A step that starts a graph (every 4 positions) waits for the rest.
+  int two = 0;
+  for (size_t k = 0; k < device_.computes_at_wait.size(); ++k) {
+    const int in_flight = device_.computes_at_wait[k] - before - static_cast<int>(k);
+    EXPECT_GE(in_flight, 1) << "wait " << k;
+    EXPECT_LE(in_flight, 2) << "wait " << k;
+    two += in_flight == 2 ? 1 : 0;
+  }
+  EXPECT_EQ(device_.computes_at_wait.size(), 30u);
+  EXPECT_GE(two, 20);
+}
+
 TEST_F(SingleDeviceExecutorTest, StoppingEarlyAdvancesByThePicksHandedOver) {
   auto e = NewExecutor(16);
   ToyGreedy steps(*model_, *e, /*n_ctx=*/64);
