@@ -74,6 +74,13 @@ absl::Status MetaStream::Synchronize() {
   return status;
 }
 
+void MetaStream::StartTiming() {
+  if (queued_since_.has_value()) return;
+  queued_since_ = std::chrono::steady_clock::now();
+  compute_before_.clear();
+  for (const auto& s : streams_) compute_before_.push_back(s->stats().compute_us);
+}
+
 absl::Status MetaStream::GetTensorAsync(const Tensor* t, void* data, size_t offset, size_t size) {
   MetaBuffer* mb = device_->AsOwnBuffer(t->buffer);
   std::optional<ShadowSet> set;
@@ -191,11 +198,7 @@ absl::Status MetaStream::Execute(PartitionPlan& plan) {
   // latency, waiting), which RunRank's host clocks cannot see. Plans queued without
   // waiting are counted when the stream is next synchronized.
   if (batch && AllQueue(plan)) {
-    if (!queued_since_.has_value()) {
-      queued_since_ = std::chrono::steady_clock::now();
-      compute_before_.clear();
-      for (const auto& s : streams_) compute_before_.push_back(s->stats().compute_us);
-    }
+    StartTiming();
     QueueAll(plan);
   } else {
     // The devices' threads batch and wait on their own: what the caller holds goes out,
@@ -206,11 +209,7 @@ absl::Status MetaStream::Execute(PartitionPlan& plan) {
       TG_RETURN_IF_ERROR(EndBatch());
     }
     TG_RETURN_IF_ERROR(Synchronize());
-    if (batch) {
-      queued_since_ = std::chrono::steady_clock::now();
-      compute_before_.clear();
-      for (const auto& s : streams_) compute_before_.push_back(s->stats().compute_us);
-    }
+    if (batch) StartTiming();
     pool_.Run([&](int rank) { RunRank(rank, plan, batch); });
     if (batch) TG_RETURN_IF_ERROR(Synchronize());
     for (int i = 0; i < held; ++i) BeginBatch();

@@ -82,6 +82,9 @@ class MetaStream : public Stream {
   absl::Status RunComm(int rank, CommOp& op, bool wait_for_peers);
   // Sends every device's work held by BeginBatch (the batches stay open).
   absl::Status SendHeld();
+  // Notes the time and the devices' compute times, unless plans are already being timed
+  // (queued_since_ set); Synchronize counts what ran since.
+  void StartTiming();
   // Where no collective of the plan waits for the devices (all queue: rpc-servers summing
   // among themselves), this thread queues every device's work in plan order, each device's
   // in one batch (or the caller's), and returns: no rank threads, no barriers, no wait.
