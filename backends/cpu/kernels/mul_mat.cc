@@ -3,7 +3,7 @@
 // As in ggml: the f32 activations (src1) are first converted, rows split over the threads,
 // into the weight type's activation format (vec_dot.h) in the node's scratch; after a Sync
 // the output is computed in tiles of up to kMaxTileRows weight rows (a kernel's streaming_rows
-// where that is more: AVX2's Q4_0) x kMaxTileCols activation rows. F32/F16/BF16 weights with
+// where that is more: Q4_0) x kMaxTileCols activation rows. F32/F16/BF16 weights with
 // many activation rows go to the packed GEMM instead (gemm_f32.h), which reads src1 in place;
 // 32-element block weights (Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4; AVX2: not Q4_0) with many
 // activation rows to the packed quantized GEMM (qgemm.h), which has its own activation format.
@@ -35,8 +35,8 @@ constexpr int64_t kGemmMinRows = 32;
 constexpr size_t kColumnBlockBytes = 256 * 1024;
 // Up to this many activation rows, tiles take the kernel's streaming_rows weight rows (1 for
 // most quantized types, so each thread reads its weights as one sequential stream: four
-// interleaved rows measured at half the DRAM throughput on Zen 4; AVX2's Q4_0 takes 32, at any
-// number of activation rows, and prefetches).
+// interleaved rows measured at half the DRAM throughput on Zen 4; Q4_0 takes 32 rows on AVX2
+// and 16 on AVX-512, at any number of activation rows, and prefetches).
 constexpr int64_t kStreamingMaxCols = 16;
 // Weight matrices up to this size stay in L3 (32 MiB, shared with the rest of the model)
 // after their first use, so decode is bound by the kernels rather than DRAM: tiles of

@@ -1,6 +1,6 @@
 // Tests of the CPU MUL_MAT paths added for small models: row-at-a-time float matrix-vector
 // products, merged row runs in decode, the packed prefill GEMM of the 32-element block types
-// (qgemm.h) and the Q4_0 per-block tail, on the stories15M shapes (K = 288, 768) with odd row and
+// (qgemm.h) and the Q4_0 row-lane tiles, on the stories15M shapes (K = 288, 768) with odd row and
 // column counts, against a naive double-precision reference.
 #include <cmath>
 #include <cstring>
@@ -12,6 +12,7 @@
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/qgemm.h"
 #include "backends/cpu/kernels/vec_dot.h"
+#include "core/fp16.h"
 #include "core/quants.h"
 #include "gtest/gtest.h"
 #include "tests/lib/mul_mat_runner.h"
@@ -106,10 +107,10 @@ double Tolerance(DType type) { return IsQuantized(type) ? 1e-9 : 1e-10; }
 
 class MulMatPathsTest : public ::testing::TestWithParam<DType> {};
 
-// Decode-sized products (1-4 columns; float rows one at a time, merged row runs, Q4_0 tails)
-// and prefill-sized ones (17-70 columns; the packed GEMM for the 32-element block types with
-// row and column tails), at K = 288 (Q4_0: 9 blocks, no full 16-block chunk) and 768 (one chunk + 8
-// blocks); decode both in cached tiles of rows and one row at a time (weights from memory).
+// Decode-sized products (1-4 columns; float rows one at a time, merged row runs, Q4_0 tiles
+// with part of their rows) and prefill-sized ones (17-70 columns; the packed GEMM for the
+// 32-element block types with row and column tails), at K = 288 and 768 (9 and 24 blocks);
+// decode both in cached tiles of rows and one row at a time (weights from memory).
 TEST_P(MulMatPathsTest, StoriesShapesMatchReference) {
   const DType type = GetParam();
   int run = 0;
@@ -152,14 +153,15 @@ INSTANTIATE_TEST_SUITE_P(
                       DType::kMXFP4, DType::kQ5_K, DType::kQ3_K, DType::kQ2_K, DType::kIQ4_XS),
     [](const ::testing::TestParamInfo<DType>& info) { return std::string(DTypeName(info.param)); });
 
-// On AVX2, Q4_0 prompts go through the decode tiles (no packed GEMM), whose arithmetic per
-// column does not depend on the other columns: a column of a 20-column prefill (passes of 8,
-// 8 and 4 columns, rows split between 2 threads) gives the bits it gives alone, so a prompt's
-// matrix products do not depend on how it is cut into batches. Row counts that are not a
+// Q4_0 prompts go through the decode tiles (AVX2: no packed GEMM) or a packed GEMM with the
+// same arithmetic (AVX-512), and neither's arithmetic per column depends on the other
+// columns: a column of a 20-column prefill (AVX2: passes of 8, 8 and 4 columns, rows split
+// between 2 threads) gives the bits it gives alone, so a prompt's matrix products do not
+// depend on how it is cut into batches. Row counts that are not a
 // multiple of the tiles' 8, rows padded as in a view, weights cached and streamed.
 TEST(Q4_0ArithmeticTest, PrefillColumnsAreBitIdenticalToDecode) {
-  if (std::string(DotKernelsIsa()) != "avx2") {
-    GTEST_SKIP() << "a property of the AVX2 kernels (this build: " << DotKernelsIsa() << ")";
+  if (std::string(DotKernelsIsa()) == "scalar") {
+    GTEST_SKIP() << "a property of the SIMD kernels (this build: " << DotKernelsIsa() << ")";
   }
   constexpr int64_t kRows = 37, kCols = 20;  // above 16 columns: a prefill.
   int run = 0;
@@ -181,6 +183,49 @@ TEST(Q4_0ArithmeticTest, PrefillColumnsAreBitIdenticalToDecode) {
                 << " alone";
           }
         }
+      }
+    }
+  }
+}
+
+// Both SIMD Q4_0 kernels compute each result as the sum over blocks, in block order, of
+// fma(exact integer block dot, dx * dy) in f32 (vec_dot_q4_0.cc), so that AVX2 and AVX-512
+// builds give the same bits. That sum is written out here with std::fma against the reference
+// quantizer's activations: decode (1 and 8 columns), a prefill (20: AVX-512's packed GEMM),
+// rows that do not fill a tile, weights cached and streamed.
+TEST(Q4_0ArithmeticTest, EachResultIsAnInOrderSumOfExactBlockDots) {
+  if (std::string(DotKernelsIsa()) == "scalar") {
+    GTEST_SKIP() << "a property of the SIMD kernels (this build: scalar)";
+  }
+  constexpr int64_t kK = 544, kRows = 37;
+  constexpr int64_t kBlocks = kK / kQK4_0;
+  Owned a = MakeWeights(DType::kQ4_0, kK, kRows, 910);
+  for (int64_t n : {1, 8, 20}) {
+    Owned x = MakeF32(kK, n, 920 + static_cast<uint32_t>(n));
+    std::vector<float> want(kRows * n);
+    for (int64_t j = 0; j < n; ++j) {
+      std::vector<BlockQ8_0> y(kBlocks);
+      QuantizeRowQ8_0(reinterpret_cast<const float*>(x.bytes.data()) + j * kK, y.data(), kK);
+      for (int64_t i = 0; i < kRows; ++i) {
+        const auto* w = reinterpret_cast<const BlockQ4_0*>(a.bytes.data() + i * a.t.nb[1]);
+        float sum = 0;
+        for (int64_t b = 0; b < kBlocks; ++b) {
+          int32_t dot = 0;
+          for (int e = 0; e < kQK4_0 / 2; ++e) {
+            dot += ((w[b].qs[e] & 0x0F) - 8) * y[b].qs[e] +
+                   ((w[b].qs[e] >> 4) - 8) * y[b].qs[e + kQK4_0 / 2];
+          }
+          sum = std::fma(static_cast<float>(dot), HalfToFloat(w[b].d) * HalfToFloat(y[b].d), sum);
+        }
+        want[j * kRows + i] = sum;
+      }
+    }
+    for (bool from_memory : {false, true}) {
+      const std::vector<float> got = RunMulMat(&a.t, &x.t, 2, from_memory);
+      for (int64_t e = 0; e < kRows * n; ++e) {
+        ASSERT_EQ(std::memcmp(&got[e], &want[e], sizeof(float)), 0)
+            << n << " columns, from memory " << from_memory << ", column " << e / kRows << " row "
+            << e % kRows << ": " << got[e] << ", the in-order sum " << want[e];
       }
     }
   }

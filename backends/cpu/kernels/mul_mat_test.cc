@@ -158,7 +158,7 @@ std::vector<double> ReferenceMulMat(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-// K values per type: one block, and a length with a full Q4_0 chunk (16 blocks) plus a tail.
+// K values per type: one block, and an odd number of them.
 std::vector<int64_t> TestKs(DType type) {
   if (BlockSize(type) == kQK_K) return {256, 768};
   if (BlockSize(type) == kQK4_0) return {32, 544};

@@ -59,8 +59,8 @@ struct DotKernels {
   // Weight rows per tile when there are few activation rows (decode). 1 keeps each thread
   // on one sequential stream, which DRAM serves best; kernels whose activation rows are
   // too big for L1 share them between more rows instead, and those with one row per vector
-  // lane (AVX2's Q4_0: 32, four vectors) take that many rows, at any number of activation
-  // rows, and prefetch the next ones.
+  // lane (Q4_0: AVX2's 32 in four vectors, AVX-512's 16) take that many rows, at any number
+  // of activation rows, and prefetch the next ones.
   int streaming_rows;
 };
 

@@ -115,24 +115,19 @@ void RowsTimesColumns(int64_t nblocks, const char* a, size_t a_stride, int rows,
 void MXFP4Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
                float* const* c) {
   const int64_t nblocks = k / kQKMXFP4;
-  const char* base = static_cast<const char*>(a);
-  for (int r0 = 0; r0 < rows; r0 += kLaneRows) {
-    const int n = std::min(kLaneRows, rows - r0);
-    const int n_next = std::clamp(rows - r0 - kLaneRows, 0, kLaneRows);
-    const char* at = base + r0 * a_stride;
-    const char* next = at + kLaneRows * a_stride;
+  ForEachRowGroup(a, a_stride, rows, kLaneRows, [&](const RowGroup& g) {
     ByColumnPasses<kColsPerPass>(cols, [&](auto cols_c, int j0) {
       constexpr int kC = decltype(cols_c)::value;
       const ActMXFP4* y[kC];
       float* out[kC];
       for (int j = 0; j < kC; ++j) {
         y[j] = static_cast<const ActMXFP4*>(b[j0 + j]);
-        out[j] = c[j0 + j] + r0;
+        out[j] = c[j0 + j] + g.first;
       }
-      const size_t ahead = j0 == 0 ? n_next * a_stride : 0;
-      RowsTimesColumns<kC>(nblocks, at, a_stride, n, next, ahead, y, out);
+      const size_t ahead = j0 == 0 ? g.ahead : 0;
+      RowsTimesColumns<kC>(nblocks, g.at, a_stride, g.rows, g.next, ahead, y, out);
     });
-  }
+  });
 }
 
 }  // namespace
