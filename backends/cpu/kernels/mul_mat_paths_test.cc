@@ -157,8 +157,8 @@ INSTANTIATE_TEST_SUITE_P(
 // same arithmetic (AVX-512), and neither's arithmetic per column depends on the other
 // columns: a column of a 20-column prefill (AVX2: passes of 8, 8 and 4 columns, rows split
 // between 2 threads) gives the bits it gives alone, so a prompt's matrix products do not
-// depend on how it is cut into batches. Row counts that are not a
-// multiple of the tiles' 8, rows padded as in a view, weights cached and streamed.
+// depend on how it is cut into batches. Row counts that are not a multiple of the tiles' 8
+// (AVX2) or 16 (AVX-512) rows, rows padded as in a view, weights cached and streamed.
 TEST(Q4_0ArithmeticTest, PrefillColumnsAreBitIdenticalToDecode) {
   if (std::string(DotKernelsIsa()) == "scalar") {
     GTEST_SKIP() << "a property of the SIMD kernels (this build: " << DotKernelsIsa() << ")";

@@ -118,6 +118,11 @@ void ForEachRowGroup(const void* a, size_t a_stride, int rows, int group, Fn fn)
   }
 }
 
+// The share of `ahead` bytes each of a tile's nblocks blocks prefetches (PrefetchShare's step).
+inline size_t PrefetchStep(size_t ahead, int64_t nblocks) {
+  return nblocks > 0 ? (ahead + nblocks - 1) / nblocks : 0;
+}
+
 // Block i's even share (`step` bytes) of the following rows, fetched while the tile's own
 // blocks go by (rows streamed side by side defeat the hardware prefetcher).
 template <_mm_hint kHint>

@@ -80,7 +80,7 @@ void RowsTimesColumns(int64_t nblocks, const char* a, size_t a_stride, int rows,
   alignas(32) int32_t offsets[kLaneRows];
   for (int r = 0; r < kLaneRows; ++r) offsets[r] = static_cast<int32_t>(row[r] - row[0]);
   const __m256i row_offsets = _mm256_load_si256(reinterpret_cast<const __m256i*>(offsets));
-  const size_t ahead_step = nblocks > 0 ? (ahead + nblocks - 1) / nblocks : 0;
+  const size_t ahead_step = PrefetchStep(ahead, nblocks);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[C];
   for (int j = 0; j < C; ++j) acc[j] = _mm256_setzero_ps();
