@@ -99,13 +99,23 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(const HttpOptions& optio
     return absl::InternalError(absl::StrCat("listen(backlog ", kListenBacklog, ") on ",
                                             options.host, ":", api->port_, " failed"));
   }
-  api->thread_ = std::thread([server = api->server_.get()] { server->listen_after_bind(); });
+  api->thread_ = std::thread([api = api.get()] {
+    api->server_->listen_after_bind();
+    api->listener_done_ = true;
+  });
   return api;
 }
 
 HttpApi::~HttpApi() {
+  if (!thread_.joinable()) return;
+  // httplib's stop() does nothing until listen has begun (it marks the server running in
+  // there), so a server destroyed right after Start would leave its listener in accept():
+  // wait for the listener to run (or to have given up) before stopping it, once.
+  while (!server_->is_running() && !listener_done_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   server_->stop();
-  if (thread_.joinable()) thread_.join();
+  thread_.join();
 }
 
 void HttpApi::SetEngine(Engine* engine, ChatRenderer chat) {

@@ -85,6 +85,7 @@ class HttpApi {
   const HttpOptions options_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
+  std::atomic<bool> listener_done_{false};  // thread_'s listen has returned.
   int port_ = 0;
   std::atomic<Engine*> engine_{nullptr};
   ChatRenderer chat_;                 // set once with the engine, before requests can reach it.
