@@ -454,7 +454,9 @@ absl::Status CollectiveRunner::Pull(const pb::AllReduce& cmd, const ExchangeStep
 absl::StatusOr<std::string> CollectiveRunner::TakeLinkable(
     const PieceKey& key, const std::string& from, absl::Time deadline,
     absl::FunctionRef<absl::Status()> check) {
-  absl::Time next_check = absl::Now() + kPeerPoll;
+  // The first look comes early: a peer that died leaves the collectives queued behind the
+  // one that saw it with streams that end at once, and each would otherwise wait kPeerPoll.
+  absl::Time next_check = absl::Now() + kLinkLook;
   for (;;) {
     const absl::Time now = absl::Now();
     if (links_->Linked(key.grant, from)) {

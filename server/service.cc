@@ -209,8 +209,8 @@ grpc::Status TensorGridService::SessionRaw(
   env.collectives = &collectives_;
   env.recycler = recycler_;
   env.pushes = &pushes_;
-  // A client that cancels its stream stops its work within one command (a batch too). The
-  // session asks this only until it is closed, below, before the context goes.
+  // A client that cancels its stream stops its work within a millisecond and one command (a
+  // batch too). The session asks this only until it is closed, below, before the context goes.
   env.abandoned = [context] { return context->IsCancelled(); };
   auto session = std::make_shared<server::Session>(id, std::move(env));
   size_t open_sessions;

@@ -1,6 +1,7 @@
 #include "server/session.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -50,8 +51,19 @@ void Session::Cancel() { cancelled_.store(true); }
 
 bool Session::cancelled() const {
   if (cancelled_.load()) return true;
+  if (!env_.abandoned) return false;
+  // One caller an interval asks (commands on several lanes may get here at once).
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  int64_t next = next_abandoned_poll_ns_.load(std::memory_order_relaxed);
+  if (now < next || !next_abandoned_poll_ns_.compare_exchange_strong(
+                        next, now + absl::ToInt64Nanoseconds(env_.abandoned_poll_interval),
+                        std::memory_order_relaxed)) {
+    return false;
+  }
   // Once cancelled, the hook is never asked again (its stream may be gone by then).
-  if (env_.abandoned && env_.abandoned()) {
+  if (env_.abandoned()) {
     cancelled_.store(true);
     return true;
   }

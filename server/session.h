@@ -9,14 +9,16 @@
 //     device work on per-device lanes, and holds the peer grants and device streams.
 // Session itself bounds the requests queued, answers in request order (server/
 // reply_sequencer.h), and ends: Cancel() (the client went away, or SessionEnv::abandoned
-// says so) answers every command not yet started CANCELLED, so a batch stops within one
-// command; Close() also ends the Upload/Download streams working on the session's buffers
+// says so: asked before a command at most every abandoned_poll_interval) answers every
+// command not yet started CANCELLED, so a batch stops within one command once it is known;
+// Close() also ends the Upload/Download streams working on the session's buffers
 // (AddStream) and frees every buffer, even one a stream still names: streams hold buffers
 // weakly (SessionBuffer), so the memory returns when the session ends, not when its slowest
 // client gives up.
 // Bounds: a batch holds at most kMaxBatchCommands commands; decoded graphs are charged to
 // the session's memory (ReserveMemory) and the cache holds at most rpc::kGraphCacheGraphs
-// of them, of rpc::kGraphCacheTensors tensors in all; queued requests hold at most kMaxQueuedRequestBytes (Post waits for room).
+// of them, of rpc::kGraphCacheTensors tensors in all; queued requests hold at most
+// kMaxQueuedRequestBytes (Post waits for room).
 // Thread-safety: thread-safe. Post/Refuse/Handle/Serve are serialized by the dispatch;
 // FindBuffer(), ModelFile(), the memory charge and the byte counters may be used
 // concurrently from Upload/Download threads.
@@ -35,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/backend.h"
 #include "server/client_accounts.h"
 #include "server/command_dispatch.h"
@@ -77,6 +80,10 @@ struct SessionEnv {
   // Polled between commands (may be empty): true once the client has gone (its Session
   // stream cancelled), and the session then cancels the rest of its work (Cancel).
   std::function<bool()> abandoned;
+  // Asked at most this often: gRPC's answer polls the call's completion queue (a futex wait
+  // of tens of microseconds on a VM), and a decode step under -sm tensor dispatches dozens of
+  // commands. Zero asks before every command.
+  absl::Duration abandoned_poll_interval = absl::Milliseconds(1);
 };
 
 // Commands in one Batch: a batch is checked and queued whole, so its size bounds the work a
@@ -173,6 +180,8 @@ class Session {
 
   // Set by Cancel, or by cancelled() once SessionEnv::abandoned says so.
   mutable std::atomic<bool> cancelled_{false};
+  // When cancelled() may next ask SessionEnv::abandoned (steady clock, nanoseconds).
+  mutable std::atomic<int64_t> next_abandoned_poll_ns_{0};
   absl::Mutex streams_mu_;
   bool closed_ ABSL_GUARDED_BY(streams_mu_) = false;
   std::vector<std::weak_ptr<CancellableStream>> streams_in_flight_ ABSL_GUARDED_BY(streams_mu_);

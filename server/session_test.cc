@@ -485,6 +485,7 @@ TEST_F(SessionTest, AbandonedClientStopsABatchWithinOneCommand) {
   std::atomic<int> asked{0};
   SessionEnv env = env_;
   env.abandoned = [&] { return ++asked > 3; };  // the client goes during the third command.
+  env.abandoned_poll_interval = absl::ZeroDuration();  // asked before every command.
   Session s("test", env);
   pb::SessionRequest batch;
   batch.set_id(1);
@@ -503,6 +504,54 @@ TEST_F(SessionTest, AbandonedClientStopsABatchWithinOneCommand) {
   EXPECT_EQ(ran, 3);
   EXPECT_EQ(cancelled, 7);
   EXPECT_TRUE(s.cancelled());
+}
+
+// Runs `commands` allocations in one batch from id `first_id`; returns how many ran.
+int RunAllocBatch(Session& s, int first_id, int commands) {
+  pb::SessionRequest batch;
+  batch.set_id(first_id);
+  for (int i = 0; i < commands; ++i) {
+    *batch.mutable_batch()->add_commands() = AllocRequest(first_id + 1 + i, 0, 16);
+  }
+  pb::SessionReply out;
+  s.Serve(batch, [&](const pb::SessionReply& r) {
+    out = r;
+    return true;
+  });
+  int ran = 0;
+  for (const pb::SessionReply& r : out.batch().replies()) ran += r.code() == kOk;
+  return ran;
+}
+
+TEST_F(SessionTest, AbandonedIsAskedOnceAnInterval) {
+  std::atomic<int> asked{0};
+  SessionEnv env = env_;
+  env.abandoned = [&] { return ++asked > 1; };  // gone from the second ask on.
+  env.abandoned_poll_interval = absl::Hours(1);
+  Session s("test", env);
+  EXPECT_EQ(RunAllocBatch(s, 100, 20), 20);  // the first command asks; the rest trust it.
+  EXPECT_EQ(asked.load(), 1);
+  EXPECT_FALSE(s.cancelled());
+}
+
+TEST_F(SessionTest, AbandonedClientIsNoticedByTheFirstCommandAfterTheInterval) {
+  std::atomic<int> asked{0};
+  std::atomic<bool> gone{false};
+  SessionEnv env = env_;
+  env.abandoned = [&] {
+    ++asked;
+    return gone.load();
+  };
+  env.abandoned_poll_interval = absl::Milliseconds(20);
+  Session s("test", env);
+  EXPECT_EQ(RunAllocBatch(s, 100, 1), 1);
+  gone = true;
+  absl::SleepFor(absl::Milliseconds(40));
+  EXPECT_EQ(RunAllocBatch(s, 200, 5), 0);
+  EXPECT_TRUE(s.cancelled());
+  const int after = asked.load();
+  EXPECT_EQ(RunAllocBatch(s, 300, 1), 0);
+  EXPECT_EQ(asked.load(), after);  // never asked again once cancelled.
 }
 
 TEST_F(SessionTest, CloseFreesBuffersAStreamStillNamesAndCancelsTheStream) {
