@@ -454,9 +454,8 @@ absl::Status CollectiveRunner::Pull(const pb::AllReduce& cmd, const ExchangeStep
 absl::StatusOr<std::string> CollectiveRunner::TakeLinkable(
     const PieceKey& key, const std::string& from, absl::Time deadline,
     absl::FunctionRef<absl::Status()> check) {
-  // The first look comes early: a peer that died leaves the collectives queued behind the
-  // one that saw it with streams that end at once, and each would otherwise wait kPeerPoll.
-  absl::Time next_check = absl::Now() + kLinkLook;
+  // The first look comes early, as in ReduceMailbox::Take.
+  absl::Time next_check = absl::Now() + ReduceMailbox::kFirstCheck;
   for (;;) {
     const absl::Time now = absl::Now();
     if (links_->Linked(key.grant, from)) {

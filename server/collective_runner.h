@@ -78,8 +78,9 @@ class CollectiveRunner {
   // How long a piece from a peer is waited for: the peer may still be computing what comes
   // before its part (a long prompt on a slow device).
   static constexpr absl::Duration kPieceWait = absl::Seconds(60);
-  // How often a wait looks at the peer's channel (a wait for a small piece first looks after
-  // kLinkLook, so that the collectives queued behind one that lost a peer fail at once).
+  // How often a wait looks at the peer's channel (the first time after
+  // ReduceMailbox::kFirstCheck, so that the collectives queued behind one that lost a peer
+  // fail at once).
   static constexpr absl::Duration kPeerPoll = absl::Milliseconds(200);
   // A peer that offered no link (or whose link could not be opened) is asked again after
   // this long; a wait for a small piece looks for a newly opened link this often.

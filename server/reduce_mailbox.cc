@@ -74,11 +74,11 @@ absl::Status ReduceMailbox::Put(PieceKey key, std::string data, absl::string_vie
 absl::StatusOr<std::string> ReduceMailbox::Take(const PieceKey& key, absl::Time deadline,
                                                 absl::Duration poll,
                                                 absl::FunctionRef<absl::Status()> check) {
-  for (;;) {
+  for (absl::Duration wait = std::min(poll, kFirstCheck);; wait = poll) {
     {
       absl::MutexLock lock(&mu_);
       auto there = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pieces_.contains(key); };
-      mu_.AwaitWithDeadline(absl::Condition(&there), std::min(deadline, absl::Now() + poll));
+      mu_.AwaitWithDeadline(absl::Condition(&there), std::min(deadline, absl::Now() + wait));
       if (std::optional<std::string> data = TakeLocked(key)) return *std::move(data);
     }
     if (absl::Now() >= deadline) {

@@ -75,8 +75,12 @@ class ReduceMailbox final : public RevokeListener {
   // session that sent the piece, for DropSender.
   absl::Status Put(PieceKey key, std::string data, absl::string_view what = "peer_reduce",
                    std::string sender = {}) ABSL_LOCKS_EXCLUDED(mu_);
-  // Waits for the piece until `deadline`; every `poll` it calls `check`, and gives up with
-  // its error (a peer known to be gone). DEADLINE_EXCEEDED names the wait.
+  // The first `check` of a wait comes this soon (then every `poll`): a peer already gone (a
+  // collective queued behind the one that lost it) fails the wait at once, not after a poll.
+  static constexpr absl::Duration kFirstCheck = absl::Milliseconds(10);
+  // Waits for the piece until `deadline`; after kFirstCheck (or `poll` when shorter), then
+  // every `poll`, it calls `check`, and gives up with its error (a peer known to be gone).
+  // DEADLINE_EXCEEDED names the wait.
   absl::StatusOr<std::string> Take(const PieceKey& key, absl::Time deadline, absl::Duration poll,
                                    absl::FunctionRef<absl::Status()> check)
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -78,6 +78,20 @@ TEST(ReduceMailboxTest, CheckErrorEndsTheWait) {
   EXPECT_EQ(polls, 3);
 }
 
+TEST(ReduceMailboxTest, AGonePeerIsSeenAtTheFirstCheckNotAfterAWholePoll) {
+  ReduceMailbox box;
+  int polls = 0;
+  // A poll of an hour: the wait learns of the peer's loss at kFirstCheck, well before the
+  // deadline, instead of running into it.
+  absl::StatusOr<std::string> got =
+      box.Take(Key("g", 1, 0), absl::Now() + absl::Seconds(5), absl::Hours(1), [&] {
+        ++polls;
+        return absl::UnavailableError("peer unreachable: x:1");
+      });
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+  EXPECT_EQ(polls, 1);
+}
+
 TEST(ReduceMailboxTest, DropRemovesOneCollectivesPieces) {
   ReduceMailbox box;
   ASSERT_TRUE(box.Put(Key("g", 1, 0), "aa").ok());
