@@ -481,46 +481,45 @@ TEST_F(SessionTest, CancelledSessionAnswersCancelledWithoutRunning) {
   EXPECT_EQ(s->buffer_count(), 0u);
 }
 
+// Serves `commands` allocations in one batch `batch_id` (commands from batch_id + 1); returns
+// the batch's reply.
+pb::SessionReply ServeAllocBatch(Session& s, int batch_id, int commands) {
+  pb::SessionRequest batch;
+  batch.set_id(batch_id);
+  for (int i = 0; i < commands; ++i) {
+    *batch.mutable_batch()->add_commands() = AllocRequest(batch_id + 1 + i, 0, 16);
+  }
+  pb::SessionReply out;
+  s.Serve(batch, [&](const pb::SessionReply& r) {
+    out = r;
+    return true;
+  });
+  return out;
+}
+
+// How many of a batch reply's commands ended with `code`.
+int CountCode(const pb::SessionReply& out, int code) {
+  int n = 0;
+  for (const pb::SessionReply& r : out.batch().replies()) n += r.code() == code;
+  return n;
+}
+
+// How many of a batch of `commands` allocations ran.
+int RunAllocBatch(Session& s, int batch_id, int commands) {
+  return CountCode(ServeAllocBatch(s, batch_id, commands), kOk);
+}
+
 TEST_F(SessionTest, AbandonedClientStopsABatchWithinOneCommand) {
   std::atomic<int> asked{0};
   SessionEnv env = env_;
-  env.abandoned = [&] { return ++asked > 3; };  // the client goes during the third command.
+  env.abandoned = [&] { return ++asked > 3; };         // the client goes during the third command.
   env.abandoned_poll_interval = absl::ZeroDuration();  // asked before every command.
   Session s("test", env);
-  pb::SessionRequest batch;
-  batch.set_id(1);
-  for (int i = 0; i < 10; ++i) *batch.mutable_batch()->add_commands() = AllocRequest(i + 1, 0, 16);
-  pb::SessionReply out;
-  s.Serve(batch, [&](const pb::SessionReply& r) {
-    out = r;
-    return true;
-  });
+  const pb::SessionReply out = ServeAllocBatch(s, 1, 10);
   ASSERT_EQ(out.batch().replies_size(), 10);
-  int ran = 0, cancelled = 0;
-  for (const pb::SessionReply& r : out.batch().replies()) {
-    if (r.code() == kOk) ++ran;
-    if (r.code() == static_cast<int>(absl::StatusCode::kCancelled)) ++cancelled;
-  }
-  EXPECT_EQ(ran, 3);
-  EXPECT_EQ(cancelled, 7);
+  EXPECT_EQ(CountCode(out, kOk), 3);
+  EXPECT_EQ(CountCode(out, static_cast<int>(absl::StatusCode::kCancelled)), 7);
   EXPECT_TRUE(s.cancelled());
-}
-
-// Runs `commands` allocations in one batch from id `first_id`; returns how many ran.
-int RunAllocBatch(Session& s, int first_id, int commands) {
-  pb::SessionRequest batch;
-  batch.set_id(first_id);
-  for (int i = 0; i < commands; ++i) {
-    *batch.mutable_batch()->add_commands() = AllocRequest(first_id + 1 + i, 0, 16);
-  }
-  pb::SessionReply out;
-  s.Serve(batch, [&](const pb::SessionReply& r) {
-    out = r;
-    return true;
-  });
-  int ran = 0;
-  for (const pb::SessionReply& r : out.batch().replies()) ran += r.code() == kOk;
-  return ran;
 }
 
 TEST_F(SessionTest, AbandonedIsAskedOnceAnInterval) {
