@@ -375,7 +375,8 @@ void BM_DotKernelCached(benchmark::State& state, DType type) {
     for (int64_t r = 0; r < rows; r += kern.streaming_rows) {
       float* c_row = out + r;
       const int n = static_cast<int>(std::min<int64_t>(kern.streaming_rows, rows - r));
-      kern.tile(kK, c.weight.as<char>() + r * row, row, n, &b, 1, &c_row);
+      kern.tile(kK, c.weight.as<char>() + r * row, row, n, static_cast<int>(rows - r - n), &b, 1,
+                &c_row);
     }
     benchmark::ClobberMemory();
   }

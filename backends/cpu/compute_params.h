@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "backends/cpu/stealing_ranges.h"
 #include "core/spin_barrier.h"
 
 namespace tg::cpu {
@@ -25,6 +26,7 @@ struct ComputeParams {
   void* wdata = nullptr;     // scratch shared by the node's threads (size >= the op's WorkSize).
   size_t wsize = 0;
   Barrier* barrier = nullptr;  // all nth threads; nullptr when nth == 1.
+  StealingRanges* ranges = nullptr;  // one per thread (ForEachShare); nullptr: static shares.
 
   KernelError* error = nullptr;  // where Fail() reports; never nullptr inside a stream.
   // The graph's weights are more than the last-level cache keeps between steps, so every
@@ -51,6 +53,25 @@ inline void SplitRange(int64_t n, int ith, int nth, int64_t* begin, int64_t* end
   const int64_t per = (n + nth - 1) / nth;
   *begin = per * ith < n ? per * ith : n;
   *end = *begin + per < n ? *begin + per : n;
+}
+
+// Calls fn(begin, end, ahead_end) for this thread's share of items [0, n): with p.ranges,
+// chunks of up to `chunk` items from the front of its contiguous SplitRange share, then chunks
+// stolen from the back of the others' shares until every item is taken; without, its whole
+// share at once. Items [end, ahead_end) are the ones this thread will likely take next (to
+// prefetch). At most one call per node between two barriers (a later Reset would mix the
+// calls' items).
+template <typename Fn>
+void ForEachShare(const ComputeParams& p, int64_t n, int64_t chunk, Fn&& fn) {
+  int64_t begin, end, rest_end;
+  SplitRange(n, p.ith, p.nth, &begin, &end);
+  if (p.ranges == nullptr || n > StealingRanges::kMaxItems) {
+    if (begin < end) fn(begin, end, end);
+    return;
+  }
+  p.ranges->Reset(p.ith, begin, end);
+  while (p.ranges->Take(p.ith, chunk, &begin, &end, &rest_end)) fn(begin, end, rest_end);
+  while (p.ranges->Steal(p.ith, chunk, &begin, &end)) fn(begin, end, end);
 }
 
 }  // namespace tg::cpu

@@ -58,7 +58,7 @@ size_t NodeWorkSize(const Tensor* node, int nth) {
 }  // namespace
 
 CpuStream::CpuStream(Device* device, int n_threads)
-    : device_(device), pool_(n_threads), barrier_(pool_.size()) {}
+    : device_(device), pool_(n_threads), barrier_(pool_.size()), ranges_(pool_.size()) {}
 
 absl::Status CpuStream::CopyTensorAsync(const Tensor* src, Tensor* dst) {
   if (dst->buffer == nullptr) return absl::FailedPreconditionError("copy into unplaced tensor");
@@ -92,6 +92,7 @@ absl::Status CpuStream::Compute(Graph& graph) {
     p.wdata = aligned;
     p.wsize = wsize;
     p.barrier = pool_.size() > 1 ? &barrier_ : nullptr;
+    p.ranges = pool_.size() > 1 ? &ranges_ : nullptr;
     p.error = &error;
     p.weights_from_memory = weights_from_memory;
     for (Tensor* node : graph.nodes) {

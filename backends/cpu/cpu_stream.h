@@ -7,9 +7,10 @@
 #include <memory>
 #include <vector>
 
+#include "backends/cpu/stealing_ranges.h"
+#include "core/backend.h"
 #include "core/spin_barrier.h"
 #include "core/thread_pool.h"
-#include "core/backend.h"
 
 namespace tg::cpu {
 
@@ -30,6 +31,7 @@ class CpuStream : public Stream {
   Device* device_;
   ThreadPool pool_;
   Barrier barrier_;
+  StealingRanges ranges_;       // one per thread, for the nodes that balance their items.
   std::vector<uint8_t> wdata_;  // grows to the largest graph's need; never shrinks.
 };
 

@@ -15,6 +15,7 @@ void RunMulMatKernel(Tensor* dst, int nth, cpu::KernelError* error, bool weights
   const size_t wsize = id ? cpu::MulMatIdWorkSize(dst, nth) : cpu::MulMatWorkSize(dst, nth);
   std::vector<uint8_t> work(wsize + 1);
   Barrier barrier(nth);
+  cpu::StealingRanges ranges(nth);
   std::vector<std::thread> threads;
   for (int t = 0; t < nth; ++t) {
     threads.emplace_back([&, t] {
@@ -24,6 +25,7 @@ void RunMulMatKernel(Tensor* dst, int nth, cpu::KernelError* error, bool weights
       p.wdata = work.data() + 1;  // misaligned on purpose.
       p.wsize = wsize;
       p.barrier = nth > 1 ? &barrier : nullptr;
+      p.ranges = nth > 1 ? &ranges : nullptr;
       p.error = error;
       p.weights_from_memory = weights_from_memory;
       if (id) {

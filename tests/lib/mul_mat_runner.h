@@ -1,5 +1,6 @@
 // Runs the CPU MUL_MAT / MUL_MAT_ID kernels directly, on several threads the way a CPU stream
-// does (a spin barrier, scratch deliberately misaligned), for the kernel tests.
+// does (a spin barrier, shares of rows taken and stolen in chunks, scratch deliberately
+// misaligned), for the kernel tests.
 #ifndef TENSORGRID_TESTS_LIB_MUL_MAT_RUNNER_H_
 #define TENSORGRID_TESTS_LIB_MUL_MAT_RUNNER_H_
 

@@ -107,14 +107,16 @@ struct RowGroup {
   size_t ahead;       // and its bytes (0 after the last group).
 };
 
-// Calls fn(RowGroup) for rows [0, rows) of `a`, `group` rows at a time.
+// Calls fn(RowGroup) for rows [0, rows) of `a`, `group` rows at a time; the last group
+// prefetches up to `group` of the ahead_rows that follow (DotTileFn's).
 template <typename Fn>
-void ForEachRowGroup(const void* a, size_t a_stride, int rows, int group, Fn fn) {
+void ForEachRowGroup(const void* a, size_t a_stride, int rows, int ahead_rows, int group, Fn fn) {
   const char* base = static_cast<const char*>(a);
   for (int r0 = 0; r0 < rows; r0 += group) {
     const char* at = base + r0 * a_stride;
-    fn(RowGroup{r0, std::min(group, rows - r0), at, at + group * a_stride,
-                std::clamp(rows - r0 - group, 0, group) * a_stride});
+    const int n = std::min(group, rows - r0);
+    fn(RowGroup{r0, n, at, at + n * a_stride,
+                std::clamp(rows + ahead_rows - r0 - n, 0, group) * a_stride});
   }
 }
 

@@ -288,8 +288,8 @@ float DotSuperBlock(int64_t k, const void* a, const void* b) {
 }
 
 template <float (*kDot)(int64_t, const void*, const void*)>
-void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
-          float* const* c) {
+void Tile(int64_t k, const void* a, size_t a_stride, int rows, int /*ahead_rows*/,
+          const void* const* b, int cols, float* const* c) {
   for (int j = 0; j < cols; ++j) {
     for (int i = 0; i < rows; ++i) {
       c[j][i] = kDot(k, static_cast<const char*>(a) + i * a_stride, b[j]);

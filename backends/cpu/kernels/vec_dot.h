@@ -48,8 +48,12 @@ using ActFromF32Fn = void (*)(const float* x, void* y, int64_t k);
 // a_i = a + i * a_stride bytes is a weight row of the kernel's type and b[j] an activation
 // row in the kernel's format. k is a multiple of the weight type's block size. Tiles are
 // meant to be up to kMaxTileRows rows; more rows are taken in passes of at most that many
-// (a matrix-vector product hands over a whole run of rows in one call).
-using DotTileFn = void (*)(int64_t k, const void* a, size_t a_stride, int rows,
+// (a matrix-vector product hands over a whole run of rows in one call). The ahead_rows rows
+// after them are what the caller expects to hand over next: a kernel that reads rows side by
+// side prefetches them (the hardware prefetcher follows one stream, not 16), so that a run of
+// rows handed over in pieces streams as fast as in one call. Prefetches do not fault: ahead
+// rows need not exist, and 0 prefetches nothing.
+using DotTileFn = void (*)(int64_t k, const void* a, size_t a_stride, int rows, int ahead_rows,
                            const void* const* b, int cols, float* const* c);
 
 struct DotKernels {

@@ -240,8 +240,8 @@ constexpr int kRowDotCols = 2;
 constexpr int64_t kRowwiseMaxK = 2048;
 
 template <typename L>
-void Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
-          float* const* c) {
+void Tile(int64_t k, const void* a, size_t a_stride, int rows, int /*ahead_rows*/,
+          const void* const* b, int cols, float* const* c) {
   if (k <= kRowwiseMaxK) {
     using RowFn = void (*)(int64_t, const char*, const void* const*, float* const*, int);
     static constexpr RowFn kCols[4] = {RowDot<L, 1>, RowDot<L, 2>, RowDot<L, 3>, RowDot<L, 4>};

@@ -112,10 +112,10 @@ void RowsTimesColumns(int64_t nblocks, const char* a, size_t a_stride, int rows,
 
 // The tile entry: rows 8 at a time, columns in passes of kColsPerPass; the first pass over
 // each 8 rows prefetches the next 8.
-void MXFP4Tile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
-               float* const* c) {
+void MXFP4Tile(int64_t k, const void* a, size_t a_stride, int rows, int ahead_rows,
+               const void* const* b, int cols, float* const* c) {
   const int64_t nblocks = k / kQKMXFP4;
-  ForEachRowGroup(a, a_stride, rows, kLaneRows, [&](const RowGroup& g) {
+  ForEachRowGroup(a, a_stride, rows, ahead_rows, kLaneRows, [&](const RowGroup& g) {
     ByColumnPasses<kColsPerPass>(cols, [&](auto cols_c, int j0) {
       constexpr int kC = decltype(cols_c)::value;
       const ActMXFP4* y[kC];

@@ -144,12 +144,12 @@ constexpr RowsFn kRowsForColumns[kMaxTileCols] = {Rows<1>, Rows<2>, Rows<3>, Row
                                                   Rows<5>, Rows<6>, Rows<7>, Rows<8>};
 
 // The AVX-512 tile entry: rows 16 at a time, every column of the call over each.
-void Q4TileAvx512(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b,
-                  int cols, float* const* c) {
+void Q4TileAvx512(int64_t k, const void* a, size_t a_stride, int rows, int ahead_rows,
+                  const void* const* b, int cols, float* const* c) {
   const int64_t nblocks = k / kQK4_0;
   const ActQ4Block* y[kMaxTileCols];
   for (int j = 0; j < cols; ++j) y[j] = static_cast<const ActQ4Block*>(b[j]);
-  ForEachRowGroup(a, a_stride, rows, kLaneRows, [&](const RowGroup& g) {
+  ForEachRowGroup(a, a_stride, rows, ahead_rows, kLaneRows, [&](const RowGroup& g) {
     float* out[kMaxTileCols];
     for (int j = 0; j < cols; ++j) out[j] = c[j] + g.first;
     kRowsForColumns[cols - 1](nblocks, g.at, a_stride, g.rows, g.next, g.ahead, y, out);
@@ -289,12 +289,12 @@ void RowGroups(int64_t nblocks, const char* a, size_t a_stride, int rows, const 
 
 // The AVX2 tile entry: rows 32 at a time (the last up to 31 in as few vectors as they need),
 // every column of the call (up to kMaxTileCols) over each staging of the weights.
-void Q4TileAvx2(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
-                float* const* c) {
+void Q4TileAvx2(int64_t k, const void* a, size_t a_stride, int rows, int ahead_rows,
+                const void* const* b, int cols, float* const* c) {
   const int64_t nblocks = k / kQK4_0;
   if (cols == 1) {
     const auto* y = static_cast<const ActQ4Block*>(b[0]);
-    ForEachRowGroup(a, a_stride, rows, kLaneRows, [&](const RowGroup& g) {
+    ForEachRowGroup(a, a_stride, rows, ahead_rows, kLaneRows, [&](const RowGroup& g) {
       OneColumn(nblocks, g.at, a_stride, g.rows, g.next, g.ahead, y, c[0] + g.first);
     });
     return;
@@ -304,7 +304,7 @@ void Q4TileAvx2(int64_t k, const void* a, size_t a_stride, int rows, const void*
     y[j] = reinterpret_cast<const ActQ4Unsigned*>(static_cast<const char*>(b[j]) +
                                                   nblocks * sizeof(ActQ4Block));
   }
-  ForEachRowGroup(a, a_stride, rows, kTileRows, [&](const RowGroup& g) {
+  ForEachRowGroup(a, a_stride, rows, ahead_rows, kTileRows, [&](const RowGroup& g) {
     float* out[kMaxTileCols];
     for (int j = 0; j < cols; ++j) out[j] = c[j] + g.first;
     switch ((g.rows + kLaneRows - 1) / kLaneRows) {

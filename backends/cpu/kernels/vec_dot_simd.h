@@ -95,8 +95,8 @@ void QuantTileRows(int64_t k, const char* a, size_t a_stride, const void* const*
 }
 
 template <ColumnPasses kPasses, class Kernel>
-void QuantTileByRows(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b,
-                     int cols, float* const* c) {
+void QuantTileByRows(int64_t k, const void* a, size_t a_stride, int rows, int /*ahead_rows*/,
+                     const void* const* b, int cols, float* const* c) {
   static constexpr RowsFn kRows[4] = {
       QuantTileRows<kPasses.cols[0], Kernel, 1>, QuantTileRows<kPasses.cols[1], Kernel, 2>,
       QuantTileRows<kPasses.cols[2], Kernel, 3>, QuantTileRows<kPasses.cols[3], Kernel, 4>};
@@ -105,10 +105,10 @@ void QuantTileByRows(int64_t k, const void* a, size_t a_stride, int rows, const 
 
 // QuantTileByRows with the same kColsPerPass for every row count.
 template <int kColsPerPass, class Kernel>
-void QuantTile(int64_t k, const void* a, size_t a_stride, int rows, const void* const* b, int cols,
-               float* const* c) {
+void QuantTile(int64_t k, const void* a, size_t a_stride, int rows, int ahead_rows,
+               const void* const* b, int cols, float* const* c) {
   QuantTileByRows<ColumnPasses{{kColsPerPass, kColsPerPass, kColsPerPass, kColsPerPass}}, Kernel>(
-      k, a, a_stride, rows, b, cols, c);
+      k, a, a_stride, rows, ahead_rows, b, cols, c);
 }
 
 // The activation rows of a tile's C columns (b as the tile kernels receive it) as Act*.
