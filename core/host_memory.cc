@@ -19,6 +19,15 @@ uint64_t PhysicalMemoryTotal() {
          static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
 }
 
+bool TransparentHugePagesUsable() {
+  static const bool usable = [] {
+    std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string modes;  // e.g. "always [madvise] never".
+    return static_cast<bool>(std::getline(f, modes)) && modes.find("[never]") == std::string::npos;
+  }();
+  return usable;
+}
+
 uint64_t PhysicalMemoryAvailable() {
   std::ifstream meminfo("/proc/meminfo");
   std::string key;

@@ -23,6 +23,10 @@ uint64_t PhysicalMemoryAvailable();
 uint64_t HostMemoryTotal();
 uint64_t HostMemoryAvailable();
 
+// Whether this kernel backs memory that asks for it (madvise MADV_HUGEPAGE) with 2 MiB pages:
+// transparent huge pages present and not set to "never". Read once.
+bool TransparentHugePagesUsable();
+
 }  // namespace tg
 
 #endif  // TENSORGRID_CORE_HOST_MEMORY_H_

@@ -617,6 +617,15 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
   return file;
 }
 
+void GgufFile::ReleaseTensorPages() const {
+  if (!mapped_ || data_section_ == nullptr) return;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGE_SIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data_section_) + page - 1) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(base_) + size_;
+  // A hint: on failure the pages merely stay mapped.
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 GgufFile::~GgufFile() {
   if (mapped_) ::munmap(const_cast<uint8_t*>(base_), size_);
 }

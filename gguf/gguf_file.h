@@ -137,6 +137,10 @@ class GgufFile {
   absl::Span<const uint8_t> bytes() const {
     return base_ != nullptr ? absl::Span<const uint8_t>(base_, size_) : absl::Span<const uint8_t>();
   }
+  // Unmaps the tensor data's pages from this process (they stay in the page cache, and a later
+  // read maps them in again), e.g. once the weights are copied elsewhere, so that the process
+  // does not hold the file resident twice. No-op for a file read with pread.
+  void ReleaseTensorPages() const;
 
  private:
   GgufFile() = default;

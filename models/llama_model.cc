@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/host_memory.h"
 #include "core/load_weights.h"
 #include "core/lost_endpoint.h"
 #include "core/mutex.h"
@@ -185,6 +186,11 @@ WeightSource WeightSourceOf(const GgufFile& file) {
   return source;
 }
 
+bool KeepsWeightsInPlace(WeightMapping mapping, uint64_t tensor_bytes) {
+  if (mapping != WeightMapping::kAuto) return mapping == WeightMapping::kInPlace;
+  return !TransparentHugePagesUsable() || tensor_bytes > HostMemoryAvailable() / 2;
+}
+
 absl::StatusOr<std::unique_ptr<Buffer>> LlamaModel::MapTensorData(int d) const {
   BufferType* type = placement_.devices[d]->default_buffer_type();
   const absl::Span<const uint8_t> bytes = file_->bytes();
@@ -207,6 +213,10 @@ absl::Status LlamaModel::UploadWeights(const LoadOptions& options) {
   std::vector<size_t> totals(n_devices, 0);
   std::vector<size_t> offsets;  // per weight; SIZE_MAX: in the mapping.
   std::vector<char> asked(n_devices, 0);
+  const uint8_t* data_end = file_->bytes().data() + file_->bytes().size();
+  if (!KeepsWeightsInPlace(options.mapping, data_end - file_->data_section())) {
+    asked.assign(n_devices, 1);  // nothing mapped: every weight is copied.
+  }
   for (const FileWeight& w : weights_) {
     if (!asked[w.device]) {
       asked[w.device] = 1;
@@ -272,6 +282,11 @@ absl::Status LlamaModel::UploadWeights(const LoadOptions& options) {
   }
   const auto start = std::chrono::steady_clock::now();
   TG_ASSIGN_OR_RETURN(std::vector<LoadStats> stats, LoadWeights(source, loads));
+  // Every weight now lives in a device buffer: the file's pages need not stay mapped in too
+  // (a copy onto the CPU would otherwise hold the weights resident twice).
+  if (std::none_of(offsets.begin(), offsets.end(), [](size_t o) { return o == SIZE_MAX; })) {
+    file_->ReleaseTensorPages();
+  }
   // The weights left in the mapping count too: the device holds them without a copy.
   for (size_t i = 0; i < weights_.size(); ++i) {
     const FileWeight& w = weights_[i];

@@ -1,7 +1,8 @@
 // LlamaModel's weight loading: on a CPU (whose buffer type takes host memory) the weights of
-// stories260K are used where they lie in the mapped file (their data points into the mapping,
-// nothing is loaded) and decode as copied weights do (a meta device over one CPU, which copies
-// every weight into its own buffers, is the reference); the load callbacks see the copies.
+// stories260K are used where they lie in the mapped file with --mmap on (their data points into
+// the mapping, nothing is loaded) and decode as copied weights do (a meta device over one CPU,
+// which copies every weight into its own buffers, is the reference; and --mmap off); the load
+// callbacks see the copies.
 #include "models/llama_model.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_device.h"
+#include "core/host_memory.h"
 #include "models/llama_session.h"
 #include "models/shared_model_path.h"
 
@@ -45,6 +47,7 @@ TEST(LlamaModelLoadTest, CpuWeightsStayInTheMappingAndDecodeAsCopies) {
   cpu::CpuDevice cpu("CPU", "cpu", 1);
   LoadOptions lo;
   lo.device = &cpu;
+  lo.mapping = WeightMapping::kInPlace;
   size_t loaded = 0;  // copied into a device buffer.
   size_t in_place = 0;
   lo.loaded = [&](absl::Span<const LoadStats> stats, double) {
@@ -74,6 +77,30 @@ TEST(LlamaModelLoadTest, CpuWeightsStayInTheMappingAndDecodeAsCopies) {
   EXPECT_EQ(in_place, 0u);
   EXPECT_FALSE(InMapping(**copied, (*copied)->layers()[0].wq));
   EXPECT_EQ(Greedy(**mapped), Greedy(**copied));
+
+  LoadOptions off = lo;  // --mmap off: the same CPU, every weight copied into its buffers.
+  off.mapping = WeightMapping::kCopy;
+  loaded = in_place = 0;
+  absl::StatusOr<std::unique_ptr<LlamaModel>> own = LlamaModel::Load(path, off);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(loaded, (*own)->weight_bytes());
+  EXPECT_EQ(in_place, 0u);
+  EXPECT_FALSE(InMapping(**own, (*own)->tok_embd()));
+  for (const LlamaLayer& l : (*own)->layers()) {
+    EXPECT_FALSE(InMapping(**own, l.wq));
+    EXPECT_FALSE(InMapping(**own, l.ffn_down));
+  }
+  EXPECT_EQ(Greedy(**own), Greedy(**mapped));
+}
+
+// --mmap auto copies only where that buys 2 MiB pages, and never weights that would take more
+// than half of the memory left.
+TEST(LlamaModelLoadTest, AutoMappingCopiesOnlyWhatFitsOntoHugePages) {
+  EXPECT_TRUE(KeepsWeightsInPlace(WeightMapping::kInPlace, 1));
+  EXPECT_FALSE(KeepsWeightsInPlace(WeightMapping::kCopy, uint64_t{1} << 50));
+  EXPECT_TRUE(KeepsWeightsInPlace(WeightMapping::kAuto, uint64_t{1} << 50));  // a PiB.
+  EXPECT_TRUE(KeepsWeightsInPlace(WeightMapping::kAuto, HostMemoryAvailable() / 4 * 3));
+  EXPECT_EQ(KeepsWeightsInPlace(WeightMapping::kAuto, 1 << 20), !TransparentHugePagesUsable());
 }
 
 }  // namespace

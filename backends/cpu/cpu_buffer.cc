@@ -1,5 +1,7 @@
 #include "backends/cpu/cpu_buffer.h"
 
+#include <sys/mman.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -8,6 +10,14 @@
 
 namespace tg::cpu {
 namespace {
+
+// Buffers of kHugePageMinBytes and more (weights, KV caches) are aligned to 2 MiB, rounded up
+// to it, and asked to be backed by 2 MiB pages: a decode streams every weight once a token,
+// and with 4 KiB pages a 2048-wide Q4_0 model ran at 0.93x (143-145 against 152-156 t/s, Zen 4
+// VM, 3 interleaved rounds): a TLB miss every 4 KiB, and the hardware prefetcher stops at each
+// page's end. The rounding costs at most 1/8 of such a buffer.
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+constexpr size_t kHugePageMinBytes = size_t{16} << 20;
 
 absl::Status ReadOnly(const Tensor& t) {
   return absl::FailedPreconditionError(absl::StrFormat(
@@ -32,12 +42,19 @@ absl::StatusOr<std::unique_ptr<Buffer>> CpuBufferType::Allocate(size_t size) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("CPU: cannot allocate %d bytes (more than the address space)", size));
   }
-  const size_t rounded = (size + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
-  void* data = rounded == 0 ? nullptr : std::aligned_alloc(kCpuAlignment, rounded);
+  const size_t align = size >= kHugePageMinBytes && size <= SIZE_MAX - (kHugePageBytes - 1)
+                           ? kHugePageBytes
+                           : kCpuAlignment;
+  const size_t rounded = (size + align - 1) / align * align;
+  void* data = rounded == 0 ? nullptr : std::aligned_alloc(align, rounded);
   if (data == nullptr && rounded != 0) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("CPU: cannot allocate %.1f MiB", rounded / 1048576.0));
   }
+#if defined(MADV_HUGEPAGE)
+  // A hint: where the kernel has no huge pages to give, the buffer works all the same.
+  if (align == kHugePageBytes) ::madvise(data, rounded, MADV_HUGEPAGE);
+#endif
   return std::make_unique<CpuBuffer>(this, data, size);
 }
 

@@ -54,6 +54,14 @@ std::function<void(size_t, size_t)> LoadProgressBar(std::string tool) {
   };
 }
 
+absl::StatusOr<WeightMapping> ParseWeightMapping(const std::string& value) {
+  if (value == "auto") return WeightMapping::kAuto;
+  if (value == "on") return WeightMapping::kInPlace;
+  if (value == "off") return WeightMapping::kCopy;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--mmap must be auto, on or off, not '", value, "'"));
+}
+
 std::string FormatLoadReport(const LoadReport& report, const std::string& tool) {
   std::string out;
   for (const DeviceLoad& d : report.devices) {

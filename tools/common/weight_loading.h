@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/weight_source.h"
 #include "models/llama_model.h"
@@ -46,6 +47,14 @@ std::function<void(absl::Span<const LoadStats>, double)> FillLoadReport(LoadRepo
 // LoadOptions::progress for a tool: "tg-bench: loading [####      ]  40%" redrawn on stderr
 // when it is a terminal.
 std::function<void(size_t, size_t)> LoadProgressBar(std::string tool);
+
+// --mmap's value: "auto", "on" (weights stay in the mapped file) or "off" (copied).
+absl::StatusOr<WeightMapping> ParseWeightMapping(const std::string& value);
+
+// --mmap's help text, the same in every tool.
+inline constexpr char kMmapHelp[] =
+    "CPU weights: in the mapped file (on), copied onto 2 MiB pages (off), or auto (default: "
+    "copied where huge pages are available and they take at most half the free memory)";
 
 // One line per device, e.g.
 //   tg-run: load RPC[127.0.0.1:50052]/0: 610.2 MB in 0.52 s: 0.0 MB sent, 0.0 MB from its

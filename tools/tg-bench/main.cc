@@ -55,6 +55,7 @@ struct BenchFlags {
   std::string threads = "";
   std::string n_copies = "0";
   std::string parallel = "1";  // sequences at once (BatchSession when > 1).
+  std::string mmap = "auto";   // --mmap: ParseWeightMapping.
   DeviceFlags devices;
   int64_t reps = 5;
   int64_t batch = 512;
@@ -511,6 +512,7 @@ absl::Status Run(const BenchFlags& f) {
   }
   LoadOptions lo;
   lo.plan = plan;
+  TG_ASSIGN_OR_RETURN(lo.mapping, ParseWeightMapping(f.mmap));
   // Outlives the model: a failover loads again, into the same report.
   LoadReport load;
   lo.progress = LoadProgressBar("tg-bench");
@@ -557,6 +559,7 @@ int main(int argc, char** argv) {
   p.AddInt("-r", "--repetitions", &f.reps, "repetitions per test (default 5)");
   p.AddInt("-b", "--batch-size", &f.batch, "prompt tokens per graph (default 512)");
   p.AddString("-o", "--output", &f.output, "md (default), csv or json");
+  p.AddString(nullptr, "--mmap", &f.mmap, tg::kMmapHelp);
   p.AddBool(nullptr, "--greedy", &f.greedy,
             "tg: feed back the device's ARGMAX pick (greedy generation, only the token id is "
             "read) instead of reading the logits and feeding random tokens like llama-bench");

@@ -47,6 +47,7 @@ struct RunFlags {
   int64_t ctx = 0;
   int64_t batch = 512;
   std::string kv_type = "f16";
+  std::string mmap = "auto";  // --mmap: ParseWeightMapping.
   bool json = false;
   int64_t top_logits = 5;
   bool rpc_failover = false;
@@ -244,6 +245,7 @@ absl::Status Run(const RunFlags& f) {
   TG_ASSIGN_OR_RETURN(DType kv_type, ParseDType(f.kv_type));
   LoadOptions lo;
   lo.plan = plan;
+  TG_ASSIGN_OR_RETURN(lo.mapping, ParseWeightMapping(f.mmap));
   // Outlives the model: a failover loads again, into the same report.
   LoadReport load;
   lo.progress = LoadProgressBar("tg-run");
@@ -312,6 +314,7 @@ int main(int argc, char** argv) {
   p.AddInt("-c", "--ctx-size", &f.ctx, "context size (default: the model's, at most 4096)");
   p.AddInt("-b", "--batch-size", &f.batch, "prompt tokens per graph (default 512)");
   p.AddString(nullptr, "--kv-type", &f.kv_type, "KV cache type: f16 (default) or f32");
+  p.AddString(nullptr, "--mmap", &f.mmap, tg::kMmapHelp);
   p.AddBool(nullptr, "--json", &f.json, "print one JSON object instead of streaming text");
   p.AddInt(nullptr, "--top-logits", &f.top_logits, "top logits in the JSON output (default 5)");
   p.AddBool(nullptr, "--rpc-failover", &f.rpc_failover,

@@ -36,6 +36,7 @@ struct ServerFlags {
   int64_t ctx = 4096;
   int64_t batch = 512;
   std::string kv_type = "f16";
+  std::string mmap = "auto";  // --mmap: ParseWeightMapping.
   std::string host = "127.0.0.1";
   int64_t port = 8080;
   std::string port_file;
@@ -131,6 +132,7 @@ absl::Status Serve(const ServerFlags& f) {
   TG_ASSIGN_OR_RETURN(DevicePlan plan, ResolveDevicePlan(device_flags));
   LoadOptions lo;
   lo.plan = plan;
+  TG_ASSIGN_OR_RETURN(lo.mapping, ParseWeightMapping(f.mmap));
   // Outlives the model: a failover loads again, into the same report.
   LoadReport load;
   lo.progress = LoadProgressBar("tg-server");
@@ -184,6 +186,7 @@ int main(int argc, char** argv) {
   p.AddInt("-c", "--ctx-size", &f.ctx, "KV cache cells shared by every request (default 4096)");
   p.AddInt("-b", "--batch-size", &f.batch, "most tokens decoded in one step (default 512)");
   p.AddString(nullptr, "--kv-type", &f.kv_type, "KV cache type: f16 (default) or f32");
+  p.AddString(nullptr, "--mmap", &f.mmap, tg::kMmapHelp);
   p.AddString(nullptr, "--host", &f.host, "address to listen on (default 127.0.0.1)");
   p.AddInt(nullptr, "--port", &f.port, "port (default 8080; 0: any free one)");
   p.AddString(nullptr, "--port-file", &f.port_file, "write the bound port to this file");
