@@ -214,11 +214,9 @@ absl::Status LlamaModel::UploadWeights(const LoadOptions& options) {
   std::vector<size_t> offsets;  // per weight; SIZE_MAX: in the mapping.
   std::vector<char> asked(n_devices, 0);
   const uint8_t* data_end = file_->bytes().data() + file_->bytes().size();
-  if (!KeepsWeightsInPlace(options.mapping, data_end - file_->data_section())) {
-    asked.assign(n_devices, 1);  // nothing mapped: every weight is copied.
-  }
+  const bool in_place = KeepsWeightsInPlace(options.mapping, data_end - file_->data_section());
   for (const FileWeight& w : weights_) {
-    if (!asked[w.device]) {
+    if (in_place && !asked[w.device]) {
       asked[w.device] = 1;
       TG_ASSIGN_OR_RETURN(mapped[w.device], MapTensorData(w.device));
     }
